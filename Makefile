@@ -1,0 +1,35 @@
+# servesim: setup and checks. `make demo` and `make test` are the README's quickstart.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_PIN := torch==2.13.0
+
+.PHONY: demo test test-slow test-all setup-sim setup-test clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# light install: the simulator only
+setup-sim: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+# everything the test suite needs (torch from the CPU wheel; see README)
+setup-test: $(BIN)/python
+	$(BIN)/pip install -q $(TORCH_PIN)
+	$(BIN)/pip install -q -e '.[all,test]'
+
+demo: setup-sim
+	$(BIN)/servesim simulate examples/default.toml
+
+test: setup-test
+	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+test-slow: setup-test
+	$(BIN)/python -m pytest -m slow
+
+test-all: setup-test
+	$(BIN)/python -m pytest -m 'not gpu'
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

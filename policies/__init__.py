@@ -1,0 +1,13 @@
+"""Engine-agnostic scheduling: requests, the paged KV block manager, batch plans and policies.
+
+Standard library only: the same objects drive the SimPy simulator (`sim`) and the torch engine
+(`gpu_backend`).
+"""
+from policies.batch_plan import BatchPlan, ScheduledSeq, StepResult
+from policies.config import CacheConfig, ConfigError, SchedulerConfig
+from policies.request import FinishReason, IllegalTransition, Request, RequestState
+
+__all__ = [
+    "BatchPlan", "ScheduledSeq", "StepResult", "CacheConfig", "ConfigError", "SchedulerConfig",
+    "FinishReason", "IllegalTransition", "Request", "RequestState",
+]

@@ -1,0 +1,90 @@
+"""Frozen configs of the scheduling layer, validated on construction.
+
+Every error names the field and what is allowed, so a CLI can print it as one line. Sweeps use
+`dataclasses.replace`. `SchedulerConfig.preset("vllm")` gives vLLM v1's defaults.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+class ConfigError(ValueError):
+    """A config field holds a value that is not allowed. The message names the field."""
+
+
+def check_choice(field: str, value: object, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{field}: {value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
+
+
+def check_int(field: str, value: object, minimum: int | None = None, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{field}: expected an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{field}: must be >= {minimum}, got {value}")
+
+
+def check_number(field: str, value: object, minimum: float | None = None, maximum: float | None = None,
+                 strict_min: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{field}: expected a number, got {value!r}")
+    if minimum is not None and (value <= minimum if strict_min else value < minimum):
+        raise ConfigError(f"{field}: must be {'>' if strict_min else '>='} {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{field}: must be <= {maximum}, got {value}")
+
+
+POLICIES = ("static", "continuous", "chunked", "vllm")
+QUEUES = ("fcfs", "priority")
+PREEMPTIONS = ("recompute", "swap", "hybrid")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Paged KV cache geometry: how many blocks of how many tokens, on GPU and in CPU swap space."""
+
+    block_size: int = 16
+    num_gpu_blocks: int = 4096
+    num_cpu_blocks: int = 0
+    watermark: float = 0.0  # fraction of GPU blocks kept free when admitting new requests (vLLM v0: 0.01)
+    enable_prefix_caching: bool = False
+
+    def __post_init__(self) -> None:
+        check_int("cache.block_size", self.block_size, 1)
+        check_int("cache.num_gpu_blocks", self.num_gpu_blocks, 1)
+        check_int("cache.num_cpu_blocks", self.num_cpu_blocks, 0)
+        check_number("cache.watermark", self.watermark, 0.0, 0.5)
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ConfigError(f"cache.enable_prefix_caching: expected true or false, got {self.enable_prefix_caching!r}")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Which policy runs, and its limits (vLLM names)."""
+
+    policy: str = "chunked"
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 128
+    max_model_len: int = 4096
+    queue: str = "fcfs"
+    preemption: str = "recompute"
+    hybrid_swap_threshold: int = 64  # hybrid: swap if the request generated >= this many tokens, else recompute
+    long_prefill_token_threshold: int = 0  # 0 = off; else clamp one request's prefill chunk to this
+    static_max_batch_size: int | None = None  # static: batch size (defaults to max_num_seqs)
+
+    def __post_init__(self) -> None:
+        check_choice("scheduler.policy", self.policy, POLICIES)
+        check_int("scheduler.max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        check_int("scheduler.max_num_seqs", self.max_num_seqs, 1)
+        check_int("scheduler.max_model_len", self.max_model_len, 2)
+        check_choice("scheduler.queue", self.queue, QUEUES)
+        check_choice("scheduler.preemption", self.preemption, PREEMPTIONS)
+        check_int("scheduler.hybrid_swap_threshold", self.hybrid_swap_threshold, 0)
+        check_int("scheduler.long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        check_int("scheduler.static_max_batch_size", self.static_max_batch_size, 1, allow_none=True)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))

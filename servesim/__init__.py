@@ -1,0 +1,1 @@
+"""The `servesim` command: one dispatcher over the subcommands each package provides."""

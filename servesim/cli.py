@@ -1,0 +1,61 @@
+"""`servesim SUBCOMMAND ...`: dispatches to the module that owns each subcommand.
+
+Modules are imported lazily, so `servesim simulate` never imports torch. Each owning module
+exposes `configure(parser: argparse.ArgumentParser) -> None` and `run(args) -> int`.
+Configuration errors (`ValueError`, including `policies.ConfigError`) print one line and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("sim.cli", "simulate a serving configuration (TOML) and print its summary"),
+    "run": ("gpu_backend.cli", "run a configuration on the real torch engine (cpu or cuda)"),
+    "calibrate": ("calibrate.cli", "profile the engine's ops on a device, or import/fit profiles"),
+    "validate": ("calibrate.validate_cli", "predict with the simulator, measure on the engine, compare"),
+    "sweep": ("sim.capacity.cli_sweep", "simulate a grid of configurations"),
+    "capacity": ("sim.capacity.cli_capacity", "find the highest rate a configuration sustains within an SLO"),
+    "plan": ("sim.capacity.cli_plan", "find the cheapest layout for a target rate and SLO"),
+    "reproduce": ("sim.fidelity.cli_reproduce", "simulate real runs from their configuration and score the predictions"),
+    "serve": ("gpu_backend.serve.cli", "serve the engine behind an OpenAI-compatible HTTP endpoint"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="servesim", description="LLM serving simulator and engine")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if argv else 2
+    name = argv[0]
+    if name not in SUBCOMMANDS:
+        print(f"servesim: unknown command {name!r}; choose one of {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        return 2
+    module_name, help_text = SUBCOMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        print(f"servesim {name}: not available ({exc}); install the extra it needs, e.g. pip install 'servesim[all]'",
+              file=sys.stderr)
+        return 2
+    cmd_parser = argparse.ArgumentParser(prog=f"servesim {name}", description=help_text)
+    module.configure(cmd_parser)
+    args = cmd_parser.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except (ValueError, FileNotFoundError) as exc:  # config and input errors: one line, exit 2
+        print(f"servesim {name}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"servesim {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
