@@ -1,0 +1,240 @@
+"""The simulator's configuration: one frozen `Config` of frozen sections, loaded from TOML.
+
+Sections (each a frozen dataclass validated on construction, errors naming `section.key`):
+
+- `model`     the model (catalog name or HF config.json)       -> sim.models.ModelConfig
+- `hardware`  GPU type, tensor parallelism, memory, KV blocks   -> sim.models.HardwareConfig
+- `scheduler` policy and limits (vLLM names)                    -> policies.SchedulerConfig
+- `cache`     paged-KV knobs the user sets: block size, watermark, prefix caching -> CacheSection
+              (the GPU/CPU block counts come from `hardware`, derived from memory unless given)
+- `workload`  arrivals and lengths                              -> sim.workload.WorkloadConfig
+- `slo`       latency targets for goodput                       -> sim.metrics.SLOConfig
+- `sim`       the run itself: a simulated-time limit            -> SimSection
+
+`load_config(path_or_dict, overrides)` reads TOML (or a dict), applies `--set section.key=value`
+overrides (values parsed as TOML scalars; a bare word is a string), rejects unknown sections and keys
+with the allowed ones listed, and builds the sections. `config_to_toml` writes the resolved config
+back (saved beside every result). Sweeps use `dataclasses.replace` or more overrides.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from policies import ConfigError, SchedulerConfig
+from policies.config import check_int, check_number
+from sim.metrics import SLOConfig
+
+
+@dataclass(frozen=True)
+class CacheSection:
+    """The paged KV cache knobs a user sets; block counts come from `hardware` (memory or given)."""
+
+    block_size: int = 16
+    watermark: float = 0.0  # fraction of GPU blocks kept free when admitting (vLLM v0 used 0.01)
+    enable_prefix_caching: bool = False
+
+    def __post_init__(self) -> None:
+        check_int("cache.block_size", self.block_size, 1)
+        check_number("cache.watermark", self.watermark, 0.0, 0.5)
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ConfigError(f"cache.enable_prefix_caching: expected true or false, got {self.enable_prefix_caching!r}")
+
+
+@dataclass(frozen=True)
+class SimSection:
+    """The run: stop the clock at `max_sim_time_s` (None = run until every request has ended).
+
+    Requests still live at the limit end as ABORTED and stay in the results. Randomness lives in
+    the workload only, so `workload.seed` is the run's seed.
+    """
+
+    max_sim_time_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_sim_time_s is not None:
+            check_number("sim.max_sim_time_s", self.max_sim_time_s, 0.0, strict_min=True)
+
+
+def section_types() -> dict[str, type]:
+    """Section name -> dataclass. model/hardware/workload types live in their own packages."""
+    from sim.models import HardwareConfig, ModelConfig
+    from sim.workload import WorkloadConfig
+
+    return {
+        "model": ModelConfig, "hardware": HardwareConfig, "scheduler": SchedulerConfig,
+        "cache": CacheSection, "workload": WorkloadConfig, "slo": SLOConfig, "sim": SimSection,
+    }
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole simulation: every section, resolved. Build it with `load_config` or directly."""
+
+    model: Any = None
+    hardware: Any = None
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    cache: CacheSection = field(default_factory=CacheSection)
+    workload: Any = None
+    slo: SLOConfig = field(default_factory=SLOConfig)
+    sim: SimSection = field(default_factory=SimSection)
+
+    def __post_init__(self) -> None:
+        # sections left out get their defaults (model/hardware/workload types are imported lazily)
+        types = section_types()
+        for name in ("model", "hardware", "workload"):
+            value = getattr(self, name)
+            if value is None:
+                object.__setattr__(self, name, types[name]())
+            elif not isinstance(value, types[name]):
+                raise ConfigError(f"{name}: expected a {types[name].__name__}, got {type(value).__name__}")
+
+
+# --- loading ------------------------------------------------------------------------------------
+def parse_value(raw: str) -> Any:
+    """A `--set` value as a TOML scalar (`512`, `0.5`, `true`, `"x"`, `[1, 2]`); a bare word stays a string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw.strip()
+
+
+def apply_override(data: dict, override: str) -> None:
+    """Apply one `section.key=value` (deeper keys `a.b.c=v` set nested tables) to `data` in place."""
+    if "=" not in override:
+        raise ConfigError(f"--set: expected section.key=value, got {override!r}")
+    path, raw = override.split("=", 1)
+    keys = [k.strip() for k in path.strip().split(".")]
+    if len(keys) < 2 or not all(keys):
+        raise ConfigError(f"--set: expected section.key=value, got {override!r}")
+    node = data
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(keys[:-1])}: is not a table, cannot set {keys[-1]!r} in it")
+        node = child
+    node[keys[-1]] = parse_value(raw)
+
+
+def _read(source: str | Path | Mapping) -> tuple[dict, Path | None]:
+    if isinstance(source, Mapping):
+        return copy.deepcopy(dict(source)), None
+    path = Path(source)
+    if not path.is_file():
+        raise ConfigError(f"config: file not found: {path}")
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f), path.parent
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config: {path} is not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config: {path} is not a UTF-8 TOML file") from None
+
+
+# keys holding file paths: relative paths in a config file are relative to that file
+PATH_KEYS = {("workload", "trace"), ("model", "config_json"), ("hardware", "profile")}
+
+
+def _build_section(name: str, cls: type, values: Any) -> Any:
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{name}: expected a table of keys, got {values!r}")
+    allowed = [f.name for f in fields(cls) if f.init]
+    unknown = [k for k in values if k not in allowed]
+    if unknown:
+        raise ConfigError(f"{name}.{unknown[0]}: unknown key; allowed keys: {', '.join(allowed)}")
+    try:
+        return cls(**values)
+    except TypeError as exc:  # a wrongly typed value a section did not check itself
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def load_config(source: str | Path | Mapping, overrides: Sequence[str] = ()) -> Config:
+    """Read a TOML file (or a dict), apply `overrides` ("section.key=value"), validate, build a Config."""
+    data, base = _read(source)
+    for override in overrides:
+        apply_override(data, override)
+    types = section_types()
+    unknown = [k for k in data if k not in types]
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown section; allowed sections: {', '.join(types)}")
+    if base is not None:
+        from_file, _ = _read(source)
+        for section, key in PATH_KEYS:
+            value = data.get(section, {}).get(key) if isinstance(data.get(section), Mapping) else None
+            # only paths written in the file are relative to it; --set paths are relative to the cwd
+            if (isinstance(value, str) and value and not Path(value).is_absolute()
+                    and value == from_file.get(section, {}).get(key) and (base / value).exists()):
+                data[section][key] = str(base / value)
+    sections = {name: _build_section(name, cls, data.get(name, {})) for name, cls in types.items()}
+    if "max_model_len" not in data.get("scheduler", {}):
+        # as vLLM: the model's context length unless given
+        model_len = getattr(sections["model"], "max_model_len", None)
+        if model_len is None and hasattr(sections["model"], "spec"):
+            model_len = getattr(sections["model"].spec(), "max_model_len", None)
+        if isinstance(model_len, int) and model_len >= 2:
+            sections["scheduler"] = dataclasses.replace(sections["scheduler"], max_model_len=model_len)
+    return Config(**sections)
+
+
+# --- writing ------------------------------------------------------------------------------------
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_str(key)
+
+
+def _toml_str(s: str) -> str:
+    escaped = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, Path):
+        return _toml_str(str(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value if v is not None) + "]"
+    if isinstance(value, Mapping):
+        items = ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+        return "{ " + items + " }" if items else "{}"
+    if dataclasses.is_dataclass(value):
+        return _toml_value(_as_dict(value))
+    raise ConfigError(f"config: cannot write {type(value).__name__} value {value!r} as TOML")
+
+
+def _as_dict(obj: Any) -> dict:
+    """A dataclass's init fields (shallow; nested dataclasses become inline tables)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj) if f.init}
+
+
+def config_to_toml(config: Config) -> str:
+    """The resolved config as TOML text that `load_config` reads back to an equal Config.
+
+    None values are left out (they mean "default / derived").
+    """
+    lines = ["# servesim resolved configuration"]
+    for f in fields(config):
+        section = getattr(config, f.name)
+        lines.append(f"\n[{f.name}]")
+        for key, value in _as_dict(section).items():
+            if value is None:
+                continue
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"

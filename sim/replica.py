@@ -1,0 +1,114 @@
+"""`Replica`: one serving instance as a SimPy process running the one loop.
+
+    plan = scheduler.schedule(now)
+    duration = latency_model.step_time(plan)
+    yield env.timeout(duration)
+    finished = scheduler.update(plan, StepResult(duration), env.now)
+
+Arrivals come from outside (a runner, or a router for several replicas in one environment) through
+`submit(request)` at the request's arrival time; an idle replica sleeps until the next submit.
+Every step is recorded as a `StepRecord`; finished requests go to the `on_finish` hooks, which is
+where closed-loop workloads and routers react.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import simpy
+
+from policies import Request, StepResult
+from sim.results import Recorder, record_step
+
+FinishHook = Callable[[Request, float], None]
+
+
+class Replica:
+    """A SimPy process driving one `Scheduler` with a latency model as its executor.
+
+    `latency_model` is anything with `step_time(plan) -> seconds`. `recorder` collects requests
+    and steps (several replicas may share one). `on_finish` hooks are called as `hook(request, now)`
+    for every request that ends, including those rejected at submit time.
+    """
+
+    def __init__(self, env: simpy.Environment, scheduler, latency_model, recorder: Recorder | None = None,
+                 name: str = "0", on_finish: FinishHook | None = None) -> None:
+        self.env = env
+        self.scheduler = scheduler
+        self.latency_model = latency_model
+        self.recorder = recorder if recorder is not None else Recorder()
+        self.name = str(name)
+        self.on_finish: list[FinishHook] = [on_finish] if on_finish is not None else []
+        self.num_submitted = 0
+        self.num_finished = 0
+        self.busy_time = 0.0  # seconds spent in steps (utilization = busy_time / elapsed)
+        self._wakeup: simpy.Event | None = None  # set while idle, triggered by submit()
+        self.process = env.process(self._loop())
+
+    # --- for routers ----------------------------------------------------------------------------
+    def submit(self, request: Request) -> None:
+        """Hand a request to the scheduler now (call it at the request's arrival time)."""
+        now = self.env.now
+        self.num_submitted += 1
+        self.recorder.add_request(request, self.name)
+        self.scheduler.add_request(request, now)
+        if request.is_finished:  # rejected at once (too long, can never fit)
+            self._finished(request, now)
+            return
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    @property
+    def num_outstanding(self) -> int:
+        """Requests submitted and not yet ended."""
+        return self.num_submitted - self.num_finished
+
+    def num_outstanding_tokens(self) -> int:
+        """Tokens still owed by every live request here: prompt left to compute plus outputs left.
+
+        A router's least-work signal; O(live requests).
+        """
+        total = 0
+        for req in self._live_requests():
+            total += max(req.num_tokens - req.num_computed_tokens, 0) + req.max_tokens - req.num_output_tokens
+        return total
+
+    def _live_requests(self):
+        s = self.scheduler
+        for name in ("waiting", "running", "swapped"):
+            queue = getattr(s, name, None)
+            if queue:
+                yield from queue
+
+    @property
+    def is_idle(self) -> bool:
+        return self._wakeup is not None and not self._wakeup.triggered
+
+    # --- the loop -------------------------------------------------------------------------------
+    def _finished(self, request: Request, now: float) -> None:
+        self.num_finished += 1
+        for hook in self.on_finish:
+            hook(request, now)
+
+    def _loop(self):
+        env, scheduler, step_time = self.env, self.scheduler, self.latency_model.step_time
+        recorder, name = self.recorder, self.name
+        while True:
+            now = env.now
+            plan = scheduler.schedule(now)
+            if plan.is_empty:
+                # nothing can run: sleep until the next submit (a scheduler that holds waiting
+                # requests it cannot place gets another chance then; the runner reports any leftovers)
+                self._wakeup = env.event()
+                yield self._wakeup
+                self._wakeup = None
+                continue
+            duration = float(step_time(plan))
+            if not duration > 0.0:
+                raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
+            record = record_step(plan, now, duration, scheduler, name)
+            yield env.timeout(duration)
+            self.busy_time += duration
+            finished = scheduler.update(plan, StepResult(duration), env.now)
+            recorder.add_step(record)
+            for request in finished:
+                self._finished(request, env.now)

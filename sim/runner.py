@@ -1,0 +1,153 @@
+"""`simulate(config) -> SimResult`: build everything a config names, run it, tabulate it.
+
+The pieces: the workload (`sim.workload.build_workload`), the latency model
+(`sim.latency.build_latency_model`), the KV block counts (`sim.models`), the scheduler
+(`policies.scheduler.make_scheduler`) and one `Replica`. `Arrivals` feeds the workload's requests to
+the replica at their arrival times and asks the workload for follow-ups (closed-loop users,
+multi-turn chat) whenever a request ends; the run stops when every request has ended (or at
+`sim.max_sim_time_s`, where live requests are aborted so that none goes missing from the results).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import simpy
+from tqdm import tqdm
+
+from policies import CacheConfig, FinishReason, Request
+from sim.config import Config, config_to_toml
+from sim.metrics import summarize
+from sim.replica import Replica
+from sim.results import Recorder, pooled_itls, requests_table, steps_table, write_results
+
+PROGRESS_MIN_REQUESTS = 2000  # below this a run takes well under a second: no bar
+
+
+class Arrivals:
+    """Feeds requests to `submit` at their arrival times; asks the workload for follow-ups on finish.
+
+    Reusable behind a router: `submit` may be any callable taking a Request (a replica's or a
+    router's). Register `on_finish` as every replica's finish hook.
+    """
+
+    def __init__(self, env: simpy.Environment, workload, submit: Callable[[Request], None]) -> None:
+        self.env = env
+        self.workload = workload
+        self.submit = submit
+        self.num_generated = 0  # requests known so far (initial + follow-ups)
+        self.num_ended = 0
+        self.progress: tqdm | None = None
+
+    def start(self) -> None:
+        requests = sorted(self.workload.start(), key=lambda r: r.arrival_time)
+        self.num_generated += len(requests)
+        self.env.process(self._feed(requests))
+
+    def _feed(self, requests: list[Request]):
+        env, submit = self.env, self.submit
+        for request in requests:
+            delay = request.arrival_time - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            submit(request)
+
+    def schedule(self, request: Request) -> None:
+        """Submit a follow-up at its arrival time (now if that has passed)."""
+        self.num_generated += 1
+        if self.progress is not None:
+            self.progress.total = self.num_generated
+        delay = request.arrival_time - self.env.now
+        if delay > 0:
+            self.env.timeout(delay).callbacks.append(lambda _event, r=request: self.submit(r))
+        else:
+            self.submit(request)
+
+    def on_finish(self, request: Request, now: float) -> None:
+        self.num_ended += 1
+        if self.progress is not None:
+            self.progress.update(1)
+        for follow_up in self.workload.on_finish(request, now):
+            self.schedule(follow_up)
+
+
+@dataclass
+class SimResult:
+    """What one simulation produced: the two tables, the summary and the resolved config."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    summary: dict
+    config: Config
+    raw_requests: list[Request] = field(default_factory=list, repr=False)
+
+    def save(self, out_dir: str | Path, plot: bool = True) -> Path:
+        """Write summary.json, requests.csv, steps.csv and config.toml (+ parquet, timeline.png)."""
+        return write_results(out_dir, self.requests, self.steps, self.summary, config_to_toml(self.config),
+                             plot=plot)
+
+
+def build_cache_config(config: Config) -> CacheConfig:
+    """The scheduler's KV geometry: block counts from the model and hardware, knobs from `cache`."""
+    from sim.models import kv_cache_blocks
+
+    num_gpu_blocks, num_cpu_blocks = kv_cache_blocks(config.model, config.hardware, config.cache.block_size)
+    return CacheConfig(block_size=config.cache.block_size, num_gpu_blocks=num_gpu_blocks,
+                       num_cpu_blocks=num_cpu_blocks, watermark=config.cache.watermark,
+                       enable_prefix_caching=config.cache.enable_prefix_caching)
+
+
+def simulate(config: Config, progress: bool = False, latency_model=None, workload=None) -> SimResult:
+    """Run one replica under `config`'s workload until every request has ended.
+
+    `latency_model` / `workload` replace the ones the config would build (tests, calibrated models).
+    """
+    from policies.scheduler import make_scheduler
+    from sim.latency import build_latency_model
+    from sim.workload import build_workload
+
+    if latency_model is None:
+        latency_model = build_latency_model(config)
+    if workload is None:
+        workload = build_workload(config.workload, config.scheduler.max_model_len)
+    scheduler = make_scheduler(config.scheduler, build_cache_config(config))
+    env = simpy.Environment()
+    recorder = Recorder()
+    replica = Replica(env, scheduler, latency_model, recorder, name="0")
+    arrivals = Arrivals(env, workload, replica.submit)
+    replica.on_finish.append(arrivals.on_finish)
+    arrivals.start()
+
+    bar = None
+    if progress and arrivals.num_generated >= PROGRESS_MIN_REQUESTS:
+        bar = arrivals.progress = tqdm(total=arrivals.num_generated, desc="simulate", unit="req",
+                                       mininterval=0.5, leave=False)
+    try:
+        env.run(until=config.sim.max_sim_time_s)
+    finally:
+        if bar is not None:
+            bar.close()
+    end_unfinished(scheduler, recorder.requests, env.now,
+                   "the simulation ended (sim.max_sim_time_s)" if config.sim.max_sim_time_s is not None
+                   else "the scheduler could not place it and nothing else was left to run")
+    return tabulate(recorder, config)
+
+
+def end_unfinished(scheduler, requests: list[Request], now: float, why: str) -> None:
+    """Abort every request still live, so that it appears in the results with a reason."""
+    for request in requests:
+        if not request.is_finished:
+            scheduler.abort_request(request.req_id, now)
+            if request.finish_reason is None:  # a scheduler that did not know it
+                request.finish(FinishReason.ABORTED, now)
+            request.reject_reason = why
+
+
+def tabulate(recorder: Recorder, config: Config) -> SimResult:
+    """Turn a recorder into the result tables and summary."""
+    requests = requests_table(recorder.requests, recorder.replica_of)
+    steps = steps_table(recorder.steps)
+    summary = summarize(requests, steps, pooled_itls(recorder.requests), config.slo)
+    return SimResult(requests, steps, summary, config, recorder.requests)
