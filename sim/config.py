@@ -138,7 +138,7 @@ def _read(source: str | Path | Mapping) -> tuple[dict, Path | None]:
 
 
 # keys holding file paths: relative paths in a config file are relative to that file
-PATH_KEYS = {("workload", "trace"), ("model", "config_json"), ("hardware", "profile")}
+PATH_KEYS = {("workload", "trace"), ("model", "name"), ("hardware", "profile")}
 
 
 def _build_section(name: str, cls: type, values: Any) -> Any:
@@ -174,9 +174,7 @@ def load_config(source: str | Path | Mapping, overrides: Sequence[str] = ()) -> 
     sections = {name: _build_section(name, cls, data.get(name, {})) for name, cls in types.items()}
     if "max_model_len" not in data.get("scheduler", {}):
         # as vLLM: the model's context length unless given
-        model_len = getattr(sections["model"], "max_model_len", None)
-        if model_len is None and hasattr(sections["model"], "spec"):
-            model_len = getattr(sections["model"].spec(), "max_model_len", None)
+        model_len = getattr(sections["model"].spec(), "max_position_embeddings", None)
         if isinstance(model_len, int) and model_len >= 2:
             sections["scheduler"] = dataclasses.replace(sections["scheduler"], max_model_len=model_len)
     return Config(**sections)
@@ -215,13 +213,18 @@ def _toml_value(value: Any) -> str:
         items = ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items() if v is not None)
         return "{ " + items + " }" if items else "{}"
     if dataclasses.is_dataclass(value):
-        return _toml_value(_as_dict(value))
+        return _toml_value(_as_dict(value, top=False))
     raise ConfigError(f"config: cannot write {type(value).__name__} value {value!r} as TOML")
 
 
-def _as_dict(obj: Any) -> dict:
+# init fields that are bookkeeping, not settings (LengthDist.field: its config path for error messages)
+NOT_SETTINGS = ("field",)
+
+
+def _as_dict(obj: Any, top: bool = True) -> dict:
     """A dataclass's init fields (shallow; nested dataclasses become inline tables)."""
-    return {f.name: getattr(obj, f.name) for f in fields(obj) if f.init}
+    return {f.name: getattr(obj, f.name) for f in fields(obj)
+            if f.init and (top or f.name not in NOT_SETTINGS)}
 
 
 def config_to_toml(config: Config) -> str:

@@ -91,11 +91,14 @@ class SimResult:
 
 def build_cache_config(config: Config) -> CacheConfig:
     """The scheduler's KV geometry: block counts from the model and hardware, knobs from `cache`."""
-    from sim.models import kv_cache_blocks
+    from sim.models import num_cpu_blocks, num_gpu_blocks
 
-    num_gpu_blocks, num_cpu_blocks = kv_cache_blocks(config.model, config.hardware, config.cache.block_size)
-    return CacheConfig(block_size=config.cache.block_size, num_gpu_blocks=num_gpu_blocks,
-                       num_cpu_blocks=num_cpu_blocks, watermark=config.cache.watermark,
+    spec, block_size = config.model.spec(), config.cache.block_size
+    gpu_blocks = num_gpu_blocks(spec, config.hardware, block_size, config.scheduler.max_num_batched_tokens,
+                                config.scheduler.max_num_seqs)
+    return CacheConfig(block_size=block_size, num_gpu_blocks=gpu_blocks,
+                       num_cpu_blocks=num_cpu_blocks(spec, config.hardware, block_size),
+                       watermark=config.cache.watermark,
                        enable_prefix_caching=config.cache.enable_prefix_caching)
 
 

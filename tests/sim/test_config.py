@@ -1,0 +1,110 @@
+"""load_config / config_to_toml: sections, overrides, unknown keys, round trips."""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+
+import pytest
+
+from policies import ConfigError
+from sim.config import Config, apply_override, config_to_toml, load_config, parse_value
+
+
+def test_sections_and_overrides_build_a_frozen_config():
+    cfg = load_config({"scheduler": {"policy": "chunked", "max_num_batched_tokens": 512}},
+                      ["scheduler.policy=continuous", "workload.rate=2.5", "hardware.tp=2", "slo.ttft_s=0.5"])
+    assert cfg.scheduler.policy == "continuous"
+    assert cfg.scheduler.max_num_batched_tokens == 512  # untouched by the overrides
+    assert cfg.workload.rate == 2.5 and isinstance(cfg.workload.rate, float)
+    assert cfg.hardware.tp == 2 and cfg.slo.ttft_s == 0.5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.scheduler = None
+
+
+def test_override_values_parse_as_toml_scalars():
+    assert parse_value("512") == 512
+    assert parse_value("0.25") == 0.25
+    assert parse_value("true") is True
+    assert parse_value('"x y"') == "x y"
+    assert parse_value("chunked") == "chunked"  # a bare word is a string
+    assert parse_value("[1, 2]") == [1, 2]
+    data = {}
+    apply_override(data, "workload.prompt_len.kind=uniform")
+    assert data == {"workload": {"prompt_len": {"kind": "uniform"}}}
+
+
+@pytest.mark.parametrize("source, overrides, field", [
+    ({"bogus": {}}, [], "bogus"),
+    ({}, ["scheduler.polcy=chunked"], "scheduler.polcy"),
+    ({}, ["scheduler.policy=fastest"], "scheduler.policy"),
+    ({}, ["workload.rate=-1"], "workload.rate"),
+    ({}, ["hardware.gpu=TPU9"], "hardware.gpu"),
+    ({}, ["sim.max_sim_time_s=0"], "sim.max_sim_time_s"),
+    ({}, ["cache.block_size=0"], "cache.block_size"),
+    ({}, ["noequals"], "--set"),
+    ({}, ["scheduler=3"], "--set"),
+    ({"scheduler": 3}, [], "scheduler"),
+])
+def test_bad_input_names_the_field(source, overrides, field):
+    with pytest.raises(ValueError) as info:
+        load_config(source, overrides)
+    message = str(info.value)
+    assert message.startswith(field), message
+    assert "\n" not in message
+
+
+def test_unknown_key_lists_the_allowed_ones():
+    with pytest.raises(ConfigError, match="allowed keys: .*max_num_batched_tokens"):
+        load_config({"scheduler": {"budget": 3}})
+    with pytest.raises(ConfigError, match="allowed sections: model, hardware, scheduler"):
+        load_config({"schedular": {}})
+
+
+def test_max_model_len_defaults_to_the_models_context_unless_given():
+    assert load_config({"model": {"name": "Llama-3-8B"}}).scheduler.max_model_len == 8192
+    assert load_config({"model": {"name": "Llama-2-7B"}}).scheduler.max_model_len == 4096
+    assert load_config({"model": {"name": "Llama-3-8B"}, "scheduler": {"max_model_len": 2048}}) \
+        .scheduler.max_model_len == 2048
+
+
+def test_toml_round_trip_gives_an_equal_config(tmp_path):
+    cfg = load_config({
+        "model": {"name": "Mistral-7B"},
+        "hardware": {"gpu": "A100-80G", "swap_space_gb": 4.0},
+        "scheduler": {"policy": "chunked", "preemption": "swap", "queue": "priority"},
+        "cache": {"enable_prefix_caching": True},
+        "workload": {"kind": "gamma", "rate": 3.0, "cv": 2.0, "num_requests": 50,
+                     "prompt_len": {"kind": "lognormal", "median": 300, "sigma": 0.5, "max": 2000},
+                     "classes": [{"name": "chat", "priority": 0, "fraction": 0.75},
+                                 {"name": "batch", "priority": 1, "fraction": 0.25}]},
+        "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
+        "sim": {"max_sim_time_s": 100.0},
+    })
+    text = config_to_toml(cfg)
+    assert load_config(tomllib.loads(text)) == cfg
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    assert load_config(path) == cfg
+
+
+def test_relative_trace_paths_are_relative_to_the_config_file(tmp_path):
+    (tmp_path / "t.csv").write_text("arrival_time,num_prompt_tokens,num_output_tokens\n0.0,10,5\n")
+    (tmp_path / "c.toml").write_text('[workload]\ntrace = "t.csv"\n')
+    cfg = load_config(tmp_path / "c.toml")
+    assert cfg.workload.trace == str(tmp_path / "t.csv")
+
+
+def test_file_errors_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="^config: file not found"):
+        load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[scheduler\npolicy=")
+    with pytest.raises(ConfigError, match="^config: .* is not valid TOML"):
+        load_config(bad)
+
+
+def test_defaults_fill_every_section():
+    cfg = Config()
+    assert cfg.model is not None and cfg.hardware is not None and cfg.workload is not None
+    assert dataclasses.replace(cfg, scheduler=dataclasses.replace(cfg.scheduler, policy="static")) \
+        .scheduler.policy == "static"
