@@ -1,0 +1,71 @@
+"""The `[serve]` section of a serving config: what the HTTP layer adds to the engine's config.
+
+A serve TOML is an ordinary servesim config (model, hardware, scheduler, cache, ...) plus this
+optional section; `load_serve_config` splits it off before the rest goes to `sim.config.load_config`.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from policies import ConfigError
+from policies.config import check_int
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """HTTP-side knobs: the model's public name, its tokenizer, admission limit, records folder."""
+
+    model_name: str = "tiny-llama"
+    tokenizer: str | None = None  # a local directory with tokenizer.json; default: the model's folder
+    max_num_waiting: int = 512  # requests accepted but without a first token; beyond it: 503
+    retry_after_s: int = 1  # the Retry-After header of a 503
+    out_dir: str | None = None  # requests/steps tables are written here on shutdown and POST /admin/dump
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model_name, str) or not self.model_name:
+            raise ConfigError(f"serve.model_name: expected a non-empty string, got {self.model_name!r}")
+        if self.tokenizer is not None and not isinstance(self.tokenizer, str):
+            raise ConfigError(f"serve.tokenizer: expected a directory path, got {self.tokenizer!r}")
+        check_int("serve.max_num_waiting", self.max_num_waiting, 1)
+        check_int("serve.retry_after_s", self.retry_after_s, 0)
+        if self.out_dir is not None and not isinstance(self.out_dir, str):
+            raise ConfigError(f"serve.out_dir: expected a directory path, got {self.out_dir!r}")
+
+
+def build_serve_config(values: Any, base: Path | None = None) -> ServeConfig:
+    """A ServeConfig from a `[serve]` table; relative paths are relative to `base` (the config's folder)."""
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"serve: expected a table of keys, got {values!r}")
+    allowed = [f.name for f in fields(ServeConfig)]
+    unknown = [k for k in values if k not in allowed]
+    if unknown:
+        raise ConfigError(f"serve.{unknown[0]}: unknown key; allowed keys: {', '.join(allowed)}")
+    values = dict(values)
+    for key in ("tokenizer", "out_dir"):
+        if base is not None and isinstance(values.get(key), str) and not Path(values[key]).is_absolute():
+            values[key] = str(base / values[key])
+    return ServeConfig(**values)
+
+
+def split_serve_section(path: str | Path) -> tuple[dict, ServeConfig, Path]:
+    """Read a serve TOML: (the engine config as a dict with file paths made absolute, ServeConfig, folder)."""
+    from sim.config import PATH_KEYS  # which keys hold file paths, as load_config sees them
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config: file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config: {path} is not valid TOML ({exc})") from None
+    base = path.resolve().parent
+    serve = build_serve_config(data.pop("serve", {}), base)
+    for section, key in PATH_KEYS:
+        value = data.get(section, {}).get(key) if isinstance(data.get(section), Mapping) else None
+        if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists():
+            data[section][key] = str(base / value)
+    return data, serve, base
+

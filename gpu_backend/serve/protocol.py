@@ -1,0 +1,185 @@
+"""The OpenAI request bodies the server accepts, parsed and validated into `CompletionParams`.
+
+Each check raises `RequestError` whose message starts with the offending field, so the client sees
+one clear line (HTTP 400). Fields people send that the engine has no use for (`user`,
+`presence_penalty`, ...) are ignored, as OpenAI-compatible servers do; fields it cannot honour
+(`n` > 1, `best_of`, `logprobs`) are refused rather than silently dropped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_STOP_STRINGS = 16
+ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+class RequestError(ValueError):
+    """A request body is malformed; `field` names the field and `status` the HTTP code."""
+
+    def __init__(self, field: str, message: str, status: int = 400) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.status = status
+
+
+@dataclass(frozen=True)
+class CompletionParams:
+    """One validated completion request (chat requests carry `messages`, others `prompt`)."""
+
+    prompt: str | list[int] | None
+    messages: tuple[dict, ...] | None
+    max_tokens: int | None  # None: up to the model length
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    stream: bool = False
+    include_usage: bool = False
+    continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats: usage in every chunk
+    priority: int = 0
+    model: str | None = None
+
+    @property
+    def is_chat(self) -> bool:
+        return self.messages is not None
+
+
+def _typed(body: dict, field: str, types: tuple, default, what: str):
+    value = body.get(field, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) and bool not in types:
+        raise RequestError(field, f"expected {what}, got {value!r}")
+    if not isinstance(value, types):
+        raise RequestError(field, f"expected {what}, got {_short(value)}")
+    return value
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _number(body: dict, field: str, default: float, lo: float, hi: float, lo_open: bool = False) -> float:
+    value = float(_typed(body, field, (int, float), default, "a number"))
+    if value != value or value < lo or value > hi or (lo_open and value == lo):  # NaN fails too
+        raise RequestError(field, f"must be in {'(' if lo_open else '['}{lo}, {hi}], got {value}")
+    return value
+
+
+def _int(body: dict, field: str, default: int | None, lo: int | None = None) -> int | None:
+    value = _typed(body, field, (int,), default, "an integer")
+    if value is not None and lo is not None and value < lo:
+        raise RequestError(field, f"must be >= {lo}, got {value}")
+    return value
+
+
+def _prompt(body: dict) -> str | list[int]:
+    if "prompt" not in body or body["prompt"] is None:
+        raise RequestError("prompt", "is required (a string or a list of token ids)")
+    prompt = body["prompt"]
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        if not prompt:
+            raise RequestError("prompt", "must not be empty")
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if min(prompt) < 0:
+            raise RequestError("prompt", "token ids must be >= 0")
+        return list(prompt)
+    raise RequestError("prompt", f"expected a non-empty string or list of token ids (one prompt per request), got {_short(prompt)}")
+
+
+def _messages(body: dict) -> tuple[dict, ...]:
+    messages = body["messages"]
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages", f"expected a non-empty list of messages, got {_short(messages)}")
+    out = []
+    for i, m in enumerate(messages):
+        field = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise RequestError(field, f"expected an object with role and content, got {_short(m)}")
+        role = m.get("role")
+        if role not in ROLES:
+            raise RequestError(f"{field}.role", f"{role!r} is not allowed; choose one of {', '.join(ROLES)}")
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: only text is understood
+            parts = []
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise RequestError(f"{field}.content[{j}]", "only {\"type\": \"text\", \"text\": ...} parts are supported")
+                parts.append(part["text"])
+            content = "".join(parts)
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise RequestError(f"{field}.content", f"expected a string, got {_short(content)}")
+        out.append({"role": role, "content": content})
+    return tuple(out)
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise RequestError("stop", f"expected a string or a list of strings, got {_short(stop)}")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise RequestError("stop", f"at most {MAX_STOP_STRINGS} stop strings, got {len(stop)}")
+    return tuple(s for s in stop if s)
+
+
+def parse_request(body: object, chat: bool) -> CompletionParams:
+    """Validate a decoded JSON body of /v1/completions (`chat=False`) or /v1/chat/completions."""
+    if not isinstance(body, dict):
+        raise RequestError("body", f"expected a JSON object, got {type(body).__name__}")
+    if chat:
+        if "messages" not in body:
+            raise RequestError("messages", "is required for /v1/chat/completions")
+        messages, prompt = _messages(body), None
+    else:
+        messages, prompt = None, _prompt(body)
+    max_tokens = _int(body, "max_tokens", None, 1)
+    if chat and body.get("max_completion_tokens") is not None:
+        max_tokens = _int(body, "max_completion_tokens", None, 1)
+    n = _int(body, "n", 1, 1)
+    if n != 1:
+        raise RequestError("n", f"only n=1 is supported, got {n}")
+    if _int(body, "best_of", 1, 1) != 1:
+        raise RequestError("best_of", "only best_of=1 is supported")
+    if body.get("logprobs") not in (None, False, 0):
+        raise RequestError("logprobs", "logprobs are not supported")
+    if body.get("echo") not in (None, False):
+        raise RequestError("echo", "echo is not supported")
+    stream_options = _typed(body, "stream_options", (dict,), {}, "an object")
+    include_usage = stream_options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise RequestError("stream_options.include_usage", f"expected true or false, got {_short(include_usage)}")
+    continuous_usage = stream_options.get("continuous_usage_stats", False)
+    if not isinstance(continuous_usage, bool):
+        raise RequestError("stream_options.continuous_usage_stats", f"expected true or false, got {_short(continuous_usage)}")
+    stop_token_ids = _typed(body, "stop_token_ids", (list,), [], "a list of token ids")
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stop_token_ids):
+        raise RequestError("stop_token_ids", "expected a list of token ids (integers >= 0)")
+    model = _typed(body, "model", (str,), None, "a string")
+    return CompletionParams(
+        prompt=prompt,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
+        seed=_int(body, "seed", None, 0),
+        stop=_stop(body),
+        stop_token_ids=tuple(stop_token_ids),
+        ignore_eos=_typed(body, "ignore_eos", (bool,), False, "true or false"),
+        stream=_typed(body, "stream", (bool,), False, "true or false"),
+        include_usage=include_usage,
+        continuous_usage=continuous_usage,
+        priority=_int(body, "priority", 0),
+        model=model,
+    )

@@ -1,0 +1,324 @@
+"""The OpenAI-compatible HTTP server: FastAPI routes over one running `Engine`.
+
+Routes: POST /v1/completions and /v1/chat/completions (streaming as server-sent events, or one JSON
+body), GET /v1/models, /health, /metrics (Prometheus text), POST /admin/dump (write the engine's
+requests/steps tables). Handlers never block on the engine: they tokenize, validate, and call
+`engine.add_request`, which only appends to the engine's ingress list under a short lock; the
+engine thread swaps that list into its scheduler at the next step boundary. Tokens come back
+through `RequestStream` callbacks. A client that goes away mid-request is aborted, which frees its
+KV blocks. Bad input answers 400 naming the field; a full queue 503 with Retry-After.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi import Request as HTTPRequest
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from policies import Request
+
+from gpu_backend.serve.config import ServeConfig
+from gpu_backend.serve.detokenizer import IncrementalDetokenizer
+from gpu_backend.serve.metrics import ServerMetrics
+from gpu_backend.serve.protocol import CompletionParams, RequestError, parse_request
+from gpu_backend.serve.request_stream import RequestStream
+from gpu_backend.serve.tokenizer import Tokenizer
+
+DISCONNECT_POLL_S = 0.25  # how often a non-streaming handler checks that its client is still there
+
+
+def engine_now(engine) -> float:
+    """The engine's clock (the one its RequestOutput.time and tables use)."""
+    now = getattr(engine, "now", None)
+    return now() if callable(now) else time.perf_counter()
+
+
+class OpenAIServer:
+    """The server's state: engine, tokenizer, limits, metrics, and the requests in flight."""
+
+    def __init__(self, engine, tokenizer: Tokenizer, config: ServeConfig, max_model_len: int,
+                 vocab_size: int | None = None, make_sampling=None) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.config = config
+        self.max_model_len = max_model_len
+        self.vocab_size = vocab_size or tokenizer.vocab_size
+        if tokenizer.vocab_size > self.vocab_size:
+            raise ValueError(f"serve.tokenizer: {tokenizer.vocab_size} tokens do not fit the model's vocab_size {self.vocab_size}")
+        self.make_sampling = make_sampling  # CompletionParams -> the engine's sampling params (None: leave unset)
+        self.metrics = ServerMetrics(config.model_name)
+        self.created = int(time.time())
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self.num_pending = 0  # accepted, no first token yet (in the ingress list or the waiting queue)
+        self.in_flight: dict[Any, RequestStream] = {}
+
+    # --- bookkeeping (called from RequestStream, any thread) ----------------------------------
+    def on_first_token(self) -> None:
+        with self._lock:
+            self.num_pending -= 1
+
+    def on_closed(self, stream: RequestStream, got_first: bool) -> None:
+        with self._lock:
+            if not got_first:
+                self.num_pending -= 1
+            self.in_flight.pop(stream.request.req_id, None)
+
+    # --- admission ----------------------------------------------------------------------------
+    def prompt_ids(self, params: CompletionParams) -> list[int]:
+        if params.is_chat:
+            text = self.tokenizer.apply_chat_template(list(params.messages))
+            return self.tokenizer.encode(text)
+        if isinstance(params.prompt, list):
+            bad = [t for t in params.prompt if t >= self.vocab_size]
+            if bad:
+                raise RequestError("prompt", f"token id {bad[0]} is out of range; the vocabulary has {self.vocab_size} tokens")
+            return list(params.prompt)
+        return self.tokenizer.encode(params.prompt)
+
+    def make_request(self, params: CompletionParams, arrival_time: float, kind: str) -> Request:
+        """Tokenize and check lengths; raises RequestError (400) on anything the model cannot take."""
+        if params.model is not None and params.model != self.config.model_name:
+            raise RequestError("model", f"{params.model!r} is not served here; choose {self.config.model_name}", 404)
+        ids = self.prompt_ids(params)
+        field = "messages" if params.is_chat else "prompt"
+        if not ids:
+            raise RequestError(field, "is empty after tokenization")
+        if len(ids) >= self.max_model_len:
+            raise RequestError(field, f"{len(ids)} tokens leave no room for output: the model's maximum length is "
+                                      f"{self.max_model_len} tokens")
+        room = self.max_model_len - len(ids)
+        max_tokens = room if params.max_tokens is None else params.max_tokens
+        if max_tokens > room:
+            raise RequestError("max_tokens", f"{max_tokens} is too large: the prompt has {len(ids)} tokens and the "
+                                             f"model's maximum length is {self.max_model_len}, so at most {room}")
+        sampling = self.make_sampling(params) if self.make_sampling else None
+        req_id = f"{kind}-{next(self._ids)}"
+        return Request(req_id, arrival_time, len(ids), max_tokens, priority=params.priority,
+                       prompt_token_ids=ids, ignore_eos=params.ignore_eos, sampling=sampling)
+
+    def submit(self, request: Request, loop: asyncio.AbstractEventLoop) -> RequestStream | None:
+        """Hand the request to the engine (ingress list); None if the waiting queue is full."""
+        with self._lock:
+            if self.num_pending >= self.config.max_num_waiting:
+                return None
+            self.num_pending += 1
+            stream = RequestStream(self, request, loop)
+            self.in_flight[request.req_id] = stream
+        self.engine.add_request(request, on_output=stream.on_output)
+        return stream
+
+    def abort(self, stream: RequestStream, reason: str = "abort") -> None:
+        """Stop a request the client no longer wants (or that hit a stop string): frees its KV blocks."""
+        if stream.close(reason, engine_now(self.engine)):
+            self.engine.abort(stream.request.req_id)
+
+    # --- metrics --------------------------------------------------------------------------------
+    def gauges(self) -> dict[str, float]:
+        stats = dict(self.engine.stats() or {})
+        with self._lock:
+            pending, in_flight = self.num_pending, len(self.in_flight)
+        num_waiting = stats.get("num_waiting")
+        gauges = {
+            "num_requests_running": stats.get("num_running", 0),
+            # the engine's waiting queue, or (before the engine has seen them) the server's own count
+            "num_requests_waiting": max(num_waiting if num_waiting is not None else 0, 0),
+            "num_requests_swapped": stats.get("num_swapped", 0),
+            "kv_cache_usage_perc": stats.get("kv_usage", 0.0),
+            "num_kv_blocks_used": stats.get("num_kv_blocks_used", 0),
+            "num_kv_blocks_total": stats.get("num_gpu_blocks", 0),
+            "num_requests_in_flight": in_flight,
+            "num_requests_pending": pending,
+            "num_preemptions_total": stats.get("num_preemptions", 0),
+        }
+        return gauges
+
+    # --- records --------------------------------------------------------------------------------
+    def dump(self, out_dir: str | Path | None = None) -> list[str]:
+        """Write the engine's requests/steps tables (and summary) to `out_dir`; the paths written."""
+        out = Path(out_dir or self.config.out_dir or "")
+        if not str(out_dir or self.config.out_dir or ""):
+            raise RequestError("out_dir", "no records folder: start the server with --out DIR or give ?out_dir=", 400)
+        result = self.engine.results()
+        out.mkdir(parents=True, exist_ok=True)
+        result.save(out)
+        return sorted(str(p) for p in out.iterdir())
+
+
+# --- response bodies --------------------------------------------------------------------------
+def _usage(num_prompt: int, num_output: int) -> dict:
+    return {"prompt_tokens": num_prompt, "completion_tokens": num_output, "total_tokens": num_prompt + num_output}
+
+
+def _error_body(message: str, status: int, field: str | None = None) -> dict:
+    kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(status, "InternalServerError")
+    return {"error": {"message": message, "type": kind, "param": field, "code": status}}
+
+
+def _choice(params: CompletionParams, text: str, finish_reason: str | None, streaming: bool, first: bool = False) -> dict:
+    if not params.is_chat:
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+    if streaming:
+        delta = {"role": "assistant", "content": text} if first else ({"content": text} if text else {})
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish_reason}
+
+
+def build_app(server: OpenAIServer, start_engine: bool = True):
+    """The FastAPI app. With `start_engine`, its lifespan starts the engine and, on shutdown,
+    writes the records (when an out_dir is configured) and stops the engine."""
+    @asynccontextmanager
+    async def lifespan(app):
+        if start_engine:
+            server.engine.start()
+        try:
+            yield
+        finally:
+            for stream in list(server.in_flight.values()):
+                server.abort(stream)
+            if start_engine:
+                server.engine.stop()
+            if server.config.out_dir:
+                server.dump()
+
+    app = FastAPI(title="servesim", lifespan=lifespan)
+    app.state.server = server
+
+    def error(message: str, status: int, field: str | None = None, headers: dict | None = None):
+        return JSONResponse(_error_body(message, status, field), status_code=status, headers=headers)
+
+    async def handle(http: HTTPRequest, chat: bool):
+        arrival = engine_now(server.engine)
+        kind = "chatcmpl" if chat else "cmpl"
+        try:
+            raw = await http.body()
+            try:
+                body = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise RequestError("body", f"is not valid JSON ({exc})") from None
+            params = parse_request(body, chat)
+            request = server.make_request(params, arrival, kind)
+        except RequestError as exc:
+            server.metrics.observe_refused("bad_request")
+            return error(str(exc), exc.status, exc.field)
+        stream = server.submit(request, asyncio.get_running_loop())
+        if stream is None:
+            server.metrics.observe_refused("queue_full")
+            return error(f"server busy: {server.config.max_num_waiting} requests already waiting; retry later", 503,
+                         headers={"Retry-After": str(server.config.retry_after_s)})
+        detok = IncrementalDetokenizer(server.tokenizer, list(params.stop))
+        if params.stream:
+            return StreamingResponse(sse(stream, params, detok), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await collect(http, stream, params, detok)
+
+    def base(stream: RequestStream, chat: bool) -> dict:
+        return {"id": stream.request.req_id, "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()), "model": server.config.model_name}
+
+    async def outputs(stream: RequestStream, params: CompletionParams, detok: IncrementalDetokenizer):
+        """(text delta, finish_reason or None) per engine output, until the request ends."""
+        while True:
+            out = await stream.next_output()
+            if out is None:  # closed without a final output (server shutdown): end the response
+                yield detok.add([], final=True), stream.finish_reason or "abort"
+                return
+            text = detok.add(list(out.new_token_ids), final=out.finished)
+            if detok.stopped and not out.finished:
+                server.abort(stream, "stop")  # a stop string: the engine need not go on
+                yield text, "stop"
+                return
+            if out.finished:
+                yield text, "stop" if detok.stopped else (stream.finish_reason or "stop")
+                return
+            yield text, None
+
+    async def sse(stream: RequestStream, params: CompletionParams, detok: IncrementalDetokenizer):
+        chat = params.is_chat
+        head = base(stream, chat)
+        num_prompt = stream.request.num_prompt_tokens
+        finished = False
+        try:
+            if chat:  # OpenAI sends the role first
+                yield f"data: {json.dumps({**head, 'choices': [_choice(params, '', None, True, first=True)]})}\n\n"
+            async for text, reason in outputs(stream, params, detok):
+                if not text and reason is None:
+                    continue  # e.g. half a multi-byte character: nothing to show yet
+                chunk = {**head, "choices": [_choice(params, text, reason, True)]}
+                if params.continuous_usage:
+                    chunk["usage"] = _usage(num_prompt, stream.num_output_tokens)
+                yield f"data: {json.dumps(chunk)}\n\n"
+                finished = reason is not None
+            if params.include_usage:
+                yield f"data: {json.dumps({**head, 'choices': [], 'usage': _usage(num_prompt, stream.num_output_tokens)})}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            if not finished:  # the client went away (the task was cancelled) or the send failed
+                server.abort(stream)
+
+    async def collect(http: HTTPRequest, stream: RequestStream, params: CompletionParams,
+                      detok: IncrementalDetokenizer):
+        texts, reason = [], None
+        gen = outputs(stream, params, detok)
+        try:
+            while reason is None:
+                task = asyncio.ensure_future(gen.__anext__())
+                while not task.done():
+                    await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+                    if not task.done() and await http.is_disconnected():
+                        task.cancel()
+                        server.abort(stream)
+                        return error("client disconnected", 499)
+                text, reason = task.result()
+                texts.append(text)
+        finally:
+            if reason is None:
+                server.abort(stream)
+        body = {**base(stream, params.is_chat), "object": "chat.completion" if params.is_chat else "text_completion",
+                "choices": [_choice(params, "".join(texts), reason, False)],
+                "usage": _usage(stream.request.num_prompt_tokens, stream.num_output_tokens)}
+        return JSONResponse(body)
+
+    @app.post("/v1/completions")
+    async def completions(http: HTTPRequest):
+        return await handle(http, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(http: HTTPRequest):
+        return await handle(http, chat=True)
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{
+            "id": server.config.model_name, "object": "model", "created": server.created, "owned_by": "servesim",
+            "root": server.config.model_name, "max_model_len": server.max_model_len}]}
+
+    @app.get("/health")
+    async def health():
+        alive = getattr(server.engine, "is_alive", None)
+        if callable(alive) and not alive():
+            return error("engine is not running", 503)
+        return PlainTextResponse("ok")
+
+    @app.get("/metrics")
+    async def metrics():
+        return PlainTextResponse(server.metrics.render(server.gauges()),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.post("/admin/dump")
+    async def dump(out_dir: str | None = None):
+        try:
+            paths = await asyncio.to_thread(server.dump, out_dir)
+        except RequestError as exc:
+            return error(str(exc), exc.status, exc.field)
+        return {"written": paths}
+
+    return app
