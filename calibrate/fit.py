@@ -1,0 +1,90 @@
+"""Curve fits for per-op latency points (scipy), with the fit error stored beside each curve.
+
+Why these shapes:
+
+- One-input ops (GEMMs, norms, LM head, copies over bytes) get a **monotone piecewise-linear**
+  curve: the per-x medians pass through isotonic regression (time never decreases with more
+  work), and the knots are the distinct x values. A two-segment roofline (``max(a + b*x, c + d*x)``)
+  smooths away what matters on real devices: the flat launch floor at small token counts, wave
+  quantization steps, and the knee between memory- and compute-bound regimes sit wherever the
+  device puts them. Isotonic + interpolation follows the measurements within their noise and
+  cannot produce the negative slopes an unconstrained spline would; beyond the grid it continues
+  the last segment (see `sim.latency.profiled.PiecewiseLinear`).
+- Two-input attention ops get ``c0 + cx*x + cy*y + cxy*x*y`` fitted by non-negative least squares
+  on relative error: ``x*y`` is the attention FLOPs (chunk x context) or the KV bytes read (batch x
+  KV length), the linear terms catch per-token and per-sequence work, ``c0`` the launch cost. Non-
+  negative coefficients keep it monotone and make extrapolation to larger shapes safe.
+
+Fit error is the absolute percent error of the curve against the per-x median of the raw points:
+``{"median_abs_pct", "max_abs_pct"}``.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from scipy.optimize import isotonic_regression, nnls
+
+from sim.latency.profiled import OP_INPUTS, Bilinear, OpProfile, PiecewiseLinear
+
+
+def _medians(points: list) -> tuple[list[tuple[float, ...]], np.ndarray]:
+    """Group raw [x..., t] rows by x and take the median time of each group."""
+    groups: dict[tuple[float, ...], list[float]] = defaultdict(list)
+    for row in points:
+        groups[tuple(float(v) for v in row[:-1])].append(float(row[-1]))
+    keys = sorted(groups)
+    return keys, np.array([float(np.median(groups[k])) for k in keys])
+
+
+def fit_pwl(points: list) -> PiecewiseLinear:
+    """Monotone piecewise-linear curve through the isotonic fit of the per-x medians."""
+    keys, med = _medians(points)
+    if not keys:
+        raise ValueError("points: need at least one [x, seconds] row")
+    x = np.array([k[0] for k in keys])
+    counts = np.array([sum(1 for r in points if float(r[0]) == xi) for xi in x], dtype=float)
+    y = isotonic_regression(med, weights=counts, increasing=True).x
+    return PiecewiseLinear(tuple(float(v) for v in x), tuple(float(max(v, 0.0)) for v in y))
+
+
+def fit_bilinear(points: list) -> Bilinear:
+    """Non-negative least squares of ``c0 + cx*x + cy*y + cxy*x*y`` on relative error."""
+    keys, med = _medians(points)
+    if len(keys) < 2:
+        raise ValueError("points: need at least two distinct [x, y, seconds] rows for a 2-input fit")
+    x = np.array([k[0] for k in keys])
+    y = np.array([k[1] for k in keys])
+    a = np.stack([np.ones_like(x), x, y, x * y], axis=1)
+    # relative error: divide each row by its time, so small shapes weigh as much as large ones.
+    # Columns are scaled to unit norm first for conditioning (x*y spans ~8 orders of magnitude).
+    w = 1.0 / np.maximum(med, 1e-12)
+    aw = a * w[:, None]
+    scale = np.linalg.norm(aw, axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(aw / scale, med * w)
+    coef = coef / scale
+    return Bilinear(tuple(float(max(c, 0.0)) for c in coef))
+
+
+def fit_error(curve, points: list) -> dict[str, float]:
+    """Median and max absolute % error of `curve` against the per-x medians of `points`."""
+    keys, med = _medians(points)
+    pred = np.array([curve(*k) for k in keys])
+    ok = med > 0
+    err = np.abs(pred[ok] - med[ok]) / med[ok] * 100.0
+    if err.size == 0:
+        return {"median_abs_pct": 0.0, "max_abs_pct": 0.0}
+    return {"median_abs_pct": round(float(np.median(err)), 3), "max_abs_pct": round(float(err.max()), 3)}
+
+
+def fit_op(name: str, points: list, source: str = "measured") -> OpProfile:
+    """Fit op `name` (its inputs come from `OP_INPUTS`) to raw [x..., seconds] rows."""
+    if name not in OP_INPUTS:
+        raise ValueError(f"op: {name!r} is not allowed; choose one of {', '.join(OP_INPUTS)}")
+    inputs = OP_INPUTS[name]
+    rows = [[float(v) for v in r] for r in points]
+    if any(len(r) != len(inputs) + 1 for r in rows):
+        raise ValueError(f"points: op {name} needs rows of [{', '.join(inputs)}, seconds]")
+    curve = fit_bilinear(rows) if len(inputs) == 2 else fit_pwl(rows)
+    return OpProfile(name, inputs, curve, rows, fit_error(curve, rows), source)

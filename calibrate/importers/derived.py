@@ -1,0 +1,42 @@
+"""Memory-bound ops that published per-op databases do not time (norms, rotary, activation, ...).
+
+Their time is derived, not measured: bytes moved / (memory bandwidth x an efficiency) plus a
+constant launch latency per kernel, the same rule aiconfigurator itself applies to such ops. Each
+derived op says so in its `source` field, so a reader of the profile knows which curves are data.
+"""
+from __future__ import annotations
+
+from calibrate.fit import fit_op
+from calibrate.model_dims import per_rank_shapes
+from sim.latency.profiled import DTYPE_BYTES, OpProfile
+
+TOKEN_GRID = (1, 16, 256, 4096, 65536)
+
+
+def elementwise_bytes_per_token(dims: dict) -> dict[str, float]:
+    """Bytes read + written per token by each elementwise op on one rank."""
+    b = DTYPE_BYTES[dims["dtype"]]
+    tp = dims["tensor_parallel_size"]
+    h, hd = dims["hidden_size"], dims["head_dim"]
+    q = dims["num_attention_heads"] // tp
+    kv = max(dims["num_key_value_heads"] // tp, 1)
+    inter = dims["intermediate_size"] // tp
+    vocab = per_rank_shapes(dims)["lm_head"][1]
+    return {
+        "input_norm": 3 * h * b,  # read x and residual, write normed (the residual add is fused)
+        "act": 3 * inter * b,  # read gate and up, write silu(gate) * up
+        "rotary": 2 * (q + kv) * hd * b,  # read and write q and k
+        "kv_write": 2 * 2 * kv * hd * b,  # read k, v; scatter them into the paged cache
+        "embed": h * b,
+        "sampler": 2 * vocab * 4,  # fp32 logits read twice (softmax, sample)
+    }
+
+
+def derived_ops(dims: dict, mem_bw: float, efficiency: float, launch_s: float, why: str) -> dict[str, OpProfile]:
+    """Curves for the elementwise ops from bandwidth: t = launch_s + bytes / (mem_bw * efficiency)."""
+    out = {}
+    for name, per_token in elementwise_bytes_per_token(dims).items():
+        points = [[n, launch_s + n * per_token / (mem_bw * efficiency)] for n in TOKEN_GRID]
+        out[name] = fit_op(name, points, source=f"derived: bytes / ({mem_bw:.3g} B/s x {efficiency}) + "
+                                               f"{launch_s * 1e6:.1f} us ({why})")
+    return out

@@ -1,0 +1,395 @@
+"""Profiled latency model: step times from measured per-op latency curves (profile files).
+
+A *profile* is a JSON file written by `calibrate` (micro-benchmarks of the engine's own ops, or an
+importer of published per-op data). It loads here without torch or scipy: the curves are evaluated
+in plain Python, so a planner can simulate with measured data on a laptop.
+
+File format (``"format": "servesim-profile"``, ``"version": 1``)::
+
+    {
+      "format": "servesim-profile", "version": 1,
+      "meta":  {"device": "NVIDIA H100 80GB HBM3" | "cpu: <processor>", "torch_version": "2.13.0" | null,
+                "driver": "<cuda driver / runtime>" | null, "dtype": "bfloat16", "date": "<ISO-8601 UTC>",
+                "source": "calibrate" | "aiconfigurator:<framework>-<version>" | "h100-microbench", ...},
+      "model": {"name": ..., "num_hidden_layers": L, "hidden_size": H, "num_attention_heads": ...,
+                "num_key_value_heads": ..., "head_dim": ..., "intermediate_size": ..., "vocab_size": ...,
+                "tensor_parallel_size": TP, "dtype": "bfloat16"},
+      "ops": {
+        "<op>": {"inputs": ["num_tokens"],                 # names of the curve's inputs
+                 "points": [[x, seconds], ...],            # raw measurements (repeats kept)
+                 "curve": {"kind": "pwl", "x": [...], "y": [...]}
+                        | {"kind": "bilinear", "coef": [c0, cx, cy, cxy]},
+                 "fit_error": {"median_abs_pct": ..., "max_abs_pct": ...},
+                 "source": "measured" | "<where the points came from>"},
+        ...
+      }
+    }
+
+Ops, all per device (one tensor-parallel rank) and in seconds:
+
+====================  =====================================  ==================================
+op                    inputs                                 where in a step
+====================  =====================================  ==================================
+qkv_proj, o_proj,     num_tokens (all tokens of the step)    x num_hidden_layers
+gate_up_proj,
+down_proj, act,
+input_norm (x2),
+rotary, kv_write
+attn_prefill          num_tokens (chunk), context_len        per prefill/chunk sequence, x layers
+attn_decode           batch_size, kv_len (mean)              once for all decode sequences, x layers
+all_reduce            bytes                                  2 x layers when tensor_parallel_size > 1
+embed                 num_tokens                             once
+lm_head, sampler      num_tokens (sampled sequences)         once (final norm folded into lm_head)
+swap_out, swap_in     bytes                                  once per step (GPU->CPU, CPU->GPU)
+step_overhead         num_seqs                               once (host work of the engine)
+====================  =====================================  ==================================
+
+Required ops: qkv_proj, o_proj, gate_up_proj, down_proj, attn_prefill, attn_decode, lm_head; the
+others count as zero when absent (`ProfiledLatencyModel.missing_ops` lists them).
+
+Two `meta` keys describe how the profiled engine's attention behaves:
+
+- ``attn_decode_kv``: ``"mean"`` (default; paged kernels read each sequence's own KV, so work goes
+  with the total) or ``"max"`` (a padded batch: every decode is padded to the longest context, as
+  the engine's torch backend does).
+- ``attention_includes_kv_write``: true when the attention curves were timed through a backend
+  that also scatters the new K/V into the cache; `kv_write` is then not added again.
+
+Curves:
+
+- ``pwl``: monotone piecewise-linear through knots (isotonic fit of the per-x medians). Between
+  knots: linear interpolation. Below the first knot: the first knot's value (the launch floor of
+  a kernel does not shrink for fewer tokens). Beyond the last knot: the last segment's slope (ops
+  are compute- or bandwidth-bound at the top of the grid, so time grows linearly). At x <= 0 the
+  op does not run: 0 s.
+- ``bilinear``: ``c0 + cx*x + cy*y + cxy*x*y`` with non-negative coefficients (monotone in both
+  inputs by construction). For attention, ``x*y`` is the FLOP term (chunk x context) or the KV
+  bytes read (batch x KV length).
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from policies import BatchPlan, ConfigError
+
+FORMAT = "servesim-profile"
+VERSION = 1
+
+#: model dims a profile records; a mismatch with the simulated model is an error.
+MODEL_DIMS = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "vocab_size", "tensor_parallel_size",
+)
+REQUIRED_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attn_prefill", "attn_decode", "lm_head")
+#: op -> its inputs (the file must agree)
+OP_INPUTS: dict[str, tuple[str, ...]] = {
+    "qkv_proj": ("num_tokens",), "o_proj": ("num_tokens",), "gate_up_proj": ("num_tokens",),
+    "down_proj": ("num_tokens",), "act": ("num_tokens",), "input_norm": ("num_tokens",),
+    "rotary": ("num_tokens",), "kv_write": ("num_tokens",), "embed": ("num_tokens",),
+    "lm_head": ("num_tokens",), "sampler": ("num_tokens",),
+    "attn_prefill": ("num_tokens", "context_len"), "attn_decode": ("batch_size", "kv_len"),
+    "all_reduce": ("bytes",), "swap_out": ("bytes",), "swap_in": ("bytes",), "step_overhead": ("num_seqs",),
+}
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "half": 2, "bfloat16": 2, "bf16": 2,
+               "fp8": 1, "float8": 1, "int8": 1}
+
+
+def _err(field_name: str, msg: str) -> ConfigError:
+    return ConfigError(f"{field_name}: {msg}")
+
+
+# --- curves -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PiecewiseLinear:
+    """Monotone piecewise-linear curve through (x, y) knots; see the module docstring for the ends."""
+
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.x) != len(self.y) or not self.x:
+            raise ValueError("curve: x and y must be non-empty and of equal length")
+        if any(b <= a for a, b in zip(self.x, self.x[1:])):
+            raise ValueError("curve.x: knots must be strictly increasing")
+        if any(not math.isfinite(v) or v < 0 for v in self.y):
+            raise ValueError("curve.y: values must be finite and >= 0")
+
+    def __call__(self, x: float) -> float:
+        if x <= 0:
+            return 0.0
+        xs, ys = self.x, self.y
+        if x <= xs[0]:
+            return ys[0]
+        if x >= xs[-1]:
+            if len(xs) == 1:
+                return ys[0]
+            slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0)
+            return ys[-1] + slope * (x - xs[-1])
+        i = bisect.bisect_right(xs, x)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+    def to_dict(self) -> dict:
+        return {"kind": "pwl", "x": list(self.x), "y": list(self.y)}
+
+
+@dataclass(frozen=True)
+class Bilinear:
+    """``c0 + cx*x + cy*y + cxy*x*y`` with non-negative coefficients: monotone in x and y."""
+
+    coef: tuple[float, float, float, float]
+
+    def __post_init__(self) -> None:
+        if len(self.coef) != 4 or any(not math.isfinite(c) or c < 0 for c in self.coef):
+            raise ValueError("curve.coef: expected 4 finite non-negative numbers")
+
+    def __call__(self, x: float, y: float) -> float:
+        if x <= 0:
+            return 0.0
+        c0, cx, cy, cxy = self.coef
+        return c0 + cx * x + cy * y + cxy * x * y
+
+    def to_dict(self) -> dict:
+        return {"kind": "bilinear", "coef": list(self.coef)}
+
+
+def curve_from_dict(d: Mapping, where: str) -> PiecewiseLinear | Bilinear:
+    """Build a curve from its JSON form; errors name `where` (the field path)."""
+    if not isinstance(d, Mapping):
+        raise _err(where, f"expected an object, got {type(d).__name__}")
+    kind = d.get("kind")
+    try:
+        if kind == "pwl":
+            return PiecewiseLinear(tuple(float(v) for v in d["x"]), tuple(float(v) for v in d["y"]))
+        if kind == "bilinear":
+            return Bilinear(tuple(float(v) for v in d["coef"]))
+    except KeyError as exc:
+        raise _err(where, f"missing key {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise _err(where, str(exc)) from None
+    raise _err(f"{where}.kind", f"{kind!r} is not allowed; choose one of pwl, bilinear")
+
+
+# --- profile file -------------------------------------------------------------------------------
+@dataclass
+class OpProfile:
+    """One op's raw points, fitted curve and fit error."""
+
+    name: str
+    inputs: tuple[str, ...]
+    curve: PiecewiseLinear | Bilinear
+    points: list = field(default_factory=list)  # [[x..., seconds], ...]
+    fit_error: dict = field(default_factory=dict)  # {"median_abs_pct", "max_abs_pct"}
+    source: str = "measured"
+
+    def __call__(self, *xs: float) -> float:
+        return self.curve(*xs)
+
+    def to_dict(self) -> dict:
+        return {"inputs": list(self.inputs), "points": self.points, "curve": self.curve.to_dict(),
+                "fit_error": self.fit_error, "source": self.source}
+
+
+@dataclass
+class Profile:
+    """A device's per-op latency curves for one model shape (one TP rank), plus metadata."""
+
+    meta: dict
+    model: dict
+    ops: dict[str, OpProfile]
+
+    # -- I/O --
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "meta": self.meta, "model": self.model,
+                "ops": {name: op.to_dict() for name, op in sorted(self.ops.items())}}
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Profile":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"profile: no such file {path}")
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise _err("profile", f"{path} is not valid JSON ({exc})") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Profile":
+        if not isinstance(data, Mapping):
+            raise _err("profile", "expected a JSON object at the top level")
+        if data.get("format") != FORMAT:
+            raise _err("profile.format", f"{data.get('format')!r} is not allowed; expected {FORMAT!r}")
+        if data.get("version") != VERSION:
+            raise _err("profile.version", f"{data.get('version')!r} is not supported; expected {VERSION}")
+        meta, model, ops_raw = data.get("meta"), data.get("model"), data.get("ops")
+        if not isinstance(meta, Mapping):
+            raise _err("profile.meta", "missing or not an object")
+        if not isinstance(model, Mapping):
+            raise _err("profile.model", "missing or not an object")
+        for dim in MODEL_DIMS:
+            v = model.get(dim)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise _err(f"profile.model.{dim}", f"expected a positive integer, got {v!r}")
+        if model.get("dtype") not in DTYPE_BYTES:
+            raise _err("profile.model.dtype", f"{model.get('dtype')!r} is not allowed; choose one of "
+                       f"{', '.join(DTYPE_BYTES)}")
+        if not isinstance(ops_raw, Mapping):
+            raise _err("profile.ops", "missing or not an object")
+        ops: dict[str, OpProfile] = {}
+        for name, raw in ops_raw.items():
+            where = f"profile.ops.{name}"
+            if name not in OP_INPUTS:
+                raise _err(where, f"unknown op; choose from {', '.join(OP_INPUTS)}")
+            if not isinstance(raw, Mapping):
+                raise _err(where, "expected an object")
+            inputs = tuple(raw.get("inputs") or ())
+            if inputs != OP_INPUTS[name]:
+                raise _err(f"{where}.inputs", f"{list(inputs)} does not match {list(OP_INPUTS[name])}")
+            curve = curve_from_dict(raw.get("curve"), f"{where}.curve")
+            if isinstance(curve, Bilinear) != (len(inputs) == 2):
+                raise _err(f"{where}.curve.kind", f"a {len(inputs)}-input op needs "
+                           f"{'bilinear' if len(inputs) == 2 else 'pwl'}")
+            points = raw.get("points", [])
+            if not isinstance(points, list) or any(
+                    not isinstance(p, (list, tuple)) or len(p) != len(inputs) + 1 for p in points):
+                raise _err(f"{where}.points", f"expected a list of [{', '.join(inputs)}, seconds] rows")
+            ops[name] = OpProfile(name, inputs, curve, list(points), dict(raw.get("fit_error") or {}),
+                                  str(raw.get("source", "measured")))
+        missing = [op for op in REQUIRED_OPS if op not in ops]
+        if missing:
+            raise _err("profile.ops", f"missing required op(s) {', '.join(missing)}")
+        return cls(dict(meta), dict(model), ops)
+
+    # -- checks --
+    def check_model(self, model: Any) -> None:
+        """Raise if `model` (a dict or an object with HF config names) differs in any recorded dim."""
+        for dim in MODEL_DIMS:
+            theirs = _get_dim(model, dim)
+            if theirs is None:
+                continue
+            if int(theirs) != int(self.model[dim]):
+                raise _err(f"profile.model.{dim}",
+                           f"profile was made for {dim}={self.model[dim]} but the model has {theirs}; "
+                           f"re-run `servesim calibrate` (or import) for this model")
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV cache bytes per token on one rank (keys + values, all layers)."""
+        m = self.model
+        kv_heads = max(m["num_key_value_heads"] // m["tensor_parallel_size"], 1)
+        return 2 * m["num_hidden_layers"] * kv_heads * m["head_dim"] * DTYPE_BYTES[m["dtype"]]
+
+    def fit_error_table(self) -> list[tuple[str, int, float, float]]:
+        """(op, number of points, median abs %, max abs %) for every op: for CLI output."""
+        return [(name, len(op.points), float(op.fit_error.get("median_abs_pct", float("nan"))),
+                 float(op.fit_error.get("max_abs_pct", float("nan")))) for name, op in sorted(self.ops.items())]
+
+
+_ALIASES = {
+    "num_hidden_layers": ("num_hidden_layers", "num_layers", "n_layers"),
+    "hidden_size": ("hidden_size", "d_model"),
+    "num_attention_heads": ("num_attention_heads", "num_heads", "n_heads"),
+    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "n_kv_heads"),
+    "head_dim": ("head_dim",),
+    "intermediate_size": ("intermediate_size", "ffn_dim"),
+    "vocab_size": ("vocab_size",),
+    "tensor_parallel_size": ("tensor_parallel_size", "tp", "tp_size"),
+}
+
+
+def _get_dim(model: Any, dim: str) -> Any:
+    for name in _ALIASES[dim]:
+        v = model.get(name) if isinstance(model, Mapping) else getattr(model, name, None)
+        if v is not None:
+            return v
+    return None
+
+
+# --- the latency model --------------------------------------------------------------------------
+class ProfiledLatencyModel:
+    """`step_time(plan) -> seconds` from a profile's per-op curves (one TP rank; ranks run in lock-step).
+
+    Per layer: the four GEMMs, activation, two norms, rotary and KV writes over all tokens of the
+    step; prefill attention per chunk sequence over (chunk tokens, context length); decode attention
+    once over (number of decodes, mean KV length); with tensor parallelism two all-reduces of the
+    hidden states. Once per step: embedding, LM head and sampler over sampled sequences, swap copies
+    over the plan's bytes, and the engine's host overhead over the number of sequences.
+    """
+
+    def __init__(self, profile: Profile, model: Any = None, block_size: int = 16) -> None:
+        if model is not None:
+            profile.check_model(model)
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise _err("cache.block_size", f"expected a positive integer, got {block_size!r}")
+        self.profile = profile
+        self.block_size = block_size
+        m = profile.model
+        self.num_layers = m["num_hidden_layers"]
+        self.tp = m["tensor_parallel_size"]
+        self.hidden_bytes_per_token = m["hidden_size"] * DTYPE_BYTES[m["dtype"]]
+        self.bytes_per_block = profile.kv_bytes_per_token * block_size
+        zero = PiecewiseLinear((1.0,), (0.0,))
+        self.missing_ops = tuple(sorted(op for op in OP_INPUTS if op not in profile.ops))
+        self.decode_kv = profile.meta.get("attn_decode_kv", "mean")
+        if self.decode_kv not in ("mean", "max"):
+            raise _err("profile.meta.attn_decode_kv", f"{self.decode_kv!r} is not allowed; choose one of mean, max")
+        self.kv_write_in_attention = bool(profile.meta.get("attention_includes_kv_write", False))
+        self._op = {name: (profile.ops[name].curve if name in profile.ops else zero) for name in OP_INPUTS}
+        if "attn_prefill" not in profile.ops or "attn_decode" not in profile.ops:  # guarded by from_dict
+            raise _err("profile.ops", "attention curves are required")
+
+    @classmethod
+    def from_file(cls, path: str | Path, model: Any = None, block_size: int = 16) -> "ProfiledLatencyModel":
+        return cls(Profile.load(path), model=model, block_size=block_size)
+
+    def breakdown(self, plan: BatchPlan) -> dict[str, float]:
+        """Seconds per component of the step (sums to `step_time(plan)`)."""
+        op = self._op
+        num_tokens = plan.num_tokens
+        num_sampled = sum(1 for s in plan.seqs if s.samples or s.is_padding)
+        prefill_attn = 0.0
+        num_decode, decode_kv, max_kv = 0, 0, 0
+        for s in plan.seqs:
+            if s.is_decode:
+                num_decode += 1
+                decode_kv += s.context_len
+                max_kv = max(max_kv, s.context_len)
+            else:
+                prefill_attn += op["attn_prefill"](s.num_tokens, s.context_len)
+        kv = (max_kv if self.decode_kv == "max" else decode_kv / num_decode) if num_decode else 0
+        decode_attn = op["attn_decode"](num_decode, kv) if num_decode else 0.0
+        t = num_tokens
+        linear = op["qkv_proj"](t) + op["o_proj"](t) + op["gate_up_proj"](t) + op["down_proj"](t)
+        elementwise = op["act"](t) + 2 * op["input_norm"](t) + op["rotary"](t)
+        if not self.kv_write_in_attention:
+            elementwise += op["kv_write"](t)
+        comm = 2 * op["all_reduce"](t * self.hidden_bytes_per_token) if self.tp > 1 and t else 0.0
+        out_bytes, in_bytes = plan.swap_bytes(self.bytes_per_block)
+        L = self.num_layers
+        return {
+            "linear": L * linear,
+            "elementwise": L * elementwise,
+            "attn_prefill": L * prefill_attn,
+            "attn_decode": L * decode_attn,
+            "all_reduce": L * comm,
+            "embed": op["embed"](t),
+            "lm_head": op["lm_head"](num_sampled) + op["sampler"](num_sampled),
+            "swap": op["swap_out"](out_bytes) + op["swap_in"](in_bytes),
+            "overhead": op["step_overhead"](plan.num_seqs) if not plan.is_empty else 0.0,
+        }
+
+    def step_time(self, plan: BatchPlan) -> float:
+        """Seconds one step of `plan` takes on the profiled device."""
+        return float(sum(self.breakdown(plan).values()))

@@ -1,0 +1,185 @@
+"""ProfiledLatencyModel and the profile file: curve evaluation, step composition, round trip, errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from policies import BatchPlan, ConfigError, Request, ScheduledSeq
+from sim.latency.profiled import (
+    OP_INPUTS, Bilinear, OpProfile, PiecewiseLinear, Profile, ProfiledLatencyModel,
+)
+
+DIMS = {"name": "toy", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 688, "vocab_size": 2048,
+        "tensor_parallel_size": 1, "dtype": "float32"}
+
+
+def line(a: float, b: float) -> PiecewiseLinear:
+    """t = a + b*x for x >= 1 (two knots; extrapolates with the same slope)."""
+    return PiecewiseLinear((1.0, 1001.0), (a + b, a + b * 1001))
+
+
+def make_profile(**model_overrides) -> Profile:
+    ops = {}
+    for i, (name, inputs) in enumerate(OP_INPUTS.items()):
+        if len(inputs) == 2:
+            curve = Bilinear((1e-5, 1e-7, 1e-8, 1e-9))
+        else:
+            curve = line(1e-6 * (i + 1), 1e-8 * (i + 1))
+        ops[name] = OpProfile(name, inputs, curve, [], {"median_abs_pct": 0.0, "max_abs_pct": 0.0})
+    return Profile({"device": "test", "dtype": "float32", "source": "test"}, {**DIMS, **model_overrides}, ops)
+
+
+def seq(req_id, num_tokens: int, computed: int, samples: bool = True) -> ScheduledSeq:
+    return ScheduledSeq(Request(req_id, 0.0, max(computed + num_tokens, 1), 4), num_tokens, computed, samples)
+
+
+def plan(*seqs, **kw) -> BatchPlan:
+    return BatchPlan(0, tuple(seqs), **kw)
+
+
+# --- curves ---------------------------------------------------------------------------------------
+def test_pwl_interpolates_and_extends_its_ends():
+    c = PiecewiseLinear((10.0, 20.0, 40.0), (1.0, 2.0, 6.0))
+    assert c(15) == pytest.approx(1.5)
+    assert c(30) == pytest.approx(4.0)
+    assert c(5) == 1.0  # launch floor below the grid
+    assert c(60) == pytest.approx(10.0)  # last slope (0.2 / token) beyond the grid
+    assert c(0) == 0.0  # op not run
+
+
+def test_pwl_rejects_unsorted_or_negative_knots():
+    with pytest.raises(ValueError, match="curve.x"):
+        PiecewiseLinear((2.0, 1.0), (1.0, 2.0))
+    with pytest.raises(ValueError, match="curve.y"):
+        PiecewiseLinear((1.0, 2.0), (1.0, -2.0))
+
+
+def test_bilinear_is_monotone_in_both_inputs():
+    c = Bilinear((1.0, 2.0, 3.0, 4.0))
+    assert c(2, 5) == pytest.approx(1 + 4 + 15 + 40)
+    assert c(3, 5) > c(2, 5) and c(2, 6) > c(2, 5)
+    with pytest.raises(ValueError, match="curve.coef"):
+        Bilinear((1.0, -1.0, 0.0, 0.0))
+
+
+# --- step composition -------------------------------------------------------------------------------
+def reference_step_time(p: Profile, pl: BatchPlan, block_size: int = 16) -> float:
+    """Independent re-statement of the composition rule of the module docstring."""
+    o = {k: v.curve for k, v in p.ops.items()}
+    m = p.model
+    T = sum(s.num_tokens for s in pl.seqs)
+    S = sum(1 for s in pl.seqs if s.samples)
+    decodes = [s for s in pl.seqs if s.num_tokens == 1 and s.num_computed_tokens > 0]
+    prefills = [s for s in pl.seqs if s not in decodes]
+    layer = sum(o[n](T) for n in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act", "rotary", "kv_write"))
+    layer += 2 * o["input_norm"](T)
+    layer += sum(o["attn_prefill"](s.num_tokens, s.num_computed_tokens + s.num_tokens) for s in prefills)
+    if decodes:
+        mean_kv = sum(s.num_computed_tokens + 1 for s in decodes) / len(decodes)
+        layer += o["attn_decode"](len(decodes), mean_kv)
+    if m["tensor_parallel_size"] > 1:
+        layer += 2 * o["all_reduce"](T * m["hidden_size"] * 4)
+    kv_per_block = 2 * m["num_hidden_layers"] * max(m["num_key_value_heads"] // m["tensor_parallel_size"], 1) \
+        * m["head_dim"] * 4 * block_size
+    return (m["num_hidden_layers"] * layer + o["embed"](T) + o["lm_head"](S) + o["sampler"](S)
+            + o["swap_out"](len(pl.swap_out_blocks) * kv_per_block)
+            + o["swap_in"](len(pl.swap_in_blocks) * kv_per_block) + o["step_overhead"](len(pl.seqs)))
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_step_time_matches_the_composition_rule(tp):
+    p = make_profile(tensor_parallel_size=tp)
+    lm = ProfiledLatencyModel(p)
+    mixed = plan(seq("a", 1, 100), seq("b", 1, 40), seq("c", 64, 0), seq("d", 32, 200, samples=False),
+                 swap_out_blocks=((1, 2), (3, 4)), swap_in_blocks=((5, 6),))
+    assert lm.step_time(mixed) == pytest.approx(reference_step_time(p, mixed), rel=1e-12)
+    assert sum(lm.breakdown(mixed).values()) == pytest.approx(lm.step_time(mixed))
+
+
+def test_more_work_never_takes_less_time():
+    lm = ProfiledLatencyModel(make_profile())
+    base = [seq(i, 1, 50 + i) for i in range(4)]
+    t0 = lm.step_time(plan(*base))
+    assert lm.step_time(plan(*base, seq("x", 1, 10))) > t0  # one more decode
+    assert lm.step_time(plan(*base, seq("y", 128, 0))) > t0  # a prefill added
+    assert lm.step_time(plan(*[seq(i, 1, 500) for i in range(4)])) > t0  # longer contexts
+
+
+def test_per_layer_work_scales_with_layers():
+    one = ProfiledLatencyModel(make_profile(num_hidden_layers=1)).breakdown(plan(seq("a", 16, 0)))
+    eight = ProfiledLatencyModel(make_profile(num_hidden_layers=8)).breakdown(plan(seq("a", 16, 0)))
+    for part in ("linear", "elementwise", "attn_prefill"):
+        assert eight[part] == pytest.approx(8 * one[part])
+    assert eight["lm_head"] == pytest.approx(one["lm_head"])
+
+
+def test_decode_attention_reads_max_kv_for_padded_backends():
+    p = make_profile()
+    p.meta["attn_decode_kv"] = "max"
+    lm_max, lm_mean = ProfiledLatencyModel(p), ProfiledLatencyModel(make_profile())
+    pl = plan(seq("a", 1, 10), seq("b", 1, 1000))
+    assert lm_max.breakdown(pl)["attn_decode"] > lm_mean.breakdown(pl)["attn_decode"]
+
+
+# --- file -------------------------------------------------------------------------------------------
+def test_profile_round_trips_through_its_file(tmp_path):
+    p = make_profile()
+    path = p.save(tmp_path / "p.json")
+    q = Profile.load(path)
+    assert q.to_dict() == p.to_dict()
+    pl = plan(seq("a", 1, 100), seq("c", 64, 0))
+    assert ProfiledLatencyModel(q).step_time(pl) == ProfiledLatencyModel(p).step_time(pl)
+
+
+@pytest.mark.parametrize("corrupt, field", [
+    (lambda d: d.pop("ops"), "profile.ops"),
+    (lambda d: d["ops"].pop("qkv_proj"), "profile.ops"),
+    (lambda d: d["ops"]["qkv_proj"]["curve"].update(kind="spline"), "profile.ops.qkv_proj.curve.kind"),
+    (lambda d: d["ops"]["qkv_proj"]["curve"].update(x=[3, 2]), "profile.ops.qkv_proj.curve"),
+    (lambda d: d["ops"]["attn_decode"].update(inputs=["num_tokens"]), "profile.ops.attn_decode.inputs"),
+    (lambda d: d["model"].update(hidden_size="big"), "profile.model.hidden_size"),
+    (lambda d: d.update(format="other"), "profile.format"),
+    (lambda d: d.update(version=99), "profile.version"),
+])
+def test_a_corrupt_profile_names_the_field(tmp_path, corrupt, field):
+    d = make_profile().to_dict()
+    corrupt(d)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ConfigError) as exc:
+        Profile.load(path)
+    assert str(exc.value).startswith(field)
+
+
+def test_a_truncated_file_is_a_clear_error(tmp_path):
+    path = make_profile().save(tmp_path / "p.json")
+    path.write_text(path.read_text()[:200])
+    with pytest.raises(ConfigError, match="^profile: .* not valid JSON"):
+        Profile.load(path)
+
+
+def test_a_profile_for_other_model_dims_is_refused():
+    p = make_profile()
+    with pytest.raises(ConfigError, match="^profile.model.hidden_size: .*4096"):
+        ProfiledLatencyModel(p, model={**DIMS, "hidden_size": 4096})
+    ProfiledLatencyModel(p, model=DIMS)  # same dims: fine
+
+    class Spec:  # an object with HF attribute names works as well
+        num_hidden_layers = 8
+    with pytest.raises(ConfigError, match="^profile.model.num_hidden_layers"):
+        ProfiledLatencyModel(p, model=Spec())
+
+
+def test_profiles_load_without_torch(tmp_path):
+    path = make_profile().save(tmp_path / "p.json")
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['scipy'] = None\n"
+            "from sim.latency.profiled import ProfiledLatencyModel\n"
+            f"m = ProfiledLatencyModel.from_file({str(path)!r})\n"
+            "assert 'torch' not in [k for k, v in sys.modules.items() if v is not None]\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
