@@ -64,12 +64,14 @@ class SimSection:
 
 def section_types() -> dict[str, type]:
     """Section name -> dataclass. model/hardware/workload types live in their own packages."""
+    from sim.cluster.config import ClusterConfig, DisaggregationConfig
     from sim.models import HardwareConfig, ModelConfig
     from sim.workload import WorkloadConfig
 
     return {
         "model": ModelConfig, "hardware": HardwareConfig, "scheduler": SchedulerConfig,
         "cache": CacheSection, "workload": WorkloadConfig, "slo": SLOConfig, "sim": SimSection,
+        "cluster": ClusterConfig, "disaggregation": DisaggregationConfig,
     }
 
 
@@ -84,11 +86,13 @@ class Config:
     workload: Any = None
     slo: SLOConfig = field(default_factory=SLOConfig)
     sim: SimSection = field(default_factory=SimSection)
+    cluster: Any = None  # sim.cluster.config.ClusterConfig (several replicas behind a router)
+    disaggregation: Any = None  # sim.cluster.config.DisaggregationConfig (prefill/decode pools)
 
     def __post_init__(self) -> None:
         # sections left out get their defaults (model/hardware/workload types are imported lazily)
         types = section_types()
-        for name in ("model", "hardware", "workload"):
+        for name in ("model", "hardware", "workload", "cluster", "disaggregation"):
             value = getattr(self, name)
             if value is None:
                 object.__setattr__(self, name, types[name]())

@@ -108,9 +108,14 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     `latency_model` / `workload` replace the ones the config would build (tests, calibrated models).
     """
     from policies.scheduler import make_scheduler
+    from sim.cluster.layout import is_cluster
     from sim.latency import build_latency_model
     from sim.workload import build_workload
 
+    if is_cluster(config):  # several replicas behind a router, or prefill/decode pools
+        from sim.cluster.runner import simulate_cluster
+
+        return simulate_cluster(config, progress, latency_model, workload)
     if latency_model is None:
         latency_model = build_latency_model(config)
     if workload is None:

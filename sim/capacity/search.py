@@ -1,0 +1,94 @@
+"""SLO search: the highest request rate a configuration sustains (DistServe goodput).
+
+A rate is *sustained* when at least `slo.min_attainment` (90%) of the requests meet every target.
+The search brackets the knee by doubling / halving from a starting rate, then narrows the bracket
+until `upper / lower - 1 <= rel_tol` (the stated tolerance). With an executor of width k it tests
+k rates per round (k-section; plain bisection when k = 1). It assumes attainment falls with rate,
+which holds for one seeded workload whose arrival times scale as 1 / rate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from policies import ConfigError
+from sim.capacity.slo import SLO
+from sim.capacity.sweep import DEFAULT_SIMULATE, evaluate_point, make_specs
+
+DEFAULT_RATE_KEY = "workload.rate"
+
+
+@dataclass
+class SearchResult:
+    """The bracket [rate, upper] around the knee and every point evaluated on the way."""
+
+    rate: float  # highest rate found that sustains the SLO (0 if even `min_rate` fails)
+    upper: float  # lowest rate found that does not (inf if even `max_rate` passes)
+    rel_tol: float
+    num_gpus: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def rate_per_gpu(self) -> float:
+        return self.rate / self.num_gpus if self.num_gpus else 0.0
+
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows).sort_values("rate").reset_index(drop=True)
+
+
+def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_rate: float = 1.0,
+                  rel_tol: float = 0.05, executor=None, base_overrides: Sequence[str] = (),
+                  min_rate: float = 1e-3, max_rate: float = 1e5, simulate: str = DEFAULT_SIMULATE,
+                  progress: bool = True) -> SearchResult:
+    """Search the highest `rate_key` value at which `base` meets `slo` (see the module docstring)."""
+    if slo.is_empty:
+        raise ConfigError("slo: give at least one of --slo-ttft, --slo-tpot, --slo-e2e (or an [slo] section)")
+    if not rel_tol > 0:
+        raise ConfigError(f"rel_tol: must be > 0, got {rel_tol}")
+    if not start_rate > 0:
+        raise ConfigError(f"start_rate: must be > 0, got {start_rate}")
+    from sim.capacity.executor import SerialExecutor
+
+    executor = executor or SerialExecutor()
+    width = max(1, getattr(executor, "max_workers", 1) or 1)
+    rows: list[dict[str, Any]] = []
+    tested: dict[float, bool] = {}
+
+    def test(rates: list[float]) -> None:
+        rates = [r for r in rates if r not in tested]
+        if not rates:
+            return
+        specs = make_specs(base, [{rate_key: repr(float(r))} for r in rates], slo, base_overrides, simulate)
+        for r, row in zip(rates, executor.map(evaluate_point, specs, desc="slo search", progress=progress)):
+            row["rate"] = r
+            rows.append(row)
+            tested[r] = bool(row["slo_met"])
+
+    def bracket() -> tuple[float, float]:
+        passing = [r for r, ok in tested.items() if ok]
+        failing = [r for r, ok in tested.items() if not ok]
+        hi = min(failing) if failing else float("inf")
+        below = [r for r in passing if r < hi]
+        return (max(below) if below else 0.0), hi
+
+    # 1. bracket the knee: several doublings (or halvings) per round when the executor is wide
+    test([start_rate * 2.0 ** i for i in range(width)])
+    lo, hi = bracket()
+    while hi == float("inf") and lo < max_rate:
+        test([min(lo * 2.0 ** (i + 1), max_rate) for i in range(width)])
+        lo, hi = bracket()
+    while lo == 0.0 and hi > min_rate:
+        test([max(hi * 0.5 ** (i + 1), min_rate) for i in range(width)])
+        lo, hi = bracket()
+    # 2. narrow [lo, hi] by k-section until the stated tolerance
+    while lo > 0 and hi < float("inf") and hi / lo - 1.0 > rel_tol:
+        step = (hi - lo) / (width + 1)
+        test([lo + step * (i + 1) for i in range(width)])
+        lo, hi = bracket()
+    from sim.capacity.sweep import load_point_config
+    from sim.cluster.layout import num_gpus
+
+    gpus = num_gpus(load_point_config(make_specs(base, [{}], slo, base_overrides, simulate)[0]))
+    return SearchResult(rate=lo, upper=hi, rel_tol=rel_tol, num_gpus=gpus, rows=rows)

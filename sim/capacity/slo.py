@@ -1,0 +1,78 @@
+"""Service-level objectives and DistServe-style goodput (SLO attainment).
+
+A request *attains* the SLO when its TTFT, TPOT and E2E are all within their targets (a target of
+None is not checked; a request with one output token has no TPOT and passes that check). Rejected
+or unfinished requests never attain. A configuration *sustains* a rate when at least
+`min_attainment` (DistServe: 90%) of its requests attain.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies import ConfigError
+
+
+def _check_target(name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"slo.{name}: expected a positive number of seconds, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets in seconds and the fraction of requests that must meet all of them."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    min_attainment: float = 0.9
+
+    def __post_init__(self) -> None:
+        _check_target("ttft_s", self.ttft_s)
+        _check_target("tpot_s", self.tpot_s)
+        _check_target("e2e_s", self.e2e_s)
+        if not isinstance(self.min_attainment, (int, float)) or not 0 < self.min_attainment <= 1:
+            raise ConfigError(f"slo.min_attainment: must be in (0, 1], got {self.min_attainment!r}")
+
+    @property
+    def is_empty(self) -> bool:
+        return self.ttft_s is None and self.tpot_s is None and self.e2e_s is None
+
+    @classmethod
+    def from_config(cls, config: object, **overrides: float | None) -> "SLO":
+        """Targets from a config's `slo` section (if any), replaced by the non-None `overrides`."""
+        section = getattr(config, "slo", None)
+        values: dict[str, float | None] = {}
+        for name in ("ttft_s", "tpot_s", "e2e_s", "min_attainment"):
+            v = overrides.get(name)
+            if v is None and section is not None:
+                v = getattr(section, name, None)
+                if v is None and name == "min_attainment":
+                    v = getattr(section, "attainment", None)
+            if v is not None:
+                values[name] = v
+        return cls(**values)
+
+
+def attainment(requests, slo: SLO) -> float:
+    """Fraction of rows of a `requests` table (DataFrame) that meet every target of `slo`."""
+    import numpy as np
+
+    n = len(requests)
+    if n == 0:
+        return 0.0
+    ttft = requests["ttft_s"].to_numpy(dtype=float)
+    ok = ~np.isnan(ttft)
+    if "finish_reason" in requests:
+        reason = requests["finish_reason"].astype(str).str.lower().str.split(".").str[-1]
+        ok &= ~reason.isin(["rejected", "aborted"]).to_numpy()
+    if slo.ttft_s is not None:
+        ok &= ttft <= slo.ttft_s
+    if slo.tpot_s is not None:
+        tpot = requests["tpot_s"].to_numpy(dtype=float)
+        ok &= np.isnan(tpot) | (tpot <= slo.tpot_s)
+    if slo.e2e_s is not None:
+        e2e = requests["e2e_s"].to_numpy(dtype=float)
+        ok &= e2e <= slo.e2e_s
+    return float(ok.sum()) / n

@@ -1,0 +1,182 @@
+"""Sweeps: a base config, a list of points (each a set of `key=value` overrides), one table.
+
+A point is evaluated by `evaluate_point(PointSpec)`, a module-level function so that local
+processes and Ray can run it. It loads the base config with the point's overrides (the same
+`a.b=v` keys as `servesim simulate --set`), simulates it, and returns one flat row: the swept
+values, the overrides string, the summary's scalars (nested percentiles flattened to
+`ttft_s_p90`...), the SLO attainment and goodput. Runs are seeded by the config, so a point's row
+depends only on the point.
+"""
+from __future__ import annotations
+
+import importlib
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from policies import ConfigError
+from sim.capacity.slo import SLO, attainment
+
+DEFAULT_SIMULATE = "sim.runner.simulate"
+
+
+def parse_values(text: str) -> list[str]:
+    """'1,2,4' -> ['1', '2', '4'] (values stay strings; `load_config` parses them)."""
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def parse_assignment(text: str, flag: str = "--grid") -> tuple[str, list[str]]:
+    """'workload.rate=1,2,4' -> ('workload.rate', ['1', '2', '4'])."""
+    key, sep, values = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not parse_values(values):
+        raise ConfigError(f"{flag}: expected KEY=V1,V2,... got {text!r}")
+    return key, parse_values(values)
+
+
+def expand_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the values (the first key varies slowest)."""
+    keys = list(grid)
+    for k in keys:
+        if not len(grid[k]):
+            raise ConfigError(f"{k}: a grid key needs at least one value")
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def expand_list(lists: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """The i-th values of every key together (all keys need the same number of values)."""
+    keys = list(lists)
+    if not keys:
+        return []
+    n = len(lists[keys[0]])
+    for k in keys:
+        if len(lists[k]) != n:
+            raise ConfigError(f"{k}: a list sweep needs {n} values like {keys[0]}, got {len(lists[k])}")
+    return [{k: lists[k][i] for k in keys} for i in range(n)]
+
+
+def combine(grid_points: list[dict], list_points: list[dict]) -> list[dict]:
+    """Cross a grid with a list sweep (either may be empty)."""
+    if not grid_points:
+        return list_points or [{}]
+    if not list_points:
+        return grid_points
+    return [{**g, **lp} for g in grid_points for lp in list_points]
+
+
+def to_scalar(value: Any) -> Any:
+    """'4' -> 4, '0.5' -> 0.5, 'A100' stays: table columns sort and plot as numbers."""
+    if not isinstance(value, str):
+        return value
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def format_override(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return f"{key}={value}"
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    """Everything a worker needs to evaluate one point (picklable)."""
+
+    base: Any  # a TOML path (str) or a dict of sections
+    values: tuple[tuple[str, Any], ...]  # the swept (key, value) pairs of this point
+    base_overrides: tuple[str, ...] = ()  # `--set` overrides shared by every point
+    slo: SLO = field(default_factory=SLO)
+    index: int = 0
+    simulate: str = DEFAULT_SIMULATE  # dotted path of `simulate(config) -> result`
+
+    @property
+    def overrides(self) -> list[str]:
+        return list(self.base_overrides) + [format_override(k, v) for k, v in self.values]
+
+
+def resolve(dotted: str):
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def flatten_summary(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'ttft_s': {'p90': x}} -> {'ttft_s_p90': x}; lists and None dropped."""
+    row: dict[str, Any] = {}
+    for k, v in summary.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            row.update(flatten_summary(v, f"{name}_"))
+        elif isinstance(v, (int, float, str, bool)):
+            row[name] = v
+    return row
+
+
+def load_point_config(spec: PointSpec):
+    from sim.config import load_config
+
+    return load_config(spec.base, spec.overrides)
+
+
+def evaluate_point(spec: PointSpec) -> dict[str, Any]:
+    """Simulate one point and return its table row."""
+    from sim.cluster.layout import num_gpus
+
+    config = load_point_config(spec)
+    result = resolve(spec.simulate)(config)
+    row: dict[str, Any] = {"point": spec.index}
+    row.update({k: to_scalar(v) for k, v in spec.values})
+    row["overrides"] = ";".join(spec.overrides)
+    row["num_gpus"] = num_gpus(config)
+    row.update(flatten_summary(result.summary))
+    duration = float(result.summary.get("duration_s") or 0.0)
+    frac = attainment(result.requests, spec.slo)
+    row["slo_attainment"] = frac
+    row["slo_met"] = bool(frac >= spec.slo.min_attainment)
+    row["goodput_rps"] = frac * len(result.requests) / duration if duration > 0 else 0.0
+    row["goodput_rps_per_gpu"] = row["goodput_rps"] / row["num_gpus"] if row["num_gpus"] else 0.0
+    return row
+
+
+def make_specs(base: Any, points: list[dict], slo: SLO = SLO(), base_overrides: Sequence[str] = (),
+               simulate: str = DEFAULT_SIMULATE) -> list[PointSpec]:
+    return [PointSpec(base, tuple(p.items()), tuple(base_overrides), slo, i, simulate)
+            for i, p in enumerate(points)]
+
+
+def run_sweep(base: Any, points: list[dict], slo: SLO = SLO(), executor=None, base_overrides: Sequence[str] = (),
+              simulate: str = DEFAULT_SIMULATE, progress: bool = True):
+    """Evaluate every point (in parallel on `executor`) and return the table, one row per point."""
+    import pandas as pd
+
+    from sim.capacity.executor import LocalExecutor
+
+    if isinstance(base, Path):
+        base = str(base)
+    specs = make_specs(base, points, slo, base_overrides, simulate)
+    # fail fast on a bad key or value, before starting workers
+    for spec in specs:
+        load_point_config(spec)
+    executor = executor or LocalExecutor()
+    rows = executor.map(evaluate_point, specs, desc="sweep", progress=progress)
+    return pd.DataFrame(rows)
+
+
+def write_table(df, out_dir: str | Path, name: str = "sweep") -> list[Path]:
+    """Write `name`.csv, and `name`.parquet when pyarrow is installed; return the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.csv"]
+    df.to_csv(paths[0], index=False)
+    try:
+        import pyarrow  # noqa: F401
+
+        df.to_parquet(out / f"{name}.parquet", index=False)
+        paths.append(out / f"{name}.parquet")
+    except ImportError:
+        pass
+    return paths

@@ -1,0 +1,48 @@
+"""`ColocatedCluster`: several replicas in one SimPy environment behind one router.
+
+Each replica is a `sim.replica.Replica` built from its own resolved config (heterogeneous
+replicas each get their own latency model and KV geometry). An arrival goes to the replica the
+router picks, at its arrival time; every replica records into the shared `Recorder`, so the
+results have one row per request with the replica that served it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import simpy
+
+from policies import Request
+from sim.cluster.layout import cluster_section, replica_configs
+from sim.cluster.router import Router, make_router
+
+
+def build_replica(env: simpy.Environment, config: Any, recorder, name: str, latency_model=None):
+    """A `Replica` for `config` (scheduler + KV geometry + latency model from that config)."""
+    from policies.scheduler import make_scheduler
+    from sim.latency import build_latency_model
+    from sim.replica import Replica
+    from sim.runner import build_cache_config
+
+    model = latency_model if latency_model is not None else build_latency_model(config)
+    scheduler = make_scheduler(config.scheduler, build_cache_config(config))
+    return Replica(env, scheduler, model, recorder, name=name)
+
+
+class ColocatedCluster:
+    """Replicas that each run prefill and decode, and the router in front of them."""
+
+    def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None) -> None:
+        self.env = env
+        self.replicas = [build_replica(env, c, recorder, name, latency_model) for name, c in replica_configs(config)]
+        cluster = cluster_section(config)
+        self.router: Router = make_router(
+            cluster.router, seed=cluster.seed, block_size=config.cache.block_size,
+            capacity_blocks=[r.scheduler.block_manager.num_gpu_blocks for r in self.replicas],
+            max_imbalance=cluster.max_imbalance)
+
+    def submit(self, request: Request) -> None:
+        self.replicas[self.router.choose(request, self.replicas)].submit(request)
+
+    def add_finish_hook(self, hook) -> None:
+        for r in self.replicas:
+            r.on_finish.append(hook)

@@ -1,0 +1,269 @@
+"""`DisaggregatedCluster`: a prefill pool and a decode pool joined by a KV link.
+
+A request's life (the user-visible `Request` is driven by hand from its two halves):
+
+1. Arrival: a prefill half (same prompt, `max_tokens = 1`) goes to a prefill replica (router
+   `disaggregation.prefill_router`). Its one sampled token is the request's first token: TTFT is
+   decided on the prefill side, as in DistServe and vLLM's P/D connectors.
+2. The prefill half ends and its scheduler frees its blocks; the cluster at once re-takes as many
+   blocks on the prefill replica (a placeholder holder), so the KV stays held until it has moved.
+3. The request waits (FIFO per decode replica) until the chosen decode replica can allocate the
+   blocks for prompt + first token; those blocks are reserved there (held on both sides now).
+4. The transfer takes `link.transfer_time(prompt tokens x KV bytes per token)`; then both holds
+   are released and a decode half (prompt + first token as its "prompt", `max_tokens - 1`) is
+   submitted to the decode replica, whose scheduler admits it when its blocks fit.
+5. On the decode side, the transferred positions cost no compute: `PreloadedKVLatency` charges
+   the admitting step only for the one new position (a decode at context = prompt length).
+
+Steps of both pools go to the shared recorder (replica names `p0..`, `d0..`; the decode side's
+admitting step lists the transferred tokens as prefill tokens, though they cost nothing). The
+`requests` table gets one row per user request, with `kv_transfer_s` and `prefill_replica` columns.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from typing import Any
+
+import simpy
+
+from policies import FinishReason, Request, RequestState, ScheduledSeq
+from sim.cluster.colocated import build_replica
+from sim.cluster.layout import disagg_section, pool_configs
+from sim.cluster.link import Link
+from sim.cluster.router import make_router
+
+BOOKKEEPING_S = 1e-6  # a decode-side step that only registers received KV (no forward pass)
+COMPLETED = (FinishReason.LENGTH, FinishReason.STOP)
+
+
+class PreloadedKVLatency:
+    """A decode replica's latency model: positions whose KV came over the link are free.
+
+    `preloaded[req_id]` = number of leading positions already in the cache when the decode half
+    was submitted. Once the request's scheduled chunk passes them (or it is preempted, which drops
+    its KV) the entry is removed and the request costs what any request costs.
+    """
+
+    def __init__(self, inner, preloaded: dict) -> None:
+        self.inner = inner
+        self.preloaded = preloaded
+
+    def __getattr__(self, name: str):  # anything else (e.g. swap bandwidth) is the inner model's
+        return getattr(self.inner, name)
+
+    def step_time(self, plan) -> float:
+        pre = self.preloaded
+        if not pre:
+            return self.inner.step_time(plan)
+        seqs, changed = [], False
+        for s in plan.seqs:
+            n = pre.get(s.req_id)
+            if n is not None and not s.is_padding:
+                if s.request.num_preemptions > 0:  # its received KV was dropped: a normal request now
+                    del pre[s.req_id]
+                elif s.num_computed_tokens < n:
+                    changed = True
+                    end = s.num_computed_tokens + s.num_tokens
+                    if end >= n:
+                        del pre[s.req_id]
+                    if end <= n:
+                        continue  # this chunk is all received KV
+                    s = ScheduledSeq(s.request, end - n, n, s.samples, s.is_padding)
+            seqs.append(s)
+        if not changed:
+            return self.inner.step_time(plan)
+        if not seqs and not plan.swap_in_blocks and not plan.swap_out_blocks:
+            return BOOKKEEPING_S
+        return self.inner.step_time(dataclasses.replace(plan, seqs=tuple(seqs)))
+
+
+class _LoadView:
+    """A decode replica as its router sees it: its own outstanding tokens plus those on their way."""
+
+    def __init__(self, replica) -> None:
+        self.replica = replica
+        self.incoming_tokens = 0
+
+    def num_outstanding_tokens(self) -> int:
+        return self.replica.num_outstanding_tokens() + self.incoming_tokens
+
+
+@dataclasses.dataclass
+class _Transfer:
+    request: Request  # the user-visible request
+    prefill: int  # prefill replica index
+    decode: int  # decode replica index
+    prefill_hold: Request | None  # placeholder holding the KV blocks on the prefill side
+    tokens: int  # decode-side load this transfer brings (for the router)
+    ready_time: float = 0.0  # when the prefill half ended
+
+
+def _hold(block_manager, req_id: str, now: float, num_tokens: int) -> Request | None:
+    """Allocate `num_tokens` worth of blocks to a placeholder request; None if they do not fit."""
+    holder = Request(req_id, now, num_tokens, 1)
+    return holder if block_manager.allocate_slots(holder, num_tokens) else None
+
+
+class DisaggregatedCluster:
+    """Prefill replicas `p0..`, decode replicas `d0..`, routers for each pool, and the KV link."""
+
+    def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None) -> None:
+        from sim.latency import build_latency_model
+        from sim.models import kv_bytes_per_token
+        from sim.results import Recorder
+
+        self.env = env
+        self.recorder = recorder  # user-visible requests and every step
+        halves = Recorder()  # the prefill/decode halves: kept out of the results
+        halves.steps = recorder.steps
+        d = disagg_section(config)
+        prefill_cfgs, decode_cfgs = pool_configs(config)
+        self.prefill = [build_replica(env, c, halves, name, latency_model) for name, c in prefill_cfgs]
+        self.preloaded: dict = {}
+        self.decode = []
+        for name, c in decode_cfgs:
+            if "max_num_batched_tokens" not in d.decode.scheduler:
+                # received KV is not computed: let a whole prompt be admitted in one step, as vLLM's
+                # P/D connectors count only new tokens against the decode side's budget
+                s = c.scheduler
+                c = dataclasses.replace(c, scheduler=dataclasses.replace(
+                    s, max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_model_len + s.max_num_seqs)))
+            inner = latency_model if latency_model is not None else build_latency_model(c)
+            self.decode.append(build_replica(env, c, halves, name, PreloadedKVLatency(inner, self.preloaded)))
+        for i, r in enumerate(self.prefill):
+            r.on_finish.append(lambda req, now, i=i: self._prefill_done(req, now, i))
+        for j, r in enumerate(self.decode):
+            r.on_finish.append(lambda req, now, j=j: self._decode_done(req, now, j))
+        self.views = [_LoadView(r) for r in self.decode]
+        bs = config.cache.block_size
+        self.prefill_router = make_router(d.prefill_router, block_size=bs,
+                                          capacity_blocks=[r.scheduler.block_manager.num_gpu_blocks for r in self.prefill])
+        self.decode_router = make_router(d.decode_router, block_size=bs,
+                                         capacity_blocks=[r.scheduler.block_manager.num_gpu_blocks for r in self.decode])
+        tp_p, tp_d = prefill_cfgs[0][1].hardware.tp, decode_cfgs[0][1].hardware.tp
+        self.link = Link.preset(d.link, d.link_bandwidth_gbps, d.link_latency_s, num_parallel=min(tp_p, tp_d))
+        # the whole model's K and V of one token (each GPU sends its shard on its own lane)
+        self.kv_bytes_per_token = kv_bytes_per_token(config.model.spec(), 1)
+        self.pending: list[deque[_Transfer]] = [deque() for _ in self.decode]
+        self.originals: dict = {}
+        self.transfer_times: list[float] = []
+        self.hooks: list = []
+
+    # --- wiring ---------------------------------------------------------------------------------
+    def add_finish_hook(self, hook) -> None:
+        self.hooks.append(hook)
+
+    def transfer_time(self, num_prompt_tokens: int) -> float:
+        return self.link.transfer_time(num_prompt_tokens * self.kv_bytes_per_token)
+
+    def submit(self, request: Request) -> None:
+        """An arrival: its prefill half goes to a prefill replica."""
+        half = Request(request.req_id, request.arrival_time, request.num_prompt_tokens, 1,
+                       priority=request.priority, prompt_token_ids=request.prompt_token_ids, tags=request.tags)
+        i = self.prefill_router.choose(half, self.prefill)
+        self.originals[request.req_id] = request
+        self.recorder.add_request(request, self.prefill[i].name)
+        request.tags["prefill_replica"] = self.prefill[i].name
+        self.prefill[i].submit(half)
+
+    def _end(self, request: Request, reason: FinishReason, now: float, why: str | None = None) -> None:
+        request.finish(reason, now, why)
+        for hook in self.hooks:
+            hook(request, now)
+
+    # --- prefill side ---------------------------------------------------------------------------
+    def _prefill_done(self, half: Request, now: float, i: int) -> None:
+        request = self.originals[half.req_id]
+        request.first_scheduled_time = half.first_scheduled_time
+        request.num_cached_tokens = half.num_cached_tokens
+        request.num_preemptions += half.num_preemptions
+        request.num_recomputes += half.num_recomputes
+        if half.finish_reason not in COMPLETED or not half.token_times:
+            self._end(request, half.finish_reason or FinishReason.ABORTED, now, half.reject_reason)
+            return
+        request.transition(RequestState.RUNNING_CTX)
+        request.transition(RequestState.RUNNING_GEN)
+        request.record_token(0, half.token_times[0])
+        if request.max_tokens == 1:
+            self._end(request, FinishReason.LENGTH, now)
+            return
+        hold = _hold(self.prefill[i].scheduler.block_manager, f"{request.req_id}/kv-out", now,
+                     request.num_prompt_tokens)
+        tokens = request.num_prompt_tokens + request.max_tokens
+        j = self.decode_router.choose(request, self.views)
+        self.views[j].incoming_tokens += tokens
+        self.pending[j].append(_Transfer(request, i, j, hold, tokens, now))
+        self._start_transfers(j, now)
+
+    # --- the link -------------------------------------------------------------------------------
+    def _start_transfers(self, j: int, now: float) -> None:
+        """Start every transfer at the head of decode replica j's queue whose blocks fit there."""
+        bm = self.decode[j].scheduler.block_manager
+        queue = self.pending[j]
+        while queue:
+            t = queue[0]
+            n = t.request.num_prompt_tokens + 1
+            if not bm.can_ever_fit(n):
+                queue.popleft()
+                self._release(t)
+                self._end(t.request, FinishReason.REJECTED, now,
+                          f"decode replica {self.decode[j].name} can never hold {n} tokens of KV")
+                continue
+            reservation = _hold(bm, f"{t.request.req_id}/kv-in", now, n)
+            if reservation is None:
+                break  # first come, first served: wait for blocks to free up
+            queue.popleft()
+            self.env.process(self._transfer(t, reservation))
+
+    def _release(self, t: _Transfer) -> None:
+        if t.prefill_hold is not None:
+            self.prefill[t.prefill].scheduler.block_manager.free(t.prefill_hold)
+        self.views[t.decode].incoming_tokens -= t.tokens
+
+    def _transfer(self, t: _Transfer, reservation: Request):
+        request = t.request
+        duration = self.transfer_time(request.num_prompt_tokens)
+        yield self.env.timeout(duration)
+        self._release(t)
+        replica = self.decode[t.decode]
+        replica.scheduler.block_manager.free(reservation)
+        self.transfer_times.append(duration)
+        request.tags["kv_transfer_s"] = duration
+        half = Request(request.req_id, request.arrival_time, request.num_prompt_tokens + 1, request.max_tokens - 1,
+                       priority=request.priority, tags=request.tags)
+        self.preloaded[request.req_id] = request.num_prompt_tokens
+        self.recorder.replica_of[request.req_id] = replica.name
+        replica.submit(half)
+
+    # --- decode side ----------------------------------------------------------------------------
+    def _decode_done(self, half: Request, now: float, j: int) -> None:
+        request = self.originals.pop(half.req_id)
+        self.preloaded.pop(half.req_id, None)
+        for t in half.token_times:
+            request.record_token(0, t)
+        request.num_preemptions += half.num_preemptions
+        request.num_swaps += half.num_swaps
+        request.num_recomputes += half.num_recomputes
+        self._end(request, half.finish_reason or FinishReason.ABORTED, now,
+                  half.reject_reason if half.finish_reason is FinishReason.REJECTED else None)
+        self._start_transfers(j, now)
+
+    # --- the end --------------------------------------------------------------------------------
+    def end_unfinished(self, now: float, why: str) -> None:
+        """Abort every live half, then end every user request still open (none goes missing)."""
+        for replica in self.prefill + self.decode:
+            s = replica.scheduler
+            for queue in ("waiting", "running", "swapped"):
+                for half in list(getattr(s, queue, None) or ()):
+                    s.abort_request(half.req_id, now)
+        for request in self.recorder.requests:
+            if not request.is_finished:
+                request.finish(FinishReason.ABORTED, now, why)
+
+    def transfer_stats(self) -> dict:
+        from sim.metrics import stats
+
+        out = {"count": len(self.transfer_times)}
+        out.update(stats(self.transfer_times) or {})
+        return out

@@ -1,0 +1,57 @@
+"""`simulate_cluster(config)`: `sim.runner.simulate` for layouts of more than one replica.
+
+Builds the colocated cluster or the disaggregated pools, feeds the workload through the same
+`Arrivals` as a single replica, runs until every request has ended (or `sim.max_sim_time_s`),
+aborts what is still live so that no request goes missing, and tabulates the shared recorder.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import simpy
+from tqdm import tqdm
+
+from sim.cluster.layout import is_disaggregated
+
+
+def simulate_cluster(config: Any, progress: bool = False, latency_model=None, workload=None):
+    from sim.results import Recorder
+    from sim.runner import PROGRESS_MIN_REQUESTS, Arrivals, end_unfinished, tabulate
+    from sim.workload import build_workload
+
+    if workload is None:
+        workload = build_workload(config.workload, config.scheduler.max_model_len)
+    env = simpy.Environment()
+    recorder = Recorder()
+    if is_disaggregated(config):
+        from sim.cluster.disaggregated import DisaggregatedCluster
+
+        cluster = DisaggregatedCluster(env, config, recorder, latency_model)
+    else:
+        from sim.cluster.colocated import ColocatedCluster
+
+        cluster = ColocatedCluster(env, config, recorder, latency_model)
+    arrivals = Arrivals(env, workload, cluster.submit)
+    cluster.add_finish_hook(arrivals.on_finish)
+    arrivals.start()
+    bar = None
+    if progress and arrivals.num_generated >= PROGRESS_MIN_REQUESTS:
+        bar = arrivals.progress = tqdm(total=arrivals.num_generated, desc="simulate", unit="req",
+                                       mininterval=0.5, leave=False)
+    try:
+        env.run(until=config.sim.max_sim_time_s)
+    finally:
+        if bar is not None:
+            bar.close()
+    why = ("the simulation ended (sim.max_sim_time_s)" if config.sim.max_sim_time_s is not None
+           else "the scheduler could not place it and nothing else was left to run")
+    if is_disaggregated(config):
+        cluster.end_unfinished(env.now, why)
+    else:
+        for replica in cluster.replicas:
+            mine = [r for r in recorder.requests if recorder.replica_of.get(r.req_id) == replica.name]
+            end_unfinished(replica.scheduler, mine, env.now, why)
+    result = tabulate(recorder, config)
+    if is_disaggregated(config):
+        result.summary["kv_transfer_s"] = cluster.transfer_stats()
+    return result
