@@ -1,0 +1,409 @@
+"""`Engine`: the one loop in wall-clock time, with the same `Scheduler` the simulator uses.
+
+    plan = scheduler.schedule(now)            # policies
+    result = runner.execute(plan)             # real forward pass; duration measured
+    finished = scheduler.update(plan, result, now + duration)
+
+Public API (stable; `gpu_backend.serve` builds on it):
+
+- `Engine(config, device="cpu", model=None)`: `config` is a `sim.config.Config` (model section =
+  a HF config.json path) or an `EngineConfig`; `model` replaces the built model (tests share weights).
+- `engine.now()`: seconds on the engine clock (give new requests `arrival_time=engine.now()`).
+- `engine.add_request(request, on_output=None)`: thread-safe. The request goes to an ingress list
+  under a short lock and reaches the scheduler at the next step boundary (the lock is never held
+  across a step). `request.prompt_token_ids` must be token ids of this model's vocabulary;
+  `request.sampling` a `SamplingParams` (None = greedy).
+- `on_output(RequestOutput(req_id, new_token_ids, finished, finish_reason, time))` is called **on
+  the engine thread**, once per new token and once when the request ends (finished=True; aborted
+  and rejected requests get exactly one such call with no tokens). Keep it short (hand off to a
+  queue / `loop.call_soon_threadsafe`).
+- `engine.abort(req_id)`: thread-safe cancellation; the request's blocks are freed at the next step
+  boundary and it ends FINISHED / aborted.
+- `engine.start()` / `engine.stop()`: run the loop on a background thread (for a server).
+- `engine.step() -> bool`: one iteration on the caller's thread (False when there was nothing to run).
+- `engine.run_workload(workload, progress=True) -> EngineResult`: real-time replay of a `sim`
+  workload on the caller's thread: requests are admitted at their arrival times (at the first step
+  boundary after), closed-loop follow-ups come from `workload.on_finish`.
+- `engine.stats()`: running / waiting / swapped counts, KV usage, preemptions, steps (for /metrics).
+- `engine.result()`: the `requests` and `steps` tables and the summary, exactly as the simulator's
+  (`sim.results`, `sim.metrics`), with measured times; `EngineResult.save(out_dir)`.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from gpu_backend.attention import select_backend
+from gpu_backend.kv_cache import KVCache
+from gpu_backend.model import LlamaModel, build_model
+from gpu_backend.model_config import ModelConfig
+from gpu_backend.model_runner import ModelRunner
+from gpu_backend.sampler import GREEDY, request_seed
+from policies import CacheConfig, ConfigError, FinishReason, Request, SchedulerConfig
+from policies.config import check_choice, check_int
+
+DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the engine needs when there is no `sim` Config: model, scheduler, cache, runtime.
+
+    `weights` is a safetensors file or folder (None = seeded random weights from `seed`); `dtype`
+    "auto" is float32 on CPU and bfloat16 on CUDA.
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    weights: str | None = None
+    dtype: str = "auto"
+    attention_backend: str = "auto"
+    seed: int = 0
+    slo: object | None = None  # a sim.metrics.SLOConfig for goodput, if any
+    max_time_s: float | None = None  # run_workload: abort what is still live after this long
+
+    def __post_init__(self) -> None:
+        check_choice("engine.dtype", self.dtype, tuple(DTYPES))
+        check_int("engine.seed", self.seed, 0)
+        if self.scheduler.max_model_len > self.model.max_position_embeddings:
+            raise ConfigError(f"scheduler.max_model_len: {self.scheduler.max_model_len} exceeds the model's "
+                              f"max_position_embeddings={self.model.max_position_embeddings}")
+
+
+def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[EngineConfig, str]:
+    """An `EngineConfig` (and the config's TOML) from a `sim.config.Config`.
+
+    The model section must name a HF config.json (file or folder); safetensors beside it are loaded,
+    else weights are seeded random. KV blocks: `hardware.num_gpu_blocks`, else what fits the device;
+    CPU swap blocks from `hardware.swap_space_gb`.
+    """
+    from sim.config import config_to_toml
+
+    path = Path(config.model.name)
+    if not (path.suffix == ".json" or path.is_dir()):
+        raise ConfigError(f"model.name: the engine needs a HF config.json path (e.g. examples/tiny-llama/config.json), "
+                          f"got catalog name {config.model.name!r}")
+    model_config = ModelConfig.from_json(path)
+    folder = path if path.is_dir() else path.parent
+    weights = str(folder) if any(folder.glob("*.safetensors")) else None
+    dtype = config.model.dtype if config.model.dtype in DTYPES else "auto"
+    torch_dtype = resolve_dtype(dtype, device)
+    block_size = config.cache.block_size
+    num_gpu_blocks = config.hardware.num_gpu_blocks or KVCache.default_num_blocks(
+        model_config, block_size, torch_dtype, device)
+    block_bytes = model_config.kv_bytes_per_token(torch.tensor([], dtype=torch_dtype).element_size()) * block_size
+    num_cpu_blocks = int(config.hardware.swap_space_gb * 2**30) // block_bytes
+    cache = CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks,
+                        watermark=config.cache.watermark, enable_prefix_caching=config.cache.enable_prefix_caching)
+    engine_config = EngineConfig(model=model_config, scheduler=config.scheduler, cache=cache, weights=weights,
+                                 dtype=dtype, seed=getattr(config.workload, "seed", 0) or 0, slo=config.slo,
+                                 max_time_s=config.sim.max_sim_time_s)
+    return engine_config, config_to_toml(config)
+
+
+def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
+    dtype = DTYPES[name]
+    if dtype is None:
+        dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    return dtype
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """What `on_output` receives: new tokens of one request, and whether (and why) it ended."""
+
+    req_id: int | str
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+    time: float
+
+
+@dataclass
+class EngineResult:
+    """The engine's run, in the simulator's format: `requests`, `steps`, `summary` (+ raw requests)."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    summary: dict
+    config_toml: str | None = None
+    raw_requests: list[Request] = field(default_factory=list, repr=False)
+
+    def save(self, out_dir: str | Path, plot: bool = True) -> Path:
+        """Write summary.json, requests.csv, steps.csv (+ config.toml, timeline.png) like `simulate`."""
+        from sim.results import write_results
+
+        return write_results(out_dir, self.requests, self.steps, self.summary, self.config_toml, plot=plot)
+
+
+class Engine:
+    """The real engine: one scheduler, one model runner, the one loop in wall-clock time."""
+
+    def __init__(self, config, device: str | torch.device = "cpu", model: LlamaModel | None = None) -> None:
+        from policies.scheduler import make_scheduler
+        from sim.results import Recorder
+
+        self.config_toml = None
+        if not isinstance(config, EngineConfig):
+            config, self.config_toml = engine_config_from_sim(config, device)
+        self.config = config
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
+        dtype = resolve_dtype(config.dtype, self.device)
+        if model is None:
+            model = build_model(config.model, self.device, dtype, config.weights, config.seed)
+        self.model = model.to(self.device)
+        self.model_config = model.config
+        dtype = next(model.parameters()).dtype
+        self.kv_cache = KVCache(self.model_config, config.cache.num_gpu_blocks, config.cache.block_size,
+                                config.cache.num_cpu_blocks, dtype, self.device)
+        self.backend = select_backend(self.device, config.attention_backend)
+        self.runner = ModelRunner(self.model, self.kv_cache, self.backend, config.seed)
+        self.scheduler = make_scheduler(config.scheduler, config.cache)
+        self.recorder = Recorder()
+        self.on_finish: list[Callable[[Request, float], None]] = []  # hooks run on the engine thread
+        self.step_hooks: list[Callable] = []  # called with (plan, result) after each step (tests, tracing)
+
+        self._lock = threading.Lock()
+        self._ingress: list[tuple[Request, Callable | None]] = []
+        self._aborts: list[int | str] = []
+        self._wakeup = threading.Event()
+        self._callbacks: dict[int | str, Callable] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._t0 = time.perf_counter()
+        self.num_steps = 0
+        self.num_preemptions = 0
+        self.schedule_time_s = 0.0  # host time in scheduler.schedule + update, summed
+
+    # --- ingress (any thread) ----------------------------------------------------------------------
+    def now(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def add_request(self, request: Request, on_output: Callable[[RequestOutput], None] | None = None) -> None:
+        """Queue `request` for the next step boundary (thread-safe); see the module docstring."""
+        ids = request.prompt_token_ids
+        if ids is None:
+            raise ValueError(f"request {request.req_id}: prompt_token_ids is None; the engine needs token ids")
+        vocab = self.model_config.vocab_size
+        if len(ids) and (min(ids) < 0 or max(ids) >= vocab):
+            raise ValueError(f"request {request.req_id}: prompt_token_ids must lie in [0, {vocab}) (the model's vocab)")
+        if request.sampling is None:
+            request.sampling = GREEDY
+        with self._lock:
+            self._ingress.append((request, on_output))
+        self._wakeup.set()
+
+    def abort(self, req_id: int | str) -> None:
+        """Cancel a request (thread-safe): its blocks are freed at the next step boundary."""
+        with self._lock:
+            self._aborts.append(req_id)
+        self._wakeup.set()
+
+    # --- the loop -------------------------------------------------------------------------------------
+    def _emit(self, request: Request, tokens: list[int], now: float) -> None:
+        cb = self._callbacks.get(request.req_id)
+        finished = request.is_finished
+        if cb is not None:
+            reason = request.finish_reason.value if finished and request.finish_reason else None
+            cb(RequestOutput(request.req_id, tokens, finished, reason, now))
+        if finished:
+            self._callbacks.pop(request.req_id, None)
+            for hook in self.on_finish:
+                hook(request, now)
+
+    def _admit(self) -> None:
+        with self._lock:  # the one short critical section: swap the lists
+            ingress, self._ingress = self._ingress, []
+            aborts, self._aborts = self._aborts, []
+        now = self.now()
+        for request, cb in ingress:
+            self.recorder.add_request(request, "0")
+            if cb is not None:
+                self._callbacks[request.req_id] = cb
+            self.scheduler.add_request(request, now)
+            if request.is_finished:  # rejected at once (too long, can never fit)
+                self._emit(request, [], now)
+        for req_id in aborts:
+            request = next((r for r, _ in ingress if r.req_id == req_id), None) or self._live(req_id)
+            if request is None or request.is_finished:
+                continue
+            self.scheduler.abort_request(req_id, now)
+            if not request.is_finished:  # defensive: a scheduler that did not know it
+                request.finish(FinishReason.ABORTED, now)
+            self._emit(request, [], now)
+
+    def _live(self, req_id) -> Request | None:
+        for request in reversed(self.recorder.requests):
+            if request.req_id == req_id:
+                return request
+        return None
+
+    def step(self) -> bool:
+        """One iteration: admit arrivals and aborts, schedule, execute, update. False if nothing ran."""
+        from sim.results import record_step
+
+        self._admit()
+        start = self.now()
+        t = time.perf_counter()
+        plan = self.scheduler.schedule(start)
+        self.schedule_time_s += time.perf_counter() - t
+        if plan.is_empty:
+            return False
+        result = self.runner.execute(plan)
+        end = self.now()
+        t = time.perf_counter()
+        self.scheduler.update(plan, result, end)
+        self.schedule_time_s += time.perf_counter() - t
+        self.num_steps += 1
+        self.num_preemptions += len(plan.preempted) + len(plan.swapped_out)
+        self.recorder.add_step(record_step(plan, start, end - start, self.scheduler))
+        for hook in self.step_hooks:
+            hook(plan, result)
+        for seq in plan.seqs:
+            if seq.samples and not seq.is_padding:
+                r = seq.request
+                self._emit(r, r.output_token_ids[-1:], end)
+        return True
+
+    def has_unfinished(self) -> bool:
+        with self._lock:
+            pending = bool(self._ingress or self._aborts)
+        return pending or self.scheduler.has_unfinished()
+
+    def run_until_done(self, max_steps: int | None = None) -> None:
+        """Step on this thread until every added request has ended (tests, offline batches)."""
+        for _ in itertools.count() if max_steps is None else range(max_steps):
+            if not self.has_unfinished():
+                return
+            if not self.step() and not self._ingress:
+                self._end_stuck("the scheduler could not place it and nothing else was left to run")
+                return
+
+    def _end_stuck(self, why: str) -> None:
+        now = self.now()
+        for request in self.recorder.requests:
+            if not request.is_finished:
+                self.scheduler.abort_request(request.req_id, now)
+                if not request.is_finished:
+                    request.finish(FinishReason.ABORTED, now)
+                request.reject_reason = why
+                self._emit(request, [], now)
+
+    # --- background thread (serving) ----------------------------------------------------------------
+    def start(self) -> None:
+        """Run the loop on a background thread until `stop()`."""
+        if self._thread is not None:
+            return
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="servesim-engine", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            if not self.step():
+                self._wakeup.wait(0.05)  # idle: sleep until a request or abort arrives
+                self._wakeup.clear()
+
+    def stop(self) -> None:
+        """Stop the background thread (after its current step)."""
+        self._stopping = True
+        self._wakeup.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    # --- replay ----------------------------------------------------------------------------------------
+    def prepare_workload_request(self, request: Request) -> Request:
+        """Give a `sim` workload request token ids in this model's vocabulary.
+
+        Count-only requests get seeded random ids; synthetic ids (e.g. shared prefixes) are folded
+        into the vocabulary, which keeps equal prefixes equal, so prefix caching still hits.
+        """
+        vocab = self.model_config.vocab_size
+        if request.prompt_token_ids is None:
+            rng = np.random.default_rng(request_seed(request.req_id, self.config.seed))
+            request.prompt_token_ids = rng.integers(3, vocab, request.num_prompt_tokens).tolist()
+        else:
+            request.prompt_token_ids = [int(t) % vocab for t in request.prompt_token_ids]
+        return request
+
+    def run_workload(self, workload, progress: bool = True, max_time_s: float | None = None) -> "EngineResult":
+        """Replay `workload` in real time on this thread and return the results (see module docstring)."""
+        from tqdm import tqdm
+
+        if self._thread is not None:
+            raise RuntimeError("run_workload: the engine is running on its background thread; stop() it first")
+        max_time_s = max_time_s if max_time_s is not None else self.config.max_time_s
+        pending: list[tuple[float, int, Request]] = []
+        counter = itertools.count()
+
+        def push(request: Request) -> None:
+            heapq.heappush(pending, (request.arrival_time, next(counter), self.prepare_workload_request(request)))
+
+        for request in workload.start():
+            push(request)
+        bar = tqdm(total=len(pending), desc="engine", unit="req", disable=not progress, mininterval=0.5)
+
+        def finished(request: Request, now: float) -> None:
+            bar.update(1)
+            for follow_up in workload.on_finish(request, now):
+                push(follow_up)
+                bar.total += 1
+
+        self.on_finish.append(finished)
+        self._t0 = time.perf_counter()  # the replay's clock starts at 0, like the simulator's
+        try:
+            while True:
+                now = self.now()
+                if max_time_s is not None and now >= max_time_s:
+                    self._end_stuck("the run ended (max_time_s)")
+                    break
+                while pending and pending[0][0] <= now:
+                    self.add_request(heapq.heappop(pending)[2])
+                if self.step():
+                    continue
+                if pending:  # idle until the next arrival
+                    time.sleep(max(0.0, min(pending[0][0] - self.now(), 0.05)))
+                elif self.has_unfinished():
+                    if not self._ingress:
+                        self._end_stuck("the scheduler could not place it and nothing else was left to run")
+                else:
+                    break
+        finally:
+            self.on_finish.remove(finished)
+            bar.close()
+        return self.result()
+
+    # --- observability --------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        """Live counters for a /metrics endpoint (read without locks: a snapshot, maybe a step stale)."""
+        bm = self.scheduler.block_manager
+        return {
+            "num_running": self.scheduler.num_running, "num_waiting": self.scheduler.num_waiting,
+            "num_swapped": self.scheduler.num_swapped, "num_gpu_blocks": bm.num_gpu_blocks,
+            "num_used_gpu_blocks": bm.num_used_gpu_blocks, "kv_usage": bm.num_used_gpu_blocks / bm.num_gpu_blocks,
+            "num_preemptions": self.num_preemptions, "num_steps": self.num_steps,
+            "num_requests": len(self.recorder.requests),
+        }
+
+    def result(self) -> EngineResult:
+        """The `requests`/`steps` tables and summary of everything this engine has seen."""
+        from sim.metrics import summarize
+        from sim.results import pooled_itls, requests_table, steps_table
+
+        requests = requests_table(self.recorder.requests, self.recorder.replica_of)
+        steps = steps_table(self.recorder.steps)
+        summary = summarize(requests, steps, pooled_itls(self.recorder.requests), self.config.slo)
+        return EngineResult(requests, steps, summary, self.config_toml, list(self.recorder.requests))

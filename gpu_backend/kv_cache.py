@@ -1,0 +1,83 @@
+"""`KVCache`: the paged K/V tensors, indexed by the `BlockManager`'s block ids.
+
+One tensor per layer for K and one for V, each `[num_blocks, block_size, num_kv_heads, head_dim]`,
+all views into a single `[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]` buffer so
+a swap copies every layer's blocks in one indexed copy. Token slot `s` of a layer is
+`k.view(-1, Hkv, D)[s]` with `s = block_id * block_size + offset`.
+
+CPU swap space has the same layout with `num_cpu_blocks` blocks (pinned memory on CUDA so the
+copies can be asynchronous). `swap_out`/`swap_in` take the `(src, dst)` block pairs of a `BatchPlan`.
+"""
+from __future__ import annotations
+
+import torch
+
+from gpu_backend.model_config import ModelConfig
+
+
+class KVCache:
+    """Per-layer paged K and V tensors on the device, plus the CPU swap space."""
+
+    def __init__(self, config: ModelConfig, num_blocks: int, block_size: int, num_cpu_blocks: int = 0,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
+        if num_blocks < 1:
+            raise ValueError(f"cache.num_gpu_blocks: must be >= 1, got {num_blocks}")
+        self.num_blocks, self.block_size, self.num_cpu_blocks = num_blocks, block_size, num_cpu_blocks
+        self.device = torch.device(device)
+        shape = (config.num_hidden_layers, 2, num_blocks, block_size, config.num_key_value_heads, config.head_dim)
+        self.buffer = torch.zeros(shape, dtype=dtype, device=self.device)  # [L, 2, N, B, Hkv, D]
+        self.k = [self.buffer[i, 0] for i in range(config.num_hidden_layers)]  # each [N, B, Hkv, D]
+        self.v = [self.buffer[i, 1] for i in range(config.num_hidden_layers)]
+        cpu_shape = shape[:2] + (num_cpu_blocks,) + shape[3:]
+        pin = self.device.type == "cuda"
+        self.cpu_buffer = torch.zeros(cpu_shape, dtype=dtype, pin_memory=pin)  # [L, 2, Ncpu, B, Hkv, D]
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.buffer[:, :, 0].numel() * self.buffer.element_size()
+
+    def fill_(self, value: float) -> None:
+        """Overwrite every slot (tests fill NaN sentinels to catch stray reads and writes)."""
+        self.buffer.fill_(value)
+        self.cpu_buffer.fill_(value)
+
+    def swap_out(self, pairs) -> None:
+        """Copy GPU blocks to CPU swap space: `pairs` of (gpu_block, cpu_block)."""
+        if not pairs:
+            return
+        src = torch.tensor([p[0] for p in pairs], device=self.device)
+        dst = torch.tensor([p[1] for p in pairs])
+        self.cpu_buffer[:, :, dst] = self.buffer[:, :, src].to("cpu")
+
+    def swap_in(self, pairs) -> None:
+        """Copy CPU swap blocks back to the device: `pairs` of (cpu_block, gpu_block)."""
+        if not pairs:
+            return
+        src = torch.tensor([p[0] for p in pairs])
+        dst = torch.tensor([p[1] for p in pairs], device=self.device)
+        blocks = self.cpu_buffer[:, :, src]
+        if self.device.type == "cuda":
+            blocks = blocks.pin_memory().to(self.device, non_blocking=True)
+        self.buffer[:, :, dst] = blocks
+
+    def copy_blocks(self, pairs) -> None:
+        """Device-side block copies (copy-on-write): `pairs` of (src_block, dst_block)."""
+        if not pairs:
+            return
+        src = torch.tensor([p[0] for p in pairs], device=self.device)
+        dst = torch.tensor([p[1] for p in pairs], device=self.device)
+        self.buffer[:, :, dst] = self.buffer[:, :, src]
+
+    @staticmethod
+    def default_num_blocks(config: ModelConfig, block_size: int, dtype: torch.dtype, device: str | torch.device,
+                           max_bytes: int | None = None) -> int:
+        """A pool that fits: 90% of free GPU memory on CUDA, or `max_bytes` (default 256 MiB) on CPU."""
+        bytes_per_block = config.kv_bytes_per_token(torch.tensor([], dtype=dtype).element_size()) * block_size
+        device = torch.device(device)
+        if max_bytes is None:
+            if device.type == "cuda":
+                free, _ = torch.cuda.mem_get_info(device)
+                max_bytes = int(free * 0.9)
+            else:
+                max_bytes = 256 * 2**20
+        return max(1, max_bytes // bytes_per_block)

@@ -1,0 +1,69 @@
+"""`ModelRunner`: the engine's executor. Turns a `BatchPlan` into a real forward pass and a `StepResult`.
+
+Per step, in order: the plan's swap-out copies (GPU -> CPU), swap-in copies (CPU -> GPU) and block
+copies, batch assembly (`input_batch`), the forward pass over the paged cache, the LM head on the
+sampling rows only, and sampling. `StepResult.duration` is the measured wall time of all of it
+(after a CUDA synchronize). Recompute preemption needs nothing here: the scheduler freed the blocks
+and reset `num_computed_tokens`, so the request's next chunks re-prefill prompt + generated tokens.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from gpu_backend.input_batch import InputBatch, build_input_batch
+from gpu_backend.kv_cache import KVCache
+from gpu_backend.model import LlamaModel
+from gpu_backend.sampler import GREEDY, Sampler, request_seed
+from policies import BatchPlan, StepResult
+
+
+class ModelRunner:
+    """Executes plans on one model and one paged KV cache (see module docstring).
+
+    `last_timings` holds the latest step's breakdown in seconds: swap, prepare (batch assembly on the
+    host), forward (model + LM head + sampling, synchronized).
+    """
+
+    def __init__(self, model: LlamaModel, kv_cache: KVCache, backend, base_seed: int = 0) -> None:
+        self.model, self.kv_cache, self.backend = model, kv_cache, backend
+        self.device = kv_cache.device
+        self.sampler = Sampler()
+        self.base_seed = base_seed
+        self.eos_token_ids = model.config.eos_token_ids
+        self.last_timings: dict[str, float] = {}
+        self.last_batch: InputBatch | None = None
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def execute(self, plan: BatchPlan) -> StepResult:
+        t0 = time.perf_counter()
+        self.kv_cache.swap_out(plan.swap_out_blocks)  # before swap-in: a freed GPU block may be reused at once
+        self.kv_cache.swap_in(plan.swap_in_blocks)
+        self.kv_cache.copy_blocks(plan.blocks_to_copy)
+        t1 = time.perf_counter()
+        batch = build_input_batch(plan, self.kv_cache.block_size, self.device)
+        self.last_batch = batch
+        t2 = time.perf_counter()
+        sampled: dict = {}
+        stopped: set = set()
+        if batch is not None:
+            hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_cache, self.backend)
+            if batch.sample_seqs:
+                logits = self.model.compute_logits(hidden[batch.sample_indices])  # [S, vocab]
+                requests = [s.request for s in batch.sample_seqs]
+                params = [r.sampling or GREEDY for r in requests]
+                seeds = [p.seed if p.seed is not None else request_seed(r.req_id, self.base_seed)
+                         for p, r in zip(params, requests)]
+                tokens = self.sampler(logits, params, seeds, [r.num_output_tokens for r in requests])
+                for r, p, tok in zip(requests, params, tokens):
+                    sampled[r.req_id] = tok
+                    if tok in p.stop_token_ids or (tok in self.eos_token_ids and not r.ignore_eos):
+                        stopped.add(r.req_id)
+        self._sync()
+        t3 = time.perf_counter()
+        self.last_timings = {"swap": t1 - t0, "prepare": t2 - t1, "forward": t3 - t2}
+        return StepResult(duration=t3 - t0, sampled_token_ids=sampled, stopped=frozenset(stopped))

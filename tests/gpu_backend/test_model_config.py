@@ -1,0 +1,37 @@
+"""ModelConfig: reading HF config.json, and refusing what the engine does not implement."""
+import json
+
+import pytest
+
+from engine_factories import TINY_CONFIG
+from gpu_backend.model_config import ModelConfig
+from policies import ConfigError
+
+
+def test_tiny_example_is_a_gqa_llama():
+    c = ModelConfig.from_json(TINY_CONFIG)
+    assert c.num_attention_heads % c.num_key_value_heads == 0 and c.num_key_value_heads < c.num_attention_heads
+    assert c.head_dim * c.num_attention_heads == c.hidden_size
+    assert c.eos_token_ids == {2}
+
+
+def test_head_dim_defaults_from_hidden_size():
+    assert ModelConfig(hidden_size=128, num_attention_heads=4, num_key_value_heads=2).head_dim == 32
+
+
+@pytest.mark.parametrize("patch, field", [
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "model.rope_scaling"),
+    ({"hidden_act": "gelu"}, "model.hidden_act"),
+    ({"num_key_value_heads": 3}, "model.num_key_value_heads"),
+    ({"attention_bias": True}, "model.attention_bias"),
+])
+def test_unsupported_features_are_refused_naming_the_field(tmp_path, patch, field):
+    d = json.loads(TINY_CONFIG.read_text()) | patch
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match=f"^{field}"):
+        ModelConfig.from_json(tmp_path)
+
+
+def test_missing_file_names_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        ModelConfig.from_json(tmp_path / "nope")
