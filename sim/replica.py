@@ -42,6 +42,7 @@ class Replica:
         self.num_finished = 0
         self.busy_time = 0.0  # seconds spent in steps (utilization = busy_time / elapsed)
         self._wakeup: simpy.Event | None = None  # set while idle, triggered by submit()
+        self._live: dict = {}  # req_id -> submitted request not yet seen to end
         self.process = env.process(self._loop())
 
     # --- for routers ----------------------------------------------------------------------------
@@ -54,6 +55,7 @@ class Replica:
         if request.is_finished:  # rejected at once (too long, can never fit)
             self._finished(request, now)
             return
+        self._live[request.req_id] = request
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
@@ -68,16 +70,9 @@ class Replica:
         A router's least-work signal; O(live requests).
         """
         total = 0
-        for req in self._live_requests():
+        for req in self._live.values():
             total += max(req.num_tokens - req.num_computed_tokens, 0) + req.max_tokens - req.num_output_tokens
         return total
-
-    def _live_requests(self):
-        s = self.scheduler
-        for name in ("waiting", "running", "swapped"):
-            queue = getattr(s, name, None)
-            if queue:
-                yield from queue
 
     @property
     def is_idle(self) -> bool:
@@ -85,9 +80,21 @@ class Replica:
 
     # --- the loop -------------------------------------------------------------------------------
     def _finished(self, request: Request, now: float) -> None:
+        self._live.pop(request.req_id, None)
         self.num_finished += 1
         for hook in self.on_finish:
             hook(request, now)
+
+    def _sweep(self, now: float) -> None:
+        """Report requests that ended outside `update` (rejected in `schedule`, aborted by a caller).
+
+        The scheduler's live-request count tells cheaply whether any did, so the scan is rare.
+        """
+        live = getattr(self.scheduler, "requests", None)
+        if live is not None and len(live) == len(self._live):
+            return
+        for request in [r for r in self._live.values() if r.is_finished]:
+            self._finished(request, now)
 
     def _loop(self):
         env, scheduler, step_time = self.env, self.scheduler, self.latency_model.step_time
@@ -95,6 +102,7 @@ class Replica:
         while True:
             now = env.now
             plan = scheduler.schedule(now)
+            self._sweep(now)
             if plan.is_empty:
                 # nothing can run: sleep until the next submit (a scheduler that holds waiting
                 # requests it cannot place gets another chance then; the runner reports any leftovers)
@@ -112,3 +120,4 @@ class Replica:
             recorder.add_step(record)
             for request in finished:
                 self._finished(request, env.now)
+            self._sweep(env.now)
