@@ -1,0 +1,39 @@
+"""Latency models: `step_time(plan) -> seconds` for one `BatchPlan`.
+
+`RooflineLatencyModel` (datasheet FLOP/s and bandwidths, always available), `ConstantLatencyModel`
+(tests), and `ProfiledLatencyModel` (measured per-op curves, `sim.latency.profiled`, imported lazily).
+`build_latency_model(config)` or `build_latency_model(model, hardware, cache_block_size)` picks one
+from `hardware.latency`.
+"""
+from __future__ import annotations
+
+from sim.latency.base import ConstantLatencyModel, LatencyModel
+from sim.latency.roofline import RooflineConstants, RooflineLatencyModel
+
+__all__ = ["LatencyModel", "ConstantLatencyModel", "RooflineConstants", "RooflineLatencyModel",
+           "build_latency_model"]
+
+
+def build_latency_model(model, hardware=None, cache_block_size: int | None = None,
+                        constants: RooflineConstants | None = None) -> LatencyModel:
+    """The latency model a config asks for.
+
+    Either `build_latency_model(config)` (a `sim.config.Config`: its model, hardware and cache
+    sections) or `build_latency_model(model, hardware, cache_block_size)` with a `ModelSpec` or
+    `ModelConfig` and a `HardwareConfig`.
+    """
+    from sim.models import ModelConfig
+
+    if hardware is None:  # a whole Config
+        config = model
+        model, hardware = config.model, config.hardware
+        cache = getattr(config, "cache", None)
+        cache_block_size = cache_block_size or getattr(cache, "block_size", 16)
+    spec = model.spec() if isinstance(model, ModelConfig) else model
+    block_size = cache_block_size or 16
+    if hardware.latency == "profiled":
+        from sim.latency.profiled import ProfiledLatencyModel  # written by the calibration package
+
+        return ProfiledLatencyModel.from_file(hardware.profile, model=spec, block_size=block_size)
+    return RooflineLatencyModel(spec, hardware.gpu_spec(), hardware.tp, block_size, constants,
+                                pcie_bandwidth=hardware.pcie_bandwidth)

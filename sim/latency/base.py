@@ -1,0 +1,35 @@
+"""The latency-model interface and a constant model for tests.
+
+A latency model turns one `BatchPlan` into the seconds its step takes on the simulated hardware,
+swap copies included. The simulator calls it once per step, so implementations keep it O(num_seqs)
+with small constants.
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from policies import BatchPlan
+
+
+@runtime_checkable
+class LatencyModel(Protocol):
+    """Anything with `step_time(plan) -> seconds`."""
+
+    def step_time(self, plan: BatchPlan) -> float: ...
+
+
+class ConstantLatencyModel:
+    """Every non-empty step takes `step_s` (+ `per_token_s` per computed token): queueing-theory tests."""
+
+    def __init__(self, step_s: float = 0.01, per_token_s: float = 0.0) -> None:
+        if step_s < 0 or per_token_s < 0:
+            raise ValueError(f"step_s/per_token_s: must be >= 0, got {step_s}, {per_token_s}")
+        self.step_s = step_s
+        self.per_token_s = per_token_s
+
+    def step_time(self, plan: BatchPlan) -> float:
+        if plan.is_empty:
+            return 0.0
+        if self.per_token_s:
+            return self.step_s + self.per_token_s * sum(s.num_tokens for s in plan.seqs)
+        return self.step_s

@@ -1,0 +1,177 @@
+"""`RooflineLatencyModel`: step time from FLOPs and bytes per op against datasheet peaks.
+
+Every op's time is `max(flops / (peak x flops_eff), bytes / (bandwidth x bw_eff))`; a step is the
+sum over the ops of all layers, plus TP all-reduces, the LM head, swap copies and a fixed overhead:
+
+* per layer, for the T tokens of the step (padding included: a padded slot costs like a live one):
+  - dense linears (QKV, O, MLP gate/up/down or fc1/fc2), sharded 1/tp: 2 FLOPs per weight per token;
+    bytes = the weights once + activations in and out;
+  - MoE: each token runs `num_experts_per_tok` experts; the weights read are those of the experts
+    touched at least once, expected E x (1 - (1 - k/E)^T) of E;
+  - prefill attention (sequences computing more than one token, or a first token): causal, a chunk
+    of n new tokens after c cached ones does n x c + n (n + 1) / 2 query-key pairs at
+    4 x heads/tp x head_dim FLOPs each; bytes = its K/V context read once;
+  - decode attention: one query over the context: memory bound on reading K and V;
+  - elementwise work (norms, rotary, activation, residual, KV writes): bytes only;
+  - 2 all-reduces of T x hidden activations when tp > 1 (ring: 2 (tp - 1) steps, each moving 1/tp
+    of the data per GPU over NVLink, or PCIe without it, and paying a fixed per-step latency);
+* once: the LM head over the sampled sequences only; KV blocks swapped out/in over PCIe (each GPU
+  copies its shard over its own link); the per-step host overhead.
+
+All efficiency factors and overheads live in `RooflineConstants`. It is a first-principles model:
+the calibration package fits measured curves (`sim.latency.profiled`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies import BatchPlan
+from policies.config import check_number
+from sim.models.gpu_spec import GPUSpec
+from sim.models.hardware import check_parallelism
+from sim.models.memory import bytes_per_block, kv_heads_per_gpu
+from sim.models.model_spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class RooflineConstants:
+    """Achievable fractions of the datasheet peaks, and fixed overheads (seconds)."""
+
+    # large bf16 GEMMs reach ~60-70% of dense peak (cuBLAS on H100/A100); 0.6 also absorbs the gaps
+    # between kernels in a prefill forward
+    gemm_flops_eff: float = 0.6
+    # flash attention forward (FA2 on A100, FA3 on H100) reaches ~40-60% of peak on long causal chunks
+    attn_flops_eff: float = 0.45
+    # streaming weights: ~85% of HBM peak (matches the ~26 ms/token of CodeLlama-34B at batch 1 on an
+    # 80 GB H100 in ../shared vLLM 0.11 logs)
+    hbm_eff: float = 0.85
+    # paged decode attention reads scattered 16-token blocks: lower achieved bandwidth
+    attn_hbm_eff: float = 0.7
+    # NVLink/PCIe: achieved fraction of per-direction link bandwidth in ring all-reduce / bulk copies
+    link_eff: float = 0.7
+    pcie_eff: float = 0.8
+    # latency of one step of a ring all-reduce (2 (tp - 1) steps per all-reduce): NCCL on NVLink has
+    # ~5 us per hop, so a tp=8 all-reduce of a few KiB costs ~70 us however small the message
+    allreduce_latency_s: float = 5e-6
+    # hidden-size activation passes per layer for norms, residual adds, rotary (reads + writes)
+    elementwise_passes: int = 10
+    # host work per step: scheduling, input preparation, launch / graph replay, sampling, detokenize
+    step_overhead_s: float = 1.5e-3
+    # extra host work per sequence in the batch (block tables, sampling metadata)
+    per_seq_overhead_s: float = 5e-6
+
+    def __post_init__(self) -> None:
+        for f in ("gemm_flops_eff", "attn_flops_eff", "hbm_eff", "attn_hbm_eff", "link_eff", "pcie_eff"):
+            check_number(f"latency.{f}", getattr(self, f), 0.0, 1.0, strict_min=True)
+        for f in ("allreduce_latency_s", "step_overhead_s", "per_seq_overhead_s"):
+            check_number(f"latency.{f}", getattr(self, f), 0.0)
+
+
+class RooflineLatencyModel:
+    """Analytic step time of a `BatchPlan` for `model` on `tp` x `gpu` (see the module docstring)."""
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int = 1, block_size: int = 16,
+                 constants: RooflineConstants | None = None, pcie_bandwidth: float | None = None) -> None:
+        check_parallelism(model, tp)
+        self.model, self.gpu, self.tp, self.block_size = model, gpu, tp, block_size
+        c = self.constants = constants or RooflineConstants()
+        m, L, dt = model, model.num_layers, model.dtype_bytes
+        h = m.hidden_size
+        peak = gpu.peak_flops(dt)
+        # all per GPU; times below are per op summed over layers, as "seconds per unit"
+        self._gemm_flop_s = 1.0 / (peak * c.gemm_flops_eff)
+        self._attn_flop_s = 1.0 / (peak * c.attn_flops_eff)
+        self._hbm_byte_s = 1.0 / (gpu.hbm_bandwidth * c.hbm_eff)
+        self._attn_byte_s = 1.0 / (gpu.hbm_bandwidth * c.attn_hbm_eff)
+        q_cols, kv_cols = m.q_size // tp, kv_heads_per_gpu(m, tp) * m.head_dim
+        attn_w = h * (q_cols + 2 * kv_cols) + q_cols * h  # QKV + O weights on this GPU
+        inter = m.intermediate_size // tp
+        dense_mlp_w = 0 if m.is_moe else m.num_mlp_matrices * h * inter
+        lin_w = attn_w + dense_mlp_w
+        self._lin_weight_bytes = L * lin_w * dt
+        self._lin_flops_per_token = L * 2 * lin_w
+        # activations in/out of the linears per token: QKV in h, out q+2kv; O in q, out h; MLP in h,
+        # out (1 or 2) x inter, then inter in, h out
+        mlp_io = 0 if m.is_moe else h + (m.num_mlp_matrices - 1) * inter + inter + h
+        self._lin_act_bytes_per_token = L * (h + q_cols + 2 * kv_cols + q_cols + h + mlp_io) * dt
+        # MoE experts (sharded 1/tp each)
+        self._expert_bytes = L * m.num_mlp_matrices * h * inter * dt if m.is_moe else 0
+        self._expert_flops_per_token = L * 2 * m.num_experts_per_tok * m.num_mlp_matrices * h * inter
+        self._expert_act_bytes_per_token = L * m.num_experts_per_tok * (2 * h + m.num_mlp_matrices * inter) * dt
+        # attention: FLOPs per (query, key) pair over all layers; K+V bytes per context token over all layers
+        self._attn_flops_per_pair = L * 4 * q_cols
+        self._kv_bytes_per_token = L * 2 * kv_cols * m.kv_dtype_bytes
+        self._q_bytes_per_token = L * 2 * q_cols * dt  # Q read + output written
+        # elementwise passes + KV cache write per token
+        self._elem_bytes_per_token = L * (c.elementwise_passes * h + 3 * inter) * dt + self._kv_bytes_per_token
+        # all-reduce: 2 per layer
+        if tp > 1:
+            link = gpu.interconnect_bandwidth * c.link_eff
+            self._ar_fixed = 2 * L * 2 * (tp - 1) * c.allreduce_latency_s
+            self._ar_s_per_token = 2 * L * (2 * (tp - 1) / tp) * h * dt / link
+        else:
+            self._ar_fixed = self._ar_s_per_token = 0.0
+        # LM head on sampled tokens (vocab sharded over tp): weights once, 2 V h FLOPs per sampled token,
+        # float32 logits written
+        vocab = m.vocab_size // tp
+        self._head_weight_bytes = vocab * h * dt
+        self._head_flops_per_token = 2 * vocab * h
+        self._head_bytes_per_token = vocab * 4
+        # swap: each GPU moves its KV shard of a block over its own host link
+        pcie = pcie_bandwidth or gpu.pcie_bandwidth
+        self.block_bytes = bytes_per_block(m, tp, block_size)
+        self._swap_s_per_block = self.block_bytes / (pcie * c.pcie_eff)
+        self._copy_s_per_block = 2 * self.block_bytes * self._hbm_byte_s  # on-GPU copy: read + write
+
+    def breakdown(self, plan: BatchPlan) -> dict[str, float]:
+        """Seconds per component of the step (their sum is `step_time(plan)`)."""
+        num_tokens = num_seqs = num_sampled = 0
+        pf_pairs = pf_ctx = pf_tokens = dec_ctx = 0
+        for s in plan.seqs:
+            n, c0 = s.num_tokens, s.num_computed_tokens
+            num_tokens += n
+            num_seqs += 1
+            if s.samples or s.is_padding:
+                num_sampled += 1
+            if n == 1 and c0 > 0:  # decode: one query over the context
+                dec_ctx += c0 + 1
+            else:
+                pf_pairs += n * c0 + n * (n + 1) // 2
+                pf_ctx += c0 + n
+                pf_tokens += n
+        out = dict.fromkeys(("linear", "moe", "attn_prefill", "attn_decode", "elementwise", "all_reduce",
+                             "lm_head", "swap", "overhead"), 0.0)
+        if num_tokens:
+            out["linear"] = max(num_tokens * self._lin_flops_per_token * self._gemm_flop_s,
+                                (self._lin_weight_bytes + num_tokens * self._lin_act_bytes_per_token)
+                                * self._hbm_byte_s)
+            if self._expert_bytes:
+                e, k = self.model.num_experts, self.model.num_experts_per_tok
+                touched = e * (1.0 - (1.0 - k / e) ** num_tokens)
+                out["moe"] = max(num_tokens * self._expert_flops_per_token * self._gemm_flop_s,
+                                 (touched * self._expert_bytes + num_tokens * self._expert_act_bytes_per_token)
+                                 * self._hbm_byte_s)
+            if pf_tokens:
+                out["attn_prefill"] = max(pf_pairs * self._attn_flops_per_pair * self._attn_flop_s,
+                                          (pf_ctx * self._kv_bytes_per_token + pf_tokens * self._q_bytes_per_token)
+                                          * self._hbm_byte_s)
+            if dec_ctx:
+                out["attn_decode"] = max(dec_ctx * self._attn_flops_per_pair * self._attn_flop_s,
+                                         dec_ctx * self._kv_bytes_per_token * self._attn_byte_s)
+            out["elementwise"] = num_tokens * self._elem_bytes_per_token * self._hbm_byte_s
+            if self.tp > 1:
+                out["all_reduce"] = self._ar_fixed + num_tokens * self._ar_s_per_token
+            if num_sampled:
+                out["lm_head"] = max(num_sampled * self._head_flops_per_token * self._gemm_flop_s,
+                                     (self._head_weight_bytes + num_sampled * self._head_bytes_per_token)
+                                     * self._hbm_byte_s)
+            out["overhead"] = self.constants.step_overhead_s + num_seqs * self.constants.per_seq_overhead_s
+        num_swapped = len(plan.swap_out_blocks) + len(plan.swap_in_blocks)
+        if num_swapped:
+            out["swap"] = num_swapped * self._swap_s_per_block
+        if plan.blocks_to_copy:
+            out["swap"] += len(plan.blocks_to_copy) * self._copy_s_per_block
+        return out
+
+    def step_time(self, plan: BatchPlan) -> float:
+        return sum(self.breakdown(plan).values())

@@ -1,0 +1,210 @@
+"""`build_workload(cfg, max_model_len) -> Workload`: requests with arrival times, lengths and tags.
+
+Open-loop kinds (poisson, gamma, constant, staged, trace) know every request up front: `start()`
+returns them all and `on_finish` returns []. `closed_loop` starts `num_users` requests at t = 0 and
+`on_finish` sends the finishing user's next request `think_time` seconds later, until
+`num_requests` have been sent or `duration` has passed.
+
+Lengths come from the trace when `workload.trace` is set (row i for request i; for arrival kinds
+other than `trace` the rows are reused cyclically), else from `prompt_len` / `output_len` (or a
+class's own). With shared-prefix groups a request's prompt is its group's `prefix_len`-token system
+prompt followed by its own sampled prompt, and carries lazy `SyntheticTokens` ids so the prefix
+cache can hit on the shared part; Mooncake traces map each hash id to one 512-token segment.
+Requests without shared content get `prompt_token_ids = None`.
+
+Too long for `max_model_len` (prompt + output): `clip` shortens the prompt to at most
+max_model_len - 1 and then the output to what is left; `filter` drops the request; `keep` passes
+it on for the scheduler to reject. `Workload.num_clipped` / `num_filtered` count them.
+Everything is drawn from one `numpy.random.Generator(seed)`: the same config gives the same
+requests, bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from policies import Request
+from sim.workload.arrivals import arrival_times, staged_arrival_times
+from sim.workload.config import WorkloadConfig
+from sim.workload.lengths import sample_lengths
+from sim.workload.synthetic_tokens import SyntheticTokens
+from sim.workload.traces import MOONCAKE_BLOCK_TOKENS, Trace, read_trace
+
+# seed namespaces for SyntheticTokens segments, so prefixes, unique parts and hash ids never collide
+_NS = 10**15
+_NS_PREFIX, _NS_UNIQUE, _NS_HASH = 1 * _NS, 2 * _NS, 3 * _NS
+_CHUNK = 1024  # closed-loop lengths are drawn in chunks of this many requests
+
+
+class Workload:
+    """The requests of one run: `start()` once at t = 0, `on_finish()` for every request that ends."""
+
+    def __init__(self, cfg: WorkloadConfig, max_model_len: int | None) -> None:
+        self.cfg = cfg
+        self.max_model_len = cfg.max_model_len or max_model_len
+        self.rng = np.random.default_rng(cfg.seed)
+        self.trace: Trace | None = read_trace(cfg.trace, cfg.trace_format) if cfg.trace else None
+        self.num_clipped = 0
+        self.num_filtered = 0
+        self.num_issued = 0
+        self._rows: list[tuple] | None = None  # open loop: (arrival, prompt, output, priority, tokens, tags)
+
+    # --- public API ---------------------------------------------------------------------------------
+    def start(self) -> list[Request]:
+        """The requests known up front (all of them for open-loop kinds), with their arrival times."""
+        if self.cfg.kind == "closed_loop":
+            self._closed_init()
+            return [r for u in range(self.cfg.num_users) if (r := self._closed_next(u, 0.0)) is not None]
+        if self._rows is None:
+            self._rows = self._open_rows()
+            self.num_issued = len(self._rows)
+        return [Request(i, a, p, o, priority=pr, prompt_token_ids=tok, tags=dict(tags))
+                for i, (a, p, o, pr, tok, tags) in enumerate(self._rows)]
+
+    def on_finish(self, request: Request, now: float) -> list[Request]:
+        """Follow-up requests when `request` ends (finished, rejected or aborted) at `now`."""
+        if self.cfg.kind != "closed_loop" or "user" not in request.tags:
+            return []
+        nxt = self._closed_next(request.tags["user"], now + self.cfg.think_time)
+        return [] if nxt is None else [nxt]
+
+    # --- open loop ----------------------------------------------------------------------------------
+    def _open_rows(self) -> list[tuple]:
+        cfg, rng = self.cfg, self.rng
+        cls_idx = None
+        if cfg.kind == "trace":
+            t = self.trace.arrival_time
+            if cfg.rate is not None:  # rescale the recorded arrivals to the requested mean rate
+                t = t * (self.trace.mean_rate / cfg.rate) if np.isfinite(self.trace.mean_rate) else t
+            else:
+                t = t * cfg.time_scale
+            if cfg.duration is not None:
+                t = t[t < cfg.duration]
+            if cfg.num_requests is not None:
+                t = t[:cfg.num_requests]
+        elif cfg.kind == "staged":
+            t = staged_arrival_times(rng, cfg.stages, cfg.cv, cfg.num_requests)
+        else:
+            cv = {"poisson": 1.0, "constant": 0.0}.get(cfg.kind, cfg.cv)
+            if cfg.classes and cfg.classes[0].rate is not None:  # one stream per class
+                streams = [arrival_times(rng, c.rate, cv, cfg.num_requests, cfg.duration) for c in cfg.classes]
+                t = np.concatenate(streams)
+                cls_idx = np.concatenate([np.full(len(s), k) for k, s in enumerate(streams)])
+                order = np.argsort(t, kind="stable")[:cfg.num_requests]
+                t, cls_idx = t[order], cls_idx[order]
+            else:
+                t = arrival_times(rng, cfg.rate, cv, cfg.num_requests, cfg.duration)
+        n = len(t)
+        if cls_idx is None and cfg.classes:
+            cls_idx = rng.choice(len(cfg.classes), size=n, p=[c.fraction for c in cfg.classes])
+        idx = np.arange(n)
+        prompt, output, priority = self._lengths(idx, cls_idx)
+        users = rng.integers(cfg.num_prefix_groups * cfg.users_per_group, size=n) if cfg.num_prefix_groups else None
+        rows = []
+        for i in range(n):
+            user = None if users is None else int(users[i])
+            row = self._make(i, float(t[i]), int(prompt[i]), int(output[i]), int(priority[i]),
+                             None if cls_idx is None else int(cls_idx[i]), user,
+                             None if user is None else user // cfg.users_per_group)
+            if row is not None:
+                rows.append(row)
+        return rows
+
+    def _lengths(self, idx: np.ndarray, cls_idx: np.ndarray | None):
+        """Prompt, output and priority arrays for request indices `idx` (trace rows or samples)."""
+        cfg, rng, n = self.cfg, self.rng, len(idx)
+        priority = np.zeros(n, dtype=np.int64)
+        if self.trace is not None:
+            rows = idx % len(self.trace)
+            prompt, output = self.trace.prompt_tokens[rows].copy(), self.trace.output_tokens[rows].copy()
+            if self.trace.priority is not None:
+                priority = self.trace.priority[rows].copy()
+        else:
+            prompt = sample_lengths(cfg.prompt_len, n, rng, "prompt")
+            output = sample_lengths(cfg.output_len, n, rng, "output")
+        if cls_idx is not None:
+            for k, c in enumerate(cfg.classes):
+                sel = np.flatnonzero(cls_idx == k)
+                priority[sel] = c.priority
+                if c.prompt_len is not None:
+                    prompt[sel] = sample_lengths(c.prompt_len, len(sel), rng, "prompt")
+                if c.output_len is not None:
+                    output[sel] = sample_lengths(c.output_len, len(sel), rng, "output")
+        return prompt, output, priority
+
+    # --- one request ----------------------------------------------------------------------------------
+    def _make(self, i: int, arrival: float, prompt: int, output: int, priority: int, cls: int | None,
+              user: int | None, group: int | None) -> tuple | None:
+        """A request row after prefixes and the max_model_len rule, or None when filtered out."""
+        cfg, tokens, tags = self.cfg, None, {}
+        if cls is not None:
+            tags["class"] = cfg.classes[cls].name
+        if group is not None:
+            tags["group"], tags["user"] = group, user
+            tokens = SyntheticTokens([(_NS_PREFIX + group, cfg.prefix_len), (_NS_UNIQUE + i, prompt)])
+            prompt += cfg.prefix_len
+        elif self.trace is not None and self.trace.hash_ids is not None:
+            ids = self.trace.hash_ids[i % len(self.trace)]
+            if ids is not None:
+                segs, left = [], prompt
+                for h in ids:  # one segment per 512-token block; the last one partial
+                    segs.append((_NS_HASH + h, min(MOONCAKE_BLOCK_TOKENS, left)))
+                    left -= MOONCAKE_BLOCK_TOKENS
+                    if left <= 0:
+                        break
+                tokens = SyntheticTokens(segs)
+        limit = self.max_model_len
+        if limit is not None and prompt + output > limit and cfg.too_long != "keep":
+            if cfg.too_long == "filter":
+                self.num_filtered += 1
+                return None
+            self.num_clipped += 1
+            prompt = min(prompt, limit - 1)
+            output = min(output, limit - prompt)
+            if tokens is not None:
+                tokens = tokens.truncated(prompt)
+        return arrival, prompt, output, priority, tokens, tags
+
+    # --- closed loop ----------------------------------------------------------------------------------
+    def _closed_init(self) -> None:
+        self.num_issued = 0
+        self.rng = np.random.default_rng(self.cfg.seed)
+        self._pool: list[tuple] = []  # per request index: (prompt, output, priority, class)
+
+    def _pool_row(self, k: int) -> tuple:
+        """Lengths of the k-th closed-loop request, drawn in chunks so they depend only on k and the seed."""
+        cfg = self.cfg
+        while k >= len(self._pool):
+            idx = np.arange(len(self._pool), len(self._pool) + _CHUNK)
+            cls_idx = (self.rng.choice(len(cfg.classes), size=_CHUNK, p=[c.fraction for c in cfg.classes])
+                       if cfg.classes else None)
+            prompt, output, priority = self._lengths(idx, cls_idx)
+            self._pool.extend(zip(prompt.tolist(), output.tolist(), priority.tolist(),
+                                  cls_idx.tolist() if cls_idx is not None else [None] * _CHUNK))
+        return self._pool[k]
+
+    def _closed_next(self, user: int, arrival: float) -> Request | None:
+        cfg = self.cfg
+        while True:
+            if cfg.num_requests is not None and self.num_issued >= cfg.num_requests:
+                return None
+            if cfg.duration is not None and arrival >= cfg.duration:
+                return None
+            k = self.num_issued
+            self.num_issued += 1
+            prompt, output, priority, cls = self._pool_row(k)
+            group = user % cfg.num_prefix_groups if cfg.num_prefix_groups else None
+            row = self._make(k, arrival, prompt, output, priority, cls, user, group)
+            if row is None:  # filtered out as too long: the user sends its next one instead
+                if self.num_filtered > 1000 and self.num_filtered > 10 * (k + 1 - self.num_filtered):
+                    raise ValueError(f"workload.too_long: nearly every request exceeds max_model_len="
+                                     f"{self.max_model_len}; use too_long = 'clip' or shorter lengths")
+                continue
+            a, p, o, pr, tok, tags = row
+            tags["user"] = user
+            return Request(k, a, p, o, priority=pr, prompt_token_ids=tok, tags=tags)
+
+
+def build_workload(cfg: WorkloadConfig, max_model_len: int | None = None) -> Workload:
+    """The workload `cfg` describes; `max_model_len` (usually scheduler.max_model_len) bounds lengths
+    unless `cfg.max_model_len` is set."""
+    return Workload(cfg, max_model_len)
