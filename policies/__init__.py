@@ -6,8 +6,11 @@ Standard library only: the same objects drive the SimPy simulator (`sim`) and th
 from policies.batch_plan import BatchPlan, ScheduledSeq, StepResult
 from policies.config import CacheConfig, ConfigError, SchedulerConfig
 from policies.request import FinishReason, IllegalTransition, Request, RequestState
+from policies.block_manager import BlockManager
+from policies.scheduler import Scheduler, make_scheduler
 
 __all__ = [
     "BatchPlan", "ScheduledSeq", "StepResult", "CacheConfig", "ConfigError", "SchedulerConfig",
-    "FinishReason", "IllegalTransition", "Request", "RequestState",
+    "FinishReason", "IllegalTransition", "Request", "RequestState", "BlockManager", "Scheduler",
+    "make_scheduler",
 ]

@@ -49,15 +49,22 @@ class CacheConfig:
     num_gpu_blocks: int = 4096
     num_cpu_blocks: int = 0
     watermark: float = 0.0  # fraction of GPU blocks kept free when admitting new requests (vLLM v0: 0.01)
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool | None = None  # None: the policy's default (on for 'vllm', off otherwise)
 
     def __post_init__(self) -> None:
         check_int("cache.block_size", self.block_size, 1)
         check_int("cache.num_gpu_blocks", self.num_gpu_blocks, 1)
         check_int("cache.num_cpu_blocks", self.num_cpu_blocks, 0)
         check_number("cache.watermark", self.watermark, 0.0, 0.5)
-        if not isinstance(self.enable_prefix_caching, bool):
+        if self.enable_prefix_caching is not None and not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError(f"cache.enable_prefix_caching: expected true or false, got {self.enable_prefix_caching!r}")
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "CacheConfig":
+        """A named engine's cache defaults (`vllm`: block 16, prefix caching on, no watermark)."""
+        from policies.presets import cache_preset
+
+        return cache_preset(name, **overrides)
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,19 @@ class SchedulerConfig:
         check_int("scheduler.hybrid_swap_threshold", self.hybrid_swap_threshold, 0)
         check_int("scheduler.long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         check_int("scheduler.static_max_batch_size", self.static_max_batch_size, 1, allow_none=True)
+        if self.policy == "vllm" and self.preemption != "recompute":
+            raise ConfigError(f"scheduler.preemption: {self.preemption!r} is not allowed with policy 'vllm' "
+                              "(vLLM v1 only recomputes); choose recompute, or policy 'chunked' for swap/hybrid")
+
+    @classmethod
+    def preset(cls, name: str, version: str | None = None, **overrides) -> "SchedulerConfig":
+        """A named engine's scheduler defaults, e.g. `SchedulerConfig.preset("vllm", version="0.11")`.
+
+        See `policies.presets` for the table of versions and usage contexts.
+        """
+        from policies.presets import scheduler_preset
+
+        return scheduler_preset(name, version=version, **overrides)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

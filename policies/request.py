@@ -69,6 +69,7 @@ class Request:
         "state", "num_computed_tokens", "num_cached_tokens", "output_token_ids", "block_table",
         "first_scheduled_time", "first_token_time", "token_times", "finish_time",
         "num_preemptions", "num_swaps", "num_recomputes", "finish_reason", "reject_reason", "is_swapped",
+        "block_hashes", "num_registered_blocks", "cpu_block_table",
     )
 
     def __init__(
@@ -117,6 +118,10 @@ class Request:
         self.finish_reason: FinishReason | None = None
         self.reject_reason: str | None = None
         self.is_swapped = False  # True while its KV lives in CPU swap space
+        # BlockManager bookkeeping (see policies/block_manager.py):
+        self.block_hashes: list[int] = []  # chained hashes of this request's full blocks (content only)
+        self.num_registered_blocks = 0  # leading blocks of block_table already offered to the prefix cache
+        self.cpu_block_table: list[int] = []  # CPU block ids while swapped out
 
     # --- derived counts -------------------------------------------------------------------------
     @property

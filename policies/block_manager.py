@@ -1,0 +1,317 @@
+"""The paged KV block manager: integer block ids, ref counts, swap space and the prefix cache.
+
+Pure bookkeeping (no tensors): the simulator counts blocks, the engine maps the same ids onto its
+KV tensors. A request's GPU blocks live in `request.block_table` (token order), its CPU blocks in
+`request.cpu_block_table` while swapped out.
+
+Semantics follow vLLM v1's KV cache manager and block pool (ENGINE-SEMANTICS.md §1.2):
+
+- `allocate_slots(req, num_new_tokens)` grows a request's table so it covers
+  `num_computed_tokens + num_new_tokens` tokens, or changes nothing and returns False.
+- Free blocks sit in one LRU queue. Allocation pops the head. Freed blocks without a hash go to the
+  head (reused first); freed blocks holding a cached prefix go to the tail (kept longest). A request
+  frees its blocks in reverse order, so its tail blocks (the least reusable) are evicted first.
+- Prefix cache (optional): a full block's hash is `hash((parent_hash, tuple(block_token_ids)))`;
+  only full blocks are hashed. A hit block is shared (ref count > 1). A cached block whose ref count
+  drops to 0 stays findable until the LRU queue hands it out again (eviction). A lookup never covers
+  the last token (`num_tokens - 1`), so a full hit still recomputes it for logits. Unlike v1 we do
+  not keep duplicate blocks under one hash: a second block with the same content stays unhashed.
+- The watermark (vLLM v0, 1% there, 0 in v1) only guards admissions and swap-ins, never the
+  growth of a running request.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from policies.config import ConfigError
+
+if TYPE_CHECKING:
+    from policies.config import CacheConfig
+    from policies.request import Request
+
+NONE_HASH = hash(("servesim", "root"))  # parent hash of a request's first block (deterministic)
+
+
+class BlockManager:
+    """GPU and CPU KV blocks: allocation, ref counts, LRU free queue, swap, prefix cache."""
+
+    __slots__ = (
+        "block_size", "num_gpu_blocks", "num_cpu_blocks", "watermark_blocks", "enable_prefix_caching",
+        "ref_counts", "block_hash", "free_queue", "cached", "free_cpu", "holders", "cpu_holders",
+        "num_prefix_queried_tokens", "num_prefix_hit_tokens",
+    )
+
+    def __init__(self, num_gpu_blocks: int, block_size: int = 16, num_cpu_blocks: int = 0,
+                 watermark: float = 0.0, enable_prefix_caching: bool = False) -> None:
+        if num_gpu_blocks < 1:
+            raise ConfigError(f"cache.num_gpu_blocks: must be >= 1, got {num_gpu_blocks}")
+        if block_size < 1:
+            raise ConfigError(f"cache.block_size: must be >= 1, got {block_size}")
+        self.block_size = block_size
+        self.num_gpu_blocks = num_gpu_blocks
+        self.num_cpu_blocks = num_cpu_blocks
+        self.watermark_blocks = int(watermark * num_gpu_blocks)
+        self.enable_prefix_caching = enable_prefix_caching
+        self.ref_counts = [0] * num_gpu_blocks
+        self.block_hash: list[int | None] = [None] * num_gpu_blocks
+        # LRU free queue: an OrderedDict gives O(1) pop-head, push-head/tail and removal from the middle.
+        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_gpu_blocks))
+        self.cached: dict[int, int] = {}  # block hash -> GPU block id
+        self.free_cpu = list(range(num_cpu_blocks - 1, -1, -1))  # a stack; pops block 0 first
+        self.holders: dict = {}  # req_id -> Request holding GPU blocks
+        self.cpu_holders: dict = {}  # req_id -> Request holding CPU blocks
+        self.num_prefix_queried_tokens = 0
+        self.num_prefix_hit_tokens = 0
+
+    @classmethod
+    def from_config(cls, cache: "CacheConfig", enable_prefix_caching: bool | None = None) -> "BlockManager":
+        if enable_prefix_caching is None:
+            enable_prefix_caching = bool(cache.enable_prefix_caching)
+        return cls(cache.num_gpu_blocks, cache.block_size, cache.num_cpu_blocks, cache.watermark,
+                   enable_prefix_caching)
+
+    # --- counts -------------------------------------------------------------------------------
+    @property
+    def num_free_gpu_blocks(self) -> int:
+        """Blocks no request holds (cached-but-unreferenced blocks count as free: evictable)."""
+        return len(self.free_queue)
+
+    @property
+    def num_used_gpu_blocks(self) -> int:
+        return self.num_gpu_blocks - len(self.free_queue)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of GPU blocks held by requests (0..1)."""
+        return self.num_used_gpu_blocks / self.num_gpu_blocks
+
+    @property
+    def num_free_cpu_blocks(self) -> int:
+        return len(self.free_cpu)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks currently findable in the prefix cache (held or evictable)."""
+        return len(self.cached)
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """Hit tokens / queried tokens over all admissions (0 when nothing was queried)."""
+        q = self.num_prefix_queried_tokens
+        return self.num_prefix_hit_tokens / q if q else 0.0
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks needed to hold `num_tokens` tokens."""
+        return -(-num_tokens // self.block_size)
+
+    def can_ever_fit(self, num_tokens: int) -> bool:
+        """Could a request holding `num_tokens` KV tokens fit in an otherwise empty GPU?"""
+        return self.blocks_for(num_tokens) <= self.num_gpu_blocks - self.watermark_blocks
+
+    # --- prefix cache ---------------------------------------------------------------------------
+    def _update_hashes(self, req: "Request", num_tokens: int) -> None:
+        """Extend `req.block_hashes` to cover every full block within the first `num_tokens` tokens."""
+        bs = self.block_size
+        hashes = req.block_hashes
+        n_full = num_tokens // bs
+        start = len(hashes)
+        if start >= n_full:
+            return
+        ids = req.token_ids(start * bs, n_full * bs)
+        parent = hashes[-1] if hashes else NONE_HASH
+        for i in range(n_full - start):
+            parent = hash((parent, tuple(ids[i * bs:(i + 1) * bs])))
+            hashes.append(parent)
+
+    def get_computed_blocks(self, req: "Request") -> tuple[list[int], int]:
+        """The longest cached prefix of `req` as (block ids, number of hit tokens).
+
+        Only for a request with nothing computed; never covers the last known token.
+        """
+        if not self.enable_prefix_caching or req.prompt_token_ids is None:
+            return [], 0
+        max_hit_blocks = (req.num_tokens - 1) // self.block_size
+        self._update_hashes(req, max_hit_blocks * self.block_size)
+        blocks = []
+        cached = self.cached
+        for h in req.block_hashes[:max_hit_blocks]:
+            b = cached.get(h)
+            if b is None:
+                break
+            blocks.append(b)
+        return blocks, len(blocks) * self.block_size
+
+    def record_prefix_lookup(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
+        """Count one admission's lookup (queried = the request's known tokens)."""
+        self.num_prefix_queried_tokens += num_queried_tokens
+        self.num_prefix_hit_tokens += num_hit_tokens
+
+    def _cache_full_blocks(self, req: "Request", num_tokens: int) -> None:
+        """Offer the full blocks within the first `num_tokens` tokens of `req` to the prefix cache."""
+        table = req.block_table
+        n_full = min(num_tokens // self.block_size, len(table))
+        k = req.num_registered_blocks
+        if k >= n_full:
+            return
+        self._update_hashes(req, n_full * self.block_size)
+        hashes, block_hash, cached = req.block_hashes, self.block_hash, self.cached
+        for i in range(k, n_full):
+            b = table[i]
+            h = hashes[i]
+            if block_hash[b] is None and h not in cached:
+                block_hash[b] = h
+                cached[h] = b
+        req.num_registered_blocks = n_full
+
+    # --- allocation -------------------------------------------------------------------------------
+    def _pop_free(self) -> int:
+        """Take the LRU head, evicting its cached content if any."""
+        b, _ = self.free_queue.popitem(last=False)
+        h = self.block_hash[b]
+        if h is not None:
+            if self.cached.get(h) == b:
+                del self.cached[h]
+            self.block_hash[b] = None
+        self.ref_counts[b] = 1
+        return b
+
+    def num_blocks_to_allocate(self, req: "Request", num_new_tokens: int, computed_blocks: list[int] = ()) -> int:
+        """Blocks the free queue must give up: new blocks plus evictable (ref 0) prefix-hit blocks."""
+        total = req.num_computed_tokens + len(computed_blocks) * self.block_size + num_new_tokens
+        n = self.blocks_for(total) - len(req.block_table) - len(computed_blocks)
+        if computed_blocks:
+            rc = self.ref_counts
+            n += sum(1 for b in computed_blocks if rc[b] == 0)
+        return max(n, 0)
+
+    def can_allocate(self, req: "Request", num_new_tokens: int, computed_blocks: list[int] = (),
+                     use_watermark: bool = False) -> bool:
+        reserve = self.watermark_blocks if use_watermark else 0
+        return self.num_blocks_to_allocate(req, num_new_tokens, computed_blocks) <= len(self.free_queue) - reserve
+
+    def allocate_slots(self, req: "Request", num_new_tokens: int, computed_blocks: list[int] = (),
+                       use_watermark: bool = False) -> bool:
+        """Grow `req`'s block table to hold its computed tokens, `computed_blocks` (prefix hits, only for
+        a request with an empty table) and `num_new_tokens` more. False (and no change) if short of blocks.
+        """
+        table = req.block_table
+        bs = self.block_size
+        total = req.num_computed_tokens + len(computed_blocks) * bs + num_new_tokens
+        needed = -(-total // bs) - len(table) - len(computed_blocks)
+        if needed > 0 or computed_blocks:
+            if not self.can_allocate(req, num_new_tokens, computed_blocks, use_watermark):
+                return False
+            if computed_blocks:
+                if table:
+                    raise ValueError(f"request {req.req_id}: prefix hits need an empty block table")
+                rc, fq = self.ref_counts, self.free_queue
+                for b in computed_blocks:
+                    if rc[b] == 0:
+                        del fq[b]
+                    rc[b] += 1
+                table.extend(computed_blocks)
+                req.num_registered_blocks = len(computed_blocks)
+            for _ in range(needed):
+                table.append(self._pop_free())
+            self.holders[req.req_id] = req
+        if self.enable_prefix_caching and req.prompt_token_ids is not None:
+            self._cache_full_blocks(req, total)
+        return True
+
+    def allocate(self, req: "Request", num_new_tokens: int, computed_blocks: list[int] = ()) -> None:
+        """`allocate_slots` that must succeed (raises RuntimeError otherwise)."""
+        if not self.allocate_slots(req, num_new_tokens, computed_blocks):
+            raise RuntimeError(f"request {req.req_id}: not enough free KV blocks for {num_new_tokens} tokens")
+
+    def append_slots(self, req: "Request", num_new_tokens: int = 1) -> bool:
+        """Room for a running request's next `num_new_tokens` tokens (no watermark)."""
+        return self.allocate_slots(req, num_new_tokens)
+
+    def append_slot(self, req: "Request") -> bool:
+        return self.allocate_slots(req, 1)
+
+    def free(self, req: "Request") -> None:
+        """Release `req`'s GPU blocks (in reverse order) and its CPU blocks, if any."""
+        table = req.block_table
+        if table:
+            rc, fq, bh = self.ref_counts, self.free_queue, self.block_hash
+            for b in reversed(table):
+                rc[b] -= 1
+                if rc[b] == 0:
+                    fq[b] = None
+                    if bh[b] is None:  # nothing worth keeping: reuse first
+                        fq.move_to_end(b, last=False)
+            table.clear()
+        req.num_registered_blocks = 0
+        self.holders.pop(req.req_id, None)
+        if req.cpu_block_table:
+            self.free_cpu.extend(reversed(req.cpu_block_table))
+            req.cpu_block_table = []
+            self.cpu_holders.pop(req.req_id, None)
+
+    # --- swap -------------------------------------------------------------------------------------
+    def can_swap_out(self, req: "Request") -> bool:
+        return self.blocks_for(req.num_computed_tokens) <= len(self.free_cpu)
+
+    def swap_out(self, req: "Request") -> list[tuple[int, int]]:
+        """Move the blocks holding `req`'s computed tokens to CPU; returns (gpu, cpu) copy pairs."""
+        keep = self.blocks_for(req.num_computed_tokens)
+        if keep > len(self.free_cpu):
+            raise RuntimeError(f"request {req.req_id}: {keep} CPU blocks needed, {len(self.free_cpu)} free")
+        table = req.block_table
+        pairs = [(table[i], self.free_cpu.pop()) for i in range(keep)]
+        self.free(req)  # GPU blocks (and any unused tail) go back; cached hashes stay findable
+        req.cpu_block_table = [c for _, c in pairs]
+        if pairs:
+            self.cpu_holders[req.req_id] = req
+        return pairs
+
+    def can_swap_in(self, req: "Request", num_new_tokens: int = 0, use_watermark: bool = True) -> bool:
+        reserve = self.watermark_blocks if use_watermark else 0
+        needed = self.blocks_for(req.num_computed_tokens + num_new_tokens)
+        return needed <= len(self.free_queue) - reserve
+
+    def swap_in(self, req: "Request") -> list[tuple[int, int]]:
+        """Bring `req`'s CPU blocks back to fresh GPU blocks; returns (cpu, gpu) copy pairs."""
+        cpu = req.cpu_block_table
+        if len(cpu) > len(self.free_queue):
+            raise RuntimeError(f"request {req.req_id}: {len(cpu)} GPU blocks needed, {len(self.free_queue)} free")
+        pairs = []
+        table = req.block_table
+        for c in cpu:
+            g = self._pop_free()
+            table.append(g)
+            pairs.append((c, g))
+        self.free_cpu.extend(reversed(cpu))
+        req.cpu_block_table = []
+        self.cpu_holders.pop(req.req_id, None)
+        if table:
+            self.holders[req.req_id] = req
+        if self.enable_prefix_caching and req.prompt_token_ids is not None:
+            self._cache_full_blocks(req, req.num_computed_tokens)
+        return pairs
+
+    # --- checks -----------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the bookkeeping is inconsistent (tests call this after every step)."""
+        n = self.num_gpu_blocks
+        counts = [0] * n
+        for rid, req in self.holders.items():
+            assert req.req_id == rid and req.block_table, f"holder {rid} has no blocks"
+            assert not req.is_finished, f"finished request {rid} still holds blocks"
+            assert len(req.block_table) * self.block_size >= req.num_computed_tokens, f"{rid}: table too short"
+            assert len(set(req.block_table)) == len(req.block_table), f"{rid}: duplicate block in table"
+            for b in req.block_table:
+                counts[b] += 1
+        assert counts == self.ref_counts, "ref counts differ from the block tables"
+        free = [b for b in range(n) if counts[b] == 0]
+        assert len(self.free_queue) == len(free) and set(self.free_queue) == set(free), "free queue != unreferenced"
+        for h, b in self.cached.items():
+            assert self.block_hash[b] == h, f"cache entry {h} -> {b} but block hash is {self.block_hash[b]}"
+        assert sum(h is not None for h in self.block_hash) == len(self.cached), "hashed blocks != cache entries"
+        assert len(self.free_cpu) == len(set(self.free_cpu)), "duplicate free CPU block"
+        held_cpu = [c for r in self.cpu_holders.values() for c in r.cpu_block_table]
+        assert len(held_cpu) == len(set(held_cpu)), "a CPU block is held twice"
+        assert not set(held_cpu) & set(self.free_cpu), "a held CPU block is also free"
+        assert len(held_cpu) + len(self.free_cpu) == self.num_cpu_blocks, "CPU blocks lost"

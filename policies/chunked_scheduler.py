@@ -1,0 +1,40 @@
+"""`chunked` (Sarathi-Serve / vLLM v1) and the `vllm` preset policy.
+
+Each step: running requests first, in order (decodes 1 token each, partial prefills a chunk), then,
+if nobody was preempted, swapped requests back in, then new requests from the waiting queue (only
+once nothing is left swapped), all within `max_num_batched_tokens` and `max_num_seqs`. A prompt is
+split across steps by whatever budget is left (clamped to `long_prefill_token_threshold` if set).
+Mixed prefill + decode steps are the norm.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from policies.scheduler import Scheduler
+from policies.step_builder import StepBuilder
+
+if TYPE_CHECKING:
+    from policies.batch_plan import BatchPlan
+
+
+class ChunkedScheduler(Scheduler):
+    """Decode-first chunked prefill (stall-free batching)."""
+
+    def schedule(self, now: float) -> "BatchPlan":
+        step = StepBuilder(self.token_budget)
+        self._schedule_running(step)
+        if not step.num_preempted:  # vLLM v1: no admissions in a step that had to preempt
+            self._schedule_swapped(step)
+            if not self.swapped:
+                self._schedule_waiting(step, now)
+        return self._plan(step, now)
+
+
+class VllmScheduler(ChunkedScheduler):
+    """vLLM v1's scheduler: chunked, prefix caching on unless turned off, recompute-only preemption
+    (enforced by `SchedulerConfig`), and new admissions never preempt (head-of-line blocking, even
+    with the priority queue; priority only picks the victim when a running request cannot grow).
+    """
+
+    priority_admission_preemption = False
+    default_prefix_caching = True

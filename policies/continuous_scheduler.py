@@ -1,0 +1,32 @@
+"""`continuous`: iteration-level batching as in Orca / vLLM v0 without chunked prefill.
+
+Finished requests leave and waiting ones join at every step, but a prompt is always prefilled
+whole. We follow vLLM v0's `_schedule_default`: if nothing is swapped out, admit whole prompts
+first; a step that admitted any prefill is prefill-only (the running decodes wait one step);
+otherwise run the decodes (preempting on OOM) and, if nobody was preempted, swap requests back in.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from policies.scheduler import Scheduler
+from policies.step_builder import StepBuilder
+
+if TYPE_CHECKING:
+    from policies.batch_plan import BatchPlan
+
+
+class ContinuousScheduler(Scheduler):
+    """Prefill-first iteration-level batching with whole prompts."""
+
+    whole_prompts = True
+
+    def schedule(self, now: float) -> "BatchPlan":
+        step = StepBuilder(self.token_budget)
+        if not self.swapped:
+            self._schedule_waiting(step, now)
+        if not step.scheduled:
+            self._schedule_running(step)
+            if not step.num_preempted:
+                self._schedule_swapped(step)
+        return self._plan(step, now)

@@ -1,0 +1,308 @@
+"""The scheduler: the mechanisms every policy shares, and `make_scheduler` to pick a policy by name.
+
+Every policy speaks the one loop of DESIGN.md::
+
+    plan = scheduler.schedule(now)
+    result = executor.execute(plan)
+    finished = scheduler.update(plan, result, now + result.duration)
+
+Token accounting is vLLM v1's: each step hands out tokens so that a request's `num_computed_tokens`
+catches up with `num_tokens` (prompt + generated); `num_computed_tokens` advances at schedule time.
+Policies differ only in the *order* in which they run the shared mechanisms below
+(`_schedule_running`, `_schedule_swapped`, `_schedule_waiting`) and in whether a prompt may be
+split (`whole_prompts`); static batching adds its batch bookkeeping.
+
+Admission (`add_request`) rejects at once, with a reason, a request that could never be served:
+- prompt + max_tokens > max_model_len (what vLLM's OpenAI server answers with a 400; this also
+  covers vLLM's "prompt >= max_model_len");
+- its KV at full length (prompt + max_tokens - 1 tokens; the last sampled token needs no KV) needs
+  more blocks than the GPU has, minus the watermark;
+- whole-prompt policies (`continuous`, `static`): prompt > max_num_batched_tokens (vLLM v0 ignores
+  such prompts). A recompute of prompt + generated that outgrows the budget likewise ends REJECTED
+  there, as in vLLM v0; configure max_num_batched_tokens >= max_model_len to avoid it (v0 required it).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from policies.block_manager import BlockManager
+from policies.preemption import SWAP, Preemptor
+from policies.request import FinishReason, RequestState
+from policies.step_builder import StepBuilder
+from policies.waiting_queue import make_queue
+
+if TYPE_CHECKING:
+    from policies.batch_plan import BatchPlan, StepResult
+    from policies.config import CacheConfig, SchedulerConfig
+    from policies.request import Request
+
+_CTX = RequestState.RUNNING_CTX
+_GEN = RequestState.RUNNING_GEN
+_FINISHED = RequestState.FINISHED
+
+
+class Scheduler:
+    """Shared state and mechanisms: queues, block manager, admission, preemption, update.
+
+    Subclasses implement `schedule(now)` by running the shared steps in their policy's order.
+    """
+
+    whole_prompts = False  # True: a prompt (or recompute) is scheduled in one piece, never chunked
+    priority_admission_preemption = True  # priority queue: a waiting request may preempt lower ones
+    default_prefix_caching = False  # used when CacheConfig.enable_prefix_caching is None
+
+    def __init__(self, config: "SchedulerConfig", cache: "CacheConfig") -> None:
+        self.config = config
+        self.cache_config = cache
+        prefix = cache.enable_prefix_caching
+        self.block_manager = BlockManager.from_config(
+            cache, self.default_prefix_caching if prefix is None else prefix)
+        self.waiting = make_queue(config.queue)
+        self.swapped = make_queue(config.queue)
+        self.running: list[Request] = []
+        self.preemptor = Preemptor(config.preemption, config.queue, config.hybrid_swap_threshold)
+        self.requests: dict = {}  # req_id -> live (unfinished) request
+        self.step_id = 0
+        self.token_budget = config.max_num_batched_tokens
+        self.max_num_seqs = config.max_num_seqs
+        self.long_prefill_token_threshold = config.long_prefill_token_threshold
+
+    # --- queue sizes ------------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_swapped(self) -> int:
+        return len(self.swapped)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    # --- admission --------------------------------------------------------------------------------
+    def reject_reason(self, req: "Request") -> str | None:
+        """Why `req` can never be served here, or None."""
+        p, m = req.num_prompt_tokens, req.max_tokens
+        limit = self.config.max_model_len
+        if p + m > limit:
+            return f"prompt ({p} tokens) + max_tokens ({m}) = {p + m} exceeds max_model_len ({limit})"
+        bm = self.block_manager
+        if not bm.can_ever_fit(p + m - 1):
+            return (f"needs {bm.blocks_for(p + m - 1)} KV blocks for {p + m - 1} tokens but the GPU has "
+                    f"{bm.num_gpu_blocks} ({bm.watermark_blocks} kept free by the watermark)")
+        if self.whole_prompts and p > self.token_budget:
+            return (f"prompt ({p} tokens) exceeds max_num_batched_tokens ({self.token_budget}) and policy "
+                    f"{self.config.policy!r} never splits a prompt")
+        return None
+
+    def add_request(self, req: "Request", now: float | None = None) -> bool:
+        """Queue `req`, or reject it at once (FINISHED / REJECTED with `reject_reason`). True if queued."""
+        if req.req_id in self.requests:
+            raise ValueError(f"req_id: {req.req_id!r} is already in the scheduler")
+        why = self.reject_reason(req)
+        if why is not None:
+            req.finish(FinishReason.REJECTED, req.arrival_time if now is None else now, why)
+            return False
+        self.requests[req.req_id] = req
+        self.waiting.push(req)
+        return True
+
+    def abort_request(self, req_id, now: float) -> "Request | None":
+        """Cancel a live request: its blocks are freed at once; it ends FINISHED / ABORTED."""
+        req = self.requests.get(req_id)
+        if req is None:
+            return None
+        if req.state in (_CTX, _GEN):
+            self.running.remove(req)
+        elif req.is_swapped:
+            self.swapped.remove(req)
+        else:
+            self.waiting.remove(req)
+        self._finish(req, FinishReason.ABORTED, now)
+        return req
+
+    def _finish(self, req: "Request", reason: FinishReason, now: float, why: str | None = None) -> None:
+        self.block_manager.free(req)
+        req.is_swapped = False
+        req.finish(reason, now, why)
+        self.requests.pop(req.req_id, None)
+
+    # --- the policy hook --------------------------------------------------------------------------
+    def schedule(self, now: float) -> "BatchPlan":
+        """The next step's plan (empty when nothing can run)."""
+        raise NotImplementedError
+
+    def _plan(self, step: StepBuilder, now: float) -> "BatchPlan":
+        plan = step.finish(self.step_id, now)
+        if not plan.is_empty:
+            self.step_id += 1
+        return plan
+
+    # --- shared mechanisms ------------------------------------------------------------------------
+    def _chunk(self, num_remaining: int, budget: int) -> int:
+        """How many of `num_remaining` owed tokens to schedule with `budget` left (0 = none)."""
+        if self.whole_prompts:
+            return num_remaining if num_remaining <= budget else 0
+        t = self.long_prefill_token_threshold
+        if 0 < t < num_remaining:
+            num_remaining = t
+        return num_remaining if num_remaining <= budget else budget
+
+    def _schedule_running(self, step: StepBuilder) -> None:
+        """Running requests in order (decodes: 1 token; partial prefills: a chunk); preempt on OOM."""
+        running = self.running
+        allocate = self.block_manager.allocate_slots
+        i = 0
+        while i < len(running) and step.budget > 0:
+            req = running[i]
+            n = self._chunk(req.num_tokens - req.num_computed_tokens, step.budget)
+            if n <= 0:
+                i += 1
+                continue
+            while not allocate(req, n):
+                victim = self.preemptor.pick_victim(running)
+                vi = running.index(victim)
+                self._preempt(victim, step)
+                if victim is req:
+                    break
+                if vi < i:
+                    i -= 1
+            else:
+                step.add(req, n)
+                i += 1
+                continue
+            break  # the request itself was preempted: stop here, as vLLM v1 does
+
+    def _schedule_swapped(self, step: StepBuilder) -> None:
+        """Swap requests back in (before any new admission), in queue order, while they fit."""
+        bm = self.block_manager
+        while self.swapped and step.budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.swapped.peek()
+            n = self._chunk(req.num_tokens - req.num_computed_tokens, step.budget)
+            if n <= 0 or not bm.can_swap_in(req, n):
+                break
+            self.swapped.pop()
+            step.swap_in_blocks.extend(bm.swap_in(req))
+            bm.allocate(req, n)
+            req.is_swapped = False
+            step.swapped_in.append(req.req_id)
+            step.resumed.add(req.req_id)
+            req.transition(_GEN if req.num_output_tokens and req.num_remaining_tokens == 1 else _CTX)
+            self.running.append(req)
+            step.add(req, n)
+
+    def _schedule_waiting(self, step: StepBuilder, now: float) -> None:
+        """Admit waiting requests in queue order while budget, seats and blocks (with watermark) allow."""
+        bm = self.block_manager
+        waiting = self.waiting
+        while waiting and step.budget > 0:
+            req = waiting.peek()
+            if len(self.running) >= self.max_num_seqs:
+                if self._preempt_for(req, step):
+                    continue
+                break
+            blocks, hit = bm.get_computed_blocks(req)
+            remaining = req.num_tokens - hit
+            if self.whole_prompts and remaining > self.token_budget:
+                waiting.pop()  # a recompute that outgrew the budget can never run again (vLLM v0 drops it)
+                self._finish(req, FinishReason.REJECTED, now,
+                             f"recompute of {remaining} tokens exceeds max_num_batched_tokens ({self.token_budget})")
+                continue
+            n = self._chunk(remaining, step.budget)
+            if n <= 0:
+                break
+            if not bm.allocate_slots(req, n, blocks, use_watermark=True):
+                if self._preempt_for(req, step):
+                    continue
+                break
+            waiting.pop()
+            if bm.enable_prefix_caching:
+                bm.record_prefix_lookup(req.num_tokens, hit)
+            if req.first_scheduled_time is None:
+                req.num_cached_tokens = hit
+            req.num_computed_tokens = hit
+            req.transition(_CTX)
+            self.running.append(req)
+            step.resumed.add(req.req_id)
+            step.add(req, n)
+
+    def _preempt_for(self, req: "Request", step: StepBuilder) -> bool:
+        """Priority queue: preempt the lowest-priority, newest running request below `req`'s priority."""
+        if self.config.queue != "priority" or not self.priority_admission_preemption:
+            return False
+        victim = self.preemptor.pick_priority_victim(self.running, req, step.resumed)
+        if victim is None:
+            return False
+        self._preempt(victim, step)
+        return True
+
+    def _preempt(self, victim: "Request", step: StepBuilder) -> None:
+        """Take `victim` off the GPU by swap or recompute; it waits again (swapped requests resume first)."""
+        bm = self.block_manager
+        self.running.remove(victim)
+        step.undo(victim)
+        victim.num_preemptions += 1
+        victim.transition(RequestState.PREEMPTED)
+        if self.preemptor.mode_for(victim, bm) == SWAP:
+            step.swap_out_blocks.extend(bm.swap_out(victim))
+            step.swapped_out.append(victim.req_id)
+            victim.is_swapped = True
+            victim.num_swaps += 1
+            victim.transition(RequestState.WAITING)
+            self.swapped.prepend(victim)
+        else:
+            bm.free(victim)
+            victim.num_computed_tokens = 0
+            victim.num_recomputes += 1
+            step.preempted.append(victim.req_id)
+            victim.transition(RequestState.WAITING)
+            self.waiting.prepend(victim)
+
+    # --- after the step ---------------------------------------------------------------------------
+    def update(self, plan: "BatchPlan", result: "StepResult", now: float) -> list["Request"]:
+        """Record one token per sampling sequence at `now`; finish and free the finished ones."""
+        finished = []
+        sampled = result.sampled_token_ids
+        stopped = result.stopped
+        for s in plan.seqs:
+            if not s.samples:
+                continue
+            req = s.request
+            state = req.state
+            if state is not _GEN and state is not _CTX:
+                continue  # aborted (or otherwise gone) since the plan was made
+            req.record_token(0 if sampled is None else sampled.get(req.req_id, 0), now)
+            if state is _CTX:
+                req.transition(_GEN)
+            if len(req.output_token_ids) >= req.max_tokens:
+                reason = FinishReason.LENGTH
+            elif stopped and req.req_id in stopped and not req.ignore_eos:
+                reason = FinishReason.STOP
+            else:
+                continue
+            self._finish(req, reason, now)
+            finished.append(req)
+        if finished:
+            self.running = [r for r in self.running if r.state is not _FINISHED]
+            self._on_finished(finished)
+        return finished
+
+    def _on_finished(self, finished: list["Request"]) -> None:
+        """Hook for policies that track finished requests (static batching)."""
+
+
+def make_scheduler(config: "SchedulerConfig", cache: "CacheConfig") -> Scheduler:
+    """The scheduler for `config.policy` ('static', 'continuous', 'chunked' or 'vllm')."""
+    from policies.chunked_scheduler import ChunkedScheduler, VllmScheduler
+    from policies.continuous_scheduler import ContinuousScheduler
+    from policies.static_scheduler import StaticScheduler
+
+    classes = {"static": StaticScheduler, "continuous": ContinuousScheduler,
+               "chunked": ChunkedScheduler, "vllm": VllmScheduler}
+    if config.policy not in classes:
+        raise ValueError(f"scheduler.policy: {config.policy!r} is not allowed; choose one of {', '.join(classes)}")
+    return classes[config.policy](config, cache)

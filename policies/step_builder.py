@@ -1,0 +1,68 @@
+"""The scratch pad of one `schedule()` call, turned into an immutable `BatchPlan` at the end.
+
+Scheduling decisions can be undone within a step (a request scheduled earlier in the step may be
+preempted later to make room), so the step collects `{req_id: (request, num_new_tokens)}` and the
+block moves first, and only `finish()` advances `num_computed_tokens` (vLLM v1's
+`_update_after_schedule`) and freezes the plan.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from policies.batch_plan import BatchPlan, ScheduledSeq
+
+if TYPE_CHECKING:
+    from policies.request import Request
+
+
+class StepBuilder:
+    """What one step has scheduled so far, and how much token budget is left."""
+
+    __slots__ = ("budget", "scheduled", "padding", "preempted", "swapped_out", "swapped_in",
+                 "swap_out_blocks", "swap_in_blocks", "resumed")
+
+    def __init__(self, token_budget: int) -> None:
+        self.budget = token_budget
+        self.scheduled: dict = {}  # req_id -> (request, num_new_tokens), in pack order
+        self.padding: list[ScheduledSeq] = []  # static batching's padding entries
+        self.preempted: list = []  # req_ids preempted by recompute this step
+        self.swapped_out: list = []
+        self.swapped_in: list = []
+        self.swap_out_blocks: list[tuple[int, int]] = []
+        self.swap_in_blocks: list[tuple[int, int]] = []
+        self.resumed: set = set()  # req_ids admitted or swapped in this step (never victims of admission)
+
+    @property
+    def num_preempted(self) -> int:
+        return len(self.preempted) + len(self.swapped_out)
+
+    def add(self, req: "Request", num_new_tokens: int) -> None:
+        self.scheduled[req.req_id] = (req, num_new_tokens)
+        self.budget -= num_new_tokens
+
+    def undo(self, req: "Request") -> None:
+        """Forget `req`'s share of this step (it is being preempted), returning its tokens."""
+        entry = self.scheduled.pop(req.req_id, None)
+        if entry is not None:
+            self.budget += entry[1]
+
+    def finish(self, step_id: int, now: float) -> BatchPlan:
+        """Advance every scheduled request's `num_computed_tokens` and freeze the plan."""
+        seqs = []
+        append = seqs.append
+        for req, n in self.scheduled.values():
+            c = req.num_computed_tokens
+            append(ScheduledSeq(req, n, c, c + n == req.num_tokens))
+            req.num_computed_tokens = c + n
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
+        seqs.extend(self.padding)
+        return BatchPlan(
+            step_id=step_id,
+            seqs=tuple(seqs),
+            preempted=tuple(self.preempted),
+            swapped_out=tuple(self.swapped_out),
+            swapped_in=tuple(self.swapped_in),
+            swap_out_blocks=tuple(self.swap_out_blocks),
+            swap_in_blocks=tuple(self.swap_in_blocks),
+        )

@@ -1,0 +1,168 @@
+"""BlockManager: allocation, ref counts, LRU free queue, watermark, swap, prefix cache."""
+from __future__ import annotations
+
+import pytest
+
+from policies import Request
+from policies.block_manager import BlockManager
+
+
+def make_bm(num_gpu_blocks=8, block_size=4, num_cpu_blocks=0, watermark=0.0, prefix=False) -> BlockManager:
+    return BlockManager(num_gpu_blocks, block_size, num_cpu_blocks, watermark, prefix)
+
+
+def make_req(req_id=0, prompt=10, ids=None, max_tokens=4) -> Request:
+    return Request(req_id, 0.0, prompt, max_tokens, prompt_token_ids=ids)
+
+
+def test_allocate_rounds_up_and_free_returns_every_block():
+    bm = make_bm()
+    r = make_req(prompt=10)
+    assert bm.allocate_slots(r, 10)
+    assert len(r.block_table) == 3 and bm.num_free_gpu_blocks == 5
+    r.num_computed_tokens = 10
+    assert bm.append_slots(r, 2)  # 12 tokens still fit in 3 blocks
+    assert len(r.block_table) == 3
+    r.num_computed_tokens = 12
+    assert bm.append_slot(r)
+    assert len(r.block_table) == 4
+    bm.check_invariants()
+    bm.free(r)
+    assert r.block_table == [] and bm.num_free_gpu_blocks == 8 and bm.usage == 0.0
+    bm.check_invariants()
+
+
+def test_allocation_failure_changes_nothing():
+    bm = make_bm(num_gpu_blocks=4)
+    a, b = make_req(0, prompt=12), make_req(1, prompt=8)
+    assert bm.allocate_slots(a, 12)
+    assert not bm.allocate_slots(b, 8)
+    assert b.block_table == [] and bm.num_free_gpu_blocks == 1
+    bm.check_invariants()
+
+
+def test_watermark_guards_admission_only():
+    bm = make_bm(num_gpu_blocks=10, watermark=0.2)  # 2 blocks kept free for admissions
+    a = make_req(0, prompt=28)
+    assert not bm.can_allocate(a, 36, use_watermark=True)  # 9 blocks: would leave 1 < 2
+    assert bm.allocate_slots(a, 32, use_watermark=True)  # 8 blocks: leaves exactly 2
+    a.num_computed_tokens = 32
+    assert bm.append_slot(a)  # growth of a running request ignores the watermark
+    assert bm.num_free_gpu_blocks == 1
+    assert not bm.can_ever_fit(4 * 9) and bm.can_ever_fit(4 * 8)
+
+
+def test_freed_blocks_are_reused_lru():
+    bm = make_bm(num_gpu_blocks=4)
+    a = make_req(0, prompt=8)
+    bm.allocate(a, 8)
+    first = list(a.block_table)
+    bm.free(a)
+    b = make_req(1, prompt=8)
+    bm.allocate(b, 8)
+    assert set(b.block_table) == set(first)  # unhashed freed blocks go to the head: reused first
+
+
+def test_swap_out_and_in_move_exactly_the_computed_blocks():
+    bm = make_bm(num_gpu_blocks=6, num_cpu_blocks=4)
+    r = make_req(0, prompt=10)
+    bm.allocate(r, 12)  # 3 blocks, but only 10 tokens computed so far -> 3 blocks hold KV
+    r.num_computed_tokens = 10
+    gpu = list(r.block_table)
+    out = bm.swap_out(r)
+    assert [g for g, _ in out] == gpu and len(set(c for _, c in out)) == 3
+    assert r.block_table == [] and bm.num_free_gpu_blocks == 6 and bm.num_free_cpu_blocks == 1
+    bm.check_invariants()
+    back = bm.swap_in(r)
+    assert [c for c, _ in back] == [c for _, c in out]
+    assert [g for _, g in back] == r.block_table and bm.num_free_cpu_blocks == 4
+    bm.check_invariants()
+
+
+def test_swap_out_needs_cpu_space():
+    bm = make_bm(num_gpu_blocks=6, num_cpu_blocks=2)
+    r = make_req(0, prompt=10)
+    bm.allocate(r, 10)
+    r.num_computed_tokens = 10
+    assert not bm.can_swap_out(r)
+    with pytest.raises(RuntimeError):
+        bm.swap_out(r)
+
+
+def test_prefix_cache_hits_full_blocks_and_shares_them():
+    bm = make_bm(num_gpu_blocks=16, prefix=True)
+    ids = list(range(100, 110))  # 10 tokens: 2 full blocks + 2
+    a = make_req(0, 10, ids)
+    assert bm.get_computed_blocks(a) == ([], 0)
+    bm.allocate(a, 10)
+    b = make_req(1, 10, list(ids))
+    blocks, hit = bm.get_computed_blocks(b)
+    assert blocks == a.block_table[:2] and hit == 8
+    assert bm.allocate_slots(b, 2, blocks)
+    assert b.block_table[:2] == a.block_table[:2] and b.block_table[2] != a.block_table[2]
+    assert bm.ref_counts[a.block_table[0]] == 2
+    bm.check_invariants()
+    bm.free(a)
+    assert bm.ref_counts[b.block_table[0]] == 1
+    bm.check_invariants()
+
+
+def test_full_hit_still_recomputes_the_last_token():
+    bm = make_bm(num_gpu_blocks=16, prefix=True)
+    ids = list(range(8))  # exactly 2 full blocks
+    a = make_req(0, 8, ids)
+    bm.allocate(a, 8)
+    _, hit = bm.get_computed_blocks(make_req(1, 8, list(ids)))
+    assert hit == 4  # the second block holds the last token: not a hit
+
+
+def test_different_content_never_hits_and_parent_chains_matter():
+    bm = make_bm(num_gpu_blocks=16, prefix=True)
+    a = make_req(0, 9, [1, 2, 3, 4, 5, 6, 7, 8, 9])
+    bm.allocate(a, 9)
+    # same second block, different first block: the chained hash must not match block 2
+    b = make_req(1, 9, [0, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert bm.get_computed_blocks(b) == ([], 0)
+
+
+def test_freed_cached_blocks_stay_findable_until_evicted_lru():
+    bm = make_bm(num_gpu_blocks=4, prefix=True)
+    a = make_req(0, 9, list(range(9)))
+    bm.allocate(a, 9)  # 3 blocks, 2 of them cached
+    bm.free(a)
+    assert bm.num_free_gpu_blocks == 4 and bm.num_cached_blocks == 2
+    again = make_req(1, 9, list(range(9)))
+    blocks, hit = bm.get_computed_blocks(again)
+    assert hit == 8
+    # a newcomer needing all 4 blocks evicts the cached ones
+    other = make_req(2, 16, list(range(50, 66)))
+    bm.allocate(other, 16)
+    assert bm.num_cached_blocks == 4 - 0 and bm.get_computed_blocks(make_req(3, 9, list(range(9)))) == ([], 0)
+    bm.check_invariants()
+
+
+def test_unhashed_blocks_are_evicted_before_cached_ones():
+    bm = make_bm(num_gpu_blocks=6, prefix=True)
+    a = make_req(0, 9, list(range(9)))
+    bm.allocate(a, 9)  # blocks: 2 hashed + 1 partial
+    bm.free(a)
+    b = make_req(1, 4)  # no ids: 1 block
+    bm.allocate(b, 4)
+    # the partial block (unhashed) or never-used blocks go first; both cached blocks survive
+    assert bm.get_computed_blocks(make_req(2, 9, list(range(9))))[1] == 8
+
+
+def test_counters_and_hit_rate():
+    bm = make_bm(prefix=True)
+    bm.record_prefix_lookup(10, 8)
+    bm.record_prefix_lookup(10, 0)
+    assert bm.prefix_cache_hit_rate == pytest.approx(0.4)
+
+
+def test_check_invariants_catches_a_leak():
+    bm = make_bm()
+    r = make_req()
+    bm.allocate(r, 10)
+    r.block_table.pop()  # a block no table references but that is not free
+    with pytest.raises(AssertionError):
+        bm.check_invariants()

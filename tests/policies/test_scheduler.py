@@ -1,0 +1,91 @@
+"""Shared scheduler mechanics: admission rejection, abort, stop tokens, lifecycle, make_scheduler."""
+from __future__ import annotations
+
+import pytest
+from policy_factories import make_requests, make_scheduler, run, step
+
+from policies import CacheConfig, ConfigError, FinishReason, Request, RequestState, SchedulerConfig, StepResult
+from policies.scheduler import make_scheduler as real_make_scheduler
+
+
+@pytest.mark.parametrize("policy", ["static", "continuous", "chunked", "vllm"])
+def test_too_long_requests_are_rejected_at_once_and_never_block(policy):
+    sched = make_scheduler(policy=policy, max_model_len=64, num_gpu_blocks=8, block_size=4)
+    too_long = Request("long", 0.0, 60, 8)  # 68 > max_model_len
+    too_big = Request("big", 0.0, 30, 30)  # 59 KV tokens need 15 blocks > 8
+    ok = Request("ok", 0.0, 8, 2)
+    for r in (too_long, too_big, ok):
+        sched.add_request(r, 0.0)
+    assert too_long.finish_reason is FinishReason.REJECTED and "max_model_len" in too_long.reject_reason
+    assert too_big.finish_reason is FinishReason.REJECTED and "KV blocks" in too_big.reject_reason
+    assert sched.num_waiting == 1
+    run(sched, [])
+    assert ok.finish_reason is FinishReason.LENGTH
+
+
+def test_whole_prompt_policies_reject_prompts_over_the_budget():
+    sched = make_scheduler(policy="continuous", max_num_batched_tokens=32, max_model_len=256)
+    r = Request(0, 0.0, 40, 2)
+    assert not sched.add_request(r, 0.0)
+    assert "max_num_batched_tokens" in r.reject_reason
+    chunked = make_scheduler(policy="chunked", max_num_batched_tokens=32, max_model_len=256)
+    assert chunked.add_request(Request(1, 0.0, 40, 2), 0.0)
+
+
+def test_abort_frees_blocks_at_once():
+    sched = make_scheduler()
+    a, b = make_requests(2, prompt=20, max_tokens=50)
+    sched.add_request(a, 0.0)
+    sched.add_request(b, 0.0)
+    step(sched)
+    used = sched.block_manager.num_used_gpu_blocks
+    assert sched.abort_request(0, 1.0) is a
+    assert a.finish_reason is FinishReason.ABORTED and a.block_table == []
+    assert sched.block_manager.num_used_gpu_blocks < used and sched.num_running == 1
+    assert sched.abort_request("nope", 1.0) is None
+    sched.block_manager.check_invariants()
+
+
+def test_stop_token_finishes_unless_ignore_eos():
+    sched = make_scheduler()
+    stops = Request("s", 0.0, 8, 10, ignore_eos=False)
+    ignores = Request("i", 0.0, 8, 3, ignore_eos=True)
+    sched.add_request(stops, 0.0)
+    sched.add_request(ignores, 0.0)
+    plan = sched.schedule(0.0)
+    finished = sched.update(plan, StepResult(0.1, {"s": 7, "i": 9}, frozenset({"s", "i"})), 0.1)
+    assert finished == [stops] and stops.finish_reason is FinishReason.STOP and stops.output_token_ids == [7]
+    assert ignores.state is RequestState.RUNNING_GEN and ignores.output_token_ids == [9]
+    assert stops.first_token_time == pytest.approx(0.1) and stops.first_scheduled_time == 0.0
+
+
+def test_illegal_transitions_raise():
+    from policies import IllegalTransition
+
+    r = Request(0, 0.0, 4, 2)
+    r.transition(RequestState.RUNNING_CTX)
+    with pytest.raises(IllegalTransition):
+        r.transition(RequestState.WAITING)  # running -> waiting must go through PREEMPTED
+    r2 = Request(1, 0.0, 4, 2)
+    r2.finish(FinishReason.ABORTED, 0.0)
+    with pytest.raises(IllegalTransition):
+        r2.transition(RequestState.RUNNING_CTX)
+
+
+def test_duplicate_req_id_raises():
+    sched = make_scheduler()
+    sched.add_request(Request(0, 0.0, 4, 2), 0.0)
+    with pytest.raises(ValueError, match="req_id"):
+        sched.add_request(Request(0, 0.0, 4, 2), 0.0)
+
+
+def test_make_scheduler_and_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="^scheduler.policy"):
+        SchedulerConfig(policy="nope")
+    with pytest.raises(ConfigError, match="^scheduler.preemption"):
+        SchedulerConfig(policy="vllm", preemption="swap")
+    sched = real_make_scheduler(SchedulerConfig(policy="vllm"), CacheConfig(num_gpu_blocks=64))
+    assert sched.block_manager.enable_prefix_caching  # vllm's default
+    off = real_make_scheduler(SchedulerConfig(policy="vllm"), CacheConfig(num_gpu_blocks=64, enable_prefix_caching=False))
+    assert not off.block_manager.enable_prefix_caching
+    assert not real_make_scheduler(SchedulerConfig(policy="chunked"), CacheConfig()).block_manager.enable_prefix_caching
