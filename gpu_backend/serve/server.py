@@ -32,8 +32,6 @@ from gpu_backend.serve.protocol import CompletionParams, RequestError, parse_req
 from gpu_backend.serve.request_stream import RequestStream
 from gpu_backend.serve.tokenizer import Tokenizer
 
-DISCONNECT_POLL_S = 0.25  # how often a non-streaming handler checks that its client is still there
-
 
 def engine_now(engine) -> float:
     """The engine's clock (the one its RequestOutput.time and tables use)."""
@@ -264,22 +262,27 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
             if not finished:  # the client went away (the task was cancelled) or the send failed
                 server.abort(stream)
 
+    async def wait_disconnect(http: HTTPRequest) -> None:
+        """Returns when the client hangs up (the body is read already, so receive() waits for that)."""
+        while (await http.receive())["type"] != "http.disconnect":
+            pass
+
     async def collect(http: HTTPRequest, stream: RequestStream, params: CompletionParams,
                       detok: IncrementalDetokenizer):
         texts, reason = [], None
+        gone = asyncio.ensure_future(wait_disconnect(http))
         gen = outputs(stream, params, detok)
         try:
             while reason is None:
-                task = asyncio.ensure_future(gen.__anext__())
-                while not task.done():
-                    await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-                    if not task.done() and await http.is_disconnected():
-                        task.cancel()
-                        server.abort(stream)
-                        return error("client disconnected", 499)
-                text, reason = task.result()
+                step = asyncio.ensure_future(gen.__anext__())
+                await asyncio.wait({step, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():  # the client left before the request ended
+                    step.cancel()
+                    return error("client disconnected", 499)
+                text, reason = step.result()
                 texts.append(text)
         finally:
+            gone.cancel()
             if reason is None:
                 server.abort(stream)
         body = {**base(stream, params.is_chat), "object": "chat.completion" if params.is_chat else "text_completion",

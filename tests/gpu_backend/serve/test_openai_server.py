@@ -1,0 +1,231 @@
+"""The HTTP server over a fake engine: response shapes, streaming, errors, back-pressure, disconnects."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+from conftest import SCRIPT_TEXT  # noqa: E402
+from gpu_backend.serve.metrics import parse_metrics  # noqa: E402
+
+
+def sse_events(text: str) -> list:
+    """The data payloads of an SSE body, in order ('[DONE]' kept as a string)."""
+    events = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+def metrics(client) -> dict:
+    return parse_metrics(client.get("/metrics").text)
+
+
+def wait_until(predicate, timeout_s: float = 20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def settled(client) -> bool:
+    m = metrics(client)
+    return m["servesim:num_kv_blocks_used"] == 0 and m["servesim:num_requests_in_flight"] == 0 \
+        and m["servesim:num_requests_running"] == 0 and m["servesim:num_requests_waiting"] == 0
+
+
+def expected_text(tokenizer, n: int) -> str:
+    """What the fake engine's first n tokens spell."""
+    script = tokenizer.encode(SCRIPT_TEXT, add_special_tokens=False)
+    return tokenizer.decode([script[i % len(script)] for i in range(n)])
+
+
+def test_completion_shape_and_usage(tokenizer, make_server, running):
+    server = make_server()
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        r = c.post("/v1/completions", json={"model": "tiny-llama", "prompt": "hello there", "max_tokens": 9})
+        assert r.status_code == 200
+        body = r.json()
+        assert body["object"] == "text_completion" and body["model"] == "tiny-llama"
+        choice = body["choices"][0]
+        assert choice["finish_reason"] == "length" and choice["text"] == expected_text(tokenizer, 9)
+        assert body["usage"] == {"prompt_tokens": len(tokenizer.encode("hello there")), "completion_tokens": 9,
+                                 "total_tokens": len(tokenizer.encode("hello there")) + 9}
+        models = c.get("/v1/models").json()
+        assert models["data"][0]["id"] == "tiny-llama" and models["data"][0]["max_model_len"] == 256
+        assert c.get("/health").status_code == 200
+
+
+def test_token_id_prompt_is_taken_as_is(make_server, running):
+    server = make_server()
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        r = c.post("/v1/completions", json={"prompt": [5, 6, 7, 8], "max_tokens": 2})
+        assert r.json()["usage"]["prompt_tokens"] == 4
+
+
+def test_streaming_completion_one_chunk_per_token_then_usage_and_done(tokenizer, make_server, running):
+    server = make_server()
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        r = c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 12, "stream": True,
+                                            "stream_options": {"include_usage": True}})
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(r.text)
+        assert events[-1] == "[DONE]"
+        usage = events[-2]
+        assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 12
+        chunks = events[:-2]
+        assert "".join(e["choices"][0]["text"] for e in chunks) == expected_text(tokenizer, 12)
+        assert [e["choices"][0]["finish_reason"] for e in chunks] == [None] * (len(chunks) - 1) + ["length"]
+        assert len(chunks) == 12  # ASCII script: every token is visible text at once
+
+
+def test_streaming_chat_role_first_and_continuous_usage(tokenizer, make_server, running):
+    server = make_server()
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        r = c.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 6, "stream": True,
+            "stream_options": {"include_usage": False, "continuous_usage_stats": True}})
+        events = sse_events(r.text)
+        assert events[0]["object"] == "chat.completion.chunk" and events[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert events[-1] == "[DONE]" and events[-2]["choices"]  # no separate usage chunk
+        body = events[1:-1]
+        assert [e["usage"]["completion_tokens"] for e in body] == list(range(1, 7))
+        prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": "hi"}]))
+        assert body[0]["usage"]["prompt_tokens"] == len(prompt)
+        assert "".join(e["choices"][0]["delta"].get("content", "") for e in body) == expected_text(tokenizer, 6)
+
+
+def test_chat_non_streaming_and_stop_string(tokenizer, make_server, running):
+    server = make_server()
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "go"}],
+                                                 "max_tokens": 40, "stop": ["lazy"]})
+        body = r.json()
+        assert body["object"] == "chat.completion"
+        msg = body["choices"][0]["message"]
+        assert msg["role"] == "assistant" and msg["content"] == SCRIPT_TEXT[:SCRIPT_TEXT.find("lazy")]
+        assert body["choices"][0]["finish_reason"] == "stop"
+        assert body["usage"]["completion_tokens"] < 40
+        assert wait_until(lambda: settled(c))  # the engine was told to stop: blocks freed
+
+
+@pytest.mark.parametrize("payload, status, field", [
+    (b"{not json", 400, "body"),
+    (b"\xff\xfe", 400, "body"),
+    (b"[]", 400, "body"),
+    (json.dumps({"prompt": "hi", "max_tokens": "many"}).encode(), 400, "max_tokens"),
+    (json.dumps({"prompt": "hi", "max_tokens": 10**12}).encode(), 400, "max_tokens"),
+    (json.dumps({"prompt": "word " * 400}).encode(), 400, "prompt"),
+    (json.dumps({"prompt": [1, 2, 99999]}).encode(), 400, "prompt"),
+    (json.dumps({"prompt": "hi", "temperature": {"a": 1}}).encode(), 400, "temperature"),
+    (json.dumps({"prompt": "hi", "model": "gpt-9"}).encode(), 404, "model"),
+])
+def test_bad_input_answers_with_the_field_and_server_survives(make_server, running, payload, status, field):
+    server = make_server()
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        r = c.post("/v1/completions", content=payload, headers={"content-type": "application/json"})
+        assert r.status_code == status
+        err = r.json()["error"]
+        assert err["param"] == field and err["message"].startswith(f"{field}: ")
+        assert c.post("/v1/completions", json={"prompt": "ok", "max_tokens": 2}).status_code == 200
+        assert metrics(c)['servesim:request_refused_total{reason="bad_request"}'] == 1
+
+
+def test_full_queue_answers_503_with_retry_after(make_engine, make_server, running):
+    engine = make_engine()
+    server = make_server(engine, max_num_waiting=3, retry_after_s=2)
+    with running(server) as url, httpx.Client(base_url=url, timeout=30) as c:
+        engine.pause()
+
+        async def burst():
+            async with httpx.AsyncClient(base_url=url, timeout=30) as ac:
+                return await asyncio.gather(*[ac.post("/v1/completions", json={"prompt": "x", "max_tokens": 3})
+                                              for _ in range(8)])
+        import threading
+        threading.Timer(1.0, engine.resume).start()  # let the 503s come back first, then serve the rest
+        responses = asyncio.run(burst())
+        codes = sorted(r.status_code for r in responses)
+        assert codes == [200] * 3 + [503] * 5
+        busy = next(r for r in responses if r.status_code == 503)
+        assert busy.headers["retry-after"] == "2" and busy.json()["error"]["code"] == 503
+        assert metrics(c)['servesim:request_refused_total{reason="queue_full"}'] == 5
+
+
+def disconnect_storm(url: str, n: int, tokens_before_leaving: int) -> int:
+    """n concurrent streaming clients that read a few chunks and hang up; returns how many got tokens."""
+    async def one(ac, i):
+        async with ac.stream("POST", "/v1/completions", json={"prompt": f"client {i}", "max_tokens": 200,
+                                                             "stream": True}) as r:
+            seen = 0
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    seen += 1
+                    if seen >= tokens_before_leaving:
+                        return 1  # leaving the block closes the connection mid-stream
+        return 0
+
+    async def main():
+        limits = httpx.Limits(max_connections=n)
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as ac:
+            return sum(await asyncio.gather(*[one(ac, i) for i in range(n)]))
+    return asyncio.run(main())
+
+
+def test_clients_disconnecting_mid_stream_free_every_kv_block(make_engine, make_server, running):
+    engine = make_engine(step_time_s=0.005)
+    server = make_server(engine, max_num_waiting=1000)
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        assert disconnect_storm(url, 100, tokens_before_leaving=3) == 100
+        assert wait_until(lambda: settled(c)), metrics(c)
+        m = metrics(c)
+        assert m['servesim:request_success_total{finished_reason="abort"}'] == 100
+        assert m["servesim:num_requests_pending"] == 0
+        assert all(r.finish_reason.value == "aborted" and r.num_output_tokens < 200 for r in engine.finished)
+        assert len(engine.finished) == 100
+        assert c.post("/v1/completions", json={"prompt": "still alive", "max_tokens": 2}).status_code == 200
+
+
+@pytest.mark.slow
+def test_a_thousand_clients_disconnecting(make_engine, make_server, running):
+    engine = make_engine(step_time_s=0.005)
+    server = make_server(engine, max_num_waiting=5000)
+    with running(server) as url, httpx.Client(base_url=url, timeout=60) as c:
+        assert disconnect_storm(url, 1000, tokens_before_leaving=2) == 1000
+        assert wait_until(lambda: settled(c), 60), metrics(c)
+        assert len(engine.finished) == 1000
+
+
+def test_non_streaming_client_disconnect_aborts(make_engine, make_server, running):
+    engine = make_engine(step_time_s=0.01)
+    server = make_server(engine, max_model_len=4096)
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/completions", json={"prompt": "long", "max_tokens": 3000}, timeout=0.5)
+        assert wait_until(lambda: settled(c)), metrics(c)
+        assert engine.finished[0].finish_reason.value == "aborted" and engine.finished[0].num_output_tokens < 3000
+
+
+def test_server_ttft_and_itl_histograms_match_engine_records(make_engine, make_server, running):
+    engine = make_engine(step_time_s=0.004)
+    server = make_server(engine)
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        for i in range(5):
+            c.post("/v1/completions", json={"prompt": f"p{i}", "max_tokens": 8})
+        m = metrics(c)
+    reqs = engine.finished
+    ttft = sum(r.first_token_time - r.arrival_time for r in reqs)
+    itl = [b - a for r in reqs for a, b in zip(r.token_times, r.token_times[1:])]
+    assert m["servesim:time_to_first_token_seconds_count"] == 5
+    assert m["servesim:time_to_first_token_seconds_sum"] == pytest.approx(ttft, rel=1e-9)
+    assert m["servesim:inter_token_latency_seconds_count"] == len(itl) == 5 * 7
+    assert m["servesim:inter_token_latency_seconds_sum"] == pytest.approx(sum(itl), rel=1e-9)
+    assert m["servesim:generation_tokens_total"] == 40

@@ -1,0 +1,76 @@
+"""Request bodies: what parses, and for each malformed field a 400 naming that field."""
+from __future__ import annotations
+
+import pytest
+
+from gpu_backend.serve.protocol import RequestError, parse_request
+
+
+def body(**overrides) -> dict:
+    return {"model": "tiny-llama", "prompt": "hi", **overrides}
+
+
+def test_defaults_and_fields():
+    p = parse_request(body(max_tokens=7, temperature=0, top_p=0.5, seed=3, stop="x", ignore_eos=True, stream=True,
+                           stream_options={"include_usage": True}, priority=-2, user="ignored"), chat=False)
+    assert (p.max_tokens, p.temperature, p.top_p, p.seed, p.stop, p.ignore_eos, p.stream, p.include_usage,
+            p.priority) == (7, 0.0, 0.5, 3, ("x",), True, True, True, -2)
+    assert parse_request(body(), chat=False).max_tokens is None
+
+
+def test_chat_messages_with_text_parts():
+    p = parse_request({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                 {"type": "text", "text": "b"}]}],
+                       "max_completion_tokens": 4}, chat=True)
+    assert p.messages == ({"role": "user", "content": "ab"},) and p.max_tokens == 4 and p.is_chat
+
+
+@pytest.mark.parametrize("payload, field", [
+    ([1, 2], "body"),
+    ({"prompt": None}, "prompt"),
+    ({"prompt": ""}, "prompt"),
+    ({"prompt": 5}, "prompt"),
+    ({"prompt": ["a", "b"]}, "prompt"),
+    ({"prompt": [1, -1]}, "prompt"),
+    (body(max_tokens="10"), "max_tokens"),
+    (body(max_tokens=0), "max_tokens"),
+    (body(max_tokens=1.5), "max_tokens"),
+    (body(max_tokens=True), "max_tokens"),
+    (body(temperature="hot"), "temperature"),
+    (body(temperature=-1), "temperature"),
+    (body(temperature=float("nan")), "temperature"),
+    (body(top_p=0), "top_p"),
+    (body(top_p=1.5), "top_p"),
+    (body(seed=-1), "seed"),
+    (body(seed="s"), "seed"),
+    (body(stop=[1]), "stop"),
+    (body(stop=["x"] * 100), "stop"),
+    (body(ignore_eos="yes"), "ignore_eos"),
+    (body(stream=1), "stream"),
+    (body(stream_options=[]), "stream_options"),
+    (body(stream_options={"include_usage": "y"}), "stream_options.include_usage"),
+    (body(priority="high"), "priority"),
+    (body(n=2), "n"),
+    (body(logprobs=5), "logprobs"),
+    (body(model=3), "model"),
+])
+def test_bad_completion_field_is_named(payload, field):
+    with pytest.raises(RequestError) as info:
+        parse_request(payload, chat=False)
+    assert info.value.field == field and str(info.value).startswith(f"{field}: ") and info.value.status == 400
+
+
+@pytest.mark.parametrize("payload, field", [
+    ({"prompt": "hi"}, "messages"),
+    ({"messages": []}, "messages"),
+    ({"messages": "hi"}, "messages"),
+    ({"messages": ["hi"]}, "messages[0]"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0]"),
+    ({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -3}, "max_completion_tokens"),
+])
+def test_bad_chat_field_is_named(payload, field):
+    with pytest.raises(RequestError) as info:
+        parse_request(payload, chat=True)
+    assert info.value.field == field
