@@ -1,0 +1,103 @@
+"""Capacity: SLO targets and a target rate in; the layouts that meet them, their GPU count and cost out.
+
+Candidates (GPU type x TP x replicas, colocated or disaggregated) are simulated at the target rate
+with `sim.capacity.planner.plan`; the winners' latency-vs-load curve comes from a rate sweep.
+"""
+import _path  # noqa: F401
+import pandas as pd
+import streamlit as st
+
+from sim.models import get_gpu, gpu_names
+from ui import charts
+from ui.forms import config_form
+from ui.runs import validate
+
+st.title("Capacity")
+st.caption("How many GPUs of which kind, in which layout, serve this traffic within this SLO, and at what cost?")
+
+with st.container(border=True):
+    base, overrides, errors = config_form(prefix="cap.", defaults={"num_requests": 150, "rate": 4.0},
+                                          show_slo=False)
+
+st.markdown("**Targets**")
+c = st.columns(4)
+target_rate = c[0].number_input("Target rate (req/s)", value=4.0, step=0.5, key="cap.target")
+slo_ttft = c[1].number_input("TTFT SLO (s)", value=1.0, step=0.1, key="cap.ttft")
+slo_tpot = c[2].number_input("TPOT SLO (s)", value=0.08, step=0.01, key="cap.tpot")
+slo_e2e = c[3].number_input("E2E SLO (s, 0 = none)", value=0.0, step=1.0, key="cap.e2e")
+target_slot = st.empty()
+
+st.markdown("**Candidates**")
+c = st.columns(4)
+gpus = c[0].multiselect("GPU types", gpu_names(), default=["H100-SXM", "A100-80G"], key="cap.gpus")
+tps = c[1].multiselect("TP degrees", [1, 2, 4, 8], default=[1, 2], key="cap.tps")
+replicas = c[2].multiselect("Replica counts (colocated)", [1, 2, 3, 4, 6, 8], default=[1, 2, 4], key="cap.reps")
+layouts = c[3].multiselect("Layouts", ["colocated", "disaggregated"], default=["colocated"], key="cap.layouts")
+max_gpus = st.slider("At most this many GPUs", 1, 16, 8, key="cap.maxgpus")
+prices = st.data_editor(pd.DataFrame({"gpu": gpus, "USD per GPU-hour": [get_gpu(g).price_per_hour for g in gpus]}),
+                        key="cap.prices", disabled=["gpu"], hide_index=True)
+grid_slot = st.empty()
+clicked = st.button("Find the cheapest layout", type="primary", key="cap.run")
+
+resolved, field, message = validate(base, overrides)
+problem = None
+if message:
+    errors.show(field, message)
+elif target_rate <= 0:
+    problem = target_slot.error("target rate: must be > 0 requests per second")
+else:
+    from policies import ConfigError
+    from sim.capacity.planner import CandidateGrid
+    from sim.capacity.slo import SLO
+
+    try:
+        slo = SLO(ttft_s=slo_ttft or None, tpot_s=slo_tpot or None, e2e_s=slo_e2e or None)
+        if slo.is_empty:
+            raise ConfigError("slo: give at least one target")
+    except ValueError as exc:
+        problem = target_slot.error(str(exc))
+    try:
+        grid = CandidateGrid(gpus=tuple(gpus), tps=tuple(tps), replicas=tuple(replicas), layouts=tuple(layouts),
+                             max_gpus=int(max_gpus))
+    except ValueError as exc:
+        problem = grid_slot.error(str(exc))
+
+    if problem is None and (clicked or st.session_state.get("cap.last") == (resolved, target_rate, gpus, tps)):
+        st.session_state["cap.last"] = (resolved, target_rate, gpus, tps)
+        from sim.capacity.executor import SerialExecutor
+        from sim.capacity.planner import plan
+
+        price_map = dict(zip(prices["gpu"], prices["USD per GPU-hour"]))
+        with st.spinner(f"Simulating {len(grid.candidates())} layouts at {target_rate} req/s..."):
+            result = plan(resolved, float(target_rate), slo, grid, prices=price_map, executor=SerialExecutor(),
+                          progress=False)
+        table = result.table()
+        if result.by_gpus is None:
+            st.warning("No candidate layout meets the SLO at this rate. Try more GPUs, larger TP or looser targets.")
+        else:
+            c = st.columns(2)
+            for col, (title, row) in zip(c, (("Fewest GPUs", result.by_gpus), ("Lowest cost", result.by_cost))):
+                desc = (f"{row['replicas']} x {row['gpu']} TP{row['tp']}" if row["layout"] == "colocated"
+                        else f"{row['gpu']}: prefill {row['prefill']}, decode {row['decode']}")
+                col.metric(title, f"{row['num_gpus']} GPUs, ${row['cost_per_hour']:.2f}/h", help=desc)
+                col.caption(f"{row['layout']}: {desc}; SLO attainment {row['slo_attainment']:.0%}")
+        show = [k for k in ("layout", "gpu", "tp", "replicas", "prefill", "decode", "num_gpus", "cost_per_hour",
+                            "slo_attainment", "slo_met", "ttft_s_p90", "tpot_s_p90", "error") if k in table]
+        st.dataframe(table[show].sort_values(["slo_met", "num_gpus"], ascending=[False, True]),
+                     use_container_width=True, hide_index=True)
+
+        if result.by_cost is not None:
+            from sim.capacity.sweep import run_sweep
+
+            win = result.by_cost
+            win_overrides = [o for o in table.loc[table["point"] == win["point"], "overrides"].iloc[0].split(";") if o]
+            win_overrides = [o for o in win_overrides if not o.startswith("workload.rate=")]
+            rates = [round(float(target_rate) * f, 3) for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)]
+            with st.spinner("Latency vs load for the cheapest layout..."):
+                curve = run_sweep(resolved, [{"workload.rate": r} for r in rates], slo=slo,
+                                  executor=SerialExecutor(), base_overrides=win_overrides, progress=False)
+            st.plotly_chart(charts.load_curves(curve, "workload.rate", {
+                "ttft_s_p90": "TTFT p90 (s)", "tpot_s_p90": "TPOT p90 (s)", "e2e_s_p90": "E2E p90 (s)"},
+                "Latency vs load (cheapest layout)"), use_container_width=True)
+            st.plotly_chart(charts.load_curves(curve, "workload.rate", {"slo_attainment": "SLO attainment"},
+                                               "SLO attainment vs load"), use_container_width=True)

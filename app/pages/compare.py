@@ -1,0 +1,58 @@
+"""Compare: two to four configurations on the same workload, one table and overlaid charts.
+
+The workload is set once; each column changes only the scheduler (and optionally GPU/TP), which is
+the usual question: "no chunking vs budget 512 vs 256".
+"""
+import _path  # noqa: F401
+import streamlit as st
+
+from policies.config import POLICIES, PREEMPTIONS
+from ui import charts, summary
+from ui.forms import config_form
+from ui.runs import run_with_status, validate
+
+st.title("Compare")
+st.caption("The same workload under two to four scheduler configurations.")
+
+with st.container(border=True):
+    base, overrides, errors = config_form(prefix="cmp.", defaults={"policy": "continuous"})
+
+n = st.radio("Configurations", (2, 3, 4), index=1, horizontal=True, key="cmp.count")
+presets = [("continuous", 2048), ("chunked", 512), ("chunked", 256), ("static", 2048)]
+variants = []
+cols = st.columns(n)
+for i, col in enumerate(cols):
+    with col:
+        policy_default, budget_default = presets[i]
+        policy = st.selectbox("Policy", POLICIES, index=POLICIES.index(policy_default), key=f"cmp.{i}.policy")
+        budget = st.number_input("Budget", value=budget_default, step=64, key=f"cmp.{i}.budget")
+        preemption = st.selectbox("Preemption", PREEMPTIONS, key=f"cmp.{i}.preempt")
+        label = st.text_input("Label", value=f"{policy} {budget}", key=f"cmp.{i}.label")
+        variants.append((label, {"policy": policy, "max_num_batched_tokens": int(budget), "preemption": preemption}))
+        variants[-1] = variants[-1] + (st.empty(),)
+
+clicked = st.button("Run comparison", type="primary", key="cmp.run")
+resolved_all, bad = {}, False
+for label, sched, slot in variants:
+    cfg = {**base, "scheduler": {**base["scheduler"], **sched}}
+    if sched["preemption"] != "recompute":
+        cfg["hardware"] = {**cfg["hardware"], "swap_space_gb": 16.0}
+    resolved, field, message = validate(cfg, overrides)
+    if message:
+        if field.startswith("scheduler"):
+            slot.error(message)  # this column's own inputs
+        else:
+            errors.show(field, message)
+        bad = True
+    else:
+        resolved_all[label] = resolved
+if len(resolved_all) < len(variants) and not bad:
+    st.warning("Two configurations share a label; give each its own.")
+elif not bad and (clicked or st.session_state.get("cmp.last") == resolved_all):
+    st.session_state["cmp.last"] = resolved_all
+    outs = {label: run_with_status(cfg, label) for label, cfg in resolved_all.items()}
+    outs = {k: v for k, v in outs.items() if v is not None}
+    if outs:
+        st.dataframe(summary.comparison_table({k: v.summary for k, v in outs.items()}), use_container_width=True)
+        for fig in charts.metric_cdfs({k: v.requests for k, v in outs.items()}):
+            st.plotly_chart(fig, use_container_width=True)

@@ -1,0 +1,99 @@
+"""Plotly figures of servesim results: CDFs, step timelines, per-request timelines, load curves."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+METRIC_LABELS = {"ttft_s": "TTFT (s)", "tpot_s": "TPOT (s)", "e2e_s": "E2E latency (s)"}
+
+
+def cdf(series_by_label: dict[str, pd.Series], title: str) -> go.Figure:
+    """Empirical CDFs of one metric, one line per label (NaNs dropped)."""
+    fig = go.Figure()
+    for label, series in series_by_label.items():
+        values = np.sort(pd.to_numeric(series, errors="coerce").dropna().to_numpy())
+        if values.size == 0:
+            continue
+        fig.add_trace(go.Scatter(x=values, y=np.arange(1, values.size + 1) / values.size, mode="lines",
+                                 name=label))
+    fig.update_layout(title=title, yaxis_title="fraction of requests", height=320,
+                      margin=dict(l=40, r=10, t=40, b=40))
+    return fig
+
+
+def metric_cdfs(requests_by_label: dict[str, pd.DataFrame]) -> list[go.Figure]:
+    return [cdf({k: df[col] for k, df in requests_by_label.items()}, label)
+            for col, label in METRIC_LABELS.items()]
+
+
+def step_timeline(steps: pd.DataFrame) -> go.Figure:
+    """Prefill and decode tokens per step, KV usage and queue lengths over simulated time."""
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=("tokens per step", "KV cache usage", "queues"))
+    if steps.empty:
+        return fig
+    t = steps["start"]
+    fig.add_trace(go.Scatter(x=t, y=steps["num_prefill_tokens"], name="prefill tokens", mode="lines",
+                             stackgroup="tok"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=t, y=steps["num_decode_tokens"], name="decode tokens", mode="lines",
+                             stackgroup="tok"), row=1, col=1)
+    if "num_padding_tokens" in steps and steps["num_padding_tokens"].sum() > 0:
+        fig.add_trace(go.Scatter(x=t, y=steps["num_padding_tokens"], name="padding tokens", mode="lines",
+                                 stackgroup="tok"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=t, y=steps["kv_usage"], name="KV usage", mode="lines"), row=2, col=1)
+    for col, name in (("num_waiting", "waiting"), ("num_running", "running"), ("num_swapped", "swapped")):
+        if col in steps:
+            fig.add_trace(go.Scatter(x=t, y=steps[col], name=name, mode="lines"), row=3, col=1)
+    fig.update_xaxes(title_text="time (s)", row=3, col=1)
+    fig.update_layout(height=620, margin=dict(l=40, r=10, t=40, b=40))
+    return fig
+
+
+def request_timeline(requests: pd.DataFrame, start: int = 0, count: int = 40) -> go.Figure:
+    """Gantt bars for a window of requests: queued, prefill (to first token), decode (to finish).
+
+    Requests that were preempted are outlined in red (the table counts preemptions per request).
+    """
+    window = requests.sort_values("arrival_time").iloc[start:start + count]
+    fig = go.Figure()
+    labels = window["req_id"].astype(str)
+    phases = (
+        ("queued", "arrival_time", "first_scheduled_time", "#c7c7c7"),
+        ("prefill", "first_scheduled_time", "first_token_time", "#ff7f0e"),
+        ("decode", "first_token_time", "finish_time", "#1f77b4"),
+    )
+    preempted = window.get("num_preemptions", pd.Series(0, index=window.index)).fillna(0) > 0
+    for name, a, b, color in phases:
+        base, end = window[a], window[b]
+        fig.add_trace(go.Bar(y=labels, x=(end - base), base=base, orientation="h", name=name, marker_color=color,
+                             marker_line_color=np.where(preempted, "red", color), marker_line_width=1.5))
+    fig.update_layout(barmode="overlay", height=max(300, 14 * len(window) + 80), xaxis_title="time (s)",
+                      yaxis_title="request", yaxis=dict(autorange="reversed"),
+                      margin=dict(l=40, r=10, t=30, b=40))
+    return fig
+
+
+def load_curves(table: pd.DataFrame, x: str, columns: dict[str, str], title: str) -> go.Figure:
+    """Lines of several columns of a sweep table against its load column `x`."""
+    fig = go.Figure()
+    for col, label in columns.items():
+        if col in table:
+            fig.add_trace(go.Scatter(x=table[x], y=table[col], mode="lines+markers", name=label))
+    fig.update_layout(title=title, xaxis_title=x, height=360, margin=dict(l=40, r=10, t=40, b=40))
+    return fig
+
+
+def predicted_vs_measured(metrics: dict) -> go.Figure:
+    """Grouped bars of predicted and measured values from a validation.json `metrics` block."""
+    names, predicted, measured = [], [], []
+    for metric, stats in metrics.items():
+        for stat, row in (stats.items() if isinstance(stats, dict) else []):
+            if isinstance(row, dict) and "predicted" in row:
+                names.append(f"{metric} {stat}")
+                predicted.append(row["predicted"])
+                measured.append(row["measured"])
+    fig = go.Figure([go.Bar(x=names, y=predicted, name="predicted"), go.Bar(x=names, y=measured, name="measured")])
+    fig.update_layout(barmode="group", height=380, yaxis_type="log", margin=dict(l=40, r=10, t=30, b=80))
+    return fig

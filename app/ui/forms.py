@@ -1,0 +1,161 @@
+"""The configuration form shared by the Simulate, Compare and Capacity pages.
+
+Each input has a placeholder right under it; after the whole config is validated the first bad
+field's message is written into its placeholder, so the error appears next to the input it names.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import streamlit as st
+
+from policies.config import POLICIES, PREEMPTIONS, QUEUES
+from sim.models import gpu_names, model_names
+
+WORKLOAD_KINDS = ("poisson", "gamma", "constant", "closed_loop", "trace")
+LENGTH_KINDS = ("lognormal", "constant", "uniform")
+
+
+class FieldErrors:
+    """Placeholders keyed by config field (`section.key`), filled after validation."""
+
+    def __init__(self) -> None:
+        self.slots: dict[str, object] = {}
+        self.fallback = None
+
+    def slot(self, field: str) -> None:
+        self.slots[field] = st.empty()
+
+    def show(self, field: str | None, message: str) -> None:
+        """Write `message` under the input for `field` (or its section), else at the form's end."""
+        key = field or ""
+        target = self.slots.get(key)
+        if target is None:  # e.g. "workload.prompt_len.median" -> "workload.prompt_len"
+            for name, slot in self.slots.items():
+                if key.startswith(name) or name.startswith(key + "."):
+                    target = slot
+                    break
+        (target or self.fallback or st).error(message)
+
+
+def _length_inputs(label: str, field: str, prefix: str, default_median: int, errors: FieldErrors) -> dict:
+    kind = st.selectbox(f"{label} length", LENGTH_KINDS, key=f"{prefix}{field}.kind")
+    if kind == "constant":
+        value = st.number_input(f"{label} tokens", value=default_median, step=1, key=f"{prefix}{field}.value")
+        spec = {"kind": "constant", "value": int(value)}
+    elif kind == "uniform":
+        lo = st.number_input(f"{label} min", value=max(1, default_median // 2), step=1, key=f"{prefix}{field}.low")
+        hi = st.number_input(f"{label} max", value=default_median * 2, step=1, key=f"{prefix}{field}.high")
+        spec = {"kind": "uniform", "low": int(lo), "high": int(hi)}
+    else:
+        median = st.number_input(f"{label} median", value=float(default_median), step=16.0,
+                                 key=f"{prefix}{field}.median")
+        sigma = st.number_input(f"{label} sigma (log-space)", value=0.8, step=0.1, key=f"{prefix}{field}.sigma")
+        spec = {"kind": "lognormal", "median": float(median), "sigma": float(sigma)}
+    errors.slot(f"workload.{field}")
+    return spec
+
+
+def _upload_trace(uploaded) -> str:
+    """Save an uploaded trace to a temporary file (its format is detected by the workload reader)."""
+    suffix = Path(uploaded.name).suffix or ".csv"
+    tmp = tempfile.NamedTemporaryFile(prefix="servesim-trace-", suffix=suffix, delete=False)
+    tmp.write(uploaded.getvalue())
+    tmp.close()
+    return tmp.name
+
+
+def config_form(prefix: str = "", defaults: dict | None = None, workload: bool = True,
+                show_slo: bool = True) -> tuple[dict, list[str], FieldErrors]:
+    """Render the inputs; return (config dict, extra `section.key=value` overrides, error slots)."""
+    d = {"model": "Llama-3-8B", "gpu": "H100-SXM", "policy": "chunked", "budget": 512, **(defaults or {})}
+    errors = FieldErrors()
+    models, gpus = model_names(), gpu_names()
+
+    st.markdown("**Model and hardware**")
+    c1, c2, c3 = st.columns(3)
+    model = c1.selectbox("Model", models, index=models.index(d["model"]) if d["model"] in models else 0,
+                         key=f"{prefix}model")
+    gpu = c2.selectbox("GPU", gpus, index=gpus.index(d["gpu"]) if d["gpu"] in gpus else 0, key=f"{prefix}gpu")
+    tp = c3.selectbox("Tensor parallel", (1, 2, 4, 8), index=(1, 2, 4, 8).index(d.get("tp", 1)), key=f"{prefix}tp")
+    errors.slot("model.name")
+    errors.slot("hardware")
+
+    st.markdown("**Scheduler**")
+    c1, c2, c3 = st.columns(3)
+    policy = c1.selectbox("Policy", POLICIES, index=POLICIES.index(d["policy"]), key=f"{prefix}policy")
+    budget = c2.number_input("Token budget (max_num_batched_tokens)", value=int(d["budget"]), step=64,
+                             key=f"{prefix}budget")
+    seqs = c3.number_input("max_num_seqs", value=int(d.get("max_num_seqs", 128)), step=8, key=f"{prefix}seqs")
+    errors.slot("scheduler.max_num_batched_tokens")
+    c1, c2, c3 = st.columns(3)
+    queue = c1.selectbox("Queue order", QUEUES, key=f"{prefix}queue")
+    preemption = c2.selectbox("Preemption", PREEMPTIONS, key=f"{prefix}preemption")
+    prefix_cache = c3.checkbox("Prefix caching", value=bool(d.get("prefix_caching", False)), key=f"{prefix}pc")
+    errors.slot("scheduler")
+
+    config = {
+        "model": {"name": model},
+        "hardware": {"gpu": gpu, "tp": int(tp)},
+        "scheduler": {"policy": policy, "max_num_batched_tokens": int(budget), "max_num_seqs": int(seqs),
+                      "queue": queue, "preemption": preemption},
+        "cache": {"enable_prefix_caching": bool(prefix_cache)},
+    }
+    if preemption != "recompute":
+        config["hardware"]["swap_space_gb"] = 16.0
+
+    if workload:
+        st.markdown("**Workload**")
+        c1, c2, c3 = st.columns(3)
+        kind = c1.selectbox("Arrivals", WORKLOAD_KINDS, key=f"{prefix}wkind")
+        wl: dict = {"kind": kind, "seed": int(c3.number_input("Seed", value=int(d.get("seed", 0)), step=1,
+                                                              key=f"{prefix}seed"))}
+        if kind == "trace":
+            uploaded = st.file_uploader("Trace (CSV: arrival_time,prompt_tokens,output_tokens; Azure CSV; "
+                                        "Mooncake JSONL)", key=f"{prefix}trace")
+            if uploaded is not None:
+                wl["trace"] = _upload_trace(uploaded)
+            else:
+                st.info("Upload a trace file to replay it.")
+        else:
+            if kind == "closed_loop":
+                wl["num_users"] = int(c2.number_input("Concurrent users", value=32, step=1, key=f"{prefix}users"))
+            else:
+                wl["rate"] = float(c2.number_input("Rate (requests/s)", value=float(d.get("rate", 4.0)), step=0.5,
+                                                   key=f"{prefix}rate"))
+                if kind == "gamma":
+                    wl["cv"] = float(st.number_input("Burstiness (CV of inter-arrival times)", value=2.0, step=0.5,
+                                                     key=f"{prefix}cv"))
+            errors.slot("workload.rate")
+            wl["num_requests"] = int(st.number_input("Requests", value=int(d.get("num_requests", 200)), step=50,
+                                                     key=f"{prefix}n"))
+            errors.slot("workload.num_requests")
+            c1, c2 = st.columns(2)
+            with c1:
+                wl["prompt_len"] = _length_inputs("Prompt", "prompt_len", prefix, int(d.get("prompt_median", 512)),
+                                                  errors)
+            with c2:
+                wl["output_len"] = _length_inputs("Output", "output_len", prefix, int(d.get("output_median", 128)),
+                                                  errors)
+        errors.slot("workload")
+        config["workload"] = wl
+
+    if show_slo:
+        st.markdown("**SLO (for goodput)**")
+        c1, c2, c3 = st.columns(3)
+        ttft = c1.number_input("TTFT target (s)", value=float(d.get("slo_ttft", 2.0)), step=0.1, key=f"{prefix}sttft")
+        tpot = c2.number_input("TPOT target (s)", value=float(d.get("slo_tpot", 0.1)), step=0.01,
+                               key=f"{prefix}stpot")
+        e2e = c3.number_input("E2E target (s, 0 = none)", value=0.0, step=1.0, key=f"{prefix}se2e")
+        config["slo"] = {"ttft_s": float(ttft), "tpot_s": float(tpot)}
+        if e2e > 0:
+            config["slo"]["e2e_s"] = float(e2e)
+        errors.slot("slo")
+
+    raw = st.text_area("Advanced: extra settings, one `section.key=value` per line", value="",
+                       key=f"{prefix}extra", height=68)
+    overrides = [line.strip() for line in raw.splitlines() if line.strip()]
+    errors.slot("--set")
+    errors.fallback = st.empty()
+    return config, overrides, errors

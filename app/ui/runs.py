@@ -1,0 +1,70 @@
+"""Running simulations for the app: validated configs, cached results, progress.
+
+Results are cached by the config's canonical JSON, so re-rendering a page (every widget change)
+never re-runs a simulation that was already done.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from sim.config import apply_override, load_config
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """What a page shows of a finished simulation."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    summary: dict
+    config_toml: str
+
+
+def validate(config_dict: dict, overrides: list[str] = ()) -> tuple[dict | None, str | None, str | None]:
+    """Return (resolved dict, None, None) or (None, field, message) for the first bad field.
+
+    `field` is the `section.key` that the error names (its message starts with it), so the page can
+    show the message next to that input.
+    """
+    data = json.loads(json.dumps(config_dict))  # a deep, JSON-clean copy
+    try:
+        for line in overrides:
+            apply_override(data, line)
+        load_config(data)
+    except (ValueError, FileNotFoundError) as exc:
+        message = str(exc)
+        field = message.split(":", 1)[0].strip() if ":" in message else ""
+        return None, field, message
+    return data, None, None
+
+
+def canonical(config_dict: dict) -> str:
+    return json.dumps(config_dict, sort_keys=True, default=str)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def run_simulation(config_json: str) -> RunOutput:
+    """Simulate a config given as canonical JSON (the cache key). Raises on bad input."""
+    from sim.config import config_to_toml
+    from sim.runner import simulate
+
+    config = load_config(json.loads(config_json))
+    result = simulate(config)
+    return RunOutput(result.requests, result.steps, result.summary, config_to_toml(config))
+
+
+def run_with_status(config_dict: dict, label: str = "Simulating") -> RunOutput | None:
+    """Run (or fetch from cache) with a status box; errors are shown, not raised."""
+    with st.status(f"{label}...", expanded=False) as status:
+        try:
+            out = run_simulation(canonical(config_dict))
+        except (ValueError, FileNotFoundError) as exc:
+            status.update(label=f"{label}: failed", state="error")
+            st.error(str(exc))
+            return None
+        status.update(label=f"{label}: done ({out.summary.get('num_requests', 0)} requests)", state="complete")
+    return out

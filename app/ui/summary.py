@@ -1,0 +1,54 @@
+"""Summary cards and tables from a `summary.json` dict."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+
+def _ms(block: dict | None, key: str) -> str:
+    if not block or block.get(key) is None:
+        return "-"
+    return f"{block[key] * 1000:.1f} ms"
+
+
+def cards(summary: dict) -> None:
+    """Headline figures as metric cards."""
+    thr = summary.get("throughput", {})
+    c = st.columns(4)
+    c[0].metric("TTFT p50 / p99", f"{_ms(summary.get('ttft_s'), 'p50')} / {_ms(summary.get('ttft_s'), 'p99')}")
+    c[1].metric("TPOT p50 / p99", f"{_ms(summary.get('tpot_s'), 'p50')} / {_ms(summary.get('tpot_s'), 'p99')}")
+    c[2].metric("E2E p50 / p99", f"{_ms(summary.get('e2e_s'), 'p50')} / {_ms(summary.get('e2e_s'), 'p99')}")
+    c[3].metric("Output tokens/s", f"{thr.get('output_tokens_per_s', 0):,.0f}")
+    c = st.columns(4)
+    c[0].metric("Requests/s", f"{thr.get('requests_per_s', 0):.2f}")
+    goodput = summary.get("goodput_requests_per_s")
+    c[1].metric("Goodput (req/s in SLO)", "-" if goodput is None else f"{goodput:.2f}")
+    c[2].metric("Preemptions", f"{summary.get('num_preemptions', 0)}")
+    c[3].metric("Finished / rejected", f"{summary.get('num_finished', 0)} / {summary.get('num_rejected', 0)}")
+
+
+def comparison_table(summaries: dict[str, dict]) -> pd.DataFrame:
+    """One row per configuration with the figures people compare."""
+    rows = []
+    for label, s in summaries.items():
+        thr = s.get("throughput", {})
+        rows.append({
+            "config": label,
+            "output tok/s": round(thr.get("output_tokens_per_s", 0.0), 1),
+            "req/s": round(thr.get("requests_per_s", 0.0), 3),
+            "TTFT mean (ms)": _num(s.get("ttft_s"), "mean"),
+            "TTFT p99 (ms)": _num(s.get("ttft_s"), "p99"),
+            "TPOT mean (ms)": _num(s.get("tpot_s"), "mean"),
+            "TPOT p99 (ms)": _num(s.get("tpot_s"), "p99"),
+            "E2E p99 (ms)": _num(s.get("e2e_s"), "p99"),
+            "max stall (ms)": None if s.get("max_stall_s") is None else round(s["max_stall_s"] * 1000, 1),
+            "goodput (req/s)": s.get("goodput_requests_per_s"),
+            "preemptions": s.get("num_preemptions", 0),
+        })
+    return pd.DataFrame(rows)
+
+
+def _num(block: dict | None, key: str) -> float | None:
+    if not block or block.get(key) is None:
+        return None
+    return round(block[key] * 1000, 2)

@@ -1,0 +1,41 @@
+"""Every notebook runs top to bottom (small settings) and matches its source in notebooks/src/."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9]*.ipynb"))
+sys.path.insert(0, str(REPO / "notebooks"))
+import build  # noqa: E402  (notebooks/build.py)
+
+
+def test_every_source_has_its_notebook():
+    sources = {p.stem for p in (REPO / "notebooks" / "src").glob("[0-9]*.py")}
+    assert sources and sources == {p.stem for p in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_matches_source(path):
+    built = build.build(REPO / "notebooks" / "src" / f"{path.stem}.py")
+    on_disk = nbformat.read(path, as_version=4)
+    assert [c.source for c in on_disk.cells] == [c.source for c in built.cells], \
+        "run `python notebooks/build.py` after editing notebooks/src/"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_executes(path, monkeypatch, tmp_path):
+    monkeypatch.setenv("SERVESIM_NOTEBOOK_SMALL", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(REPO / "notebooks")}})
+    client.execute()  # raises CellExecutionError on the first failing cell
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
