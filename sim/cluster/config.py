@@ -11,6 +11,7 @@ replicas = [{count = 2, gpu = "H100-SXM", tp = 1}, {count = 1, gpu = "A100-80GB"
 enabled = true
 link = "nvlink"               # nvlink | infiniband | roce | pcie | ethernet
 link_bandwidth_gbps = 100.0   # optional: replaces the preset's GB/s per GPU
+first_token = "after_transfer"   # or "prefill" (DistServe: TTFT excludes the transfer)
 prefill = {count = 1, tp = 2}
 decode = {count = 2, tp = 1, scheduler = {max_num_seqs = 256}}
 ```
@@ -29,6 +30,7 @@ from sim.cluster.link import LINK_PRESETS
 from sim.cluster.router import ROUTERS
 
 POOL_SECTIONS = ("hardware", "scheduler", "cache")
+FIRST_TOKEN = ("after_transfer", "prefill")
 
 
 def _check_pool(values: Mapping[str, Any], where: str) -> None:
@@ -127,6 +129,10 @@ class DisaggregationConfig:
     link_latency_s: float | None = None
     prefill_router: str = "least_tokens"
     decode_router: str = "least_tokens"
+    # when the client gets the first token (sampled on the prefill side either way): "after_transfer"
+    # (vLLM's P/D proxy streams from the decode instance, so TTFT includes the KV transfer) or
+    # "prefill" (DistServe returns it as soon as the prefill instance samples it)
+    first_token: str = "after_transfer"
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -139,6 +145,9 @@ class DisaggregationConfig:
             check_number("disaggregation.link_bandwidth_gbps", self.link_bandwidth_gbps, 0.0, strict_min=True)
         if self.link_latency_s is not None:
             check_number("disaggregation.link_latency_s", self.link_latency_s, 0.0)
+        if self.first_token not in FIRST_TOKEN:
+            raise ConfigError(f"disaggregation.first_token: {self.first_token!r} is not allowed; "
+                              f"choose one of {', '.join(FIRST_TOKEN)}")
         for name in ("prefill_router", "decode_router"):
             if getattr(self, name) not in ROUTERS:
                 raise ConfigError(f"disaggregation.{name}: {getattr(self, name)!r} is not allowed; "

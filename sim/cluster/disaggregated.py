@@ -3,8 +3,9 @@
 A request's life (the user-visible `Request` is driven by hand from its two halves):
 
 1. Arrival: a prefill half (same prompt, `max_tokens = 1`) goes to a prefill replica (router
-   `disaggregation.prefill_router`). Its one sampled token is the request's first token: TTFT is
-   decided on the prefill side, as in DistServe and vLLM's P/D connectors.
+   `disaggregation.prefill_router`). Its one sampled token is the request's first token; the client
+   gets it when the KV has reached the decode side (`first_token = "after_transfer"`, vLLM's P/D
+   proxy streams from the decode instance) or at once (`"prefill"`, DistServe).
 2. The prefill half ends and its scheduler frees its blocks; the cluster at once re-takes as many
    blocks on the prefill replica (a placeholder holder), so the KV stays held until it has moved.
 3. The request waits (FIFO per decode replica) until the chosen decode replica can allocate the
@@ -149,6 +150,7 @@ class DisaggregatedCluster:
         self.originals: dict = {}
         self.transfer_times: list[float] = []
         self.hooks: list = []
+        self.first_token_at_prefill = d.first_token == "prefill"
 
     # --- wiring ---------------------------------------------------------------------------------
     def add_finish_hook(self, hook) -> None:
@@ -184,10 +186,12 @@ class DisaggregatedCluster:
             return
         request.transition(RequestState.RUNNING_CTX)
         request.transition(RequestState.RUNNING_GEN)
-        request.record_token(0, half.token_times[0])
         if request.max_tokens == 1:
+            request.record_token(0, half.token_times[0])
             self._end(request, FinishReason.LENGTH, now)
             return
+        if self.first_token_at_prefill:
+            request.record_token(0, half.token_times[0])
         hold = _hold(self.prefill[i].scheduler.block_manager, f"{request.req_id}/kv-out", now,
                      request.num_prompt_tokens)
         tokens = request.num_prompt_tokens + request.max_tokens
@@ -230,6 +234,8 @@ class DisaggregatedCluster:
         replica.scheduler.block_manager.free(reservation)
         self.transfer_times.append(duration)
         request.tags["kv_transfer_s"] = duration
+        if not self.first_token_at_prefill:  # the client gets it with the decode side's stream
+            request.record_token(0, self.env.now)
         half = Request(request.req_id, request.arrival_time, request.num_prompt_tokens + 1, request.max_tokens - 1,
                        priority=request.priority, tags=request.tags)
         self.preloaded[request.req_id] = request.num_prompt_tokens

@@ -1,0 +1,78 @@
+"""`servesim capacity CONFIG.toml --slo-ttft S --slo-tpot S [--layout colocated --layout disaggregated]`.
+
+Finds the highest request rate the configuration sustains with >= 90% of requests meeting every
+SLO target (DistServe goodput), by bracketing and bisection to a relative tolerance `--tol`.
+With several `--layout`s it compares layouts of the same GPU count in one command:
+`as-is` (the config), `colocated` (the same number of GPUs as colocated replicas of the top-level
+`hardware.tp`), `disaggregated` (the config's `[disaggregation]` pools, enabled).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from policies import ConfigError
+from sim.capacity.cli_common import add_common, executor_from_args, fmt_table, slo_from_args
+from sim.capacity.search import DEFAULT_RATE_KEY, find_max_rate
+
+LAYOUT_CHOICES = ("as-is", "colocated", "disaggregated")
+
+
+def layout_overrides(config, layout: str) -> list[str]:
+    """Overrides turning `config` into `layout` with the same GPU count."""
+    from sim.cluster.layout import num_gpus
+
+    if layout == "as-is":
+        return []
+    if layout == "disaggregated":
+        return ["disaggregation.enabled=true"]
+    gpus, tp = num_gpus(config), config.hardware.tp
+    if gpus % tp:
+        raise ConfigError(f"hardware.tp: {gpus} GPUs do not split into replicas of tp={tp}")
+    return ["disaggregation.enabled=false", "cluster.replicas=[]", f"cluster.num_replicas={gpus // tp}"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--rate-key", default=DEFAULT_RATE_KEY, help=f"the rate key (default {DEFAULT_RATE_KEY})")
+    parser.add_argument("--start-rate", type=float, help="first rate tried (default: the config's)")
+    parser.add_argument("--tol", type=float, default=0.05,
+                        help="stop when upper/lower - 1 <= TOL (default 0.05: the answer is within 5%%)")
+    parser.add_argument("--layout", action="append", choices=LAYOUT_CHOICES,
+                        help="compare layouts of the same GPU count (repeatable; default: as-is)")
+    parser.add_argument("--out", help="write search.csv (every rate tried) to this folder")
+
+
+def run(args) -> int:
+    from sim.config import load_config
+
+    slo = slo_from_args(args)
+    base = load_config(args.config, args.overrides)
+    layouts = args.layout or ["as-is"]
+    start = args.start_rate
+    if start is None:
+        section, _, key = args.rate_key.partition(".")
+        start = float(getattr(getattr(base, section, None), key, None) or 1.0)
+    executor = executor_from_args(args)
+    print(f"SLO: ttft<={slo.ttft_s} tpot<={slo.tpot_s} e2e<={slo.e2e_s} s for >= {slo.min_attainment:.0%} "
+          f"of requests; tolerance {args.tol:.1%}")
+    tables = []
+    for layout in layouts:
+        overrides = list(args.overrides) + layout_overrides(base, layout)
+        res = find_max_rate(args.config, slo, args.rate_key, start, args.tol, executor, overrides,
+                            progress=not args.no_progress)
+        print(f"{layout:>13}: {res.rate:.4g} req/s sustained ({res.rate_per_gpu:.4g} per GPU, "
+              f"{res.num_gpus} GPUs); {res.upper:.4g} req/s is not")
+        table = res.table()
+        table.insert(0, "layout", layout)
+        tables.append(table)
+    import pandas as pd
+
+    table = pd.concat(tables, ignore_index=True)
+    print(fmt_table(table, ["layout", "rate", "num_gpus", "slo_attainment", "ttft_s_p90", "tpot_s_p90",
+                            "goodput_rps"]))
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        table.to_csv(Path(args.out) / "search.csv", index=False)
+        print(f"wrote {Path(args.out) / 'search.csv'}")
+    return 0

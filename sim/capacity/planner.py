@@ -1,0 +1,122 @@
+"""The planner: the cheapest layout that serves a target rate within an SLO.
+
+Candidates are layouts built from a base config: colocated (`replicas` copies of `gpu` x `tp`,
+with a chunk budget) and disaggregated (a prefill pool and a decode pool, each `count` x `tp` of
+one GPU type). Each is simulated at the target rate; a layout *fits* when at least
+`slo.min_attainment` of its requests meet the SLO. The plan reports the fitting layout with the
+fewest GPUs (ties: cheaper) and the one with the lowest cost per hour (ties: fewer GPUs).
+Prices are USD per GPU-hour by GPU name (defaults: the GPU catalog's rough prices).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from policies import ConfigError
+from sim.capacity.slo import SLO
+from sim.capacity.sweep import DEFAULT_SIMULATE, PointSpec, evaluate_point, load_point_config
+
+LAYOUTS = ("colocated", "disaggregated")
+
+
+@dataclass(frozen=True)
+class CandidateGrid:
+    """Which layouts to try. Disaggregated pools take every (count, tp) pair up to `max_gpus` GPUs."""
+
+    gpus: tuple[str, ...] = ("H100-SXM",)
+    tps: tuple[int, ...] = (1, 2)
+    replicas: tuple[int, ...] = (1, 2, 4)
+    budgets: tuple[int | None, ...] = (None,)  # scheduler.max_num_batched_tokens (None = the base's)
+    layouts: tuple[str, ...] = LAYOUTS
+    pool_counts: tuple[int, ...] = (1, 2, 3)
+    max_gpus: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("gpus", "tps", "replicas", "budgets", "layouts", "pool_counts"):
+            if not getattr(self, name):
+                raise ConfigError(f"plan.{name}: give at least one value")
+        for layout in self.layouts:
+            if layout not in LAYOUTS:
+                raise ConfigError(f"plan.layouts: {layout!r} is not allowed; choose one of {', '.join(LAYOUTS)}")
+        if self.max_gpus < 1:
+            raise ConfigError(f"plan.max_gpus: must be >= 1, got {self.max_gpus}")
+
+    def candidates(self) -> list[dict[str, Any]]:
+        """Each candidate: {'layout', 'gpu', ..., 'overrides': [...]} (GPU count within max_gpus)."""
+        out: list[dict[str, Any]] = []
+        for gpu, budget in itertools.product(self.gpus, self.budgets):
+            common = [f"scheduler.max_num_batched_tokens={budget}"] if budget is not None else []
+            if "colocated" in self.layouts:
+                for tp, n in itertools.product(self.tps, self.replicas):
+                    if tp * n <= self.max_gpus:
+                        out.append({"layout": "colocated", "gpu": gpu, "budget": budget, "tp": tp, "replicas": n,
+                                    "overrides": common + [f'hardware.gpu="{gpu}"', f"hardware.tp={tp}",
+                                                           "cluster.replicas=[]", f"cluster.num_replicas={n}",
+                                                           "disaggregation.enabled=false"]})
+            if "disaggregated" in self.layouts:
+                for tp_p, n_p, tp_d, n_d in itertools.product(self.tps, self.pool_counts, self.tps, self.pool_counts):
+                    if tp_p * n_p + tp_d * n_d <= self.max_gpus:
+                        pool = 'disaggregation.{}={{count={}, gpu="{}", tp={}}}'
+                        out.append({"layout": "disaggregated", "gpu": gpu, "budget": budget,
+                                    "prefill": f"{n_p}x tp{tp_p}", "decode": f"{n_d}x tp{tp_d}",
+                                    "overrides": common + [f'hardware.gpu="{gpu}"', "disaggregation.enabled=true",
+                                                           pool.format("prefill", n_p, gpu, tp_p),
+                                                           pool.format("decode", n_d, gpu, tp_d)]})
+        return out
+
+
+def evaluate_candidate(spec: PointSpec) -> dict[str, Any]:
+    """`evaluate_point`, except that a layout that cannot be built (the model does not fit) is a row too."""
+    try:
+        return evaluate_point(spec)
+    except ValueError as exc:
+        return {"point": spec.index, "overrides": ";".join(spec.overrides), "error": str(exc), "slo_met": False}
+
+
+@dataclass
+class Plan:
+    """Every candidate's row, and the two winners (None when no candidate fits)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    by_gpus: dict[str, Any] | None = None
+    by_cost: dict[str, Any] | None = None
+
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+
+def plan(base: Any, target_rate: float, slo: SLO, grid: CandidateGrid = CandidateGrid(),
+         prices: dict[str, float] | None = None, executor=None, base_overrides: Sequence[str] = (),
+         rate_key: str = "workload.rate", simulate: str = DEFAULT_SIMULATE, progress: bool = True) -> Plan:
+    """Simulate every candidate at `target_rate` and pick the cheapest fitting ones."""
+    from sim.capacity.executor import LocalExecutor
+    from sim.cluster.layout import cost_per_hour
+
+    if slo.is_empty:
+        raise ConfigError("slo: give at least one of --slo-ttft, --slo-tpot, --slo-e2e (or an [slo] section)")
+    if not target_rate > 0:
+        raise ConfigError(f"target_rate: must be > 0, got {target_rate}")
+    candidates = grid.candidates()
+    if not candidates:
+        raise ConfigError(f"plan.max_gpus: no candidate layout fits in {grid.max_gpus} GPUs")
+    specs = []
+    for i, cand in enumerate(candidates):
+        overrides = tuple(base_overrides) + tuple(cand["overrides"]) + (f"{rate_key}={float(target_rate)!r}",)
+        specs.append(PointSpec(base, (), overrides, slo, i, simulate))
+    executor = executor or LocalExecutor()
+    rows = executor.map(evaluate_candidate, specs, desc="plan", progress=progress)
+    for cand, spec, row in zip(candidates, specs, rows):
+        for k, v in cand.items():
+            if k != "overrides":
+                row[k] = v
+        if "error" not in row:
+            row["cost_per_hour"] = cost_per_hour(load_point_config(spec), prices)
+    result = Plan(rows=rows)
+    fitting = [r for r in rows if r.get("slo_met")]
+    if fitting:
+        result.by_gpus = min(fitting, key=lambda r: (r["num_gpus"], r["cost_per_hour"], r["point"]))
+        result.by_cost = min(fitting, key=lambda r: (r["cost_per_hour"], r["num_gpus"], r["point"]))
+    return result

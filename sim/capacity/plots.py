@@ -1,0 +1,66 @@
+"""Sweep plots: latency percentiles and goodput against load (matplotlib, PNG).
+
+One line per combination of the other swept keys, so a sweep over rate x layout shows each
+layout's curve. matplotlib is the `calibrate` extra; without it no plot is written.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+LATENCY_PANELS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
+PERCENTILES = ("p50", "p90", "p99")
+
+
+def _groups(df, x: str, keys: Sequence[str]):
+    others = [k for k in keys if k != x and k in df and df[k].nunique() > 1]
+    if not others:
+        yield "", df.sort_values(x)
+        return
+    for values, sub in df.groupby(others, sort=True):
+        values = values if isinstance(values, tuple) else (values,)
+        yield ", ".join(f"{k}={v}" for k, v in zip(others, values)), sub.sort_values(x)
+
+
+def plot_sweep(df, x: str, keys: Sequence[str], path: str | Path, title: str = "") -> Path | None:
+    """Latency percentiles (ms) and goodput vs `x`; returns the PNG path (None without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    styles = {"p50": ":", "p90": "--", "p99": "-"}
+    for label, sub in _groups(df, x, keys):
+        color = None
+        for ax, (metric, name) in zip(axes[:3], LATENCY_PANELS):
+            for p in PERCENTILES:
+                col = f"{metric}_{p}"
+                if col in sub:
+                    line, = ax.plot(sub[x], sub[col] * 1e3, styles[p], marker="o", ms=3, color=color,
+                                    label=f"{label} {p}".strip())
+                    color = line.get_color()
+            ax.set_title(f"{name} percentiles")
+            ax.set_xlabel(x)
+            ax.set_ylabel("ms")
+            ax.set_yscale("log")
+        ax = axes[3]
+        ax.plot(sub[x], sub["slo_attainment"] * 100, marker="o", color=color, label=label or "attainment")
+        ax.set_title("SLO attainment (goodput %)")
+        ax.set_xlabel(x)
+        ax.set_ylabel("% of requests meeting every SLO")
+        ax.set_ylim(0, 105)
+    axes[3].axhline(90, color="grey", lw=0.8, ls="--")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    axes[3].legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
