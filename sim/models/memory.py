@@ -24,7 +24,7 @@ from sim.models.hardware import HardwareConfig, check_parallelism
 from sim.models.model_spec import ModelSpec
 
 GiB = 2**30
-NON_TORCH_BYTES = int(0.5 * GiB)  # CUDA context leftovers + NCCL/all-reduce buffers + graph pool
+NON_TORCH_BYTES = int(0.25 * GiB)  # CUDA context leftovers + NCCL/all-reduce buffers + graph pool
 ACT_HIDDEN_BUFFERS = 6  # hidden-size activation buffers alive at the MLP peak (see module doc)
 
 
