@@ -256,8 +256,11 @@ def _prefix_from_guidellm(requests: pd.DataFrame, profile: dict | None) -> pd.Da
 
 
 # --- one folder per run ---------------------------------------------------------------------------
-def load_server_run(path: Path, source: str = "vllm-server") -> RealRun:
-    """A folder with `exp-config.yaml`, `profile.yaml` and per-request (or summary) measurements."""
+def load_server_run(path: Path, source: str = "vllm-server", require_measurements: bool = True) -> RealRun:
+    """A folder with `exp-config.yaml`, `profile.yaml` and per-request (or summary) measurements.
+
+    With `require_measurements=False` a folder holding only the configuration loads too (to simulate it).
+    """
     path = Path(path)
     exp_file = path / "exp-config.yaml"
     if not exp_file.is_file():
@@ -278,7 +281,7 @@ def load_server_run(path: Path, source: str = "vllm-server") -> RealRun:
             break
     if (path / "summary_lifecycle_metrics.json").is_file():
         summary = read_summary_means(path / "summary_lifecycle_metrics.json")
-    if not len(requests) and not summary:
+    if not len(requests) and not summary and require_measurements:
         raise FileNotFoundError(
             f"{path}: no measurements; expected one of "
             f"{', '.join(n for n, _ in MEASUREMENT_FILES)} or summary_lifecycle_metrics.json")

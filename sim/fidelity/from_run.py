@@ -1,0 +1,235 @@
+"""`config_from_run(run_dir, overrides) -> Config`: a simulator config rebuilt from a real run's folder.
+
+The folder's `exp-config.yaml` gives vLLM's server arguments (`model`, `tensor_parallelism`,
+`max_model_len`, `max_num_batched_tokens`, `max_num_seqs`; optional `gpu`), and `profile.yaml` the
+load generator's profile (inference-perf `data.type: shared_prefix` + `load.stages`, or guidellm's).
+LLMServingSim and DistServe run folders are read too (see `sim.fidelity.runs`). Unset limits take
+the `vllm` preset's defaults for the run's vLLM version; the GPU comes from the run or from
+`--set hardware.gpu=...` (runs that name none default to `DEFAULT_GPU`).
+
+The workload: a run with recorded per-request arrivals is replayed (a trace CSV in our own format,
+written to a cache folder); otherwise the profile is turned into the `workload` section. The exact
+inference-perf generator (multi-turn chat, stage draining) is `workload_for_run`, which
+`servesim reproduce` passes to `simulate(config, workload=...)`; the `workload` section holds the
+closest `sim.workload` description (staged constant rates, shared-prefix groups) so that a plain
+`simulate(config)` runs the same load shape.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from policies import ConfigError
+from sim.fidelity.runs import RealRun, ServerArgs, find_runs, load_server_run
+
+DEFAULT_GPU = "H100"  # the vLLM 0.11 runs' README: an 80 GB card, most likely H100; the target fleet
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+SUPPORTED_VERSIONS = ("0.11", "0.15", "0.19")
+
+
+def resolve_model_name(name: str) -> str:
+    """A name `sim.models` knows for a HF model id (catalog alias, shipped config.json, or the id itself)."""
+    from sim.models.model_catalog import get_model
+
+    candidates = [name, name.split("/")[-1]]
+    base = name.split("/")[-1]
+    for suffix in ("-hf", "-Instruct", "-instruct", "-Instruct-2507", "-Chat", "-chat"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            candidates.append(base)
+    for file in sorted(MODELS_DIR.glob("*.json")):
+        if name.split("/")[-1].lower().startswith(file.stem.lower()):
+            candidates.insert(0, str(file))
+    for cand in candidates:
+        try:
+            get_model(cand)
+            return cand
+        except (ValueError, OSError):
+            continue
+    raise ConfigError(f"model.name: {name!r} is not in the model catalog; give a HF config.json path with "
+                      f"--set model.name=PATH")
+
+
+def engine_version(server: ServerArgs) -> str:
+    """The vLLM preset version closest to the run's engine (unknown: the preset's default)."""
+    v = server.engine_version
+    if v in SUPPORTED_VERSIONS:
+        return v
+    if v is None:
+        return "0.19"
+    try:
+        major, minor = (int(x) for x in v.split(".")[:2])
+    except ValueError:
+        return "0.19"
+    # the v1 presets start at 0.11; older engines (v0) use the 'continuous' policy instead
+    return min(SUPPORTED_VERSIONS, key=lambda s: abs(int(s.split(".")[1]) - minor) if major == 0 else 0)
+
+
+def _large_gpu(gpu: str) -> bool:
+    """vLLM's default-limits rule: >= 70 GiB and not an A100."""
+    from sim.models.gpu_spec import get_gpu
+
+    spec = get_gpu(gpu)
+    return spec.memory_bytes >= 70 * 2**30 and not spec.name.upper().startswith("A100")
+
+
+def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
+    """The `scheduler` section: vLLM's policy and limits for the run's version, its own values first."""
+    if not server.enable_chunked_prefill:
+        # vLLM v0 without chunked prefill: whole prompts, prefill-first batches (ENGINE-SEMANTICS §1.3)
+        section = {"policy": "continuous", "max_num_batched_tokens": server.max_num_batched_tokens or 2048,
+                   "max_num_seqs": server.max_num_seqs or 256, "preemption": "recompute"}
+    else:
+        from policies.presets import scheduler_preset
+
+        preset = scheduler_preset("vllm", version=engine_version(server), usage=usage, large_gpu=_large_gpu(gpu))
+        section = {"policy": "vllm", "max_num_batched_tokens": server.max_num_batched_tokens or preset.max_num_batched_tokens,
+                   "max_num_seqs": server.max_num_seqs or preset.max_num_seqs, "preemption": "recompute"}
+    if server.max_model_len:
+        section["max_model_len"] = server.max_model_len
+    return section
+
+
+def trace_file(run: RealRun, cache_dir: str | Path | None = None) -> Path:
+    """The run's requests as a trace CSV in servesim's own format (cached by content)."""
+    from sim.workload.traces import write_trace_csv
+
+    df = run.requests
+    digest = hashlib.sha1(df[["arrival_time", "num_prompt_tokens", "num_output_tokens"]].to_csv().encode()).hexdigest()[:16]
+    folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{digest}.csv"
+    if not path.is_file():
+        write_trace_csv(path, df["arrival_time"].to_numpy(), df["num_prompt_tokens"].to_numpy(),
+                        df["num_output_tokens"].to_numpy())
+    return path
+
+
+def _length_section(dist, field: str) -> dict:
+    """An inference-perf LengthDistribution as a sim.workload length table (same mean and spread)."""
+    if dist.type == "fixed" or dist.std_dev == 0 or dist.min == dist.max:
+        return {"kind": "constant", "value": max(1, int(round(min(max(dist.mean, dist.min), dist.max))))}
+    if dist.type == "uniform":
+        return {"kind": "uniform", "low": max(1, dist.min), "high": max(1, dist.max)}
+    half = math.sqrt(3.0) * dist.std_dev  # a uniform with the normal's mean and standard deviation
+    lo, hi = max(dist.min, int(dist.mean - half), 1), min(dist.max, int(math.ceil(dist.mean + half)))
+    return {"kind": "uniform", "low": lo, "high": max(lo, hi)}
+
+
+def profile_workload_section(profile: dict, seed: int = 0) -> dict:
+    """The `workload` section closest to a load-generator profile (inference-perf or guidellm)."""
+    if isinstance(profile.get("data"), dict) and profile["data"].get("type") == "shared_prefix":
+        from sim.fidelity.inference_perf import SharedPrefixProfile
+
+        p = SharedPrefixProfile.from_dict(profile)
+        if p.load_type == "concurrent":
+            st = p.stages[0]
+            section = {"kind": "closed_loop", "num_users": st.concurrency_level,
+                       "num_requests": sum(s.num_sends for s in p.stages)}
+        else:
+            section = {"kind": "staged", "stages": [[s.rate, s.duration] for s in p.stages],
+                       "num_requests": p.num_requests, "cv": 1.0}
+        sys_len = int(round(p.system_prompt_len.mean))
+        section.update(prompt_len=_length_section(p.question_len, "question_len"),
+                       output_len=_length_section(p.output_len, "output_len"), seed=seed)
+        if sys_len > 0:
+            section.update(num_prefix_groups=p.num_groups, prefix_len=sys_len, users_per_group=p.num_prompts_per_group)
+        return section
+    return guidellm_workload_section(profile, seed)
+
+
+GUIDELLM_RATE_TYPES = ("constant", "poisson", "synchronous", "concurrent")
+
+
+def guidellm_workload_section(profile: dict, seed: int = 0) -> dict:
+    """guidellm's `rate-type` + synthetic `data` (prompt/output tokens with stdev, min, max)."""
+    rate_type = profile.get("rate-type", profile.get("rate_type"))
+    data = profile.get("data") or {}
+    if not isinstance(data, dict) or "prompt_tokens" not in data:
+        raise ConfigError("profile.data: expected inference-perf's data.type: shared_prefix or guidellm's "
+                          "synthetic data (prompt_tokens, output_tokens)")
+    if rate_type not in GUIDELLM_RATE_TYPES:
+        raise ConfigError(f"profile.rate-type: {rate_type!r} cannot be rebuilt without the run's own arrivals "
+                          f"(a sweep adapts its rates to the server); choose one of {', '.join(GUIDELLM_RATE_TYPES)} "
+                          f"or give per-request measurements to replay")
+    from sim.fidelity.inference_perf import LengthDistribution
+
+    def dist(prefix: str) -> dict:
+        d = LengthDistribution.parse(f"profile.data.{prefix}", {
+            "mean": data.get(prefix, 1), "std_dev": data.get(f"{prefix}_stdev", 0) or 0,
+            "min": data.get(f"{prefix}_min", 1) or 1, "max": data.get(f"{prefix}_max", data.get(prefix, 1))})
+        return _length_section(d, prefix)
+
+    n = int(profile.get("max-requests") or profile.get("max_requests") or 1000)
+    rate = float(profile.get("rate") or 1.0)
+    if rate_type in ("synchronous", "concurrent"):
+        section = {"kind": "closed_loop", "num_users": 1 if rate_type == "synchronous" else int(rate), "num_requests": n}
+    else:
+        section = {"kind": "poisson" if rate_type == "poisson" else "constant", "rate": rate, "num_requests": n}
+    section.update(prompt_len=dist("prompt_tokens"), output_len=dist("output_tokens"), seed=seed)
+    prefix = int(data.get("prefix_tokens") or 0)
+    if prefix:
+        section.update(num_prefix_groups=1, prefix_len=prefix, users_per_group=1)
+    return section
+
+
+def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "auto",
+                        cache_dir: str | Path | None = None) -> dict:
+    """The config (as a dict `load_config` reads) that describes `run`.
+
+    `workload`: "replay" (the recorded requests), "profile" (the load generator's profile) or "auto"
+    (replay when per-request arrivals are known).
+    """
+    if workload not in ("auto", "replay", "profile"):
+        raise ConfigError(f"workload: {workload!r} is not allowed; choose one of auto, replay, profile")
+    s = run.server
+    gpu = gpu or s.gpu or DEFAULT_GPU
+    usage = "llm" if run.source.startswith("llmservingsim") else "api_server"
+    hardware = {"gpu": gpu, "tp": s.tensor_parallel_size}
+    if s.num_gpu_blocks:
+        hardware["num_gpu_blocks"] = int(s.num_gpu_blocks)
+    data = {
+        "model": {"name": resolve_model_name(s.model)},
+        "hardware": hardware,
+        "scheduler": scheduler_section(s, gpu, usage),
+        "cache": {"block_size": s.block_size, "enable_prefix_caching": bool(s.enable_prefix_caching)},
+    }
+    use_replay = workload == "replay" or (workload == "auto" and run.has_per_request)
+    if use_replay:
+        if not run.has_per_request:
+            raise ConfigError(f"workload: run {run.name} has no per-request arrivals to replay; use profile")
+        data["workload"] = {"kind": "trace", "trace": str(trace_file(run, cache_dir)), "too_long": "keep"}
+    else:
+        if not run.profile:
+            raise ConfigError(f"workload: run {run.name} has neither per-request arrivals nor a profile.yaml")
+        data["workload"] = profile_workload_section(run.profile)
+    return data
+
+
+def load_run(run_dir: str | Path) -> RealRun:
+    """The one run in `run_dir` (a server run folder, an LLMServingSim example or a DistServe .exp file)."""
+    p = Path(run_dir)
+    if not p.exists():
+        raise FileNotFoundError(f"--from-run: {p}: no such folder")
+    if p.is_file() and p.suffix == ".exp":
+        from sim.fidelity.runs import load_distserve_run
+
+        return load_distserve_run(p)
+    if (p / "exp-config.yaml").is_file():
+        return load_server_run(p, require_measurements=False)
+    runs = find_runs(p)
+    if len(runs) != 1:
+        raise ConfigError(f"--from-run: {p} holds {len(runs)} runs; give one run's folder")
+    return runs[0]
+
+
+def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload: str = "auto"):
+    """A `Config` rebuilt from the run folder's server arguments and load profile, then `overrides`."""
+    from sim.config import load_config
+
+    run = load_run(run_dir)
+    gpu = next((o.split("=", 1)[1].strip().strip('"') for o in overrides if o.replace(" ", "").startswith("hardware.gpu=")), None)
+    return load_config(config_dict_for_run(run, gpu=gpu, workload=workload), overrides)

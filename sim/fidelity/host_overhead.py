@@ -1,0 +1,110 @@
+"""The host side of a real engine step, as named terms around a GPU step-time model.
+
+A real engine's step is more than its kernels: the scheduler runs, inputs are prepared (token ids,
+positions, slot mappings, block tables), tokens are sampled, and the API front end tokenizes each
+request before the engine sees it. Each is a named, fitted (or set) term here, never one lumped
+factor:
+
+==========================  ===============================================================
+term                        meaning (seconds)
+==========================  ===============================================================
+schedule_s                  per step: scheduling + launching the forward pass
+schedule_per_seq_s          per scheduled sequence: scheduler bookkeeping, block tables
+prepare_per_token_s         per token of the step: input preparation (ids, positions, slots)
+sample_per_seq_s            per sampled sequence: sampling + output processing in the step
+compute_scale               correction of the GPU model's kernel time (1 = as profiled)
+frontend_s                  per request, before the engine queue: HTTP, tokenization
+==========================  ===============================================================
+
+`frontend_s` does not occupy the engine (vLLM v1 runs its front end in another process); it is
+added to each request's TTFT and E2E by `apply_frontend`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import pandas as pd
+
+from policies import BatchPlan, ConfigError
+
+STEP_TERMS = ("schedule_s", "schedule_per_seq_s", "prepare_per_token_s", "sample_per_seq_s")
+
+
+@dataclass(frozen=True)
+class HostOverhead:
+    """Named host-overhead terms (see the module table); all default to no overhead."""
+
+    schedule_s: float = 0.0
+    schedule_per_seq_s: float = 0.0
+    prepare_per_token_s: float = 0.0
+    sample_per_seq_s: float = 0.0
+    compute_scale: float = 1.0
+    frontend_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+                raise ConfigError(f"overhead.{f.name}: expected a number, got {v!r}")
+            if v < 0 or (f.name == "compute_scale" and v == 0):
+                raise ConfigError(f"overhead.{f.name}: must be {'>' if f.name == 'compute_scale' else '>='} 0, got {v}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "HostOverhead":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"overhead.{unknown[0]}: unknown term; allowed: {', '.join(sorted(known))}")
+        return cls(**{k: float(v) for k, v in d.items()})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def step_features(plan: BatchPlan) -> tuple[int, int, int]:
+    """(tokens, sequences, sampled sequences) of a step: what the per-step host terms scale with."""
+    num_sampled = sum(1 for s in plan.seqs if s.samples and not s.is_padding)
+    return plan.num_tokens, plan.num_seqs, num_sampled
+
+
+class HostOverheadLatencyModel:
+    """`step_time(plan)` = compute_scale x GPU time + the named host terms.
+
+    `log` (when `record=True`) keeps one row per call: the GPU time and the step's features, in
+    step order, so that a fit can re-weigh the terms without re-running the GPU model.
+    """
+
+    def __init__(self, gpu_model, overhead: HostOverhead | None = None, record: bool = False) -> None:
+        self.gpu_model = gpu_model
+        self.overhead = overhead or HostOverhead()
+        self.record = record
+        self.log: list[tuple[float, int, int, int]] = []
+
+    def breakdown(self, plan: BatchPlan) -> dict[str, float]:
+        """Seconds per named term (sums to `step_time(plan)`)."""
+        o = self.overhead
+        gpu = float(self.gpu_model.step_time(plan))
+        tokens, seqs, sampled = step_features(plan)
+        if self.record:
+            self.log.append((gpu, tokens, seqs, sampled))
+        return {
+            "gpu": o.compute_scale * gpu,
+            "schedule": o.schedule_s + o.schedule_per_seq_s * seqs,
+            "prepare": o.prepare_per_token_s * tokens,
+            "sample": o.sample_per_seq_s * sampled,
+        }
+
+    def step_time(self, plan: BatchPlan) -> float:
+        return float(sum(self.breakdown(plan).values()))
+
+    def steps_log(self) -> pd.DataFrame:
+        return pd.DataFrame(self.log, columns=["gpu_s", "num_tokens", "num_seqs", "num_sampled"])
+
+
+def apply_frontend(requests: pd.DataFrame, overhead: HostOverhead) -> pd.DataFrame:
+    """A requests table with the front end's per-request time added to TTFT and E2E (TPOT unchanged)."""
+    out = requests.copy()
+    for col in ("ttft_s", "e2e_s"):
+        if col in out:
+            out[col] = out[col] + overhead.frontend_s
+    return out

@@ -1,0 +1,203 @@
+"""GPU step time from LLMServingSim's per-layer profiles of vLLM (measured on the serving GPU).
+
+A profile folder `.../<GPU>/<org>/<model>/bf16/tp<N>/` holds, in microseconds, what one decoder
+layer's pieces took when vLLM ran them (a 1-layer dummy-weight model, per-rank shapes for tp N):
+
+- `dense.csv` (layer, tokens, time_us): per-layer ops (layernorm twice, qkv_proj, rotary_emb,
+  o_proj, qk_norm, gate_up_proj, act_fn, down_proj) and once-per-step ops (embedding,
+  final_layernorm) over the step's tokens;
+- `attention.csv` (prefill_chunk, kv_prefill, n_decode, kv_decode, time_us): one layer's attention
+  for a batch of one prefill chunk (with `kv_prefill` earlier context) and `n_decode` decodes of
+  `kv_decode` context each;
+- `per_sequence.csv` (layer, sequences, time_us): lm_head and sampler over the sampled sequences;
+- `moe.csv` (tokens, activated_experts, time_us): a MoE layer's expert computation.
+
+Step time = num_layers x (per-layer ops + attention + MoE + 2 all-reduces when tp > 1) + once-per-step
+ops + LM head and sampler. The all-reduce is a ring over the GPUs' link (its bandwidth from the GPU
+catalog: NVLink, else PCIe) with a fixed launch latency. Between grid points values are linearly
+interpolated; beyond the grid, the last segment's slope extends them.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from policies import BatchPlan, ConfigError
+
+PER_LAYER_OPS = ("layernorm", "qkv_proj", "rotary_emb", "o_proj", "qk_norm", "gate_up_proj", "act_fn", "down_proj")
+PER_STEP_OPS = ("embedding", "final_layernorm")
+ALLREDUCE_LATENCY_S = 10e-6  # one NCCL all-reduce launch + sync across GPUs (order of magnitude, measured typical)
+
+
+def _interp1(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
+    """Linear interpolation through sorted knots, extended linearly beyond both ends."""
+    if len(xs) == 1:
+        return float(ys[0])
+    i = min(max(bisect_right(xs, x) - 1, 0), len(xs) - 2)
+    x0, x1, y0, y1 = xs[i], xs[i + 1], ys[i], ys[i + 1]
+    y = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return float(max(y, 0.0))
+
+
+class Curve1D:
+    """time(x) from (x, time) points (the median of repeats), linear between, extended linearly."""
+
+    def __init__(self, x, y) -> None:
+        df = pd.DataFrame({"x": np.asarray(x, float), "y": np.asarray(y, float)}).groupby("x")["y"].median()
+        self.x = df.index.to_numpy()
+        self.y = df.to_numpy()
+
+    def __call__(self, x: float) -> float:
+        return _interp1(self.x, self.y, x) if x > 0 else 0.0
+
+
+class Grid:
+    """Interpolation over points {(x1, ..., xn): value} on a (possibly ragged) grid.
+
+    Hierarchical: along the last axis among the points that share the leading coordinates, then
+    along the axis before, and so on; each step linear between the bracketing knots and extended
+    linearly beyond the ends. Profiles whose grids differ per slice (more KV points for long
+    chunks, say) interpolate as well as full rectangular ones.
+    """
+
+    def __init__(self, axes: list[np.ndarray], values: dict[tuple, float]) -> None:
+        self.ndim = len(axes)
+        self.tree: dict = {}
+        for key, v in values.items():
+            node = self.tree
+            for x in key[:-1]:
+                node = node.setdefault(float(x), {})
+            node[float(key[-1])] = float(v)
+        self._freeze(self.tree)
+
+    def _freeze(self, node: dict) -> None:
+        node["_knots"] = np.asarray(sorted(k for k in node if k != "_knots"), float)
+        for k, child in node.items():
+            if k != "_knots" and isinstance(child, dict):
+                self._freeze(child)
+
+    def _eval(self, node: dict, x: tuple[float, ...]) -> float:
+        knots = node["_knots"]
+        v = x[0]
+        if len(knots) == 1:
+            pair = ((knots[0], 1.0),)
+        else:
+            i = min(max(bisect_right(knots, v) - 1, 0), len(knots) - 2)
+            w = (v - knots[i]) / (knots[i + 1] - knots[i])
+            pair = ((knots[i], 1.0 - w), (knots[i + 1], w))
+        total = 0.0
+        for k, w in pair:
+            child = node[k]
+            total += w * (child if len(x) == 1 else self._eval(child, x[1:]))
+        return total
+
+    def __call__(self, *x: float) -> float:
+        return max(self._eval(self.tree, tuple(float(v) for v in x)), 0.0)
+
+
+class AttentionTable:
+    """One layer's attention time for (prefill chunk, its prior context, decodes, their context)."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        df = df.groupby(["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"], as_index=False)["time_us"].median()
+        t = {tuple(map(float, k)): v * 1e-6 for k, v in
+             zip(df[["prefill_chunk", "kv_prefill", "n_decode", "kv_decode"]].itertuples(index=False), df["time_us"])}
+        dec = df[(df.prefill_chunk == 0) & (df.n_decode > 0)]
+        self.decode = Grid([dec.n_decode.to_numpy(), dec.kv_decode.to_numpy()],
+                           {(k[2], k[3]): v for k, v in t.items() if k[0] == 0 and k[2] > 0})
+        pre = df[(df.prefill_chunk > 0) & (df.n_decode == 0)]
+        self.prefill = Grid([pre.prefill_chunk.to_numpy(), pre.kv_prefill.to_numpy()],
+                            {(k[0], k[1]): v for k, v in t.items() if k[0] > 0 and k[2] == 0})
+        mixed = df[(df.prefill_chunk > 0) & (df.n_decode > 0)]
+        self.mixed = None
+        if len(mixed):
+            self.mixed = Grid([mixed.prefill_chunk.to_numpy(), mixed.kv_prefill.to_numpy(), mixed.n_decode.to_numpy(),
+                               mixed.kv_decode.to_numpy()],
+                              {k: v for k, v in t.items() if k[0] > 0 and k[2] > 0})
+            self.mixed_max_n = float(mixed.n_decode.max())
+
+    def __call__(self, chunks: list[tuple[int, int]], num_decode: int, decode_kv: float) -> float:
+        """Seconds for the prefill chunks [(tokens, prior context)] and `num_decode` decodes of mean context."""
+        if not chunks:
+            return self.decode(num_decode, decode_kv) if num_decode else 0.0
+        (c0, k0), rest = chunks[0], chunks[1:]
+        if num_decode and self.mixed is not None:
+            n = min(num_decode, self.mixed_max_n)
+            t = self.mixed(c0, k0, n, decode_kv)
+            if num_decode > n:  # decodes past the mixed grid: add what the extra decodes cost alone
+                t += self.decode(num_decode, decode_kv) - self.decode(n, decode_kv)
+        else:
+            t = self.prefill(c0, k0) + (self.decode(num_decode, decode_kv) if num_decode else 0.0)
+        return t + sum(self.prefill(c, k) for c, k in rest)
+
+
+class LayerProfileLatencyModel:
+    """`step_time(plan)`: GPU seconds of one step from a per-layer profile folder (see module doc)."""
+
+    def __init__(self, folder: str | Path, num_layers: int, hidden_size: int, tp: int = 1,
+                 num_experts: int = 0, num_experts_per_tok: int = 0, link_bandwidth: float = 0.0,
+                 dtype_bytes: int = 2) -> None:
+        folder = Path(folder)
+        for name in ("dense.csv", "attention.csv", "per_sequence.csv"):
+            if not (folder / name).is_file():
+                raise ConfigError(f"hardware.profile: {folder} has no {name} (an LLMServingSim per-layer profile)")
+        dense = pd.read_csv(folder / "dense.csv")
+        self.ops = {op: Curve1D(g["tokens"], g["time_us"] * 1e-6) for op, g in dense.groupby("layer")}
+        per_seq = pd.read_csv(folder / "per_sequence.csv")
+        self.seq_ops = {op: Curve1D(g["sequences"], g["time_us"] * 1e-6) for op, g in per_seq.groupby("layer")}
+        self.attention = AttentionTable(pd.read_csv(folder / "attention.csv"))
+        self.moe = None
+        if (folder / "moe.csv").is_file() and num_experts:
+            moe = pd.read_csv(folder / "moe.csv").groupby(["tokens", "activated_experts"], as_index=False)["time_us"].median()
+            self.moe = Grid([moe.tokens.to_numpy(), moe.activated_experts.to_numpy()],
+                            {(float(a), float(b)): v * 1e-6 for a, b, v in moe.itertuples(index=False)})
+        self.num_layers = num_layers
+        self.hidden_bytes = hidden_size * dtype_bytes
+        self.tp = tp
+        self.num_experts = num_experts
+        self.num_experts_per_tok = num_experts_per_tok
+        if tp > 1 and link_bandwidth <= 0:
+            raise ConfigError("hardware.gpu: tensor parallelism needs the GPUs' link bandwidth (> 0)")
+        self.link_bandwidth = link_bandwidth
+
+    def activated_experts(self, num_tokens: int) -> float:
+        """Expected distinct experts the step's tokens route to (uniform routing)."""
+        e, k = self.num_experts, self.num_experts_per_tok
+        return e * (1.0 - (1.0 - k / e) ** num_tokens)
+
+    def all_reduce(self, num_tokens: int) -> float:
+        """One ring all-reduce of the step's hidden states across `tp` GPUs."""
+        if self.tp <= 1 or not num_tokens:
+            return 0.0
+        nbytes = num_tokens * self.hidden_bytes
+        return ALLREDUCE_LATENCY_S + 2 * (self.tp - 1) / self.tp * nbytes / self.link_bandwidth
+
+    def breakdown(self, plan: BatchPlan) -> dict[str, float]:
+        t = plan.num_tokens
+        chunks, num_decode, decode_kv = [], 0, 0
+        for s in plan.seqs:
+            if s.is_decode:
+                num_decode += 1
+                decode_kv += s.context_len
+            else:
+                chunks.append((s.num_tokens, s.num_computed_tokens))
+        chunks.sort(reverse=True)
+        sampled = sum(1 for s in plan.seqs if s.samples or s.is_padding)
+        layer_ops = sum(self.ops[op](t) * (2 if op == "layernorm" else 1) for op in PER_LAYER_OPS if op in self.ops)
+        attn = self.attention(chunks, num_decode, decode_kv / num_decode if num_decode else 0.0)
+        moe = self.moe(t, self.activated_experts(t)) if self.moe is not None and t else 0.0
+        L = self.num_layers
+        return {
+            "dense": L * layer_ops,
+            "attention": L * attn,
+            "moe": L * moe,
+            "all_reduce": L * 2 * self.all_reduce(t),
+            "per_step": sum(self.ops[op](t) for op in PER_STEP_OPS if op in self.ops),
+            "lm_head": sum(c(sampled) for c in self.seq_ops.values()),
+        }
+
+    def step_time(self, plan: BatchPlan) -> float:
+        return float(sum(self.breakdown(plan).values()))

@@ -1,0 +1,162 @@
+"""Simulate one real run from its configuration: `predict_run(run, overhead) -> Prediction`.
+
+The pieces: the config `config_dict_for_run` rebuilds; the workload (the recorded requests, or the
+load generator's profile); a GPU step-time model chosen by what measured data exists for the run's
+GPU and model, most specific first:
+
+1. `layer-profile`: LLMServingSim's per-layer vLLM profile of that GPU/model/TP (next to the run);
+2. `distserve`: DistServe's fitted vLLM iteration times on A100 (next to the run);
+3. `aiconfigurator`: calibrate's importer of aiconfigurator's per-op database (H100/H200/A100),
+   when installed;
+4. `roofline`: the config's own latency model (`sim.latency.build_latency_model`).
+
+The GPU model is wrapped in `HostOverheadLatencyModel` (named host terms). Data-parallel runs
+(`data_parallel_size` > 1) are simulated as that many engines, requests dealt round-robin.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend
+from sim.fidelity.runs import METRICS, RealRun, tpot
+
+GPU_MODEL_KINDS = ("auto", "layer-profile", "distserve", "aiconfigurator", "roofline")
+
+
+@dataclass
+class Prediction:
+    """A simulated run: per-request predictions (one row per recorded request), steps, mean metrics."""
+
+    run: RealRun
+    requests: pd.DataFrame  # req_id, arrival_time, first_token_time, finish_time, ttft_s, e2e_s, tpot_s, ...
+    steps: pd.DataFrame  # start, duration, gpu_s, num_tokens, num_seqs, num_sampled, engine
+    gpu_model: str
+    workload: str
+    overhead: HostOverhead
+    notes: list[str] = field(default_factory=list)
+
+    def means(self) -> dict[str, float]:
+        out = {}
+        for m in METRICS:
+            v = self.requests[m].to_numpy(dtype=float)
+            v = v[np.isfinite(v)]
+            out[m] = float(v.mean()) if v.size else float("nan")
+        return out
+
+
+def layer_profile_folder(run: RealRun) -> Path | None:
+    """LLMServingSim's per-layer profile for the run's GPU, model and TP, if shipped next to the run."""
+    for root in run.path.parents:
+        perf = root / "profiler" / "perf"
+        if perf.is_dir():
+            model = run.server.model.split("/")[-1]
+            for cand in sorted(perf.glob(f"{run.path.parent.name}/*/{model}/bf16/tp{run.server.tensor_parallel_size}")):
+                return cand
+            return None
+    return None
+
+
+def distserve_profile(run: RealRun) -> Path | None:
+    for root in run.path.parents:
+        cand = root / "profile_data" / "profiler-a100-80g.vllm.json"
+        if cand.is_file():
+            return cand
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _aiconfigurator_profile(gpu: str, model: str, tp: int):
+    from calibrate.importers import import_profile  # optional: needs the aiconfigurator extra
+
+    return import_profile("aiconfigurator", gpu, model, tp)
+
+
+def gpu_latency_model(run: RealRun, config, kind: str = "auto"):
+    """(step-time model, its kind) for the run's GPU and model."""
+    if kind not in GPU_MODEL_KINDS:
+        raise ValueError(f"gpu_model: {kind!r} is not allowed; choose one of {', '.join(GPU_MODEL_KINDS)}")
+    spec = config.model.spec()
+    if kind in ("auto", "layer-profile"):
+        folder = layer_profile_folder(run)
+        if folder is not None:
+            from sim.fidelity.layer_profile import LayerProfileLatencyModel
+
+            gpu = config.hardware.gpu_spec()
+            link = gpu.nvlink_bandwidth or gpu.pcie_bandwidth
+            return LayerProfileLatencyModel(folder, spec.num_layers, spec.hidden_size, config.hardware.tp,
+                                            spec.num_experts, spec.num_experts_per_tok, link), "layer-profile"
+        if kind == "layer-profile":
+            raise ValueError(f"gpu_model: no per-layer profile next to run {run.name}")
+    if kind in ("auto", "distserve"):
+        path = distserve_profile(run)
+        if path is not None and run.server.model == "facebook/opt-13b":
+            from sim.fidelity.distserve_model import DistServeLatencyModel
+
+            return DistServeLatencyModel(path, run.server.model, config.hardware.tp), "distserve"
+        if kind == "distserve":
+            raise ValueError(f"gpu_model: no DistServe coefficients for run {run.name}")
+    if kind in ("auto", "aiconfigurator"):
+        try:
+            from sim.latency.profiled import ProfiledLatencyModel
+
+            profile = _aiconfigurator_profile(config.hardware.gpu, spec.name, config.hardware.tp)
+            return ProfiledLatencyModel(profile, block_size=config.cache.block_size), "aiconfigurator"
+        except Exception as exc:  # not installed, or no data for this GPU/model: fall through
+            if kind == "aiconfigurator":
+                raise ValueError(f"gpu_model: aiconfigurator has no data for {spec.name} on "
+                                 f"{config.hardware.gpu} tp={config.hardware.tp} ({exc})") from None
+    from sim.latency import build_latency_model
+
+    return build_latency_model(config), "roofline"
+
+
+def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
+    from sim.fidelity.inference_perf import SharedPrefixWorkload
+    from sim.fidelity.replay import ReplayWorkload
+
+    if kind == "replay":
+        return ReplayWorkload(requests if requests is not None else run.requests)
+    return SharedPrefixWorkload(run.profile)
+
+
+def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: str = "auto",
+                gpu: str | None = None, gpu_model: str = "auto", overrides: tuple[str, ...] = (),
+                record: bool = False) -> Prediction:
+    """Simulate `run` from its configuration and return the per-request predictions."""
+    from sim.config import load_config
+    from sim.fidelity.from_run import config_dict_for_run
+    from sim.runner import simulate
+
+    overhead = overhead or HostOverhead()
+    data = config_dict_for_run(run, gpu=gpu, workload=workload)
+    kind = "replay" if data["workload"].get("kind") == "trace" else "profile"
+    if kind == "profile" and not (run.profile or {}).get("data", {}).get("type") == "shared_prefix":
+        kind = "config"  # guidellm-style profiles: the config's own workload section
+    config = load_config(data, overrides)
+    dp = max(1, run.server.data_parallel_size)
+    shards = [run.requests.iloc[i::dp] for i in range(dp)] if kind == "replay" else [None] * dp
+    req_tables, step_tables, label = [], [], ""
+    for engine, shard in enumerate(shards):
+        base, label = gpu_latency_model(run, config, gpu_model)
+        latency = HostOverheadLatencyModel(base, overhead, record=True)
+        wl = None if kind == "config" else _workload(run, shard, kind)
+        result = simulate(config, latency_model=latency, workload=wl)
+        req = result.requests.copy()
+        req["engine"] = engine
+        req_tables.append(req)
+        steps = result.steps[["start", "duration"]].copy().reset_index(drop=True)
+        log = latency.steps_log()
+        if len(log) == len(steps):
+            steps = pd.concat([steps, log], axis=1)
+        steps["engine"] = engine
+        step_tables.append(steps)
+    requests = pd.concat(req_tables, ignore_index=True)
+    requests["tpot_s"] = tpot(requests["ttft_s"], requests["e2e_s"], requests["num_output_tokens"])
+    requests = apply_frontend(requests, overhead)
+    return Prediction(run=run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
+                      workload=kind, overhead=overhead)
