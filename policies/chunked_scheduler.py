@@ -8,26 +8,19 @@ Mixed prefill + decode steps are the norm.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from policies.scheduler import Scheduler
 from policies.step_builder import StepBuilder
-
-if TYPE_CHECKING:
-    from policies.batch_plan import BatchPlan
 
 
 class ChunkedScheduler(Scheduler):
     """Decode-first chunked prefill (stall-free batching)."""
 
-    def schedule(self, now: float) -> "BatchPlan":
-        step = StepBuilder(self.token_budget)
+    def _schedule_pass(self, step: StepBuilder, now: float) -> None:
         self._schedule_running(step)
         if not step.num_preempted:  # vLLM v1: no admissions in a step that had to preempt
             self._schedule_swapped(step)
             if not self.swapped:
                 self._schedule_waiting(step, now)
-        return self._plan(step, now)
 
 
 class VllmScheduler(ChunkedScheduler):

@@ -7,13 +7,8 @@ otherwise run the decodes (preempting on OOM) and, if nobody was preempted, swap
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from policies.scheduler import Scheduler
 from policies.step_builder import StepBuilder
-
-if TYPE_CHECKING:
-    from policies.batch_plan import BatchPlan
 
 
 class ContinuousScheduler(Scheduler):
@@ -21,12 +16,10 @@ class ContinuousScheduler(Scheduler):
 
     whole_prompts = True
 
-    def schedule(self, now: float) -> "BatchPlan":
-        step = StepBuilder(self.token_budget)
+    def _schedule_pass(self, step: StepBuilder, now: float) -> None:
         if not self.swapped:
             self._schedule_waiting(step, now)
         if not step.scheduled:
             self._schedule_running(step)
             if not step.num_preempted:
                 self._schedule_swapped(step)
-        return self._plan(step, now)

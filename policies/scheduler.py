@@ -133,14 +133,25 @@ class Scheduler:
 
     # --- the policy hook --------------------------------------------------------------------------
     def schedule(self, now: float) -> "BatchPlan":
-        """The next step's plan (empty when nothing can run)."""
-        raise NotImplementedError
+        """The next step's plan (empty only when nothing can run).
 
-    def _plan(self, step: StepBuilder, now: float) -> "BatchPlan":
+        A pass that did nothing but preempt (e.g. the only candidate preempted itself) changed the
+        state, so it is followed by another pass rather than returned as an empty plan, which a
+        caller would read as "idle until the next arrival".
+        """
+        step = StepBuilder(self.token_budget)
+        self._schedule_pass(step, now)
+        while step.is_idle and step.preempted and self.has_unfinished():
+            step.restart()
+            self._schedule_pass(step, now)
         plan = step.finish(self.step_id, now)
         if not plan.is_empty:
             self.step_id += 1
         return plan
+
+    def _schedule_pass(self, step: StepBuilder, now: float) -> None:
+        """Fill `step` by running the shared mechanisms in the policy's order."""
+        raise NotImplementedError
 
     # --- shared mechanisms ------------------------------------------------------------------------
     def _chunk(self, num_remaining: int, budget: int) -> int:

@@ -23,7 +23,6 @@ from policies.scheduler import Scheduler
 from policies.step_builder import StepBuilder
 
 if TYPE_CHECKING:
-    from policies.batch_plan import BatchPlan
     from policies.config import CacheConfig, SchedulerConfig
     from policies.request import Request
 
@@ -42,13 +41,11 @@ class StaticScheduler(Scheduler):
         self.batch_prompt_len = 0  # the longest prompt: every member is padded to it
         self.num_batch_steps = 0  # steps the current batch has run
 
-    def schedule(self, now: float) -> "BatchPlan":
-        step = StepBuilder(self.token_budget)
+    def _schedule_pass(self, step: StepBuilder, now: float) -> None:
         if self.running:
             self._decode_batch(step)
         else:  # idle: the previous batch is done
             self._form_batch(step)
-        return self._plan(step, now)
 
     def _form_batch(self, step: StepBuilder) -> None:
         bm = self.block_manager

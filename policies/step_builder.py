@@ -19,10 +19,12 @@ class StepBuilder:
     """What one step has scheduled so far, and how much token budget is left."""
 
     __slots__ = ("budget", "scheduled", "padding", "preempted", "swapped_out", "swapped_in",
-                 "swap_out_blocks", "swap_in_blocks", "resumed")
+                 "swap_out_blocks", "swap_in_blocks", "resumed", "token_budget", "carried_preempted")
 
     def __init__(self, token_budget: int) -> None:
+        self.token_budget = token_budget
         self.budget = token_budget
+        self.carried_preempted: list = []  # recompute preemptions of earlier, empty passes of this step
         self.scheduled: dict = {}  # req_id -> (request, num_new_tokens), in pack order
         self.padding: list[ScheduledSeq] = []  # static batching's padding entries
         self.preempted: list = []  # req_ids preempted by recompute this step
@@ -34,7 +36,21 @@ class StepBuilder:
 
     @property
     def num_preempted(self) -> int:
+        """Preemptions in the current pass."""
         return len(self.preempted) + len(self.swapped_out)
+
+    @property
+    def is_idle(self) -> bool:
+        """Nothing for the executor to do (recompute preemptions alone cost nothing)."""
+        return not (self.scheduled or self.padding or self.swap_out_blocks or self.swap_in_blocks)
+
+    def restart(self) -> None:
+        """Start another pass after a pass that only preempted (so the step is not wasted)."""
+        self.carried_preempted.extend(self.preempted)
+        self.preempted = []
+        self.swapped_out = []
+        self.budget = self.token_budget
+        self.resumed = set()
 
     def add(self, req: "Request", num_new_tokens: int) -> None:
         self.scheduled[req.req_id] = (req, num_new_tokens)
@@ -60,7 +76,7 @@ class StepBuilder:
         return BatchPlan(
             step_id=step_id,
             seqs=tuple(seqs),
-            preempted=tuple(self.preempted),
+            preempted=tuple(self.carried_preempted + self.preempted),
             swapped_out=tuple(self.swapped_out),
             swapped_in=tuple(self.swapped_in),
             swap_out_blocks=tuple(self.swap_out_blocks),
