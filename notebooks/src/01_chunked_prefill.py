@@ -50,19 +50,28 @@ published = {
     "chunked, budget 512": (2910, 210, 12.3, 16.8),
     "chunked, budget 256": (2750, 245, 9.8, 12.1),
 }
+# All 120 users start at once, so the first seconds are a cold-start burst of prefills that the
+# 30-minute replay of the notes amortized. Like a benchmark's warm-up, we leave out the requests
+# that arrived in the first 10% of the run when computing latency figures.
+def steady(res):
+    req = res.requests
+    cutoff = req["arrival_time"].min() + 0.1 * (req["finish_time"].max() - req["arrival_time"].min())
+    return req[req["arrival_time"] >= cutoff]
+
+
 rows = []
 for name, res in results.items():
-    s = res.summary
+    s, req = res.summary, steady(res)
     pub = published[name]
     rows.append({
         "scheduler": name,
         "sim tok/s": round(s["throughput"]["output_tokens_per_s"]),
         "pub tok/s": pub[0],
-        "sim mean TTFT (ms)": round(s["ttft_s"]["mean"] * 1000, 1),
+        "sim mean TTFT (ms)": round(req["ttft_s"].mean() * 1000, 1),
         "pub mean TTFT (ms)": pub[1],
-        "sim p99 TPOT (ms)": round(s["tpot_s"]["p99"] * 1000, 1),
+        "sim p99 TPOT (ms)": round(req["tpot_s"].quantile(0.99) * 1000, 1),
         "pub p99 TPOT (ms)": pub[2],
-        "sim max stall (ms)": round(s["max_stall_s"] * 1000, 1),
+        "sim max stall (ms)": round(req["max_itl_s"].max() * 1000, 1),
         "pub max stall (ms)": pub[3],
     })
 table = pd.DataFrame(rows).set_index("scheduler")
@@ -71,11 +80,12 @@ table
 # %%
 # The shape the notes describe must hold in the simulation too: chunking cuts the p99 TPOT and the
 # worst stall, and costs some TTFT.
-cont, c512, c256 = (results[k].summary for k in variants)
-assert c512["tpot_s"]["p99"] < cont["tpot_s"]["p99"]
-assert c512["max_stall_s"] < cont["max_stall_s"]
-assert c256["tpot_s"]["p99"] <= c512["tpot_s"]["p99"] * 1.05
-print("chunking lowers p99 TPOT by", round(cont["tpot_s"]["p99"] / c512["tpot_s"]["p99"], 1), "x")
+cont, c512, c256 = (table.loc[k] for k in variants)
+assert c512["sim p99 TPOT (ms)"] < cont["sim p99 TPOT (ms)"]
+assert c512["sim max stall (ms)"] < cont["sim max stall (ms)"]
+assert c256["sim p99 TPOT (ms)"] <= c512["sim p99 TPOT (ms)"] * 1.05
+assert c256["sim mean TTFT (ms)"] > cont["sim mean TTFT (ms)"]
+print("budget 512 lowers p99 TPOT by", round(cont["sim p99 TPOT (ms)"] / c512["sim p99 TPOT (ms)"], 1), "x")
 
 # %%
 import matplotlib.pyplot as plt
