@@ -88,7 +88,7 @@ def test_toml_round_trip_gives_an_equal_config(tmp_path):
 
 
 def test_relative_trace_paths_are_relative_to_the_config_file(tmp_path):
-    (tmp_path / "t.csv").write_text("arrival_time,num_prompt_tokens,num_output_tokens\n0.0,10,5\n")
+    (tmp_path / "t.csv").write_text("arrival_time,prompt_tokens,output_tokens\n0.0,10,5\n")
     (tmp_path / "c.toml").write_text('[workload]\ntrace = "t.csv"\n')
     cfg = load_config(tmp_path / "c.toml")
     assert cfg.workload.trace == str(tmp_path / "t.csv")
