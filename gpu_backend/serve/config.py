@@ -63,7 +63,8 @@ def split_serve_section(path: str | Path) -> tuple[dict, ServeConfig, Path]:
         raise ConfigError(f"config: {path} is not valid TOML ({exc})") from None
     base = path.resolve().parent
     serve = build_serve_config(data.pop("serve", {}), base)
-    for section, key in PATH_KEYS:
+    # the engine reads model.name as a HF config.json path: make it relative to the file too
+    for section, key in set(PATH_KEYS) | {("model", "name")}:
         value = data.get(section, {}).get(key) if isinstance(data.get(section), Mapping) else None
         if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists():
             data[section][key] = str(base / value)

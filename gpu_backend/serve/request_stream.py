@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def reason_name(reason: object) -> str:
     """OpenAI's finish_reason for an engine finish reason (enum or string)."""
     name = str(getattr(reason, "value", reason) or "stop")
-    return {"aborted": "abort", "rejected": "abort"}.get(name, name)
+    return {"aborted": "abort"}.get(name, name)
 
 
 class RequestStream:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import sys
 import threading
 import time
 from contextlib import asynccontextmanager
@@ -33,6 +34,14 @@ from gpu_backend.serve.request_stream import RequestStream
 from gpu_backend.serve.tokenizer import Tokenizer
 
 
+def to_sampling_params(params: CompletionParams):
+    """The engine's SamplingParams for a request (imported here: it lives beside torch code)."""
+    from gpu_backend.sampler import SamplingParams
+
+    return SamplingParams(temperature=params.temperature, top_p=params.top_p, seed=params.seed,
+                          stop_token_ids=params.stop_token_ids)
+
+
 def engine_now(engine) -> float:
     """The engine's clock (the one its RequestOutput.time and tables use)."""
     now = getattr(engine, "now", None)
@@ -43,7 +52,7 @@ class OpenAIServer:
     """The server's state: engine, tokenizer, limits, metrics, and the requests in flight."""
 
     def __init__(self, engine, tokenizer: Tokenizer, config: ServeConfig, max_model_len: int,
-                 vocab_size: int | None = None, make_sampling=None) -> None:
+                 vocab_size: int | None = None, make_sampling=to_sampling_params) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
@@ -51,7 +60,7 @@ class OpenAIServer:
         self.vocab_size = vocab_size or tokenizer.vocab_size
         if tokenizer.vocab_size > self.vocab_size:
             raise ValueError(f"serve.tokenizer: {tokenizer.vocab_size} tokens do not fit the model's vocab_size {self.vocab_size}")
-        self.make_sampling = make_sampling  # CompletionParams -> the engine's sampling params (None: leave unset)
+        self.make_sampling = make_sampling  # CompletionParams -> the engine's sampling params (None: engine default)
         self.metrics = ServerMetrics(config.model_name)
         self.created = int(time.time())
         self._ids = itertools.count()
@@ -131,7 +140,7 @@ class OpenAIServer:
             "num_requests_waiting": max(num_waiting if num_waiting is not None else 0, 0),
             "num_requests_swapped": stats.get("num_swapped", 0),
             "kv_cache_usage_perc": stats.get("kv_usage", 0.0),
-            "num_kv_blocks_used": stats.get("num_kv_blocks_used", 0),
+            "num_kv_blocks_used": stats.get("num_used_gpu_blocks", 0),
             "num_kv_blocks_total": stats.get("num_gpu_blocks", 0),
             "num_requests_in_flight": in_flight,
             "num_requests_pending": pending,
@@ -145,7 +154,7 @@ class OpenAIServer:
         out = Path(out_dir or self.config.out_dir or "")
         if not str(out_dir or self.config.out_dir or ""):
             raise RequestError("out_dir", "no records folder: start the server with --out DIR or give ?out_dir=", 400)
-        result = self.engine.results()
+        result = self.engine.result()
         out.mkdir(parents=True, exist_ok=True)
         result.save(out)
         return sorted(str(p) for p in out.iterdir())
@@ -186,6 +195,7 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
                 server.engine.stop()
             if server.config.out_dir:
                 server.dump()
+                print(f"servesim serve: records written to {server.config.out_dir}", file=sys.stderr, flush=True)
 
     app = FastAPI(title="servesim", lifespan=lifespan)
     app.state.server = server
@@ -235,6 +245,9 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
                 yield text, "stop"
                 return
             if out.finished:
+                if stream.finish_reason == "rejected":
+                    why = stream.request.reject_reason or "the scheduler can never fit it"
+                    raise RequestError("prompt", f"rejected by the engine: {why}")
                 yield text, "stop" if detok.stopped else (stream.finish_reason or "stop")
                 return
             yield text, None
@@ -247,14 +260,18 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
         try:
             if chat:  # OpenAI sends the role first
                 yield f"data: {json.dumps({**head, 'choices': [_choice(params, '', None, True, first=True)]})}\n\n"
-            async for text, reason in outputs(stream, params, detok):
-                if not text and reason is None:
-                    continue  # e.g. half a multi-byte character: nothing to show yet
-                chunk = {**head, "choices": [_choice(params, text, reason, True)]}
-                if params.continuous_usage:
-                    chunk["usage"] = _usage(num_prompt, stream.num_output_tokens)
-                yield f"data: {json.dumps(chunk)}\n\n"
-                finished = reason is not None
+            try:
+                async for text, reason in outputs(stream, params, detok):
+                    if not text and reason is None:
+                        continue  # e.g. half a multi-byte character: nothing to show yet
+                    chunk = {**head, "choices": [_choice(params, text, reason, True)]}
+                    if params.continuous_usage:
+                        chunk["usage"] = _usage(num_prompt, stream.num_output_tokens)
+                    yield f"data: {json.dumps(chunk)}\n\n"
+                    finished = reason is not None
+            except RequestError as exc:  # the headers are sent: report in the stream, as vLLM does
+                finished = True
+                yield f"data: {json.dumps(_error_body(str(exc), exc.status, exc.field))}\n\n"
             if params.include_usage:
                 yield f"data: {json.dumps({**head, 'choices': [], 'usage': _usage(num_prompt, stream.num_output_tokens)})}\n\n"
             yield "data: [DONE]\n\n"
@@ -279,7 +296,11 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
                 if not step.done():  # the client left before the request ended
                     step.cancel()
                     return error("client disconnected", 499)
-                text, reason = step.result()
+                try:
+                    text, reason = step.result()
+                except RequestError as exc:
+                    reason = "rejected"
+                    return error(str(exc), exc.status, exc.field)
                 texts.append(text)
         finally:
             gone.cancel()

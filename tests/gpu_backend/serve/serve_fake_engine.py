@@ -82,7 +82,7 @@ class FakeEngine:
     def stats(self) -> dict:
         used = sum(self.blocks.values())
         return {"num_running": len(self.running), "num_waiting": len(self.waiting), "num_swapped": 0,
-                "num_kv_blocks_used": used, "num_gpu_blocks": self.num_gpu_blocks,
+                "num_used_gpu_blocks": used, "num_gpu_blocks": self.num_gpu_blocks,
                 "kv_usage": used / self.num_gpu_blocks, "num_preemptions": 0}
 
     # --- test helpers ---------------------------------------------------------------------------
@@ -99,7 +99,7 @@ class FakeEngine:
         request.finish(reason, now)
         self.finished.append(request)
         if cb is not None:
-            cb(RequestOutput(req_id, [], True, reason, now))
+            cb(RequestOutput(req_id, [], True, reason.value, now))
 
     def _loop(self) -> None:
         while not self._stop:
@@ -118,6 +118,8 @@ class FakeEngine:
                             del self.waiting[i]
                             request.finish(FinishReason.ABORTED, now)
                             self.finished.append(request)
+                            if cb is not None:
+                                cb(RequestOutput(req_id, [], True, FinishReason.ABORTED.value, now))
                             break
             while self.waiting and len(self.running) < self.max_num_seqs:
                 request, cb = self.waiting.pop(0)
@@ -141,7 +143,7 @@ class FakeEngine:
                 done = stop or request.num_output_tokens >= request.max_tokens
                 if cb is not None:
                     cb(RequestOutput(req_id, [token], done,
-                                     (FinishReason.STOP if stop else FinishReason.LENGTH) if done else None, now))
+                                     (FinishReason.STOP if stop else FinishReason.LENGTH).value if done else None, now))
                 if done:
                     self.running.pop(req_id)
                     self.blocks.pop(req_id, None)

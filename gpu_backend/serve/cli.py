@@ -1,0 +1,79 @@
+"""`servesim serve CONFIG.toml --device cpu|cuda --host 127.0.0.1 --port N [--out DIR]`.
+
+Builds the real `Engine` from the config (its `model.name` a HF config.json, relative to the config
+file), loads the tokenizer from `[serve] tokenizer` (default: the model's folder), and serves the
+OpenAI-compatible API with uvicorn until Ctrl-C / SIGTERM. On shutdown (or POST /admin/dump) the
+engine's requests/steps tables go to `--out` (or `[serve] out_dir`).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="a serving config (TOML): engine sections plus an optional [serve] table")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (0 = any free port; the URL is printed)")
+    parser.add_argument("--out", metavar="DIR", help="write requests.csv/steps.csv/summary.json here on shutdown")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (repeatable), e.g. --set serve.max_num_waiting=64")
+    parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
+
+
+def build_server(config_path: str | Path, device: str = "cpu", overrides: list[str] = (), out_dir: str | None = None):
+    """The engine (not started), tokenizer and `OpenAIServer` a config describes."""
+    from gpu_backend.engine import Engine
+    from gpu_backend.serve.config import build_serve_config, split_serve_section
+    from gpu_backend.serve.server import OpenAIServer
+    from gpu_backend.serve.tokenizer import Tokenizer
+    from sim.config import apply_override, load_config
+
+    data, serve_config, base = split_serve_section(config_path)
+    serve_values = dataclasses.asdict(serve_config)
+    engine_overrides = []
+    for override in overrides:
+        if override.strip().startswith("serve."):
+            apply_override({"serve": serve_values}, override)
+        else:
+            engine_overrides.append(override)
+    if out_dir is not None:
+        serve_values["out_dir"] = out_dir
+    serve_config = build_serve_config(serve_values)
+    config = load_config(data, engine_overrides)
+    engine = Engine(config, device)
+    model_dir = Path(config.model.name)
+    tokenizer = Tokenizer(serve_config.tokenizer or (model_dir if model_dir.is_dir() else model_dir.parent))
+    server = OpenAIServer(engine, tokenizer, serve_config, config.scheduler.max_model_len,
+                          vocab_size=engine.model_config.vocab_size)
+    return server
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gpu_backend.serve.server import build_app
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port: must be in 0..65535, got {args.port}")
+    server = build_server(args.config, args.device, args.overrides, args.out)
+    app = build_app(server)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on",
+                            timeout_graceful_shutdown=10)
+    srv = uvicorn.Server(config)
+
+    # print the bound URL once uvicorn has started (port 0 picks a free one)
+    original_startup = srv.startup
+
+    async def startup(sockets=None):
+        await original_startup(sockets)
+        if srv.servers:
+            host, port = srv.servers[0].sockets[0].getsockname()[:2]
+            print(f"servesim serve: {server.config.model_name} on http://{host}:{port} "
+                  f"(device {args.device}, max_model_len {server.max_model_len})", flush=True)
+
+    srv.startup = startup
+    srv.run()  # SIGINT/SIGTERM: graceful shutdown, then the app's lifespan writes the records
+    return 0
