@@ -1,0 +1,343 @@
+"""Micro-benchmarks of the engine's own ops on a device, fitted into a profile (`servesim calibrate`).
+
+What is timed (one layer's modules from `gpu_backend.model.op_registry`; the model's layers are
+identical, so one layer's op times x num_hidden_layers is a layer stack):
+
+- over token counts T: QKV, O, gate/up and down projections, SwiGLU activation, RMSNorm, rotary,
+  KV writes (the backend's scatter), embedding;
+- over sampled rows S: the LM head and the sampler;
+- prefill attention over (chunk tokens, context length), one sequence, through the engine's
+  attention backend (which also writes the chunk's K/V, so `attention_includes_kv_write`);
+- decode attention over (batch size, KV length), all decodes of equal length;
+- swap copies GPU->CPU and CPU->GPU over bytes (`KVCache.swap_out` / `swap_in`);
+- the engine's per-step host overhead: a short calibration workload runs through the real `Engine`
+  (scheduler + batch assembly + forward); for each step, the measured time (execution + scheduler
+  schedule/update) minus what the op curves predict for that step's plan is a point of
+  `step_overhead` over the number of sequences. The calibration workload is fixed here and shares
+  nothing with any validation workload.
+
+Each point: `warmup` untimed calls, then `repeats` timed calls (synchronized on CUDA); every timed
+call is kept as a raw point and the fit uses per-x medians. `quick` is a small grid for CI.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from calibrate.fit import fit_op
+from policies import BatchPlan, ConfigError, Request, ScheduledSeq
+from sim.latency.profiled import Profile, ProfiledLatencyModel
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The shapes and repeat counts of one calibration run."""
+
+    tokens: tuple[int, ...]
+    sampled: tuple[int, ...]
+    prefill: tuple[tuple[int, int], ...]  # (chunk tokens, context length)
+    decode: tuple[tuple[int, int], ...]  # (batch size, KV length)
+    swap_blocks: tuple[int, ...]
+    warmup: int
+    repeats: int
+    overhead_requests: int
+    overhead_decodes: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
+    overhead_prefills: tuple[int, ...] = (0, 64, 256)
+    overhead_kv: int = 128
+
+    @classmethod
+    def make(cls, quick: bool, max_len: int = 2048, max_seqs: int = 256) -> "Grid":
+        if quick:
+            tokens = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+            sampled = (1, 2, 4, 8, 16, 32, 64)
+            chunks, extra = (1, 8, 32, 128, 512), (0, 128, 512)
+            batches, kvs = (1, 2, 4, 8, 16, 32), (16, 128, 512, 1024)
+            return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
+                       (1, 4, 16, 64), 2, 5, 24)
+        tokens = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
+                  2048, 3072, 4096)
+        sampled = tuple(s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256) if s <= max_seqs)
+        chunks, extra = (1, 4, 16, 64, 128, 256, 512, 1024, 2048), (0, 64, 256, 1024, 2048)
+        batches, kvs = (1, 2, 4, 8, 16, 32, 64, 128), (16, 64, 256, 512, 1024, 2048)
+        return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
+                   (1, 4, 16, 64, 256), 3, 11, 48)
+
+
+def _pairs(chunks, extra, max_len):
+    return tuple((q, q + e) for q in chunks for e in extra if q + e <= max_len)
+
+
+def _grid(batches, kvs, max_len):
+    return tuple((b, L) for b in batches for L in kvs if L <= max_len)
+
+
+def time_call(fn: Callable[[], object], warmup: int, repeats: int, device: torch.device) -> list[float]:
+    """Seconds of `repeats` calls of `fn` after `warmup` untimed ones (synchronized on CUDA)."""
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        sync()
+        t = time.perf_counter()
+        fn()
+        sync()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"cpu: {name} ({torch.get_num_threads()} threads)"
+
+
+def _fake_seq(req_id, num_tokens: int, computed: int, first_block: int, block_size: int) -> ScheduledSeq:
+    """A sequence with token ids and its own contiguous block table, for batch assembly."""
+    ctx = computed + num_tokens
+    r = Request(req_id, 0.0, ctx, 1, prompt_token_ids=[3] * ctx)
+    r.block_table = list(range(first_block, first_block + -(-ctx // block_size)))
+    return ScheduledSeq(r, num_tokens, computed, True)
+
+
+class OpBench:
+    """Builds the tiny inputs for each op and times them on one device (see module docstring)."""
+
+    def __init__(self, model_config, device: str = "cpu", dtype: torch.dtype | None = None, seed: int = 0) -> None:
+        from gpu_backend.attention import select_backend
+        from gpu_backend.engine import resolve_dtype
+        from gpu_backend.kv_cache import KVCache
+        from gpu_backend.model import build_model, op_registry
+
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
+        self.dtype = dtype or resolve_dtype("auto", self.device)
+        self.config = model_config
+        self.model = build_model(model_config, self.device, self.dtype, seed=seed)
+        self.ops = op_registry(self.model)
+        self.backend = select_backend(self.device)
+        self.block_size = 16
+        self.kv = KVCache(model_config, 1, self.block_size, 0, self.dtype, self.device)  # resized on demand
+        self._kv_cls = KVCache
+        self.gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def rand(self, *shape) -> torch.Tensor:
+        return torch.randn(*shape, generator=self.gen).to(self.device, self.dtype)
+
+    def kv_cache(self, num_blocks: int, num_cpu_blocks: int = 0):
+        if self.kv.num_blocks < num_blocks or self.kv.num_cpu_blocks < num_cpu_blocks:
+            self.kv = self._kv_cls(self.config, max(num_blocks, self.kv.num_blocks), self.block_size,
+                                   max(num_cpu_blocks, self.kv.num_cpu_blocks), self.dtype, self.device)
+        return self.kv
+
+    # -- per-op callables ------------------------------------------------------------------------
+    def token_op(self, name: str, T: int) -> Callable[[], object]:
+        c, ops = self.config, self.ops
+        if name == "qkv_proj":
+            x = self.rand(T, c.hidden_size)
+            return lambda: ops["qkv_proj"](x)
+        if name == "o_proj":
+            x = self.rand(T, c.q_size)
+            return lambda: ops["o_proj"](x)
+        if name == "gate_up_proj":
+            x = self.rand(T, c.hidden_size)
+            return lambda: ops["gate_up"](x)
+        if name == "down_proj":
+            x = self.rand(T, c.intermediate_size)
+            return lambda: ops["down"](x)
+        if name == "act":
+            x = self.rand(T, 2 * c.intermediate_size)
+            return lambda: ops["act"](x)
+        if name == "input_norm":
+            x = self.rand(T, c.hidden_size)
+            return lambda: ops["norm"](x)
+        if name == "rotary":
+            pos = torch.arange(T, device=self.device) % c.max_position_embeddings
+            q, k = self.rand(T, c.num_attention_heads, c.head_dim), self.rand(T, c.num_key_value_heads, c.head_dim)
+            return lambda: ops["rotary"](pos, q, k)
+        if name == "embed":
+            ids = torch.randint(0, c.vocab_size, (T,), generator=self.gen).to(self.device)
+            return lambda: ops["embed"](ids)
+        if name == "kv_write":
+            from gpu_backend.attention.torch_backend import write_kv
+
+            kv = self.kv_cache(-(-T // self.block_size))
+            slots = torch.arange(T, device=self.device)
+            k, v = self.rand(T, c.num_key_value_heads, c.head_dim), self.rand(T, c.num_key_value_heads, c.head_dim)
+            return lambda: write_kv(k, v, kv.k[0], kv.v[0], slots)
+        if name == "lm_head":
+            x = self.rand(T, c.hidden_size)
+            return lambda: self.model.compute_logits(x)
+        if name == "sampler":
+            from gpu_backend.sampler import GREEDY
+
+            logits = self.rand(T, c.vocab_size).float()
+            params, zeros = [GREEDY] * T, [0] * T
+            return lambda: self.ops["sampling"](logits, params, zeros, zeros)
+        raise ValueError(f"op: {name!r} is not a token op")
+
+    def attention(self, seqs: list[ScheduledSeq]) -> Callable[[], object]:
+        from gpu_backend.input_batch import build_input_batch
+
+        c = self.config
+        num_blocks = max(b for s in seqs for b in s.request.block_table) + 1
+        kv = self.kv_cache(num_blocks)
+        batch = build_input_batch(BatchPlan(0, tuple(seqs)), self.block_size, self.device)
+        T = batch.meta.num_tokens
+        q = self.rand(T, c.num_attention_heads, c.head_dim)
+        k, v = self.rand(T, c.num_key_value_heads, c.head_dim), self.rand(T, c.num_key_value_heads, c.head_dim)
+        scale = c.head_dim ** -0.5
+        return lambda: self.backend.forward(q, k, v, kv.k[0], kv.v[0], batch.meta, scale)
+
+    def prefill(self, chunk: int, context: int) -> Callable[[], object]:
+        return self.attention([_fake_seq(0, chunk, context - chunk, 0, self.block_size)])
+
+    def decode(self, batch: int, kv_len: int) -> Callable[[], object]:
+        per = -(-kv_len // self.block_size)
+        return self.attention([_fake_seq(i, 1, kv_len - 1, i * per, self.block_size) for i in range(batch)])
+
+    def swap(self, direction: str, num_blocks: int) -> tuple[Callable[[], object], int]:
+        kv = self.kv_cache(num_blocks, num_blocks)
+        pairs = [(i, i) for i in range(num_blocks)]
+        fn = (lambda: kv.swap_out(pairs)) if direction == "swap_out" else (lambda: kv.swap_in(pairs))
+        return fn, num_blocks * kv.bytes_per_block
+
+
+TOKEN_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act", "input_norm", "rotary", "kv_write", "embed")
+SAMPLED_OPS = ("lm_head", "sampler")
+
+
+def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: float = 1.0) -> dict[str, list]:
+    """Raw points per op: {op: [[x..., seconds], ...]} (see module docstring)."""
+    from tqdm import tqdm
+
+    cases: list[tuple[str, tuple, Callable[[], tuple[Callable, tuple]]]] = []
+    for op in TOKEN_OPS:
+        for T in grid.tokens:
+            cases.append((op, (T,), lambda op=op, T=T: (bench.token_op(op, T), (T,))))
+    for op in SAMPLED_OPS:
+        for S in grid.sampled:
+            cases.append((op, (S,), lambda op=op, S=S: (bench.token_op(op, S), (S,))))
+    for q, ctx in grid.prefill:
+        cases.append(("attn_prefill", (q, ctx), lambda q=q, ctx=ctx: (bench.prefill(q, ctx), (q, ctx))))
+    for b, L in grid.decode:
+        cases.append(("attn_decode", (b, L), lambda b=b, L=L: (bench.decode(b, L), (b, L))))
+    for direction in ("swap_out", "swap_in"):
+        for n in grid.swap_blocks:
+            def case(direction=direction, n=n):
+                fn, nbytes = bench.swap(direction, n)
+                return fn, (nbytes,)
+            cases.append((direction, (n,), case))
+
+    points: dict[str, list] = {}
+    too_slow: set[str] = set()
+    # two passes, the second in reverse order, each with half the repeats: a burst of load from
+    # other processes then lands on different shapes in each pass instead of on one stretch of a grid
+    reps = (grid.repeats + 1) // 2, grid.repeats // 2
+    order = list(enumerate(cases))
+    with torch.inference_mode(), tqdm(total=len(cases) * 2, desc="calibrate ops", unit="shape",
+                                      disable=not progress, mininterval=0.5) as bar:
+        for pass_, seq_ in enumerate((order, order[::-1])):
+            for i, (op, _, make) in seq_:
+                bar.update(1)
+                if (op, i) in too_slow or reps[pass_] == 0:
+                    continue
+                fn, xs = make()
+                times = time_call(fn, grid.warmup, reps[pass_], bench.device)
+                points.setdefault(op, []).extend([[*map(float, xs), t] for t in times])
+                if pass_ == 0 and float(np.median(times)) > max_call_s:  # grids ascend: skip larger shapes
+                    too_slow.update((op, j) for j, (o, _, _) in order if o == op and j > i)
+    return points
+
+
+def measure_overhead(bench: OpBench, partial: Profile, grid: Grid, progress: bool = True, seed: int = 0) -> list:
+    """[[num_seqs, seconds]] of engine step time the op curves do not explain (see module docstring).
+
+    Two parts: (1) the model runner (`gpu_backend.model_runner.ModelRunner.execute`: batch assembly,
+    forward, LM head, sampling) on synthetic plans of d decodes plus an optional prefill chunk,
+    timed like the ops, minus the op-curve prediction of the same plan (residual adds, views,
+    module-call and Python glue); (2) the scheduler's schedule + update time per step, from a short
+    calibration workload through the real `Engine` (its median per step is added to every point).
+    """
+    from gpu_backend.engine import Engine, EngineConfig
+    from gpu_backend.model_runner import ModelRunner
+    from policies import CacheConfig, SchedulerConfig
+    from tqdm import tqdm
+
+    model = ProfiledLatencyModel(partial)
+    bs = bench.block_size
+    shapes = [(d, p) for d in grid.overhead_decodes for p in grid.overhead_prefills if d + (p > 0) > 0]
+    per_seq_blocks = -(-(grid.overhead_kv + max(grid.overhead_prefills)) // bs)
+    kv = bench.kv_cache(per_seq_blocks * (max(grid.overhead_decodes) + 1))
+    runner = ModelRunner(bench.model, kv, bench.backend)
+    residuals = []
+    with torch.inference_mode():
+        for d, p in tqdm(shapes, desc="calibrate overhead", unit="plan", disable=not progress, mininterval=0.5):
+            seqs = [_fake_seq(i, 1, grid.overhead_kv - 1, i * per_seq_blocks, bs) for i in range(d)]
+            if p:
+                seqs.append(_fake_seq("p", p, 0, d * per_seq_blocks, bs))
+            plan = BatchPlan(0, tuple(seqs))
+            times = time_call(lambda: runner.execute(plan), grid.warmup, grid.repeats, bench.device)
+            residuals.append((len(seqs), float(np.median(times)) - model.step_time(plan), times))
+
+    cfg = EngineConfig(model=bench.config, scheduler=SchedulerConfig(
+        policy="chunked", max_num_batched_tokens=256, max_num_seqs=32, max_model_len=bench.config.max_position_embeddings),
+        cache=CacheConfig(block_size=bs, num_gpu_blocks=1024), dtype=_dtype_name(bench.dtype))
+    engine = Engine(cfg, bench.device, model=bench.model)
+    rng = np.random.default_rng(seed + 7)
+    for i in range(grid.overhead_requests):
+        prompt, out = int(rng.choice([4, 16, 48, 128])), int(rng.choice([2, 8, 24]))
+        engine.add_request(Request(f"cal{i}", 0.0, prompt, out, prompt_token_ids=rng.integers(3, 200, prompt).tolist()))
+    engine.run_until_done()
+    sched = engine.schedule_time_s / max(engine.num_steps, 1)
+    # keep each repeat as a raw point (shifted by the plan's median residual) so the spread is visible
+    return [[float(n), max(r + (t - float(np.median(times))), 0.0) + sched] for n, r, times in residuals for t in times]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
+
+
+def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, progress: bool = True,
+              seed: int = 0) -> Profile:
+    """Measure and fit a profile of the engine running `model_path` (a HF config.json) on `device`."""
+    from calibrate.model_dims import resolve_model
+    from gpu_backend.model_config import ModelConfig
+
+    t0 = time.perf_counter()
+    mc = ModelConfig.from_json(model_path)
+    bench = OpBench(mc, device, seed=seed)
+    grid = Grid.make(quick, max_len=mc.max_position_embeddings)
+    points = measure_ops(bench, grid, progress, max_call_s=0.25 if quick else 2.0)
+    ops = {name: fit_op(name, pts) for name, pts in points.items()}
+    dims = resolve_model(str(model_path), 1, _dtype_name(bench.dtype))
+    meta = {
+        "device": device_name(bench.device), "torch_version": torch.__version__,
+        "driver": (f"cuda {torch.version.cuda}" if bench.device.type == "cuda" else None),
+        "dtype": _dtype_name(bench.dtype), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": "calibrate", "attention_backend": bench.backend.name,
+        "attn_decode_kv": "max" if bench.backend.name == "torch" else "mean",
+        "attention_includes_kv_write": True, "grid": "quick" if quick else "full",
+        "num_threads": torch.get_num_threads(), "python": platform.python_version(),
+    }
+    profile = Profile(meta=meta, model=dims, ops=ops)
+    overhead = measure_overhead(bench, profile, grid, progress, seed)
+    profile.ops["step_overhead"] = fit_op("step_overhead", [[n, max(t, 0.0)] for n, t in overhead])
+    profile.meta["calibration_s"] = round(time.perf_counter() - t0, 1)
+    return profile

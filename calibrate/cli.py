@@ -1,0 +1,82 @@
+"""`servesim calibrate`: measure the engine's ops into a profile, import published per-op data, or fit runs.
+
+    servesim calibrate --model examples/tiny-llama/config.json --device cpu --out PROFILE [--quick]
+    servesim calibrate import --source aiconfigurator|h100-microbench --gpu H100 --model NAME --tp N --out PROFILE
+    servesim calibrate fit-runs ...          (calibrate.fit_runs: host-overhead terms from real runs)
+
+Every path prints the per-op fit error table (median / max abs %, and leave-one-out for the
+piecewise-linear curves) and writes the profile file (format: `sim.latency.profiled`).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="HF config.json of the engine's model (measure mode)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device to measure on")
+    parser.add_argument("--out", help="profile file to write (JSON)")
+    parser.add_argument("--quick", action="store_true", help="small grid for CI (< ~1 min on a laptop CPU)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads while measuring (default 1: robust on shared machines; "
+                             "validate uses the same)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    imp = sub.add_parser("import", help="import published per-op data into a profile")
+    imp.add_argument("--source", required=True, help="aiconfigurator or h100-microbench")
+    imp.add_argument("--gpu", required=True, help="H100, H200 or A100 (aiconfigurator); H100 (h100-microbench)")
+    imp.add_argument("--model", required=True, dest="import_model",
+                     help="a Llama-family name (e.g. llama-2-70b) or a HF config.json")
+    imp.add_argument("--tp", type=int, default=1, help="tensor parallelism (per-rank shapes)")
+    imp.add_argument("--data-dir", default=None, help="h100-microbench: the folder (default ../shared/data/...)")
+    imp.add_argument("--out", required=True, dest="import_out", help="profile file to write")
+    fit = sub.add_parser("fit-runs", help="fit host-overhead terms from real runs (calibrate.fit_runs)")
+    try:
+        from calibrate import fit_runs
+
+        fit_runs.configure(fit)
+        fit.set_defaults(fit_runs_module=fit_runs)
+    except ImportError:
+        fit.set_defaults(fit_runs_module=None)
+
+
+def print_fit_table(profile) -> None:
+    def pct(v):
+        return "    -" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:6.1f}%"
+
+    print(f"{'op':<14} {'points':>6} {'median':>8} {'max':>8} {'loo med':>8} {'loo max':>8}  source")
+    for name, op in sorted(profile.ops.items()):
+        e = op.fit_error
+        print(f"{name:<14} {len(op.points):>6} {pct(e.get('median_abs_pct')):>8} {pct(e.get('max_abs_pct')):>8} "
+              f"{pct(e.get('loo_median_abs_pct')):>8} {pct(e.get('loo_max_abs_pct')):>8}  {op.source}")
+
+
+def run(args) -> int:
+    if args.action == "fit-runs":
+        if args.fit_runs_module is None:
+            raise ValueError("calibrate fit-runs: not available in this checkout (calibrate.fit_runs is missing)")
+        return int(args.fit_runs_module.run(args) or 0)
+    if args.action == "import":
+        from calibrate.importers import import_profile
+
+        profile = import_profile(args.source, args.gpu, args.import_model, args.tp, data_dir=args.data_dir)
+        out = args.import_out
+    else:
+        if not args.model or not args.out:
+            raise ValueError("--model: measure mode needs --model CONFIG.json and --out PROFILE "
+                             "(or use `servesim calibrate import ...`)")
+        import torch
+
+        from calibrate.bench import calibrate
+
+        if args.device == "cpu" and args.threads:
+            torch.set_num_threads(args.threads)
+        profile = calibrate(args.model, args.device, quick=args.quick, progress=not args.no_progress)
+        out = args.out
+    print_fit_table(profile)
+    path = profile.save(out)
+    m = profile.model
+    print(f"wrote {path}: {profile.meta.get('device')}, {m.get('name')} tp={m['tensor_parallel_size']} "
+          f"{m['dtype']}, source {profile.meta.get('source')}")
+    return 0

@@ -1,0 +1,242 @@
+"""`servesim validate`: predict a workload with the simulator, run it on the real engine, compare.
+
+1. Calibrate the engine's ops on the device (or load `--profile`), giving a `ProfiledLatencyModel`.
+2. Run the config's workload on the real `gpu_backend.Engine` in wall-clock time, recording every
+   step's plan and its measured time (model runner execution + the scheduler's schedule/update).
+3. Simulate the same config and workload with the profiled model (same scheduler policy, same KV
+   block counts).
+4. Report: per-step error, matching steps by composition (each measured step's own plan is
+   re-predicted, so the comparison does not depend on the two runs scheduling identically);
+   TTFT/TPOT/ITL/E2E (mean, p50, p99) and throughput, predicted vs measured; plots of the CDFs and
+   of step time over the run (PNG + a small HTML page); `validation.json` with exactly::
+
+       {"step_time_abs_pct_error": {"median": ..., "p90": ...},
+        "metrics": {"ttft_s" | "tpot_s" | "itl_s" | "e2e_s": {"mean" | "p50" | "p99":
+                        {"predicted": ..., "measured": ..., "abs_pct_error": ...}},
+                    "throughput": {"requests_per_s" | "output_tokens_per_s" | "total_tokens_per_s":
+                        {"predicted": ..., "measured": ..., "abs_pct_error": ...}}}}
+
+   plus `steps.csv` (per-step measured vs predicted), `details.json` (profile metadata, runs'
+   summaries) and the two runs' result folders (`engine/`, `sim/`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.latency.profiled import Profile, ProfiledLatencyModel
+
+LATENCY_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
+STATS = ("mean", "p50", "p99")
+THROUGHPUT = ("requests_per_s", "output_tokens_per_s", "total_tokens_per_s")
+
+
+def _cmp(predicted, measured) -> dict:
+    p = None if predicted is None else float(predicted)
+    m = None if measured is None else float(measured)
+    err = abs(p - m) / abs(m) * 100.0 if p is not None and m not in (None, 0.0) else None
+    return {"predicted": p, "measured": m, "abs_pct_error": err}
+
+
+def compare(sim_summary: dict, engine_summary: dict, step_errors: np.ndarray) -> dict:
+    """The `validation.json` structure (see module docstring) from two summaries and per-step errors."""
+    metrics = {}
+    for name in LATENCY_METRICS:
+        ps, ms = sim_summary.get(name) or {}, engine_summary.get(name) or {}
+        metrics[name] = {s: _cmp(ps.get(s), ms.get(s)) for s in STATS}
+    pt, mt = sim_summary.get("throughput") or {}, engine_summary.get("throughput") or {}
+    metrics["throughput"] = {k: _cmp(pt.get(k), mt.get(k)) for k in THROUGHPUT}
+    err = np.asarray(step_errors, dtype=float)
+    steps = {"median": float(np.median(err)) if err.size else None,
+             "p90": float(np.percentile(err, 90)) if err.size else None}
+    return {"step_time_abs_pct_error": steps, "metrics": metrics}
+
+
+def engine_config_for(config, device: str):
+    """The engine's config for a sim config; the simulator must use the same KV block counts."""
+    from gpu_backend.engine import engine_config_from_sim
+
+    return engine_config_from_sim(config, device)
+
+
+def run_engine(config, device: str, progress: bool = True):
+    """Run the config's workload on the engine; returns (EngineResult, steps DataFrame with plans)."""
+    from gpu_backend.engine import Engine
+    from sim.workload import build_workload
+
+    engine = Engine(config, device)
+    records = []
+    last = [engine.schedule_time_s]
+
+    def hook(plan, result):
+        sched = engine.schedule_time_s - last[0]
+        last[0] = engine.schedule_time_s
+        records.append((plan, result.duration + sched))
+
+    engine.step_hooks.append(hook)
+    # warm the engine up on a throwaway request so first-call costs do not land in step 1
+    _warm_up(engine)
+    last[0] = engine.schedule_time_s
+    records.clear()
+    workload = build_workload(config.workload, config.scheduler.max_model_len)
+    result = engine.run_workload(workload, progress=progress)
+    return engine, result, records
+
+
+def _warm_up(engine) -> None:
+    from policies import Request
+
+    for i, n in enumerate((40, 8)):
+        engine.add_request(Request(f"warmup{i}", engine.now(), n, 4, prompt_token_ids=[5] * n))
+    engine.run_until_done()
+    engine.recorder.requests.clear()
+    engine.recorder.steps.clear()
+    engine.num_steps = 0
+
+
+def validate(config_path: str | Path, device: str = "cpu", profile: str | Path | None = None,
+             out_dir: str | Path | None = None, quick: bool = True, overrides=(), progress: bool = True,
+             threads: int | None = 1) -> dict:
+    """Run the whole check (see module docstring); returns the `validation.json` dict."""
+    import torch
+
+    from calibrate.bench import calibrate
+    from calibrate.model_dims import resolve_model
+    from sim.config import load_config
+    from sim.runner import build_cache_config, simulate
+
+    if threads is not None and torch.device(device).type == "cpu":
+        torch.set_num_threads(threads)
+    config = load_config(config_path, list(overrides))
+    model_path = str(config.model.name)
+    t0 = time.perf_counter()
+    if profile is not None:
+        prof = Profile.load(profile)
+    else:
+        prof = calibrate(model_path, device, quick=quick, progress=progress)
+    engine_cfg, _ = engine_config_for(config, device)
+    # the simulator must see the engine's KV geometry (block counts derive from dtype and memory)
+    hw = dataclasses.replace(config.hardware, num_gpu_blocks=engine_cfg.cache.num_gpu_blocks)
+    config = dataclasses.replace(config, hardware=hw)
+    sim_cache = build_cache_config(config)
+    if (sim_cache.num_gpu_blocks, sim_cache.num_cpu_blocks) != (engine_cfg.cache.num_gpu_blocks,
+                                                                engine_cfg.cache.num_cpu_blocks):
+        raise ValueError(f"hardware: the simulator would use {sim_cache.num_gpu_blocks}/{sim_cache.num_cpu_blocks} "
+                         f"GPU/CPU blocks but the engine {engine_cfg.cache.num_gpu_blocks}/"
+                         f"{engine_cfg.cache.num_cpu_blocks}; set model.dtype to the engine's dtype "
+                         f"({prof.model.get('dtype')}) and hardware.num_gpu_blocks")
+    lm = ProfiledLatencyModel(prof, model=resolve_model(model_path, 1, prof.model["dtype"]),
+                              block_size=config.cache.block_size)
+    t_cal = time.perf_counter() - t0
+
+    engine, measured, records = run_engine(config, device, progress)
+    predicted = simulate(config, latency_model=lm)
+
+    rows = []
+    for plan, m in records:
+        p = lm.step_time(plan)
+        rows.append({"step_id": plan.step_id, "num_seqs": plan.num_seqs, "num_prefill_tokens": plan.num_prefill_tokens,
+                     "num_decode_tokens": plan.num_decode_tokens, "num_swap_blocks":
+                     len(plan.swap_out_blocks) + len(plan.swap_in_blocks),
+                     "measured_s": m, "predicted_s": p, "abs_pct_error": abs(p - m) / m * 100.0})
+    steps = pd.DataFrame(rows)
+    report = compare(predicted.summary, measured.summary, steps["abs_pct_error"].to_numpy() if len(steps) else [])
+
+    if out_dir is not None:
+        from sim.results import pooled_itls
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "validation.json").write_text(json.dumps(report, indent=2) + "\n")
+        steps.to_csv(out / "steps.csv", index=False)
+        measured.save(out / "engine", plot=False)
+        predicted.save(out / "sim", plot=False)
+        details = {"config": str(config_path), "device": device, "profile_meta": prof.meta,
+                   "profile_path": str(profile) if profile else None, "calibration_s": round(t_cal, 1),
+                   "num_steps": len(steps), "torch_threads": torch.get_num_threads(),
+                   "missing_ops": list(lm.missing_ops),
+                   "fit_error": {n: op.fit_error for n, op in prof.ops.items()},
+                   "engine_summary": measured.summary, "sim_summary": predicted.summary}
+        (out / "details.json").write_text(json.dumps(details, indent=2, default=str) + "\n")
+        if profile is None:
+            prof.save(out / "profile.json")
+        dists = {
+            "predicted": {"ttft_s": predicted.requests["ttft_s"], "tpot_s": predicted.requests["tpot_s"],
+                          "e2e_s": predicted.requests["e2e_s"], "itl_s": pooled_itls(predicted.raw_requests)},
+            "measured": {"ttft_s": measured.requests["ttft_s"], "tpot_s": measured.requests["tpot_s"],
+                         "e2e_s": measured.requests["e2e_s"], "itl_s": pooled_itls(measured.raw_requests)},
+        }
+        write_plots(out, steps, dists)
+        write_html(out, report, config_path, prof)
+    return report
+
+
+def write_plots(out: Path, steps: pd.DataFrame, dists: dict) -> None:
+    """cdfs.png (TTFT/TPOT/ITL/E2E, predicted vs measured) and steps.png (step time over the run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    for ax, name in zip(axes, LATENCY_METRICS):
+        for label, style in (("measured", "-"), ("predicted", "--")):
+            v = np.sort(np.asarray(pd.Series(dists[label][name]).dropna(), dtype=float)) * 1e3
+            if v.size:
+                ax.step(v, np.arange(1, v.size + 1) / v.size, style, where="post", label=label)
+        ax.set_xlabel(f"{name[:-2].upper()} (ms)")
+        ax.set_ylabel("CDF")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(out / "cdfs.png", dpi=110)
+    plt.close(fig)
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(14, 3.8), gridspec_kw={"width_ratios": [3, 1]})
+    if len(steps):
+        a.plot(steps.index, steps.measured_s * 1e3, lw=0.8, label="measured")
+        a.plot(steps.index, steps.predicted_s * 1e3, lw=0.8, label="predicted (same plan)")
+        lim = [0, float(max(steps.measured_s.max(), steps.predicted_s.max()) * 1e3 * 1.05)]
+        b.scatter(steps.measured_s * 1e3, steps.predicted_s * 1e3, s=4, alpha=0.5)
+        b.plot(lim, lim, "k--", lw=0.8)
+        b.set_xlim(lim)
+        b.set_ylim(lim)
+    a.set_xlabel("engine step")
+    a.set_ylabel("step time (ms)")
+    a.legend()
+    b.set_xlabel("measured (ms)")
+    b.set_ylabel("predicted (ms)")
+    fig.tight_layout()
+    fig.savefig(out / "steps.png", dpi=110)
+    plt.close(fig)
+
+
+def write_html(out: Path, report: dict, config_path, prof: Profile) -> None:
+    """index.html: the figures and a table of predicted vs measured."""
+    def fmt(v, scale=1.0, unit=""):
+        return "-" if v is None else f"{v * scale:.4g}{unit}"
+
+    rows = []
+    for name, block in report["metrics"].items():
+        scale, unit = (1e3, " ms") if name != "throughput" else (1.0, "")
+        for stat, c in block.items():
+            rows.append(f"<tr><td>{name}</td><td>{stat}</td><td>{fmt(c['predicted'], scale, unit)}</td>"
+                        f"<td>{fmt(c['measured'], scale, unit)}</td><td>{fmt(c['abs_pct_error'], 1, '%')}</td></tr>")
+    st = report["step_time_abs_pct_error"]
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>servesim validate</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}</style>
+</head><body><h1>servesim validate: {html.escape(str(config_path))}</h1>
+<p>Profile: {html.escape(str(prof.meta.get('device')))}, {html.escape(str(prof.meta.get('source')))},
+{html.escape(str(prof.meta.get('date')))}</p>
+<h2>Per-step time (each measured step re-predicted from its own plan)</h2>
+<p>median abs error {fmt(st['median'], 1, '%')}, p90 {fmt(st['p90'], 1, '%')}</p><img src="steps.png" width="100%">
+<h2>Request metrics</h2><img src="cdfs.png" width="100%">
+<table><tr><th>metric</th><th>stat</th><th>predicted</th><th>measured</th><th>abs error</th></tr>{''.join(rows)}</table>
+</body></html>"""
+    (out / "index.html").write_text(page)

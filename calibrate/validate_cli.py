@@ -1,0 +1,44 @@
+"""`servesim validate CONFIG.toml --device cpu|cuda [--profile PROFILE] [--out DIR]`.
+
+Calibrates the engine's ops (or loads a profile), simulates the config's workload with the
+profiled latency model, runs the same workload on the real engine, and writes the comparison
+(`calibrate.validate`): validation.json, steps.csv, cdfs.png, steps.png, index.html.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="TOML config whose model is a HF config.json the engine can build")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--profile", default=None, help="use this profile instead of calibrating now")
+    parser.add_argument("--out", default=None, help="report folder (default: runs/validate-<config name>)")
+    parser.add_argument("--full", action="store_true", help="calibrate on the full grid (default: the quick grid)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, as calibrate)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (repeatable)")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from calibrate.validate import validate
+
+    out = args.out or f"runs/validate-{Path(args.config).stem}"
+    report = validate(args.config, args.device, args.profile, out, quick=not args.full, overrides=args.set,
+                      progress=not args.no_progress, threads=args.threads)
+    st = report["step_time_abs_pct_error"]
+    print(f"per-step time abs error: median {st['median']:.1f}%  p90 {st['p90']:.1f}%")
+    print(f"{'metric':<10} {'stat':<20} {'predicted':>12} {'measured':>12} {'error':>8}")
+    for name, block in report["metrics"].items():
+        scale = 1e3 if name != "throughput" else 1.0
+        for stat, c in block.items():
+            if c["measured"] is None:
+                continue
+            p = "-" if c["predicted"] is None else f"{c['predicted'] * scale:.4g}"
+            e = "-" if c["abs_pct_error"] is None else f"{c['abs_pct_error']:.1f}%"
+            print(f"{name:<10} {stat:<20} {p:>12} {c['measured'] * scale:>12.4g} {e:>8}")
+    print(f"report: {out}/index.html")
+    return 0
