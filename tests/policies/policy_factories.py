@@ -24,6 +24,7 @@ def make_scheduler(**overrides):
 
 def make_requests(n: int, prompt: int | list[int] = 8, max_tokens: int | list[int] = 4, arrival: float = 0.0,
                   priority: int | list[int] = 0, prefix: list[int] | None = None, start_id: int = 0,
+                  spacing: float = 0.0,
                   **kwargs) -> list[Request]:
     """`n` requests; list arguments give per-request values. `prefix` makes token-id prompts that
     start with `prefix` and continue with request-unique ids (so only the prefix is shared)."""
@@ -37,7 +38,7 @@ def make_requests(n: int, prompt: int | list[int] = 8, max_tokens: int | list[in
         if prefix is not None:
             tail = [10_000 + 1000 * (start_id + i) + j for j in range(max(p - len(prefix), 0))]
             ids = (list(prefix) + tail)[:p]
-        reqs.append(Request(start_id + i, arrival + 1e-6 * i, p, pick(max_tokens, i), priority=pick(priority, i),
+        reqs.append(Request(start_id + i, arrival + spacing * i, p, pick(max_tokens, i), priority=pick(priority, i),
                             prompt_token_ids=ids, **kwargs))
     return reqs
 

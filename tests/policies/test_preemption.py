@@ -1,0 +1,140 @@
+"""Preemption: priority victims, swap and hybrid modes, swapped requests resuming first."""
+from __future__ import annotations
+
+import pytest
+from policy_factories import make_requests, make_scheduler, step
+
+from policies import Request, RequestState
+from policies.block_manager import BlockManager
+from policies.preemption import RECOMPUTE, SWAP, Preemptor
+
+
+def _admit(sched, reqs, now=0.0):
+    for r in reqs:
+        sched.add_request(r, now)
+    plan, _ = step(sched, now)
+    return plan
+
+
+@pytest.mark.parametrize("policy", ["chunked", "continuous"])
+def test_priority_preempts_the_lowest_priority_newest(policy):
+    sched = make_scheduler(policy=policy, queue="priority", max_num_seqs=3, max_num_batched_tokens=64)
+    old_low, mid, new_low = (Request("old_low", 0.0, 4, 50, priority=2), Request("mid", 0.1, 4, 50, priority=1),
+                             Request("new_low", 0.2, 4, 50, priority=2))
+    _admit(sched, [old_low, mid, new_low])
+    urgent = Request("urgent", 0.3, 4, 5, priority=0)
+    sched.add_request(urgent, 0.3)
+    plan, _ = step(sched, 0.3)
+    assert plan.preempted == ("new_low",)
+    assert "urgent" in plan.num_scheduled_tokens and new_low.state is RequestState.WAITING
+    assert new_low.num_preemptions == 1 and old_low.num_preemptions == 0
+
+
+def test_priority_does_not_preempt_equal_or_better_priorities():
+    sched = make_scheduler(queue="priority", max_num_seqs=2)
+    _admit(sched, [Request("a", 0.0, 4, 50, priority=1), Request("b", 0.1, 4, 50, priority=1)])
+    sched.add_request(Request("c", 0.2, 4, 5, priority=1), 0.2)
+    plan, _ = step(sched, 0.2)
+    assert plan.preempted == () and "c" not in plan.num_scheduled_tokens
+
+
+def test_vllm_policy_never_preempts_for_admission():
+    sched = make_scheduler(policy="vllm", queue="priority", max_num_seqs=2)
+    _admit(sched, [Request("a", 0.0, 4, 50, priority=5), Request("b", 0.1, 4, 50, priority=5)])
+    sched.add_request(Request("c", 0.2, 4, 5, priority=0), 0.2)
+    plan, _ = step(sched, 0.2)
+    assert plan.preempted == () and "c" not in plan.num_scheduled_tokens
+
+
+def test_priority_queue_orders_by_priority_then_arrival():
+    sched = make_scheduler(queue="priority", max_num_seqs=1, max_num_batched_tokens=64)
+    reqs = [Request("p2", 0.0, 4, 1, priority=2), Request("p0_late", 0.2, 4, 1, priority=0),
+            Request("p0_early", 0.1, 4, 1, priority=0)]
+    for r in reqs:
+        sched.add_request(r, 0.3)
+    order = []
+    now = 0.3
+    while sched.has_unfinished():
+        plan, _ = step(sched, now)
+        now += 0.01
+        order += list(plan.num_scheduled_tokens)
+    assert order == ["p0_early", "p0_late", "p2"]
+
+
+def _oom_scheduler(preemption, threshold=64, cpu_blocks=16):
+    """Two requests fill 4 blocks of 4 tokens; the first one to cross a block boundary overflows."""
+    return make_scheduler(preemption=preemption, num_gpu_blocks=4, block_size=4, num_cpu_blocks=cpu_blocks,
+                          hybrid_swap_threshold=threshold, max_num_batched_tokens=64)
+
+
+def _run_until_preemption(sched, reqs):
+    now = 0.0
+    for r in reqs:
+        sched.add_request(r, now)
+    while True:
+        plan, _ = step(sched, now)
+        now += 0.01
+        if plan.preempted or plan.swapped_out:
+            return plan, now
+
+
+def test_swap_moves_the_victims_blocks_and_it_resumes_before_new_admissions():
+    sched = _oom_scheduler("swap")
+    a, b = make_requests(2, prompt=6, max_tokens=8)
+    plan, now = _run_until_preemption(sched, [a, b])
+    assert plan.swapped_out == (1,) and plan.preempted == ()
+    assert len(plan.swap_out_blocks) == 2 and b.is_swapped and b.num_swaps == 1
+    assert b.num_computed_tokens == 8  # its KV is kept, not recomputed
+    assert sched.num_swapped == 1 and sched.block_manager.num_free_cpu_blocks == 14
+    newcomer = Request("new", now, 2, 1)
+    sched.add_request(newcomer, now)
+    swapped_in_step = None
+    while not b.is_finished:
+        plan, _ = step(sched, now)
+        now += 0.01
+        if plan.swapped_in:
+            swapped_in_step = now - 0.01
+            assert plan.swapped_in == (1,) and len(plan.swap_in_blocks) == 2
+            ids = [s.req_id for s in plan.seqs]
+            assert "new" not in ids or ids.index(1) < ids.index("new")
+    # swapped requests come back before any new admission
+    assert swapped_in_step is not None and newcomer.first_scheduled_time >= swapped_in_step
+    assert b.num_output_tokens == 8
+    sched.block_manager.check_invariants()
+
+
+def test_swap_falls_back_to_recompute_without_cpu_space():
+    sched = _oom_scheduler("swap", cpu_blocks=1)
+    a, b = make_requests(2, prompt=6, max_tokens=8)
+    plan, _ = _run_until_preemption(sched, [a, b])
+    assert plan.preempted == (1,) and plan.swapped_out == () and b.num_recomputes == 1
+
+
+@pytest.mark.parametrize("threshold,expect", [(0, "swap"), (3, "swap"), (4, "recompute"), (50, "recompute")])
+def test_hybrid_picks_swap_or_recompute_by_the_threshold(threshold, expect):
+    sched = _oom_scheduler("hybrid", threshold=threshold)
+    a, b = make_requests(2, prompt=6, max_tokens=8)
+    plan, _ = _run_until_preemption(sched, [a, b])
+    assert b.num_output_tokens == 3  # its 9th KV token needs a 5th block: OOM after 3 outputs
+    if expect == "swap":
+        assert plan.swapped_out == (1,) and b.num_swaps == 1
+    else:
+        assert plan.preempted == (1,) and b.num_recomputes == 1
+
+
+def test_preemptor_unit():
+    bm = BlockManager(8, 4, num_cpu_blocks=8)
+    fresh, longer = Request(0, 0.0, 8, 10), Request(1, 0.0, 8, 10)
+    fresh.num_computed_tokens = longer.num_computed_tokens = 8
+    longer.output_token_ids = [0] * 5
+    hybrid = Preemptor("hybrid", "fcfs", hybrid_swap_threshold=3)
+    assert hybrid.mode_for(fresh, bm) == RECOMPUTE and hybrid.mode_for(longer, bm) == SWAP
+    assert Preemptor("recompute", "fcfs").mode_for(longer, bm) == RECOMPUTE
+    nothing = Request(2, 0.0, 8, 10)
+    assert Preemptor("swap", "fcfs").mode_for(nothing, bm) == RECOMPUTE  # no KV to save
+    running = [Request("a", 0.0, 4, 4, priority=3), Request("b", 1.0, 4, 4, priority=1), Request("c", 2.0, 4, 4, priority=3)]
+    assert Preemptor("recompute", "fcfs").pick_victim(running).req_id == "c"
+    assert Preemptor("recompute", "priority").pick_victim(running).req_id == "c"
+    running.append(Request("d", 3.0, 4, 4, priority=0))
+    assert Preemptor("recompute", "fcfs").pick_victim(running).req_id == "d"
+    assert Preemptor("recompute", "priority").pick_victim(running).req_id == "c"

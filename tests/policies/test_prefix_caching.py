@@ -1,0 +1,75 @@
+"""Prefix caching through the scheduler: hits skip the shared blocks' computation."""
+from __future__ import annotations
+
+import pytest
+from policy_factories import make_requests, make_scheduler, run, step
+
+from policies import Request
+
+PREFIX = list(range(1, 33))  # 32 tokens = 8 blocks of 4
+
+
+@pytest.mark.parametrize("policy", ["chunked", "vllm", "continuous"])
+def test_hits_skip_the_shared_blocks(policy):
+    sched = make_scheduler(policy=policy, enable_prefix_caching=True, max_num_batched_tokens=128, block_size=4)
+    first, second = make_requests(2, prompt=[40, 45], max_tokens=3, prefix=PREFIX)
+    sched.add_request(first, 0.0)
+    run(sched, [])
+    sched.add_request(second, 1.0)
+    plan, _ = step(sched, 1.0)
+    (seq,) = plan.seqs
+    assert seq.num_computed_tokens == 32 and seq.num_tokens == 45 - 32
+    assert second.num_cached_tokens == 32
+    bm = sched.block_manager
+    assert bm.num_prefix_hit_tokens == 32 and bm.num_prefix_queried_tokens == 40 + 45
+    run(sched, [])
+    assert second.num_output_tokens == 3
+
+
+def test_no_hits_without_prefix_caching_or_token_ids():
+    sched = make_scheduler(enable_prefix_caching=False, max_num_batched_tokens=128)
+    a, b = make_requests(2, prompt=40, max_tokens=2, prefix=PREFIX)
+    run(sched, [a])
+    run(sched, [b])
+    assert b.num_cached_tokens == 0
+    on = make_scheduler(enable_prefix_caching=True, max_num_batched_tokens=128)
+    run(on, [Request(0, 0.0, 40, 2)])
+    run(on, [Request(1, 0.0, 40, 2)])  # no ids: content unknown, never shared
+    assert on.block_manager.num_prefix_hit_tokens == 0
+
+
+def test_concurrent_sharers_hold_one_copy_of_the_prefix():
+    sched = make_scheduler(enable_prefix_caching=True, max_num_batched_tokens=64, block_size=4, max_num_seqs=8)
+    reqs = make_requests(4, prompt=36, max_tokens=20, prefix=PREFIX)
+    sched.add_request(reqs[0], 0.0)
+    step(sched)  # the first request computes (and registers) the prefix
+    for r in reqs[1:]:
+        sched.add_request(r, 0.01)
+    plan, _ = step(sched, 0.01)
+    assert all(plan.num_scheduled_tokens[r.req_id] == 4 for r in reqs[1:])  # only the 4 unshared tokens
+    shared = reqs[0].block_table[:8]
+    assert all(r.block_table[:8] == shared for r in reqs)
+    assert all(sched.block_manager.ref_counts[b] == 4 for b in shared)
+    # 8 shared blocks + 1 own block each (36 tokens -> 9 blocks) + the first one's decode block (37 tokens)
+    assert sched.block_manager.num_used_gpu_blocks == 8 + 4 + 1
+    sched.block_manager.check_invariants()
+
+
+def test_recompute_after_preemption_reuses_its_own_cached_blocks():
+    sched = make_scheduler(enable_prefix_caching=True, num_gpu_blocks=24, block_size=4, max_num_batched_tokens=64)
+    a, b = make_requests(2, prompt=40, max_tokens=20, prefix=list(range(1, 41)))  # identical 40-token prompts
+    b.prompt_token_ids = list(range(500, 540))  # b shares nothing with a
+    for r in (a, b):
+        sched.add_request(r, 0.0)
+    now = 0.0
+    while b.num_preemptions == 0:
+        step(sched, now)
+        now += 0.01
+    while True:
+        plan, _ = step(sched, now)
+        now += 0.01
+        if 1 in plan.num_scheduled_tokens:
+            break
+    seq = next(s for s in plan.seqs if s.req_id == 1)
+    assert seq.num_computed_tokens >= 40 - 4  # its prompt blocks were still cached: only the tail recomputes
+    assert seq.num_computed_tokens % 4 == 0 and b.num_recomputes == 1

@@ -1,0 +1,63 @@
+"""The vllm preset table and the package's standard-library-only rule."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from policies import CacheConfig, ConfigError, SchedulerConfig
+from policies.presets import VLLM_VERSIONS
+
+
+@pytest.mark.parametrize("version", sorted(VLLM_VERSIONS))
+def test_vllm_preset_reads_the_table(version):
+    for usage in ("api_server", "llm", "config"):
+        for large in (False, True):
+            cfg = SchedulerConfig.preset("vllm", version=version, usage=usage, large_gpu=large)
+            row = VLLM_VERSIONS[version]
+            assert cfg.max_num_batched_tokens == row["max_num_batched_tokens"][usage][int(large)]
+            assert cfg.max_num_seqs == row["max_num_seqs"][usage][int(large)]
+            assert (cfg.policy, cfg.preemption, cfg.queue) == ("vllm", "recompute", "fcfs")
+            assert cfg.max_num_batched_tokens >= cfg.max_num_seqs  # vLLM validates this
+
+
+def test_vllm_preset_overrides_and_errors():
+    cfg = SchedulerConfig.preset("vllm", max_model_len=8192, queue="priority")
+    assert cfg.max_model_len == 8192 and cfg.queue == "priority"
+    with pytest.raises(ConfigError, match="^scheduler.version"):
+        SchedulerConfig.preset("vllm", version="0.1")
+    with pytest.raises(ConfigError, match="^scheduler.usage"):
+        SchedulerConfig.preset("vllm", usage="nope")
+    with pytest.raises(ConfigError, match="^scheduler.preset"):
+        SchedulerConfig.preset("sglang")
+    with pytest.raises(ConfigError, match="^scheduler.bogus"):
+        SchedulerConfig.preset("vllm", bogus=1)
+    cache = CacheConfig.preset("vllm", num_gpu_blocks=100)
+    assert cache.enable_prefix_caching and cache.watermark == 0.0 and cache.block_size == 16
+
+
+def test_policies_imports_only_the_standard_library():
+    root = Path(__file__).resolve().parents[2] / "policies"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                mods = [node.module]
+            else:
+                continue
+            for mod in mods:
+                top = mod.split(".")[0]
+                assert top == "policies" or top in sys.stdlib_module_names, f"{path.name} imports {mod}"
+
+
+def test_policies_share_their_mechanisms():
+    """The policy classes only order the shared steps; nothing is re-implemented per policy."""
+    from policies.chunked_scheduler import ChunkedScheduler, VllmScheduler
+    from policies.continuous_scheduler import ContinuousScheduler
+
+    for cls in (ChunkedScheduler, VllmScheduler, ContinuousScheduler):
+        own = {k for k, v in vars(cls).items() if callable(v) and not k.startswith("__")}
+        assert own <= {"_schedule_pass"}, f"{cls.__name__} defines {own}"
