@@ -139,7 +139,7 @@ class LayerProfileLatencyModel:
 
     def __init__(self, folder: str | Path, num_layers: int, hidden_size: int, tp: int = 1,
                  num_experts: int = 0, num_experts_per_tok: int = 0, link_bandwidth: float = 0.0,
-                 dtype_bytes: int = 2) -> None:
+                 dtype_bytes: int = 2, ep_size: int = 1) -> None:
         folder = Path(folder)
         for name in ("dense.csv", "attention.csv", "per_sequence.csv"):
             if not (folder / name).is_file():
@@ -159,14 +159,20 @@ class LayerProfileLatencyModel:
         self.tp = tp
         self.num_experts = num_experts
         self.num_experts_per_tok = num_experts_per_tok
+        self.ep_size = max(1, int(ep_size))
         if tp > 1 and link_bandwidth <= 0:
             raise ConfigError("hardware.gpu: tensor parallelism needs the GPUs' link bandwidth (> 0)")
         self.link_bandwidth = link_bandwidth
 
     def activated_experts(self, num_tokens: int) -> float:
-        """Expected distinct experts the step's tokens route to (uniform routing)."""
-        e, k = self.num_experts, self.num_experts_per_tok
-        return e * (1.0 - (1.0 - k / e) ** num_tokens)
+        """Expected distinct experts of this GPU that the step's tokens route to (uniform routing).
+
+        With expert parallelism over `ep_size` data-parallel engines, a GPU holds E/ep experts and
+        serves the tokens of every engine (about `ep_size` x its own); its token-expert work stays
+        that of `num_tokens` tokens, spread over fewer, busier experts.
+        """
+        e, k, ep = self.num_experts, self.num_experts_per_tok, self.ep_size
+        return e / ep * (1.0 - (1.0 - k / e) ** (num_tokens * ep))
 
     def all_reduce(self, num_tokens: int) -> float:
         """One ring all-reduce of the step's hidden states across `tp` GPUs."""

@@ -89,7 +89,9 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto"):
             gpu = config.hardware.gpu_spec()
             link = gpu.nvlink_bandwidth or gpu.pcie_bandwidth
             return LayerProfileLatencyModel(folder, spec.num_layers, spec.hidden_size, config.hardware.tp,
-                                            spec.num_experts, spec.num_experts_per_tok, link), "layer-profile"
+                                            spec.num_experts, spec.num_experts_per_tok, link,
+                                            ep_size=run.server.data_parallel_size if run.server.enable_expert_parallel else 1
+                                            ), "layer-profile"
         if kind == "layer-profile":
             raise ValueError(f"gpu_model: no per-layer profile next to run {run.name}")
     if kind in ("auto", "distserve"):

@@ -1,0 +1,153 @@
+"""Fit the host-overhead terms to measured per-request timings (BLIS-style, linear in the terms).
+
+Every step's duration is linear in the terms: `compute_scale * gpu_s + schedule_s +
+schedule_per_seq_s * seqs + prepare_per_token_s * tokens + sample_per_seq_s * sampled`. With the
+schedule of one simulation held fixed, a request's TTFT is the sum of the step time it waited
+through from arrival to first token (a fraction of the step it arrived in), its E2E the same to its
+last token, its TPOT the part between divided by (tokens - 1); `frontend_s` adds to TTFT and E2E.
+So each measured request gives linear equations in the six terms (`RunSystem`). `fit_overhead`
+solves the runs' equations together: relative errors of each run's mean TTFT, TPOT and E2E (the
+scored quantities) plus a lighter weight on every request, bounds (no negative time,
+`compute_scale` within [0.5, 2]) and a weak pull toward "no overhead" so that terms a data set
+cannot tell apart stay at zero. Iterating simulate -> fit moves the schedule with the terms.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from sim.fidelity.host_overhead import HostOverhead
+from sim.fidelity.runs import METRICS
+
+TERMS = ("compute_scale", "schedule_s", "schedule_per_seq_s", "prepare_per_token_s", "sample_per_seq_s", "frontend_s")
+STEP_FEATURES = ("gpu_s", "one", "num_seqs", "num_tokens", "num_sampled")
+# typical size of each term (the prior's scale) and its bounds
+PRIOR = np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+SCALE = np.array([0.2, 1e-3, 2e-5, 2e-6, 2e-5, 5e-3])
+LOWER = np.array([0.5, 0.0, 0.0, 0.0, 0.0, 0.0])
+UPPER = np.array([2.0, np.inf, np.inf, np.inf, np.inf, np.inf])
+PRIOR_WEIGHT = 0.05
+REQUEST_WEIGHT = 0.3  # share of a (run, metric)'s weight spread over its single requests
+
+
+def theta_of(overhead: HostOverhead) -> np.ndarray:
+    return np.array([getattr(overhead, t) for t in TERMS], dtype=float)
+
+
+def overhead_of(theta: np.ndarray) -> HostOverhead:
+    return HostOverhead(**{t: float(v) for t, v in zip(TERMS, theta)})
+
+
+@dataclass
+class RunSystem:
+    """One run's linear equations: per metric, rows A (requests x terms) and measured values y."""
+
+    name: str
+    A: dict[str, np.ndarray]
+    y: dict[str, np.ndarray]
+
+    def predict_means(self, theta: np.ndarray) -> dict[str, float]:
+        return {m: float((self.A[m] @ theta).mean()) for m in METRICS if len(self.y[m])}
+
+
+def _window_features(steps: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per (a, b): sum over steps of (overlap of the step with (a, b]) / duration * the step's features."""
+    start = steps["start"].to_numpy(float)
+    dur = steps["duration"].to_numpy(float)
+    end = start + dur
+    F = np.column_stack([steps["gpu_s"].to_numpy(float), np.ones(len(steps)), steps["num_seqs"].to_numpy(float),
+                         steps["num_tokens"].to_numpy(float), steps["num_sampled"].to_numpy(float)])
+    C = np.vstack([np.zeros((1, F.shape[1])), np.cumsum(F, axis=0)])
+    out = np.zeros((len(a), F.shape[1]))
+    for j, (lo, hi) in enumerate(zip(a, b)):
+        if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
+            continue
+        i0 = int(np.searchsorted(end, lo, side="right"))  # first step ending after lo
+        i1 = int(np.searchsorted(end, hi + 1e-12, side="right"))  # steps ending at or before hi
+        if i0 >= len(end) or i0 >= i1:
+            continue
+        row = C[i1] - C[i0]
+        if start[i0] < lo:  # arrived mid-step: only the rest of that step counts
+            row = row - F[i0] * (1.0 - (end[i0] - lo) / dur[i0])
+        out[j] = row
+    return out
+
+
+def run_system(prediction, measured: pd.DataFrame) -> RunSystem:
+    """The linear equations of one simulated run against its measured requests (matched by req_id)."""
+    req = prediction.requests
+    steps = prediction.steps
+    if "gpu_s" not in steps:
+        raise ValueError(f"run {prediction.run.name}: the simulation did not record step features")
+    meas = measured.set_index(measured["req_id"].astype(str))
+    A = {m: [] for m in METRICS}
+    y = {m: [] for m in METRICS}
+    for engine, rq in req.groupby("engine"):
+        st = steps[steps["engine"] == engine].sort_values("start")
+        rq = rq[rq["req_id"].astype(str).isin(meas.index) & rq["first_token_time"].notna()]
+        if not len(rq):
+            continue
+        arr, first, fin = (rq[c].to_numpy(float) for c in ("arrival_time", "first_token_time", "finish_time"))
+        w_ttft = _window_features(st, arr, first)
+        w_e2e = _window_features(st, arr, fin)
+        w_dec = _window_features(st, first, fin)
+        n = rq["num_output_tokens"].to_numpy(float)
+        ones = np.ones((len(rq), 1))
+        mrow = meas.loc[rq["req_id"].astype(str)]
+        A["ttft_s"].append(np.hstack([w_ttft, ones]))
+        y["ttft_s"].append(mrow["ttft_s"].to_numpy(float))
+        A["e2e_s"].append(np.hstack([w_e2e, ones]))
+        y["e2e_s"].append(mrow["e2e_s"].to_numpy(float))
+        keep = n > 1
+        A["tpot_s"].append(np.hstack([w_dec[keep] / (n[keep, None] - 1), np.zeros((int(keep.sum()), 1))]))
+        y["tpot_s"].append(mrow["tpot_s"].to_numpy(float)[keep])
+    A2, y2 = {}, {}
+    for m in METRICS:
+        a = np.vstack(A[m]) if A[m] else np.zeros((0, len(TERMS)))
+        v = np.concatenate(y[m]) if y[m] else np.zeros(0)
+        ok = np.isfinite(v) & np.all(np.isfinite(a), axis=1)
+        A2[m], y2[m] = a[ok], v[ok]
+    return RunSystem(prediction.run.name, A2, y2)
+
+
+def _stack(systems: list[RunSystem]) -> tuple[np.ndarray, np.ndarray]:
+    rows, rhs = [], []
+    for s in systems:
+        for m in METRICS:
+            a, v = s.A[m], s.y[m]
+            if not len(v) or not np.mean(v) > 0:
+                continue
+            scale = float(np.mean(v))
+            rows.append(a.mean(axis=0, keepdims=True) / scale)  # the run's mean: the scored quantity
+            rhs.append(np.array([1.0]))
+            w = np.sqrt(REQUEST_WEIGHT / len(v))
+            rows.append(w * a / scale)
+            rhs.append(w * v / scale)
+    k = len(TERMS)
+    rows.append(PRIOR_WEIGHT * np.diag(1.0 / SCALE))
+    rhs.append(PRIOR_WEIGHT * PRIOR / SCALE)
+    return np.vstack(rows), np.concatenate(rhs).reshape(-1) if rhs else np.zeros(k)
+
+
+def fit_overhead(systems: list[RunSystem]) -> HostOverhead:
+    """The bounded least-squares terms for these runs' equations (see the module doc)."""
+    if not systems:
+        return HostOverhead()
+    A, b = _stack(systems)
+    free = np.ones(len(TERMS), dtype=bool)
+    theta = PRIOR.copy()
+    for _ in range(len(TERMS) + 1):  # active set: pin terms that leave their bounds, re-solve the rest
+        fixed = ~free
+        rhs = b - A[:, fixed] @ theta[fixed]
+        sol, *_ = np.linalg.lstsq(A[:, free], rhs, rcond=None)
+        theta[free] = sol
+        out = (theta < LOWER) | (theta > UPPER)
+        if not out.any():
+            break
+        theta = np.clip(theta, LOWER, UPPER)
+        free &= ~out
+        if not free.any():
+            break
+    return overhead_of(np.clip(theta, LOWER, UPPER))

@@ -1,0 +1,121 @@
+"""Simulate every real run from its configuration and score the predictions (leave-one-run-out).
+
+`reproduce(runs, fit="loo")`:
+
+1. every run is simulated once with no host overhead (the GPU model alone), which also yields its
+   linear equations in the overhead terms (`overhead_fit.run_system`);
+2. `fit="loo"`: for each run, the terms are fitted on the *other* runs of its fit group (same
+   source: one engine version on one kind of host) and the run is simulated again with them; the
+   score of a run never uses a fit that saw it. A group with a single run has nothing to learn
+   from: that run is predicted with no overhead. `fit="none"` scores step 1. `fit=HostOverhead`
+   applies given terms to every run (the caller excludes the runs they were fitted on).
+
+The result is one row per (run, metric): measured and predicted means and the relative error;
+`medians()` summarises |error| per source and over all runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from sim.fidelity.host_overhead import HostOverhead
+from sim.fidelity.overhead_fit import RunSystem, fit_overhead, run_system
+from sim.fidelity.predict import Prediction, predict_run
+from sim.fidelity.runs import METRICS, RealRun
+
+
+@dataclass
+class Reproduction:
+    """Scores per run and metric, the fits used, and the simulated runs."""
+
+    table: pd.DataFrame  # run, source, metric, measured, predicted, error, fit, fitted_on, gpu_model, workload
+    fits: dict[str, dict] = field(default_factory=dict)  # run -> {overhead terms, fitted_on}
+    group_fits: dict[str, dict] = field(default_factory=dict)  # source -> terms fitted on all its runs
+    predictions: dict[str, Prediction] = field(default_factory=dict)
+
+    def medians(self) -> pd.DataFrame:
+        return medians(self.table)
+
+
+def medians(table: pd.DataFrame) -> pd.DataFrame:
+    """Median |relative error| per metric, per source and over all runs (rows: source, cols: metric)."""
+    t = table.assign(abs_error=table["error"].abs())
+    per_source = t.pivot_table(index="source", columns="metric", values="abs_error", aggfunc="median")
+    overall = t.pivot_table(columns="metric", values="abs_error", aggfunc="median")
+    overall.index = ["all runs"]
+    counts = t.groupby("source")["run"].nunique()
+    out = pd.concat([per_source, overall])
+    out["num_runs"] = list(counts.reindex(per_source.index)) + [t["run"].nunique()]
+    return out[[m for m in METRICS if m in out] + ["num_runs"]]
+
+
+def _rows(pred: Prediction, fit_label: str, fitted_on: list[str]) -> list[dict]:
+    measured = pred.run.measured()
+    predicted = pred.means()
+    return [{
+        "run": pred.run.name, "source": pred.run.source, "metric": m,
+        "measured": measured[m], "predicted": predicted[m],
+        "error": (predicted[m] - measured[m]) / measured[m] if measured[m] else np.nan,
+        "fit": fit_label, "fitted_on": ";".join(fitted_on), "gpu_model": pred.gpu_model, "workload": pred.workload,
+        "num_requests": pred.run.num_requests,
+    } for m in METRICS]
+
+
+def _system(pred: Prediction) -> RunSystem | None:
+    if pred.workload != "replay" or not pred.run.has_per_request:
+        return None  # profile-driven runs have no request-by-request match to fit on
+    try:
+        return run_system(pred, pred.run.requests)
+    except ValueError:
+        return None
+
+
+def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: str = "auto", gpu: str | None = None,
+              gpu_model: str = "auto", iterations: int = 1, progress: bool = True) -> Reproduction:
+    """Simulate and score `runs` (see the module doc)."""
+    if isinstance(fit, str) and fit not in ("loo", "none"):
+        raise ValueError(f"fit: {fit!r} is not allowed; choose one of loo, none (or give fitted terms)")
+    rows: list[dict] = []
+    rep = Reproduction(pd.DataFrame())
+    base: dict[str, Prediction] = {}
+    given = fit if isinstance(fit, HostOverhead) else HostOverhead()
+    bar = tqdm(runs, desc="simulate", unit="run", disable=not progress, leave=False)
+    for run in bar:
+        bar.set_postfix_str(run.name[-30:])
+        base[run.name] = predict_run(run, given, workload=workload, gpu=gpu, gpu_model=gpu_model)
+    if fit == "none" or isinstance(fit, HostOverhead):
+        label = "none" if fit == "none" else "given"
+        for run in runs:
+            rows.extend(_rows(base[run.name], label, []))
+        rep.table, rep.predictions = pd.DataFrame(rows), base
+        return rep
+
+    systems = {name: _system(p) for name, p in base.items()}
+    groups: dict[str, list[str]] = {}
+    for run in runs:
+        groups.setdefault(run.source, []).append(run.name)
+    for source, names in groups.items():
+        train = [systems[n] for n in names if systems[n] is not None]
+        if train:
+            rep.group_fits[source] = {"overhead": fit_overhead(train).to_dict(), "fitted_on": names}
+    bar = tqdm(runs, desc="leave-one-out", unit="run", disable=not progress, leave=False)
+    for run in bar:
+        others = [n for n in groups[run.source] if n != run.name and systems[n] is not None]
+        if not others:
+            rows.extend(_rows(base[run.name], "none (no other run to fit on)", []))
+            rep.predictions[run.name] = base[run.name]
+            continue
+        overhead = fit_overhead([systems[n] for n in others])
+        for _ in range(max(0, iterations - 1)):  # refit on schedules simulated with the current terms
+            refit = [_system(predict_run(next(r for r in runs if r.name == n), overhead, workload, gpu, gpu_model))
+                     for n in others]
+            overhead = fit_overhead([s for s in refit if s is not None])
+        pred = predict_run(run, overhead, workload=workload, gpu=gpu, gpu_model=gpu_model)
+        rep.fits[run.name] = {"overhead": overhead.to_dict(), "fitted_on": others}
+        rep.predictions[run.name] = pred
+        rows.extend(_rows(pred, "leave-one-run-out", others))
+    rep.table = pd.DataFrame(rows)
+    return rep
