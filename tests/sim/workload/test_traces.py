@@ -98,3 +98,15 @@ def test_real_mooncake_trace(shared_data):
     assert tr.prompt_tokens.mean() == pytest.approx(12_035, rel=0.01)
     assert tr.output_tokens.mean() == pytest.approx(343, rel=0.02)
     assert all(len(h) * 512 >= n for h, n in zip(tr.hash_ids, tr.prompt_tokens))
+
+
+def test_shipped_example_slices_parse():
+    """examples/traces must work without ../shared (formats detected, rows as the README says)."""
+    from pathlib import Path
+
+    base = Path(__file__).resolve().parents[3] / "examples" / "traces"
+    conv, code, mc = (read_trace(base / f) for f in ("azure_conv_2023_slice.csv", "azure_code_2023_slice.csv",
+                                                      "mooncake_conv_slice.jsonl"))
+    assert (conv.format, len(conv), code.format, len(code), mc.format, len(mc)) == (
+        "azure", 300, "azure", 200, "mooncake", 200)
+    assert 60 < conv.arrival_time[-1] < 120
