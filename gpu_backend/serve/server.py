@@ -266,14 +266,14 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
                         continue  # e.g. half a multi-byte character: nothing to show yet
                     chunk = {**head, "choices": [_choice(params, text, reason, True)]}
                     if params.continuous_usage:
-                        chunk["usage"] = _usage(num_prompt, stream.num_output_tokens)
+                        chunk["usage"] = _usage(num_prompt, len(detok.token_ids))
                     yield f"data: {json.dumps(chunk)}\n\n"
                     finished = reason is not None
             except RequestError as exc:  # the headers are sent: report in the stream, as vLLM does
                 finished = True
                 yield f"data: {json.dumps(_error_body(str(exc), exc.status, exc.field))}\n\n"
             if params.include_usage:
-                yield f"data: {json.dumps({**head, 'choices': [], 'usage': _usage(num_prompt, stream.num_output_tokens)})}\n\n"
+                yield f"data: {json.dumps({**head, 'choices': [], 'usage': _usage(num_prompt, len(detok.token_ids))})}\n\n"
             yield "data: [DONE]\n\n"
         finally:
             if not finished:  # the client went away (the task was cancelled) or the send failed
@@ -308,7 +308,7 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
                 server.abort(stream)
         body = {**base(stream, params.is_chat), "object": "chat.completion" if params.is_chat else "text_completion",
                 "choices": [_choice(params, "".join(texts), reason, False)],
-                "usage": _usage(stream.request.num_prompt_tokens, stream.num_output_tokens)}
+                "usage": _usage(stream.request.num_prompt_tokens, len(detok.token_ids))}
         return JSONResponse(body)
 
     @app.post("/v1/completions")

@@ -4,6 +4,9 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
+# one intra-op thread: the tiny model gains nothing from two, and on a shared 2-core CI box (pytest -n 2)
+# OpenMP threads spinning against each other make steps 10x slower
+torch.set_num_threads(1)
 
 from engine_factories import TINY_CONFIG, HFReference  # noqa: E402
 from gpu_backend.model import build_model  # noqa: E402

@@ -1,0 +1,199 @@
+"""The engine under every policy against transformers, token for token; invariants after each run.
+
+Each scenario serves a handful of prompts through `Engine` with the real `Scheduler` and checks:
+greedy outputs equal `LlamaForCausalLM` run one prompt at a time; every KV block is free at the
+end; every request ended; and the KV tensors (NaN-filled at start) were written only at the slots
+the plans' block tables allot to the scheduled tokens (or in whole blocks swapped back in).
+"""
+import math
+import threading
+
+import pytest
+import torch
+
+from engine_factories import make_prompt, make_request
+from gpu_backend.engine import Engine, EngineConfig
+from gpu_backend.sampler import SamplingParams
+from policies import CacheConfig, SchedulerConfig
+
+
+def make_engine(model, policy="chunked", num_gpu_blocks=256, num_cpu_blocks=0, block_size=16, prefix=False,
+                **sched) -> Engine:
+    sched.setdefault("max_model_len", 512)
+    config = EngineConfig(model=model.config, scheduler=SchedulerConfig(policy=policy, **sched),
+                          cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks,
+                                            num_cpu_blocks=num_cpu_blocks, enable_prefix_caching=prefix))
+    engine = Engine(config, "cpu", model=model)
+    engine.kv_cache.fill_(float("nan"))
+    engine.expected_slots = set()  # (block, offset) the plans allot; filled by the wrapper below
+    engine.swapped_in_blocks = set()
+    execute = engine.runner.execute
+
+    def recording_execute(plan):
+        bs = engine.kv_cache.block_size
+        engine.swapped_in_blocks.update(dst for _, dst in plan.swap_in_blocks)
+        for s in plan.seqs:
+            if not s.is_padding:
+                table = s.request.block_table
+                engine.expected_slots.update((table[p // bs], p % bs) for p in range(s.num_computed_tokens, s.context_len))
+        return execute(plan)
+
+    engine.runner.execute = recording_execute
+    return engine
+
+
+def serve(engine, prompts, max_tokens=10, **kw) -> list:
+    reqs = [make_request(i, p, max_tokens, **kw) for i, p in enumerate(prompts)]
+    for r in reqs:
+        engine.add_request(r)
+    engine.run_until_done()
+    return reqs
+
+
+def check_invariants(engine, reqs) -> None:
+    bm = engine.scheduler.block_manager
+    assert bm.num_free_gpu_blocks == bm.num_gpu_blocks, "blocks leaked"
+    assert not engine.scheduler.has_unfinished()
+    assert all(r.is_finished for r in reqs)
+    written = ~engine.kv_cache.buffer.isnan().all(-1).all(-1)  # [L, 2, N, B]: slot touched anywhere
+    allowed = torch.zeros_like(written[0, 0])
+    for b, o in engine.expected_slots:
+        allowed[b, o] = True
+    for b in engine.swapped_in_blocks:  # swap-in copies whole blocks, stale tails included
+        allowed[b, :] = True
+    stray = written & ~allowed
+    assert not stray.any(), f"KV written outside allotted slots: {stray.nonzero()[:5].tolist()}"
+
+
+PROMPTS = [make_prompt(n, seed=100 + n) for n in (23, 5, 41, 17, 30, 12)]
+
+
+def check_against_reference(hf_ref, reqs, prompts=PROMPTS) -> None:
+    for r, p in zip(reqs, prompts):
+        assert r.finish_reason.value == "length"
+        hf_ref.assert_same_greedy(p, r.output_token_ids)
+
+
+def test_continuous(tiny_model, hf_ref):
+    engine = make_engine(tiny_model, "continuous")
+    reqs = serve(engine, PROMPTS)
+    check_against_reference(hf_ref, reqs)
+    check_invariants(engine, reqs)
+
+
+@pytest.mark.parametrize("budget", [7, 16, 64])
+def test_chunked_budgets_including_smaller_than_a_prompt(tiny_model, hf_ref, budget):
+    engine = make_engine(tiny_model, "chunked", max_num_batched_tokens=budget, max_num_seqs=4)
+    reqs = serve(engine, PROMPTS)
+    check_against_reference(hf_ref, reqs)
+    check_invariants(engine, reqs)
+    steps = engine.result().steps
+    assert (steps["num_prefill_tokens"] + steps["num_decode_tokens"]).max() <= budget
+    if budget < max(map(len, PROMPTS)):
+        assert len(steps) > len(PROMPTS)  # prompts really were split
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_forced_preemption(tiny_model, hf_ref, mode):
+    # 6 requests of up to 41 + 16 tokens in 4-token blocks need ~70 blocks; give 20
+    engine = make_engine(tiny_model, "chunked", num_gpu_blocks=20, block_size=4, num_cpu_blocks=64,
+                         preemption=mode, max_num_batched_tokens=64)
+    reqs = serve(engine, PROMPTS, max_tokens=16)
+    check_against_reference(hf_ref, reqs)
+    check_invariants(engine, reqs)
+    counter = "num_swaps" if mode == "swap" else "num_recomputes"
+    assert sum(getattr(r, counter) for r in reqs) > 0, f"no {mode} preemption happened"
+
+
+def test_shared_prefix_with_prefix_caching(tiny_model, hf_ref):
+    prefix = make_prompt(40, seed=7)
+    prompts = [prefix + make_prompt(n, seed=200 + n) for n in (3, 9, 14, 6)]
+    engine = make_engine(tiny_model, "chunked", prefix=True, block_size=8)
+    first = serve(engine, prompts[:1])  # warm the cache, then the rest share its full blocks
+    rest = [make_request(i + 1, p, 10) for i, p in enumerate(prompts[1:])]
+    for r in rest:
+        engine.add_request(r)
+    engine.run_until_done()
+    reqs = first + rest
+    check_against_reference(hf_ref, reqs, prompts)
+    assert all(r.num_cached_tokens >= 32 for r in rest), [r.num_cached_tokens for r in rest]
+    check_invariants(engine, reqs)
+
+
+def test_static_policy(tiny_model, hf_ref):
+    engine = make_engine(tiny_model, "static", max_num_seqs=3)
+    reqs = serve(engine, PROMPTS, max_tokens=6)
+    check_against_reference(hf_ref, reqs)
+    check_invariants(engine, reqs)
+
+
+def test_abort_mid_flight_frees_blocks_and_reports(tiny_model):
+    engine = make_engine(tiny_model, "chunked")
+    outputs = []
+    reqs = [make_request(i, p, 30) for i, p in enumerate(PROMPTS[:3])]
+    for r in reqs:
+        engine.add_request(r, outputs.append)
+    for _ in range(4):
+        engine.step()
+    assert engine.scheduler.block_manager.num_used_gpu_blocks > 0
+    engine.abort(1)
+    engine.run_until_done()
+    assert reqs[1].finish_reason.value == "aborted" and reqs[1].num_output_tokens < 30
+    assert [r.finish_reason.value for r in (reqs[0], reqs[2])] == ["length", "length"]
+    assert engine.scheduler.block_manager.num_free_gpu_blocks == engine.scheduler.block_manager.num_gpu_blocks
+    finals = [o for o in outputs if o.finished]
+    assert sorted(o.req_id for o in finals) == [0, 1, 2]
+    for r in reqs:  # the streamed tokens are exactly the request's output
+        assert [t for o in outputs if o.req_id == r.req_id for t in o.new_token_ids] == r.output_token_ids
+
+
+def test_eos_stops_unless_ignored(tiny_model, hf_ref):
+    prompt = PROMPTS[0]
+    ref = hf_ref.greedy(prompt, 10)
+    stop = ref[3]
+    params = SamplingParams(stop_token_ids=(stop,))
+    engine = make_engine(tiny_model)
+    [r] = serve(engine, [prompt], max_tokens=10, ignore_eos=False, sampling=params)
+    assert r.finish_reason.value == "stop" and r.output_token_ids == ref[:ref.index(stop) + 1]
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch(tiny_model):
+    params = SamplingParams(temperature=1.0, top_p=0.9, seed=1234)
+    alone = serve(make_engine(tiny_model), [PROMPTS[2]], max_tokens=12, sampling=params)[0].output_token_ids
+    others = [SamplingParams(temperature=0.8, seed=i) for i in range(3)]
+    engine = make_engine(tiny_model, max_num_batched_tokens=16)
+    reqs = [make_request(i, p, 12, sampling=s) for i, (p, s) in enumerate(zip(PROMPTS[:4], others[:2] + [params] + others[2:]))]
+    for r in reqs:
+        engine.add_request(r)
+    engine.run_until_done()
+    assert reqs[2].output_token_ids == alone
+
+
+def test_background_thread_streams_outputs(tiny_model, hf_ref):
+    engine = make_engine(tiny_model)
+    done = threading.Event()
+    outputs = []
+
+    def on_output(out):
+        outputs.append(out)
+        if out.finished:
+            done.set()
+
+    engine.start()
+    try:
+        r = make_request("a", PROMPTS[1], 8, arrival_time=engine.now())
+        engine.add_request(r, on_output)
+        assert done.wait(30)
+    finally:
+        engine.stop()
+    assert [t for o in outputs for t in o.new_token_ids] == r.output_token_ids
+    assert all(a.time <= b.time for a, b in zip(outputs, outputs[1:]))
+    hf_ref.assert_same_greedy(PROMPTS[1], r.output_token_ids)
+    stats = engine.stats()
+    assert stats["num_running"] == stats["num_waiting"] == 0 and stats["num_used_gpu_blocks"] == 0
+
+
+def test_token_ids_outside_the_vocab_are_refused(tiny_model):
+    engine = make_engine(tiny_model)
+    with pytest.raises(ValueError, match="prompt_token_ids"):
+        engine.add_request(make_request(0, [5, tiny_model.config.vocab_size]))
