@@ -13,8 +13,9 @@ sum over the ops of all layers, plus TP all-reduces, the LM head, swap copies an
     4 x heads/tp x head_dim FLOPs each; bytes = its K/V context read once;
   - decode attention: one query over the context: memory bound on reading K and V;
   - elementwise work (norms, rotary, activation, residual, KV writes): bytes only;
-  - 2 all-reduces of T x hidden activations when tp > 1 (ring: 2 (tp - 1) steps, each moving 1/tp
-    of the data per GPU over NVLink, or PCIe without it, and paying a fixed per-step latency);
+  - 2 all-reduces of T x hidden activations when tp > 1 (ring bandwidth term: 2 (tp - 1)/tp of the
+    data per GPU over NVLink, or PCIe without it; plus a fixed latency per all-reduce);
+* a host launch overhead per layer (0 with CUDA graphs, see `RooflineConstants.eager()`);
 * once: the LM head over the sampled sequences only; KV blocks swapped out/in over PCIe (each GPU
   copies its shard over its own link); the per-step host overhead.
 
@@ -50,9 +51,13 @@ class RooflineConstants:
     # NVLink/PCIe: achieved fraction of per-direction link bandwidth in ring all-reduce / bulk copies
     link_eff: float = 0.7
     pcie_eff: float = 0.8
-    # latency of one step of a ring all-reduce (2 (tp - 1) steps per all-reduce): NCCL on NVLink has
-    # ~5 us per hop, so a tp=8 all-reduce of a few KiB costs ~70 us however small the message
-    allreduce_latency_s: float = 5e-6
+    # fixed cost of one all-reduce of a small message: vLLM's one-shot custom all-reduce over NVLink
+    # takes ~5-10 us whatever the TP degree; without NVLink it falls back to NCCL over PCIe (~20-30 us)
+    allreduce_latency_s: float = 8e-6
+    pcie_allreduce_latency_s: float = 25e-6
+    # host launch cost per layer per step: 0 with CUDA graphs (vLLM's default); an eager engine
+    # launches ~12 kernels a layer at ~8 us each from Python: see `RooflineConstants.eager()`
+    layer_overhead_s: float = 0.0
     # hidden-size activation passes per layer for norms, residual adds, rotary (reads + writes)
     elementwise_passes: int = 10
     # host work per step: scheduling, input preparation, launch / graph replay, sampling, detokenize
@@ -63,8 +68,15 @@ class RooflineConstants:
     def __post_init__(self) -> None:
         for f in ("gemm_flops_eff", "attn_flops_eff", "hbm_eff", "attn_hbm_eff", "link_eff", "pcie_eff"):
             check_number(f"latency.{f}", getattr(self, f), 0.0, 1.0, strict_min=True)
-        for f in ("allreduce_latency_s", "step_overhead_s", "per_seq_overhead_s"):
+        for f in ("allreduce_latency_s", "pcie_allreduce_latency_s", "layer_overhead_s", "step_overhead_s",
+                  "per_seq_overhead_s"):
             check_number(f"latency.{f}", getattr(self, f), 0.0)
+
+    @classmethod
+    def eager(cls, **overrides) -> "RooflineConstants":
+        """An engine without CUDA graphs or custom all-reduce (vLLM `enforce_eager`, or vLLM before
+        0.3): ~12 kernel launches per layer at ~8 us of Python + launch each, and NCCL all-reduces."""
+        return cls(**{"layer_overhead_s": 12 * 8e-6, "allreduce_latency_s": 25e-6, **overrides})
 
 
 class RooflineLatencyModel:
@@ -107,7 +119,8 @@ class RooflineLatencyModel:
         # all-reduce: 2 per layer
         if tp > 1:
             link = gpu.interconnect_bandwidth * c.link_eff
-            self._ar_fixed = 2 * L * 2 * (tp - 1) * c.allreduce_latency_s
+            latency = c.allreduce_latency_s if gpu.nvlink_bandwidth else c.pcie_allreduce_latency_s
+            self._ar_fixed = 2 * L * latency
             self._ar_s_per_token = 2 * L * (2 * (tp - 1) / tp) * h * dt / link
         else:
             self._ar_fixed = self._ar_s_per_token = 0.0
@@ -165,7 +178,9 @@ class RooflineLatencyModel:
                 out["lm_head"] = max(num_sampled * self._head_flops_per_token * self._gemm_flop_s,
                                      (self._head_weight_bytes + num_sampled * self._head_bytes_per_token)
                                      * self._hbm_byte_s)
-            out["overhead"] = self.constants.step_overhead_s + num_seqs * self.constants.per_seq_overhead_s
+            c = self.constants
+            out["overhead"] = (c.step_overhead_s + num_seqs * c.per_seq_overhead_s
+                               + self.model.num_layers * c.layer_overhead_s)
         num_swapped = len(plan.swap_out_blocks) + len(plan.swap_in_blocks)
         if num_swapped:
             out["swap"] = num_swapped * self._swap_s_per_block

@@ -120,6 +120,13 @@ def test_swap_time_is_bytes_over_pcie():
     assert slow > m.step_time(make_plan(swap_out_blocks=pairs))
 
 
+def test_eager_mode_adds_per_layer_launch_cost():
+    plan = make_plan(*decodes(4, 100))
+    graphs, eager = make_model(), make_model(constants=RooflineConstants.eager())
+    extra = eager.step_time(plan) - graphs.step_time(plan)
+    assert extra == pytest.approx(32 * RooflineConstants.eager().layer_overhead_s)
+
+
 def test_constants_scale_what_they_name():
     base, fast = make_model(), make_model(constants=replace(RooflineConstants(), gemm_flops_eff=0.3))
     plan = make_plan(make_seq(8192, 0))
@@ -168,8 +175,8 @@ GPU_OF = {"a100-80gb": "A100-80G", "h100-80gb": "H100-SXM"}
 def test_splitwise_llama2_70b_static_batches_within_2x(shared_data):
     """Measured prefill and decode iteration times of static batches (Splitwise, DGX-A100/H100).
 
-    The roofline is a datasheet model: this checks it lands within ~2x (median per hardware x TP;
-    it UNDER-predicts small, high-TP steps, which that engine ran with large fixed overheads);
+    The engine (vLLM of 2023) ran without CUDA graphs, so the model gets `RooflineConstants.eager()`.
+    The roofline is a datasheet model: this checks it lands within ~2x (median per hardware x TP);
     fitting these points is the calibration package's job. Points whose batch cannot fit in the
     KV cache (the engine must have run them in pieces) are left out.
     """
@@ -186,7 +193,7 @@ def test_splitwise_llama2_70b_static_batches_within_2x(shared_data):
         hardware = HardwareConfig(gpu=GPU_OF[hw], tp=tp)
         if batch * (prompt + 128) > 16 * num_gpu_blocks(spec, hardware, 16, 4096, 256):
             continue
-        m = RooflineLatencyModel(spec, hardware.gpu_spec(), tp)
+        m = RooflineLatencyModel(spec, hardware.gpu_spec(), tp, constants=RooflineConstants.eager())
         meas_p = statistics.median(float(r["prompt_time"]) for r in rs) / 1e3
         meas_d = statistics.median(float(r["token_time"]) for r in rs) / 1e3
         pred_p = m.step_time(make_plan(*[make_seq(prompt, 0) for _ in range(batch)]))
@@ -200,6 +207,6 @@ def test_splitwise_llama2_70b_static_batches_within_2x(shared_data):
         med_p, med_d = statistics.median(r["prefill"]), statistics.median(r["decode"])
         print(f"{key}: median predicted/measured prefill {med_p:.2f}, decode {med_d:.2f}")
         assert 0.5 <= med_p <= 2.0, key
-        # decode at high TP sits right at 2x: that engine's per-layer launch and all-reduce overheads
-        # (no CUDA graphs then) keep a ~30-45 ms floor the datasheet roofline does not model
-        assert 0.45 <= med_d <= 2.0, key
+        # decode at tp=8 on A100 is the worst: ~45 ms measured for ~9 GB of weights per GPU (4.4 ms at
+        # full bandwidth): that engine's fixed overheads dominate, and the roofline is ~2x under
+        assert 0.4 <= med_d <= 2.0, key
