@@ -5,15 +5,14 @@ turns it into a duration and sampled tokens; the scheduler's `update` consumes b
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 if TYPE_CHECKING:
     from policies.request import Request
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduledSeq:
+class ScheduledSeq(NamedTuple):
     """One sequence's share of a step.
 
     The step computes positions [num_computed_tokens, num_computed_tokens + num_tokens) of the
@@ -22,9 +21,11 @@ class ScheduledSeq:
     `samples` is True when the chunk reaches the end of the known tokens, so the step yields an
     output token for this request. Padding sequences (the `static` baseline's finished slots) cost
     compute but belong to no live work.
+
+    A NamedTuple (immutable, and cheap to build: the scheduler makes one per sequence per step).
     """
 
-    request: "Request" = field(compare=False, repr=False)
+    request: "Request"
     num_tokens: int
     num_computed_tokens: int
     samples: bool

@@ -166,11 +166,21 @@ class Scheduler:
     def _schedule_running(self, step: StepBuilder) -> None:
         """Running requests in order (decodes: 1 token; partial prefills: a chunk); preempt on OOM."""
         running = self.running
-        allocate = self.block_manager.allocate_slots
+        bm = self.block_manager
+        allocate = bm.allocate_slots
+        bs, caching, scheduled = bm.block_size, bm.enable_prefix_caching, step.scheduled
         i = 0
         while i < len(running) and step.budget > 0:
             req = running[i]
-            n = self._chunk(req.num_tokens - req.num_computed_tokens, step.budget)
+            c = req.num_computed_tokens
+            remaining = req.num_prompt_tokens + len(req.output_token_ids) - c
+            if remaining == 1 and c < len(req.block_table) * bs and not (caching and (c + 1) % bs == 0):
+                # hot path: a decode whose token fits the last block and completes no block to cache
+                scheduled[req.req_id] = (req, 1)
+                step.budget -= 1
+                i += 1
+                continue
+            n = self._chunk(remaining, step.budget)
             if n <= 0:
                 i += 1
                 continue
@@ -286,10 +296,14 @@ class Scheduler:
             state = req.state
             if state is not _GEN and state is not _CTX:
                 continue  # aborted (or otherwise gone) since the plan was made
-            req.record_token(0 if sampled is None else sampled.get(req.req_id, 0), now)
+            out = req.output_token_ids  # inlined Request.record_token (hot path)
+            out.append(0 if sampled is None else sampled.get(req.req_id, 0))
+            req.token_times.append(now)
             if state is _CTX:
                 req.transition(_GEN)
-            if len(req.output_token_ids) >= req.max_tokens:
+                if req.first_token_time is None:
+                    req.first_token_time = now
+            if len(out) >= req.max_tokens:
                 reason = FinishReason.LENGTH
             elif stopped and req.req_id in stopped and not req.ignore_eos:
                 reason = FinishReason.STOP
