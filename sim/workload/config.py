@@ -45,11 +45,12 @@ def _from_dict(cls, field: str, value):
         return value
     if not isinstance(value, dict):
         raise ConfigError(f"{field}: expected a table of {', '.join(f.name for f in fields(cls))}, got {value!r}")
-    known = {f.name for f in fields(cls)}
+    known = {f.name for f in fields(cls)} - {"field"}  # `field` is bookkeeping, not a setting
+    value = {k: v for k, v in value.items() if k != "field"}
     unknown = sorted(set(value) - known)
     if unknown:
         raise ConfigError(f"{field}.{unknown[0]}: unknown key; allowed keys are {', '.join(sorted(known))}")
-    return cls(**value, field=field) if "field" in known else cls(**value)
+    return cls(**value, field=field) if cls is LengthDist else cls(**value)
 
 
 @dataclass(frozen=True)

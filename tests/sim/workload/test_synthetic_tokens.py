@@ -45,3 +45,18 @@ def test_truncated_stays_lazy_and_equal():
     s = make_tokens((1, 50), (2, 50))
     t = s.truncated(70)
     assert isinstance(t, SyntheticTokens) and len(t) == 70 and list(t) == list(s)[:70]
+
+
+def test_any_slice_equals_the_materialised_list():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=150, deadline=None)
+    @hypothesis.given(segs=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 80)), min_size=1, max_size=5),
+                      a=st.integers(-300, 300), b=st.integers(-300, 300))
+    def check(segs, a, b):
+        s = SyntheticTokens(segs)
+        full = [t for seed, n in segs for t in SyntheticTokens([(seed, n)])]
+        assert len(s) == len(full) and s[a:b] == full[a:b]
+
+    check()
