@@ -18,7 +18,7 @@ def cdf(series_by_label: dict[str, pd.Series], title: str) -> go.Figure:
             continue
         fig.add_trace(go.Scatter(x=values, y=np.arange(1, values.size + 1) / values.size, mode="lines",
                                  name=label))
-    fig.update_layout(title=title, yaxis_title="fraction of requests", height=320,
+    fig.update_layout(title=title, xaxis_title=title, yaxis_title="fraction of requests", height=320,
                       margin=dict(l=40, r=10, t=40, b=40))
     return fig
 

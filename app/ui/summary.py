@@ -6,18 +6,19 @@ import streamlit as st
 
 
 def _ms(block: dict | None, key: str) -> str:
+    """Milliseconds, short enough for a card (3 significant digits)."""
     if not block or block.get(key) is None:
         return "-"
-    return f"{block[key] * 1000:.1f} ms"
+    return f"{block[key] * 1000:.3g}"
 
 
 def cards(summary: dict) -> None:
     """Headline figures as metric cards."""
     thr = summary.get("throughput", {})
     c = st.columns(4)
-    c[0].metric("TTFT p50 / p99", f"{_ms(summary.get('ttft_s'), 'p50')} / {_ms(summary.get('ttft_s'), 'p99')}")
-    c[1].metric("TPOT p50 / p99", f"{_ms(summary.get('tpot_s'), 'p50')} / {_ms(summary.get('tpot_s'), 'p99')}")
-    c[2].metric("E2E p50 / p99", f"{_ms(summary.get('e2e_s'), 'p50')} / {_ms(summary.get('e2e_s'), 'p99')}")
+    c[0].metric("TTFT p50 / p99 (ms)", f"{_ms(summary.get('ttft_s'), 'p50')} / {_ms(summary.get('ttft_s'), 'p99')}")
+    c[1].metric("TPOT p50 / p99 (ms)", f"{_ms(summary.get('tpot_s'), 'p50')} / {_ms(summary.get('tpot_s'), 'p99')}")
+    c[2].metric("E2E p50 / p99 (ms)", f"{_ms(summary.get('e2e_s'), 'p50')} / {_ms(summary.get('e2e_s'), 'p99')}")
     c[3].metric("Output tokens/s", f"{thr.get('output_tokens_per_s', 0):,.0f}")
     c = st.columns(4)
     c[0].metric("Requests/s", f"{thr.get('requests_per_s', 0):.2f}")

@@ -9,7 +9,7 @@ pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-PAGES = Path(__file__).resolve().parents[2] / "app" / "pages"
+PAGES = Path(__file__).resolve().parents[2] / "app" / "views"
 
 
 def page(name: str) -> AppTest:
@@ -31,7 +31,7 @@ def test_simulate_page_runs_and_shows_results():
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     labels = {m.label for m in at.metric}
-    assert {"TTFT p50 / p99", "TPOT p50 / p99", "Output tokens/s", "Preemptions"} <= labels
+    assert {"TTFT p50 / p99 (ms)", "TPOT p50 / p99 (ms)", "Output tokens/s", "Preemptions"} <= labels
     finished = next(m.value for m in at.metric if m.label == "Finished / rejected")
     done, rejected = (int(x) for x in finished.split("/"))
     assert done + rejected == 60  # nothing lost
@@ -82,3 +82,37 @@ def test_capacity_page_rejects_an_empty_candidate_list():
     at.multiselect(key="cap.tps").set_value([])
     at.run()
     assert any("plan.tps" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def make_report(tmp_path):
+    """A real validation.json: two simulations of one workload, one playing 'measured'."""
+    from calibrate.validate import compare
+    from sim.config import load_config
+    from sim.runner import simulate
+
+    base = {"workload": {"num_requests": 40, "rate": 2.0}}
+    predicted = simulate(load_config(base))
+    measured = simulate(load_config(base, ["hardware.gpu=A100-80G"]))
+    report = compare(predicted.summary, measured.summary, [3.0, 4.0, 5.0])
+    (tmp_path / "validation.json").write_text(__import__("json").dumps(report))
+    return report
+
+
+def test_validate_page_loads_a_report(tmp_path):
+    report = make_report(tmp_path)
+    at = page("validate")
+    at.text_input(key="val.folder").input(str(tmp_path)).run()
+    assert not at.exception and not at.error, ([e.value for e in at.exception], [e.value for e in at.error])
+    table = at.dataframe[0].value
+    ttft = table[(table.metric == "ttft_s") & (table["stat"] == "mean")].iloc[0]
+    assert ttft["measured"] == pytest.approx(report["metrics"]["ttft_s"]["mean"]["measured"])
+    assert any(m.label == "Per-step error, median" and m.value == "4.0%" for m in at.metric)
+
+
+def test_validate_page_names_a_missing_report(tmp_path):
+    at = page("validate")
+    at.text_input(key="val.folder").input(str(tmp_path / "nowhere")).run()
+    assert any("no validation.json" in e.value for e in at.error)
+    (tmp_path / "validation.json").write_text('{"metrics": {}}')
+    at.text_input(key="val.folder").input(str(tmp_path)).run()
+    assert any("step_time_abs_pct_error" in e.value for e in at.error)
