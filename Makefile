@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test test-slow test-all setup-sim setup-test clean
+.PHONY: demo test test-slow test-all setup-sim setup-test setup-browser clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,9 +15,16 @@ setup-sim: $(BIN)/python
 	$(BIN)/pip install -q -e .
 
 # everything the test suite needs (torch from the CPU wheel; see README)
-setup-test: $(BIN)/python
+setup-test: $(BIN)/python setup-browser
 	$(BIN)/pip install -q $(TORCH_PIN)
 	$(BIN)/pip install -q -e '.[all,test]'
+
+# Debian's Chromium for the app's end-to-end test (Playwright drives it; it never downloads a browser).
+# Installed when missing and we are root with apt; otherwise that one test skips with its reason.
+setup-browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+	  echo "setup-browser: chromium not installed; the browser test will skip"; }
 
 demo: setup-sim
 	$(BIN)/servesim simulate examples/default.toml
