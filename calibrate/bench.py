@@ -78,18 +78,33 @@ def _grid(batches, kvs, max_len):
     return tuple((b, L) for b in batches for L in kvs if L <= max_len)
 
 
+def clock_for(device: torch.device) -> tuple[Callable[[], float], str]:
+    """The timer for `device`: this thread's CPU time on a single-threaded CPU run, else wall time.
+
+    On a CPU shared with other processes, wall time of a short op is mostly time spent waiting for
+    a core (we measured 2-3x spreads on a loaded 2-core machine) while the thread's CPU time stays
+    within a few percent. With one torch thread all the op's work runs on the calling thread, so its
+    CPU time is the op's uncontended cost; with more threads or on CUDA, wall time is the only
+    honest clock (synchronized for CUDA).
+    """
+    if device.type == "cpu" and torch.get_num_threads() == 1:
+        return time.thread_time, "thread_cpu"
+    return time.perf_counter, "wall"
+
+
 def time_call(fn: Callable[[], object], warmup: int, repeats: int, device: torch.device) -> list[float]:
-    """Seconds of `repeats` calls of `fn` after `warmup` untimed ones (synchronized on CUDA)."""
+    """Seconds of `repeats` calls of `fn` after `warmup` untimed ones (see `clock_for`)."""
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    clock, _ = clock_for(device)
     for _ in range(warmup):
         fn()
     out = []
     for _ in range(repeats):
         sync()
-        t = time.perf_counter()
+        t = clock()
         fn()
         sync()
-        out.append(time.perf_counter() - t)
+        out.append(clock() - t)
     return out
 
 
@@ -315,7 +330,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, progress: bool = True,
-              seed: int = 0) -> Profile:
+              seed: int = 0, grid: Grid | None = None) -> Profile:
     """Measure and fit a profile of the engine running `model_path` (a HF config.json) on `device`."""
     from calibrate.model_dims import resolve_model
     from gpu_backend.model_config import ModelConfig
@@ -323,7 +338,7 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
     t0 = time.perf_counter()
     mc = ModelConfig.from_json(model_path)
     bench = OpBench(mc, device, seed=seed)
-    grid = Grid.make(quick, max_len=mc.max_position_embeddings)
+    grid = grid or Grid.make(quick, max_len=mc.max_position_embeddings)
     points = measure_ops(bench, grid, progress, max_call_s=0.25 if quick else 2.0)
     ops = {name: fit_op(name, pts) for name, pts in points.items()}
     dims = resolve_model(str(model_path), 1, _dtype_name(bench.dtype))
@@ -335,6 +350,7 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
         "attn_decode_kv": "max" if bench.backend.name == "torch" else "mean",
         "attention_includes_kv_write": True, "grid": "quick" if quick else "full",
         "num_threads": torch.get_num_threads(), "python": platform.python_version(),
+        "clock": clock_for(bench.device)[1],
     }
     profile = Profile(meta=meta, model=dims, ops=ops)
     overhead = measure_overhead(bench, profile, grid, progress, seed)

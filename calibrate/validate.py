@@ -73,11 +73,21 @@ def run_engine(config, device: str, progress: bool = True):
     engine = Engine(config, device)
     records = []
     last = [engine.schedule_time_s]
+    cpu = [0.0]
+    execute = engine.runner.execute
+
+    def timed_execute(plan):  # the step's CPU time on this thread: a contention-free diagnostic
+        c = time.thread_time()
+        result = execute(plan)
+        cpu[0] = time.thread_time() - c
+        return result
+
+    engine.runner.execute = timed_execute
 
     def hook(plan, result):
         sched = engine.schedule_time_s - last[0]
         last[0] = engine.schedule_time_s
-        records.append((plan, result.duration + sched))
+        records.append((plan, result.duration + sched, cpu[0] + sched))
 
     engine.step_hooks.append(hook)
     # warm the engine up on a throwaway request so first-call costs do not land in step 1
@@ -139,12 +149,13 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
     predicted = simulate(config, latency_model=lm)
 
     rows = []
-    for plan, m in records:
+    for plan, m, c in records:
         p = lm.step_time(plan)
         rows.append({"step_id": plan.step_id, "num_seqs": plan.num_seqs, "num_prefill_tokens": plan.num_prefill_tokens,
                      "num_decode_tokens": plan.num_decode_tokens, "num_swap_blocks":
                      len(plan.swap_out_blocks) + len(plan.swap_in_blocks),
-                     "measured_s": m, "predicted_s": p, "abs_pct_error": abs(p - m) / m * 100.0})
+                     "measured_s": m, "predicted_s": p, "abs_pct_error": abs(p - m) / m * 100.0,
+                     "measured_cpu_s": c, "abs_pct_error_vs_cpu": abs(p - c) / c * 100.0 if c > 0 else float("nan")})
     steps = pd.DataFrame(rows)
     report = compare(predicted.summary, measured.summary, steps["abs_pct_error"].to_numpy() if len(steps) else [])
 
@@ -160,6 +171,13 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
         details = {"config": str(config_path), "device": device, "profile_meta": prof.meta,
                    "profile_path": str(profile) if profile else None, "calibration_s": round(t_cal, 1),
                    "num_steps": len(steps), "torch_threads": torch.get_num_threads(),
+                   # the same per-step comparison against the engine thread's CPU time: separates model
+                   # error from time spent waiting for a core on a shared machine
+                   "step_time_abs_pct_error_vs_cpu_time": {
+                       "median": float(steps.abs_pct_error_vs_cpu.median()) if len(steps) else None,
+                       "p90": float(steps.abs_pct_error_vs_cpu.quantile(0.9)) if len(steps) else None},
+                   "wall_over_cpu_median": float((steps.measured_s / steps.measured_cpu_s).median()) if len(steps)
+                   else None,
                    "missing_ops": list(lm.missing_ops),
                    "fit_error": {n: op.fit_error for n, op in prof.ops.items()},
                    "engine_summary": measured.summary, "sim_summary": predicted.summary}

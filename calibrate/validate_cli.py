@@ -40,5 +40,13 @@ def run(args) -> int:
             p = "-" if c["predicted"] is None else f"{c['predicted'] * scale:.4g}"
             e = "-" if c["abs_pct_error"] is None else f"{c['abs_pct_error']:.1f}%"
             print(f"{name:<10} {stat:<20} {p:>12} {c['measured'] * scale:>12.4g} {e:>8}")
+    import json
+
+    details = json.loads((Path(out) / "details.json").read_text())
+    cpu = details.get("step_time_abs_pct_error_vs_cpu_time") or {}
+    if cpu.get("median") is not None:
+        print(f"diagnostic: per-step error against the engine thread's CPU time: median {cpu['median']:.1f}% "
+              f"p90 {cpu['p90']:.1f}% (wall/CPU median {details.get('wall_over_cpu_median'):.2f}: "
+              f"above 1, the machine was busy)")
     print(f"report: {out}/index.html")
     return 0

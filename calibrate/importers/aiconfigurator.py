@@ -133,8 +133,11 @@ def import_aiconfigurator(gpu: str, model: str, tp: int = 1) -> Profile:
     def attn_rows(filename):
         path, src = _table(system_dir, "attention", filename)
         df = pd.read_parquet(path)
-        df = df[(df.attn_dtype == "bfloat16") & (df.kv_cache_dtype == "bfloat16") & (df.window_size == 0)
-                & (df.head_dim == hd) & (df.num_heads == heads)]
+        keep = (df.head_dim == hd) & (df.num_heads == heads)
+        for col, want in (("attn_dtype", "bfloat16"), ("kv_cache_dtype", "bfloat16"), ("window_size", 0)):
+            if col in df.columns:  # older tables (A100) lack some columns
+                keep &= df[col] == want
+        df = df[keep]
         exact = df[df.num_key_value_heads == kv_heads]
         if exact.empty:
             raise ConfigError(f"model: aiconfigurator {src} has no {filename.split('_')[0]} attention for "

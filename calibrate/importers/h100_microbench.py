@@ -1,0 +1,96 @@
+"""Import ../shared/data/profiles/h100-kernel-microbench (Apache-2.0) into a servesim profile.
+
+The folder (see its README) has H100 kernel timings in microseconds:
+
+- ``gemm/h100/data.csv``: m, k, n, latency_us for k in {2048, 3584, 4096, 8192} and n in {6144, 11008}
+  (Llama-7B-like shapes), m from 8 to 131072. A model's per-rank (k, n) is taken from the nearest
+  measured shape (in log k + log n) and scaled by the FLOP ratio ``k*n / (k0*n0)``: at a fixed m a
+  GEMM that fills the device runs at a near-constant FLOP rate, which the data's own `mfu` column
+  shows (0.58-0.65 for m = 4096 over all eight shapes). Below m = 8 the m = 8 time is used.
+- ``mha/prefill/h100/<heads>-<kv_heads>-<head_dim>.csv``: seq_len, latency_us of one whole-prompt
+  prefill with all heads (one GPU). Per rank the heads split over TP, so the time is divided by tp.
+- ``mha/decode/h100/<heads>-<kv_heads>-<head_dim>-tp<N>.csv``: batch_size, kv_len, latency_us, for
+  N in 1, 2, 4. Another TP uses the nearest N, scaled by N / tp (heads per rank).
+
+There is no all-reduce, norm or sampler data here: those come from `calibrate.importers.derived`
+(elementwise, H100 datasheet bandwidth) and, for TP > 1, an all-reduce over NVLink at the H100
+datasheet's 450 GB/s per direction with a ring's 2(tp-1)/tp traffic factor and a 10 us latency; the
+profile's op `source` fields say which curves are derived.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import math
+from pathlib import Path
+
+from calibrate.fit import fit_op
+from calibrate.importers.derived import derived_ops
+from calibrate.model_dims import per_rank_shapes, resolve_model
+from policies import ConfigError
+from sim.latency.profiled import Profile
+
+US = 1e-6
+DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "profiles" / "h100-kernel-microbench"
+H100_MEM_BW = 3.35e12  # bytes/s, HBM3 datasheet
+NVLINK_BW = 450e9  # bytes/s per direction per GPU (NVLink 4, DGX H100 datasheet)
+NVLINK_LATENCY_S = 10e-6
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _gemm_points(rows: list[dict], k: int, n: int) -> tuple[list, str]:
+    shapes = sorted({(int(r["k"]), int(r["n"])) for r in rows})
+    k0, n0 = min(shapes, key=lambda s: (math.log(s[0] / k)) ** 2 + (math.log(s[1] / n)) ** 2)
+    scale = (k * n) / (k0 * n0)
+    pts = [[float(r["m"]), float(r["latency_us"]) * US * scale] for r in rows
+           if int(r["k"]) == k0 and int(r["n"]) == n0]
+    return pts, f"h100-microbench gemm (k={k0}, n={n0}) x {scale:.3g} FLOP ratio for (k={k}, n={n})"
+
+
+def import_h100_microbench(gpu: str, model: str, tp: int = 1, data_dir: str | Path | None = None) -> Profile:
+    """Profile of `model` at tensor parallelism `tp` on H100 from the h100-kernel-microbench folder."""
+    if gpu.upper().replace("-SXM", "") != "H100":
+        raise ConfigError(f"gpu: {gpu!r} is not allowed for source h100-microbench; choose one of H100")
+    root = Path(data_dir) if data_dir else DEFAULT_DIR
+    if not root.is_dir():
+        raise FileNotFoundError(f"--data-dir: h100-kernel-microbench not found at {root}")
+    dims = resolve_model(model, tp)
+    ops = {}
+    gemm_rows = _rows(root / "gemm" / "h100" / "data.csv")
+    for op, (k, n) in per_rank_shapes(dims).items():
+        pts, src = _gemm_points(gemm_rows, k, n)
+        ops[op] = fit_op(op, pts, source=src)
+
+    shape = f"{dims['num_attention_heads']}-{dims['num_key_value_heads']}-{dims['head_dim']}"
+    prefill = root / "mha" / "prefill" / "h100" / f"{shape}.csv"
+    if not prefill.is_file():
+        have = sorted(p.stem for p in (root / "mha" / "prefill" / "h100").glob("*.csv"))
+        raise ConfigError(f"model: h100-microbench has no attention for heads-kv_heads-head_dim {shape}; "
+                          f"choose a model with one of {', '.join(have)}")
+    pts = [[float(r["seq_len"]), float(r["seq_len"]), float(r["latency_us"]) * US / tp] for r in _rows(prefill)]
+    ops["attn_prefill"] = fit_op("attn_prefill", pts, source=f"h100-microbench mha prefill {shape} / tp={tp}")
+    avail = sorted(int(p.stem.rsplit("tp", 1)[1]) for p in (root / "mha" / "decode" / "h100").glob(f"{shape}-tp*.csv"))
+    if not avail:
+        raise ConfigError(f"model: h100-microbench has no decode attention for {shape}")
+    src_tp = min(avail, key=lambda a: abs(math.log(a / tp)))
+    scale = src_tp / tp
+    rows = _rows(root / "mha" / "decode" / "h100" / f"{shape}-tp{src_tp}.csv")
+    pts = [[float(r["batch_size"]), float(r["kv_len"]), float(r["latency_us"]) * US * scale] for r in rows]
+    ops["attn_decode"] = fit_op("attn_decode", pts, source=f"h100-microbench mha decode {shape}-tp{src_tp}"
+                                + (f" x {scale:.3g} (heads per rank)" if scale != 1 else ""))
+    if tp > 1:
+        ring = 2 * (tp - 1) / tp
+        sizes = [2.0 ** e for e in range(10, 31, 2)]
+        pts = [[s, NVLINK_LATENCY_S + ring * s / NVLINK_BW] for s in sizes]
+        ops["all_reduce"] = fit_op("all_reduce", pts, source=f"derived: ring all-reduce over NVLink "
+                                   f"{NVLINK_BW / 1e9:.0f} GB/s + {NVLINK_LATENCY_S * 1e6:.0f} us (datasheet)")
+    ops.update(derived_ops(dims, H100_MEM_BW, 0.8, 3e-6, "H100 datasheet"))
+    meta = {"device": "NVIDIA H100 (h100-kernel-microbench)", "torch_version": None, "driver": None,
+            "dtype": "bfloat16", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "source": "h100-microbench", "license": "Apache-2.0 (inference-sim bench_data)", "gpu": "H100",
+            "notes": "GEMMs scaled from the nearest measured shape; attention measured; the rest derived"}
+    return Profile(meta=meta, model=dims, ops=ops)

@@ -1,0 +1,105 @@
+"""Importers of published per-op data: units, interpolation, shapes per TP rank, errors."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from calibrate.importers import import_profile
+from calibrate.model_dims import per_rank_shapes, resolve_model
+from policies import ConfigError
+from sim.latency.profiled import Profile, ProfiledLatencyModel
+
+H100_BF16_FLOPS = 989e12  # dense tensor-core peak (datasheet)
+H100_BW = 3.35e12
+
+
+@pytest.fixture(scope="module")
+def aic_h100():
+    pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
+    return import_profile("aiconfigurator", "H100", "llama-2-70b", 8)
+
+
+def test_model_dims_split_per_rank():
+    dims = resolve_model("meta-llama/Llama-2-70b-hf", tp=8)
+    shapes = per_rank_shapes(dims)
+    assert shapes["qkv_proj"] == (8192, (8 + 2 * 1) * 128)  # 64/8 query heads, 8/8 KV heads
+    assert shapes["gate_up_proj"] == (8192, 2 * 28672 // 8)
+    with pytest.raises(ConfigError, match="^tp: 3 does not divide"):
+        resolve_model("llama-2-70b", tp=3)
+    with pytest.raises(ConfigError, match="^model: 'gpt-9'"):
+        resolve_model("gpt-9")
+
+
+def test_aiconfigurator_gemms_sit_between_the_roofline_bounds(aic_h100):
+    # a real GEMM can beat neither the FLOP peak nor the weight-read time, and on a big m it is
+    # within 3x of the FLOP bound: catches ms/us/s unit slips and wrong per-rank shapes
+    for op, (k, n) in per_rank_shapes(aic_h100.model).items():
+        for m in (1, 64, 4096):
+            t = aic_h100.ops[op].curve(m)
+            bound = max(2 * m * k * n / H100_BF16_FLOPS, k * n * 2 / H100_BW)
+            assert t >= bound * 0.95, (op, m)
+        assert aic_h100.ops[op].curve(8192) < 3 * 2 * 8192 * k * n / H100_BF16_FLOPS
+    assert aic_h100.meta["source"].startswith("aiconfigurator-core")
+    assert aic_h100.model["tensor_parallel_size"] == 8
+
+
+def test_aiconfigurator_gemm_interpolation_hits_grid_points_exactly():
+    pytest.importorskip("aiconfigurator_core")
+    import pandas as pd
+
+    from calibrate.importers.aiconfigurator import _interp_gemm
+
+    df = pd.DataFrame([{"m": m, "n": n, "k": k, "latency": float(m * n * k) * 1e-9}
+                       for m in (1, 16) for n in (1024, 2048) for k in (4096, 8192)])
+    at_grid = dict((m, t) for m, t in _interp_gemm(df, 4096, 1024))
+    assert at_grid[16] == pytest.approx(16 * 1024 * 4096 * 1e-9 * 1e-3)
+    between = dict((m, t) for m, t in _interp_gemm(df, 6144, 1536))  # bilinear of a bilinear function: exact
+    assert between[16] == pytest.approx(16 * 1536 * 6144 * 1e-9 * 1e-3)
+
+
+def test_aiconfigurator_profile_predicts_a_plausible_decode_step(aic_h100, tmp_path):
+    from calibrate.splitwise import decode_plan
+
+    lm = ProfiledLatencyModel(Profile.load(aic_h100.save(tmp_path / "h100.json")), model=resolve_model("llama-2-70b", 8))
+    weights_per_rank = 2 * 69e9 / 8
+    t = lm.step_time(decode_plan(1, 512))
+    assert weights_per_rank / H100_BW < t < 4 * weights_per_rank / H100_BW
+    assert lm.step_time(decode_plan(64, 512)) > t
+    with pytest.raises(ConfigError, match="^profile.model.num_hidden_layers"):
+        ProfiledLatencyModel(aic_h100, model=resolve_model("llama-2-7b", 8))
+
+
+@pytest.mark.parametrize("gpu", ["H200", "A100"])
+def test_aiconfigurator_other_gpus(gpu):
+    pytest.importorskip("aiconfigurator_core")
+    p = import_profile("aiconfigurator", gpu, "llama-3-8b", 1)
+    assert "all_reduce" not in p.ops  # tp=1
+    assert p.meta["gpu"] == gpu
+
+
+def test_import_errors_name_the_field():
+    with pytest.raises(ConfigError, match="^source: 'vidur'"):
+        import_profile("vidur", "H100", "llama-2-70b")
+    pytest.importorskip("aiconfigurator_core")
+    with pytest.raises(ConfigError, match="^gpu: 'TPU'"):
+        import_profile("aiconfigurator", "TPU", "llama-2-70b")
+
+
+def test_h100_microbench_reproduces_a_measured_gemm(shared_data, tmp_path):
+    import json
+
+    root = shared_data / "profiles" / "h100-kernel-microbench"
+    # a model whose gate_up GEMM is exactly a measured shape: k = hidden = 4096, n = 2 x 5504 = 11008
+    cfg = {"num_hidden_layers": 2, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 32,
+           "intermediate_size": 5504, "vocab_size": 32000}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    p = import_profile("h100-microbench", "H100", str(tmp_path / "config.json"), 1, data_dir=root)
+    rows = list(csv.DictReader((root / "gemm" / "h100" / "data.csv").open()))
+    measured = {int(r["m"]): float(r["latency_us"]) * 1e-6 for r in rows if (r["k"], r["n"]) == ("4096", "11008")}
+    for m in (64, 1024, 4096):
+        assert p.ops["gate_up_proj"].curve(m) == pytest.approx(measured[m], rel=1e-9)
+    assert p.ops["attn_decode"].source.startswith("h100-microbench mha decode 32-32-128-tp1")
+    # the 70B shape at TP8 borrows the TP4 decode file with half the heads per rank
+    p8 = import_profile("h100-microbench", "H100", "llama-2-70b", 8, data_dir=root)
+    assert "64-8-128-tp4 x 0.5" in p8.ops["attn_decode"].source
