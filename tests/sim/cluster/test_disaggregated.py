@@ -1,0 +1,126 @@
+"""Prefill/decode disaggregation: KV transfer time, TTFT on a slow link, block holds, admission, goodput."""
+import math
+
+import numpy as np
+import pytest
+import simpy
+
+from policies import Request
+from sim.capacity.executor import SerialExecutor
+from sim.capacity.search import find_max_rate
+from sim.capacity.slo import SLO
+from sim.cluster.disaggregated import DisaggregatedCluster
+from sim.models import get_model
+from sim.results import Recorder
+from sim.runner import simulate
+from cluster_helpers import base_dict, make_config
+
+DISAGG = ["disaggregation.enabled=true"]
+SPACED = ["workload.kind=constant", "workload.rate=1", "workload.num_requests=30"]  # one request at a time
+
+
+def kv_bytes_per_token_reference(name: str) -> int:
+    """K and V, every layer, every KV head, 16-bit: computed from the catalog's dimensions."""
+    m = get_model(name)
+    return 2 * m.num_layers * m.num_kv_heads * (m.hidden_size // m.num_attention_heads) * 2
+
+
+def test_transfer_time_scales_with_prompt_length_and_bandwidth():
+    res = simulate(make_config(DISAGG + SPACED + ["disaggregation.link_bandwidth_gbps=10",
+                                                   "disaggregation.link_latency_s=0.001"]))
+    reqs = res.requests
+    expected = 0.001 + reqs["num_prompt_tokens"] * kv_bytes_per_token_reference("Llama-3-8B") / 10e9
+    np.testing.assert_allclose(reqs["kv_transfer_s"], expected, rtol=1e-9)
+    assert reqs["num_prompt_tokens"].nunique() > 10  # lengths vary, so this is a line, not a point
+    # half the bandwidth: the bandwidth term doubles
+    slow = simulate(make_config(DISAGG + SPACED + ["disaggregation.link_bandwidth_gbps=5",
+                                                    "disaggregation.link_latency_s=0.001"])).requests
+    np.testing.assert_allclose(slow["kv_transfer_s"] - 0.001, 2 * (reqs["kv_transfer_s"] - 0.001), rtol=1e-9)
+    assert res.summary["kv_transfer_s"]["count"] == len(reqs)
+
+
+def test_slow_link_adds_the_transfer_time_to_ttft():
+    fast = simulate(make_config(DISAGG + SPACED + ["disaggregation.link=nvlink"])).requests
+    slow = simulate(make_config(DISAGG + SPACED + ["disaggregation.link=ethernet",
+                                                    "disaggregation.link_bandwidth_gbps=1"])).requests
+    extra = slow["kv_transfer_s"] - fast["kv_transfer_s"]
+    assert (extra > 0.01).all()
+    np.testing.assert_allclose(slow["ttft_s"] - fast["ttft_s"], extra, rtol=1e-6, atol=1e-9)
+    # DistServe's convention: the first token leaves the prefill side at once, the link does not show
+    f2 = simulate(make_config(DISAGG + SPACED + ["disaggregation.link=nvlink", "disaggregation.first_token=prefill"]))
+    s2 = simulate(make_config(DISAGG + SPACED + ["disaggregation.link=ethernet", "disaggregation.first_token=prefill"]))
+    np.testing.assert_allclose(s2.requests["ttft_s"], f2.requests["ttft_s"], rtol=1e-9)
+
+
+def test_lone_request_latency_is_prefill_plus_transfer_plus_decode_steps():
+    res = simulate(make_config(DISAGG + ["workload.num_requests=1", "disaggregation.link=ethernet"]))
+    req, steps = res.requests.iloc[0], res.steps
+    prefill = steps[steps.replica == "p0"]["duration"].sum()
+    decode = steps[steps.replica == "d0"]["duration"].sum()
+    assert req["ttft_s"] == pytest.approx(prefill + req["kv_transfer_s"], rel=1e-9)
+    assert req["e2e_s"] == pytest.approx(prefill + req["kv_transfer_s"] + decode, rel=1e-9)
+    # decode side: one step per remaining token, none of them a full prefill (the KV arrived)
+    assert len(steps[steps.replica == "d0"]) == req["num_output_tokens"] - 1
+    assert steps[steps.replica == "d0"]["duration"].max() < 0.5 * prefill + 0.05
+
+
+def test_kv_blocks_are_held_on_both_sides_while_moving():
+    config = make_config(DISAGG + ["disaggregation.link_bandwidth_gbps=0.5", "workload.num_requests=1"])
+    env = simpy.Environment()
+    cluster = DisaggregatedCluster(env, config, Recorder())
+    req = Request("r", 0.0, 1000, 4)
+    cluster.submit(req)
+    pbm = cluster.prefill[0].scheduler.block_manager
+    dbm = cluster.decode[0].scheduler.block_manager
+    transfer = cluster.transfer_time(1000)
+    assert transfer > 0.2  # ~131 MB at 0.5 GB/s
+    env.run(until=0.15)  # the prefill (tens of ms) is done, the transfer is not
+    assert cluster.prefill[0].num_finished == 1
+    assert req.first_token_time is None and not cluster.decode[0].num_submitted
+    assert pbm.num_used_gpu_blocks == pbm.blocks_for(1000)
+    assert dbm.num_used_gpu_blocks == dbm.blocks_for(1001)
+    env.run()
+    assert req.is_finished and req.num_output_tokens == 4
+    assert pbm.num_used_gpu_blocks == 0 and dbm.num_used_gpu_blocks == 0
+
+
+def test_decode_side_admits_only_what_fits():
+    """A decode pool of 64 blocks (1024 tokens) and 600-token prompts: one request decodes at a time."""
+    res = simulate(make_config(DISAGG + ["disaggregation.decode={hardware = {num_gpu_blocks = 64}}",
+                                         "workload.rate=50", "workload.num_requests=20"],
+                               prompt=(600, 0.0, 600), output=(50, 0.0, 50)))
+    reqs, steps = res.requests, res.steps
+    assert (reqs["finish_reason"] == "length").all()
+    d = steps[steps.replica == "d0"]
+    assert d["num_running"].max() == 1 and d["kv_usage"].max() <= 1.0
+    # a prompt whose KV can never fit on the decode side is rejected, not stuck
+    res = simulate(make_config(DISAGG + ["disaggregation.decode={hardware = {num_gpu_blocks = 16}}",
+                                         "workload.num_requests=5"], prompt=(600, 0.0, 600)))
+    assert (res.requests["finish_reason"] == "rejected").all()
+    assert res.requests["reject_reason"].str.contains("decode replica").all()
+
+
+def _per_gpu_goodput(workload_prompt, workload_output, slo, num_requests=100, start_rate=4.0, max_rate=400.0):
+    base = base_dict(num_requests=num_requests, prompt=workload_prompt, output=workload_output,
+                     disaggregation={"prefill": {"count": 1}, "decode": {"count": 1}})
+    out = {}
+    for name, layout in (("colocated", ["cluster.num_replicas=2"]), ("disaggregated", DISAGG)):
+        r = find_max_rate(base, slo, start_rate=start_rate, rel_tol=0.1, executor=SerialExecutor(),
+                          base_overrides=layout, max_rate=max_rate, progress=False)
+        assert r.num_gpus == 2
+        out[name] = r
+    return out
+
+
+def test_disaggregation_wins_on_prefill_heavy_work_with_a_strict_tpot_slo():
+    """Long prompts interleaved with decodes inflate colocated TPOT; a decode-only replica keeps it low."""
+    r = _per_gpu_goodput((2000, 0.15, 2500), (100, 0.4, 150), SLO(ttft_s=2.0, tpot_s=0.012))
+    assert r["disaggregated"].rate_per_gpu > 1.3 * r["colocated"].upper / 2
+
+
+def test_colocation_wins_on_decode_heavy_work():
+    """Short prompts, long answers: the disaggregated prefill GPU idles while one GPU does all decoding."""
+    r = _per_gpu_goodput((100, 0.5, 300), (150, 0.3, 300), SLO(ttft_s=0.5, tpot_s=0.010), num_requests=150,
+                         start_rate=16.0, max_rate=300.0)
+    assert r["disaggregated"].upper < 300  # the decode GPU saturates ...
+    assert r["colocated"].rate_per_gpu > 1.3 * r["disaggregated"].upper / 2  # ... while two colocated GPUs share it
