@@ -1,0 +1,76 @@
+"""Micro-benchmarks of the engine's ops: clocks, a tiny calibration run end to end, CLI errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from calibrate.bench import calibrate, clock_for, time_call  # noqa: E402
+from calibrate_helpers import MICRO, micro_grid  # noqa: E402
+from calibrate.cli import run as cli_run  # noqa: E402
+from sim.latency.profiled import REQUIRED_OPS, Profile, ProfiledLatencyModel  # noqa: E402
+
+@pytest.fixture(scope="module")
+def micro_profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("micro") / "config.json"
+    path.write_text(json.dumps(MICRO))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return calibrate(path, "cpu", progress=False, grid=micro_grid()), path
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_time_call_times_every_repeat_after_warmup():
+    calls = []
+    times = time_call(lambda: calls.append(1), warmup=2, repeats=5, device=torch.device("cpu"))
+    assert len(calls) == 7 and len(times) == 5 and all(t >= 0 for t in times)
+
+
+def test_single_threaded_cpu_runs_use_thread_cpu_time():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert clock_for(torch.device("cpu"))[1] == "thread_cpu"
+        torch.set_num_threads(2)
+        assert clock_for(torch.device("cpu"))[1] == "wall"
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_calibration_run_yields_a_complete_loadable_profile(micro_profile, tmp_path):
+    profile, config_path = micro_profile
+    assert set(REQUIRED_OPS) <= set(profile.ops)
+    assert {"step_overhead", "swap_out", "swap_in", "sampler", "rotary"} <= set(profile.ops)
+    for name, op in profile.ops.items():
+        assert op.points and "median_abs_pct" in op.fit_error, name
+    meta = profile.meta
+    assert meta["source"] == "calibrate" and meta["torch_version"] == torch.__version__
+    assert meta["attention_includes_kv_write"] and meta["clock"] == "thread_cpu"
+    assert profile.model["hidden_size"] == 64 and profile.model["dtype"] == "float32"
+    # raw points: one row per timed call (warm-ups excluded), every grid shape present
+    assert len(profile.ops["qkv_proj"].points) == 3 * 3
+    assert sorted({p[0] for p in profile.ops["qkv_proj"].points}) == [1.0, 8.0, 64.0]
+    loaded = Profile.load(profile.save(tmp_path / "micro.json"))
+    lm = ProfiledLatencyModel(loaded, model={**MICRO, "tensor_parallel_size": 1, "head_dim": 16})
+    assert lm.missing_ops == ("all_reduce",)
+
+
+def test_a_bigger_op_takes_longer(micro_profile):
+    profile, _ = micro_profile
+    gemm = profile.ops["gate_up_proj"].curve
+    assert gemm(64) >= gemm(1)
+    dec = profile.ops["attn_decode"].curve
+    assert dec(4, 128) >= dec(1, 32)
+
+
+def test_measure_mode_needs_model_and_out():
+    import argparse
+
+    args = argparse.Namespace(action=None, model=None, out=None, device="cpu", quick=True, threads=1,
+                              no_progress=True)
+    with pytest.raises(ValueError, match="^--model: measure mode needs"):
+        cli_run(args)
