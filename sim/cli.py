@@ -23,6 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="rebuild the config of a recorded real run (instead of CONFIG)")
     parser.add_argument("--json", action="store_true", help="print summary.json instead of the table")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    parser.add_argument("--no-plot", action="store_true", help="with --out: skip timeline.png")
 
 
 def load(args: argparse.Namespace):
@@ -48,14 +49,17 @@ def run(args: argparse.Namespace) -> int:
 
     config = load(args)
     result = simulate(config, progress=not args.quiet)
-    if args.out:
-        out = result.save(args.out)
-        if not args.quiet:
-            print(f"wrote {out}/summary.json, requests.csv, steps.csv, config.toml", file=sys.stderr)
-    if args.json:
-        from sim.results import _clean
+    out = result.save(args.out, plot=not args.no_plot) if args.out else None
+    try:
+        if args.json:
+            from sim.results import _clean
 
-        print(json.dumps(_clean(result.summary), indent=2))
-    elif not args.quiet:
-        print(format_summary(result.summary))
+            print(json.dumps(_clean(result.summary), indent=2))
+        elif not args.quiet:
+            print(format_summary(result.summary))
+            if out is not None:
+                print(f"\nwrote {out}/: summary.json, requests.csv, steps.csv, config.toml")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader left; not an error
+        sys.stdout = open("/dev/null", "w")  # noqa: SIM115 (keeps the interpreter's final flush quiet)
     return 0

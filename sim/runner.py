@@ -131,7 +131,7 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     bar = None
     if progress and arrivals.num_generated >= PROGRESS_MIN_REQUESTS:
         bar = arrivals.progress = tqdm(total=arrivals.num_generated, desc="simulate", unit="req",
-                                       mininterval=0.5, leave=False)
+                                       mininterval=0.5)
     try:
         env.run(until=config.sim.max_sim_time_s)
     finally:

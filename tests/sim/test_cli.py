@@ -1,0 +1,85 @@
+"""`servesim simulate` as a user runs it: a subprocess, its exit code, stdout, stderr and files."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servesim.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "examples" / "default.toml"
+
+
+def servesim(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "servesim.cli", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_simulate_prints_a_summary_and_writes_the_four_files(tmp_path):
+    out = tmp_path / "run"
+    proc = servesim("simulate", DEFAULT, "--set", "workload.num_requests=60", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    for word in ("TTFT", "TPOT", "throughput", "goodput"):
+        assert word in proc.stdout
+    for name in ("summary.json", "requests.csv", "steps.csv", "config.toml"):
+        assert (out / name).is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_requests"] == 60
+    # the saved config reproduces the run
+    again = servesim("simulate", out / "config.toml", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == summary
+
+
+def test_set_overrides_reach_the_run(tmp_path):
+    proc = servesim("simulate", DEFAULT, "--set", "workload.num_requests=30", "--set", "scheduler.policy=static",
+                    "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["num_requests"] == 30
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+HEADER = "arrival_time,prompt_tokens,output_tokens\n"
+
+
+@pytest.mark.parametrize("make_args, field", [
+    (lambda d: [DEFAULT, "--set", "scheduler.polcy=chunked"], "scheduler.polcy"),
+    (lambda d: [DEFAULT, "--set", "scheduler.policy=fastest"], "scheduler.policy"),
+    (lambda d: [DEFAULT, "--set", "workload.rate=-2"], "workload.rate"),
+    (lambda d: [DEFAULT, "--set", "nosuch.key=1"], "nosuch"),
+    (lambda d: [DEFAULT, "--set", "workload.trace=" + str(_write(d / "e.csv", HEADER))],
+     "workload.trace"),
+    (lambda d: [DEFAULT, "--set", "workload.trace=" + str(_write(d / "m.csv", HEADER + "0,x,1\n"))],
+     "workload.trace"),
+    (lambda d: [d / "missing.toml"], "config"),
+    (lambda d: [_write(d / "bad.toml", "[scheduler\n")], "config"),
+])
+def test_bad_input_exits_2_with_one_line_naming_the_field(tmp_path, capsys, make_args, field):
+    # in-process through the same dispatcher as the command (a subprocess each would cost seconds)
+    code = main(["simulate", *map(str, make_args(tmp_path))])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"servesim simulate: error: {field}")
+
+
+def test_bad_input_from_the_command_line_has_no_traceback():
+    proc = servesim("simulate", DEFAULT, "--set", "workload.rate=-2")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("servesim simulate: error: workload.rate")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_closed_pipe_is_not_an_error():
+    proc = subprocess.run(f"{sys.executable} -m servesim.cli simulate {DEFAULT} --set workload.num_requests=20 | head -1",
+                          shell=True, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.startswith("requests") and "Traceback" not in proc.stderr

@@ -1,0 +1,94 @@
+"""simulate(): determinism, closed loops, the time limit, saving, and the progress bar."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.config import load_config
+from sim.runner import simulate
+from sim_helpers import ConstantLatency
+
+SMALL = {"model": {"name": "Llama-2-7B"}, "hardware": {"gpu": "H100-SXM"},
+         "workload": {"kind": "poisson", "rate": 20.0, "num_requests": 150, "seed": 11,
+                      "prompt_len": {"kind": "lognormal", "median": 400, "sigma": 0.8, "max": 3000},
+                      "output_len": {"kind": "lognormal", "median": 80, "sigma": 0.8, "max": 800}}}
+
+
+def test_results_are_deterministic_for_a_seed():
+    a = simulate(load_config(SMALL))
+    b = simulate(load_config(SMALL))
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+    assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
+    c = simulate(load_config(SMALL, ["workload.seed=12"]))
+    assert not a.requests["arrival_time"].equals(c.requests["arrival_time"])
+
+
+def test_every_request_appears_once_with_consistent_times():
+    r = simulate(load_config(SMALL, ["scheduler.max_model_len=1024", "workload.too_long=keep"]))
+    t = r.requests
+    assert len(t) == 150 and t["req_id"].is_unique
+    assert r.summary["num_finished"] + r.summary["num_rejected"] == 150
+    assert r.summary["num_rejected"] > 0  # prompts over 1,024 tokens cannot be served
+    done = t[t["finish_reason"] == "length"]
+    assert (done["arrival_time"] <= done["first_scheduled_time"]).all()
+    assert (done["first_scheduled_time"] < done["first_token_time"]).all()
+    assert (done["first_token_time"] <= done["finish_time"]).all()
+    # the run's tokens add up: every completed output token was sampled in some step
+    steps = r.steps
+    sampled = steps["num_decode_tokens"].sum() + (steps["num_prefill_tokens"] > 0).sum()
+    assert sampled >= done["num_output_tokens"].sum() - len(done)
+
+
+def test_closed_loop_keeps_at_most_num_users_in_flight():
+    cfg = load_config({"workload": {"kind": "closed_loop", "num_users": 8, "num_requests": 120, "think_time": 0.2,
+                                    "seed": 1}})
+    r = simulate(cfg, latency_model=ConstantLatency(0.01, per_token=1e-5))
+    t = r.requests
+    assert len(t) == 120 and (t["finish_reason"] == "length").all()
+    events = sorted([(a, 1) for a in t["arrival_time"]] + [(f, -1) for f in t["finish_time"]],
+                    key=lambda e: (e[0], e[1]))  # at equal times a finish frees the user first
+    in_flight = np.cumsum([d for _, d in events])
+    assert in_flight.max() == 8
+    # a user's next request comes think_time after its previous one ended: never earlier
+    first_arrivals = np.sort(t["arrival_time"].to_numpy())[:8]
+    assert (first_arrivals == 0).all()
+    finishes = np.sort(t["finish_time"].to_numpy())
+    later = np.sort(t["arrival_time"].to_numpy())[8:]
+    assert (later >= finishes[:len(later)] + 0.2 - 1e-9).all()
+
+
+def test_max_sim_time_aborts_the_live_requests_and_keeps_them(tmp_path):
+    r = simulate(load_config(SMALL, ["sim.max_sim_time_s=3.0"]))
+    s = r.summary
+    assert s["num_aborted"] > 0
+    assert s["num_finished"] + s["num_aborted"] == s["num_requests"]
+    aborted = r.requests[r.requests["finish_reason"] == "aborted"]
+    assert (aborted["finish_time"] == 3.0).all()
+    assert aborted["reject_reason"].str.contains("max_sim_time_s").all()
+    assert (r.steps["start"] < 3.0).all()
+
+
+def test_save_writes_the_four_files_and_a_plot(tmp_path):
+    r = simulate(load_config(SMALL, ["workload.num_requests=40"]))
+    out = r.save(tmp_path / "out")
+    for name in ("summary.json", "requests.csv", "steps.csv", "config.toml"):
+        assert (out / name).stat().st_size > 0
+    assert load_config(out / "config.toml") == r.config
+    pytest.importorskip("matplotlib")
+    assert (out / "timeline.png").stat().st_size > 0
+
+
+def test_progress_bar_counts_finished_requests(capsys):
+    from sim import runner
+
+    old = runner.PROGRESS_MIN_REQUESTS
+    runner.PROGRESS_MIN_REQUESTS = 10
+    try:
+        simulate(load_config(SMALL, ["workload.num_requests=40"]), progress=True)
+    finally:
+        runner.PROGRESS_MIN_REQUESTS = old
+    assert "40/40" in capsys.readouterr().err
