@@ -115,7 +115,8 @@ class RooflineLatencyModel:
         self._kv_bytes_per_token = L * 2 * kv_cols * m.kv_dtype_bytes
         self._q_bytes_per_token = L * 2 * q_cols * dt  # Q read + output written
         # elementwise passes + KV cache write per token
-        self._elem_bytes_per_token = L * (c.elementwise_passes * h + 3 * inter) * dt + self._kv_bytes_per_token
+        mlp_width = inter * max(1, m.num_experts_per_tok)  # activation passes over the MLP's hidden width
+        self._elem_bytes_per_token = L * (c.elementwise_passes * h + 3 * mlp_width) * dt + self._kv_bytes_per_token
         # all-reduce: 2 per layer
         if tp > 1:
             link = gpu.interconnect_bandwidth * c.link_eff

@@ -58,7 +58,7 @@ class HardwareConfig:
 
     def __post_init__(self) -> None:
         get_gpu(self.gpu)  # fail early on an unknown GPU
-        if self.tp not in TP_SIZES or isinstance(self.tp, bool):
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp not in TP_SIZES:
             raise ConfigError(f"hardware.tp: {self.tp!r} is not allowed; choose one of 1, 2, 4, 8")
         check_int("hardware.num_gpu_blocks", self.num_gpu_blocks, 1, allow_none=True)
         check_number("hardware.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, strict_min=True)

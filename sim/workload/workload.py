@@ -166,7 +166,7 @@ class Workload:
 
     # --- closed loop ----------------------------------------------------------------------------------
     def _closed_init(self) -> None:
-        self.num_issued = 0
+        self.num_issued = self.num_clipped = self.num_filtered = 0
         self.rng = np.random.default_rng(self.cfg.seed)
         self._pool: list[tuple] = []  # per request index: (prompt, output, priority, class)
 

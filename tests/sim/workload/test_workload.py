@@ -184,3 +184,12 @@ def test_malformed_trace_errors_at_build_with_file_and_line(tmp_path):
     p.write_text("arrival_time,prompt_tokens,output_tokens\n0,1,1\n0.5,1\n")
     with pytest.raises(ConfigError, match=r"^workload\.trace: .*bad\.csv:3"):
         make_workload(trace=str(p))
+
+
+def test_closed_loop_start_is_repeatable_and_counts_reset():
+    w = make_workload(max_model_len=300, kind="closed_loop", num_users=5, num_requests=50,
+                      prompt_len={"kind": "uniform", "low": 100, "high": 400})
+    first = [(r.num_prompt_tokens, r.max_tokens) for r in w.start()]
+    clipped = w.num_clipped
+    assert first == [(r.num_prompt_tokens, r.max_tokens) for r in w.start()]
+    assert w.num_clipped == clipped > 0
