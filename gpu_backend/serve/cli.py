@@ -20,6 +20,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", help="write requests.csv/steps.csv/summary.json here on shutdown")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config value (repeatable), e.g. --set serve.max_num_waiting=64")
+    parser.add_argument("--threads", type=int, default=1, metavar="N",
+                        help="torch CPU threads (default 1, as `servesim run` and calibrate: a tiny model gains "
+                             "nothing from more, and on a busy machine spinning threads slow every step)")
     parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
 
 
@@ -58,6 +61,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port: must be in 0..65535, got {args.port}")
+    if args.threads < 1:
+        raise ValueError(f"--threads: must be >= 1, got {args.threads}")
+    if args.device == "cpu":
+        import torch
+
+        torch.set_num_threads(args.threads)
     server = build_server(args.config, args.device, args.overrides, args.out)
     app = build_app(server)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on",

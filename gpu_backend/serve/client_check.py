@@ -15,12 +15,61 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+
+class ServeProcess:
+    """`servesim serve CONFIG --port 0 --out DIR` as a child process on 127.0.0.1; `url` once it is up.
+
+    Start-up is waited for at most `startup_timeout_s`; `stop()` sends SIGTERM (the server writes its
+    records) and kills it if it has not exited in time. Use it as a context manager.
+    """
+
+    def __init__(self, config: str | Path, out_dir: str | Path, *extra: str, device: str = "cpu",
+                 startup_timeout_s: float = 120, cwd: str | Path | None = None) -> None:
+        self.out_dir = Path(out_dir)
+        cmd = [sys.executable, "-m", "servesim.cli", "serve", str(config), "--device", device, "--host", "127.0.0.1",
+               "--port", "0", "--out", str(self.out_dir), *extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
+        self.url = None
+        deadline = time.monotonic() + startup_timeout_s
+        lines = []
+        while time.monotonic() < deadline:  # bounded: the process prints its URL once it listens
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+            if m:
+                self.url = m.group(1)
+                break
+        if self.url is None:
+            self.stop()
+            raise RuntimeError("servesim serve did not start:\n" + "".join(lines))
+
+    def stop(self, timeout_s: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def __enter__(self) -> "ServeProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 def guidellm_command(url: str, tokenizer_dir: str | Path, out_json: str | Path, rate: float, num_requests: int,

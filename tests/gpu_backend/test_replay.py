@@ -1,0 +1,102 @@
+"""Real-time replay of `sim` workloads on the CPU engine, and `servesim run`'s outputs."""
+import json
+
+import pytest
+
+from engine_factories import TINY_CONFIG
+from gpu_backend.engine import Engine
+from servesim.cli import main
+from sim.config import load_config
+from sim.workload import build_workload
+
+
+def replay_config(num_requests: int, rate: float, **workload) -> dict:
+    return {
+        "model": {"name": str(TINY_CONFIG), "dtype": "float32"},
+        "hardware": {"num_gpu_blocks": 512},
+        "scheduler": {"policy": "chunked", "max_num_batched_tokens": 256, "max_num_seqs": 32, "max_model_len": 512},
+        "workload": {"kind": "poisson", "rate": rate, "num_requests": num_requests, "seed": 3,
+                     "prompt_len": {"kind": "uniform", "low": 4, "high": 48},
+                     "output_len": {"kind": "uniform", "low": 2, "high": 12}} | workload,
+    }
+
+
+def replay(num_requests: int, rate: float, **workload):
+    from sim.runner import simulate
+
+    config = load_config(replay_config(num_requests, rate, **workload))
+    engine = Engine(config, "cpu")
+    result = engine.run_workload(build_workload(config.workload, config.scheduler.max_model_len), progress=False)
+    return engine, result, simulate(config)
+
+
+def check_replay(engine, result, sim_result, num_requests):
+    reqs = result.requests
+    assert len(reqs) == num_requests and set(reqs["finish_reason"]) == {"length"}
+    assert set(result.summary) == set(sim_result.summary)
+    assert list(result.requests.columns) == list(sim_result.requests.columns)
+    assert list(result.steps.columns) == list(sim_result.steps.columns)
+    # real time: nobody is served before it arrives, tokens come after the first schedule
+    assert (reqs["first_scheduled_time"] >= reqs["arrival_time"]).all()
+    assert (reqs["first_token_time"] > reqs["first_scheduled_time"]).all()
+    assert (reqs["num_output_tokens"] == reqs["max_tokens"]).all()
+    steps = result.steps
+    assert (steps["start"].diff().dropna() > 0).all() and (steps["duration"] > 0).all()
+    # every computed token is accounted: prompts once (no preemption here) plus one per decode step
+    assert steps["num_prefill_tokens"].sum() + steps["num_decode_tokens"].sum() == (
+        reqs["num_prompt_tokens"].sum() + reqs["num_output_tokens"].sum() - len(reqs))
+    bm = engine.scheduler.block_manager
+    assert bm.num_free_gpu_blocks == bm.num_gpu_blocks
+
+
+def test_small_replay_matches_the_simulator_format():
+    engine, result, sim_result = replay(30, rate=40.0)
+    check_replay(engine, result, sim_result, 30)
+
+
+@pytest.mark.slow
+def test_200_requests_in_real_time():
+    engine, result, sim_result = replay(200, rate=20.0)
+    check_replay(engine, result, sim_result, 200)
+    # arrivals were honoured in wall-clock time: the run lasts at least as long as the arrivals span
+    assert result.summary["duration_s"] >= result.requests["arrival_time"].max() - result.requests["arrival_time"].min()
+
+
+def test_closed_loop_followups_are_served():
+    engine, result, sim_result = replay(12, rate=1.0, kind="closed_loop", num_users=3)
+    assert len(result.requests) == len(sim_result.requests) == 12
+    assert set(result.requests["finish_reason"]) == {"length"}
+
+
+def test_cli_run_writes_the_simulators_outputs(tmp_path, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text(f'''
+[model]
+name = "{TINY_CONFIG}"
+[hardware]
+num_gpu_blocks = 256
+[scheduler]
+max_model_len = 256
+[workload]
+kind = "poisson"
+rate = 50.0
+num_requests = 8
+prompt_len = {{ kind = "constant", value = 20 }}
+output_len = {{ kind = "constant", value = 4 }}
+''')
+    assert main(["run", str(config), "--device", "cpu", "--quiet", "--out", str(tmp_path / "engine"),
+                 "--set", "scheduler.policy=continuous"]) == 0
+    assert main(["simulate", str(config), "--quiet", "--out", str(tmp_path / "sim")]) == 0
+    ours = json.loads((tmp_path / "engine" / "summary.json").read_text())
+    theirs = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert set(ours) == set(theirs) and ours["num_finished"] == 8
+    for name in ("requests.csv", "steps.csv", "config.toml"):
+        assert (tmp_path / "engine" / name).is_file()
+    assert 'policy = "continuous"' in (tmp_path / "engine" / "config.toml").read_text()
+
+
+def test_cli_refuses_a_catalog_model(tmp_path, capsys):
+    config = tmp_path / "bad.toml"
+    config.write_text('[model]\nname = "Llama-3-8B"\n')
+    assert main(["run", str(config), "--quiet"]) == 2
+    assert "model.name" in capsys.readouterr().err
