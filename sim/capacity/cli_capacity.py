@@ -18,18 +18,27 @@ from sim.capacity.search import DEFAULT_RATE_KEY, find_max_rate
 LAYOUT_CHOICES = ("as-is", "colocated", "disaggregated")
 
 
-def layout_overrides(config, layout: str) -> list[str]:
-    """Overrides turning `config` into `layout` with the same GPU count."""
-    from sim.cluster.layout import num_gpus
-
+def layout_overrides(config, layout: str, gpus: int) -> list[str]:
+    """Overrides turning `config` into `layout` on `gpus` GPUs (colocated: gpus / hardware.tp replicas)."""
     if layout == "as-is":
         return []
     if layout == "disaggregated":
         return ["disaggregation.enabled=true"]
-    gpus, tp = num_gpus(config), config.hardware.tp
+    tp = config.hardware.tp
     if gpus % tp:
         raise ConfigError(f"hardware.tp: {gpus} GPUs do not split into replicas of tp={tp}")
     return ["disaggregation.enabled=false", "cluster.replicas=[]", f"cluster.num_replicas={gpus // tp}"]
+
+
+def reference_gpus(config, layouts: list[str]) -> int:
+    """The GPU count every layout gets: the disaggregated pools' when they are compared, else the config's."""
+    import dataclasses
+
+    from sim.cluster.layout import num_gpus
+
+    if "disaggregated" in layouts:
+        config = dataclasses.replace(config, disaggregation=dataclasses.replace(config.disaggregation, enabled=True))
+    return num_gpus(config)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -56,9 +65,10 @@ def run(args) -> int:
     executor = executor_from_args(args)
     print(f"SLO: ttft<={slo.ttft_s} tpot<={slo.tpot_s} e2e<={slo.e2e_s} s for >= {slo.min_attainment:.0%} "
           f"of requests; tolerance {args.tol:.1%}")
+    gpus = reference_gpus(base, layouts)
     tables = []
     for layout in layouts:
-        overrides = list(args.overrides) + layout_overrides(base, layout)
+        overrides = list(args.overrides) + layout_overrides(base, layout, gpus)
         res = find_max_rate(args.config, slo, args.rate_key, start, args.tol, executor, overrides,
                             progress=not args.no_progress)
         print(f"{layout:>13}: {res.rate:.4g} req/s sustained ({res.rate_per_gpu:.4g} per GPU, "

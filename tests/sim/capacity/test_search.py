@@ -1,0 +1,71 @@
+"""SLO search: the reported rate sustains the SLO, 10% more does not, within the stated tolerance."""
+import pytest
+
+from policies import ConfigError
+from sim.capacity.executor import LocalExecutor, SerialExecutor
+from sim.capacity.search import find_max_rate
+from sim.capacity.slo import SLO
+from sim.capacity.sweep import evaluate_point, make_specs
+from capacity_helpers import small_config
+
+SLO_STRICT = SLO(ttft_s=0.3, tpot_s=0.015)
+
+
+@pytest.mark.parametrize("executor", [SerialExecutor(), LocalExecutor(2)], ids=["bisection", "k-section"])
+def test_search_finds_the_knee(executor):
+    base = small_config(num_requests=150)
+    res = find_max_rate(base, SLO_STRICT, start_rate=4.0, rel_tol=0.05, executor=executor, progress=False)
+    assert 0 < res.rate < res.upper <= res.rate * 1.05 + 1e-9  # the stated tolerance
+    # checked independently of the search's own bookkeeping
+    at, above = (evaluate_point(s) for s in make_specs(base, [{"workload.rate": repr(res.rate)},
+                                                              {"workload.rate": repr(res.rate * 1.1)}], SLO_STRICT))
+    assert at["slo_attainment"] >= 0.9
+    assert above["slo_attainment"] < 0.9
+    table = res.table()
+    assert table["rate"].is_monotonic_increasing and len(table) == len(set(table["rate"]))
+
+
+def test_search_is_the_same_on_any_executor():
+    base = small_config(num_requests=60)
+    a = find_max_rate(base, SLO_STRICT, start_rate=4.0, rel_tol=0.1, executor=SerialExecutor(), progress=False)
+    b = find_max_rate(base, SLO_STRICT, start_rate=4.0, rel_tol=0.1, executor=LocalExecutor(2), progress=False)
+    # different probe rates, same knee (both within 10% of each other's bracket)
+    assert b.rate <= a.upper and a.rate <= b.upper
+
+
+def test_more_gpus_sustain_more():
+    base = small_config(num_requests=120)
+    one = find_max_rate(base, SLO_STRICT, start_rate=4.0, rel_tol=0.1, executor=SerialExecutor(), progress=False)
+    two = find_max_rate(base, SLO_STRICT, start_rate=4.0, rel_tol=0.1, executor=SerialExecutor(),
+                        base_overrides=["cluster.num_replicas=2", "cluster.router=least_tokens"], progress=False)
+    assert two.num_gpus == 2 and two.rate > 1.5 * one.rate
+
+
+def test_search_needs_an_slo():
+    with pytest.raises(ConfigError, match="slo"):
+        find_max_rate(small_config(), SLO(), progress=False)
+
+
+def test_capacity_cli_compares_layouts_of_the_same_gpu_count(tmp_path, capsys):
+    from servesim.cli import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("""
+[model]
+name = "Llama-3-8B"
+[workload]
+rate = 4.0
+num_requests = 60
+prompt_len = { kind = "uniform", low = 1500, high = 2500 }
+output_len = { kind = "uniform", low = 50, high = 150 }
+[disaggregation]
+prefill = { count = 1 }
+decode = { count = 1 }
+""")
+    rc = main(["capacity", str(cfg), "--slo-ttft", "2", "--slo-tpot", "0.012", "--tol", "0.2", "--layout", "colocated",
+               "--layout", "disaggregated", "--executor", "serial", "--no-progress", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = [ln for ln in out.splitlines() if "sustained" in ln]
+    assert len(lines) == 2 and all("2 GPUs" in ln for ln in lines)
+    assert (tmp_path / "search.csv").exists()
