@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
-import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,44 +26,11 @@ CONFIG = REPO / "examples" / "serve-tiny.toml"
 TOKENIZER = REPO / "examples" / "tiny-llama"
 
 
-class ServeProcess:
-    """`servesim serve` on 127.0.0.1 and a free port, as a child process; always shut down."""
-
-    def __init__(self, out_dir: Path, *extra: str) -> None:
-        cmd = [sys.executable, "-m", "servesim.cli", "serve", str(CONFIG), "--device", "cpu", "--port", "0",
-               "--out", str(out_dir), *extra]
-        self.out_dir = out_dir
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
-        self.url = None
-        deadline = time.monotonic() + 120
-        lines = []
-        while time.monotonic() < deadline:  # bounded wait for the "on http://..." line
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-            if m:
-                self.url = m.group(1)
-                break
-        if self.url is None:
-            self.stop()
-            raise RuntimeError("servesim serve did not start:\n" + "".join(lines))
-
-    def stop(self, timeout_s: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
-
-
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory):
-    srv = ServeProcess(tmp_path_factory.mktemp("serve-records"))
+    from gpu_backend.serve.client_check import ServeProcess
+
+    srv = ServeProcess(CONFIG, tmp_path_factory.mktemp("serve-records"), cwd=REPO)
     try:
         yield srv
     finally:

@@ -1,0 +1,127 @@
+"""Benchmark `servesim serve` with a real client (guidellm) and check the server's own records.
+
+    python benchmarks/serve_client.py --rate 4 --duration 60 --out runs/serve-client
+    python benchmarks/serve_client.py ... --profile PROFILE.json     # + what `servesim simulate` predicts
+
+Starts `servesim serve CONFIG --device cpu` (or uses --url), drives it with guidellm at a constant
+rate (synthetic prompts of --prompt-tokens, --output-tokens each, counted with the local tokenizer),
+dumps the server's requests/steps tables, joins them per request with the client's report, and prints
+client vs server TTFT and inter-token latency (and their differences: the network overhead). Writes
+comparison.csv, agreement.json and client_vs_server.png into --out. With --profile, also simulates
+the same load (same scheduler and cache, the profiled latency model) and prints the predicted mean
+TTFT and TPOT against the client's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from gpu_backend.serve.client_check import (  # noqa: E402
+    ServeProcess, agreement, client_requests, compare, run_guidellm,
+)
+
+
+def plot(joined: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for ax, (c, s, name) in zip((a, b), (("client_ttft_s", "server_ttft_s", "TTFT"),
+                                          ("client_itl_s", "server_tpot_s", "inter-token latency"))):
+        x, y = joined[s] * 1e3, joined[c] * 1e3
+        ax.scatter(x, y, s=10, alpha=0.6)
+        hi = max(x.max(), y.max()) * 1.05
+        ax.plot([0, hi], [0, hi], "k--", lw=1, label="client = server")
+        ax.set_xlabel(f"server {name} (ms, engine records)")
+        ax.set_ylabel(f"client {name} (ms, guidellm)")
+        ax.set_title(name)
+        ax.legend()
+    fig.suptitle(f"servesim serve: guidellm vs the server's records ({len(joined)} requests)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def simulate_same_load(serve_config: Path, profile: Path, rate: float, num_requests: int, prompt_tokens: int,
+                       output_tokens: int) -> dict:
+    """`servesim simulate` of the load guidellm sent: constant rate, fixed lengths, profiled latency."""
+    from gpu_backend.serve.config import split_serve_section
+    from sim.config import load_config
+    from sim.runner import simulate
+
+    data, _, _ = split_serve_section(serve_config)
+    data.setdefault("hardware", {}).update({"latency": "profiled", "profile": str(profile.resolve())})
+    data["workload"] = {"kind": "constant", "rate": rate, "num_requests": num_requests,
+                        "prompt_len": {"kind": "constant", "value": prompt_tokens},
+                        "output_len": {"kind": "constant", "value": output_tokens}}
+    return simulate(load_config(data)).summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", type=Path, default=REPO / "examples" / "serve-tiny.toml")
+    p.add_argument("--url", help="benchmark a server that is already running (else one is started)")
+    p.add_argument("--tokenizer", type=Path, default=REPO / "examples" / "tiny-llama")
+    p.add_argument("--rate", type=float, default=4.0, help="requests per second (constant)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of load (rate x duration requests)")
+    p.add_argument("--prompt-tokens", type=int, default=64)
+    p.add_argument("--output-tokens", type=int, default=64)
+    p.add_argument("--profile", type=Path, help="a calibrated profile: also simulate the same load with it")
+    p.add_argument("--out", type=Path, default=REPO / "runs" / "serve-client")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    num_requests = max(1, round(args.rate * args.duration))
+
+    server = None if args.url else ServeProcess(args.config, args.out / "server-shutdown", cwd=REPO)
+    url = args.url or server.url
+    try:
+        print(f"guidellm: {num_requests} requests at {args.rate}/s against {url} ...", flush=True)
+        report = run_guidellm(url, args.tokenizer, args.out / "guidellm.json", args.rate, num_requests,
+                              args.prompt_tokens, args.output_tokens, timeout_s=args.duration * 5 + 300)
+        import httpx
+
+        httpx.post(f"{url}/admin/dump", params={"out_dir": str((args.out / "server").resolve())},
+                   timeout=120).raise_for_status()
+    finally:
+        if server is not None:
+            server.stop()
+    client = client_requests(report)
+    server_requests = pd.read_csv(args.out / "server" / "requests.csv")
+    joined = compare(client, server_requests)
+    stats = agreement(joined)
+    stats["client_status"] = client["status"].value_counts().to_dict()
+    joined.to_csv(args.out / "comparison.csv", index=False)
+    plot(joined, args.out / "client_vs_server.png")
+
+    print(f"\nrequests: {stats['client_status']}")
+    print(f"{'figure (ms)':28s} {'mean':>8s} {'p50':>8s} {'p90':>8s} {'max':>8s}")
+    for key in ("client_ttft_s", "server_ttft_s", "ttft_overhead_s", "client_itl_s", "server_tpot_s", "itl_diff_s"):
+        v = stats[key]
+        print(f"{key[:-2]:28s} {v['mean']*1e3:8.2f} {v['p50']*1e3:8.2f} {v['p90']*1e3:8.2f} {v['max']*1e3:8.2f}")
+    if args.profile:
+        prompt_tokens = int(round(joined["num_prompt_tokens"].mean()))  # as the server counted them (with BOS)
+        summary = simulate_same_load(args.config, args.profile, args.rate, num_requests, prompt_tokens,
+                                     args.output_tokens)
+        pred = {"ttft_s": summary["ttft_s"]["mean"], "tpot_s": summary["tpot_s"]["mean"]}
+        meas = {"ttft_s": stats["client_ttft_s"]["mean"], "tpot_s": stats["client_itl_s"]["mean"]}
+        stats["simulate"] = {k: {"predicted": pred[k], "client": meas[k], "error": pred[k] / meas[k] - 1}
+                             for k in pred}
+        for k, v in stats["simulate"].items():
+            print(f"simulate {k}: predicted {v['predicted']*1e3:.2f} ms, client {v['client']*1e3:.2f} ms "
+                  f"({v['error']:+.1%})")
+    (args.out / "agreement.json").write_text(json.dumps(stats, indent=2) + "\n")
+    print(f"\nwrote {args.out}/comparison.csv, agreement.json, client_vs_server.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
