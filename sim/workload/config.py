@@ -13,7 +13,7 @@ TOML shape (every key optional)::
     num_users = 32            # closed_loop: concurrent users; each sends again `think_time` s after
     think_time = 0.0          #   its previous request ends
     trace = "examples/traces/azure_conv_slice.csv"   # requests (lengths; arrivals for kind = trace)
-    trace_format = "auto"     # auto | csv | azure | mooncake
+    trace_format = "auto"     # auto | csv | azure | mooncake | vidur (lengths only, no arrivals)
     time_scale = 1.0          # trace: multiply recorded arrival times (0.5 = twice as fast)
     prompt_len = { kind = "lognormal", median = 512, sigma = 1.0, max = 4096 }
     output_len = { kind = "constant", value = 128 }
@@ -35,7 +35,7 @@ from pathlib import Path
 from policies.config import ConfigError, check_choice, check_int, check_number
 
 WORKLOAD_KINDS = ("poisson", "gamma", "constant", "staged", "closed_loop", "trace")
-TRACE_FORMATS = ("auto", "csv", "azure", "mooncake")
+TRACE_FORMATS = ("auto", "csv", "azure", "mooncake", "vidur")
 LENGTH_KINDS = ("constant", "uniform", "lognormal", "empirical")
 TOO_LONG = ("clip", "filter", "keep")
 

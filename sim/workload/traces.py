@@ -6,6 +6,9 @@ Formats (detected from the suffix and header when `trace_format = "auto"`):
   origin; extra columns are ignored.
 * ``azure``: as published (Azure/AzurePublicDataset, CC-BY 4.0): ``TIMESTAMP,ContextTokens,
   GeneratedTokens`` with wall-clock timestamps like ``2023-11-16 18:17:03.9799600``.
+* ``vidur``: a length table without arrival times (Vidur's processed traces, e.g. the arXiv
+  summarization lengths): ``num_prefill_tokens,num_decode_tokens[,...]``. Usable for lengths only
+  (with an arrival process, or as an empirical length distribution), not for `kind = "trace"`.
 * ``mooncake``: one JSON object a line: ``timestamp`` (ms), ``input_length``, ``output_length``,
   ``hash_ids`` (prefix-block hashes, one per 512-token block; equal ids = shareable prefix).
 
@@ -62,13 +65,16 @@ def detect_format(path: str | Path, field: str = "workload.trace") -> str:
         return "azure"
     if "arrival_time" in cols:
         return "csv"
+    if "num_prefill_tokens" in cols and "num_decode_tokens" in cols:
+        return "vidur"
     if header.startswith("{"):
         return "mooncake"
     if not header:
         raise ConfigError(f"{field}: {p} is empty")
     raise ConfigError(f"{field}: cannot tell the format of {p} from its first line {header[:80]!r}; expected a "
                       "header arrival_time,prompt_tokens,output_tokens (csv), TIMESTAMP,ContextTokens,"
-                      "GeneratedTokens (azure) or JSON lines (mooncake), or set workload.trace_format")
+                      "GeneratedTokens (azure), num_prefill_tokens,num_decode_tokens (vidur) or JSON lines (mooncake), "
+                      "or set workload.trace_format")
 
 
 def read_trace(path: str | Path, fmt: str = "auto", field: str = "workload.trace") -> Trace:
@@ -83,9 +89,10 @@ def read_trace(path: str | Path, fmt: str = "auto", field: str = "workload.trace
 
 @lru_cache(maxsize=8)
 def _read_cached(path: str, fmt: str, _mtime: int, field: str) -> Trace:
-    reader = {"csv": _read_ours, "azure": _read_azure, "mooncake": _read_mooncake}.get(fmt)
+    reader = {"csv": _read_ours, "azure": _read_azure, "mooncake": _read_mooncake, "vidur": _read_vidur}.get(fmt)
     if reader is None:
-        raise ConfigError(f"workload.trace_format: {fmt!r} is not allowed; choose one of auto, csv, azure, mooncake")
+        raise ConfigError(f"workload.trace_format: {fmt!r} is not allowed; choose one of auto, csv, azure, "
+                          "mooncake, vidur")
     rows = reader(Path(path), field)
     if not rows[0]:
         raise ConfigError(f"{field}: {path} has no requests")
@@ -160,6 +167,14 @@ def _read_azure(path: Path, field: str):
         p.append(max(1, _int(row["ContextTokens"], "ContextTokens", where)))
         o.append(max(1, _int(row["GeneratedTokens"], "GeneratedTokens", where)))
     return t, p, o, None, None
+
+
+def _read_vidur(path: Path, field: str):
+    p, o = [], []
+    for row, where in _csv_rows(path, field, ("num_prefill_tokens", "num_decode_tokens")):
+        p.append(_int(row["num_prefill_tokens"], "num_prefill_tokens", where, 1))
+        o.append(max(1, _int(row["num_decode_tokens"], "num_decode_tokens", where)))
+    return [0.0] * len(p), p, o, None, None
 
 
 def _read_mooncake(path: Path, field: str):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies import Request
+from policies import ConfigError, Request
 from sim.workload.arrivals import arrival_times, staged_arrival_times
 from sim.workload.config import WorkloadConfig
 from sim.workload.lengths import sample_lengths
@@ -43,6 +43,9 @@ class Workload:
         self.max_model_len = cfg.max_model_len or max_model_len
         self.rng = np.random.default_rng(cfg.seed)
         self.trace: Trace | None = read_trace(cfg.trace, cfg.trace_format) if cfg.trace else None
+        if self.trace is not None and self.trace.format == "vidur" and cfg.kind == "trace":
+            raise ConfigError(f"workload.kind: {cfg.trace} is a length table without arrival times; choose "
+                              "poisson, gamma, constant, staged or closed_loop to use its lengths")
         self.num_clipped = 0
         self.num_filtered = 0
         self.num_issued = 0

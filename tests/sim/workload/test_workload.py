@@ -193,3 +193,12 @@ def test_closed_loop_start_is_repeatable_and_counts_reset():
     clipped = w.num_clipped
     assert first == [(r.num_prompt_tokens, r.max_tokens) for r in w.start()]
     assert w.num_clipped == clipped > 0
+
+
+def test_length_table_gives_lengths_not_arrivals(tmp_path):
+    p = tmp_path / "lens.csv"
+    p.write_text("num_prefill_tokens,num_decode_tokens\n100,5\n200,6\n")
+    reqs = make_workload(kind="constant", rate=2.0, num_requests=3, trace=str(p)).start()
+    assert [(r.num_prompt_tokens, r.max_tokens) for r in reqs] == [(100, 5), (200, 6), (100, 5)]
+    with pytest.raises(ConfigError, match=r"^workload\.kind: .*without arrival times"):
+        make_workload(trace=str(p))
