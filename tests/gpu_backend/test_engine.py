@@ -93,16 +93,16 @@ def test_chunked_budgets_including_smaller_than_a_prompt(tiny_model, hf_ref, bud
         assert len(steps) > len(PROMPTS)  # prompts really were split
 
 
-@pytest.mark.parametrize("mode", ["recompute", "swap"])
+@pytest.mark.parametrize("mode", ["recompute", "swap", "hybrid"])
 def test_forced_preemption(tiny_model, hf_ref, mode):
     # 6 requests of up to 41 + 16 tokens in 4-token blocks need ~70 blocks; give 20
     engine = make_engine(tiny_model, "chunked", num_gpu_blocks=20, block_size=4, num_cpu_blocks=64,
-                         preemption=mode, max_num_batched_tokens=64)
+                         preemption=mode, max_num_batched_tokens=64, hybrid_swap_threshold=4)
     reqs = serve(engine, PROMPTS, max_tokens=16)
     check_against_reference(hf_ref, reqs)
     check_invariants(engine, reqs)
-    counter = "num_swaps" if mode == "swap" else "num_recomputes"
-    assert sum(getattr(r, counter) for r in reqs) > 0, f"no {mode} preemption happened"
+    counters = {"recompute": ["num_recomputes"], "swap": ["num_swaps"], "hybrid": ["num_recomputes", "num_swaps"]}
+    assert sum(getattr(r, c) for r in reqs for c in counters[mode]) > 0, f"no {mode} preemption happened"
 
 
 def test_shared_prefix_with_prefix_caching(tiny_model, hf_ref):
