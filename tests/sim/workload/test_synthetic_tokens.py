@@ -51,7 +51,7 @@ def test_any_slice_equals_the_materialised_list():
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
 
-    @hypothesis.settings(max_examples=150, deadline=None)
+    @hypothesis.settings(max_examples=60, deadline=None)
     @hypothesis.given(segs=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 80)), min_size=1, max_size=5),
                       a=st.integers(-300, 300), b=st.integers(-300, 300))
     def check(segs, a, b):
