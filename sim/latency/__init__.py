@@ -35,5 +35,7 @@ def build_latency_model(model, hardware=None, cache_block_size: int | None = Non
         from sim.latency.profiled import ProfiledLatencyModel  # written by the calibration package
 
         return ProfiledLatencyModel.from_file(hardware.profile, model=spec, block_size=block_size)
+    if constants is None and getattr(hardware, "enforce_eager", False):
+        constants = RooflineConstants.eager()
     return RooflineLatencyModel(spec, hardware.gpu_spec(), hardware.tp, block_size, constants,
                                 pcie_bandwidth=hardware.pcie_bandwidth)

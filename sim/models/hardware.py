@@ -44,6 +44,7 @@ class HardwareConfig:
     `swap_space_gb` is CPU swap per GPU in GiB (vLLM's `swap_space`); 0 = no swapping.
     `pcie_bandwidth_gbps` overrides the GPU's host link (GB/s per direction) for swap copies.
     `latency` picks the step-time model: "roofline" (datasheet) or "profiled" (needs `profile`).
+    `enforce_eager` (vLLM's flag) models an engine without CUDA graphs.
     """
 
     gpu: str = "H100-SXM"
@@ -55,6 +56,7 @@ class HardwareConfig:
     latency: str = "roofline"
     profile: str | None = None
     price_per_hour: float | None = None  # USD per GPU-hour; None = the catalog's rough price
+    enforce_eager: bool = False  # vLLM's flag: no CUDA graphs (the roofline adds per-layer launch costs)
 
     def __post_init__(self) -> None:
         get_gpu(self.gpu)  # fail early on an unknown GPU
@@ -70,6 +72,8 @@ class HardwareConfig:
             raise ConfigError("hardware.profile: required when hardware.latency = 'profiled' (a profile file path)")
         if self.price_per_hour is not None:
             check_number("hardware.price_per_hour", self.price_per_hour, 0.0)
+        if not isinstance(self.enforce_eager, bool):
+            raise ConfigError(f"hardware.enforce_eager: expected true or false, got {self.enforce_eager!r}")
 
     def gpu_spec(self) -> GPUSpec:
         return get_gpu(self.gpu)

@@ -141,6 +141,12 @@ def test_build_latency_model_from_sections():
     assert m.model.name == "Llama-3-8B" and m.gpu.name == "A100-80G"
 
 
+def test_enforce_eager_selects_eager_constants():
+    m = build_latency_model(ModelConfig(), HardwareConfig(enforce_eager=True), 16)
+    assert m.constants == RooflineConstants.eager()
+    assert build_latency_model(ModelConfig(), HardwareConfig(), 16).constants == RooflineConstants()
+
+
 def test_step_time_is_cheap():
     m = make_model()
     plan = make_plan(*decodes(255, 700), make_seq(512, 0))
