@@ -22,6 +22,7 @@ call is kept as a raw point and the fit uses per-x medians. `quick` is a small g
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import time
 from dataclasses import dataclass
@@ -57,14 +58,14 @@ class Grid:
         if quick:
             tokens = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
             sampled = (1, 2, 4, 8, 16, 32, 64)
-            chunks, extra = (1, 8, 32, 128, 512), (0, 128, 512)
+            chunks, extra = (4, 16, 64, 256, 512), (0, 128, 512)
             batches, kvs = (1, 2, 4, 8, 16, 32), (16, 128, 512, 1024)
             return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
                        (1, 4, 16, 64), 2, 5, 24)
         tokens = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
                   2048, 3072, 4096)
         sampled = tuple(s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256) if s <= max_seqs)
-        chunks, extra = (1, 4, 16, 64, 128, 256, 512, 1024, 2048), (0, 64, 256, 1024, 2048)
+        chunks, extra = (2, 4, 16, 64, 128, 256, 512, 1024, 2048), (0, 64, 256, 1024, 2048)
         batches, kvs = (1, 2, 4, 8, 16, 32, 64, 128), (16, 64, 256, 512, 1024, 2048)
         return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
                    (1, 4, 16, 64, 256), 3, 11, 48)
@@ -186,6 +187,9 @@ class OpBench:
             pos = torch.arange(T, device=self.device) % c.max_position_embeddings
             q, k = self.rand(T, c.num_attention_heads, c.head_dim), self.rand(T, c.num_key_value_heads, c.head_dim)
             return lambda: ops["rotary"](pos, q, k)
+        if name == "residual_add":
+            x, y = self.rand(T, c.hidden_size), self.rand(T, c.hidden_size)
+            return lambda: x + y
         if name == "embed":
             ids = torch.randint(0, c.vocab_size, (T,), generator=self.gen).to(self.device)
             return lambda: ops["embed"](ids)
@@ -234,7 +238,8 @@ class OpBench:
         return fn, num_blocks * kv.bytes_per_block
 
 
-TOKEN_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act", "input_norm", "rotary", "kv_write", "embed")
+TOKEN_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act", "input_norm", "rotary", "kv_write",
+             "residual_add", "embed")
 SAMPLED_OPS = ("lm_head", "sampler")
 
 
@@ -351,9 +356,11 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
         "attention_includes_kv_write": True, "grid": "quick" if quick else "full",
         "num_threads": torch.get_num_threads(), "python": platform.python_version(),
         "clock": clock_for(bench.device)[1],
+        "load_avg_1m_at_start": round(os.getloadavg()[0], 2),  # other processes on the machine
     }
     profile = Profile(meta=meta, model=dims, ops=ops)
     overhead = measure_overhead(bench, profile, grid, progress, seed)
     profile.ops["step_overhead"] = fit_op("step_overhead", [[n, max(t, 0.0)] for n, t in overhead])
     profile.meta["calibration_s"] = round(time.perf_counter() - t0, 1)
+    profile.meta["load_avg_1m_at_end"] = round(os.getloadavg()[0], 2)
     return profile

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import os
 import time
 from pathlib import Path
 
@@ -145,7 +146,9 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
                               block_size=config.cache.block_size)
     t_cal = time.perf_counter() - t0
 
+    load_before = os.getloadavg()[0]
     engine, measured, records = run_engine(config, device, progress)
+    load_after = os.getloadavg()[0]
     predicted = simulate(config, latency_model=lm)
 
     rows = []
@@ -171,6 +174,7 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
         details = {"config": str(config_path), "device": device, "profile_meta": prof.meta,
                    "profile_path": str(profile) if profile else None, "calibration_s": round(t_cal, 1),
                    "num_steps": len(steps), "torch_threads": torch.get_num_threads(),
+                   "load_avg_1m": [round(load_before, 2), round(load_after, 2)],  # before/after the engine run
                    # the same per-step comparison against the engine thread's CPU time: separates model
                    # error from time spent waiting for a core on a shared machine
                    "step_time_abs_pct_error_vs_cpu_time": {

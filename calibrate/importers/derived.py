@@ -23,7 +23,7 @@ def elementwise_bytes_per_token(dims: dict) -> dict[str, float]:
     inter = dims["intermediate_size"] // tp
     vocab = per_rank_shapes(dims)["lm_head"][1]
     return {
-        "input_norm": 3 * h * b,  # read x and residual, write normed (the residual add is fused)
+        "input_norm": 3 * h * b,  # read x and residual, write normed (vLLM fuses the residual add here)
         "act": 3 * inter * b,  # read gate and up, write silu(gate) * up
         "rotary": 2 * (q + kv) * hd * b,  # read and write q and k
         "kv_write": 2 * 2 * kv * hd * b,  # read k, v; scatter them into the paged cache

@@ -34,11 +34,12 @@ qkv_proj, o_proj,     num_tokens (all tokens of the step)    x num_hidden_layers
 gate_up_proj,
 down_proj, act,
 input_norm (x2),
-rotary, kv_write
+rotary, kv_write,
+residual_add (x2)
 attn_prefill          num_tokens (chunk), context_len        per prefill/chunk sequence, x layers
 attn_decode           batch_size, kv_len (mean)              once for all decode sequences, x layers
 all_reduce            bytes                                  2 x layers when tensor_parallel_size > 1
-embed                 num_tokens                             once
+embed, input_norm     num_tokens                             once (embedding, final norm)
 lm_head, sampler      num_tokens (sampled sequences)         once (final norm folded into lm_head)
 swap_out, swap_in     bytes                                  once per step (GPU->CPU, CPU->GPU)
 step_overhead         num_seqs                               once (host work of the engine)
@@ -90,7 +91,7 @@ REQUIRED_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attn_prefill
 OP_INPUTS: dict[str, tuple[str, ...]] = {
     "qkv_proj": ("num_tokens",), "o_proj": ("num_tokens",), "gate_up_proj": ("num_tokens",),
     "down_proj": ("num_tokens",), "act": ("num_tokens",), "input_norm": ("num_tokens",),
-    "rotary": ("num_tokens",), "kv_write": ("num_tokens",), "embed": ("num_tokens",),
+    "rotary": ("num_tokens",), "kv_write": ("num_tokens",), "residual_add": ("num_tokens",), "embed": ("num_tokens",),
     "lm_head": ("num_tokens",), "sampler": ("num_tokens",),
     "attn_prefill": ("num_tokens", "context_len"), "attn_decode": ("batch_size", "kv_len"),
     "all_reduce": ("bytes",), "swap_out": ("bytes",), "swap_in": ("bytes",), "step_overhead": ("num_seqs",),
@@ -372,7 +373,7 @@ class ProfiledLatencyModel:
         decode_attn = op["attn_decode"](num_decode, kv) if num_decode else 0.0
         t = num_tokens
         linear = op["qkv_proj"](t) + op["o_proj"](t) + op["gate_up_proj"](t) + op["down_proj"](t)
-        elementwise = op["act"](t) + 2 * op["input_norm"](t) + op["rotary"](t)
+        elementwise = op["act"](t) + 2 * op["input_norm"](t) + op["rotary"](t) + 2 * op["residual_add"](t)
         if not self.kv_write_in_attention:
             elementwise += op["kv_write"](t)
         comm = 2 * op["all_reduce"](t * self.hidden_bytes_per_token) if self.tp > 1 and t else 0.0
@@ -384,7 +385,7 @@ class ProfiledLatencyModel:
             "attn_prefill": L * prefill_attn,
             "attn_decode": L * decode_attn,
             "all_reduce": L * comm,
-            "embed": op["embed"](t),
+            "embed": op["embed"](t) + op["input_norm"](t),  # embedding and the final norm
             "lm_head": op["lm_head"](num_sampled) + op["sampler"](num_sampled),
             "swap": op["swap_out"](out_bytes) + op["swap_in"](in_bytes),
             "overhead": op["step_overhead"](plan.num_seqs) if not plan.is_empty else 0.0,

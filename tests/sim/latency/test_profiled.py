@@ -76,7 +76,7 @@ def reference_step_time(p: Profile, pl: BatchPlan, block_size: int = 16) -> floa
     decodes = [s for s in pl.seqs if s.num_tokens == 1 and s.num_computed_tokens > 0]
     prefills = [s for s in pl.seqs if s not in decodes]
     layer = sum(o[n](T) for n in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act", "rotary", "kv_write"))
-    layer += 2 * o["input_norm"](T)
+    layer += 2 * o["input_norm"](T) + 2 * o["residual_add"](T)
     layer += sum(o["attn_prefill"](s.num_tokens, s.num_computed_tokens + s.num_tokens) for s in prefills)
     if decodes:
         mean_kv = sum(s.num_computed_tokens + 1 for s in decodes) / len(decodes)
@@ -85,7 +85,7 @@ def reference_step_time(p: Profile, pl: BatchPlan, block_size: int = 16) -> floa
         layer += 2 * o["all_reduce"](T * m["hidden_size"] * 4)
     kv_per_block = 2 * m["num_hidden_layers"] * max(m["num_key_value_heads"] // m["tensor_parallel_size"], 1) \
         * m["head_dim"] * 4 * block_size
-    return (m["num_hidden_layers"] * layer + o["embed"](T) + o["lm_head"](S) + o["sampler"](S)
+    return (m["num_hidden_layers"] * layer + o["embed"](T) + o["input_norm"](T) + o["lm_head"](S) + o["sampler"](S)
             + o["swap_out"](len(pl.swap_out_blocks) * kv_per_block)
             + o["swap_in"](len(pl.swap_in_blocks) * kv_per_block) + o["step_overhead"](len(pl.seqs)))
 
