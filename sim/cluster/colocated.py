@@ -16,16 +16,26 @@ from sim.cluster.layout import cluster_section, replica_configs
 from sim.cluster.router import Router, make_router
 
 
+def resolve_latency_model(latency_model, config: Any):
+    """The latency model of one replica: built from its config (None), given (anything with
+    `step_time`), or made by a factory `latency_model(replica_config)` (e.g. one per TP degree)."""
+    if latency_model is None:
+        from sim.latency import build_latency_model
+
+        return build_latency_model(config)
+    if not hasattr(latency_model, "step_time") and callable(latency_model):
+        return latency_model(config)
+    return latency_model
+
+
 def build_replica(env: simpy.Environment, config: Any, recorder, name: str, latency_model=None):
     """A `Replica` for `config` (scheduler + KV geometry + latency model from that config)."""
     from policies.scheduler import make_scheduler
-    from sim.latency import build_latency_model
     from sim.replica import Replica
     from sim.runner import build_cache_config
 
-    model = latency_model if latency_model is not None else build_latency_model(config)
     scheduler = make_scheduler(config.scheduler, build_cache_config(config))
-    return Replica(env, scheduler, model, recorder, name=name)
+    return Replica(env, scheduler, resolve_latency_model(latency_model, config), recorder, name=name)
 
 
 class ColocatedCluster:

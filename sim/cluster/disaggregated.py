@@ -29,7 +29,7 @@ from typing import Any
 import simpy
 
 from policies import FinishReason, Request, RequestState, ScheduledSeq
-from sim.cluster.colocated import build_replica
+from sim.cluster.colocated import build_replica, resolve_latency_model
 from sim.cluster.layout import disagg_section, pool_configs
 from sim.cluster.link import Link
 from sim.cluster.router import make_router
@@ -110,7 +110,6 @@ class DisaggregatedCluster:
     """Prefill replicas `p0..`, decode replicas `d0..`, routers for each pool, and the KV link."""
 
     def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None) -> None:
-        from sim.latency import build_latency_model
         from sim.models import kv_bytes_per_token
         from sim.results import Recorder
 
@@ -130,7 +129,7 @@ class DisaggregatedCluster:
                 s = c.scheduler
                 c = dataclasses.replace(c, scheduler=dataclasses.replace(
                     s, max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_model_len + s.max_num_seqs)))
-            inner = latency_model if latency_model is not None else build_latency_model(c)
+            inner = resolve_latency_model(latency_model, c)
             self.decode.append(build_replica(env, c, halves, name, PreloadedKVLatency(inner, self.preloaded)))
         for i, r in enumerate(self.prefill):
             r.on_finish.append(lambda req, now, i=i: self._prefill_done(req, now, i))

@@ -1,0 +1,152 @@
+"""Replay DistServe's real A100 runs (vLLM and disaggregated, OPT-13B, ShareGPT) and compare means.
+
+Data: ../shared/data/groundtruth/distserve-a100-opt13b (DistServe's alignment data, Apache-2.0; see
+its README). Each measured file lists per request: prompt/output lengths, issue time, TTFT, latency.
+Each run is replayed with its recorded arrivals and lengths on the layout its name gives:
+
+- `vllm-N-RATE`: one OPT-13B replica, TP 1, A100-80G; vLLM of early 2024: whole-prompt prefill
+  first (`continuous`), 256 seqs, 2048-token budget (README: assumed defaults);
+- `distserve-c21d11-*`: prefill TP 2 + decode TP 1; `distserve-c21d12-*`: prefill TP 2 + decode
+  "pp 2", run here as decode TP 2 (no pipeline parallelism in servesim: an approximation);
+  plain `distserve-*`: layout not recorded, assumed prefill TP 1 + decode TP 1.
+  DistServe returns the first token from the prefill instance (`first_token = "prefill"`); KV moves
+  over NVLink (one 4xA100 node). KV capacity per instance from profile_data/max_num_tokens.csv.
+
+Latency models: `roofline` (A100 datasheet, always available) and `distserve` (DistServe's own
+coefficients fitted on A100 profiling, per TP: profile_data/profiler-a100-80g.*.json).
+
+    .venv/bin/python benchmarks/distserve_replay.py [--latency roofline,distserve] [--runs 'vllm-*'] [--csv out.csv]
+
+Prints, per run, measured vs predicted mean TTFT and TPOT (ms) and the relative errors.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("SERVESIM_SHARED_DATA", REPO.parent / "shared" / "data")) / "groundtruth" / \
+    "distserve-a100-opt13b"
+NAME = re.compile(r"^(vllm|distserve)(?:-c(\d)(\d)d(\d)(\d))?-(\d+)-([\d.]+)\.exp$")
+
+
+def read_run(path: Path) -> pd.DataFrame:
+    """Per-request measured table: arrival (s from the first), lengths, ttft_s, tpot_s (vLLM definition)."""
+    from sim.fidelity.runs import load_distserve_run
+
+    req = load_distserve_run(path).requests.copy()
+    req["arrival_time"] -= req["arrival_time"].min()
+    n = req["num_output_tokens"]
+    req["tpot_s"] = np.where(n > 1, (req["e2e_s"] - req["ttft_s"]) / (n - 1).clip(lower=1), np.nan)
+    return req.sort_values("arrival_time").reset_index(drop=True)
+
+
+def kv_blocks(tp: int, pp: int = 1) -> int | None:
+    path = DATA / "profile_data" / "max_num_tokens.csv"
+    if not path.is_file():
+        return None
+    kv = pd.read_csv(path)
+    row = kv[(kv["model"] == "facebook/opt-13b") & (kv["tp"] == tp) & (kv["pp"] == pp)]
+    return int(row["max_num_tokens"].iloc[0]) // 16 if len(row) else None
+
+
+def layout(name: str) -> tuple[dict, str]:
+    """Config sections for a run name, and a short description."""
+    m = NAME.match(name)
+    kind, ctp, cpp, dtp, dpp = m.group(1), m.group(2), m.group(3), m.group(4), m.group(5)
+    base = {
+        "model": {"name": "OPT-13B"},
+        "hardware": {"gpu": "A100-80G", "tp": 1, "num_gpu_blocks": kv_blocks(1)},
+        "scheduler": {"policy": "continuous", "max_num_seqs": 256, "max_num_batched_tokens": 2048,
+                      "max_model_len": 2048},
+    }
+    if kind == "vllm":
+        return base, "vLLM 1 x TP1"
+    if ctp is None:
+        ctp, cpp, dtp, dpp = 1, 1, 1, 1
+        desc = "DistServe (layout not recorded: assumed P TP1 + D TP1)"
+    else:
+        ctp, cpp, dtp, dpp = int(ctp), int(cpp), int(dtp), int(dpp)
+        desc = f"DistServe P TP{ctp} + D TP{dtp}" + (f" (pp{dpp} run as TP{dtp * dpp})" if dpp > 1 else "")
+    p_tp, d_tp = ctp * cpp, dtp * dpp
+    base["disaggregation"] = {
+        "enabled": True, "link": "nvlink", "first_token": "prefill",
+        "prefill": {"count": 1, "tp": p_tp, "hardware": {"num_gpu_blocks": kv_blocks(ctp, cpp)}},
+        "decode": {"count": 1, "tp": d_tp, "hardware": {"num_gpu_blocks": kv_blocks(dtp, dpp)}},
+    }
+    return base, desc
+
+
+def distserve_factory(kind: str):
+    """Per-replica DistServe coefficients: the `vllm` file for vLLM runs, the `distserve` file otherwise."""
+    from sim.fidelity.distserve_model import DistServeLatencyModel
+
+    path = DATA / "profile_data" / f"profiler-a100-80g.{kind}.json"
+    return lambda config: DistServeLatencyModel(path, tp=config.hardware.tp)
+
+
+def predict(path: Path, measured: pd.DataFrame, latency: str) -> pd.DataFrame:
+    from sim.config import load_config
+    from sim.fidelity.replay import ReplayWorkload
+    from sim.runner import simulate
+
+    sections, _ = layout(path.name)
+    config = load_config(sections)
+    model = None
+    if latency == "distserve":
+        model = distserve_factory("vllm" if path.name.startswith("vllm") else "distserve")
+        if not config.disaggregation.enabled:
+            model = model(config)
+    table = measured[["arrival_time", "num_prompt_tokens", "num_output_tokens"]].copy()
+    table["num_prompt_tokens"] = table["num_prompt_tokens"].clip(upper=2047)  # OPT's 2048-token context
+    return simulate(config, latency_model=model, workload=ReplayWorkload(table)).requests
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--latency", default="roofline,distserve", help="latency models (roofline, distserve)")
+    ap.add_argument("--runs", default="*", help="glob over run file names (default: all)")
+    ap.add_argument("--csv", help="also write the table here")
+    args = ap.parse_args(argv)
+    folder = DATA / "data-ground-truth" / "opt-13b-sharegpt"
+    if not folder.is_dir():
+        print(f"skipped: {folder} not found (set SERVESIM_SHARED_DATA)")
+        return 0
+    files = sorted((f for f in folder.glob(f"{args.runs}.exp") if NAME.match(f.name)),
+                   key=lambda f: (f.name.split("-")[0], NAME.match(f.name).group(1), len(f.name), f.name))
+    models = [m.strip() for m in args.latency.split(",") if m.strip()]
+    rows = []
+    for f in tqdm(files, desc="runs", file=sys.stderr):
+        measured = read_run(f)
+        row = {"run": f.stem, "layout": layout(f.name)[1], "requests": len(measured),
+               "ttft_ms": measured["ttft_s"].mean() * 1e3, "tpot_ms": measured["tpot_s"].mean() * 1e3}
+        for m in models:
+            pred = predict(f, measured, m)
+            row[f"{m}_ttft_ms"] = pred["ttft_s"].mean() * 1e3
+            row[f"{m}_tpot_ms"] = pred["tpot_s"].mean() * 1e3
+            row[f"{m}_ttft_err"] = row[f"{m}_ttft_ms"] / row["ttft_ms"] - 1
+            row[f"{m}_tpot_err"] = row[f"{m}_tpot_ms"] / row["tpot_ms"] - 1
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_rows", 100):
+        fmt = {c: (lambda v: f"{v:+.0%}") if c.endswith("_err") else (lambda v: f"{v:.0f}")
+               for c in table.columns if c.endswith(("_ms", "_err"))}
+        print(table.to_string(index=False, formatters=fmt))
+    for m in models:
+        for metric in ("ttft", "tpot"):
+            err = table[f"{m}_{metric}_err"].abs()
+            print(f"{m:>9} {metric}: median |error| {err.median():.0%} over {len(err)} runs")
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
