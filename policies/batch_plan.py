@@ -51,9 +51,12 @@ class BatchPlan:
     """One step's work: who computes how many tokens, and which KV blocks move.
 
     `seqs` is in the order the engine packs them (vLLM v1 order: running first, then new). Block
-    moves are `(src_block, dst_block)` pairs: swap-out copies GPU->CPU, swap-in CPU->GPU, and both
-    happen before the step's forward pass. `preempted` lists requests preempted by recompute this
-    step (their blocks were simply freed).
+    moves are `(src_block, dst_block)` pairs: swap-in copies CPU->GPU, swap-out copies GPU->CPU.
+    Apply them in that order (swap-in first, as vLLM v0's worker does: a CPU block a swap-in frees
+    may be the destination of a swap-out in the same step), both before the step's forward pass.
+    `preempted` lists requests preempted by recompute this step (their blocks were simply freed).
+    Padding entries (`is_padding=True`, static batching) point at their batch member's Request,
+    which may be finished and hold no blocks: an engine may skip them; a latency model charges them.
     """
 
     step_id: int

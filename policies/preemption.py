@@ -22,6 +22,15 @@ RECOMPUTE = "recompute"
 SWAP = "swap"
 
 
+def lowest_priority_newest(running: list["Request"]) -> "Request":
+    """The request with the largest (priority, arrival) key.
+
+    Ties go to the most recently admitted (the latest in `running`), so the request with the
+    smallest key always progresses and requests with equal keys cannot preempt each other in turn.
+    """
+    return running[max(range(len(running)), key=lambda i: (*priority_key(running[i]), i))]
+
+
 class Preemptor:
     """Picks preemption victims and the preemption mode (shared by every policy)."""
 
@@ -35,7 +44,7 @@ class Preemptor:
     def pick_victim(self, running: list["Request"]) -> "Request":
         """The running request to preempt when memory runs out."""
         if self.queue == "priority":
-            return max(running, key=priority_key)
+            return lowest_priority_newest(running)
         return running[-1]
 
     def pick_priority_victim(self, running: list["Request"], waiting: "Request",
@@ -44,7 +53,7 @@ class Preemptor:
         candidates = [r for r in running if r.req_id not in exclude]
         if not candidates:
             return None
-        victim = max(candidates, key=priority_key)
+        victim = lowest_priority_newest(candidates)
         return victim if victim.priority > waiting.priority else None
 
     def mode_for(self, req: "Request", block_manager: "BlockManager") -> str:

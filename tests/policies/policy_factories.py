@@ -51,11 +51,12 @@ def step(sched, now: float = 0.0, duration: float = 0.01, stopped=frozenset()):
 
 
 def run(sched, requests: list[Request], duration: float = 0.01, max_steps: int = 100_000, stop_at: dict | None = None,
-        on_step=None) -> list:
+        on_step=None, on_plan=None) -> list:
     """Drive `sched` until everything finished, adding each request at its arrival time.
 
-    `stop_at` maps req_id -> output count at which the executor reports a stop token. `on_step(plan, now)`
-    is called after every update. Returns the plans.
+    `stop_at` maps req_id -> output count at which the executor reports a stop token. `on_plan(plan)` is
+    called between schedule and update (the executor's view), `on_step(plan, now)` after every update.
+    Returns the plans.
     """
     pending = sorted(requests, key=lambda r: r.arrival_time)
     now, i, plans = 0.0, 0, []
@@ -78,6 +79,8 @@ def run(sched, requests: list[Request], duration: float = 0.01, max_steps: int =
         if stop_at:
             stopped = frozenset(s.req_id for s in plan.seqs if s.samples and not s.is_padding
                                 and stop_at.get(s.req_id) == s.request.num_output_tokens + 1)
+        if on_plan is not None:
+            on_plan(plan)
         now += duration
         sched.update(plan, StepResult(duration, None, stopped), now)
         plans.append(plan)

@@ -74,8 +74,44 @@ def check_step(sched, plan, cfg) -> None:
     assert sched.num_swapped == sum(1 for _ in sched.swapped)
     for r in sched.swapped:
         assert r.is_swapped and r.block_table == [] and r.state is RequestState.WAITING
-    src = [g for g, _ in plan.swap_out_blocks]
-    assert len(src) == len(set(src))
+    for pairs in (plan.swap_out_blocks, plan.swap_in_blocks):
+        dst = [d for _, d in pairs]
+        assert len(dst) == len(set(dst)), "two copies into one block"
+    if not cfg["enable_prefix_caching"]:  # (two victims sharing a cached prefix each copy it out)
+        src = [g for g, _ in plan.swap_out_blocks]
+        assert len(src) == len(set(src)), "a GPU block swapped out twice"
+
+
+class KVShadow:
+    """What each GPU / CPU block holds, tagged (req_id, block index): applies each plan's copies
+    (swap-in, then swap-out) and the forward pass's writes, then checks every request's tables."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.gpu: dict[int, tuple] = {}
+        self.cpu: dict[int, tuple] = {}
+
+    def apply(self, plan) -> None:
+        for c, g in plan.swap_in_blocks:
+            self.gpu[g] = self.cpu[c]
+        for g, c in plan.swap_out_blocks:
+            self.cpu[c] = self.gpu[g]
+        bs = self.block_size
+        for s in plan.seqs:
+            if s.is_padding:
+                continue
+            table = s.request.block_table
+            for i in range(s.num_computed_tokens // bs, (s.num_computed_tokens + s.num_tokens - 1) // bs + 1):
+                self.gpu[table[i]] = (s.req_id, i)
+
+    def check(self, sched) -> None:
+        bs = self.block_size
+        for r in sched.running:
+            for i in range(-(-r.num_computed_tokens // bs)):
+                assert self.gpu.get(r.block_table[i]) == (r.req_id, i), f"GPU block {i} of {r.req_id} lost its KV"
+        for r in sched.swapped:
+            for i, c in enumerate(r.cpu_block_table):
+                assert self.cpu.get(c) == (r.req_id, i), f"CPU block {i} of {r.req_id} lost its KV"
 
 
 @pytest.mark.parametrize("policy,queue,preemption,prefix", COMBOS)
@@ -85,7 +121,14 @@ def test_every_request_ends_and_every_block_comes_back(policy, queue, preemption
     overrides, reqs, stop_at = w
     cfg = dict(overrides, policy=policy, queue=queue, preemption=preemption, enable_prefix_caching=prefix)
     sched = make_scheduler(**cfg)
-    run(sched, reqs, stop_at=stop_at, max_steps=5000, on_step=lambda plan, now: check_step(sched, plan, cfg))
+    shadow = KVShadow(cfg["block_size"])
+
+    def on_step(plan, now):
+        check_step(sched, plan, cfg)
+        if not prefix:  # shared prefix blocks legitimately hold another request's tag
+            shadow.check(sched)
+
+    run(sched, reqs, stop_at=stop_at, max_steps=5000, on_step=on_step, on_plan=shadow.apply)
 
     bm = sched.block_manager
     assert not sched.has_unfinished() and sched.requests == {}
@@ -100,9 +143,8 @@ def test_every_request_ends_and_every_block_comes_back(policy, queue, preemption
             continue
         want = stop_at.get(r.req_id, r.max_tokens)
         assert r.num_output_tokens == want, (r, want)
-        assert r.finish_reason is (FinishReason.STOP if r.req_id in stop_at and want < r.max_tokens
-                                   or (r.req_id in stop_at and r.finish_reason is FinishReason.STOP)
-                                   else FinishReason.LENGTH)
+        stops_early = r.req_id in stop_at and want < r.max_tokens
+        assert r.finish_reason is (FinishReason.STOP if stops_early else FinishReason.LENGTH)
         assert len(r.token_times) == want and r.token_times == sorted(r.token_times)
         assert r.first_token_time == r.token_times[0] and r.finish_time == r.token_times[-1]
         assert r.arrival_time <= r.first_scheduled_time < r.first_token_time
