@@ -34,6 +34,9 @@ from gpu_backend.serve.request_stream import RequestStream
 from gpu_backend.serve.tokenizer import Tokenizer
 
 
+MAX_BODY_BYTES = 32 * 2**20  # far above any prompt the model can take; refuses memory abuse
+
+
 def to_sampling_params(params: CompletionParams):
     """The engine's SamplingParams for a request (imported here: it lives beside torch code)."""
     from gpu_backend.sampler import SamplingParams
@@ -81,15 +84,18 @@ class OpenAIServer:
 
     # --- admission ----------------------------------------------------------------------------
     def prompt_ids(self, params: CompletionParams) -> list[int]:
-        if params.is_chat:
-            text = self.tokenizer.apply_chat_template(list(params.messages))
-            return self.tokenizer.encode(text)
         if isinstance(params.prompt, list):
             bad = [t for t in params.prompt if t >= self.vocab_size]
             if bad:
                 raise RequestError("prompt", f"token id {bad[0]} is out of range; the vocabulary has {self.vocab_size} tokens")
             return list(params.prompt)
-        return self.tokenizer.encode(params.prompt)
+        field = "messages" if params.is_chat else "prompt"
+        try:
+            text = self.tokenizer.apply_chat_template(list(params.messages)) if params.is_chat else params.prompt
+            text.encode("utf-8")  # lone surrogates ("\ud800") are valid JSON but not text
+            return self.tokenizer.encode(text)
+        except (UnicodeError, TypeError, ValueError) as exc:
+            raise RequestError(field, f"cannot be tokenized ({type(exc).__name__}: {exc})") from None
 
     def make_request(self, params: CompletionParams, arrival_time: float, kind: str) -> Request:
         """Tokenize and check lengths; raises RequestError (400) on anything the model cannot take."""
@@ -166,7 +172,7 @@ def _usage(num_prompt: int, num_output: int) -> dict:
 
 
 def _error_body(message: str, status: int, field: str | None = None) -> dict:
-    kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(status, "InternalServerError")
+    kind = {400: "BadRequestError", 404: "NotFoundError", 413: "RequestTooLargeError", 503: "ServiceUnavailableError"}.get(status, "InternalServerError")
     return {"error": {"message": message, "type": kind, "param": field, "code": status}}
 
 
@@ -208,10 +214,12 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
         kind = "chatcmpl" if chat else "cmpl"
         try:
             raw = await http.body()
+            if len(raw) > MAX_BODY_BYTES:
+                raise RequestError("body", f"{len(raw)} bytes is too large; at most {MAX_BODY_BYTES}", 413)
             try:
                 body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise RequestError("body", f"is not valid JSON ({exc})") from None
+            except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, absurd nesting
+                raise RequestError("body", f"is not valid JSON ({type(exc).__name__}: {str(exc)[:100]})") from None
             params = parse_request(body, chat)
             request = server.make_request(params, arrival, kind)
         except RequestError as exc:

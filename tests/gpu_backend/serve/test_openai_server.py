@@ -49,6 +49,21 @@ def expected_text(tokenizer, n: int) -> str:
     return tokenizer.decode([script[i % len(script)] for i in range(n)])
 
 
+@pytest.fixture(scope="module")
+def shared_url(tokenizer):
+    """One server (fake engine) for the tests that only need a live endpoint."""
+    from conftest import SCRIPT_TEXT as text
+    from serve_fake_engine import FakeEngine
+
+    from gpu_backend.serve.background import BackgroundServer
+    from gpu_backend.serve.config import ServeConfig
+    from gpu_backend.serve.server import OpenAIServer, build_app
+
+    engine = FakeEngine(tokenizer.encode(text, add_special_tokens=False))
+    with BackgroundServer(build_app(OpenAIServer(engine, tokenizer, ServeConfig(), 256))) as srv:
+        yield srv.url
+
+
 def test_completion_shape_and_usage(tokenizer, make_server, running):
     server = make_server()
     with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
@@ -128,16 +143,21 @@ def test_chat_non_streaming_and_stop_string(tokenizer, make_server, running):
     (json.dumps({"prompt": [1, 2, 99999]}).encode(), 400, "prompt"),
     (json.dumps({"prompt": "hi", "temperature": {"a": 1}}).encode(), 400, "temperature"),
     (json.dumps({"prompt": "hi", "model": "gpt-9"}).encode(), 404, "model"),
+    (b"[" * 100_000, 400, "body"),
+    (b'{"prompt": "a\\ud800b"}', 400, "prompt"),
+    (b'{"messages": [{"role": "user", "content": "\\udfff"}]}', 400, "messages"),
+    (b'{"prompt": "' + b"x" * (33 * 2**20) + b'"}', 413, "body"),
 ])
-def test_bad_input_answers_with_the_field_and_server_survives(make_server, running, payload, status, field):
-    server = make_server()
-    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
-        r = c.post("/v1/completions", content=payload, headers={"content-type": "application/json"})
+def test_bad_input_answers_with_the_field_and_server_survives(shared_url, payload, status, field):
+    with httpx.Client(base_url=shared_url, timeout=20) as c:
+        refused = metrics(c)['servesim:request_refused_total{reason="bad_request"}']
+        path = "/v1/chat/completions" if payload.startswith(b'{"messages"') else "/v1/completions"
+        r = c.post(path, content=payload, headers={"content-type": "application/json"})
         assert r.status_code == status
         err = r.json()["error"]
         assert err["param"] == field and err["message"].startswith(f"{field}: ")
         assert c.post("/v1/completions", json={"prompt": "ok", "max_tokens": 2}).status_code == 200
-        assert metrics(c)['servesim:request_refused_total{reason="bad_request"}'] == 1
+        assert metrics(c)['servesim:request_refused_total{reason="bad_request"}'] == refused + 1
 
 
 def test_full_queue_answers_503_with_retry_after(make_engine, make_server, running):
@@ -229,3 +249,18 @@ def test_server_ttft_and_itl_histograms_match_engine_records(make_engine, make_s
     assert m["servesim:inter_token_latency_seconds_count"] == len(itl) == 5 * 7
     assert m["servesim:inter_token_latency_seconds_sum"] == pytest.approx(sum(itl), rel=1e-9)
     assert m["servesim:generation_tokens_total"] == 40
+
+
+def test_request_fields_reach_the_engine(make_engine, make_server, running):
+    engine = make_engine()
+    server = make_server(engine)
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        c.post("/v1/completions", json={"prompt": "x", "max_tokens": 3, "priority": -5, "temperature": 0.7,
+                                        "top_p": 0.9, "seed": 11, "ignore_eos": True, "stop_token_ids": [7]})
+        c.post("/v1/completions", json={"prompt": "y", "max_tokens": 2})
+    first, second = sorted(engine.finished, key=lambda r: r.arrival_time)
+    assert (first.priority, first.ignore_eos, first.max_tokens) == (-5, True, 3)
+    s = first.sampling
+    assert (s.temperature, s.top_p, s.seed, s.stop_token_ids) == (0.7, 0.9, 11, (7,))
+    # OpenAI defaults when the client says nothing: sample at temperature 1, stop at EOS
+    assert (second.sampling.temperature, second.sampling.top_p, second.ignore_eos, second.priority) == (1.0, 1.0, False, 0)
