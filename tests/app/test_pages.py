@@ -61,6 +61,15 @@ def test_compare_page_runs_three_configs():
     assert len(df) == 3 and df["output tok/s"].gt(0).all()
 
 
+def test_compare_page_shows_a_bad_column_under_that_column():
+    at = page("compare")
+    at.number_input(key="cmp.1.budget").set_value(0)
+    at.button(key="cmp.run").click().run()
+    messages = [e.value for e in at.error]
+    assert any(m.startswith("scheduler.max_num_batched_tokens") for m in messages), messages
+    assert not at.dataframe  # nothing ran
+
+
 def test_capacity_page_finds_a_layout_and_draws_the_load_curve():
     at = page("capacity")
     at.number_input(key="cap.n").set_value(60)
