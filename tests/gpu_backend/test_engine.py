@@ -197,3 +197,36 @@ def test_token_ids_outside_the_vocab_are_refused(tiny_model):
     engine = make_engine(tiny_model)
     with pytest.raises(ValueError, match="prompt_token_ids"):
         engine.add_request(make_request(0, [5, tiny_model.config.vocab_size]))
+
+
+def test_concurrent_ingress_from_many_threads(tiny_model):
+    engine = make_engine(tiny_model, max_num_seqs=8)
+    finished = []
+    lock = threading.Lock()
+
+    def on_output(out):
+        if out.finished:
+            with lock:
+                finished.append(out.req_id)
+
+    def client(k):
+        for j in range(5):
+            engine.add_request(make_request(f"{k}-{j}", make_prompt(4 + j, seed=k * 10 + j), 3,
+                                            arrival_time=engine.now()), on_output)
+
+    engine.start()
+    try:
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        deadline = engine.now() + 60
+        while len(finished) < 20 and engine.now() < deadline:
+            threading.Event().wait(0.02)
+    finally:
+        engine.stop()
+    assert sorted(finished) == sorted(f"{k}-{j}" for k in range(4) for j in range(5))
+    assert len(engine.recorder.requests) == 20
+    stats = engine.stats()
+    assert stats["num_used_gpu_blocks"] == 0 and stats["num_requests"] == 20

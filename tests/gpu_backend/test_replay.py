@@ -100,3 +100,29 @@ def test_cli_refuses_a_catalog_model(tmp_path, capsys):
     config.write_text('[model]\nname = "Llama-3-8B"\n')
     assert main(["run", str(config), "--quiet"]) == 2
     assert "model.name" in capsys.readouterr().err
+
+
+def test_engine_config_from_sim_sizes_the_kv_pools():
+    import torch
+
+    from gpu_backend.engine import engine_config_from_sim
+    from gpu_backend.model_config import ModelConfig
+
+    config = load_config(replay_config(1, 1.0) | {"hardware": {"swap_space_gb": 0.01}})
+    engine_config, toml = engine_config_from_sim(config, "cpu")
+    block_bytes = ModelConfig.from_json(TINY_CONFIG).kv_bytes_per_token(4) * config.cache.block_size
+    assert engine_config.cache.num_cpu_blocks == int(0.01 * 2**30) // block_bytes
+    assert engine_config.cache.num_gpu_blocks * block_bytes <= 256 * 2**20 < (engine_config.cache.num_gpu_blocks + 1) * block_bytes
+    assert engine_config.model.num_key_value_heads == 2 and "[scheduler]" in toml
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_cli_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    config = tmp_path / "run.toml"
+    config.write_text(f'[model]\nname = "{TINY_CONFIG}"\n[hardware]\nnum_gpu_blocks = 64\n')
+    assert main(["run", str(config), "--device", "cuda", "--quiet"]) == 2
+    assert "--device" in capsys.readouterr().err
