@@ -72,6 +72,6 @@ class Sampler:
             if p.is_greedy:
                 continue
             row_logits = top_p_filter(logits[row] / p.temperature, p.top_p)  # [V]
-            gen = torch.Generator(device=logits.device).manual_seed(seed * 1_000_003 + step)
+            gen = torch.Generator(device=logits.device).manual_seed((seed * 1_000_003 + step) % 2**63)
             out[row] = int(torch.multinomial(row_logits.softmax(-1), 1, generator=gen))
         return out

@@ -64,3 +64,15 @@ def test_backend_selection():
         select_backend("cpu", "flash")
     with pytest.raises(ConfigError, match="^engine.attention_backend"):
         select_backend("cpu", "xformers")
+
+
+def test_flash_key_slots_follow_the_block_tables():
+    """The contiguous-gather index of the flash backend (block sizes FA2 cannot page), checked on CPU."""
+    from gpu_backend.attention.flash_backend import FlashAttentionBackend
+
+    bs = 4
+    reqs = [make_request(0, [3] * 9, block_table=[7, 2, 5]), make_request(1, [3] * 4, block_table=[1]),
+            make_request(2, [3] * 6, block_table=[0, 3])]
+    batch = build_input_batch(make_plan((reqs[0], 2, 7, True), (reqs[1], 1, 3, True), (reqs[2], 6, 0, True)), bs)
+    expected = [r.block_table[p // bs] * bs + p % bs for r in reqs for p in range(r.num_prompt_tokens)]
+    assert FlashAttentionBackend.key_slots(batch.meta).tolist() == expected

@@ -50,14 +50,16 @@ def test_flash_and_torch_paths_give_the_same_tokens(tiny_model, block_size):
 
 @pytest.mark.skipif(not flash_available(), reason="flash-attn is not installed")
 @pytest.mark.parametrize("block_size", [16, 256])
-def test_flash_attention_outputs_match_torch_in_bf16(block_size):
+@pytest.mark.parametrize("shapes", [[(300, 300), (520, 1), (40, 17), (900, 1), (260, 100)],  # mixed: varlen
+                                    [(520, 1), (33, 1), (900, 1)]])  # decode only: with_kvcache when paged
+def test_flash_attention_outputs_match_torch_in_bf16(block_size, shapes):
     from gpu_backend.attention.flash_backend import FlashAttentionBackend
     from gpu_backend.attention.torch_backend import TorchAttentionBackend
 
     gen = torch.Generator().manual_seed(0)
     hq, hkv, d, num_blocks = 8, 2, 64, 64
     seqs, k_new, v_new, blocks = [], [], [], iter(torch.randperm(num_blocks, generator=gen).tolist())
-    for i, (ctx, n) in enumerate([(300, 300), (520, 1), (40, 17), (900, 1), (260, 100)]):
+    for i, (ctx, n) in enumerate(shapes):
         r = make_request(i, [3] * ctx, block_table=[next(blocks) for _ in range(math.ceil(ctx / block_size))])
         seqs.append((r, n, ctx - n, True))
     k_cache = torch.randn(num_blocks, block_size, hkv, d, generator=gen).to("cuda", torch.bfloat16)
