@@ -10,7 +10,12 @@ Why these shapes:
   device puts them. Isotonic + interpolation follows the measurements within their noise and
   cannot produce the negative slopes an unconstrained spline would; beyond the grid it continues
   the last segment (see `sim.latency.profiled.PiecewiseLinear`).
-- Two-input attention ops get ``c0 + cx*x + cy*y + cxy*x*y`` fitted by non-negative least squares
+- Two-input attention ops measured on a full rectangular grid (our own calibration: batch x KV
+  length for decode, chunk x cached context for prefill) get a **grid** curve: bilinear
+  interpolation of the per-cell medians, made non-decreasing along both axes. The engine's CPU
+  attention has regimes no smooth form follows (a first chunk runs SDPA's causal kernel, a later
+  chunk the explicit-mask one at twice the cost; caches fill at some batch x length).
+- Other two-input data (published tables with holes, prompts only) get ``c0 + cx*x + cy*y + cxy*x*y`` fitted by non-negative least squares
   on relative error: ``x*y`` is the attention FLOPs (chunk x context) or the KV bytes read (batch x
   KV length), the linear terms catch per-token and per-sequence work, ``c0`` the launch cost. Non-
   negative coefficients keep it monotone and make extrapolation to larger shapes safe.
@@ -28,7 +33,7 @@ from collections import defaultdict
 import numpy as np
 from scipy.optimize import isotonic_regression, nnls
 
-from sim.latency.profiled import OP_INPUTS, Bilinear, OpProfile, PiecewiseLinear
+from sim.latency.profiled import OP_INPUTS, Bilinear, Grid2D, OpProfile, PiecewiseLinear
 
 
 def _medians(points: list) -> tuple[list[tuple[float, ...]], np.ndarray]:
@@ -70,6 +75,42 @@ def fit_bilinear(points: list) -> Bilinear:
     return Bilinear(tuple(float(max(c, 0.0)) for c in coef))
 
 
+def fit_grid(points: list) -> Grid2D | None:
+    """A `Grid2D` if the points cover a rectangle in (x, y) or in (x, y - x), else None.
+
+    Rows of the largest x that are incomplete (a grid capped at the model's maximum length) are
+    left out; the curve continues the last full row's slope there.
+    """
+    keys, med = _medians(points)
+    for offset in (False, True):
+        cells = {(k[0], k[1] - k[0] if offset else k[1]): m for k, m in zip(keys, med)}
+        xs = sorted({c[0] for c in cells})
+        ys = sorted({c[1] for c in cells})
+        # a grid capped by a maximum length misses its top corner: drop the incomplete largest-x rows
+        while xs and any((xs[-1], y) not in cells for y in ys):
+            xs.pop()
+        if len(xs) < 2 or len(ys) < 2 or any((x, y) not in cells for x in xs for y in ys):
+            continue
+        z = np.array([[cells[(x, y)] for y in ys] for x in xs])
+        z = np.maximum.accumulate(np.maximum.accumulate(z, axis=0), axis=1)  # non-decreasing both ways
+        return Grid2D(tuple(map(float, xs)), tuple(map(float, ys)), tuple(tuple(map(float, r)) for r in z), offset)
+    return None
+
+
+def grid_loo_error(curve: Grid2D) -> dict[str, float]:
+    """Each interior x knot predicted from its two neighbours along x (at every y): the error between grid lines."""
+    errs = []
+    for i in range(1, len(curve.x) - 1):
+        x0, x1, x2 = curve.x[i - 1], curve.x[i], curve.x[i + 1]
+        for j in range(len(curve.y)):
+            z0, z1, z2 = curve.z[i - 1][j], curve.z[i][j], curve.z[i + 1][j]
+            if z1 > 0:
+                errs.append(abs(z0 + (z2 - z0) * (x1 - x0) / (x2 - x0) - z1) / z1 * 100.0)
+    if not errs:
+        return {}
+    return {"loo_median_abs_pct": round(float(np.median(errs)), 3), "loo_max_abs_pct": round(float(max(errs)), 3)}
+
+
 def fit_error(curve, points: list) -> dict[str, float]:
     """Median and max absolute % error of `curve` against the per-x medians of `points`."""
     keys, med = _medians(points)
@@ -103,8 +144,13 @@ def fit_op(name: str, points: list, source: str = "measured") -> OpProfile:
     rows = [[float(v) for v in r] for r in points]
     if any(len(r) != len(inputs) + 1 for r in rows):
         raise ValueError(f"points: op {name} needs rows of [{', '.join(inputs)}, seconds]")
-    curve = fit_bilinear(rows) if len(inputs) == 2 else fit_pwl(rows)
+    if len(inputs) == 2:
+        curve = fit_grid(rows) or fit_bilinear(rows)
+    else:
+        curve = fit_pwl(rows)
     err = fit_error(curve, rows)
     if len(inputs) == 1:
         err.update(loo_error(rows))
+    elif isinstance(curve, Grid2D):
+        err.update(grid_loo_error(curve))
     return OpProfile(name, inputs, curve, rows, err, source)

@@ -18,7 +18,8 @@ File format (``"format": "servesim-profile"``, ``"version": 1``)::
         "<op>": {"inputs": ["num_tokens"],                 # names of the curve's inputs
                  "points": [[x, seconds], ...],            # raw measurements (repeats kept)
                  "curve": {"kind": "pwl", "x": [...], "y": [...]}
-                        | {"kind": "bilinear", "coef": [c0, cx, cy, cxy]},
+                        | {"kind": "bilinear", "coef": [c0, cx, cy, cxy]}
+                        | {"kind": "grid", "x": [...], "y": [...], "z": [[...], ...], "y_minus_x": bool},
                  "fit_error": {"median_abs_pct": ..., "max_abs_pct": ...},
                  "source": "measured" | "<where the points came from>"},
         ...
@@ -66,6 +67,12 @@ Curves:
 - ``bilinear``: ``c0 + cx*x + cy*y + cxy*x*y`` with non-negative coefficients (monotone in both
   inputs by construction). For attention, ``x*y`` is the FLOP term (chunk x context) or the KV
   bytes read (batch x KV length).
+- ``grid``: bilinear interpolation in a rectangular grid of measured medians ``z[i][j]`` at
+  ``(x[i], y[j])``, made non-decreasing along both axes; the ends behave like ``pwl`` (hold below
+  the grid, continue the last cell's slopes above it). With ``y_minus_x`` the second axis is
+  ``y - x`` (for prefill attention: the context cached before the chunk), which keeps a grid of
+  chunk x cached-context rectangular and separates a first chunk (causal, no cached context) from
+  later chunks.
 """
 from __future__ import annotations
 
@@ -159,7 +166,55 @@ class Bilinear:
         return {"kind": "bilinear", "coef": list(self.coef)}
 
 
-def curve_from_dict(d: Mapping, where: str) -> PiecewiseLinear | Bilinear:
+def _locate(knots: tuple[float, ...], v: float) -> tuple[int, float]:
+    """(i, t): v = knots[i] + t * (knots[i+1] - knots[i]); t = 0 below the grid, t > 1 beyond it."""
+    if len(knots) == 1 or v <= knots[0]:
+        return 0, 0.0
+    if v >= knots[-1]:
+        i = len(knots) - 2
+    else:
+        i = bisect.bisect_right(knots, v) - 1
+    return i, (v - knots[i]) / (knots[i + 1] - knots[i])
+
+
+@dataclass(frozen=True)
+class Grid2D:
+    """Bilinear interpolation in a rectangular grid of medians (see the module docstring)."""
+
+    x: tuple[float, ...]
+    y: tuple[float, ...]
+    z: tuple[tuple[float, ...], ...]  # z[i][j] at (x[i], y[j])
+    y_minus_x: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.x) < 2 or len(self.y) < 2:
+            raise ValueError("curve: a grid needs at least 2 knots on each axis")
+        for name, knots in (("x", self.x), ("y", self.y)):
+            if any(b <= a for a, b in zip(knots, knots[1:])):
+                raise ValueError(f"curve.{name}: knots must be strictly increasing")
+        if len(self.z) != len(self.x) or any(len(row) != len(self.y) for row in self.z):
+            raise ValueError("curve.z: expected len(x) rows of len(y) values")
+        if any(not math.isfinite(v) or v < 0 for row in self.z for v in row):
+            raise ValueError("curve.z: values must be finite and >= 0")
+
+    def __call__(self, x: float, y: float) -> float:
+        if x <= 0:
+            return 0.0
+        if self.y_minus_x:
+            y = y - x
+        i, tx = _locate(self.x, x)
+        j, ty = _locate(self.y, y)
+        z = self.z
+        z00, z01, z10, z11 = z[i][j], z[i][j + 1], z[i + 1][j], z[i + 1][j + 1]
+        v = (z00 * (1 - tx) * (1 - ty) + z10 * tx * (1 - ty) + z01 * (1 - tx) * ty + z11 * tx * ty)
+        return max(v, 0.0)
+
+    def to_dict(self) -> dict:
+        return {"kind": "grid", "x": list(self.x), "y": list(self.y), "z": [list(r) for r in self.z],
+                "y_minus_x": self.y_minus_x}
+
+
+def curve_from_dict(d: Mapping, where: str) -> PiecewiseLinear | Bilinear | Grid2D:
     """Build a curve from its JSON form; errors name `where` (the field path)."""
     if not isinstance(d, Mapping):
         raise _err(where, f"expected an object, got {type(d).__name__}")
@@ -169,11 +224,14 @@ def curve_from_dict(d: Mapping, where: str) -> PiecewiseLinear | Bilinear:
             return PiecewiseLinear(tuple(float(v) for v in d["x"]), tuple(float(v) for v in d["y"]))
         if kind == "bilinear":
             return Bilinear(tuple(float(v) for v in d["coef"]))
+        if kind == "grid":
+            return Grid2D(tuple(float(v) for v in d["x"]), tuple(float(v) for v in d["y"]),
+                          tuple(tuple(float(v) for v in row) for row in d["z"]), bool(d.get("y_minus_x", False)))
     except KeyError as exc:
         raise _err(where, f"missing key {exc}") from None
     except (TypeError, ValueError) as exc:
         raise _err(where, str(exc)) from None
-    raise _err(f"{where}.kind", f"{kind!r} is not allowed; choose one of pwl, bilinear")
+    raise _err(f"{where}.kind", f"{kind!r} is not allowed; choose one of pwl, bilinear, grid")
 
 
 # --- profile file -------------------------------------------------------------------------------
@@ -183,7 +241,7 @@ class OpProfile:
 
     name: str
     inputs: tuple[str, ...]
-    curve: PiecewiseLinear | Bilinear
+    curve: PiecewiseLinear | Bilinear | Grid2D
     points: list = field(default_factory=list)  # [[x..., seconds], ...]
     fit_error: dict = field(default_factory=dict)  # {"median_abs_pct", "max_abs_pct"}
     source: str = "measured"
@@ -259,9 +317,9 @@ class Profile:
             if inputs != OP_INPUTS[name]:
                 raise _err(f"{where}.inputs", f"{list(inputs)} does not match {list(OP_INPUTS[name])}")
             curve = curve_from_dict(raw.get("curve"), f"{where}.curve")
-            if isinstance(curve, Bilinear) != (len(inputs) == 2):
+            if isinstance(curve, (Bilinear, Grid2D)) != (len(inputs) == 2):
                 raise _err(f"{where}.curve.kind", f"a {len(inputs)}-input op needs "
-                           f"{'bilinear' if len(inputs) == 2 else 'pwl'}")
+                           f"{'bilinear or grid' if len(inputs) == 2 else 'pwl'}")
             points = raw.get("points", [])
             if not isinstance(points, list) or any(
                     not isinstance(p, (list, tuple)) or len(p) != len(inputs) + 1 for p in points):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibrate.fit import fit_bilinear, fit_error, fit_op, fit_pwl
+from calibrate.fit import fit_bilinear, fit_error, fit_grid, fit_op, fit_pwl
+from sim.latency.profiled import Bilinear, Grid2D
 
 
 def roofline(x):
@@ -57,3 +58,27 @@ def test_fit_op_checks_the_op_and_its_rows():
         fit_op("attn_decode", [[1, 1.0]])
     op = fit_op("qkv_proj", [[1, 1e-5], [2, 2e-5]])
     assert op.inputs == ("num_tokens",) and op.fit_error["median_abs_pct"] == 0.0
+
+
+def test_a_full_rectangle_of_points_gets_a_grid_curve():
+    f = lambda b, L: 1e-5 + 1e-8 * b * L + (2e-4 if b * L > 4096 else 0.0)  # noqa: E731 (a cache knee)
+    pts = [[b, L, f(b, L)] for b in (1, 4, 16) for L in (64, 256, 1024) for _ in range(3)]
+    op = fit_op("attn_decode", pts)
+    assert isinstance(op.curve, Grid2D) and not op.curve.y_minus_x
+    assert op.fit_error["median_abs_pct"] == 0.0  # through every cell median
+    assert op.curve(4, 256) == pytest.approx(f(4, 256))
+
+
+def test_a_prefill_grid_over_cached_context_is_recognised():
+    # chunks x cached context (0 = a first chunk); the top corner beyond a max length is missing
+    pts = [[q, q + e, 1e-5 * q * (1 + (e > 0)) + 1e-8 * q * (q + e)] for q in (16, 64, 256) for e in (0, 64, 256)
+           if q + e <= 330]
+    g = fit_grid(pts)
+    assert isinstance(g, Grid2D) and g.y_minus_x and g.x == (16.0, 64.0)  # the incomplete 256 row is dropped
+    assert g(64, 64) < g(64, 128)  # a later chunk costs more than a first one of the same size
+
+
+def test_scattered_two_input_points_fall_back_to_bilinear():
+    pts = [[1, 1, 1e-5], [2, 8, 2e-5], [8, 100, 9e-5]]
+    assert fit_grid(pts) is None
+    assert isinstance(fit_op("attn_prefill", pts).curve, Bilinear)

@@ -9,7 +9,7 @@ import pytest
 
 from policies import BatchPlan, ConfigError, Request, ScheduledSeq
 from sim.latency.profiled import (
-    OP_INPUTS, Bilinear, OpProfile, PiecewiseLinear, Profile, ProfiledLatencyModel,
+    OP_INPUTS, Bilinear, Grid2D, OpProfile, PiecewiseLinear, Profile, ProfiledLatencyModel,
 )
 
 DIMS = {"name": "toy", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
@@ -64,6 +64,22 @@ def test_bilinear_is_monotone_in_both_inputs():
     assert c(3, 5) > c(2, 5) and c(2, 6) > c(2, 5)
     with pytest.raises(ValueError, match="curve.coef"):
         Bilinear((1.0, -1.0, 0.0, 0.0))
+
+
+def test_grid_interpolates_bilinearly_and_extends_its_ends():
+    g = Grid2D((1.0, 3.0), (10.0, 20.0), ((1.0, 2.0), (3.0, 6.0)))
+    assert g(2, 15) == pytest.approx((1 + 2 + 3 + 6) / 4)
+    assert g(1, 5) == 1.0  # held below the grid
+    assert g(5, 20) == pytest.approx(10.0)  # the last cell's slope along x: 6 + 2 * (6 - 2) / 2
+    assert g(0, 15) == 0.0
+    with pytest.raises(ValueError, match="curve.z"):
+        Grid2D((1.0, 3.0), (10.0, 20.0), ((1.0, 2.0),))
+
+
+def test_grid_over_cached_context_separates_first_and_later_chunks():
+    # y_minus_x: second axis is context - chunk (tokens cached before the chunk)
+    g = Grid2D((16.0, 64.0), (0.0, 64.0), ((1.0, 3.0), (2.0, 6.0)), y_minus_x=True)
+    assert g(16, 16) == 1.0 and g(16, 80) == 3.0 and g(64, 128) == 6.0
 
 
 # --- step composition -------------------------------------------------------------------------------
@@ -139,6 +155,10 @@ def test_profile_round_trips_through_its_file(tmp_path):
     (lambda d: d.pop("ops"), "profile.ops"),
     (lambda d: d["ops"].pop("qkv_proj"), "profile.ops"),
     (lambda d: d["ops"]["qkv_proj"]["curve"].update(kind="spline"), "profile.ops.qkv_proj.curve.kind"),
+    (lambda d: d["ops"]["attn_decode"].update(curve={"kind": "pwl", "x": [1], "y": [1]}),
+     "profile.ops.attn_decode.curve.kind"),
+    (lambda d: d["ops"]["attn_decode"].update(curve={"kind": "grid", "x": [1, 2], "y": [1, 2], "z": [[1, 2]]}),
+     "profile.ops.attn_decode.curve"),
     (lambda d: d["ops"]["qkv_proj"]["curve"].update(x=[3, 2]), "profile.ops.qkv_proj.curve"),
     (lambda d: d["ops"]["attn_decode"].update(inputs=["num_tokens"]), "profile.ops.attn_decode.inputs"),
     (lambda d: d["model"].update(hidden_size="big"), "profile.model.hidden_size"),
