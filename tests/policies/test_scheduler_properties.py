@@ -7,6 +7,8 @@ request got exactly its output tokens, and under FCFS nobody was overtaken at ad
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,6 +26,8 @@ COMBOS = [
     and not (policy == "static" and prefix)  # static batching ignores the prefix cache
 ]
 PREFIXES = [list(range(1, 25)), list(range(100, 112))]
+# examples per combination; raise it for a soak run: SERVESIM_HYPOTHESIS_EXAMPLES=500 pytest ...
+MAX_EXAMPLES = int(os.environ.get("SERVESIM_HYPOTHESIS_EXAMPLES", "25"))
 
 
 @st.composite
@@ -115,7 +119,7 @@ class KVShadow:
 
 
 @pytest.mark.parametrize("policy,queue,preemption,prefix", COMBOS)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(w=workloads())
 def test_every_request_ends_and_every_block_comes_back(policy, queue, preemption, prefix, w):
     overrides, reqs, stop_at = w
