@@ -8,7 +8,7 @@ Each run is replayed with its recorded arrivals and lengths on the layout its na
   first (`continuous`), 256 seqs, 2048-token budget (README: assumed defaults);
 - `distserve-c21d11-*`: prefill TP 2 + decode TP 1; `distserve-c21d12-*`: prefill TP 2 + decode
   "pp 2", run here as decode TP 2 (no pipeline parallelism in servesim: an approximation);
-  plain `distserve-*`: layout not recorded, assumed prefill TP 1 + decode TP 1.
+  plain `distserve-*`: layout not recorded, assumed c21d11 (their measured means match those runs').
   DistServe returns the first token from the prefill instance (`first_token = "prefill"`); KV moves
   over NVLink (one 4xA100 node). KV capacity per instance from profile_data/max_num_tokens.csv.
 
@@ -70,8 +70,10 @@ def layout(name: str) -> tuple[dict, str]:
     if kind == "vllm":
         return base, "vLLM 1 x TP1"
     if ctp is None:
-        ctp, cpp, dtp, dpp = 1, 1, 1, 1
-        desc = "DistServe (layout not recorded: assumed P TP1 + D TP1)"
+        # not recorded; their measured TTFT/TPOT equal the c21d11 runs' at the same rate (e.g.
+        # distserve-300-3: 88/38 ms, distserve-c21d11-300-3: 92/38 ms), so assume that layout
+        ctp, cpp, dtp, dpp = 2, 1, 1, 1
+        desc = "DistServe (not recorded: assumed P TP2 + D TP1)"
     else:
         ctp, cpp, dtp, dpp = int(ctp), int(cpp), int(dtp), int(dpp)
         desc = f"DistServe P TP{ctp} + D TP{dtp}" + (f" (pp{dpp} run as TP{dtp * dpp})" if dpp > 1 else "")

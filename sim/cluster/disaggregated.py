@@ -8,8 +8,11 @@ A request's life (the user-visible `Request` is driven by hand from its two halv
    proxy streams from the decode instance) or at once (`"prefill"`, DistServe).
 2. The prefill half ends and its scheduler frees its blocks; the cluster at once re-takes as many
    blocks on the prefill replica (a placeholder holder), so the KV stays held until it has moved.
-3. The request waits (FIFO per decode replica) until the chosen decode replica can allocate the
-   blocks for prompt + first token; those blocks are reserved there (held on both sides now).
+3. The request waits (FIFO per decode replica) until the chosen decode replica has no request of
+   its own waiting for blocks (back-pressure: a decode side that preempts pulls nothing new) and can
+   allocate the blocks for prompt + first token; those are reserved there (held on both sides now).
+   Meanwhile the prefill side keeps holding the KV, so an overloaded decode pool fills the prefill
+   pool's memory and TTFT grows, as in DistServe.
 4. The transfer takes `link.transfer_time(prompt tokens x KV bytes per token)`; then both holds
    are released and a decode half (prompt + first token as its "prompt", `max_tokens - 1`) is
    submitted to the decode replica, whose scheduler admits it when its blocks fit.
@@ -46,14 +49,17 @@ class PreloadedKVLatency:
     its KV) the entry is removed and the request costs what any request costs.
     """
 
-    def __init__(self, inner, preloaded: dict) -> None:
+    def __init__(self, inner, preloaded: dict, on_step=None) -> None:
         self.inner = inner
         self.preloaded = preloaded
+        self.on_step = on_step  # called at each step, right after the scheduler admitted what it could
 
     def __getattr__(self, name: str):  # anything else (e.g. swap bandwidth) is the inner model's
         return getattr(self.inner, name)
 
     def step_time(self, plan) -> float:
+        if self.on_step is not None:
+            self.on_step()
         pre = self.preloaded
         if not pre:
             return self.inner.step_time(plan)
@@ -106,6 +112,17 @@ def _hold(block_manager, req_id: str, now: float, num_tokens: int) -> Request | 
     return holder if block_manager.allocate_slots(holder, num_tokens) else None
 
 
+def _wake(replica) -> None:
+    """Wake an idle `Replica` after blocks were freed outside its own loop.
+
+    A replica sleeps when its plan is empty until the next submit; a released KV hold is not a
+    submit, so poke its wake-up event (the Replica's own idle mechanism).
+    """
+    event = getattr(replica, "_wakeup", None)
+    if event is not None and not event.triggered:
+        event.succeed()
+
+
 class DisaggregatedCluster:
     """Prefill replicas `p0..`, decode replicas `d0..`, routers for each pool, and the KV link."""
 
@@ -122,7 +139,7 @@ class DisaggregatedCluster:
         self.prefill = [build_replica(env, c, halves, name, latency_model) for name, c in prefill_cfgs]
         self.preloaded: dict = {}
         self.decode = []
-        for name, c in decode_cfgs:
+        for j, (name, c) in enumerate(decode_cfgs):
             if "max_num_batched_tokens" not in d.decode.scheduler:
                 # received KV is not computed: let a whole prompt be admitted in one step, as vLLM's
                 # P/D connectors count only new tokens against the decode side's budget
@@ -130,7 +147,9 @@ class DisaggregatedCluster:
                 c = dataclasses.replace(c, scheduler=dataclasses.replace(
                     s, max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_model_len + s.max_num_seqs)))
             inner = resolve_latency_model(latency_model, c)
-            self.decode.append(build_replica(env, c, halves, name, PreloadedKVLatency(inner, self.preloaded)))
+            # each step start is a chance to pull more KV: the scheduler has just admitted its waiting
+            pull = lambda j=j: self._start_transfers(j, env.now)
+            self.decode.append(build_replica(env, c, halves, name, PreloadedKVLatency(inner, self.preloaded, pull)))
         for i, r in enumerate(self.prefill):
             r.on_finish.append(lambda req, now, i=i: self._prefill_done(req, now, i))
         for j, r in enumerate(self.decode):
@@ -202,7 +221,8 @@ class DisaggregatedCluster:
     # --- the link -------------------------------------------------------------------------------
     def _start_transfers(self, j: int, now: float) -> None:
         """Start every transfer at the head of decode replica j's queue whose blocks fit there."""
-        bm = self.decode[j].scheduler.block_manager
+        scheduler = self.decode[j].scheduler
+        bm = scheduler.block_manager
         queue = self.pending[j]
         while queue:
             t = queue[0]
@@ -213,6 +233,8 @@ class DisaggregatedCluster:
                 self._end(t.request, FinishReason.REJECTED, now,
                           f"decode replica {self.decode[j].name} can never hold {n} tokens of KV")
                 continue
+            if scheduler.num_waiting:
+                break  # back-pressure: the decode side pulls no new KV while its own requests wait for blocks
             reservation = _hold(bm, f"{t.request.req_id}/kv-in", now, n)
             if reservation is None:
                 break  # first come, first served: wait for blocks to free up
@@ -221,7 +243,9 @@ class DisaggregatedCluster:
 
     def _release(self, t: _Transfer) -> None:
         if t.prefill_hold is not None:
-            self.prefill[t.prefill].scheduler.block_manager.free(t.prefill_hold)
+            replica = self.prefill[t.prefill]
+            replica.scheduler.block_manager.free(t.prefill_hold)
+            _wake(replica)  # it may be asleep with prefills that wait for exactly these blocks
         self.views[t.decode].incoming_tokens -= t.tokens
 
     def _transfer(self, t: _Transfer, reservation: Request):
