@@ -166,3 +166,14 @@ def test_check_invariants_catches_a_leak():
     r.block_table.pop()  # a block no table references but that is not free
     with pytest.raises(AssertionError):
         bm.check_invariants()
+
+
+def test_a_freed_requests_tail_block_is_evicted_first():
+    bm = make_bm(num_gpu_blocks=3, block_size=4, prefix=True)
+    a = make_req(0, 12, list(range(12)))
+    bm.allocate(a, 12)  # 3 full blocks, all cached
+    bm.free(a)  # freed in reverse order: the tail block is at the LRU head
+    bm.allocate(make_req(1, 4), 4)  # takes one block: evicts a's last block
+    again = make_req(2, 13, list(range(12)) + [99])
+    assert bm.get_computed_blocks(again)[1] == 8  # the first two blocks survived
+    bm.check_invariants()

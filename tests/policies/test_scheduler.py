@@ -89,3 +89,29 @@ def test_make_scheduler_and_config_errors_name_the_field():
     off = real_make_scheduler(SchedulerConfig(policy="vllm"), CacheConfig(num_gpu_blocks=64, enable_prefix_caching=False))
     assert not off.block_manager.enable_prefix_caching
     assert not real_make_scheduler(SchedulerConfig(policy="chunked"), CacheConfig()).block_manager.enable_prefix_caching
+
+
+def test_abort_a_swapped_request_returns_its_cpu_blocks():
+    sched = make_scheduler(preemption="swap", num_gpu_blocks=4, block_size=4, num_cpu_blocks=8)
+    a, b = make_requests(2, prompt=6, max_tokens=8)
+    for r in (a, b):
+        sched.add_request(r, 0.0)
+    now = 0.0
+    while not b.is_swapped:
+        step(sched, now)
+        now += 0.01
+    assert sched.block_manager.num_free_cpu_blocks < 8
+    sched.abort_request(1, now)
+    assert sched.num_swapped == 0 and sched.block_manager.num_free_cpu_blocks == 8
+    assert b.finish_reason is FinishReason.ABORTED
+    sched.block_manager.check_invariants()
+
+
+def test_abort_between_schedule_and_update_records_nothing():
+    sched = make_scheduler()
+    (r,) = make_requests(1, prompt=4, max_tokens=3)
+    sched.add_request(r, 0.0)
+    plan = sched.schedule(0.0)
+    sched.abort_request(0, 0.005)
+    assert sched.update(plan, StepResult(0.01), 0.01) == []
+    assert r.num_output_tokens == 0 and r.finish_reason is FinishReason.ABORTED and not sched.has_unfinished()
