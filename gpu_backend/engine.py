@@ -19,7 +19,9 @@ Public API (stable; `gpu_backend.serve` builds on it):
   queue / `loop.call_soon_threadsafe`).
 - `engine.abort(req_id)`: thread-safe cancellation; the request's blocks are freed at the next step
   boundary and it ends FINISHED / aborted.
-- `engine.start()` / `engine.stop()`: run the loop on a background thread (for a server).
+- `engine.start()` / `engine.stop()`: run the loop on a background thread (for a server). If a step
+  raises there, `engine.error` holds the exception and every live request ends aborted (callbacks
+  get their final output), so no client waits forever.
 - `engine.step() -> bool`: one iteration on the caller's thread (False when there was nothing to run).
 - `engine.run_workload(workload, progress=True) -> EngineResult`: real-time replay of a `sim`
   workload on the caller's thread: requests are admitted at their arrival times (at the first step
@@ -31,6 +33,7 @@ Public API (stable; `gpu_backend.serve` builds on it):
 from __future__ import annotations
 
 import heapq
+import logging
 import itertools
 import threading
 import time
@@ -182,6 +185,7 @@ class Engine:
         self._callbacks: dict[int | str, Callable] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self.error: Exception | None = None  # set when the background loop died on an exception
         self._t0 = time.perf_counter()
         self.num_steps = 0
         self.num_preemptions = 0
@@ -261,6 +265,7 @@ class Engine:
         self.schedule_time_s += time.perf_counter() - t
         if plan.is_empty:
             return False
+        record = record_step(plan, start, 0.0, self.scheduler)  # queues and KV read while the step runs, as in sim
         result = self.runner.execute(plan)
         end = self.now()
         t = time.perf_counter()
@@ -268,7 +273,8 @@ class Engine:
         self.schedule_time_s += time.perf_counter() - t
         self.num_steps += 1
         self.num_preemptions += len(plan.preempted) + len(plan.swapped_out)
-        self.recorder.add_step(record_step(plan, start, end - start, self.scheduler))
+        record.duration = end - start  # measured: scheduling + swaps + batch assembly + forward + sampling
+        self.recorder.add_step(record)
         for hook in self.step_hooks:
             hook(plan, result)
         for seq in plan.seqs:
@@ -311,10 +317,16 @@ class Engine:
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stopping:
-            if not self.step():
-                self._wakeup.wait(0.05)  # idle: sleep until a request or abort arrives
-                self._wakeup.clear()
+        try:
+            while not self._stopping:
+                if not self.step():
+                    self._wakeup.wait(0.05)  # idle: sleep until a request or abort arrives
+                    self._wakeup.clear()
+        except Exception as exc:  # a failed step must not leave clients waiting forever
+            self.error = exc
+            logging.getLogger(__name__).exception("engine step failed; aborting live requests")
+            self._stopping = True
+            self._end_stuck(f"engine error: {exc!r}")
 
     def stop(self) -> None:
         """Stop the background thread (after its current step)."""

@@ -230,3 +230,23 @@ def test_concurrent_ingress_from_many_threads(tiny_model):
     assert len(engine.recorder.requests) == 20
     stats = engine.stats()
     assert stats["num_used_gpu_blocks"] == 0 and stats["num_requests"] == 20
+
+
+def test_a_failing_step_on_the_background_thread_ends_every_request(tiny_model):
+    engine = make_engine(tiny_model)
+    finals = []
+    done = threading.Event()
+
+    def boom(plan):
+        raise RuntimeError("device lost")
+
+    engine.runner.execute = boom
+    engine.start()
+    try:
+        engine.add_request(make_request(0, PROMPTS[0], 4), lambda o: (finals.append(o), o.finished and done.set()))
+        assert done.wait(30)
+    finally:
+        engine.stop()
+    assert isinstance(engine.error, RuntimeError)
+    assert [(o.finished, o.finish_reason) for o in finals] == [(True, "aborted")]
+    assert engine.scheduler.block_manager.num_used_gpu_blocks == 0
