@@ -83,3 +83,20 @@ def test_a_closed_pipe_is_not_an_error():
     proc = subprocess.run(f"{sys.executable} -m servesim.cli simulate {DEFAULT} --set workload.num_requests=20 | head -1",
                           shell=True, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.stdout.startswith("requests") and "Traceback" not in proc.stderr
+
+
+def test_from_run_rebuilds_a_real_runs_config(shared_data, capsys):
+    runs = shared_data / "groundtruth" / "vllm-0.11-jan2026"
+    run_dir = next((p for p in sorted(runs.glob("*")) if p.is_dir()), None)
+    if run_dir is None:
+        pytest.skip(f"no run folders in {runs}")
+    code = main(["simulate", "--from-run", str(run_dir), "--quiet", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    assert summary["num_requests"] > 0 and summary["num_finished"] + summary["num_rejected"] == summary["num_requests"]
+
+
+def test_config_and_from_run_together_is_bad_input(capsys):
+    assert main(["simulate", str(DEFAULT), "--from-run", "x"]) == 2
+    assert capsys.readouterr().err.startswith("servesim simulate: error: --from-run")
