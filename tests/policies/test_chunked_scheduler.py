@@ -87,3 +87,33 @@ def test_oom_preempts_the_newest_running_request_by_recompute():
     assert reqs[2].state is RequestState.WAITING and sched.num_waiting == 1
     assert set(plan.num_scheduled_tokens) == {0, 1}
     sched.block_manager.check_invariants()
+
+
+def _stream(sched, long_req, steps=60, per_step=2, priority=0):
+    """Feed `per_step` short requests every step while `long_req` competes; returns steps until it finished."""
+    sched.add_request(long_req, 0.0)
+    now, k = 0.0, 0
+    for k in range(steps):
+        for j in range(per_step):
+            sched.add_request(Request(f"s{k}-{j}", now, 8, 6, priority=priority), now)
+        step(sched, now)
+        now += 0.01
+        if long_req.is_finished:
+            return k + 1
+    return None
+
+
+def test_fcfs_serves_a_long_request_despite_a_stream_of_short_ones():
+    sched = make_scheduler(max_num_batched_tokens=64, max_num_seqs=8, num_gpu_blocks=1024, max_model_len=512)
+    long_req = Request("long", 0.0, 200, 10)
+    took = _stream(sched, long_req)
+    # first in line: its chunks come first every step (ceil(200 / 64) steps), then one token per step
+    assert took is not None and took <= -(-200 // 64) + 10
+
+
+def test_priority_can_starve_a_low_priority_request_where_fcfs_does_not():
+    sched = make_scheduler(queue="priority", max_num_batched_tokens=64, max_num_seqs=8, num_gpu_blocks=1024,
+                           max_model_len=512)
+    low = Request("low", 0.0, 200, 10, priority=5)
+    sched.add_request(Request("hog", 0.0, 8, 6, priority=0), 0.0)
+    assert _stream(sched, low, steps=40, per_step=3, priority=0) is None  # preempted/overtaken all along
