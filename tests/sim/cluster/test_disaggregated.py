@@ -122,3 +122,18 @@ def test_colocation_wins_when_ttft_binds_and_tpot_is_loose():
     """Long prompts, short answers, strict TTFT: colocated, both GPUs prefill; disaggregated, only one does."""
     r = _per_gpu_goodput((2000, 0.15, 2500), (20, 0.3, 40), SLO(ttft_s=0.3, tpot_s=0.1))
     assert r["colocated"].rate_per_gpu > 1.3 * r["disaggregated"].upper / 2
+
+
+def test_an_overloaded_decode_pool_backs_up_into_the_prefill_pool_and_nothing_gets_stuck():
+    """Decode memory for ~3 requests, prefill memory for ~6: KV holds fill the prefill side, which
+    stops admitting prefills until transfers free it; every request still finishes."""
+    res = simulate(make_config(DISAGG + ["disaggregation.decode={hardware = {num_gpu_blocks = 128}}",
+                                         "disaggregation.prefill={hardware = {num_gpu_blocks = 256}}",
+                                         "workload.rate=100", "workload.num_requests=60"],
+                               prompt=(600, 0.0, 600), output=(40, 0.0, 40)))
+    reqs, steps = res.requests, res.steps
+    assert (reqs["finish_reason"] == "length").all(), reqs["reject_reason"].dropna().unique()
+    p = steps[steps.replica == "p0"]
+    assert p["kv_usage"].max() > 0.8  # the holds filled the prefill side ...
+    assert p["num_waiting"].max() > 10  # ... so arrivals queued there: TTFT carries the back-pressure
+    assert reqs["ttft_s"].max() > 10 * reqs["ttft_s"].min()
