@@ -126,3 +126,12 @@ def test_cli_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
     config.write_text(f'[model]\nname = "{TINY_CONFIG}"\n[hardware]\nnum_gpu_blocks = 64\n')
     assert main(["run", str(config), "--device", "cuda", "--quiet"]) == 2
     assert "--device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["engine.toml", "engine-swap.toml"])
+def test_example_configs_run_on_the_engine(name, tmp_path):
+    example = TINY_CONFIG.parent.parent / name
+    assert main(["run", str(example), "--quiet", "--out", str(tmp_path), "--set", "workload.num_requests=6",
+                 "--set", "workload.rate=100"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["num_finished"] == 6
