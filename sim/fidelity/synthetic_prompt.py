@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 VOCAB = 32000
 
 
@@ -24,6 +26,18 @@ def segment_token(key: int | None, offset: int) -> int:
     x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
     x ^= x >> 12
     return 1 + x % (VOCAB - 1)
+
+
+def segment_tokens(key: int | None, lo: int, hi: int) -> list[int]:
+    """Ids of offsets [lo, hi) of segment `key` (vectorised `segment_token`)."""
+    if key is None:
+        return [0] * (hi - lo)
+    off = np.arange(lo, hi, dtype=np.uint64)
+    x = (np.uint64(key * 0x9E3779B1 & 0xFFFFFFFF) + off * np.uint64(0x85EBCA77)) & np.uint64(0xFFFFFFFF)
+    x ^= x >> np.uint64(15)
+    x = (x * np.uint64(0x2C1B3C6D)) & np.uint64(0xFFFFFFFF)
+    x ^= x >> np.uint64(12)
+    return (np.uint64(1) + x % np.uint64(VOCAB - 1)).astype(np.int64).tolist()
 
 
 class SyntheticPrompt(Sequence):
@@ -48,7 +62,7 @@ class SyntheticPrompt(Sequence):
             for key, n in self.segments:
                 lo, hi = max(start, pos), min(stop, pos + n)
                 if lo < hi:
-                    out.extend(segment_token(key, o) for o in range(lo - pos, hi - pos))
+                    out.extend(segment_tokens(key, lo - pos, hi - pos))
                 pos += n
                 if pos >= stop:
                     break
