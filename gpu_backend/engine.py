@@ -61,8 +61,9 @@ DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfl
 class EngineConfig:
     """Everything the engine needs when there is no `sim` Config: model, scheduler, cache, runtime.
 
-    `weights` is a safetensors file or folder (None = seeded random weights from `seed`); `dtype`
-    "auto" is float32 on CPU and bfloat16 on CUDA.
+    `weights` is a safetensors file or folder (None = random weights from `weights_seed`, fixed so
+    that the model does not change with the workload); `seed` drives sampling and the synthetic
+    prompt ids of count-only workloads; `dtype` "auto" is float32 on CPU and bfloat16 on CUDA.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -72,12 +73,14 @@ class EngineConfig:
     dtype: str = "auto"
     attention_backend: str = "auto"
     seed: int = 0
+    weights_seed: int = 0
     slo: object | None = None  # a sim.metrics.SLOConfig for goodput, if any
     max_time_s: float | None = None  # run_workload: abort what is still live after this long
 
     def __post_init__(self) -> None:
         check_choice("engine.dtype", self.dtype, tuple(DTYPES))
         check_int("engine.seed", self.seed, 0)
+        check_int("engine.weights_seed", self.weights_seed, 0)
         if self.scheduler.max_model_len > self.model.max_position_embeddings:
             raise ConfigError(f"scheduler.max_model_len: {self.scheduler.max_model_len} exceeds the model's "
                               f"max_position_embeddings={self.model.max_position_embeddings}")
@@ -165,7 +168,7 @@ class Engine:
             raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
         dtype = resolve_dtype(config.dtype, self.device)
         if model is None:
-            model = build_model(config.model, self.device, dtype, config.weights, config.seed)
+            model = build_model(config.model, self.device, dtype, config.weights, config.weights_seed)
         self.model = model.to(self.device)
         self.model_config = model.config
         dtype = next(model.parameters()).dtype

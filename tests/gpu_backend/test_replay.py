@@ -135,3 +135,29 @@ def test_example_configs_run_on_the_engine(name, tmp_path):
                  "--set", "workload.rate=100"]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["num_finished"] == 6
+
+
+def test_safetensors_beside_the_config_json_are_loaded(tmp_path, tiny_model):
+    import shutil
+
+    from engine_factories import make_prompt, make_request
+    from gpu_backend.model import build_model
+
+    other = build_model(tiny_model.config, seed=1)
+    shutil.copy(TINY_CONFIG, tmp_path / "config.json")
+    other.save_safetensors(tmp_path / "model.safetensors")
+
+    def greedy(config, model=None):
+        engine = Engine(config, "cpu", model=model)
+        r = make_request(0, make_prompt(12, seed=5), 6)
+        engine.add_request(r)
+        engine.run_until_done()
+        return engine, r.output_token_ids
+
+    loaded, tokens = greedy(load_config(replay_config(1, 1.0) | {"model": {"name": str(tmp_path / "config.json")}}))
+    assert loaded.config.weights == str(tmp_path)
+    seeded, seeded_tokens = greedy(load_config(replay_config(1, 1.0)))  # no checkpoint: random weights, seed 0
+    assert seeded.config.weights is None
+    assert tokens == greedy(load_config(replay_config(1, 1.0)), model=other)[1]
+    assert seeded_tokens == greedy(load_config(replay_config(1, 1.0)), model=tiny_model)[1]
+    assert tokens != seeded_tokens
