@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     engine_config = dataclasses.replace(engine_config, attention_backend=args.attention_backend)
     engine = Engine(engine_config, args.device)
     engine.config_toml = config_toml
+    engine.warm_up()
     workload = build_workload(config.workload, config.scheduler.max_model_len)
     result = engine.run_workload(workload, progress=not args.quiet)
     out = result.save(args.out) if args.out else None

@@ -310,6 +310,22 @@ class Engine:
                 request.reject_reason = why
                 self._emit(request, [], now)
 
+    def warm_up(self) -> None:
+        """Run a throwaway prefill and decode outside the scheduler, so that one-time costs (lazy
+        kernel init, allocator growth) do not land in the first measured step. Writes only KV slots of
+        block 0..1, which no request owns yet; records nothing."""
+        from policies import BatchPlan, ScheduledSeq
+
+        bs = self.kv_cache.block_size
+        n = min(2 * bs, self.kv_cache.num_blocks * bs, self.config.scheduler.max_model_len) - 1
+        if n < 1:
+            return
+        fake = Request("warmup", 0.0, n, 2, prompt_token_ids=[3] * n)
+        fake.block_table = list(range(-(-(n + 1) // bs)))
+        self.runner.execute(BatchPlan(0, (ScheduledSeq(fake, n, 0, True),)))
+        fake.output_token_ids.append(3)
+        self.runner.execute(BatchPlan(0, (ScheduledSeq(fake, 1, n, True),)))
+
     # --- background thread (serving) ----------------------------------------------------------------
     def start(self) -> None:
         """Run the loop on a background thread until `stop()`."""

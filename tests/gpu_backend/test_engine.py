@@ -250,3 +250,12 @@ def test_a_failing_step_on_the_background_thread_ends_every_request(tiny_model):
     assert isinstance(engine.error, RuntimeError)
     assert [(o.finished, o.finish_reason) for o in finals] == [(True, "aborted")]
     assert engine.scheduler.block_manager.num_used_gpu_blocks == 0
+
+
+def test_warm_up_leaves_no_trace(tiny_model, hf_ref):
+    engine = make_engine(tiny_model, num_gpu_blocks=8, block_size=4)
+    engine.warm_up()
+    assert engine.num_steps == 0 and not engine.recorder.requests and not engine.recorder.steps
+    assert engine.scheduler.block_manager.num_used_gpu_blocks == 0
+    reqs = serve(engine, PROMPTS[1:2], max_tokens=6)
+    check_against_reference(hf_ref, reqs, PROMPTS[1:2])
