@@ -114,25 +114,30 @@ def test_bad_bodies_on_the_real_engine(serve, body, status, field):
     assert r.status_code == status and r.json()["error"]["param"] == field
 
 
-def storm(url: str, n: int) -> int:
+def storm(url: str, n: int) -> tuple[int, int]:
+    """n concurrent streaming clients that hang up after the first chunk: (how many did, how many got 503)."""
     async def one(ac, i):
         async with ac.stream("POST", "/v1/completions", json={"prompt": f"user {i} says", "max_tokens": 500,
                                                              "ignore_eos": True, "stream": True}) as r:
+            if r.status_code == 503:  # more than serve.max_num_waiting without a first token: back-pressure
+                assert "retry-after" in r.headers
+                return 0, 1
             assert r.status_code == 200
             async for line in r.aiter_lines():
                 if line.startswith("data: "):
-                    return 1  # hang up after the first chunk
-        return 0
+                    return 1, 0  # hang up after the first chunk
+        return 0, 0
 
     async def main():
         async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=n)) as ac:
-            return sum(await asyncio.gather(*[one(ac, i) for i in range(n)]))
+            results = await asyncio.gather(*[one(ac, i) for i in range(n)])
+        return sum(a for a, _ in results), sum(b for _, b in results)
     return asyncio.run(main())
 
 
 def test_clients_hanging_up_mid_stream_leak_no_kv_blocks(serve):
     before = metrics(serve.url)
-    assert storm(serve.url, 100) == 100
+    assert storm(serve.url, 100) == (100, 0)  # 100 < serve.max_num_waiting: all admitted
     m = wait_settled(serve.url)
     assert m["servesim:num_kv_blocks_used"] == 0 and m["servesim:num_requests_in_flight"] == 0, m
     aborted = m['servesim:request_success_total{finished_reason="abort"}'] - \
@@ -144,9 +149,15 @@ def test_clients_hanging_up_mid_stream_leak_no_kv_blocks(serve):
 
 @pytest.mark.slow
 def test_a_thousand_clients_hanging_up(serve):
-    assert storm(serve.url, 1000) == 1000
+    before = metrics(serve.url)
+    hung_up, refused = storm(serve.url, 1000)
+    assert hung_up + refused == 1000 and hung_up >= 256  # at least a full waiting queue got in
     m = wait_settled(serve.url, 120)
     assert m["servesim:num_kv_blocks_used"] == 0 and m["servesim:num_requests_in_flight"] == 0, m
+    assert m['servesim:request_refused_total{reason="queue_full"}'] - \
+        before['servesim:request_refused_total{reason="queue_full"}'] == refused
+    assert m['servesim:request_success_total{finished_reason="abort"}'] - \
+        before['servesim:request_success_total{finished_reason="abort"}'] == hung_up
 
 
 def test_sigterm_writes_every_request(serve):
