@@ -47,6 +47,13 @@ def parse_prices(items: list[str]) -> dict[str, float]:
     return prices
 
 
+def shape(row: dict) -> str:
+    """'2 x H100-SXM tp1' or 'P 1x tp2 + D 2x tp1 on H100-SXM'."""
+    if row.get("layout") == "colocated":
+        return f"{row['replicas']} x {row['gpu']} tp{row['tp']}"
+    return f"P {row['prefill']} + D {row['decode']} on {row['gpu']}"
+
+
 def run(args) -> int:
     try:
         grid = CandidateGrid(gpus=tuple(g.strip() for g in args.gpus.split(",") if g.strip()),
@@ -61,18 +68,22 @@ def run(args) -> int:
     slo = slo_from_args(args)
     result = plan(args.config, args.target_rate, slo, grid, parse_prices(args.price), executor_from_args(args),
                   args.overrides, progress=not args.no_progress)
+    for row in result.rows:
+        row["shape"] = shape(row)
     table = result.table()
-    cols = ["layout", "gpu", "tp", "replicas", "prefill", "decode", "budget", "num_gpus", "cost_per_hour",
-            "slo_attainment", "ttft_s_p90", "tpot_s_p90", "error"]
+    cols = ["layout", "shape", "budget", "num_gpus", "cost_per_hour", "slo_attainment", "ttft_s_p90", "tpot_s_p90",
+            "error"]
+    if "budget" in table and table["budget"].isna().all():
+        cols.remove("budget")
+    if "error" in table and table["error"].isna().all():
+        cols.remove("error")
     print(fmt_table(table.sort_values(["num_gpus", "point"]) if "num_gpus" in table else table, cols))
     if result.by_gpus is None:
         print(f"no candidate serves {args.target_rate} req/s within the SLO; widen --gpus/--tp/--max-gpus")
     else:
         for what, row in (("fewest GPUs", result.by_gpus), ("cheapest", result.by_cost)):
-            shape = (f"{row['replicas']} x {row['gpu']} tp{row['tp']}" if row["layout"] == "colocated"
-                     else f"prefill {row['prefill']} + decode {row['decode']} on {row['gpu']}")
-            print(f"{what:>12}: {row['layout']} {shape}: {row['num_gpus']} GPUs, ${row['cost_per_hour']:.2f}/h, "
-                  f"{row['slo_attainment']:.1%} within SLO")
+            print(f"{what:>12}: {row['layout']} {row['shape']}: {row['num_gpus']} GPUs, "
+                  f"${row['cost_per_hour']:.2f}/h, {row['slo_attainment']:.1%} within SLO")
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         table.to_csv(Path(args.out) / "plan.csv", index=False)
