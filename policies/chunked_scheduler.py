@@ -20,7 +20,7 @@ class ChunkedScheduler(Scheduler):
         if not step.num_preempted:  # vLLM v1: no admissions in a step that had to preempt
             self._schedule_swapped(step)
             if not self.swapped:
-                self._schedule_waiting(step, now)
+                self._schedule_waiting(step)
 
 
 class VllmScheduler(ChunkedScheduler):

@@ -1,7 +1,7 @@
 """`continuous`: iteration-level batching as in Orca / vLLM v0 without chunked prefill.
 
 Finished requests leave and waiting ones join at every step, but a prompt is always prefilled
-whole. We follow vLLM v0's `_schedule_default`: if nothing is swapped out, admit whole prompts
+whole (so the step budget is at least `max_model_len`, as vLLM v0 requires without chunking). We follow vLLM v0's `_schedule_default`: if nothing is swapped out, admit whole prompts
 first; a step that admitted any prefill is prefill-only (the running decodes wait one step);
 otherwise run the decodes (preempting on OOM) and, if nobody was preempted, swap requests back in.
 """
@@ -18,7 +18,7 @@ class ContinuousScheduler(Scheduler):
 
     def _schedule_pass(self, step: StepBuilder, now: float) -> None:
         if not self.swapped:
-            self._schedule_waiting(step, now)
+            self._schedule_waiting(step)
         if not step.scheduled:
             self._schedule_running(step)
             if not step.num_preempted:

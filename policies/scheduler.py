@@ -17,9 +17,11 @@ Admission (`add_request`) rejects at once, with a reason, a request that could n
   covers vLLM's "prompt >= max_model_len");
 - its KV at full length (prompt + max_tokens - 1 tokens; the last sampled token needs no KV) needs
   more blocks than the GPU has, minus the watermark;
-- whole-prompt policies (`continuous`, `static`): prompt > max_num_batched_tokens (vLLM v0 ignores
-  such prompts). A recompute of prompt + generated that outgrows the budget likewise ends REJECTED
-  there, as in vLLM v0; configure max_num_batched_tokens >= max_model_len to avoid it (v0 required it).
+
+Whole-prompt policies (`continuous`, `static`) use a step budget of at least `max_model_len`: vLLM v0
+without chunked prefill requires max_num_batched_tokens >= max_model_len (and defaults to
+max(max_model_len, 2048)). Rather than refuse a smaller setting we raise the floor, so every
+admissible prompt, and every recompute of prompt + generated tokens, fits in one step.
 """
 from __future__ import annotations
 
@@ -64,6 +66,8 @@ class Scheduler:
         self.requests: dict = {}  # req_id -> live (unfinished) request
         self.step_id = 0
         self.token_budget = config.max_num_batched_tokens
+        if self.whole_prompts:  # see the module docstring: a whole prompt must always fit one step
+            self.token_budget = max(self.token_budget, config.max_model_len)
         self.max_num_seqs = config.max_num_seqs
         self.long_prefill_token_threshold = config.long_prefill_token_threshold
 
@@ -94,9 +98,6 @@ class Scheduler:
         if not bm.can_ever_fit(p + m - 1):
             return (f"needs {bm.blocks_for(p + m - 1)} KV blocks for {p + m - 1} tokens but the GPU has "
                     f"{bm.num_gpu_blocks} ({bm.watermark_blocks} kept free by the watermark)")
-        if self.whole_prompts and p > self.token_budget:
-            return (f"prompt ({p} tokens) exceeds max_num_batched_tokens ({self.token_budget}) and policy "
-                    f"{self.config.policy!r} never splits a prompt")
         return None
 
     def add_request(self, req: "Request", now: float | None = None) -> bool:
@@ -216,7 +217,7 @@ class Scheduler:
             self.running.append(req)
             step.add(req, n)
 
-    def _schedule_waiting(self, step: StepBuilder, now: float) -> None:
+    def _schedule_waiting(self, step: StepBuilder) -> None:
         """Admit waiting requests in queue order while budget, seats and blocks (with watermark) allow."""
         bm = self.block_manager
         waiting = self.waiting
@@ -227,13 +228,7 @@ class Scheduler:
                     continue
                 break
             blocks, hit = bm.get_computed_blocks(req)
-            remaining = req.num_tokens - hit
-            if self.whole_prompts and remaining > self.token_budget:
-                waiting.pop()  # a recompute that outgrew the budget can never run again (vLLM v0 drops it)
-                self._finish(req, FinishReason.REJECTED, now,
-                             f"recompute of {remaining} tokens exceeds max_num_batched_tokens ({self.token_budget})")
-                continue
-            n = self._chunk(remaining, step.budget)
+            n = self._chunk(req.num_tokens - hit, step.budget)
             if n <= 0:
                 break
             if not bm.allocate_slots(req, n, blocks, use_watermark=True):

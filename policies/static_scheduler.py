@@ -2,7 +2,7 @@
 
 A batch forms only when the engine is idle: up to `static_max_batch_size` (default `max_num_seqs`)
 waiting requests in queue order, while the padded prefill (batch size x longest prompt) fits in
-`max_num_batched_tokens` and every member's worst-case KV (prompt + max_tokens - 1 tokens) fits in
+the step budget (`max_num_batched_tokens`, at least `max_model_len`) and every member's worst-case KV (prompt + max_tokens - 1 tokens) fits in
 the free GPU blocks (minus the watermark), so a batch never needs preemption. The batch then runs
 until its longest member finishes; nothing joins meanwhile.
 

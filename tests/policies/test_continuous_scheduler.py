@@ -24,7 +24,7 @@ def test_whole_prompts_and_prefill_only_steps():
 
 
 def test_a_prompt_that_does_not_fit_the_remaining_budget_waits_for_the_next_step():
-    sched = make_scheduler(policy="continuous", max_num_batched_tokens=32, max_num_seqs=8)
+    sched = make_scheduler(policy="continuous", max_num_batched_tokens=16, max_model_len=32, max_num_seqs=8)
     reqs = make_requests(3, prompt=[20, 20, 5], max_tokens=2)
     for r in reqs:
         sched.add_request(r, 0.0)

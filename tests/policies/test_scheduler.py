@@ -23,13 +23,16 @@ def test_too_long_requests_are_rejected_at_once_and_never_block(policy):
     assert ok.finish_reason is FinishReason.LENGTH
 
 
-def test_whole_prompt_policies_reject_prompts_over_the_budget():
-    sched = make_scheduler(policy="continuous", max_num_batched_tokens=32, max_model_len=256)
-    r = Request(0, 0.0, 40, 2)
-    assert not sched.add_request(r, 0.0)
-    assert "max_num_batched_tokens" in r.reject_reason
+@pytest.mark.parametrize("policy", ["continuous", "static"])
+def test_whole_prompt_policies_run_any_admissible_prompt_in_one_step(policy):
+    sched = make_scheduler(policy=policy, max_num_batched_tokens=32, max_model_len=256)
+    assert sched.token_budget == 256  # vLLM v0 needs budget >= max_model_len without chunking
+    r = Request(0, 0.0, 250, 6)
+    assert sched.add_request(r, 0.0)
+    plan, _ = step(sched)
+    assert plan.num_scheduled_tokens == {0: 250}
     chunked = make_scheduler(policy="chunked", max_num_batched_tokens=32, max_model_len=256)
-    assert chunked.add_request(Request(1, 0.0, 40, 2), 0.0)
+    assert chunked.token_budget == 32
 
 
 def test_abort_frees_blocks_at_once():

@@ -65,7 +65,10 @@ def workloads(draw):
 def check_step(sched, plan, cfg) -> None:
     sched.block_manager.check_invariants()
     live = [s for s in plan.seqs if not s.is_padding]
-    assert plan.num_tokens <= cfg["max_num_batched_tokens"], "token budget exceeded"
+    budget = cfg["max_num_batched_tokens"]
+    if cfg["policy"] in ("continuous", "static"):  # whole prompts: the budget is at least max_model_len
+        budget = max(budget, cfg["max_model_len"])
+    assert plan.num_tokens <= budget, "token budget exceeded"
     assert len(live) <= cfg["max_num_seqs"] and sched.num_running <= cfg["max_num_seqs"], "max_num_seqs exceeded"
     ids = [s.req_id for s in live]
     assert len(ids) == len(set(ids)), "a request scheduled twice in one step"
@@ -142,8 +145,8 @@ def test_every_request_ends_and_every_block_comes_back(policy, queue, preemption
     for r in reqs:
         assert r.state is RequestState.FINISHED, r
         assert r.block_table == [] and r.cpu_block_table == []
-        if r.finish_reason is FinishReason.REJECTED:
-            assert r.reject_reason
+        if r.finish_reason is FinishReason.REJECTED:  # only ever at admission, never after running
+            assert r.reject_reason and r.first_scheduled_time is None and r.num_output_tokens == 0
             continue
         want = stop_at.get(r.req_id, r.max_tokens)
         assert r.num_output_tokens == want, (r, want)

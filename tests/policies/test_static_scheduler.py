@@ -57,7 +57,7 @@ def test_batch_size_and_memory_limit_the_batch():
 
 
 def test_padded_prefill_respects_the_token_budget():
-    sched = make_scheduler(policy="static", max_num_seqs=8, max_num_batched_tokens=40)
+    sched = make_scheduler(policy="static", max_num_seqs=8, max_num_batched_tokens=30, max_model_len=40)
     for r in make_requests(4, prompt=[10, 10, 20, 5], max_tokens=2):
         sched.add_request(r, 0.0)
     plan, _ = step(sched)
