@@ -264,3 +264,32 @@ def test_request_fields_reach_the_engine(make_engine, make_server, running):
     assert (s.temperature, s.top_p, s.seed, s.stop_token_ids) == (0.7, 0.9, 11, (7,))
     # OpenAI defaults when the client says nothing: sample at temperature 1, stop at EOS
     assert (second.sampling.temperature, second.sampling.top_p, second.ignore_eos, second.priority) == (1.0, 1.0, False, 0)
+
+
+def test_clients_leaving_before_their_first_token_release_the_queue(make_engine, make_server, running):
+    """Hang-ups while still queued must give back their place, or the server would 503 forever."""
+    engine = make_engine()
+    server = make_server(engine, max_num_waiting=10)
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        engine.pause()
+
+        async def leave_early():
+            async with httpx.AsyncClient(base_url=url, timeout=0.5) as ac:
+                async def one(i):
+                    try:
+                        await ac.post("/v1/completions", json={"prompt": f"q{i}", "max_tokens": 5, "stream": i % 2 == 0})
+                    except httpx.TimeoutException:
+                        return 1
+                    return 0
+                return sum(await asyncio.gather(*[one(i) for i in range(10)]))
+        assert asyncio.run(leave_early()) == 10
+        assert wait_until(lambda: metrics(c)["servesim:num_requests_pending"] == 0), metrics(c)
+        engine.resume()
+        assert wait_until(lambda: settled(c))
+        assert all(r.num_output_tokens == 0 and r.finish_reason.value == "aborted" for r in engine.finished)
+        # the queue is free again: a full batch of new requests is admitted
+        async def ten():
+            async with httpx.AsyncClient(base_url=url, timeout=20) as ac:
+                return await asyncio.gather(*[ac.post("/v1/completions", json={"prompt": "z", "max_tokens": 2})
+                                              for _ in range(10)])
+        assert [r.status_code for r in asyncio.run(ten())] == [200] * 10
