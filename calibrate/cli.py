@@ -2,6 +2,7 @@
 
     servesim calibrate --model examples/tiny-llama/config.json --device cpu --out PROFILE [--quick]
     servesim calibrate import --source aiconfigurator|h100-microbench --gpu H100 --model NAME --tp N --out PROFILE
+        [--host graphs|eager|none]
     servesim calibrate fit-runs ...          (calibrate.fit_runs: host-overhead terms from real runs)
 
 Every path prints the per-op fit error table (median / max abs %, and leave-one-out for the
@@ -30,6 +31,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="a Llama-family name (e.g. llama-2-70b) or a HF config.json")
     imp.add_argument("--tp", type=int, default=1, help="tensor parallelism (per-rank shapes)")
     imp.add_argument("--data-dir", default=None, help="h100-microbench: the folder (default ../shared/data/...)")
+    imp.add_argument("--host", default="graphs", help="host time per step: graphs (CUDA-graph engine, default), "
+                     "eager (no CUDA graphs, NCCL all-reduce: vLLM before 0.3), none (kernels only)")
     imp.add_argument("--out", required=True, dest="import_out", help="profile file to write")
     fit = sub.add_parser("fit-runs", help="fit host-overhead terms from real runs (calibrate.fit_runs)")
     try:
@@ -60,7 +63,8 @@ def run(args) -> int:
     if args.action == "import":
         from calibrate.importers import import_profile
 
-        profile = import_profile(args.source, args.gpu, args.import_model, args.tp, data_dir=args.data_dir)
+        profile = import_profile(args.source, args.gpu, args.import_model, args.tp, data_dir=args.data_dir,
+                                 host=args.host)
         out = args.import_out
     else:
         if not args.model or not args.out:

@@ -17,14 +17,30 @@ from sim.latency.profiled import Profile
 SOURCES = ("aiconfigurator", "h100-microbench")
 
 
-def import_profile(source: str, gpu: str, model: str, tp: int = 1, data_dir: str | Path | None = None) -> Profile:
-    """Build a profile for `model` at tensor parallelism `tp` on `gpu` from published data."""
+def import_profile(source: str, gpu: str, model: str, tp: int = 1, data_dir: str | Path | None = None,
+                   host: str = "graphs") -> Profile:
+    """Build a profile for `model` at tensor parallelism `tp` on `gpu` from published data.
+
+    `host` adds the engine's per-step host time (`calibrate.importers.derived.host_overhead_op`):
+    "graphs" (a CUDA-graph engine, the default), "eager" (no CUDA graphs, NCCL all-reduce only) or
+    "none" (kernel time only).
+    """
+    from calibrate.importers.derived import HOSTS, host_overhead_op
+
     if source not in SOURCES:
         raise ConfigError(f"source: {source!r} is not allowed; choose one of {', '.join(SOURCES)}")
+    if host not in HOSTS:
+        raise ConfigError(f"host: {host!r} is not allowed; choose one of {', '.join(HOSTS)}")
     if source == "aiconfigurator":
         from calibrate.importers.aiconfigurator import import_aiconfigurator
 
-        return import_aiconfigurator(gpu, model, tp)
-    from calibrate.importers.h100_microbench import import_h100_microbench
+        profile = import_aiconfigurator(gpu, model, tp, nccl_only=host == "eager")
+    else:
+        from calibrate.importers.h100_microbench import import_h100_microbench
 
-    return import_h100_microbench(gpu, model, tp, data_dir=data_dir)
+        profile = import_h100_microbench(gpu, model, tp, data_dir=data_dir)
+    op = host_overhead_op(profile.model, host)
+    if op is not None:
+        profile.ops["step_overhead"] = op
+    profile.meta["host"] = host
+    return profile

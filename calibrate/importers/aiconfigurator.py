@@ -100,8 +100,11 @@ def _interp_gemm(df, k: int, n: int) -> list[list[float]]:
     return rows
 
 
-def import_aiconfigurator(gpu: str, model: str, tp: int = 1) -> Profile:
-    """Profile of `model` at tensor parallelism `tp` on `gpu` (H100, H200 or A100) from aiconfigurator data."""
+def import_aiconfigurator(gpu: str, model: str, tp: int = 1, nccl_only: bool = False) -> Profile:
+    """Profile of `model` at tensor parallelism `tp` on `gpu` (H100, H200 or A100) from aiconfigurator data.
+
+    `nccl_only`: all-reduce from the NCCL table alone (engines without vLLM's custom all-reduce).
+    """
     import pandas as pd
     import yaml
 
@@ -158,8 +161,10 @@ def import_aiconfigurator(gpu: str, model: str, tp: int = 1) -> Profile:
     if tp > 1:
         best: dict[int, float] = {}
         srcs = []
-        for op_dir, fname, fws in (("comm", "custom_allreduce_perf.parquet", ("vllm", "sglang", "trtllm")),
-                                   ("comm", "nccl_perf.parquet", ("nccl",))):
+        tables = [("comm", "nccl_perf.parquet", ("nccl",))]
+        if not nccl_only:
+            tables.insert(0, ("comm", "custom_allreduce_perf.parquet", ("vllm", "sglang", "trtllm")))
+        for op_dir, fname, fws in tables:
             try:
                 path, src = _table(system_dir, op_dir, fname, fws)
             except ConfigError:
@@ -178,7 +183,8 @@ def import_aiconfigurator(gpu: str, model: str, tp: int = 1) -> Profile:
         if not best:
             raise ConfigError(f"tp: aiconfigurator has no all-reduce data for {tp} GPUs on {key}")
         ops["all_reduce"] = fit_op("all_reduce", [[float(s), t] for s, t in sorted(best.items())],
-                                   source=f"aiconfigurator {' / '.join(srcs)} all_reduce (faster of custom and NCCL)")
+                                   source=f"aiconfigurator {' / '.join(srcs)} all_reduce"
+                                   + (" (NCCL only)" if nccl_only else " (faster of custom and NCCL)"))
 
     g = system["gpu"]
     ops.update(derived_ops(dims, float(g["mem_bw"]), float(g.get("mem_bw_empirical_scaling_factor", 0.8)),
@@ -193,7 +199,6 @@ def import_aiconfigurator(gpu: str, model: str, tp: int = 1) -> Profile:
         "device": device_name, "torch_version": None, "driver": None, "dtype": "bfloat16",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "source": f"aiconfigurator-core {pkg} ({gemm_src})", "license": "Apache-2.0 (aiconfigurator-core data)",
-        "gpu": key, "notes": "per-op kernel latencies measured by NVIDIA; elementwise ops derived from bandwidth; "
-                             "no host overhead",
+        "gpu": key, "notes": "per-op kernel latencies measured by NVIDIA; elementwise ops and host time derived",
     }
     return Profile(meta=meta, model=dims, ops=ops)

@@ -40,3 +40,32 @@ def derived_ops(dims: dict, mem_bw: float, efficiency: float, launch_s: float, w
         out[name] = fit_op(name, points, source=f"derived: bytes / ({mem_bw:.3g} B/s x {efficiency}) + "
                                                f"{launch_s * 1e6:.1f} us ({why})")
     return out
+
+
+HOSTS = ("graphs", "eager", "none")
+
+
+def host_overhead_op(dims: dict, host: str) -> OpProfile | None:
+    """The engine's per-step host time, which kernel databases do not contain, from the project's
+    documented constants (`sim.latency.roofline.RooflineConstants`, not fitted here):
+
+    - ``graphs``: a CUDA-graph engine (vLLM's default): step_overhead_s + per_seq_overhead_s x seqs;
+    - ``eager``: no CUDA graphs (vLLM `enforce_eager`, or vLLM before 0.3): additionally
+      layer_overhead_s x layers (~12 kernel launches a layer at ~8 us of Python + launch each);
+    - ``none``: kernel time only.
+    """
+    from sim.latency.roofline import RooflineConstants
+
+    if host not in HOSTS:
+        from policies import ConfigError
+
+        raise ConfigError(f"host: {host!r} is not allowed; choose one of {', '.join(HOSTS)}")
+    if host == "none":
+        return None
+    c = RooflineConstants.eager() if host == "eager" else RooflineConstants()
+    per_step = c.step_overhead_s + dims["num_hidden_layers"] * c.layer_overhead_s
+    points = [[n, per_step + n * c.per_seq_overhead_s] for n in (1, 16, 256, 4096)]
+    return fit_op("step_overhead", points, source=(
+        f"derived: {host} engine host time {c.step_overhead_s * 1e3:.2f} ms/step + {c.per_seq_overhead_s * 1e6:.0f} us/seq"
+        + (f" + {c.layer_overhead_s * 1e6:.0f} us/layer" if c.layer_overhead_s else "")
+        + " (sim.latency.RooflineConstants)"))

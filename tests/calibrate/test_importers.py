@@ -103,3 +103,19 @@ def test_h100_microbench_reproduces_a_measured_gemm(shared_data, tmp_path):
     # the 70B shape at TP8 borrows the TP4 decode file with half the heads per rank
     p8 = import_profile("h100-microbench", "H100", "llama-2-70b", 8, data_dir=root)
     assert "64-8-128-tp4 x 0.5" in p8.ops["attn_decode"].source
+
+
+def test_host_time_options():
+    from calibrate.importers.derived import host_overhead_op
+
+    dims = resolve_model("llama-2-70b", 8)
+    eager, graphs = host_overhead_op(dims, "eager"), host_overhead_op(dims, "graphs")
+    assert host_overhead_op(dims, "none") is None
+    # eager = graphs + 80 layers of launch overhead, at any batch
+    from sim.latency.roofline import RooflineConstants
+
+    per_layer = RooflineConstants.eager().layer_overhead_s
+    for n in (1, 64):
+        assert eager.curve(n) - graphs.curve(n) == pytest.approx(80 * per_layer)
+    with pytest.raises(ConfigError, match="^host: 'turbo'"):
+        import_profile("aiconfigurator", "H100", "llama-2-70b", 8, host="turbo")

@@ -1,12 +1,13 @@
 """The imported H100 profile against measured Splitwise static-batch step times (Llama-2-70B, DGX-H100).
 
-The issue's target is a 15% median error. Measured with aiconfigurator-core 0.12.0 (vLLM 0.24 kernel
-timings): 36% median over TP 2/4/8 (TP2 25%, TP4 44%, TP8 59%), every point under-predicted, the
-decode steps most (TP8: 30 ms measured for a near-flat decode vs 12 ms of kernel time). The 2023
-engine behind the Splitwise data spent ~10-20 ms per step outside the kernels that a per-op kernel
-database cannot see, and nothing here may be fitted to this data (it is the test set). The target
-stays asserted as an expected failure, and what the profile does get right (the order of the
-prefill times) is asserted for real. `benchmarks/splitwise_check.py` prints every point.
+The issue's target is a 15% median error. Nothing is fitted to this data (it is the test set). The
+profile: aiconfigurator-core 0.12.0 kernel timings (vLLM 0.24 on H100) plus the host time of an
+eager engine (`host="eager"`: the 2023 vLLM of the Splitwise paper predates CUDA graphs and the
+custom all-reduce; constants from `sim.latency.RooflineConstants.eager()`, NCCL all-reduce data).
+Measured: 16.8% median over TP 2/4/8 (TP2 8.5%, TP4 14.7%, TP8 30.2%, all under-predicted). Kernel
+time alone (`host="none"`) gives 36%. The 15% target stays asserted as an expected failure; the
+figure reached is asserted with a 20% bound so that it cannot silently get worse, and the order of
+the prefill times is asserted too. `benchmarks/splitwise_check.py` prints every point.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from sim.latency.profiled import ProfiledLatencyModel  # noqa: E402
 
 @pytest.fixture(scope="module")
 def rows(shared_data):
-    models = {tp: ProfiledLatencyModel(import_profile("aiconfigurator", "H100", "llama-2-70b", tp)) for tp in (2, 4, 8)}
+    models = {tp: ProfiledLatencyModel(import_profile("aiconfigurator", "H100", "llama-2-70b", tp, host="eager"))
+              for tp in (2, 4, 8)}
     return check(shared_data, models, hardware="h100-80gb")
 
 
@@ -30,10 +32,13 @@ def test_every_measured_point_is_predicted(rows):
     assert (rows.predicted_ms > 0).all()
 
 
-@pytest.mark.xfail(reason="measured 36% median (see module docstring): host overhead of the 2023 engine "
-                          "is not in kernel timings", strict=False)
+@pytest.mark.xfail(reason="measured 16.8% median (TP8 30%): see the module docstring", strict=False)
 def test_h100_profile_predicts_splitwise_within_15_percent(rows):
     assert summary(rows)["all"]["median_abs_pct"] <= 15.0
+
+
+def test_h100_profile_stays_within_what_it_reached(rows):
+    assert summary(rows)["all"]["median_abs_pct"] <= 20.0
 
 
 def test_prefill_times_are_ranked_like_the_measurements(rows):
