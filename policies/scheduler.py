@@ -16,7 +16,8 @@ Admission (`add_request`) rejects at once, with a reason, a request that could n
 - prompt + max_tokens > max_model_len (what vLLM's OpenAI server answers with a 400; this also
   covers vLLM's "prompt >= max_model_len");
 - its KV at full length (prompt + max_tokens - 1 tokens; the last sampled token needs no KV) needs
-  more blocks than the GPU has, minus the watermark;
+  more blocks than the GPU has, minus the watermark.
+A request that passes is never rejected later: a lone request can always grow to its full length.
 
 Whole-prompt policies (`continuous`, `static`) use a step budget of at least `max_model_len`: vLLM v0
 without chunked prefill requires max_num_batched_tokens >= max_model_len (and defaults to
