@@ -56,9 +56,9 @@ class Grid:
     @classmethod
     def make(cls, quick: bool, max_len: int = 2048, max_seqs: int = 256) -> "Grid":
         if quick:
-            tokens = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+            tokens = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
             sampled = (1, 2, 4, 8, 16, 32, 64)
-            chunks, extra = (4, 16, 64, 256, 512), (0, 128, 512)
+            chunks, extra = (4, 16, 64, 256, 1024), (0, 128, 512)
             batches, kvs = (1, 2, 4, 8, 16, 32), (16, 128, 512, 1024)
             return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
                        (1, 4, 16, 64), 2, 5, 24)

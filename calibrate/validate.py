@@ -129,6 +129,12 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
     t0 = time.perf_counter()
     if profile is not None:
         prof = Profile.load(profile)
+        made_with = prof.meta.get("num_threads")
+        if made_with is not None and torch.device(device).type == "cpu" and made_with != torch.get_num_threads():
+            import sys
+
+            print(f"validate: warning: the profile was measured with {made_with} torch thread(s), this run uses "
+                  f"{torch.get_num_threads()}; op times differ with the thread count", file=sys.stderr)
     else:
         prof = calibrate(model_path, device, quick=quick, progress=progress)
     engine_cfg, _ = engine_config_for(config, device)
