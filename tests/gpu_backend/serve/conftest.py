@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_fake_engine import FakeEngine  # noqa: E402
+from serve_fake_engine import SCRIPT_TEXT, FakeEngine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 TINY = REPO / "examples" / "tiny-llama"
-SCRIPT_TEXT = " the quick brown fox jumps over the lazy dog."
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from policies import FinishReason, RequestState
 
+SCRIPT_TEXT = " the quick brown fox jumps over the lazy dog."  # what the tests' fake engine spells
+
 
 @dataclass(frozen=True)
 class RequestOutput:

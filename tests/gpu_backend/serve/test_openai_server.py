@@ -10,7 +10,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from conftest import SCRIPT_TEXT  # noqa: E402
+from serve_fake_engine import SCRIPT_TEXT  # noqa: E402  (conftest put its folder on sys.path)
 from gpu_backend.serve.metrics import parse_metrics  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def expected_text(tokenizer, n: int) -> str:
 @pytest.fixture(scope="module")
 def shared_url(tokenizer):
     """One server (fake engine) for the tests that only need a live endpoint."""
-    from conftest import SCRIPT_TEXT as text
+    from serve_fake_engine import SCRIPT_TEXT as text
     from serve_fake_engine import FakeEngine
 
     from gpu_backend.serve.background import BackgroundServer
