@@ -49,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="stop when upper/lower - 1 <= TOL (default 0.05: the answer is within 5%%)")
     parser.add_argument("--layout", action="append", choices=LAYOUT_CHOICES,
                         help="compare layouts of the same GPU count (repeatable; default: as-is)")
-    parser.add_argument("--out", help="write search.csv (every rate tried) to this folder")
+    parser.add_argument("--out", help="write search.csv (every rate tried) and search.png to this folder")
 
 
 def run(args) -> int:
@@ -82,7 +82,11 @@ def run(args) -> int:
     print(fmt_table(table, ["layout", "rate", "num_gpus", "slo_attainment", "ttft_s_p90", "tpot_s_p90",
                             "goodput_rps"]))
     if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        table.to_csv(Path(args.out) / "search.csv", index=False)
-        print(f"wrote {Path(args.out) / 'search.csv'}")
+        from sim.capacity.plots import plot_search
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "search.csv", index=False)
+        png = plot_search(table, slo.min_attainment, out / "search.png", per_gpu=len(layouts) > 1)
+        print(f"wrote {out / 'search.csv'}" + (f", {png}" if png else ""))
     return 0

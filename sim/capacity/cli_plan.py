@@ -31,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-gpus", type=int, default=8, help="largest layout to consider")
     parser.add_argument("--price", action="append", default=[], metavar="GPU=USD",
                         help="USD per GPU-hour (repeatable; default: the catalog's)")
-    parser.add_argument("--out", help="write plan.csv (every candidate) to this folder")
+    parser.add_argument("--out", help="write plan.csv (every candidate) and plan.png to this folder")
 
 
 def parse_prices(items: list[str]) -> dict[str, float]:
@@ -85,7 +85,11 @@ def run(args) -> int:
             print(f"{what:>12}: {row['layout']} {row['shape']}: {row['num_gpus']} GPUs, "
                   f"${row['cost_per_hour']:.2f}/h, {row['slo_attainment']:.1%} within SLO")
     if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        table.to_csv(Path(args.out) / "plan.csv", index=False)
-        print(f"wrote {Path(args.out) / 'plan.csv'}")
+        from sim.capacity.plots import plot_plan
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "plan.csv", index=False)
+        png = plot_plan(table, out / "plan.png")
+        print(f"wrote {out / 'plan.csv'}" + (f", {png}" if png else ""))
     return 0 if result.by_gpus is not None else 1

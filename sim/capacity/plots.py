@@ -64,3 +64,72 @@ def plot_sweep(df, x: str, keys: Sequence[str], path: str | Path, title: str = "
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def plot_search(table, min_attainment: float, path: str | Path, per_gpu: bool = False) -> Path | None:
+    """SLO attainment against rate for each layout of a capacity search, the knee marked."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for layout, sub in table.groupby("layout", sort=False):
+        sub = sub.sort_values("rate")
+        x = sub["rate"] / sub["num_gpus"] if per_gpu else sub["rate"]
+        line, = ax.plot(x, sub["slo_attainment"] * 100, marker="o", ms=3, label=layout)
+        ok = sub[sub["slo_met"]]
+        if len(ok):
+            knee = ok["rate"].max() / (ok["num_gpus"].iloc[0] if per_gpu else 1)
+            ax.axvline(knee, color=line.get_color(), ls=":", lw=1)
+    ax.axhline(min_attainment * 100, color="grey", ls="--", lw=0.8)
+    ax.set_xlabel("request rate per GPU (req/s)" if per_gpu else "request rate (req/s)")
+    ax.set_ylabel("% of requests meeting every SLO")
+    ax.set_title("SLO search: attainment vs load (dotted: highest sustained rate)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_plan(table, path: str | Path) -> Path | None:
+    """Every planner candidate: cost per hour against GPU count, filled where the SLO is met."""
+    plt = _pyplot()
+    if plt is None or "cost_per_hour" not in table:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    t = table.dropna(subset=["cost_per_hour"])
+    groups = list(t.groupby(["layout", "gpu"], sort=True))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, ((layout, gpu), sub) in enumerate(groups):
+        marker = "o" if layout == "colocated" else "s"
+        color = colors[k % len(colors)]
+        dx = (k - (len(groups) - 1) / 2) * 0.06  # side by side: layouts of one GPU count often cost the same
+        met = sub[sub["slo_met"].astype(bool)]
+        miss = sub[~sub["slo_met"].astype(bool)]
+        ax.scatter(met["num_gpus"] + dx, met["cost_per_hour"], marker=marker, color=color,
+                   label=f"{layout} {gpu}: meets SLO")
+        ax.scatter(miss["num_gpus"] + dx, miss["cost_per_hour"], marker=marker, facecolors="none", edgecolors=color,
+                   label=f"{layout} {gpu}: misses")
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("USD per hour")
+    ax.set_title("Planner candidates")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

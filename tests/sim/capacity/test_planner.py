@@ -80,5 +80,11 @@ def test_plan_cli_prints_both_winners(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "fewest GPUs" in out and "cheapest" in out
     assert (tmp_path / "plan.csv").exists()
+    try:
+        import matplotlib  # noqa: F401
+
+        assert (tmp_path / "plan.png").stat().st_size > 10_000
+    except ImportError:
+        pass
     rc = main(["plan", str(cfg), "--target-rate", "10", "--slo-ttft", "0.5", "--price", "H100", "--no-progress"])
     assert rc == 2 and "--price" in capsys.readouterr().err

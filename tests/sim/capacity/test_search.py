@@ -69,3 +69,5 @@ decode = { count = 1 }
     lines = [ln for ln in out.splitlines() if "sustained" in ln]
     assert len(lines) == 2 and all("2 GPUs" in ln for ln in lines)
     assert (tmp_path / "search.csv").exists()
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "search.png").stat().st_size > 10_000
