@@ -28,12 +28,12 @@ FIT_TERMS = ("compute_scale", "schedule_s", "sample_per_seq_s", "frontend_s")
 STEP_FEATURES = ("gpu_s", "one", "num_seqs", "num_tokens", "num_sampled")
 # typical size of each term (the prior's scale) and its bounds
 PRIOR = np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
-SCALE = np.array([0.2, 1e-3, 2e-5, 2e-6, 2e-5, 5e-3])
+SCALE = np.array([0.3, 5e-3, 1e-4, 1e-5, 1e-4, 0.05])
 LOWER = np.array([0.7, 0.0, 0.0, 0.0, 0.0, 0.0])
 # a front end (HTTP + tokenization) costs milliseconds; a fit that wants seconds is explaining
 # queueing it does not model, so the bound keeps it from hiding that
 UPPER = np.array([1.4, 0.05, 1e-3, 1e-4, 1e-3, 0.05])
-PRIOR_WEIGHT = 0.1
+PRIOR_WEIGHT = 0.01
 REQUEST_WEIGHT = 0.3  # share of a (run, metric)'s weight spread over its single requests
 
 

@@ -15,7 +15,6 @@ The GPU model is wrapped in `HostOverheadLatencyModel` (named host terms). Data-
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,11 +68,23 @@ def distserve_profile(run: RealRun) -> Path | None:
     return None
 
 
-@functools.lru_cache(maxsize=16)
-def _aiconfigurator_profile(gpu: str, model: str, tp: int):
-    from calibrate.importers import import_profile  # optional: needs the aiconfigurator extra
+_AICONFIGURATOR: dict[tuple, object] = {}  # (gpu, model, tp) -> Profile, or the exception it raised
 
-    return import_profile("aiconfigurator", gpu, model, tp)
+
+def _aiconfigurator_profile(gpu: str, model: str, tp: int):
+    """calibrate's import of aiconfigurator's data (optional extra), cached with its failures (slow to load)."""
+    key = (gpu, model, tp)
+    if key not in _AICONFIGURATOR:
+        try:
+            from calibrate.importers import import_profile
+
+            _AICONFIGURATOR[key] = import_profile("aiconfigurator", gpu, model, tp)
+        except Exception as exc:  # noqa: BLE001 - any failure means "no data": fall back
+            _AICONFIGURATOR[key] = exc
+    hit = _AICONFIGURATOR[key]
+    if isinstance(hit, Exception):
+        raise hit
+    return hit
 
 
 def gpu_latency_model(run: RealRun, config, kind: str = "auto"):

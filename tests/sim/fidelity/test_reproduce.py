@@ -1,0 +1,93 @@
+"""servesim reproduce: leave-one-run-out really leaves the scored run out; the report is complete."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from fidelity_helpers import make_measured_run
+
+from servesim.cli import main
+from sim.fidelity import reproduce as reproduce_module
+from sim.fidelity.host_overhead import HostOverhead
+from sim.fidelity.reproduce import reproduce
+from sim.fidelity.runs import find_runs
+
+TRUTH = HostOverhead(compute_scale=1.1, schedule_s=2e-3, sample_per_seq_s=5e-5, frontend_s=0.01)
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gt") / "hand-made"
+    for i, rate in enumerate((3.0, 6.0, 12.0)):
+        make_measured_run(root / f"run{i}", TRUTH, n=24, rate=rate, seed=i)
+    return root
+
+
+def scaled(runs, name, factor):
+    """The same runs, with run `name`'s measurements multiplied by `factor`."""
+    out = []
+    for r in runs:
+        if r.name == name:
+            r = type(r)(**{**r.__dict__, "requests": r.requests.assign(
+                ttft_s=r.requests["ttft_s"] * factor, e2e_s=r.requests["e2e_s"] * factor,
+                tpot_s=r.requests["tpot_s"] * factor)})
+        out.append(r)
+    return out
+
+
+def test_no_run_is_predicted_with_a_fit_that_saw_it(three_runs, monkeypatch):
+    seen = []
+    real_fit = reproduce_module.fit_overhead
+
+    def spy(systems):
+        seen.append({s.name for s in systems})
+        return real_fit(systems)
+
+    monkeypatch.setattr(reproduce_module, "fit_overhead", spy)
+    rep = reproduce(find_runs(three_runs), progress=False)
+    for name, fit in rep.fits.items():
+        assert name not in fit["fitted_on"] and len(fit["fitted_on"]) == 2
+    assert all(set(row.fitted_on.split(";")) == set(rep.fits[row.run]["fitted_on"])
+               for row in rep.table.itertuples())
+    # per-run fits used 2 systems each, never the run they scored (the group fit uses all 3 and scores nothing)
+    assert sorted(len(s) for s in seen) == [2, 2, 2, 3]
+
+
+def test_a_runs_own_measurements_cannot_move_its_prediction(three_runs):
+    # if leave-one-out leaked, tripling run0's measured latencies would change run0's prediction
+    runs = find_runs(three_runs)
+    base = reproduce(runs, progress=False).table.set_index(["run", "metric"])["predicted"]
+    moved = reproduce(scaled(runs, "run0", 3.0), progress=False).table.set_index(["run", "metric"])["predicted"]
+    pd.testing.assert_series_equal(base.loc["run0"], moved.loc["run0"])
+    # ...while the other runs, whose fits did see run0, do move
+    assert not base.loc["run1"].equals(moved.loc["run1"])
+
+
+def test_cli_writes_markdown_csv_and_fits(three_runs, tmp_path):
+    out = tmp_path / "report"
+    assert main(["reproduce", str(three_runs.parent), "--out", str(out), "--quiet"]) == 0
+    table = pd.read_csv(out / "report.csv")
+    assert len(table) == 3 * 3 and set(table["metric"]) == {"ttft_s", "tpot_s", "e2e_s"}
+    assert (table["error"] == (table["predicted"] - table["measured"]) / table["measured"]).all()
+    md = (out / "report.md").read_text()
+    assert "Medians of |error|" in md and "run0" in md and "mean TPOT" in md
+    medians = pd.read_csv(out / "medians.csv", index_col=0)
+    assert medians.loc["all runs", "ttft_s"] == pytest.approx(table[table.metric == "ttft_s"]["error"].abs().median())
+
+
+def test_cli_with_a_given_layer_leaves_its_training_runs_out(three_runs, tmp_path):
+    import json
+
+    layer = tmp_path / "layer.json"
+    layer.write_text(json.dumps({"format": "servesim-overhead", "version": 1, "overhead": TRUTH.to_dict(),
+                                 "fitted_on": ["run0", "run1"]}))
+    out = tmp_path / "given"
+    assert main(["reproduce", str(three_runs), "--overhead", str(layer), "--out", str(out), "--quiet"]) == 0
+    table = pd.read_csv(out / "report.csv")
+    assert set(table["run"]) == {"run2"}
+    # the measurements were made with TRUTH: the given terms predict them
+    assert table["error"].abs().max() < 0.02
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert main(["reproduce", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    assert "no runs found" in capsys.readouterr().err
