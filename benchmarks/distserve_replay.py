@@ -16,6 +16,7 @@ Latency models: `roofline` (A100 datasheet, always available) and `distserve` (D
 coefficients fitted on A100 profiling, per TP: profile_data/profiler-a100-80g.*.json).
 
     .venv/bin/python benchmarks/distserve_replay.py [--latency roofline,distserve] [--runs 'vllm-*'] [--csv out.csv]
+        [--plot replay.png]
 
 Prints, per run, measured vs predicted mean TTFT and TPOT (ms) and the relative errors.
 """
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--latency", default="roofline,distserve", help="latency models (roofline, distserve)")
     ap.add_argument("--runs", default="*", help="glob over run file names (default: all)")
     ap.add_argument("--csv", help="also write the table here")
+    ap.add_argument("--plot", help="write predicted-vs-measured scatter plots (PNG) here")
     args = ap.parse_args(argv)
     folder = DATA / "data-ground-truth" / "opt-13b-sharegpt"
     if not folder.is_dir():
@@ -147,7 +149,41 @@ def main(argv=None) -> int:
             print(f"{m:>9} {metric}: median |error| {err.median():.0%} over {len(err)} runs")
     if args.csv:
         table.to_csv(args.csv, index=False)
+    if args.plot:
+        plot(table, models, args.plot)
     return 0
+
+
+def plot(table: pd.DataFrame, models: list[str], path: str) -> None:
+    """Predicted vs measured mean TTFT and TPOT, log-log, one marker per run kind and latency model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    kind = np.where(table["run"].str.startswith("vllm"), "vLLM", "DistServe")
+    for ax, metric in zip(axes, ("ttft", "tpot")):
+        lo = hi = None
+        for m, marker in zip(models, "os^"):
+            for k in ("vLLM", "DistServe"):
+                sel = kind == k
+                x, y = table.loc[sel, f"{metric}_ms"], table.loc[sel, f"{m}_{metric}_ms"]
+                ax.scatter(x, y, marker=marker, alpha=0.7, label=f"{k}, {m}")
+                lo = min(x.min(), y.min(), lo if lo is not None else np.inf)
+                hi = max(x.max(), y.max(), hi if hi is not None else 0)
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"measured mean {metric.upper()} (ms)")
+        ax.set_ylabel(f"predicted mean {metric.upper()} (ms)")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("DistServe A100 OPT-13B runs: servesim replay vs measurement")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
