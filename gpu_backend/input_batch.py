@@ -16,8 +16,6 @@ Host-side copies (`*_np`) stay with the metadata so the torch backend can loop w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
-
 import numpy as np
 import torch
 
@@ -64,8 +62,6 @@ class InputBatch:
 def _seq_token_ids(seq: ScheduledSeq) -> list[int]:
     r = seq.request
     start = seq.num_computed_tokens
-    if seq.num_tokens == 1 and start >= r.num_prompt_tokens:  # decode fast path: the last sampled token
-        return [r.output_token_ids[start - r.num_prompt_tokens]]
     ids = r.token_ids(start, start + seq.num_tokens)
     if ids is None:
         raise ValueError(f"request {r.req_id}: prompt_token_ids is None; the engine needs token ids")
@@ -79,36 +75,46 @@ def build_input_batch(plan: BatchPlan, block_size: int, device: torch.device | s
     if num_seqs == 0:
         return None
     device = torch.device(device)
-    query_lens = np.fromiter((s.num_tokens for s in seqs), np.int64, num_seqs)
-    starts = np.fromiter((s.num_computed_tokens for s in seqs), np.int64, num_seqs)
+    # one Python pass over the sequences; everything after it is numpy on whole arrays
+    query_list, start_list, sample_list, ids, flat_blocks, needed_list = [], [], [], [], [], []
+    for s in seqs:
+        r, n, c = s.request, s.num_tokens, s.num_computed_tokens
+        query_list.append(n)
+        start_list.append(c)
+        sample_list.append(s.samples)
+        if n == 1 and c >= r.num_prompt_tokens:  # decode fast path: the last sampled token
+            ids.append(r.output_token_ids[c - r.num_prompt_tokens])
+        else:
+            ids.extend(_seq_token_ids(s))
+        needed = (c + n + block_size - 1) // block_size
+        table = r.block_table
+        if len(table) < needed:
+            raise RuntimeError(f"request {r.req_id}: block table has {len(table)} blocks, "
+                               f"context {c + n} needs {needed}")
+        flat_blocks.extend(table[:needed])
+        needed_list.append(needed)
+    query_lens = np.array(query_list, np.int64)
+    starts = np.array(start_list, np.int64)
+    needed = np.array(needed_list, np.int64)
     seq_lens = starts + query_lens
     cu_q = np.zeros(num_seqs + 1, np.int64)
     np.cumsum(query_lens, out=cu_q[1:])
     cu_k = np.zeros(num_seqs + 1, np.int64)
     np.cumsum(seq_lens, out=cu_k[1:])
     num_tokens = int(cu_q[-1])
-
-    tables = [s.request.block_table for s in seqs]
-    table_lens = np.fromiter((len(t) for t in tables), np.int64, num_seqs)
-    needed = (seq_lens + block_size - 1) // block_size
-    if (table_lens < needed).any():
-        i = int(np.argmax(table_lens < needed))
-        raise RuntimeError(f"request {seqs[i].req_id}: block table has {table_lens[i]} blocks, "
-                           f"context {seq_lens[i]} needs {needed[i]}")
     max_blocks = int(needed.max())
     block_tables = np.zeros((num_seqs, max_blocks), np.int64)
     # the first `needed` blocks of each table, scattered into the padded matrix in one shot
-    flat = np.fromiter(chain.from_iterable(t[:n] for t, n in zip(tables, needed.tolist())), np.int64, int(needed.sum()))
-    block_tables[np.arange(max_blocks)[None, :] < needed[:, None]] = flat
+    block_tables[np.arange(max_blocks)[None, :] < needed[:, None]] = flat_blocks
 
     seq_of_token = np.repeat(np.arange(num_seqs), query_lens)  # [T]
     positions = np.arange(num_tokens) - cu_q[:-1][seq_of_token] + starts[seq_of_token]  # [T]
     slot_mapping = block_tables[seq_of_token, positions // block_size] * block_size + positions % block_size
-    input_ids = np.fromiter(chain.from_iterable(_seq_token_ids(s) for s in seqs), np.int64, num_tokens)
+    input_ids = np.array(ids, np.int64)
 
     is_decode = query_lens == 1
     decode_seq_idx = np.flatnonzero(is_decode)
-    samples = np.fromiter((s.samples for s in seqs), bool, num_seqs)
+    samples = np.array(sample_list, bool)
     sample_rows = np.flatnonzero(samples)
 
     def dev(a: np.ndarray, dtype=torch.int64) -> torch.Tensor:
