@@ -11,8 +11,8 @@ The workload: a run with recorded per-request arrivals is replayed (a trace CSV 
 written to a cache folder); otherwise the profile is turned into the `workload` section. The exact
 inference-perf generator (multi-turn chat, stage draining) is `workload_for_run`, which
 `servesim reproduce` passes to `simulate(config, workload=...)`; the `workload` section holds the
-closest `sim.workload` description (staged constant rates, shared-prefix groups) so that a plain
-`simulate(config)` runs the same load shape.
+closest `sim.workload` description (the generator's requests as a trace, against a server that
+keeps up, with shared-prefix groups) so that a plain `simulate(config)` runs the same load.
 """
 from __future__ import annotations
 
@@ -119,22 +119,50 @@ def _length_section(dist, field: str) -> dict:
     return {"kind": "uniform", "low": lo, "high": max(lo, hi)}
 
 
-def profile_workload_section(profile: dict, seed: int = 0) -> dict:
+def profile_trace(profile: dict, seed: int = 0, cache_dir: str | Path | None = None) -> tuple[Path, int]:
+    """An inference-perf shared_prefix profile's requests as a trace CSV, and the system prompt length.
+
+    The exact generator is run against a server that answers at once: every send time, stage start
+    (after the previous stage's window plus `load.interval`) and prompt length (growing turn by turn
+    in a multi-turn chat) is as inference-perf would produce against a server that keeps up. The
+    trace's prompt lengths leave out the group's system prompt, which the `workload` section's
+    prefix groups add back (so the prefix cache can hit on it).
+    """
+    import numpy as np
+
+    from policies import FinishReason
+    from sim.fidelity.inference_perf import SharedPrefixWorkload
+    from sim.workload.traces import write_trace_csv
+
+    wl = SharedPrefixWorkload(profile, seed=seed)
+    sys_len = int(round(float(np.mean(wl.system_prompt_lens)))) if wl.system_prompt_lens else 0
+    pending = sorted(wl.start(), key=lambda r: r.arrival_time)
+    rows = []
+    while pending:
+        r = pending.pop(0)
+        r.output_token_ids = [0] * r.max_tokens
+        r.finish_reason = FinishReason.LENGTH
+        rows.append((r.arrival_time, max(1, r.num_prompt_tokens - sys_len), r.max_tokens))
+        pending.extend(wl.on_finish(r, r.arrival_time))
+        pending.sort(key=lambda q: q.arrival_time)
+    arr = np.array(rows, dtype=float)
+    digest = hashlib.sha1(arr.tobytes()).hexdigest()[:16]
+    folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"ip-{digest}.csv"
+    if not path.is_file():
+        write_trace_csv(path, arr[:, 0], arr[:, 1].astype(int), arr[:, 2].astype(int))
+    return path, sys_len
+
+
+def profile_workload_section(profile: dict, seed: int = 0, cache_dir: str | Path | None = None) -> dict:
     """The `workload` section closest to a load-generator profile (inference-perf or guidellm)."""
     if isinstance(profile.get("data"), dict) and profile["data"].get("type") == "shared_prefix":
         from sim.fidelity.inference_perf import SharedPrefixProfile
 
         p = SharedPrefixProfile.from_dict(profile)
-        if p.load_type == "concurrent":
-            st = p.stages[0]
-            section = {"kind": "closed_loop", "num_users": st.concurrency_level,
-                       "num_requests": sum(s.num_sends for s in p.stages)}
-        else:
-            section = {"kind": "staged", "stages": [[s.rate, s.duration] for s in p.stages],
-                       "num_requests": p.num_requests, "cv": 1.0}
-        sys_len = int(round(p.system_prompt_len.mean))
-        section.update(prompt_len=_length_section(p.question_len, "question_len"),
-                       output_len=_length_section(p.output_len, "output_len"), seed=seed)
+        path, sys_len = profile_trace(profile, seed, cache_dir)
+        section = {"kind": "trace", "trace": str(path), "too_long": "keep", "seed": seed}
         if sys_len > 0:
             section.update(num_prefix_groups=p.num_groups, prefix_len=sys_len, users_per_group=p.num_prompts_per_group)
         return section
@@ -205,7 +233,7 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
     else:
         if not run.profile:
             raise ConfigError(f"workload: run {run.name} has neither per-request arrivals nor a profile.yaml")
-        data["workload"] = profile_workload_section(run.profile)
+        data["workload"] = profile_workload_section(run.profile, cache_dir=cache_dir)
     return data
 
 

@@ -1,0 +1,84 @@
+"""config_from_run and `servesim simulate --from-run`: configs rebuilt from run folders."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+from fidelity_helpers import ISSUE_PROFILE, make_measured_run, write_exp_config
+
+from policies import ConfigError
+from servesim.cli import main
+from sim.fidelity.from_run import config_from_run, load_run
+from sim.fidelity.runs import find_runs
+
+
+def issue_run(tmp_path, **profile_changes):
+    folder = write_exp_config(tmp_path / "ip-run", max_num_batched_tokens=4096, max_num_seqs=128, max_model_len=8192)
+    profile = copy.deepcopy(ISSUE_PROFILE)
+    profile["load"].update(profile_changes)
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    return folder
+
+
+def test_server_arguments_and_profile_become_the_config(tmp_path):
+    cfg = config_from_run(issue_run(tmp_path), ["hardware.gpu=H100"])
+    assert cfg.hardware.gpu == "H100" and cfg.hardware.tp == 1
+    assert (cfg.scheduler.policy, cfg.scheduler.max_num_batched_tokens, cfg.scheduler.max_num_seqs,
+            cfg.scheduler.max_model_len) == ("vllm", 4096, 128, 8192)
+    assert cfg.model.spec().name == "Llama-2-7B"
+    w = cfg.workload
+    assert (w.num_prefix_groups, w.prefix_len, w.users_per_group) == (8, 120, 3)
+    import pandas as pd
+
+    trace = pd.read_csv(w.trace)
+    assert len(trace) == 4 * 300 + 9 * 300  # every request of both stages
+    assert (trace.iloc[:, 2] == 200).all()
+    t = trace.iloc[:, 0].to_numpy()
+    assert t[:1200].max() == pytest.approx(300.0) and t[1200:].min() >= 301.0  # stage 2 after stage 1 + 1 s
+
+
+def test_overrides_win_and_bad_values_name_the_field(tmp_path):
+    run = issue_run(tmp_path)
+    assert config_from_run(run, ["scheduler.max_num_seqs=7"]).scheduler.max_num_seqs == 7
+    with pytest.raises(ConfigError, match="^hardware.gpu"):
+        config_from_run(run, ["hardware.gpu=TPU-v9"])
+
+
+def test_simulate_from_run_end_to_end(tmp_path):
+    run = issue_run(tmp_path, stages=[{"rate": 2, "duration": 10}])
+    out = tmp_path / "out"
+    assert main(["simulate", "--from-run", str(run), "--set", "hardware.gpu=H100", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_requests"] == 20
+    assert summary["num_finished"] + summary["num_rejected"] == 20
+    assert (out / "config.toml").read_text().count("max_num_batched_tokens = 4096") == 1
+
+
+def test_a_run_with_measurements_is_replayed(tmp_path):
+    folder = make_measured_run(tmp_path / "measured", n=12)
+    cfg = config_from_run(folder)
+    assert cfg.workload.kind == "trace"
+    assert load_run(folder).num_requests == 12
+
+
+def test_a_sweep_profile_without_arrivals_is_refused_with_the_field(tmp_path):
+    folder = write_exp_config(tmp_path / "sweep")
+    (folder / "profile.yaml").write_text(yaml.safe_dump({"rate-type": "sweep", "rate": 5, "max-requests": 40,
+                                                         "data": {"prompt_tokens": 100, "output_tokens": 10}}))
+    with pytest.raises(ConfigError, match="^profile.rate-type"):
+        config_from_run(folder)
+
+
+def test_every_shipped_run_rebuilds_with_its_own_limits(shared_data):
+    for run in find_runs(shared_data / "groundtruth"):
+        target = run.path
+        cfg = config_from_run(target) if target.is_dir() else config_from_run(target)
+        s = run.server
+        if s.max_num_batched_tokens:
+            assert cfg.scheduler.max_num_batched_tokens == s.max_num_batched_tokens, run.name
+        if s.max_num_seqs:
+            assert cfg.scheduler.max_num_seqs == s.max_num_seqs, run.name
+        assert cfg.hardware.tp == s.tensor_parallel_size
+        assert cfg.scheduler.policy == ("vllm" if s.enable_chunked_prefill else "continuous")
