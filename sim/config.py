@@ -10,6 +10,7 @@ Sections (each a frozen dataclass validated on construction, errors naming `sect
 - `workload`  arrivals and lengths                              -> sim.workload.WorkloadConfig
 - `slo`       latency targets for goodput                       -> sim.metrics.SLOConfig
 - `sim`       the run itself: a simulated-time limit            -> SimSection
+- `cluster`, `disaggregation`  several replicas behind a router, prefill/decode pools -> sim.cluster.config
 
 `load_config(path_or_dict, overrides)` reads TOML (or a dict), applies `--set section.key=value`
 overrides (values parsed as TOML scalars; a bare word is a string), rejects unknown sections and keys
