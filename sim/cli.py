@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
     out = result.save(args.out, plot=not args.no_plot) if args.out else None
     try:
         if args.json:
-            from sim.results import _clean
+            from sim.results import json_safe
 
-            print(json.dumps(_clean(result.summary), indent=2))
+            print(json.dumps(json_safe(result.summary), indent=2))
         elif not args.quiet:
             print(format_summary(result.summary))
             if out is not None:

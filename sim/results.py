@@ -169,15 +169,18 @@ def _json_default(obj):
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
 
 
-def _clean(obj):
-    """NaN/inf are not JSON: write them as null."""
+def json_safe(obj):
+    """A copy of a summary fit for JSON: NaN/inf become null (json.dumps would write invalid NaN)."""
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+_clean = json_safe  # the earlier private name, still imported by gpu_backend/cli.py
 
 
 def write_results(out_dir: str | Path, requests: pd.DataFrame, steps: pd.DataFrame, summary: dict,
@@ -185,7 +188,7 @@ def write_results(out_dir: str | Path, requests: pd.DataFrame, steps: pd.DataFra
     """Write summary.json, requests.csv, steps.csv (+ config.toml, parquet, timeline.png when possible)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(_clean(summary), indent=2, default=_json_default) + "\n")
+    (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2, default=_json_default) + "\n")
     requests.to_csv(out / "requests.csv", index=False)
     steps.to_csv(out / "steps.csv", index=False)
     if config_toml is not None:
