@@ -57,7 +57,7 @@ class ServerMetrics:
 
     PREFIX = "servesim:"
 
-    def __init__(self, model_name: str = "") -> None:
+    def __init__(self) -> None:
         p = self.PREFIX
         self._lock = threading.Lock()
         self.ttft = Histogram(f"{p}time_to_first_token_seconds", "Time to first token (s).", TTFT_BUCKETS)

@@ -64,7 +64,7 @@ class OpenAIServer:
         if tokenizer.vocab_size > self.vocab_size:
             raise ValueError(f"serve.tokenizer: {tokenizer.vocab_size} tokens do not fit the model's vocab_size {self.vocab_size}")
         self.make_sampling = make_sampling  # CompletionParams -> the engine's sampling params (None: engine default)
-        self.metrics = ServerMetrics(config.model_name)
+        self.metrics = ServerMetrics()
         self.created = int(time.time())
         self._ids = itertools.count()
         self._lock = threading.Lock()
@@ -126,7 +126,11 @@ class OpenAIServer:
             self.num_pending += 1
             stream = RequestStream(self, request, loop)
             self.in_flight[request.req_id] = stream
-        self.engine.add_request(request, on_output=stream.on_output)
+        try:
+            self.engine.add_request(request, on_output=stream.on_output)
+        except ValueError as exc:  # the engine refused it outright (e.g. ids outside its vocabulary)
+            stream.close("rejected")
+            raise RequestError("prompt", f"refused by the engine: {exc}") from None
         return stream
 
     def abort(self, stream: RequestStream, reason: str = "abort") -> None:
@@ -139,11 +143,9 @@ class OpenAIServer:
         stats = dict(self.engine.stats() or {})
         with self._lock:
             pending, in_flight = self.num_pending, len(self.in_flight)
-        num_waiting = stats.get("num_waiting")
         gauges = {
             "num_requests_running": stats.get("num_running", 0),
-            # the engine's waiting queue, or (before the engine has seen them) the server's own count
-            "num_requests_waiting": max(num_waiting if num_waiting is not None else 0, 0),
+            "num_requests_waiting": stats.get("num_waiting", 0),  # the scheduler's queue (pending adds the ingress)
             "num_requests_swapped": stats.get("num_swapped", 0),
             "kv_cache_usage_perc": stats.get("kv_usage", 0.0),
             "num_kv_blocks_used": stats.get("num_used_gpu_blocks", 0),
@@ -157,10 +159,11 @@ class OpenAIServer:
     # --- records --------------------------------------------------------------------------------
     def dump(self, out_dir: str | Path | None = None) -> list[str]:
         """Write the engine's requests/steps tables (and summary) to `out_dir`; the paths written."""
-        out = Path(out_dir or self.config.out_dir or "")
-        if not str(out_dir or self.config.out_dir or ""):
+        target = out_dir or self.config.out_dir
+        if not target:
             raise RequestError("out_dir", "no records folder: start the server with --out DIR or give ?out_dir=", 400)
-        result = self.engine.result()
+        out = Path(target)
+        result = self.engine.result()  # a snapshot: requests still running appear unfinished
         out.mkdir(parents=True, exist_ok=True)
         result.save(out)
         return sorted(str(p) for p in out.iterdir())
@@ -197,6 +200,12 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
         finally:
             for stream in list(server.in_flight.values()):
                 server.abort(stream)
+            # let the engine thread process the aborts at its next step boundary, so the records
+            # end every request (bounded: a stuck engine must not block the shutdown)
+            has_unfinished = getattr(server.engine, "has_unfinished", None)
+            deadline = time.monotonic() + 5
+            while callable(has_unfinished) and has_unfinished() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
             if start_engine:
                 server.engine.stop()
             if server.config.out_dir:
@@ -225,7 +234,10 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
         except RequestError as exc:
             server.metrics.observe_refused("bad_request")
             return error(str(exc), exc.status, exc.field)
-        stream = server.submit(request, asyncio.get_running_loop())
+        try:
+            stream = server.submit(request, asyncio.get_running_loop())
+        except RequestError as exc:
+            return error(str(exc), exc.status, exc.field)
         if stream is None:
             server.metrics.observe_refused("queue_full")
             return error(f"server busy: {server.config.max_num_waiting} requests already waiting; retry later", 503,
