@@ -1,5 +1,7 @@
 # servesim: setup and checks. `make demo` and `make test` are the README's quickstart.
-PY ?= $(shell command -v python3.12 || command -v python3.11 || command -v python3)
+# the first Python >= 3.11 that actually runs (pyenv shims may exist for versions not selected)
+PY ?= $(or $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	$$p -c 'import sys; assert sys.version_info >= (3, 11)' >/dev/null 2>&1 && echo $$p && break; done), python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
