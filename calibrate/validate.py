@@ -218,6 +218,8 @@ def write_plots(out: Path, steps: pd.DataFrame, dists: dict) -> None:
             v = np.sort(np.asarray(pd.Series(dists[label][name]).dropna(), dtype=float)) * 1e3
             if v.size:
                 ax.step(v, np.arange(1, v.size + 1) / v.size, style, where="post", label=label)
+        if name == "itl_s":  # gaps span decode steps to prefill stalls: a log axis shows both
+            ax.set_xscale("log")
         ax.set_xlabel(f"{name[:-2].upper()} (ms)")
         ax.set_ylabel("CDF")
         ax.grid(alpha=0.3)
