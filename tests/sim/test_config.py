@@ -5,9 +5,11 @@ import dataclasses
 import tomllib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policies import ConfigError
-from sim.config import Config, apply_override, config_to_toml, load_config, parse_value
+from sim.config import Config, _toml_value, apply_override, config_to_toml, load_config, parse_value
 
 
 def test_sections_and_overrides_build_a_frozen_config():
@@ -108,3 +110,11 @@ def test_defaults_fill_every_section():
     assert cfg.model is not None and cfg.hardware is not None and cfg.workload is not None
     assert dataclasses.replace(cfg, scheduler=dataclasses.replace(cfg.scheduler, policy="static")) \
         .scheduler.policy == "static"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(), st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False), st.booleans(),
+                 st.lists(st.integers(-5, 5), max_size=4), st.dictionaries(st.from_regex(r"[a-z_]{1,8}", fullmatch=True),
+                                                                       st.text(max_size=5), max_size=3)))
+def test_toml_writer_round_trips_values(value):
+    assert tomllib.loads(f"v = {_toml_value(value)}")["v"] == value
