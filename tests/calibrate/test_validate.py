@@ -116,6 +116,8 @@ def cpu_profile(tmp_path_factory):
     torch = pytest.importorskip("torch")
     from calibrate.bench import calibrate
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     profile = calibrate(REPO / "examples/tiny-llama/config.json", "cpu", quick=True, progress=False)
-    return profile.save(tmp_path_factory.mktemp("cal") / "profile.json")
+    yield profile.save(tmp_path_factory.mktemp("cal") / "profile.json")
+    torch.set_num_threads(threads)
