@@ -49,6 +49,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="stop when upper/lower - 1 <= TOL (default 0.05: the answer is within 5%%)")
     parser.add_argument("--layout", action="append", choices=LAYOUT_CHOICES,
                         help="compare layouts of the same GPU count (repeatable; default: as-is)")
+    parser.add_argument("--fixed-count", action="store_true",
+                        help="keep workload.num_requests at every rate (default: scale it with the rate so "
+                             "every probe spans the same arrival window)")
     parser.add_argument("--out", help="write search.csv (every rate tried) and search.png to this folder")
 
 
@@ -70,7 +73,7 @@ def run(args) -> int:
     for layout in layouts:
         overrides = list(args.overrides) + layout_overrides(base, layout, gpus)
         res = find_max_rate(args.config, slo, args.rate_key, start, args.tol, executor, overrides,
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, hold_window=not args.fixed_count)
         print(f"{layout:>13}: {res.rate:.4g} req/s sustained ({res.rate_per_gpu:.4g} per GPU, "
               f"{res.num_gpus} GPUs); {res.upper:.4g} req/s is not")
         table = res.table()

@@ -5,7 +5,8 @@ with a chunk budget) and disaggregated (a prefill pool and a decode pool, each `
 one GPU type). Each is simulated at the target rate; a layout *fits* when at least
 `slo.min_attainment` of its requests meet the SLO. The plan reports the fitting layout with the
 fewest GPUs (ties: cheaper) and the one with the lowest cost per hour (ties: fewer GPUs).
-Prices are USD per GPU-hour by GPU name (defaults: the GPU catalog's rough prices).
+Prices are USD per GPU-hour by GPU name (defaults: the GPU catalog's rough prices). Each candidate
+sees the base workload's arrival window (n0 requests at rate r0 -> n0 * target / r0 requests).
 """
 from __future__ import annotations
 
@@ -102,9 +103,18 @@ def plan(base: Any, target_rate: float, slo: SLO, grid: CandidateGrid = Candidat
     candidates = grid.candidates()
     if not candidates:
         raise ConfigError(f"plan.max_gpus: no candidate layout fits in {grid.max_gpus} GPUs")
+    # the same arrival window as the base config's (as the SLO search does): n0 requests at r0 -> n0/r0 s
+    from sim.config import load_config
+
+    workload = load_config(base, list(base_overrides)).workload
+    n0, r0 = getattr(workload, "num_requests", None), getattr(workload, "rate", None)
+    window = []
+    if rate_key == "workload.rate" and n0 and r0 and getattr(workload, "duration", None) is None:
+        window = [f"workload.num_requests={max(1, round(n0 * target_rate / r0))}"]
     specs = []
     for i, cand in enumerate(candidates):
-        overrides = tuple(base_overrides) + tuple(cand["overrides"]) + (f"{rate_key}={float(target_rate)!r}",)
+        overrides = (tuple(base_overrides) + tuple(cand["overrides"]) + (f"{rate_key}={float(target_rate)!r}",)
+                     + tuple(window))
         specs.append(PointSpec(base, (), overrides, slo, i, simulate))
     executor = executor or LocalExecutor()
     rows = executor.map(evaluate_candidate, specs, desc="plan", progress=progress)

@@ -41,8 +41,14 @@ class SearchResult:
 def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_rate: float = 1.0,
                   rel_tol: float = 0.05, executor=None, base_overrides: Sequence[str] = (),
                   min_rate: float = 1e-3, max_rate: float = 1e5, simulate: str = DEFAULT_SIMULATE,
-                  progress: bool = True) -> SearchResult:
-    """Search the highest `rate_key` value at which `base` meets `slo` (see the module docstring)."""
+                  progress: bool = True, hold_window: bool = True) -> SearchResult:
+    """Search the highest `rate_key` value at which `base` meets `slo` (see the module docstring).
+
+    `hold_window`: a workload of `num_requests` at the config's rate r0 spans about n0 / r0 seconds;
+    each probed rate r then gets round(n0 * r / r0) requests, so every probe covers the same
+    arrival window, as DistServe's runs do (N = 100 x rate). Otherwise a fixed count would give a
+    high rate a shorter burst and less time to build a queue, flattering it.
+    """
     if slo.is_empty:
         raise ConfigError("slo: give at least one of --slo-ttft, --slo-tpot, --slo-e2e (or an [slo] section)")
     if not rel_tol > 0:
@@ -56,11 +62,25 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
     rows: list[dict[str, Any]] = []
     tested: dict[float, bool] = {}
 
+    from sim.capacity.sweep import load_point_config
+    from sim.cluster.layout import num_gpus
+
+    config = load_point_config(make_specs(base, [{}], slo, base_overrides, simulate)[0])
+    workload = config.workload
+    n0, r0 = getattr(workload, "num_requests", None), getattr(workload, "rate", None)
+    scale = hold_window and rate_key == DEFAULT_RATE_KEY and n0 and r0 and getattr(workload, "duration", None) is None
+
+    def point(r: float) -> dict:
+        p = {rate_key: repr(float(r))}
+        if scale:
+            p["workload.num_requests"] = str(max(1, round(n0 * r / r0)))
+        return p
+
     def test(rates: list[float]) -> None:
         rates = [r for r in rates if r not in tested]
         if not rates:
             return
-        specs = make_specs(base, [{rate_key: repr(float(r))} for r in rates], slo, base_overrides, simulate)
+        specs = make_specs(base, [point(r) for r in rates], slo, base_overrides, simulate)
         for r, row in zip(rates, executor.map(evaluate_point, specs, desc="slo search", progress=progress)):
             row["rate"] = r
             rows.append(row)
@@ -87,8 +107,4 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
         step = (hi - lo) / (width + 1)
         test([lo + step * (i + 1) for i in range(width)])
         lo, hi = bracket()
-    from sim.capacity.sweep import load_point_config
-    from sim.cluster.layout import num_gpus
-
-    gpus = num_gpus(load_point_config(make_specs(base, [{}], slo, base_overrides, simulate)[0]))
-    return SearchResult(rate=lo, upper=hi, rel_tol=rel_tol, num_gpus=gpus, rows=rows)
+    return SearchResult(rate=lo, upper=hi, rel_tol=rel_tol, num_gpus=num_gpus(config), rows=rows)

@@ -24,7 +24,7 @@ def test_candidates_respect_the_gpu_cap_and_layouts():
 
 
 def test_plan_picks_the_smallest_fitting_layout_and_it_really_is_smallest():
-    base = small_config(num_requests=120)
+    base = small_config(num_requests=60)  # 60 at 8 req/s: a 7.5 s window, so 300 requests at 40 req/s
     grid = CandidateGrid(gpus=("H100-SXM",), tps=(1,), replicas=(1, 2, 3, 4), layouts=("colocated",), max_gpus=4)
     result = plan(base, 40.0, SLO_PLAN, grid, executor=SerialExecutor(), progress=False)
     best = result.by_gpus
@@ -33,7 +33,8 @@ def test_plan_picks_the_smallest_fitting_layout_and_it_really_is_smallest():
     assert n > 1  # 40 req/s needs more than one H100 under this SLO
 
     def attain(replicas):
-        overrides = ('hardware.gpu="H100-SXM"', f"cluster.num_replicas={replicas}", "workload.rate=40.0")
+        overrides = ('hardware.gpu="H100-SXM"', f"cluster.num_replicas={replicas}", "workload.rate=40.0",
+                     "workload.num_requests=300")
         return evaluate_point(PointSpec(base, (), overrides, SLO_PLAN))["slo_attainment"]
 
     assert attain(n) >= 0.9 and attain(n - 1) < 0.9  # re-simulated outside the planner
@@ -41,7 +42,7 @@ def test_plan_picks_the_smallest_fitting_layout_and_it_really_is_smallest():
 
 
 def test_prices_change_the_cheapest_choice():
-    base = small_config(num_requests=100)
+    base = small_config(num_requests=30)
     grid = CandidateGrid(gpus=("H100-SXM", "A100-80GB"), tps=(1,), replicas=(1, 2, 3, 4), layouts=("colocated",),
                          max_gpus=4)
     slo = SLO(ttft_s=0.5, tpot_s=0.04)  # within reach of both GPU types

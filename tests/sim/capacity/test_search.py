@@ -16,9 +16,10 @@ def test_search_finds_the_knee(executor):
     base = small_config(num_requests=150)
     res = find_max_rate(base, SLO_STRICT, start_rate=4.0, rel_tol=0.05, executor=executor, progress=False)
     assert 0 < res.rate < res.upper <= res.rate * 1.05 + 1e-9  # the stated tolerance
-    # checked independently of the search's own bookkeeping
-    at, above = (evaluate_point(s) for s in make_specs(base, [{"workload.rate": repr(res.rate)},
-                                                              {"workload.rate": repr(res.rate * 1.1)}], SLO_STRICT))
+    # checked independently of the search's own bookkeeping, on the same arrival window (150 requests at 8/s)
+    points = [{"workload.rate": repr(r), "workload.num_requests": str(round(150 * r / 8.0))}
+              for r in (res.rate, res.rate * 1.1)]
+    at, above = (evaluate_point(s) for s in make_specs(base, points, SLO_STRICT))
     assert at["slo_attainment"] >= 0.9
     assert above["slo_attainment"] < 0.9
     table = res.table()
@@ -39,6 +40,16 @@ def test_more_gpus_sustain_more():
     two = find_max_rate(base, SLO_STRICT, start_rate=4.0, rel_tol=0.1, executor=SerialExecutor(),
                         base_overrides=["cluster.num_replicas=2", "cluster.router=least_tokens"], progress=False)
     assert two.num_gpus == 2 and two.rate > 1.5 * one.rate
+
+
+def test_each_probe_spans_the_same_arrival_window():
+    base = small_config(num_requests=40, rate=4.0)
+    res = find_max_rate(base, SLO_STRICT, start_rate=4.0, rel_tol=0.2, executor=SerialExecutor(), progress=False)
+    t = res.table()
+    assert (t["workload.num_requests"] == (40 * t["rate"] / 4.0).round()).all()
+    fixed = find_max_rate(base, SLO_STRICT, start_rate=4.0, rel_tol=0.2, executor=SerialExecutor(), progress=False,
+                          hold_window=False)
+    assert "workload.num_requests" not in fixed.table() and (fixed.table()["num_requests"] == 40).all()
 
 
 def test_search_needs_an_slo():
