@@ -186,6 +186,7 @@ class Engine:
         self._aborts: list[int | str] = []
         self._wakeup = threading.Event()
         self._callbacks: dict[int | str, Callable] = {}
+        self._live: dict[int | str, Request] = {}  # admitted and not yet finished
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.error: Exception | None = None  # set when the background loop died on an exception
@@ -227,6 +228,7 @@ class Engine:
             cb(RequestOutput(request.req_id, tokens, finished, reason, now))
         if finished:
             self._callbacks.pop(request.req_id, None)
+            self._live.pop(request.req_id, None)
             for hook in self.on_finish:
                 hook(request, now)
 
@@ -237,25 +239,20 @@ class Engine:
         now = self.now()
         for request, cb in ingress:
             self.recorder.add_request(request, "0")
+            self._live[request.req_id] = request
             if cb is not None:
                 self._callbacks[request.req_id] = cb
             self.scheduler.add_request(request, now)
             if request.is_finished:  # rejected at once (too long, can never fit)
                 self._emit(request, [], now)
         for req_id in aborts:
-            request = next((r for r, _ in ingress if r.req_id == req_id), None) or self._live(req_id)
+            request = self._live.get(req_id)
             if request is None or request.is_finished:
                 continue
             self.scheduler.abort_request(req_id, now)
             if not request.is_finished:  # defensive: a scheduler that did not know it
                 request.finish(FinishReason.ABORTED, now)
             self._emit(request, [], now)
-
-    def _live(self, req_id) -> Request | None:
-        for request in reversed(self.recorder.requests):
-            if request.req_id == req_id:
-                return request
-        return None
 
     def step(self) -> bool:
         """One iteration: admit arrivals and aborts, schedule, execute, update. False if nothing ran."""
@@ -267,6 +264,7 @@ class Engine:
         plan = self.scheduler.schedule(start)
         self.schedule_time_s += time.perf_counter() - t
         if plan.is_empty:
+            self._emit_ended(start)
             return False
         record = record_step(plan, start, 0.0, self.scheduler)  # queues and KV read while the step runs, as in sim
         result = self.runner.execute(plan)
@@ -284,7 +282,13 @@ class Engine:
             if seq.samples and not seq.is_padding:
                 r = seq.request
                 self._emit(r, r.output_token_ids[-1:], end)
+        self._emit_ended(end)
         return True
+
+    def _emit_ended(self, now: float) -> None:
+        """Final outputs for requests the scheduler ended without sampling (e.g. rejected at schedule time)."""
+        for request in [r for r in self._live.values() if r.is_finished]:
+            self._emit(request, [], now)
 
     def has_unfinished(self) -> bool:
         with self._lock:
@@ -302,7 +306,7 @@ class Engine:
 
     def _end_stuck(self, why: str) -> None:
         now = self.now()
-        for request in self.recorder.requests:
+        for request in list(self._live.values()):
             if not request.is_finished:
                 self.scheduler.abort_request(request.req_id, now)
                 if not request.is_finished:

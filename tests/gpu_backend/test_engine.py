@@ -259,3 +259,17 @@ def test_warm_up_leaves_no_trace(tiny_model, hf_ref):
     assert engine.scheduler.block_manager.num_used_gpu_blocks == 0
     reqs = serve(engine, PROMPTS[1:2], max_tokens=6)
     check_against_reference(hf_ref, reqs, PROMPTS[1:2])
+
+
+def test_requests_the_scheduler_ends_without_sampling_get_a_final_output(tiny_model):
+    # e.g. a scheduler rejecting a request while scheduling: here one ends behind the engine's back
+    engine = make_engine(tiny_model)
+    outputs = []
+    a, b = make_request("a", PROMPTS[0], 20), make_request("b", PROMPTS[1], 5)
+    for r in (a, b):
+        engine.add_request(r, outputs.append)
+    engine.step_hooks.append(lambda plan, result: plan.step_id == 2 and engine.scheduler.abort_request("a", engine.now()))
+    engine.run_until_done()
+    finals = {o.req_id: o.finish_reason for o in outputs if o.finished}
+    assert finals == {"a": "aborted", "b": "length"}
+    assert engine.scheduler.block_manager.num_used_gpu_blocks == 0
