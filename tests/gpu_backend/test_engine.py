@@ -268,7 +268,14 @@ def test_requests_the_scheduler_ends_without_sampling_get_a_final_output(tiny_mo
     a, b = make_request("a", PROMPTS[0], 20), make_request("b", PROMPTS[1], 5)
     for r in (a, b):
         engine.add_request(r, outputs.append)
-    engine.step_hooks.append(lambda plan, result: plan.step_id == 2 and engine.scheduler.abort_request("a", engine.now()))
+    schedule = engine.scheduler.schedule
+
+    def rejecting_schedule(now):
+        if engine.num_steps == 2:
+            engine.scheduler.abort_request("a", now)
+        return schedule(now)
+
+    engine.scheduler.schedule = rejecting_schedule
     engine.run_until_done()
     finals = {o.req_id: o.finish_reason for o in outputs if o.finished}
     assert finals == {"a": "aborted", "b": "length"}
