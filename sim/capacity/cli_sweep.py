@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 
 from sim.capacity.cli_common import add_common, executor_from_args, fmt_table, slo_from_args
-from sim.capacity.sweep import combine, expand_grid, expand_list, parse_assignment, run_sweep, write_table
+from sim.capacity.sweep import (combine, expand_grid, expand_list, hold_window, parse_assignment, run_sweep,
+                                write_table)
 
 SHOWN = ("point", "num_gpus", "num_finished", "num_rejected", "throughput_output_tokens_per_s",
          "ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "tpot_s_p99", "slo_attainment", "goodput_rps")
@@ -24,6 +25,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="sweep KEY over the values, crossed with every other --grid key (repeatable)")
     parser.add_argument("--list", dest="lists", action="append", default=[], metavar="KEY=V1,V2,...",
                         help="sweep KEY's i-th value together with the other --list keys' i-th values")
+    parser.add_argument("--fixed-count", action="store_true",
+                        help="keep workload.num_requests when sweeping workload.rate (default: scale it with the "
+                             "rate so every point spans the same arrival window)")
     parser.add_argument("--x", help="the plots' x axis (default: the first swept key)")
     parser.add_argument("--out", default="runs/sweep", help="output folder (default runs/sweep)")
     parser.add_argument("--no-plot", action="store_true", help="skip sweep.png")
@@ -35,10 +39,14 @@ def run(args) -> int:
     if not grid and not lists:
         raise ValueError("--grid: give at least one --grid or --list KEY=V1,V2,...")
     points = combine(expand_grid(grid), expand_list(lists))
+    if not args.fixed_count:
+        points = hold_window(args.config, points, args.overrides)
     slo = slo_from_args(args)
     df = run_sweep(args.config, points, slo, executor_from_args(args), args.overrides,
                    progress=not args.no_progress)
     keys = list(grid) + list(lists)
+    if any("workload.num_requests" in p for p in points) and "workload.num_requests" not in keys:
+        keys.append("workload.num_requests")
     out = Path(args.out)
     paths = write_table(df, out)
     shutil.copyfile(args.config, out / "base_config.toml")

@@ -65,6 +65,28 @@ def combine(grid_points: list[dict], list_points: list[dict]) -> list[dict]:
     return [{**g, **lp} for g in grid_points for lp in list_points]
 
 
+def hold_window(base: Any, points: list[dict], base_overrides: Sequence[str] = (),
+                rate_key: str = "workload.rate") -> list[dict]:
+    """Points that set the rate also get num_requests = n0 * rate / r0 (the base's arrival window).
+
+    With a fixed count a higher rate is a shorter burst with less time to build a queue; holding the
+    window (as DistServe's runs do: N = 100 x rate) keeps points comparable. Points that set
+    `workload.num_requests` themselves, and duration-bounded workloads, are left alone.
+    """
+    from sim.config import load_config
+
+    workload = load_config(base, list(base_overrides)).workload
+    n0, r0 = getattr(workload, "num_requests", None), getattr(workload, "rate", None)
+    if rate_key != "workload.rate" or not n0 or not r0 or getattr(workload, "duration", None) is not None:
+        return points
+    out = []
+    for p in points:
+        if rate_key in p and "workload.num_requests" not in p:
+            p = {**p, "workload.num_requests": str(max(1, round(n0 * float(p[rate_key]) / r0)))}
+        out.append(p)
+    return out
+
+
 def to_scalar(value: Any) -> Any:
     """'4' -> 4, '0.5' -> 0.5, 'A100' stays: table columns sort and plot as numbers."""
     if not isinstance(value, str):

@@ -57,6 +57,17 @@ def test_sweep_table_is_the_same_on_every_executor(tmp_path):
         pd.testing.assert_frame_equal(pd.read_parquet(paths[1]), serial)
 
 
+def test_hold_window_scales_the_count_with_the_rate():
+    from sim.capacity.sweep import hold_window
+
+    base = small_config(num_requests=40, rate=8.0)
+    points = hold_window(base, [{"workload.rate": "4"}, {"workload.rate": "32"}, {"scheduler.max_num_seqs": "8"},
+                                {"workload.rate": "16", "workload.num_requests": "7"}])
+    assert [p.get("workload.num_requests") for p in points] == ["20", "160", None, "7"]
+    timed = small_config(num_requests=None, workload={"duration": 5.0})
+    assert hold_window(timed, [{"workload.rate": "4"}]) == [{"workload.rate": "4"}]
+
+
 def test_unknown_executor_names_the_choices():
     with pytest.raises(ConfigError, match="executor: 'dask'.*local, serial, ray"):
         make_executor("dask")
@@ -73,6 +84,7 @@ def test_sweep_cli_writes_table_config_and_plot(tmp_path, capsys):
     assert rc == 0
     table = pd.read_csv(out / "sweep.csv")
     assert len(table) == 6 and {"workload.rate", "cluster.num_replicas", "overrides"} <= set(table.columns)
+    assert list(table["num_requests"]) == list(30 * table["workload.rate"] // 4)  # the same 7.5 s window
     assert (out / "base_config.toml").exists() and tomllib.loads((out / "base_config.toml").read_text())
     try:
         import matplotlib  # noqa: F401
