@@ -6,8 +6,10 @@ schedule of one simulation held fixed, a request's TTFT is the sum of the step t
 through from arrival to first token (a fraction of the step it arrived in), its E2E the same to its
 last token, its TPOT the part between divided by (tokens - 1); `frontend_s` adds to TTFT and E2E.
 So each measured request gives linear equations in the six terms (`RunSystem`). `fit_overhead`
-solves the runs' equations together: relative errors of each run's mean TTFT, TPOT and E2E (the
-scored quantities) plus a lighter weight on every request, bounds (no negative time,
+solves the runs' equations together: relative errors of each run's mean TPOT and of the mean TTFT
+of requests the simulation did not queue (a queued request's wait is not linear in the terms: the
+amount of work ahead of it moves with them, which re-simulating takes care of), plus a lighter
+weight on every request, bounds (no negative time,
 `compute_scale` within [0.7, 1.4], a front end of at most 50 ms) and a weak pull toward "no overhead" so that terms a data set
 cannot tell apart stay at zero. Iterating simulate -> fit moves the schedule with the terms.
 """
@@ -35,6 +37,8 @@ LOWER = np.array([0.7, 0.0, 0.0, 0.0, 0.0, 0.0])
 UPPER = np.array([1.4, 0.05, 1e-3, 1e-4, 1e-3, 0.05])
 PRIOR_WEIGHT = 0.01
 REQUEST_WEIGHT = 0.3  # share of a (run, metric)'s weight spread over its single requests
+QUEUE_FREE_S = 0.02  # a request waiting less than this before its first step counts as not queued
+FIT_METRICS = ("ttft_s", "tpot_s")  # E2E = TTFT + (n - 1) x TPOT adds no new equation
 
 
 def theta_of(overhead: HostOverhead) -> np.ndarray:
@@ -101,8 +105,11 @@ def run_system(prediction, measured: pd.DataFrame) -> RunSystem:
         n = rq["num_output_tokens"].to_numpy(float)
         ones = np.ones((len(rq), 1))
         mrow = meas.loc[rq["req_id"].astype(str)]
-        A["ttft_s"].append(np.hstack([w_ttft, ones]))
-        y["ttft_s"].append(mrow["ttft_s"].to_numpy(float))
+        # TTFT equations only for requests the simulation did not queue: a queued request's TTFT is
+        # mostly other requests' work, whose amount moves with the terms (not linear in them)
+        unqueued = (rq["queue_s"].to_numpy(float) <= QUEUE_FREE_S) if "queue_s" in rq else np.ones(len(rq), bool)
+        A["ttft_s"].append(np.hstack([w_ttft, ones])[unqueued])
+        y["ttft_s"].append(mrow["ttft_s"].to_numpy(float)[unqueued])
         A["e2e_s"].append(np.hstack([w_e2e, ones]))
         y["e2e_s"].append(mrow["e2e_s"].to_numpy(float))
         keep = n > 1
@@ -120,7 +127,7 @@ def run_system(prediction, measured: pd.DataFrame) -> RunSystem:
 def _stack(systems: list[RunSystem]) -> tuple[np.ndarray, np.ndarray]:
     rows, rhs = [], []
     for s in systems:
-        for m in METRICS:
+        for m in FIT_METRICS:
             a, v = s.A[m], s.y[m]
             if not len(v) or not np.mean(v) > 0:
                 continue

@@ -32,7 +32,9 @@ def test_equations_reproduce_the_simulated_latencies_exactly():
     system = run_system(pred, measured)
     theta = theta_of(TRUTH)
     for metric in ("ttft_s", "tpot_s", "e2e_s"):
-        assert len(system.y[metric]) == run.num_requests
+        # TTFT equations only for requests the simulation did not queue
+        assert 0 < len(system.y[metric]) <= run.num_requests if metric == "ttft_s" else \
+            len(system.y[metric]) == run.num_requests
         np.testing.assert_allclose(system.A[metric] @ theta, system.y[metric], rtol=1e-9, atol=1e-9)
 
 

@@ -1,0 +1,47 @@
+"""Fidelity benchmark: how well servesim predicts real vLLM runs from their configuration alone.
+
+Runs `servesim reproduce` over ../shared/data/groundtruth twice, with no host-overhead fit (the
+GPU step-time model from measured per-op/per-layer data alone) and with the overhead terms fitted
+leave-one-run-out within each source and GPU, and prints the median |error| of mean TTFT, TPOT
+and E2E per source and over all runs (the issue's targets: 5% E2E and TPOT, 10% TTFT). Reports
+land in OUT/none and OUT/loo (report.md, report.csv, errors.png).
+
+    python benchmarks/fidelity_report.py [--groundtruth DIR] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from servesim.cli import main as servesim
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groundtruth", default=str(REPO.parent / "shared" / "data" / "groundtruth"))
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "fidelity"))
+    args = parser.parse_args(argv)
+    if not Path(args.groundtruth).is_dir():
+        print(f"no ground truth at {args.groundtruth}; nothing to measure", file=sys.stderr)
+        return 0
+    import pandas as pd
+
+    for fit in ("none", "loo"):
+        out = Path(args.out) / fit
+        t0 = time.perf_counter()
+        rc = servesim(["reproduce", args.groundtruth, "--out", str(out), "--fit", fit, "--quiet"])
+        if rc:
+            return rc
+        med = pd.read_csv(out / "medians.csv", index_col=0)
+        print(f"\n== fit: {fit} ({time.perf_counter() - t0:.0f} s) — median |error| of the mean, per source ==")
+        print(med.to_string(formatters={c: (lambda v: f"{100 * v:5.1f}%") for c in ("ttft_s", "tpot_s", "e2e_s")}))
+        print(f"report: {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
