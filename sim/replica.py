@@ -59,6 +59,13 @@ class Replica:
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
+    def abort(self, req_id) -> Request | None:
+        """Cancel a live request now (a client gone); it ends ABORTED and reaches the finish hooks."""
+        request = self.scheduler.abort_request(req_id, self.env.now)
+        if request is not None:
+            self._finished(request, self.env.now)
+        return request
+
     @property
     def num_outstanding(self) -> int:
         """Requests submitted and not yet ended."""
@@ -86,7 +93,7 @@ class Replica:
             hook(request, now)
 
     def _sweep(self, now: float) -> None:
-        """Report requests that ended outside `update` (rejected in `schedule`, aborted by a caller).
+        """Report requests that ended outside `update` (say, aborted on the scheduler directly).
 
         The scheduler's live-request count tells cheaply whether any did, so the scan is rare.
         """

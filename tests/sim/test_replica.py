@@ -56,22 +56,28 @@ def test_rejected_requests_end_at_once_reach_the_hook_and_stay_in_the_results():
     assert replica.num_outstanding == 0
 
 
-def test_requests_rejected_inside_schedule_still_reach_the_hook():
-    # static/continuous reject a recompute that outgrew the budget from inside schedule(), not update();
-    # 12 blocks of 4 tokens hold both 20-token prompts but not their growth: the newer one is preempted
-    # after 5 tokens, and its recompute (25 tokens) exceeds the 22-token budget
+def test_aborted_requests_reach_the_hook_and_free_their_place():
     ended = []
     env = simpy.Environment()
-    sched = make_sched("continuous", num_gpu_blocks=12, block_size=4, max_num_batched_tokens=22, max_num_seqs=4)
-    replica = Replica(env, sched, ConstantLatency(0.01), on_finish=lambda r, now: ended.append(r))
-    reqs = make_requests(2, prompt=[20, 20], max_tokens=[10, 12])
-    for r in reqs:
+    replica = Replica(env, make_sched("chunked", max_num_seqs=1), ConstantLatency(0.01),
+                      on_finish=lambda r, now: ended.append((r.req_id, r.finish_reason.value, now)))
+    first, second, third = make_requests(3, prompt=20, max_tokens=50)
+    for r in (first, second, third):
         replica.submit(r)
+
+    def client():
+        yield env.timeout(0.105)
+        replica.abort(first.req_id)  # through the replica: the hook runs at once
+        yield env.timeout(0.1)
+        replica.scheduler.abort_request(second.req_id, env.now)  # behind its back: seen at the next step
+
+    env.process(client())
     env.run()
-    assert all(r.is_finished for r in reqs)
-    assert [r.finish_reason.value for r in reqs] == ["length", "rejected"]
-    assert sorted(r.req_id for r in ended) == [0, 1]
-    assert replica.num_outstanding == 0
+    assert ended[0] == (0, "aborted", pytest.approx(0.105))
+    assert ended[1][:2] == (1, "aborted") and ended[1][2] == pytest.approx(0.21)
+    assert ended[2][:2] == (2, "length")
+    assert third.first_scheduled_time < 0.3  # the seat was handed on
+    assert replica.num_outstanding == 0 and not replica.scheduler.has_unfinished()
 
 
 def test_several_replicas_share_one_env_behind_a_router():
