@@ -108,6 +108,7 @@ def test_forced_preemption(tiny_model, hf_ref, mode):
 def test_shared_prefix_with_prefix_caching(tiny_model, hf_ref):
     prefix = make_prompt(40, seed=7)
     prompts = [prefix + make_prompt(n, seed=200 + n) for n in (3, 9, 14, 6)]
+    prompts.append(list(prompts[0]))  # a full hit: only the uncached tail (at least the last token) is computed
     engine = make_engine(tiny_model, "chunked", prefix=True, block_size=8)
     first = serve(engine, prompts[:1])  # warm the cache, then the rest share its full blocks
     rest = [make_request(i + 1, p, 10) for i, p in enumerate(prompts[1:])]
