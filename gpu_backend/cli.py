@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from gpu_backend.engine import Engine, engine_config_from_sim
     from sim.config import load_config
     from sim.metrics import format_summary
-    from sim.results import _clean
+    from sim.results import json_safe
     from sim.workload import build_workload
 
     import torch
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     result = engine.run_workload(workload, progress=not args.quiet)
     out = result.save(args.out) if args.out else None
     if args.json:
-        print(json.dumps(_clean(result.summary), indent=2))
+        print(json.dumps(json_safe(result.summary), indent=2))
     elif not args.quiet:
         print(format_summary(result.summary))
         print(f"engine: {args.device}, attention backend {engine.backend.name}, {engine.num_steps} steps")
