@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 
@@ -49,12 +50,15 @@ def run(args: argparse.Namespace) -> int:
     workload = build_workload(config.workload, config.scheduler.max_model_len)
     result = engine.run_workload(workload, progress=not args.quiet)
     out = result.save(args.out) if args.out else None
-    if args.json:
-        print(json.dumps(json_safe(result.summary), indent=2))
-    elif not args.quiet:
-        print(format_summary(result.summary))
-        print(f"engine: {args.device}, attention backend {engine.backend.name}, {engine.num_steps} steps")
-        if out is not None:
-            print(f"\nwrote {out}/: summary.json, requests.csv, steps.csv, config.toml")
-    sys.stdout.flush()
+    try:
+        if args.json:
+            print(json.dumps(json_safe(result.summary), indent=2))
+        elif not args.quiet:
+            print(format_summary(result.summary))
+            print(f"engine: {args.device}, attention backend {engine.backend.name}, {engine.num_steps} steps")
+            if out is not None:
+                print(f"\nwrote {out}/: summary.json, requests.csv, steps.csv, config.toml")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader left; not an error
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (keeps the interpreter's final flush quiet)
     return 0
