@@ -180,9 +180,11 @@ def run_sweep(base: Any, points: list[dict], slo: SLO = SLO(), executor=None, ba
     if isinstance(base, Path):
         base = str(base)
     specs = make_specs(base, points, slo, base_overrides, simulate)
-    # fail fast on a bad key or value, before starting workers
+    # fail fast on a bad key or value (pools included), before starting workers
+    from sim.cluster.layout import all_replica_configs
+
     for spec in specs:
-        load_point_config(spec)
+        all_replica_configs(load_point_config(spec))
     executor = executor or LocalExecutor()
     rows = executor.map(evaluate_point, specs, desc="sweep", progress=progress)
     return pd.DataFrame(rows)
