@@ -60,14 +60,15 @@ def dump(url: str, out_dir: Path):
     return pd.read_csv(out_dir / "requests.csv")
 
 
-def guidellm_check(serve, tmp_path, rate: float, num_requests: int, output_tokens: int = 32):
+def guidellm_check(serve, tmp_path, rate: float, num_requests: int, output_tokens: int = 32,
+                   request_format: str = "/v1/completions"):
     """Run guidellm, join its per-request figures with the server's records, check they agree."""
     if importlib.util.find_spec("guidellm") is None:
         pytest.skip("guidellm is not installed (pip install 'servesim[test]')")
     from gpu_backend.serve.client_check import agreement, client_requests, compare, run_guidellm
 
     report = run_guidellm(serve.url, TOKENIZER, tmp_path / "guidellm.json", rate, num_requests,
-                          prompt_tokens=64, output_tokens=output_tokens)
+                          prompt_tokens=64, output_tokens=output_tokens, request_format=request_format)
     client = client_requests(report)
     assert (client["status"] == "successful").all(), client[client["status"] != "successful"][["status", "error"]]
     assert len(client) >= 0.9 * num_requests  # guidellm may stop one short of its count
@@ -96,8 +97,9 @@ def test_guidellm_constant_rate_agrees_with_server_records(serve, tmp_path):
 
 
 @pytest.mark.slow
-def test_guidellm_one_minute_constant_rate(serve, tmp_path):
-    stats = guidellm_check(serve, tmp_path, rate=4, num_requests=240, output_tokens=64)
+def test_guidellm_one_minute_constant_rate_chat(serve, tmp_path):
+    stats = guidellm_check(serve, tmp_path, rate=4, num_requests=240, output_tokens=64,
+                           request_format="/v1/chat/completions")
     print("client vs server (s):", stats)
 
 
