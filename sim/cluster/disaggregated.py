@@ -98,6 +98,8 @@ class _LoadView:
 
 @dataclasses.dataclass
 class _Transfer:
+    """A request between its prefill and its decode: where its KV is held and where it goes."""
+
     request: Request  # the user-visible request
     prefill: int  # prefill replica index
     decode: int  # decode replica index

@@ -25,6 +25,8 @@ ROUTERS = ("round_robin", "least_tokens", "power_of_two", "prefix_aware")
 
 
 class ReplicaLike(Protocol):
+    """What a router reads from a replica (a `sim.replica.Replica`, or a stand-in in tests)."""
+
     def num_outstanding_tokens(self) -> int: ...
 
 

@@ -6,6 +6,8 @@ from sim.cluster.router import ROUTERS, PrefixAwareRouter, block_hashes, make_ro
 
 
 class FakeReplica:
+    """A replica as a router sees it: just its outstanding tokens."""
+
     def __init__(self, load=0):
         self.load = load
 
