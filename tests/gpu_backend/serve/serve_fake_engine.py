@@ -21,6 +21,8 @@ SCRIPT_TEXT = " the quick brown fox jumps over the lazy dog."  # what the tests'
 
 @dataclass(frozen=True)
 class RequestOutput:
+    """The engine's per-token callback payload (same fields as gpu_backend.engine.RequestOutput)."""
+
     req_id: object
     new_token_ids: list
     finished: bool

@@ -116,6 +116,20 @@ def test_bad_bodies_on_the_real_engine(serve, body, status, field):
     assert r.status_code == status and r.json()["error"]["param"] == field
 
 
+def test_sampling_fields_reach_the_real_sampler(serve):
+    def text(**fields):
+        body = {"prompt": "def main():", "max_tokens": 24, "ignore_eos": True, **fields}
+        r = httpx.post(f"{serve.url}/v1/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["text"]
+
+    assert text(temperature=1.0, seed=5) == text(temperature=1.0, seed=5)  # seeded: the same draws
+    assert text(temperature=0) == text(temperature=0, seed=9)  # greedy ignores the seed
+    draws = {text(temperature=1.0, seed=s) for s in range(4)}
+    assert len(draws) >= 3  # different seeds sample differently (2048-token vocabulary, 24 tokens)
+    assert text(temperature=1.0, top_p=1e-6, seed=1) == text(temperature=0)  # a tiny nucleus is greedy
+
+
 def storm(url: str, n: int) -> tuple[int, int]:
     """n concurrent streaming clients that hang up after the first chunk: (how many did, how many got 503)."""
     async def one(ac, i):
