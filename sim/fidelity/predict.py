@@ -147,8 +147,10 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
 
     overhead = overhead or HostOverhead()
     data = config_dict_for_run(run, gpu=gpu, workload=workload)
-    kind = "replay" if data["workload"].get("kind") == "trace" else "profile"
-    if kind == "profile" and not (run.profile or {}).get("data", {}).get("type") == "shared_prefix":
+    replayed = workload == "replay" or (workload == "auto" and run.has_per_request)
+    kind = "replay" if replayed else "profile"
+    data_section = (run.profile or {}).get("data")
+    if kind == "profile" and not (isinstance(data_section, dict) and data_section.get("type") == "shared_prefix"):
         kind = "config"  # guidellm-style profiles: the config's own workload section
     config = load_config(data, overrides)
     dp = max(1, run.server.data_parallel_size)

@@ -5,7 +5,7 @@
 1. every run is simulated once with no host overhead (the GPU model alone), which also yields its
    linear equations in the overhead terms (`overhead_fit.run_system`);
 2. `fit="loo"`: for each run, the terms are fitted on the *other* runs of its fit group (same
-   source, i.e. one engine version and host, and same GPU kind) and the run is simulated again with them; the
+   source, i.e. one engine version and host, same GPU kind, same kind of GPU step-time data) and the run is simulated again with them; the
    score of a run never uses a fit that saw it. A group with a single run has nothing to learn
    from: that run is predicted with no overhead. `fit="none"` scores step 1. `fit=HostOverhead`
    applies given terms to every run (the caller excludes the runs they were fitted on).
@@ -52,11 +52,12 @@ def medians(table: pd.DataFrame) -> pd.DataFrame:
     return out[[m for m in METRICS if m in out] + ["num_runs"]]
 
 
-def fit_group(run: RealRun, gpu: str | None = None) -> str:
-    """Runs whose host terms are fitted together: one source (engine version, host) on one GPU kind."""
+def fit_group(run: RealRun, gpu: str | None = None, gpu_model: str = "") -> str:
+    """Runs whose terms are fitted together: one source (engine version, host), one GPU kind and one
+    kind of GPU step-time data (`compute_scale` corrects that data, so it must not mix sources)."""
     from sim.fidelity.from_run import DEFAULT_GPU
 
-    return f"{run.source} on {run.server.gpu or gpu or DEFAULT_GPU}"
+    return f"{run.source} on {run.server.gpu or gpu or DEFAULT_GPU} ({gpu_model})"
 
 
 def _rows(pred: Prediction, fit_label: str, fitted_on: list[str]) -> list[dict]:
@@ -102,7 +103,7 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: st
 
     systems = {name: _system(p) for name, p in base.items()}
     groups: dict[str, list[str]] = {}
-    group_of = {run.name: fit_group(run, gpu) for run in runs}
+    group_of = {run.name: fit_group(run, gpu, base[run.name].gpu_model) for run in runs}
     for run in runs:
         groups.setdefault(group_of[run.name], []).append(run.name)
     for source, names in groups.items():

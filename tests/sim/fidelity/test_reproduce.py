@@ -91,3 +91,24 @@ def test_cli_with_a_given_layer_leaves_its_training_runs_out(three_runs, tmp_pat
 def test_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["reproduce", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
     assert "no runs found" in capsys.readouterr().err
+
+
+def test_a_run_described_only_by_its_profile_and_summary_is_simulated(tmp_path):
+    import copy
+    import json
+
+    import yaml
+    from fidelity_helpers import ISSUE_PROFILE, write_exp_config
+
+    folder = write_exp_config(tmp_path / "gt" / "ip" / "h100-run", gpu="H100")
+    profile = copy.deepcopy(ISSUE_PROFILE)
+    profile["load"]["stages"] = [{"rate": 2, "duration": 6}, {"rate": 4, "duration": 4}]
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    (folder / "summary_lifecycle_metrics.json").write_text(json.dumps({"successes": {"latency": {
+        "time_to_first_token": {"mean": 0.05}, "time_per_output_token": {"mean": 0.01},
+        "request_latency": {"mean": 2.0}}}}))
+    rep = reproduce(find_runs(tmp_path / "gt"), fit="none", progress=False)
+    assert list(rep.table["workload"].unique()) == ["profile"]
+    pred = rep.predictions["h100-run"]
+    assert len(pred.requests) == 12 + 16  # every request of both stages, multi-turn follow-ups included
+    assert rep.table.set_index("metric").loc["ttft_s", "measured"] == 0.05
