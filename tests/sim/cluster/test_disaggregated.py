@@ -137,3 +137,16 @@ def test_an_overloaded_decode_pool_backs_up_into_the_prefill_pool_and_nothing_ge
     assert p["kv_usage"].max() > 0.8  # the holds filled the prefill side ...
     assert p["num_waiting"].max() > 10  # ... so arrivals queued there: TTFT carries the back-pressure
     assert reqs["ttft_s"].max() > 10 * reqs["ttft_s"].min()
+
+
+def test_time_limit_aborts_live_requests_in_both_pools_and_loses_none():
+    res = simulate(make_config(DISAGG + ["sim.max_sim_time_s=3", "workload.rate=40", "workload.num_requests=400",
+                                         "disaggregation.link_bandwidth_gbps=2"]))
+    reqs = res.requests
+    arrived = reqs["arrival_time"] < 3
+    assert arrived.all() and reqs["req_id"].is_unique
+    assert set(reqs["finish_reason"]) == {"length", "aborted"}
+    aborted = reqs[reqs["finish_reason"] == "aborted"]
+    assert aborted["reject_reason"].str.contains("max_sim_time_s").all()
+    # some were cut off mid-decode (first token out, not done), some before their first token
+    assert aborted["first_token_time"].notna().any() and aborted["first_token_time"].isna().any()
