@@ -30,16 +30,36 @@ MODELS_DIR = Path(__file__).resolve().parent / "models"
 SUPPORTED_VERSIONS = ("0.11", "0.15", "0.19")
 
 
+SUFFIXES = ("-instruct", "-chat", "-hf", "-base", "-it", "-2507", "-v0.1", "-v0.2", "-v0.3")
+
+
+def model_name_candidates(name: str) -> list[str]:
+    """Spellings to try for a HF model id: as given, without the org, without instruct/chat/version
+    suffixes or a `Meta-` prefix, and Llama 3.x as Llama 3 (the same layer shapes)."""
+    base = name.split("/")[-1]
+    out = [name, base]
+    b = base.lower()
+    changed = True
+    while changed:
+        changed = False
+        for suffix in SUFFIXES:
+            if b.endswith(suffix):
+                b, changed = b[: -len(suffix)], True
+                out.append(b)
+    if b.startswith("meta-"):
+        b = b[len("meta-"):]
+        out.append(b)
+    for minor in ("3.1", "3.2", "3.3"):
+        if f"llama-{minor}-" in b:
+            out.append(b.replace(f"llama-{minor}-", "llama-3-"))
+    return out
+
+
 def resolve_model_name(name: str) -> str:
     """A name `sim.models` knows for a HF model id (catalog alias, shipped config.json, or the id itself)."""
     from sim.models.model_catalog import get_model
 
-    candidates = [name, name.split("/")[-1]]
-    base = name.split("/")[-1]
-    for suffix in ("-hf", "-Instruct", "-instruct", "-Instruct-2507", "-Chat", "-chat"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-            candidates.append(base)
+    candidates = model_name_candidates(name)
     for file in sorted(MODELS_DIR.glob("*.json")):
         if name.split("/")[-1].lower().startswith(file.stem.lower()):
             candidates.insert(0, str(file))

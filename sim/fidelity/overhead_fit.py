@@ -84,13 +84,25 @@ def _window_features(steps: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.nd
     return out
 
 
-def run_system(prediction, measured: pd.DataFrame) -> RunSystem:
-    """The linear equations of one simulated run against its measured requests (matched by req_id)."""
+def run_system(prediction, measured: pd.DataFrame | None = None, means: dict | None = None) -> RunSystem:
+    """The linear equations of one simulated run against its measured requests (matched by req_id).
+
+    With `means` instead ({metric: measured mean}: a run measured only in summary, whose requests
+    were regenerated from its profile), one equation per metric: the mean over simulated requests.
+    """
     req = prediction.requests
     steps = prediction.steps
     if "gpu_s" not in steps:
         raise ValueError(f"run {prediction.run.name}: the simulation did not record step features")
+    if means is not None:
+        sim = req.assign(ttft_s=np.nan, e2e_s=np.nan, tpot_s=np.nan)
+        full = run_system(prediction, sim.assign(req_id=sim["req_id"].astype(str)), None)
+        return RunSystem(prediction.run.name,
+                         {m: full.A[m].mean(axis=0, keepdims=True) if len(full.A[m]) else full.A[m] for m in METRICS},
+                         {m: np.array([means[m]]) if len(full.A[m]) and np.isfinite(means.get(m, np.nan))
+                          else np.zeros(0) for m in METRICS})
     meas = measured.set_index(measured["req_id"].astype(str))
+    unmeasured = bool(measured["ttft_s"].isna().all())  # the mean-only case: keep every simulated row
     A = {m: [] for m in METRICS}
     y = {m: [] for m in METRICS}
     for engine, rq in req.groupby("engine"):
@@ -119,7 +131,7 @@ def run_system(prediction, measured: pd.DataFrame) -> RunSystem:
     for m in METRICS:
         a = np.vstack(A[m]) if A[m] else np.zeros((0, len(TERMS)))
         v = np.concatenate(y[m]) if y[m] else np.zeros(0)
-        ok = np.isfinite(v) & np.all(np.isfinite(a), axis=1)
+        ok = (np.isfinite(v) | unmeasured) & np.all(np.isfinite(a), axis=1)
         A2[m], y2[m] = a[ok], v[ok]
     return RunSystem(prediction.run.name, A2, y2)
 

@@ -73,10 +73,11 @@ def _rows(pred: Prediction, fit_label: str, fitted_on: list[str]) -> list[dict]:
 
 
 def _system(pred: Prediction) -> RunSystem | None:
-    if pred.workload != "replay" or not pred.run.has_per_request:
-        return None  # profile-driven runs have no request-by-request match to fit on
     try:
-        return run_system(pred, pred.run.requests)
+        if pred.workload == "replay" and pred.run.has_per_request:
+            return run_system(pred, pred.run.requests)
+        # regenerated requests have no request-by-request match: fit the run's measured means
+        return run_system(pred, means=pred.run.measured())
     except ValueError:
         return None
 

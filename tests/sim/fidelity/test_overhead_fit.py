@@ -71,3 +71,14 @@ def test_bad_term_names_the_field():
         HostOverhead(schedule_s=-1.0)
     with pytest.raises(ConfigError, match="^overhead.warp"):
         HostOverhead.from_dict({"warp": 1.0})
+
+
+def test_mean_only_equations_are_the_mean_of_the_request_equations():
+    run = make_run(n=20, seed=3)
+    pred = predict_run(run, TRUTH, gpu_model="roofline")
+    means = pred.means()
+    system = run_system(pred, means=means)
+    theta = theta_of(TRUTH)
+    for metric in ("tpot_s", "e2e_s"):
+        assert system.A[metric].shape == (1, 6)
+        assert float((system.A[metric] @ theta)[0]) == pytest.approx(means[metric], rel=1e-9)
