@@ -12,9 +12,12 @@ layer's pieces took when vLLM ran them (a 1-layer dummy-weight model, per-rank s
 - `per_sequence.csv` (layer, sequences, time_us): lm_head and sampler over the sampled sequences;
 - `moe.csv` (tokens, activated_experts, time_us): a MoE layer's expert computation.
 
-Step time = num_layers x (per-layer ops + attention + MoE + 2 all-reduces when tp > 1) + once-per-step
-ops + LM head and sampler. The all-reduce is a ring over the GPUs' link (its bandwidth from the GPU
-catalog: NVLink, else PCIe) with a fixed launch latency. Between grid points values are linearly
+Step time = num_layers x (per-layer ops + attention + MoE + 2 all-reduces when tp > 1 + the MoE
+all-to-all under expert parallelism) + once-per-step ops + LM head and sampler. The all-reduce is a
+ring over the GPUs' link, the all-to-all sends each token's hidden state to its remote experts and
+back; the link's bandwidth and latency come from the run's own hardware description when it has one
+(LLMServingSim's `config.json`: `link_bw` GB/s, `link_latency` ns), else from the GPU catalog
+(NVLink, else PCIe) with a typical launch latency. Between grid points values are linearly
 interpolated; beyond the grid, the last segment's slope extends them.
 """
 from __future__ import annotations
@@ -139,7 +142,7 @@ class LayerProfileLatencyModel:
 
     def __init__(self, folder: str | Path, num_layers: int, hidden_size: int, tp: int = 1,
                  num_experts: int = 0, num_experts_per_tok: int = 0, link_bandwidth: float = 0.0,
-                 dtype_bytes: int = 2, ep_size: int = 1) -> None:
+                 dtype_bytes: int = 2, ep_size: int = 1, link_latency: float = ALLREDUCE_LATENCY_S) -> None:
         folder = Path(folder)
         for name in ("dense.csv", "attention.csv", "per_sequence.csv"):
             if not (folder / name).is_file():
@@ -163,6 +166,9 @@ class LayerProfileLatencyModel:
         if tp > 1 and link_bandwidth <= 0:
             raise ConfigError("hardware.gpu: tensor parallelism needs the GPUs' link bandwidth (> 0)")
         self.link_bandwidth = link_bandwidth
+        self.link_latency = link_latency
+        if self.ep_size > 1 and link_bandwidth <= 0:
+            raise ConfigError("hardware.gpu: expert parallelism needs the GPUs' link bandwidth (> 0)")
 
     def activated_experts(self, num_tokens: int) -> float:
         """Expected distinct experts of this GPU that the step's tokens route to (uniform routing).
@@ -179,7 +185,18 @@ class LayerProfileLatencyModel:
         if self.tp <= 1 or not num_tokens:
             return 0.0
         nbytes = num_tokens * self.hidden_bytes
-        return ALLREDUCE_LATENCY_S + 2 * (self.tp - 1) / self.tp * nbytes / self.link_bandwidth
+        return self.link_latency + 2 * (self.tp - 1) / self.tp * nbytes / self.link_bandwidth
+
+    def all_to_all(self, num_tokens: int) -> float:
+        """A MoE layer's token exchange under expert parallelism: each token's hidden state goes once
+        to every other GPU holding one of its experts, and comes back (dispatch + combine)."""
+        if self.ep_size <= 1 or not num_tokens or not self.num_experts:
+            return 0.0
+        ep, k = self.ep_size, self.num_experts_per_tok
+        # expected remote GPUs a token needs: each of the ep-1 others holds one of its k experts
+        # with probability 1 - (1 - 1/ep)^k (uniform routing)
+        remote = num_tokens * (ep - 1) * (1.0 - (1.0 - 1.0 / ep) ** k)
+        return 2 * (self.link_latency + remote * self.hidden_bytes / self.link_bandwidth)
 
     def breakdown(self, plan: BatchPlan) -> dict[str, float]:
         t = plan.num_tokens
@@ -201,6 +218,7 @@ class LayerProfileLatencyModel:
             "attention": L * attn,
             "moe": L * moe,
             "all_reduce": L * 2 * self.all_reduce(t),
+            "all_to_all": L * self.all_to_all(t),
             "per_step": sum(self.ops[op](t) for op in PER_STEP_OPS if op in self.ops),
             "lm_head": sum(c(sampled) for c in self.seq_ops.values()),
         }

@@ -60,6 +60,22 @@ def layer_profile_folder(run: RealRun) -> Path | None:
     return None
 
 
+def run_link(run: RealRun) -> tuple[float | None, float | None]:
+    """(bytes/s, seconds) of the GPU link the run's own hardware description gives (LLMServingSim's
+    cluster `config.json`: `link_bw` in GB/s, `link_latency` in ns), or (None, None)."""
+    import json
+
+    path = run.path / "config.json"
+    if not path.is_file():
+        return None, None
+    try:
+        cfg = json.loads(path.read_text())
+    except ValueError:
+        return None, None
+    bw, lat = cfg.get("link_bw"), cfg.get("link_latency")
+    return (float(bw) * 1e9 if bw else None), (float(lat) * 1e-9 if lat is not None else None)
+
+
 def distserve_profile(run: RealRun) -> Path | None:
     for root in run.path.parents:
         cand = root / "profile_data" / "profiler-a100-80g.vllm.json"
@@ -98,11 +114,13 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto"):
             from sim.fidelity.layer_profile import LayerProfileLatencyModel
 
             gpu = config.hardware.gpu_spec()
-            link = gpu.nvlink_bandwidth or gpu.pcie_bandwidth
+            link, latency = run_link(run)
+            link = link or gpu.nvlink_bandwidth or gpu.pcie_bandwidth
+            kw = {"link_latency": latency} if latency is not None else {}
             return LayerProfileLatencyModel(folder, spec.num_layers, spec.hidden_size, config.hardware.tp,
                                             spec.num_experts, spec.num_experts_per_tok, link,
-                                            ep_size=run.server.data_parallel_size if run.server.enable_expert_parallel else 1
-                                            ), "layer-profile"
+                                            ep_size=run.server.data_parallel_size if run.server.enable_expert_parallel else 1,
+                                            **kw), "layer-profile"
         if kind == "layer-profile":
             raise ValueError(f"gpu_model: no per-layer profile next to run {run.name}")
     if kind in ("auto", "distserve"):
