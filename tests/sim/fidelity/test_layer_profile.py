@@ -67,11 +67,17 @@ def test_tensor_parallel_adds_two_ring_all_reduces_per_layer(tmp_path):
 def test_moe_experts_activated_grow_towards_all_and_shrink_with_expert_parallelism(tmp_path):
     folder = tiny_profile(tmp_path / "p", moe=True)
     m = LayerProfileLatencyModel(folder, 4, 2048, num_experts=128, num_experts_per_tok=8)
-    ep = LayerProfileLatencyModel(folder, 4, 2048, num_experts=128, num_experts_per_tok=8, ep_size=2)
+    ep = LayerProfileLatencyModel(folder, 4, 2048, num_experts=128, num_experts_per_tok=8, ep_size=2,
+                                  link_bandwidth=16e9, link_latency=20e-6)
     assert m.activated_experts(1) == pytest.approx(8.0)
     assert m.activated_experts(10_000) == pytest.approx(128.0)
     assert ep.activated_experts(10_000) == pytest.approx(64.0)
-    assert ep.step_time(plan(num_decode=16, kv=512)) < m.step_time(plan(num_decode=16, kv=512))
+    p = plan(num_decode=16, kv=512)
+    assert ep.breakdown(p)["moe"] < m.breakdown(p)["moe"]
+    # each token goes to the other GPU iff one of its 8 experts lives there (1 - 2^-8), and back
+    remote = 16 * (1 - 0.5 ** 8)
+    assert ep.breakdown(p)["all_to_all"] == pytest.approx(4 * 2 * (20e-6 + remote * 2048 * 2 / 16e9))
+    assert m.breakdown(p)["all_to_all"] == 0.0
 
 
 def test_grid_hits_its_points_and_interpolates_linearly():
