@@ -6,8 +6,9 @@
    linear equations in the overhead terms (`overhead_fit.run_system`);
 2. `fit="loo"`: for each run, the terms are fitted on the *other* runs of its fit group (same
    source, i.e. one engine version and host, same GPU kind, same kind of GPU step-time data) and the run is simulated again with them; the
-   score of a run never uses a fit that saw it. A group with a single run has nothing to learn
-   from: that run is predicted with no overhead. `fit="none"` scores step 1. `fit=HostOverhead`
+   score of a run never uses a fit that saw it. The fit is used only if it earns its place by
+   nested leave-one-out among the training runs (`fit_helps`); otherwise, and for a group with a
+   single run, the run is predicted with no overhead. `fit="none"` scores step 1. `fit=HostOverhead`
    applies given terms to every run (the caller excludes the runs they were fitted on).
 
 The result is one row per (run, metric): measured and predicted means and the relative error;
@@ -22,7 +23,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from sim.fidelity.host_overhead import HostOverhead
-from sim.fidelity.overhead_fit import RunSystem, fit_overhead, run_system
+from sim.fidelity.overhead_fit import RunSystem, fit_overhead, run_system, theta_of
 from sim.fidelity.predict import Prediction, predict_run
 from sim.fidelity.runs import METRICS, RealRun
 
@@ -50,6 +51,25 @@ def medians(table: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat([per_source, overall])
     out["num_runs"] = list(counts.reindex(per_source.index)) + [t["run"].nunique()]
     return out[[m for m in METRICS if m in out] + ["num_runs"]]
+
+
+def fit_helps(systems: list[RunSystem]) -> bool:
+    """Model selection by nested leave-one-out *within the training runs*: does a fit on all but
+    one of them predict that one's means better than no overhead? (Linearised predictions from the
+    runs' equations, so no extra simulation.) Needs two runs; with fewer, the fit is trusted."""
+    if len(systems) < 2:
+        return True
+    theta0 = theta_of(HostOverhead())
+    err_fit, err_none = [], []
+    for i, s in enumerate(systems):
+        theta = theta_of(fit_overhead(systems[:i] + systems[i + 1:]))
+        for m in s.y:
+            if not len(s.y[m]) or not np.mean(s.y[m]) > 0:
+                continue
+            want = float(np.mean(s.y[m]))
+            err_fit.append(abs(float((s.A[m] @ theta).mean()) / want - 1))
+            err_none.append(abs(float((s.A[m] @ theta0).mean()) / want - 1))
+    return bool(err_fit) and float(np.median(err_fit)) < float(np.median(err_none))
 
 
 def fit_group(run: RealRun, gpu: str | None = None, gpu_model: str = "") -> str:
@@ -123,8 +143,13 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: st
             refit = [_system(predict_run(next(r for r in runs if r.name == n), overhead, workload, gpu, gpu_model))
                      for n in others]
             overhead = fit_overhead([s for s in refit if s is not None])
+        helps = fit_helps([systems[n] for n in others])
+        rep.fits[run.name] = {"overhead": overhead.to_dict(), "fitted_on": others, "used": helps}
+        if not helps:
+            rows.extend(_rows(base[run.name], "none (the fit did not help in nested leave-one-out)", others))
+            rep.predictions[run.name] = base[run.name]
+            continue
         pred = predict_run(run, overhead, workload=workload, gpu=gpu, gpu_model=gpu_model)
-        rep.fits[run.name] = {"overhead": overhead.to_dict(), "fitted_on": others}
         rep.predictions[run.name] = pred
         rows.extend(_rows(pred, "leave-one-run-out", others))
     rep.table = pd.DataFrame(rows)
