@@ -20,6 +20,11 @@ Why these shapes:
   KV length), the linear terms catch per-token and per-sequence work, ``c0`` the launch cost. Non-
   negative coefficients keep it monotone and make extrapolation to larger shapes safe.
 
+- The engine's host overhead (`step_overhead`) is a residual: a measured step minus the op curves'
+  prediction of it, a small difference of two larger measured numbers. It gets a **robust straight
+  line** over the number of sequences (Theil-Sen slope, clamped to >= 0), not isotonic knots, so one
+  noisy plan cannot bend it.
+
 Fit error is the absolute percent error of the curve against the per-x median of the raw points:
 ``{"median_abs_pct", "max_abs_pct"}``. A piecewise-linear curve passes through its knots, so for it
 that in-sample error only shows where isotonic pooling flattened a dip; the honest figure is the
@@ -32,6 +37,7 @@ from collections import defaultdict
 
 import numpy as np
 from scipy.optimize import isotonic_regression, nnls
+from scipy.stats import theilslopes
 
 from sim.latency.profiled import OP_INPUTS, Bilinear, Grid2D, OpProfile, PiecewiseLinear
 
@@ -54,6 +60,18 @@ def fit_pwl(points: list) -> PiecewiseLinear:
     counts = np.array([sum(1 for r in points if float(r[0]) == xi) for xi in x], dtype=float)
     y = isotonic_regression(med, weights=counts, increasing=True).x
     return PiecewiseLinear(tuple(float(v) for v in x), tuple(float(max(v, 0.0)) for v in y))
+
+
+def fit_robust_line(points: list) -> PiecewiseLinear:
+    """Theil-Sen line through [x, seconds] rows (slope and intercept >= 0), as a two-knot curve."""
+    x = np.array([float(r[0]) for r in points])
+    y = np.array([float(r[-1]) for r in points])
+    if len(np.unique(x)) < 2:
+        return PiecewiseLinear((float(x.min()),), (float(max(np.median(y), 0.0)),))
+    slope = max(float(theilslopes(y, x)[0]), 0.0)
+    intercept = max(float(np.median(y - slope * x)), 0.0)
+    lo, hi = float(x.min()), float(x.max())
+    return PiecewiseLinear((lo, hi), (intercept + slope * lo, intercept + slope * hi))
 
 
 def fit_bilinear(points: list) -> Bilinear:
@@ -146,10 +164,12 @@ def fit_op(name: str, points: list, source: str = "measured") -> OpProfile:
         raise ValueError(f"points: op {name} needs rows of [{', '.join(inputs)}, seconds]")
     if len(inputs) == 2:
         curve = fit_grid(rows) or fit_bilinear(rows)
+    elif name == "step_overhead":
+        curve = fit_robust_line(rows)
     else:
         curve = fit_pwl(rows)
     err = fit_error(curve, rows)
-    if len(inputs) == 1:
+    if len(inputs) == 1 and name != "step_overhead":
         err.update(loo_error(rows))
     elif isinstance(curve, Grid2D):
         err.update(grid_loo_error(curve))

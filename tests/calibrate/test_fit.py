@@ -82,3 +82,12 @@ def test_scattered_two_input_points_fall_back_to_bilinear():
     pts = [[1, 1, 1e-5], [2, 8, 2e-5], [8, 100, 9e-5]]
     assert fit_grid(pts) is None
     assert isinstance(fit_op("attn_prefill", pts).curve, Bilinear)
+
+
+def test_overhead_gets_a_robust_line_that_one_outlier_cannot_bend():
+    pts = [[n, 2e-3 + 1e-5 * n] for n in (1, 2, 4, 8, 16, 32) for _ in range(5)]
+    pts += [[4, 0.5]]  # one plan hit by a burst of load
+    pts += [[32, 0.0]] * 3  # and one residual eaten by an over-predicted op
+    op = fit_op("step_overhead", pts)
+    for n in (1, 8, 32, 64):
+        assert op.curve(n) == pytest.approx(2e-3 + 1e-5 * n, rel=0.05)
