@@ -216,6 +216,8 @@ def _constant_times(n: int, duration: float, rng: np.random.Generator) -> np.nda
 
 @dataclass
 class _Send:
+    """One request the load generator will send: its stage, place in the stage, time and prompt."""
+
     stage: int
     index: int  # position in the stage
     time: float  # absolute send time (s)
