@@ -4,8 +4,9 @@ A `RealRun` is read from a run folder (or, for DistServe, one `.exp` file) of
 ../shared/data/groundtruth or of any folder laid out the same way:
 
 - vLLM server runs (`exp-config.yaml` + `profile.yaml` + per-request timings in
-  `per_request_server_spans.csv` (vLLM OTLP spans), `per_request_lifecycle_metrics.json` (inference-perf)
-  or `requests.csv` (servesim's own table); a `summary_lifecycle_metrics.json` alone gives means only);
+  `per_request_server_spans.csv` (vLLM OTLP spans), `per_request_lifecycle_metrics.json` (inference-perf),
+  `guidellm_per_request.csv` (guidellm) or `requests.csv` (servesim's own table); a
+  `summary_lifecycle_metrics.json` alone gives means only);
 - LLMServingSim's vLLM 0.19 replays (`vllm/meta.json` + `vllm/requests.jsonl`);
 - DistServe's vLLM runs on A100 (`opt-13b-sharegpt/vllm-N-RATE.exp`).
 
@@ -237,9 +238,26 @@ def read_summary_means(path: Path) -> dict[str, float]:
     return {k: float(lat[v]["mean"]) for k, v in names.items() if isinstance(lat.get(v), dict) and "mean" in lat[v]}
 
 
+def read_guidellm_requests(path: Path) -> pd.DataFrame:
+    """guidellm's per-request CSV (client side). guidellm's ITL is vLLM's TPOT (ENGINE-SEMANTICS §8)."""
+    df = pd.read_csv(path)
+    if "status" in df:
+        df = df[df["status"].astype(str).str.startswith("success")]
+    ttft = df["ttft_ms"].astype(float) / 1e3
+    return _table({
+        "req_id": df["response_id"].astype(str) if "response_id" in df else range(len(df)),
+        "arrival_time": df["request_start_time"].astype(float),
+        "num_prompt_tokens": df["prompt_tokens"], "num_output_tokens": df["output_tokens"],
+        "ttft_s": ttft, "e2e_s": df["request_latency_s"].astype(float),
+        "tpot_s": (df["itl_ms"].astype(float) / 1e3).where(df["output_tokens"] > 1),
+    })
+
+
+# in order of preference: server-side timings first (what the engine itself did)
 MEASUREMENT_FILES = (
     ("per_request_server_spans.csv", read_vllm_spans),
     ("per_request_lifecycle_metrics.json", read_inference_perf_requests),
+    ("guidellm_per_request.csv", read_guidellm_requests),
     ("requests.csv", read_servesim_requests),
 )
 

@@ -101,3 +101,17 @@ def test_bad_server_args_name_the_field(bad, field):
 def test_missing_model_names_the_field():
     with pytest.raises(ValueError, match="^exp-config.model"):
         server_args_from_exp_config({"tensor_parallelism": 1})
+
+
+def test_guidellm_client_timings_agree_with_the_server_spans(groundtruth_runs):
+    # the same run measured at the client (guidellm) and at the server (vLLM spans): the client sees
+    # at least the server's latency, and TPOT (guidellm's ITL) nearly equal
+    from sim.fidelity.runs import read_guidellm_requests
+
+    run = groundtruth_runs["jan20-codellama-prefill-1"]
+    client = read_guidellm_requests(run.path / "guidellm_per_request.csv").set_index("req_id")
+    server = run.requests.assign(rid=run.requests["req_id"].str.rsplit("-", n=1).str[0]).set_index("rid")
+    both = server.join(client, rsuffix="_client", how="inner")
+    assert len(both) >= 0.9 * run.num_requests
+    assert (both["e2e_s_client"] >= both["e2e_s"] - 1e-3).mean() > 0.95
+    assert both["tpot_s_client"].mean() == pytest.approx(both["tpot_s"].mean(), rel=0.05)
