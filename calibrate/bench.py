@@ -10,11 +10,12 @@ identical, so one layer's op times x num_hidden_layers is a layer stack):
   attention backend (which also writes the chunk's K/V, so `attention_includes_kv_write`);
 - decode attention over (batch size, KV length), all decodes of equal length;
 - swap copies GPU->CPU and CPU->GPU over bytes (`KVCache.swap_out` / `swap_in`);
-- the engine's per-step host overhead: a short calibration workload runs through the real `Engine`
-  (scheduler + batch assembly + forward); for each step, the measured time (execution + scheduler
-  schedule/update) minus what the op curves predict for that step's plan is a point of
-  `step_overhead` over the number of sequences. The calibration workload is fixed here and shares
-  nothing with any validation workload.
+- the engine's per-step host overhead: the model runner executes synthetic plans (d decodes, with
+  or without a prefill chunk), timed like the ops; its time minus what the op curves predict for
+  the plan, plus the scheduler's time per step from a short fixed calibration workload through the
+  real `Engine`, is a point of `step_overhead` over the number of sequences (decode-only plans)
+  or of `prefill_overhead` (the extra of plans with a chunk). Nothing here shares anything with a
+  validation workload.
 
 Each point: `warmup` untimed calls, then `repeats` timed calls (synchronized on CUDA); every timed
 call is kept as a raw point and the fit uses per-x medians. `quick` is a small grid for CI.
@@ -300,7 +301,7 @@ def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: f
 
 
 def measure_overhead(bench: OpBench, partial: Profile, grid: Grid, progress: bool = True, seed: int = 0) -> list:
-    """[[num_seqs, seconds]] of engine step time the op curves do not explain (see module docstring).
+    """[[num_seqs, seconds, has_prefill]] of engine step time the op curves do not explain.
 
     Two parts: (1) the model runner (`gpu_backend.model_runner.ModelRunner.execute`: batch assembly,
     forward, LM head, sampling) on synthetic plans of d decodes plus an optional prefill chunk,
@@ -327,7 +328,7 @@ def measure_overhead(bench: OpBench, partial: Profile, grid: Grid, progress: boo
                 seqs.append(_fake_seq("p", p, 0, d * per_seq_blocks, bs))
             plan = BatchPlan(0, tuple(seqs))
             times = time_call(lambda: runner.execute(plan), grid.warmup, grid.repeats, bench.device)
-            residuals.append((len(seqs), float(np.median(times)) - model.step_time(plan), times))
+            residuals.append((len(seqs), float(np.median(times)) - model.step_time(plan), times, p > 0))
 
     cfg = EngineConfig(model=bench.config, scheduler=SchedulerConfig(
         policy="chunked", max_num_batched_tokens=256, max_num_seqs=32, max_model_len=bench.config.max_position_embeddings),
@@ -339,8 +340,10 @@ def measure_overhead(bench: OpBench, partial: Profile, grid: Grid, progress: boo
         engine.add_request(Request(f"cal{i}", 0.0, prompt, out, prompt_token_ids=rng.integers(3, 200, prompt).tolist()))
     engine.run_until_done()
     sched = engine.schedule_time_s / max(engine.num_steps, 1)
-    # keep each repeat as a raw point (shifted by the plan's median residual) so the spread is visible
-    return [[float(n), max(r + (t - float(np.median(times))), 0.0) + sched] for n, r, times in residuals for t in times]
+    # keep each repeat as a raw point (shifted by the plan's median residual) so the spread is visible;
+    # the third column says whether the plan had a prefill chunk
+    return [[float(n), max(r + (t - float(np.median(times))), 0.0) + sched, float(has_prefill)]
+            for n, r, times, has_prefill in residuals for t in times]
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -373,7 +376,13 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
     }
     profile = Profile(meta=meta, model=dims, ops=ops)
     overhead = measure_overhead(bench, profile, grid, progress, seed)
-    profile.ops["step_overhead"] = fit_op("step_overhead", [[n, max(t, 0.0)] for n, t in overhead])
+    # decode-only plans give the per-step overhead over sequences; plans with a prefill chunk give the
+    # extra a step with chunks costs on top (the engine's prefill path: chunk loop, masks, metadata)
+    step = fit_op("step_overhead", [[n, t] for n, t, has_prefill in overhead if not has_prefill])
+    profile.ops["step_overhead"] = step
+    extra = [[1.0, t - step.curve(n)] for n, t, has_prefill in overhead if has_prefill]
+    if extra:
+        profile.ops["prefill_overhead"] = fit_op("prefill_overhead", extra)
     profile.meta["calibration_s"] = round(time.perf_counter() - t0, 1)
     profile.meta["load_avg_1m_at_end"] = round(os.getloadavg()[0], 2)
     return profile

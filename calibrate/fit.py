@@ -20,7 +20,7 @@ Why these shapes:
   KV length), the linear terms catch per-token and per-sequence work, ``c0`` the launch cost. Non-
   negative coefficients keep it monotone and make extrapolation to larger shapes safe.
 
-- The engine's host overhead (`step_overhead`) is a residual: a measured step minus the op curves'
+- The engine's host overhead (`step_overhead`, `prefill_overhead`) is a residual: a measured step minus the op curves'
   prediction of it, a small difference of two larger measured numbers. It gets a **robust straight
   line** over the number of sequences (Theil-Sen slope, clamped to >= 0), not isotonic knots, so one
   noisy plan cannot bend it.
@@ -164,12 +164,12 @@ def fit_op(name: str, points: list, source: str = "measured") -> OpProfile:
         raise ValueError(f"points: op {name} needs rows of [{', '.join(inputs)}, seconds]")
     if len(inputs) == 2:
         curve = fit_grid(rows) or fit_bilinear(rows)
-    elif name == "step_overhead":
+    elif name in ("step_overhead", "prefill_overhead"):
         curve = fit_robust_line(rows)
     else:
         curve = fit_pwl(rows)
     err = fit_error(curve, rows)
-    if len(inputs) == 1 and name != "step_overhead":
+    if len(inputs) == 1 and name not in ("step_overhead", "prefill_overhead"):
         err.update(loo_error(rows))
     elif isinstance(curve, Grid2D):
         err.update(grid_loo_error(curve))

@@ -44,6 +44,7 @@ embed, input_norm     num_tokens                             once (embedding, fi
 lm_head, sampler      num_tokens (sampled sequences)         once (final norm folded into lm_head)
 swap_out, swap_in     bytes                                  once per step (GPU->CPU, CPU->GPU)
 step_overhead         num_seqs                               once (host work of the engine)
+prefill_overhead      num_seqs (prefill/chunk sequences)     once, extra host work of a step with chunks
 ====================  =====================================  ==================================
 
 Required ops: qkv_proj, o_proj, gate_up_proj, down_proj, attn_prefill, attn_decode, lm_head; the
@@ -102,6 +103,7 @@ OP_INPUTS: dict[str, tuple[str, ...]] = {
     "lm_head": ("num_tokens",), "sampler": ("num_tokens",),
     "attn_prefill": ("num_tokens", "context_len"), "attn_decode": ("batch_size", "kv_len"),
     "all_reduce": ("bytes",), "swap_out": ("bytes",), "swap_in": ("bytes",), "step_overhead": ("num_seqs",),
+    "prefill_overhead": ("num_seqs",),
 }
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "half": 2, "bfloat16": 2, "bf16": 2,
                "fp8": 1, "float8": 1, "int8": 1}
@@ -419,6 +421,7 @@ class ProfiledLatencyModel:
         num_tokens = plan.num_tokens
         num_sampled = sum(1 for s in plan.seqs if s.samples or s.is_padding)
         prefill_attn = 0.0
+        num_prefill_seqs = 0
         num_decode, decode_kv, max_kv = 0, 0, 0
         for s in plan.seqs:
             if s.is_decode:
@@ -426,6 +429,7 @@ class ProfiledLatencyModel:
                 decode_kv += s.context_len
                 max_kv = max(max_kv, s.context_len)
             else:
+                num_prefill_seqs += 1
                 prefill_attn += op["attn_prefill"](s.num_tokens, s.context_len)
         kv = (max_kv if self.decode_kv == "max" else decode_kv / num_decode) if num_decode else 0
         decode_attn = op["attn_decode"](num_decode, kv) if num_decode else 0.0
@@ -446,7 +450,8 @@ class ProfiledLatencyModel:
             "embed": op["embed"](t) + op["input_norm"](t),  # embedding and the final norm
             "lm_head": op["lm_head"](num_sampled) + op["sampler"](num_sampled),
             "swap": op["swap_out"](out_bytes) + op["swap_in"](in_bytes),
-            "overhead": op["step_overhead"](plan.num_seqs) if not plan.is_empty else 0.0,
+            "overhead": (op["step_overhead"](plan.num_seqs) + op["prefill_overhead"](num_prefill_seqs)
+                         if not plan.is_empty else 0.0),
         }
 
     def step_time(self, plan: BatchPlan) -> float:

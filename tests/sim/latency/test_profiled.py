@@ -103,7 +103,8 @@ def reference_step_time(p: Profile, pl: BatchPlan, block_size: int = 16) -> floa
         * m["head_dim"] * 4 * block_size
     return (m["num_hidden_layers"] * layer + o["embed"](T) + o["input_norm"](T) + o["lm_head"](S) + o["sampler"](S)
             + o["swap_out"](len(pl.swap_out_blocks) * kv_per_block)
-            + o["swap_in"](len(pl.swap_in_blocks) * kv_per_block) + o["step_overhead"](len(pl.seqs)))
+            + o["swap_in"](len(pl.swap_in_blocks) * kv_per_block) + o["step_overhead"](len(pl.seqs))
+            + o["prefill_overhead"](len(prefills)))
 
 
 @pytest.mark.parametrize("tp", [1, 2])
