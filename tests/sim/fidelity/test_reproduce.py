@@ -43,7 +43,7 @@ def test_no_run_is_predicted_with_a_fit_that_saw_it(three_runs, monkeypatch):
         return real_fit(systems)
 
     monkeypatch.setattr(reproduce_module, "fit_overhead", spy)
-    rep = reproduce(find_runs(three_runs), progress=False)
+    rep = reproduce(find_runs(three_runs), gpu_model="roofline", progress=False)
     for name, fit in rep.fits.items():
         assert name not in fit["fitted_on"] and len(fit["fitted_on"]) == 2
     assert all(set(row.fitted_on.split(";")) == set(rep.fits[row.run]["fitted_on"])
@@ -58,8 +58,10 @@ def test_no_run_is_predicted_with_a_fit_that_saw_it(three_runs, monkeypatch):
 def test_a_runs_own_measurements_cannot_move_its_prediction(three_runs):
     # if leave-one-out leaked, tripling run0's measured latencies would change run0's prediction
     runs = find_runs(three_runs)
-    base = reproduce(runs, progress=False).table.set_index(["run", "metric"])["predicted"]
-    moved = reproduce(scaled(runs, "run0", 3.0), progress=False).table.set_index(["run", "metric"])["predicted"]
+    def predicted(rs):
+        return reproduce(rs, gpu_model="roofline", progress=False).table.set_index(["run", "metric"])["predicted"]
+
+    base, moved = predicted(runs), predicted(scaled(runs, "run0", 3.0))
     pd.testing.assert_series_equal(base.loc["run0"], moved.loc["run0"])
     # ...while the other runs, whose fits did see run0, do move
     assert not base.loc["run1"].equals(moved.loc["run1"])
@@ -67,7 +69,7 @@ def test_a_runs_own_measurements_cannot_move_its_prediction(three_runs):
 
 def test_cli_writes_markdown_csv_and_fits(three_runs, tmp_path):
     out = tmp_path / "report"
-    assert main(["reproduce", str(three_runs.parent), "--out", str(out), "--quiet"]) == 0
+    assert main(["reproduce", str(three_runs.parent), "--out", str(out), "--quiet", "--gpu-model", "roofline"]) == 0
     table = pd.read_csv(out / "report.csv")
     assert len(table) == 3 * 3 and set(table["metric"]) == {"ttft_s", "tpot_s", "e2e_s"}
     assert (table["error"] == (table["predicted"] - table["measured"]) / table["measured"]).all()
@@ -84,7 +86,8 @@ def test_cli_with_a_given_layer_leaves_its_training_runs_out(three_runs, tmp_pat
     layer.write_text(json.dumps({"format": "servesim-overhead", "version": 1, "overhead": TRUTH.to_dict(),
                                  "fitted_on": ["run0", "run1"]}))
     out = tmp_path / "given"
-    assert main(["reproduce", str(three_runs), "--overhead", str(layer), "--out", str(out), "--quiet"]) == 0
+    assert main(["reproduce", str(three_runs), "--overhead", str(layer), "--out", str(out), "--quiet",
+                 "--gpu-model", "roofline"]) == 0
     table = pd.read_csv(out / "report.csv")
     assert set(table["run"]) == {"run2"}
     # the measurements were made with TRUTH: the given terms predict them
@@ -110,7 +113,7 @@ def test_a_run_described_only_by_its_profile_and_summary_is_simulated(tmp_path):
     (folder / "summary_lifecycle_metrics.json").write_text(json.dumps({"successes": {"latency": {
         "time_to_first_token": {"mean": 0.05}, "time_per_output_token": {"mean": 0.01},
         "request_latency": {"mean": 2.0}}}}))
-    rep = reproduce(find_runs(tmp_path / "gt"), fit="none", progress=False)
+    rep = reproduce(find_runs(tmp_path / "gt"), fit="none", gpu_model="roofline", progress=False)
     assert list(rep.table["workload"].unique()) == ["profile"]
     pred = rep.predictions["h100-run"]
     assert len(pred.requests) == 12 + 16  # every request of both stages, multi-turn follow-ups included
