@@ -64,10 +64,11 @@ def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[s
         lines.append(f"| {source} | {int(row['num_runs'])} | {cells} |")
     lines += ["", "## Per run", ""]
     for metric in METRICS:
-        lines += [f"### {LABELS[metric]} (s)", "", "| source | run | measured | predicted | error | GPU model | fit on |",
+        lines += [f"### {LABELS[metric]} (s)", "", "| source | run | measured | predicted | error | GPU model | host-overhead terms |",
                   "|---|---|---:|---:|---:|---|---|"]
         for r in table[table["metric"] == metric].itertuples(index=False):
-            fitted = f"{len(r.fitted_on.split(';'))} other runs" if r.fitted_on else r.fit
+            used = r.fit == "leave-one-run-out" and isinstance(r.fitted_on, str) and r.fitted_on
+            fitted = f"terms fitted on {len(r.fitted_on.split(';'))} other runs" if used else r.fit
             lines.append(f"| {r.source} | {r.run} | {r.measured:.4g} | {r.predicted:.4g} | {100 * r.error:+.1f}% | "
                          f"{r.gpu_model} | {fitted} |")
         lines.append("")
