@@ -214,8 +214,12 @@ def read_inference_perf_requests(path: Path) -> pd.DataFrame:
         "arrival_time": [float(e["start_time"]) for e in rows],
         "num_prompt_tokens": [int(c["input_tokens"]) for c in cm],
         "num_output_tokens": [int(c["output_tokens"]) for c in cm],
-        "ttft_s": [float(c["time_to_first_token"]) for c in cm],
+        "ttft_s": [float(c["time_to_first_token"]) if c.get("time_to_first_token") is not None else math.nan
+                   for c in cm],
         "e2e_s": [float(c["request_latency"]) for c in cm],
+        # inference-perf's own TPOT: (last token - first token) / (output tokens - 1), as vLLM's
+        "tpot_s": [float(c["time_per_output_token"]) if c.get("time_per_output_token") is not None else math.nan
+                   for c in cm],
     })
 
 

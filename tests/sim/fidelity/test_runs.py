@@ -115,3 +115,17 @@ def test_guidellm_client_timings_agree_with_the_server_spans(groundtruth_runs):
     assert len(both) >= 0.9 * run.num_requests
     assert (both["e2e_s_client"] >= both["e2e_s"] - 1e-3).mean() > 0.95
     assert both["tpot_s_client"].mean() == pytest.approx(both["tpot_s"].mean(), rel=0.05)
+
+
+def test_inference_perf_per_request_file(tmp_path):
+    folder = write_exp_config(tmp_path / "ip")
+    entries = [{"start_time": 100.0 + i, "end_time": 103.0 + i, "error": None, "computed_metrics": {
+        "request_latency": 3.0, "time_to_first_token": 0.2, "time_per_output_token": 0.028,
+        "input_tokens": 500 + i, "output_tokens": 101}} for i in range(5)]
+    entries.append({"start_time": 99.0, "end_time": 99.1, "error": {"error_type": "400"}, "computed_metrics": None})
+    (folder / "per_request_lifecycle_metrics.json").write_text(json.dumps(entries))
+    run = load_server_run(folder)
+    assert run.num_requests == 5  # the failed request is not a measurement
+    assert run.requests["num_prompt_tokens"].tolist() == [500, 501, 502, 503, 504]
+    assert run.measured() == pytest.approx({"ttft_s": 0.2, "tpot_s": 0.028, "e2e_s": 3.0})
+    assert run.requests["arrival_time"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
