@@ -39,12 +39,13 @@ class CacheSection:
 
     block_size: int = 16
     watermark: float = 0.0  # fraction of GPU blocks kept free when admitting (vLLM v0 used 0.01)
-    enable_prefix_caching: bool = False
+    # None: the policy's default (policies.CacheConfig: on for 'vllm', off for the others)
+    enable_prefix_caching: bool | None = None
 
     def __post_init__(self) -> None:
         check_int("cache.block_size", self.block_size, 1)
         check_number("cache.watermark", self.watermark, 0.0, 0.5)
-        if not isinstance(self.enable_prefix_caching, bool):
+        if self.enable_prefix_caching is not None and not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError(f"cache.enable_prefix_caching: expected true or false, got {self.enable_prefix_caching!r}")
 
 
