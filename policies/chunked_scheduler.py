@@ -15,6 +15,8 @@ from policies.step_builder import StepBuilder
 class ChunkedScheduler(Scheduler):
     """Decode-first chunked prefill (stall-free batching)."""
 
+    decode_runs = True  # an all-decode state with nothing admissible schedules every decode (Scheduler docs)
+
     def _schedule_pass(self, step: StepBuilder, now: float) -> None:
         self._schedule_running(step)
         if not step.num_preempted:  # vLLM v1: no admissions in a step that had to preempt

@@ -14,6 +14,8 @@ from policies.step_builder import StepBuilder
 class ContinuousScheduler(Scheduler):
     """Prefill-first iteration-level batching with whole prompts."""
 
+    decode_runs = True  # an all-decode state with nothing admissible schedules every decode (Scheduler docs)
+
     whole_prompts = True
 
     def _schedule_pass(self, step: StepBuilder, now: float) -> None:

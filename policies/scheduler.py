@@ -315,6 +315,118 @@ class Scheduler:
     def _on_finished(self, finished: list["Request"]) -> None:
         """Hook for policies that track finished requests (static batching)."""
 
+    # --- decode runs: the simulator's fast path ---------------------------------------------------
+    # A stretch of steps in which every running request decodes one token and nothing else can
+    # happen differs from step to step only by each context growing by one. The simulator replays
+    # such a stretch in one go (sim.replica.Replica) instead of calling schedule()/update() per step;
+    # the two methods below say how long the stretch is and apply it. The result is identical to
+    # the step-by-step loop (tests/sim/test_fast_path.py compares both). The engine never uses them.
+    decode_runs = False  # True where schedule() of an all-decode state is exactly the steps replayed here
+
+    def decode_run_horizon(self) -> tuple[int, int]:
+        """(num_steps, context_sum): the next `num_steps` steps are certainly all-decode steps.
+
+        Each of them schedules one token for every running request, in `running` order, preempts
+        nobody and admits nobody, and only the last one may finish requests (reaching max_tokens).
+        `context_sum` is the first step's sum of context lengths (it grows by `num_running` per step).
+        (0, 0) when this state is not such a stretch: the policy does not support it, some running
+        request is still prefilling, something is swapped out, a waiting request might be admitted
+        (it is not when every seat is taken and admissions cannot preempt), or the budget is short.
+        Block allocations at block boundaries are allowed inside (`advance_decode_run` does them and
+        ends the stretch before the free blocks run out). With prefix caching, a request with token
+        ids stops the stretch before it allocates or registers a full block (those steps hash content).
+        """
+        running = self.running
+        n = len(running)
+        if not self.decode_runs or not n or self.swapped or n > self.token_budget:
+            return 0, 0
+        if self.waiting and (n < self.max_num_seqs
+                             or (self.priority_admission_preemption and self.config.queue == "priority")):
+            return 0, 0
+        bm = self.block_manager
+        bs, caching = bm.block_size, bm.enable_prefix_caching
+        horizon = 1 << 62
+        context_sum = 0
+        for req in running:
+            if req.state is not _GEN:
+                return 0, 0
+            num_out = len(req.output_token_ids)
+            num_tokens = req.num_prompt_tokens + num_out
+            c = req.num_computed_tokens
+            if num_tokens - c != 1:
+                return 0, 0
+            context_sum += num_tokens
+            left = req.max_tokens - num_out  # the step at which it finishes (1 = the next one)
+            if caching and req.prompt_token_ids is not None:
+                left = min(left, (-num_tokens) % bs, len(req.block_table) * bs - c)
+            if left < horizon:
+                horizon = left
+        if horizon <= 0:
+            return 0, 0
+        return horizon, context_sum
+
+    def advance_decode_run(self, end_times: list[float]) -> tuple[int, list[int], list["Request"]]:
+        """Apply up to `len(end_times)` all-decode steps (at most `decode_run_horizon()[0]`) at once.
+
+        `end_times[j]` is when step j ends. Exactly what that many schedule()/update() rounds would
+        do: `num_computed_tokens`, step ids, one placeholder token per request per step, new blocks
+        popped in step-then-running order at block boundaries, and the requests that reach max_tokens
+        at the last step finished (in running order). Fewer steps are applied when the free blocks
+        run out first (the step that would preempt is left to schedule()). Returns (steps applied,
+        GPU blocks in use during each of them, the requests finished).
+        """
+        k = len(end_times)
+        running = self.running
+        n = len(running)
+        bm = self.block_manager
+        bs = bm.block_size
+        # each block boundary crossed, as step * n + position: the order schedule() pops blocks in
+        events = []
+        for i, req in enumerate(running):
+            j = len(req.block_table) * bs - req.num_computed_tokens
+            while j < k:
+                events.append(j * n + i)
+                j += bs
+        events.sort()
+        num_free = len(bm.free_queue)
+        if len(events) > num_free:  # the step of the first allocation that fails is schedule()'s to do
+            k = events[num_free] // n
+            events = events[:num_free]
+            while events and events[-1] >= k * n:
+                events.pop()
+        if k <= 0:
+            return 0, [], []
+        used = bm.num_gpu_blocks - num_free
+        used_per_step = []
+        if events:
+            pop_free = bm._pop_free
+            it, num_events = 0, len(events)
+            for j in range(1, k + 1):
+                limit = j * n
+                while it < num_events and events[it] < limit:
+                    running[events[it] % n].block_table.append(pop_free())
+                    it += 1
+                used_per_step.append(bm.num_gpu_blocks - len(bm.free_queue))
+        else:
+            used_per_step = [used] * k
+        self.step_id += k
+        times = end_times[:k] if k < len(end_times) else end_times
+        zeros = [0] * k
+        now = times[-1]
+        finished = []
+        for req in running:  # update()'s per-token work, k tokens at a time
+            req.num_computed_tokens += k
+            out = req.output_token_ids
+            out += zeros
+            req.token_times += times
+            if len(out) >= req.max_tokens:
+                self._finish(req, FinishReason.LENGTH, now)
+                finished.append(req)
+        if finished:
+            self.running = [r for r in running if r.state is not _FINISHED]
+            self._on_finished(finished)
+        return k, used_per_step, finished
+
 
 def make_scheduler(config: "SchedulerConfig", cache: "CacheConfig") -> Scheduler:
     """The scheduler for `config.policy` ('static', 'continuous', 'chunked' or 'vllm')."""

@@ -9,15 +9,26 @@ Arrivals come from outside (a runner, or a router for several replicas in one en
 `submit(request)` at the request's arrival time; an idle replica sleeps until the next submit.
 Every step is recorded as a `StepRecord`; finished requests go to the `on_finish` hooks, which is
 where closed-loop workloads and routers react.
+
+Decode runs (the fast path): when the scheduler says the next steps are certainly all-decode steps
+(`Scheduler.decode_run_horizon`: every running request decodes, nothing can be admitted, only the
+last step may finish requests), the replica replays as many of them as end strictly before the next
+event of the SimPy environment (an arrival, another replica's step, the time limit), in one go:
+step times from the latency model's `decode_step_time` (or `step_time` on the exact plans when the
+model declares `pure_step_time`), one `StepRecord` each, the scheduler's state advanced by
+`Scheduler.advance_decode_run`, and one timeout to the last step's end. Nothing else can happen in
+between, so the tables are identical to the step-by-step loop's (tests/sim/test_fast_path.py).
+`Replica(fast_decode=False)` or the environment variable `SERVESIM_FAST_DECODE=0` turns it off.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import simpy
 
-from policies import Request, StepResult
-from sim.results import Recorder, record_step
+from policies import BatchPlan, Request, ScheduledSeq, StepResult
+from sim.results import Recorder, StepRecord, record_step
 
 FinishHook = Callable[[Request, float], None]
 
@@ -31,7 +42,7 @@ class Replica:
     """
 
     def __init__(self, env: simpy.Environment, scheduler, latency_model, recorder: Recorder | None = None,
-                 name: str = "0", on_finish: FinishHook | None = None) -> None:
+                 name: str = "0", on_finish: FinishHook | None = None, fast_decode: bool | None = None) -> None:
         self.env = env
         self.scheduler = scheduler
         self.latency_model = latency_model
@@ -43,6 +54,9 @@ class Replica:
         self.busy_time = 0.0  # seconds spent in steps (utilization = busy_time / elapsed)
         self._wakeup: simpy.Event | None = None  # set while idle, triggered by submit()
         self._live: dict = {}  # req_id -> submitted request not yet seen to end
+        if fast_decode is None:
+            fast_decode = os.environ.get("SERVESIM_FAST_DECODE", "1") not in ("0", "false", "no", "off")
+        self._decode_time = decode_time_function(latency_model) if fast_decode else None
         self.process = env.process(self._loop())
 
     # --- for routers ----------------------------------------------------------------------------
@@ -106,8 +120,13 @@ class Replica:
     def _loop(self):
         env, scheduler, step_time = self.env, self.scheduler, self.latency_model.step_time
         recorder, name = self.recorder, self.name
+        decode_runs = self._decode_time is not None and hasattr(scheduler, "decode_run_horizon")
         while True:
             now = env.now
+            if decode_runs:
+                num_steps, context_sum = scheduler.decode_run_horizon()
+                if num_steps and (yield from self._decode_run(now, num_steps, context_sum)):
+                    continue
             plan = scheduler.schedule(now)
             self._sweep(now)
             if plan.is_empty:
@@ -128,3 +147,76 @@ class Replica:
             for request in finished:
                 self._finished(request, env.now)
             self._sweep(env.now)
+
+    def _decode_run(self, now: float, max_steps: int, context_sum: int):
+        """Replay up to `max_steps` all-decode steps that end before the next event; False if none."""
+        env, scheduler = self.env, self.scheduler
+        next_event = env.peek()  # nothing else happens before it, so nothing can interfere
+        n = len(scheduler.running)
+        decode_time = self._decode_time
+        durations, end_times = [], []
+        t = now
+        for j in range(max_steps):
+            duration = float(decode_time(scheduler, j, n, context_sum + j * n))
+            if not duration > 0.0:
+                raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
+            end = t + duration  # as SimPy adds a timeout's delay to its clock
+            if not end < next_event:
+                break
+            durations.append(duration)
+            end_times.append(end)
+            t = end
+        if not end_times:
+            return False
+        step_id, num_waiting = scheduler.step_id, scheduler.num_waiting
+        num_steps, used, finished = scheduler.advance_decode_run(end_times)
+        if not num_steps:
+            return False
+        end = end_times[num_steps - 1]
+        delay = end - now
+        if now + delay == end:
+            yield env.timeout(delay)
+        else:  # rounding: one timeout per step lands on exactly the clock the steps would
+            for duration in durations[:num_steps]:
+                yield env.timeout(duration)
+        num_gpu_blocks = scheduler.block_manager.num_gpu_blocks
+        add_step, name = self.recorder.add_step, self.name
+        start = now
+        for j in range(num_steps):
+            duration = durations[j]
+            u = used[j]
+            add_step(StepRecord(step_id + j, start, duration, 0, n, 0, n, 0, 0, 0, u, u / num_gpu_blocks,
+                                num_waiting, n, 0, name))
+            self.busy_time += duration
+            start = end_times[j]
+        for request in finished:
+            self._finished(request, end)
+        self._sweep(end)
+        return True
+
+
+def decode_time_function(latency_model):
+    """`f(scheduler, j, num_seqs, context_sum) -> seconds` of step j of a decode run, or None.
+
+    The model's `decode_step_time` when its class has one (and it belongs with the class's
+    `step_time`: a subclass overriding `step_time` alone does not qualify); else, for a model whose
+    class declares `pure_step_time`, `step_time` of the exact plan step j would have. See
+    `sim.latency.base.LatencyModel`.
+    """
+    cls = type(latency_model)
+    method = getattr(cls, "decode_step_time", None)
+    if method is not None:
+        owner = next(c for c in cls.__mro__ if "decode_step_time" in c.__dict__)
+        if getattr(cls, "step_time", None) is getattr(owner, "step_time", None):
+            fast = latency_model.decode_step_time
+            return lambda scheduler, j, num_seqs, context_sum: fast(num_seqs, context_sum)
+    if getattr(cls, "pure_step_time", False):
+        step_time = latency_model.step_time
+
+        def plan_time(scheduler, j, num_seqs, context_sum):
+            new = tuple.__new__
+            seqs = tuple(new(ScheduledSeq, (r, 1, r.num_computed_tokens + j, True, False))
+                         for r in scheduler.running)
+            return step_time(BatchPlan(step_id=scheduler.step_id + j, seqs=seqs))
+        return plan_time
+    return None

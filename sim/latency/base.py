@@ -13,7 +13,18 @@ from policies import BatchPlan
 
 @runtime_checkable
 class LatencyModel(Protocol):
-    """Anything with `step_time(plan) -> seconds`."""
+    """Anything with `step_time(plan) -> seconds`.
+
+    Two optional class attributes let the simulator replay stretches of all-decode steps without
+    building their plans (`sim.replica.Replica`'s decode runs); a model with neither gets every plan:
+    - `decode_step_time(num_seqs, context_sum) -> seconds`: a method equal (bit for bit) to
+      `step_time` of a step in which `num_seqs` sequences decode one token each, their contexts
+      (new token included) summing to `context_sum`;
+    - `pure_step_time = True`: `step_time` depends on the plan alone and has no side effects, so
+      the simulator may call it on the plans of a decode run ahead of their steps.
+    Both are looked up on the class, so a wrapper that forwards attributes to an inner model does
+    not inherit them by accident.
+    """
 
     def step_time(self, plan: BatchPlan) -> float: ...
 
@@ -27,9 +38,17 @@ class ConstantLatencyModel:
         self.step_s = step_s
         self.per_token_s = per_token_s
 
+    pure_step_time = True
+
     def step_time(self, plan: BatchPlan) -> float:
         if plan.is_empty:
             return 0.0
         if self.per_token_s:
             return self.step_s + self.per_token_s * sum(s.num_tokens for s in plan.seqs)
+        return self.step_s
+
+    def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
+        """`step_time` of `num_seqs` one-token decodes (see `LatencyModel`)."""
+        if self.per_token_s:
+            return self.step_s + self.per_token_s * num_seqs
         return self.step_s

@@ -191,3 +191,27 @@ class RooflineLatencyModel:
 
     def step_time(self, plan: BatchPlan) -> float:
         return sum(self.breakdown(plan).values())
+
+    def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
+        """`step_time` of a step in which `num_seqs` sequences each decode one token, their contexts
+        (including the new token) summing to `context_sum`: the simulator's decode runs call this
+        once per step. Bit-identical to `step_time` of such a plan (same terms, summed in the same
+        order as `breakdown`'s keys; its zero terms are left out, which adding 0.0 would not change).
+        """
+        n = num_seqs
+        t = max(n * self._lin_flops_per_token * self._gemm_flop_s,
+                (self._lin_weight_bytes + n * self._lin_act_bytes_per_token) * self._hbm_byte_s)
+        if self._expert_bytes:
+            e, k = self.model.num_experts, self.model.num_experts_per_tok
+            touched = e * (1.0 - (1.0 - k / e) ** n)
+            t += max(n * self._expert_flops_per_token * self._gemm_flop_s,
+                     (touched * self._expert_bytes + n * self._expert_act_bytes_per_token) * self._hbm_byte_s)
+        t += max(context_sum * self._attn_flops_per_pair * self._attn_flop_s,
+                 context_sum * self._kv_bytes_per_token * self._attn_byte_s)
+        t += n * self._elem_bytes_per_token * self._hbm_byte_s
+        if self.tp > 1:
+            t += self._ar_fixed + n * self._ar_s_per_token
+        t += max(n * self._head_flops_per_token * self._gemm_flop_s,
+                 (self._head_weight_bytes + n * self._head_bytes_per_token) * self._hbm_byte_s)
+        c = self.constants
+        return t + (c.step_overhead_s + n * c.per_seq_overhead_s + self.model.num_layers * c.layer_overhead_s)

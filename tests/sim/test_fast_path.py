@@ -1,0 +1,291 @@
+"""Decode runs (the replica's fast path) give exactly the step-by-step loop's results.
+
+Every comparison runs the same simulation twice, `SERVESIM_FAST_DECODE=0` and `=1`, and requires
+the `requests` and `steps` tables to be equal bit for bit (no tolerance), plus the summary. The
+workloads are drawn at random over policies, queues, preemption modes, memory pressure, budgets
+smaller than the batch, closed loops, shared prefixes (prefix caching with token ids), time limits
+and several replicas, so that arrivals, finishes, block boundaries and preemptions all land inside
+or at the edge of decode runs.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+import pandas as pd
+import pytest
+import simpy
+
+from policies import BatchPlan, ScheduledSeq
+from policies.scheduler import Scheduler
+from sim.config import load_config
+from sim.latency import ConstantLatencyModel, RooflineLatencyModel
+from sim.models import get_gpu, get_model
+from sim.replica import Replica, decode_time_function
+from sim.results import requests_table, steps_table
+from sim.runner import simulate
+from sim_helpers import make_requests, make_sched
+
+
+def run_both(monkeypatch, config, latency_model=None):
+    """(step-by-step result, fast result, number of steps the fast one replayed in runs)."""
+    replayed = []
+    original = Scheduler.advance_decode_run
+
+    def counting(self, end_times):
+        out = original(self, end_times)
+        replayed.append(out[0])
+        return out
+
+    monkeypatch.setattr(Scheduler, "advance_decode_run", counting)
+    results = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("SERVESIM_FAST_DECODE", flag)
+        results.append(simulate(config, latency_model=latency_model))
+        if flag == "0":
+            assert not replayed, "the fast path ran although it was turned off"
+    return results[0], results[1], sum(replayed)
+
+
+def assert_identical(slow, fast):
+    pd.testing.assert_frame_equal(slow.requests, fast.requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow.steps, fast.steps, check_exact=True)
+    assert _nan_equal(slow.summary, fast.summary)
+
+
+def _nan_equal(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_nan_equal(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    return a == b
+
+
+def random_config(seed: int):
+    """A small random scenario; about half of them under memory pressure."""
+    rnd = random.Random(seed)
+    policy = rnd.choice(["chunked", "chunked", "vllm", "continuous", "static"])
+    queue = rnd.choice(["fcfs", "priority"])
+    preemption = "recompute" if policy == "vllm" else rnd.choice(["recompute", "swap", "hybrid"])
+    kind = rnd.choice(["poisson", "gamma", "closed_loop", "closed_loop"])
+    data = {
+        "model": {"name": "Llama-2-7B"},
+        "hardware": {"gpu": rnd.choice(["H100-SXM", "A100-80G"]), "swap_space_gb": 1.0,
+                     "num_gpu_blocks": rnd.choice([None, 60, 120, 400])},
+        "scheduler": {"policy": policy, "queue": queue, "preemption": preemption,
+                      "max_num_batched_tokens": rnd.choice([8, 64, 256, 2048]),
+                      "max_num_seqs": rnd.choice([3, 16, 256]), "max_model_len": 2048,
+                      "hybrid_swap_threshold": 8},
+        "cache": {"block_size": rnd.choice([4, 16])},
+        "workload": {"kind": kind, "num_requests": rnd.randint(20, 60), "seed": seed,
+                     "prompt_len": {"kind": "lognormal", "median": rnd.choice([20, 200]), "sigma": 1.0,
+                                    "max": 900},
+                     "output_len": {"kind": "lognormal", "median": 30, "sigma": 1.0, "max": 300}},
+    }
+    if policy != "continuous" and data["scheduler"]["max_num_batched_tokens"] < 16:
+        data["scheduler"]["max_num_batched_tokens"] = 8  # fewer tokens than running requests: no runs
+    elif policy in ("continuous", "static"):
+        data["scheduler"]["max_num_batched_tokens"] = 2048
+    if kind == "closed_loop":
+        data["workload"].update(num_users=rnd.choice([2, 8, 24]), think_time=rnd.choice([0.0, 0.05, 1.0]))
+    else:
+        data["workload"]["rate"] = rnd.choice([1.0, 5.0, 40.0])
+    if queue == "priority" and kind != "closed_loop":
+        data["workload"]["classes"] = [{"name": "hi", "priority": 0, "fraction": 0.3},
+                                       {"name": "lo", "priority": 1, "fraction": 0.7}]
+    if rnd.random() < 0.5:  # shared prefixes give prompts token ids (prefix caching hashes them)
+        data["workload"].update(num_prefix_groups=2, prefix_len=rnd.choice([16, 40]), users_per_group=3)
+    if rnd.random() < 0.3:
+        data["cache"]["enable_prefix_caching"] = True
+    if rnd.random() < 0.25:
+        data["sim"] = {"max_sim_time_s": rnd.choice([0.5, 3.0])}
+    if rnd.random() < 0.2 and data["hardware"]["num_gpu_blocks"] is None:
+        data["cluster"] = {"num_replicas": 2, "router": "round_robin"}
+    if data["hardware"]["num_gpu_blocks"] is None:
+        del data["hardware"]["num_gpu_blocks"]
+    return load_config(data)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_scenarios_are_identical_with_and_without_decode_runs(monkeypatch, seed):
+    slow, fast, _ = run_both(monkeypatch, random_config(seed))
+    assert_identical(slow, fast)
+
+
+def azure_like(num_requests: int = 150, **overrides):
+    return load_config("examples/azure_conv_fit.toml",
+                       [f"workload.num_requests={num_requests}", "workload.rate=7.0"]
+                       + [f"{k}={v}" for k, v in overrides.items()])
+
+
+def test_the_benchmark_scenario_is_identical_and_mostly_replayed(monkeypatch):
+    slow, fast, replayed = run_both(monkeypatch, azure_like())
+    assert_identical(slow, fast)
+    assert replayed > 0.5 * len(fast.steps)  # the fast path really carries the decode stretches
+
+
+def test_memory_pressure_preemptions_inside_decode_stretches(monkeypatch):
+    # a few hundred blocks for Azure-like lengths: runs must end where the free blocks do
+    config = azure_like(60, **{"hardware.num_gpu_blocks": 300, "workload.rate": 50})
+    slow, fast, replayed = run_both(monkeypatch, config)
+    assert_identical(slow, fast)
+    assert slow.summary["num_preemptions"] > 0 and replayed > 0
+
+
+class MaxContextLatency:
+    """A pure latency model without `decode_step_time`: the replica times runs on their exact plans.
+
+    It depends on each sequence's own context (not only their sum), so a wrong plan shows.
+    """
+
+    pure_step_time = True
+
+    def step_time(self, plan: BatchPlan) -> float:
+        longest = max((s.num_computed_tokens + s.num_tokens for s in plan.seqs), default=0)
+        return 1e-3 + 1e-6 * longest + 1e-5 * plan.num_tokens + 1e-7 * (plan.step_id % 7)
+
+
+@pytest.mark.parametrize("latency_model", [MaxContextLatency(), ConstantLatencyModel(0.01, 1e-5)],
+                         ids=["pure-step-time", "constant"])
+def test_other_latency_models_are_identical(monkeypatch, latency_model):
+    slow, fast, replayed = run_both(monkeypatch, azure_like(80), latency_model=latency_model)
+    assert_identical(slow, fast)
+    assert replayed > 0
+
+
+class Recording:
+    """Neither `decode_step_time` nor `pure_step_time`: every step must reach `step_time`."""
+
+    def __init__(self) -> None:
+        self.plans = []
+
+    def step_time(self, plan: BatchPlan) -> float:
+        self.plans.append(plan.step_id)
+        return 0.01
+
+
+def test_a_model_that_does_not_opt_in_sees_every_plan(monkeypatch):
+    monkeypatch.setenv("SERVESIM_FAST_DECODE", "1")
+    model = Recording()
+    result = simulate(azure_like(40), latency_model=model)
+    assert model.plans == list(range(len(result.steps)))
+
+
+def test_decode_time_function_looks_at_the_class_only():
+    class Wrapper:  # forwards attributes like sim.cluster.disaggregated.PreloadedKVLatency
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def step_time(self, plan):
+            return self.inner.step_time(plan) * 2
+
+    class Slower(ConstantLatencyModel):  # overrides step_time but inherits decode_step_time
+        def step_time(self, plan):
+            return 2 * super().step_time(plan)
+
+    assert decode_time_function(Wrapper(ConstantLatencyModel())) is None
+    assert decode_time_function(Slower()) is not None  # pure_step_time: timed on exact plans
+    sched = make_sched("chunked")
+    for r in make_requests(2, prompt=5, max_tokens=9):
+        sched.add_request(r)
+    sched.update(sched.schedule(0.0), _Result(), 0.1)
+    assert decode_time_function(Slower(0.01))(sched, 0, 2, 12) == 0.02
+
+
+class _Result:
+    duration = 0.1
+    sampled_token_ids = None
+    stopped = frozenset()
+
+
+@pytest.mark.parametrize("model, tp", [("Llama-2-7B", 1), ("Llama-2-70B", 4), ("Mixtral-8x7B", 2)])
+def test_roofline_decode_step_time_is_step_time_bit_for_bit(model, tp):
+    m = RooflineLatencyModel(get_model(model), get_gpu("H100-SXM"), tp=tp)
+    rnd = random.Random(tp)
+    reqs = make_requests(64, prompt=10, max_tokens=10)
+    for _ in range(200):
+        n = rnd.randint(1, 64)
+        contexts = [rnd.randint(1, 8000) for _ in range(n)]
+        plan = BatchPlan(0, tuple(ScheduledSeq(reqs[i], 1, c, True) for i, c in enumerate(contexts)))
+        assert m.decode_step_time(n, sum(contexts) + n) == m.step_time(plan)
+
+
+def _state(sched):
+    bm = sched.block_manager
+    return ([(r.req_id, r.state, r.num_computed_tokens, list(r.output_token_ids), list(r.token_times),
+              list(r.block_table), r.finish_time) for r in sched.running],
+            list(bm.free_queue), list(bm.ref_counts), sched.step_id, len(bm.holders))
+
+
+@pytest.mark.parametrize("num_gpu_blocks", [20, 24, 1000])
+def test_advance_decode_run_is_the_step_by_step_state(num_gpu_blocks):
+    """The scheduler alone: a replayed stretch leaves the state step-by-step leaves (blocks included)."""
+    def prepared():
+        sched = make_sched("chunked", num_gpu_blocks=num_gpu_blocks, block_size=4, max_num_batched_tokens=512)
+        for r in make_requests(6, prompt=[5, 9, 12, 3, 7, 16], max_tokens=[30, 12, 40, 25, 9, 33]):
+            sched.add_request(r)
+        sched.update(sched.schedule(0.0), _Result(), 0.1)
+        return sched
+
+    fast, slow = prepared(), prepared()
+    horizon, context_sum = fast.decode_run_horizon()
+    assert horizon == 8  # the request with max_tokens 9 finishes at the 8th step from here
+    assert context_sum == sum(r.num_tokens for r in fast.running)
+    ends = [0.1 + 0.01 * (j + 1) for j in range(horizon)]
+    k, used, finished = fast.advance_decode_run(ends)
+    usage = []
+    for j in range(k):
+        plan = slow.schedule(ends[j] - 0.01)
+        assert all(s.num_tokens == 1 for s in plan.seqs) and len(plan.seqs) == 6 and not plan.preempted
+        usage.append(slow.block_manager.num_used_gpu_blocks)
+        done = slow.update(plan, _Result(), ends[j])
+    assert k > 0
+    assert used == usage and [r.req_id for r in finished] == [r.req_id for r in done]
+    assert _state(fast) == _state(slow)
+    if num_gpu_blocks < 1000:  # the free blocks ran out before the horizon: the run stops short
+        assert k < horizon
+        plan = slow.schedule(1.0)
+        assert plan.preempted or plan.swapped_out
+    else:
+        assert k == horizon and [r.max_tokens for r in finished] == [9]
+
+
+def test_no_run_while_someone_prefills_or_could_be_admitted():
+    sched = make_sched("chunked", max_num_seqs=2)
+    a, b, c = make_requests(3, prompt=8, max_tokens=20)
+    sched.add_request(a)
+    assert sched.decode_run_horizon() == (0, 0)  # waiting, seat free
+    sched.update(sched.schedule(0.0), _Result(), 0.1)
+    assert sched.decode_run_horizon()[0] == 19
+    sched.add_request(b)
+    assert sched.decode_run_horizon() == (0, 0)
+    sched.update(sched.schedule(0.1), _Result(), 0.2)
+    sched.add_request(c)  # every seat taken, fcfs: c cannot get in, the decodes run on
+    assert sched.decode_run_horizon()[0] == 18
+    assert make_sched("static").decode_run_horizon() == (0, 0)
+
+
+@pytest.mark.parametrize("durations", [(0.01, 0.013), (0.01, 0.01)])
+def test_replicas_sharing_an_environment_are_identical(durations):
+    """Each replica's run stops before the other's next step (equal step times tie on the clock)."""
+    def run(fast_decode):
+        env = simpy.Environment()
+        replicas = [Replica(env, make_sched("chunked", num_gpu_blocks=64, block_size=4),
+                            ConstantLatencyModel(d), name=str(i), fast_decode=fast_decode)
+                    for i, d in enumerate(durations)]
+        ended = []
+        for i, replica in enumerate(replicas):
+            replica.on_finish.append(lambda r, now: ended.append((r.req_id, now)))
+            for r in make_requests(4, prompt=[20, 3, 40, 9], max_tokens=[50, 7, 60, 31], start_id=10 * i):
+                replica.submit(r)
+        env.run()
+        return ended, [steps_table(r.recorder.steps) for r in replicas], \
+            [requests_table(r.recorder.requests) for r in replicas], [r.busy_time for r in replicas]
+
+    slow, fast = run(False), run(True)
+    assert slow[0] == fast[0] and slow[3] == fast[3]
+    for a, b in zip(slow[1] + slow[2], fast[1] + fast[2]):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
