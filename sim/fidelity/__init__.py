@@ -3,8 +3,12 @@
 - `runs`: real runs (vLLM 0.11 server spans, LLMServingSim's vLLM 0.19 replays, DistServe's vLLM runs)
   in one common form (`RealRun`: server arguments, requests, measured TTFT/TPOT/E2E).
 - `inference_perf`: inference-perf's `shared_prefix` profile as a Workload.
+- `guidellm`: guidellm's sweep (synchronous, throughput, constant rates between) as a Workload.
 - `replay`: a run's recorded requests as a Workload.
-- `host_overhead`: the engine's per-step host work as named terms around a GPU step-time model.
+- `host_overhead`: the engine's per-step host work as named terms around a GPU step-time model;
+  `layer_profile` (LLMServingSim per-layer vLLM profiles) and `distserve_model` (DistServe's A100
+  coefficients) are GPU step-time models from measured data; `predict` picks one per run.
+- `overhead_fit`: the terms fitted to measured per-request timings; `reproduce`: leave-one-run-out.
 - `from_run`: `config_from_run(run_dir, overrides) -> Config` (`servesim simulate --from-run`).
 - `cli_reproduce`: `servesim reproduce GROUNDTRUTH_DIR --out REPORT`.
 """

@@ -200,9 +200,10 @@ def guidellm_workload_section(profile: dict, seed: int = 0) -> dict:
         raise ConfigError("profile.data: expected inference-perf's data.type: shared_prefix or guidellm's "
                           "synthetic data (prompt_tokens, output_tokens)")
     if rate_type not in GUIDELLM_RATE_TYPES:
-        raise ConfigError(f"profile.rate-type: {rate_type!r} cannot be rebuilt without the run's own arrivals "
-                          f"(a sweep adapts its rates to the server); choose one of {', '.join(GUIDELLM_RATE_TYPES)} "
-                          f"or give per-request measurements to replay")
+        raise ConfigError(f"profile.rate-type: {rate_type!r} adapts its rates to the server, which a config's "
+                          f"workload section cannot express; choose one of {', '.join(GUIDELLM_RATE_TYPES)}, give "
+                          f"per-request measurements to replay, or simulate the sweep with "
+                          f"`servesim reproduce RUN_DIR --workload profile` (sim.fidelity.guidellm)")
     from sim.fidelity.inference_perf import LengthDistribution
 
     def dist(prefix: str) -> dict:
@@ -225,11 +226,12 @@ def guidellm_workload_section(profile: dict, seed: int = 0) -> dict:
 
 
 def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "auto",
-                        cache_dir: str | Path | None = None) -> dict:
+                        cache_dir: str | Path | None = None, workload_section: dict | None = None) -> dict:
     """The config (as a dict `load_config` reads) that describes `run`.
 
     `workload`: "replay" (the recorded requests), "profile" (the load generator's profile) or "auto"
-    (replay when per-request arrivals are known).
+    (replay when per-request arrivals are known). `workload_section` replaces the workload section
+    (for a caller that passes its own Workload to `simulate`).
     """
     if workload not in ("auto", "replay", "profile"):
         raise ConfigError(f"workload: {workload!r} is not allowed; choose one of auto, replay, profile")
@@ -246,7 +248,9 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         "cache": {"block_size": s.block_size, "enable_prefix_caching": bool(s.enable_prefix_caching)},
     }
     use_replay = workload == "replay" or (workload == "auto" and run.has_per_request)
-    if use_replay:
+    if workload_section is not None:  # the caller simulates with its own Workload object
+        data["workload"] = workload_section
+    elif use_replay:
         if not run.has_per_request:
             raise ConfigError(f"workload: run {run.name} has no per-request arrivals to replay; use profile")
         data["workload"] = {"kind": "trace", "trace": str(trace_file(run, cache_dir)), "too_long": "keep"}

@@ -152,6 +152,10 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
 
     if kind == "replay":
         return ReplayWorkload(requests if requests is not None else run.requests)
+    if kind == "guidellm":
+        from sim.fidelity.guidellm import GuidellmWorkload
+
+        return GuidellmWorkload(run.profile or {})
     return SharedPrefixWorkload(run.profile)
 
 
@@ -164,12 +168,13 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     from sim.runner import simulate
 
     overhead = overhead or HostOverhead()
-    data = config_dict_for_run(run, gpu=gpu, workload=workload)
     replayed = workload == "replay" or (workload == "auto" and run.has_per_request)
     kind = "replay" if replayed else "profile"
     data_section = (run.profile or {}).get("data")
     if kind == "profile" and not (isinstance(data_section, dict) and data_section.get("type") == "shared_prefix"):
-        kind = "config"  # guidellm-style profiles: the config's own workload section
+        kind = "guidellm"  # guidellm profiles: its benchmarks, driven by the simulated server
+    placeholder = {"kind": "constant", "rate": 1.0, "num_requests": 1} if kind == "guidellm" else None
+    data = config_dict_for_run(run, gpu=gpu, workload=workload, workload_section=placeholder)
     config = load_config(data, overrides)
     dp = max(1, run.server.data_parallel_size)
     shards = [run.requests.iloc[i::dp] for i in range(dp)] if kind == "replay" else [None] * dp
@@ -177,7 +182,7 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     for engine, shard in enumerate(shards):
         base, label = gpu_latency_model(run, config, gpu_model)
         latency = HostOverheadLatencyModel(base, overhead, record=True)
-        wl = None if kind == "config" else _workload(run, shard, kind)
+        wl = _workload(run, shard, kind)
         result = simulate(config, latency_model=latency, workload=wl)
         req = result.requests.copy()
         req["engine"] = engine
