@@ -241,8 +241,13 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
     hardware = {"gpu": gpu, "tp": s.tensor_parallel_size}
     if s.num_gpu_blocks:
         hardware["num_gpu_blocks"] = int(s.num_gpu_blocks)
+    if s.gpu_memory_utilization:
+        hardware["gpu_memory_utilization"] = s.gpu_memory_utilization
+    model = {"name": resolve_model_name(s.model)}
+    if s.kv_cache_dtype and s.kv_cache_dtype.startswith("fp8"):
+        model["kv_cache_dtype"] = "fp8"
     data = {
-        "model": {"name": resolve_model_name(s.model)},
+        "model": model,
         "hardware": hardware,
         "scheduler": scheduler_section(s, gpu, usage),
         "cache": {"block_size": s.block_size, "enable_prefix_caching": bool(s.enable_prefix_caching)},

@@ -70,6 +70,8 @@ class ServerArgs:
     block_size: int = 16
     num_gpu_blocks: int | None = None
     engine_version: str | None = None  # "0.11", "0.19", ... (None: unknown)
+    gpu_memory_utilization: float | None = None
+    kv_cache_dtype: str | None = None  # vLLM's --kv-cache-dtype ("auto", "fp8", ...)
 
 
 @dataclass
@@ -169,7 +171,17 @@ def server_args_from_exp_config(exp: dict, gpu: str | None = None) -> ServerArgs
         block_size=opt_int("block_size") or 16,
         num_gpu_blocks=opt_int("num_gpu_blocks"),
         engine_version=str(exp["vllm_version"]) if exp.get("vllm_version") else None,
+        gpu_memory_utilization=_fraction(exp.get("gpu_memory_utilization")),
+        kv_cache_dtype=str(exp["kv_cache_dtype"]) if exp.get("kv_cache_dtype") else None,
     )
+
+
+def _fraction(value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"exp-config.gpu_memory_utilization: expected a fraction in (0, 1], got {value!r}")
+    return float(value)
 
 
 _KV_LINE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")

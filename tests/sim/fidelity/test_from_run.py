@@ -82,3 +82,18 @@ def test_every_shipped_run_rebuilds_with_its_own_limits(shared_data):
             assert cfg.scheduler.max_num_seqs == s.max_num_seqs, run.name
         assert cfg.hardware.tp == s.tensor_parallel_size
         assert cfg.scheduler.policy == ("vllm" if s.enable_chunked_prefill else "continuous")
+
+
+def test_memory_and_kv_dtype_arguments_reach_the_config(tmp_path):
+    folder = make_measured_run(tmp_path / "mem", n=8)
+    import yaml as _yaml
+
+    exp = _yaml.safe_load((folder / "exp-config.yaml").read_text())
+    exp.update(gpu_memory_utilization=0.8, kv_cache_dtype="fp8_e4m3")
+    (folder / "exp-config.yaml").write_text(_yaml.safe_dump(exp))
+    cfg = config_from_run(folder)
+    assert cfg.hardware.gpu_memory_utilization == 0.8 and cfg.model.kv_cache_dtype == "fp8"
+    exp["gpu_memory_utilization"] = 1.5
+    (folder / "exp-config.yaml").write_text(_yaml.safe_dump(exp))
+    with pytest.raises(ValueError, match="^exp-config.gpu_memory_utilization"):
+        config_from_run(folder)
