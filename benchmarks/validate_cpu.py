@@ -1,0 +1,54 @@
+"""The CPU acceptance protocol of issue 5: one quick profile made now, then every shipped workload.
+
+    .venv/bin/python benchmarks/validate_cpu.py [--out runs/validate-cpu] [--full]
+
+Calibrates the engine's ops for examples/tiny-llama (quick grid, one torch thread), then runs
+`servesim validate` on each examples/validate-*.toml with that profile and prints, per workload,
+the median / p90 per-step error, the mean TTFT / TPOT / E2E errors, the same per-step error
+against the engine thread's CPU time (model error without the time spent waiting for a core) and
+the load average. The bar: per-step median <= 5%, mean TTFT, TPOT and E2E within 10%.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from calibrate.bench import calibrate
+    from calibrate.validate import validate
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(REPO / "runs" / "validate-cpu"))
+    ap.add_argument("--full", action="store_true", help="calibrate on the full grid")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    torch.set_num_threads(1)
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    profile = calibrate(REPO / "examples/tiny-llama/config.json", "cpu", quick=not args.full, progress=True)
+    prof_path = profile.save(out / "profile.json")
+    print(f"{'workload':<26} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} {'load':>5}")
+    ok = True
+    for toml in sorted((REPO / "examples").glob("validate-*.toml")):
+        report = validate(toml, "cpu", profile=prof_path, out_dir=out / toml.stem, progress=False)
+        details = json.loads((out / toml.stem / "details.json").read_text())
+        st, m = report["step_time_abs_pct_error"], report["metrics"]
+        errs = [m[k]["mean"]["abs_pct_error"] for k in ("ttft_s", "tpot_s", "e2e_s")]
+        ok &= st["median"] <= 5.0 and all(e is not None and e <= 10.0 for e in errs)
+        cpu = details["step_time_abs_pct_error_vs_cpu_time"]["median"]
+        print(f"{toml.stem:<26} {st['median']:>7.1f}% {st['p90']:>7.1f}% " + " ".join(f"{e:>6.1f}%" for e in errs)
+              + f" {cpu:>7.1f}% {details['load_avg_1m'][1]:>5.2f}")
+    print(f"bar (step <= 5%, TTFT/TPOT/E2E <= 10%): {'met' if ok else 'not met'}; reports under {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
