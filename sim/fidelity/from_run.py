@@ -115,17 +115,26 @@ def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
 
 def trace_file(run: RealRun, cache_dir: str | Path | None = None) -> Path:
     """The run's requests as a trace CSV in servesim's own format (cached by content)."""
-    from sim.workload.traces import write_trace_csv
-
     df = run.requests
     digest = hashlib.sha1(df[["arrival_time", "num_prompt_tokens", "num_output_tokens"]].to_csv().encode()).hexdigest()[:16]
     folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{digest}.csv"
     if not path.is_file():
-        write_trace_csv(path, df["arrival_time"].to_numpy(), df["num_prompt_tokens"].to_numpy(),
-                        df["num_output_tokens"].to_numpy())
+        _atomic_trace(path, df["arrival_time"].to_numpy(), df["num_prompt_tokens"].to_numpy(),
+                      df["num_output_tokens"].to_numpy())
     return path
+
+
+def _atomic_trace(path: Path, arrival, prompt, output) -> None:
+    """Write a trace CSV under a temporary name, then rename: parallel runs never read half a file."""
+    import os
+
+    from sim.workload.traces import write_trace_csv
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write_trace_csv(tmp, arrival, prompt, output)
+    os.replace(tmp, path)
 
 
 def _length_section(dist, field: str) -> dict:
@@ -152,7 +161,6 @@ def profile_trace(profile: dict, seed: int = 0, cache_dir: str | Path | None = N
 
     from policies import FinishReason
     from sim.fidelity.inference_perf import SharedPrefixWorkload
-    from sim.workload.traces import write_trace_csv
 
     wl = SharedPrefixWorkload(profile, seed=seed)
     sys_len = int(round(float(np.mean(wl.system_prompt_lens)))) if wl.system_prompt_lens else 0
@@ -171,7 +179,7 @@ def profile_trace(profile: dict, seed: int = 0, cache_dir: str | Path | None = N
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ip-{digest}.csv"
     if not path.is_file():
-        write_trace_csv(path, arr[:, 0], arr[:, 1].astype(int), arr[:, 2].astype(int))
+        _atomic_trace(path, arr[:, 0], arr[:, 1].astype(int), arr[:, 2].astype(int))
     return path, sys_len
 
 
