@@ -34,7 +34,13 @@ def build_latency_model(model, hardware=None, cache_block_size: int | None = Non
     if hardware.latency == "profiled":
         from sim.latency.profiled import ProfiledLatencyModel  # written by the calibration package
 
-        return ProfiledLatencyModel.from_file(hardware.profile, model=spec, block_size=block_size)
+        lm = ProfiledLatencyModel.from_file(hardware.profile, model=spec, block_size=block_size)
+        if lm.tp != hardware.tp:  # a profile times one rank of one TP layout: its GEMM shards and all-reduces
+            from policies import ConfigError
+
+            raise ConfigError(f"hardware.tp: the profile {hardware.profile} was made for tensor parallel "
+                              f"{lm.tp}, but hardware.tp = {hardware.tp}; import or calibrate one for tp={hardware.tp}")
+        return lm
     if constants is None and getattr(hardware, "enforce_eager", False):
         constants = RooflineConstants.eager()
     return RooflineLatencyModel(spec, hardware.gpu_spec(), hardware.tp, block_size, constants,

@@ -204,3 +204,17 @@ def test_profiles_load_without_torch(tmp_path):
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_profile_for_another_tensor_parallel_degree_is_refused():
+    from pathlib import Path
+
+    from sim.latency import build_latency_model
+    from sim.models import HardwareConfig, ModelConfig
+
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    model = ModelConfig(name=str(examples / "tiny-llama" / "config.json"), dtype="float32")
+    profile = str(examples / "profiles" / "tiny-llama-cpu.json")  # measured at tp=1
+    assert build_latency_model(model, HardwareConfig(latency="profiled", profile=profile, tp=1), 16).tp == 1
+    with pytest.raises(ConfigError, match="^hardware.tp: .*tensor parallel 1"):
+        build_latency_model(model, HardwareConfig(latency="profiled", profile=profile, tp=2), 16)
