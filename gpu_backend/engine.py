@@ -351,6 +351,10 @@ class Engine:
             self._stopping = True
             self._end_stuck(f"engine error: {exc!r}")
 
+    def is_alive(self) -> bool:
+        """True while the background loop runs (False before `start`, after `stop` or a failed step)."""
+        return self._thread is not None and self._thread.is_alive() and self.error is None
+
     def stop(self) -> None:
         """Stop the background thread (after its current step)."""
         self._stopping = True

@@ -242,10 +242,14 @@ def test_a_failing_step_on_the_background_thread_ends_every_request(tiny_model):
         raise RuntimeError("device lost")
 
     engine.runner.execute = boom
+    assert not engine.is_alive()
     engine.start()
     try:
+        assert engine.is_alive()
         engine.add_request(make_request(0, PROMPTS[0], 4), lambda o: (finals.append(o), o.finished and done.set()))
         assert done.wait(30)
+        engine._thread.join(10)
+        assert not engine.is_alive()  # what the server's /health reports as 503
     finally:
         engine.stop()
     assert isinstance(engine.error, RuntimeError)
