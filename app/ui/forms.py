@@ -11,6 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from policies.config import POLICIES, PREEMPTIONS, QUEUES
+from sim.cluster.router import ROUTERS
 from sim.models import gpu_names, model_names
 
 WORKLOAD_KINDS = ("poisson", "gamma", "constant", "closed_loop", "trace")
@@ -81,6 +82,10 @@ def config_form(prefix: str = "", defaults: dict | None = None, workload: bool =
     tp = c3.selectbox("Tensor parallel", (1, 2, 4, 8), index=(1, 2, 4, 8).index(d.get("tp", 1)), key=f"{prefix}tp")
     errors.slot("model.name")
     errors.slot("hardware")
+    c1, c2, _ = st.columns(3)
+    replicas = c1.number_input("Replicas", value=int(d.get("replicas", 1)), step=1, key=f"{prefix}replicas")
+    router = c2.selectbox("Router", ROUTERS, key=f"{prefix}router", disabled=replicas <= 1)
+    errors.slot("cluster")
 
     st.markdown("**Scheduler**")
     c1, c2, c3 = st.columns(3)
@@ -102,6 +107,8 @@ def config_form(prefix: str = "", defaults: dict | None = None, workload: bool =
                       "queue": queue, "preemption": preemption},
         "cache": {"enable_prefix_caching": bool(prefix_cache)},
     }
+    if replicas != 1:  # several replicas behind a router (a value < 1 is reported by validation)
+        config["cluster"] = {"num_replicas": int(replicas), "router": router}
     if preemption != "recompute":
         config["hardware"]["swap_space_gb"] = 16.0
 

@@ -38,6 +38,18 @@ def test_simulate_page_runs_and_shows_results():
     assert len(plotly_charts(at)) >= 4  # three CDFs + the step timeline (+ the request timeline)
 
 
+def test_simulate_page_spreads_requests_over_replicas():
+    at = page("simulate")
+    at.number_input(key="sim.n").set_value(40)
+    at.number_input(key="sim.replicas").set_value(2).run()  # the router choice opens up
+    at.selectbox(key="sim.router").set_value("round_robin")
+    at.button(key="sim.run").click().run()
+    assert not at.exception and not at.error, ([e.value for e in at.exception], [e.value for e in at.error])
+    requests = next(df.value for df in at.dataframe if "replica" in df.value.columns and "ttft_s" in df.value.columns)
+    counts = requests["replica"].astype(str).value_counts()
+    assert len(counts) == 2 and counts.min() == 20  # round robin: 20 each
+
+
 def test_simulate_page_shows_bad_input_next_to_its_field():
     at = page("simulate")
     at.number_input(key="sim.rate").set_value(-1.0)
