@@ -200,9 +200,9 @@ class BlockManager:
         total = req.num_computed_tokens + len(computed_blocks) * bs + num_new_tokens
         needed = -(-total // bs) - len(table) - len(computed_blocks)
         if needed > 0 or computed_blocks:
-            if not self.can_allocate(req, num_new_tokens, computed_blocks, use_watermark):
-                return False
             if computed_blocks:
+                if not self.can_allocate(req, num_new_tokens, computed_blocks, use_watermark):
+                    return False
                 if table:
                     raise ValueError(f"request {req.req_id}: prefix hits need an empty block table")
                 rc, fq = self.ref_counts, self.free_queue
@@ -212,8 +212,21 @@ class BlockManager:
                     rc[b] += 1
                 table.extend(computed_blocks)
                 req.num_registered_blocks = len(computed_blocks)
-            for _ in range(needed):
-                table.append(self._pop_free())
+            elif needed > len(self.free_queue) - (self.watermark_blocks if use_watermark else 0):
+                return False  # can_allocate without prefix hits, inlined (hot path)
+            if needed > 0:
+                # _pop_free inlined: a prefill chunk takes tens of blocks at once
+                pop, block_hash, cached, rc = self.free_queue.popitem, self.block_hash, self.cached, self.ref_counts
+                append = table.append
+                for _ in range(needed):
+                    b = pop(False)[0]
+                    h = block_hash[b]
+                    if h is not None:
+                        if cached.get(h) == b:
+                            del cached[h]
+                        block_hash[b] = None
+                    rc[b] = 1
+                    append(b)
             self.holders[req.req_id] = req
         if self.enable_prefix_caching and req.prompt_token_ids is not None:
             self._cache_full_blocks(req, total)
@@ -236,12 +249,21 @@ class BlockManager:
         table = req.block_table
         if table:
             rc, fq, bh = self.ref_counts, self.free_queue, self.block_hash
-            for b in reversed(table):
-                rc[b] -= 1
-                if rc[b] == 0:
+            to_head = fq.move_to_end
+            if not self.cached:
+                # no block holds a hash, so none is shared (sharing comes from prefix hits, whose
+                # hashes stay cached while held): every block goes to the head, ref count 1 -> 0
+                for b in reversed(table):
+                    rc[b] = 0
                     fq[b] = None
-                    if bh[b] is None:  # nothing worth keeping: reuse first
-                        fq.move_to_end(b, last=False)
+                    to_head(b, False)
+            else:
+                for b in reversed(table):
+                    rc[b] -= 1
+                    if rc[b] == 0:
+                        fq[b] = None
+                        if bh[b] is None:  # nothing worth keeping: reuse first
+                            to_head(b, False)
             table.clear()
         req.num_registered_blocks = 0
         self.holders.pop(req.req_id, None)

@@ -173,15 +173,23 @@ class Scheduler:
         bs, caching, scheduled = bm.block_size, bm.enable_prefix_caching, step.scheduled
         i = 0
         while i < len(running) and step.budget > 0:
-            req = running[i]
-            c = req.num_computed_tokens
-            remaining = req.num_prompt_tokens + len(req.output_token_ids) - c
-            if remaining == 1 and c < len(req.block_table) * bs and not (caching and (c + 1) % bs == 0):
-                # hot path: a decode whose token fits the last block and completes no block to cache
+            # hot path: a stretch of decodes whose token fits the last block and completes no block
+            # to cache (one token each; the budget kept in a local until the stretch ends)
+            budget, num_running = step.budget, len(running)
+            while i < num_running and budget > 0:
+                req = running[i]
+                c = req.num_computed_tokens
+                if (req.num_prompt_tokens + len(req.output_token_ids) - c != 1 or c >= len(req.block_table) * bs
+                        or (caching and (c + 1) % bs == 0)):
+                    break
                 scheduled[req.req_id] = (req, 1)
-                step.budget -= 1
+                budget -= 1
                 i += 1
-                continue
+            step.budget = budget
+            if i >= num_running or budget <= 0:
+                break
+            req = running[i]
+            remaining = req.num_prompt_tokens + len(req.output_token_ids) - req.num_computed_tokens
             n = self._chunk(remaining, step.budget)
             if n <= 0:
                 i += 1
@@ -285,10 +293,9 @@ class Scheduler:
         finished = []
         sampled = result.sampled_token_ids
         stopped = result.stopped
-        for s in plan.seqs:
-            if not s.samples:
+        for req, _, _, samples, _ in plan.seqs:  # (request, num_tokens, num_computed, samples, is_padding)
+            if not samples:
                 continue
-            req = s.request
             state = req.state
             if state is not _GEN and state is not _CTX:
                 continue  # aborted (or otherwise gone) since the plan was made
@@ -340,6 +347,8 @@ class Scheduler:
         n = len(running)
         if not self.decode_runs or not n or self.swapped or n > self.token_budget:
             return 0, 0
+        if running[-1].state is not _GEN:  # the newest request is the likeliest to be prefilling
+            return 0, 0
         if self.waiting and (n < self.max_num_seqs
                              or (self.priority_admission_preemption and self.config.queue == "priority")):
             return 0, 0
@@ -375,7 +384,66 @@ class Scheduler:
         run out first (the step that would preempt is left to schedule()). Returns (steps applied,
         GPU blocks in use during each of them, the requests finished).
         """
-        k = len(end_times)
+        k, used = self._decode_run_blocks(len(end_times))
+        if k <= 0:
+            return 0, [], []
+        self.step_id += k
+        times = end_times[:k] if k < len(end_times) else end_times
+        zeros = [0] * k
+        now = times[-1]
+        running = self.running
+        finished = []
+        for req in running:  # schedule()'s and update()'s per-token work, k tokens at a time
+            req.num_computed_tokens += k
+            out = req.output_token_ids
+            out += zeros
+            req.token_times += times
+            if len(out) >= req.max_tokens:
+                self._finish(req, FinishReason.LENGTH, now)
+                finished.append(req)
+        if finished:
+            self.running = [r for r in running if r.state is not _FINISHED]
+            self._on_finished(finished)
+        return k, used, finished
+
+    def start_decode_step(self) -> "tuple[list[Request], int] | None":
+        """The schedule() half of one all-decode step (`decode_run_horizon()[0]` >= 1).
+
+        For a step whose update must wait for other events (it spans an arrival): returns (the
+        requests it decodes, GPU blocks in use during it), or None when a block is short (then
+        schedule() must preempt). `finish_decode_step` is its update().
+        """
+        k, used = self._decode_run_blocks(1)
+        if k <= 0:
+            return None
+        self.step_id += 1
+        requests = list(self.running)
+        for req in requests:
+            req.num_computed_tokens += 1
+        return requests, used[0]
+
+    def finish_decode_step(self, requests: list["Request"], now: float) -> list["Request"]:
+        """update() of a step `start_decode_step` began: one placeholder token each at `now`."""
+        finished = []
+        for req in requests:
+            if req.state is not _GEN:
+                continue  # aborted (or otherwise gone) since the step began
+            out = req.output_token_ids
+            out.append(0)
+            req.token_times.append(now)
+            if len(out) >= req.max_tokens:
+                self._finish(req, FinishReason.LENGTH, now)
+                finished.append(req)
+        if finished:
+            self.running = [r for r in self.running if r.state is not _FINISHED]
+            self._on_finished(finished)
+        return finished
+
+    def _decode_run_blocks(self, k: int) -> tuple[int, list[int]]:
+        """Allocate the blocks the next `k` all-decode steps cross into, in schedule()'s order.
+
+        Returns (steps whose blocks all fit, at most k; GPU blocks in use during each of them).
+        """
         running = self.running
         n = len(running)
         bm = self.block_manager
@@ -387,45 +455,27 @@ class Scheduler:
             while j < k:
                 events.append(j * n + i)
                 j += bs
-        events.sort()
         num_free = len(bm.free_queue)
+        num_used = bm.num_gpu_blocks - num_free
+        if not events:
+            return k, [num_used] * k
+        events.sort()
         if len(events) > num_free:  # the step of the first allocation that fails is schedule()'s to do
             k = events[num_free] // n
             events = events[:num_free]
             while events and events[-1] >= k * n:
                 events.pop()
-        if k <= 0:
-            return 0, [], []
-        used = bm.num_gpu_blocks - num_free
         used_per_step = []
-        if events:
-            pop_free = bm._pop_free
-            it, num_events = 0, len(events)
-            for j in range(1, k + 1):
-                limit = j * n
-                while it < num_events and events[it] < limit:
-                    running[events[it] % n].block_table.append(pop_free())
-                    it += 1
-                used_per_step.append(bm.num_gpu_blocks - len(bm.free_queue))
-        else:
-            used_per_step = [used] * k
-        self.step_id += k
-        times = end_times[:k] if k < len(end_times) else end_times
-        zeros = [0] * k
-        now = times[-1]
-        finished = []
-        for req in running:  # update()'s per-token work, k tokens at a time
-            req.num_computed_tokens += k
-            out = req.output_token_ids
-            out += zeros
-            req.token_times += times
-            if len(out) >= req.max_tokens:
-                self._finish(req, FinishReason.LENGTH, now)
-                finished.append(req)
-        if finished:
-            self.running = [r for r in running if r.state is not _FINISHED]
-            self._on_finished(finished)
-        return k, used_per_step, finished
+        pop_free = bm._pop_free
+        it, num_events = 0, len(events)
+        for j in range(1, k + 1):
+            limit = j * n
+            while it < num_events and events[it] < limit:
+                running[events[it] % n].block_table.append(pop_free())
+                it += 1
+                num_used += 1
+            used_per_step.append(num_used)
+        return k, used_per_step
 
 
 def make_scheduler(config: "SchedulerConfig", cache: "CacheConfig") -> Scheduler:

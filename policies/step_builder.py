@@ -73,7 +73,11 @@ class StepBuilder:
             req.num_computed_tokens = c + n
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
-        seqs.extend(self.padding)
+        if self.padding:
+            seqs.extend(self.padding)
+        if not (self.carried_preempted or self.preempted or self.swapped_out or self.swapped_in
+                or self.swap_out_blocks or self.swap_in_blocks):
+            return BatchPlan(step_id, tuple(seqs))  # the usual step: no preemption, no swap
         return BatchPlan(
             step_id=step_id,
             seqs=tuple(seqs),

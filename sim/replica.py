@@ -14,7 +14,7 @@ Decode runs (the fast path): when the scheduler says the next steps are certainl
 (`Scheduler.decode_run_horizon`: every running request decodes, nothing can be admitted, only the
 last step may finish requests), the replica replays as many of them as end strictly before the next
 event of the SimPy environment (an arrival, another replica's step, the time limit), in one go:
-step times from the latency model's `decode_step_time` (or `step_time` on the exact plans when the
+step times from the latency model's `decode_step_times` (or `step_time` on the exact plans when the
 model declares `pure_step_time`), one `StepRecord` each, the scheduler's state advanced by
 `Scheduler.advance_decode_run`, and one timeout to the last step's end. Nothing else can happen in
 between, so the tables are identical to the step-by-step loop's (tests/sim/test_fast_path.py).
@@ -22,7 +22,9 @@ between, so the tables are identical to the step-by-step loop's (tests/sim/test_
 """
 from __future__ import annotations
 
+import gc
 import os
+from contextlib import contextmanager
 from typing import Callable
 
 import simpy
@@ -149,26 +151,49 @@ class Replica:
             self._sweep(env.now)
 
     def _decode_run(self, now: float, max_steps: int, context_sum: int):
-        """Replay up to `max_steps` all-decode steps that end before the next event; False if none."""
+        """Replay up to `max_steps` all-decode steps that end before the next event (or, when the first
+        one does not, that one step with its update after the event); False to fall back on schedule()."""
         env, scheduler = self.env, self.scheduler
         next_event = env.peek()  # nothing else happens before it, so nothing can interfere
         n = len(scheduler.running)
         decode_time = self._decode_time
         durations, end_times = [], []
         t = now
-        for j in range(max_steps):
-            duration = float(decode_time(scheduler, j, n, context_sum + j * n))
-            if not duration > 0.0:
-                raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
-            end = t + duration  # as SimPy adds a timeout's delay to its clock
-            if not end < next_event:
-                break
-            durations.append(duration)
-            end_times.append(end)
-            t = end
-        if not end_times:
-            return False
+        first, chunk = 0, 4  # step times are asked for in growing chunks: most runs are short
+        while first < max_steps:
+            count = min(chunk, max_steps - first)
+            for duration in decode_time(scheduler, n, context_sum, first, count):
+                duration = float(duration)
+                if not duration > 0.0:
+                    raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
+                end = t + duration  # as SimPy adds a timeout's delay to its clock
+                if not end < next_event:
+                    break
+                durations.append(duration)
+                end_times.append(end)
+                t = end
+            else:
+                first += count
+                chunk *= 4
+                continue
+            break
         step_id, num_waiting = scheduler.step_id, scheduler.num_waiting
+        if not end_times:  # the first step spans the next event: its update comes after that event
+            started = scheduler.start_decode_step()
+            if started is None:
+                return False
+            requests, used = started
+            record = StepRecord(step_id, now, duration, 0, n, 0, n, 0, 0, 0, used,
+                                used / scheduler.block_manager.num_gpu_blocks, num_waiting, n, 0, self.name)
+            yield env.timeout(duration)
+            self.busy_time += duration
+            now = env.now
+            finished = scheduler.finish_decode_step(requests, now)
+            self.recorder.add_step(record)
+            for request in finished:
+                self._finished(request, now)
+            self._sweep(now)
+            return True
         num_steps, used, finished = scheduler.advance_decode_run(end_times)
         if not num_steps:
             return False
@@ -196,27 +221,47 @@ class Replica:
 
 
 def decode_time_function(latency_model):
-    """`f(scheduler, j, num_seqs, context_sum) -> seconds` of step j of a decode run, or None.
+    """`f(scheduler, num_seqs, context_sum, first, count) -> [seconds, ...]`: the times of steps
+    `first .. first + count - 1` of a decode run whose step 0 has contexts summing to `context_sum`;
+    or None when the model cannot time runs.
 
-    The model's `decode_step_time` when its class has one (and it belongs with the class's
+    The model's `decode_step_times` when its class has one (and it belongs with the class's
     `step_time`: a subclass overriding `step_time` alone does not qualify); else, for a model whose
-    class declares `pure_step_time`, `step_time` of the exact plan step j would have. See
+    class declares `pure_step_time`, `step_time` of the exact plans those steps would have. See
     `sim.latency.base.LatencyModel`.
     """
     cls = type(latency_model)
-    method = getattr(cls, "decode_step_time", None)
-    if method is not None:
-        owner = next(c for c in cls.__mro__ if "decode_step_time" in c.__dict__)
+    if getattr(cls, "decode_step_times", None) is not None:
+        owner = next(c for c in cls.__mro__ if "decode_step_times" in c.__dict__)
         if getattr(cls, "step_time", None) is getattr(owner, "step_time", None):
-            fast = latency_model.decode_step_time
-            return lambda scheduler, j, num_seqs, context_sum: fast(num_seqs, context_sum)
+            times = latency_model.decode_step_times
+            return lambda scheduler, num_seqs, context_sum, first, count: \
+                times(num_seqs, context_sum + first * num_seqs, count)
     if getattr(cls, "pure_step_time", False):
         step_time = latency_model.step_time
 
-        def plan_time(scheduler, j, num_seqs, context_sum):
-            new = tuple.__new__
-            seqs = tuple(new(ScheduledSeq, (r, 1, r.num_computed_tokens + j, True, False))
-                         for r in scheduler.running)
-            return step_time(BatchPlan(step_id=scheduler.step_id + j, seqs=seqs))
-        return plan_time
+        def plan_times(scheduler, num_seqs, context_sum, first, count):
+            new, running, step_id = tuple.__new__, scheduler.running, scheduler.step_id
+            return [step_time(BatchPlan(step_id=step_id + j, seqs=tuple(
+                        new(ScheduledSeq, (r, 1, r.num_computed_tokens + j, True, False)) for r in running)))
+                    for j in range(first, first + count)]
+        return plan_times
     return None
+
+
+@contextmanager
+def paused_gc():
+    """Pause Python's cyclic garbage collector for a simulation (restored afterwards).
+
+    A run builds millions of small objects that all live until it ends (token lists, step records,
+    result rows); the collector's full passes would walk them again and again (about a sixth of
+    a run's time) to find next to nothing: the loop makes almost no reference cycles, so memory
+    does not grow for want of it. Reference counting still frees everything else at once.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

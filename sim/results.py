@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import chain
 from dataclasses import dataclass, fields
 from operator import attrgetter, sub
 from pathlib import Path
@@ -65,18 +66,19 @@ STEP_COLUMNS = tuple(f.name for f in fields(StepRecord))
 def record_step(plan: "BatchPlan", start: float, duration: float, scheduler, replica: str = "0") -> StepRecord:
     """Build the `StepRecord` of `plan` (one pass over its sequences) and the scheduler's state."""
     num_prefill = num_decode = num_padding = 0
-    for seq in plan.seqs:
-        if seq.is_padding:
-            num_padding += seq.num_tokens
-        elif seq.num_tokens == 1 and seq.num_computed_tokens > 0:
+    for _, n, c, _, padding in plan.seqs:  # (request, num_tokens, num_computed, samples, is_padding)
+        if padding:
+            num_padding += n
+        elif n == 1 and c > 0:
             num_decode += 1
         else:
-            num_prefill += seq.num_tokens
+            num_prefill += n
     bm = scheduler.block_manager
+    used = bm.num_used_gpu_blocks
     return StepRecord(
         plan.step_id, start, duration, num_prefill, num_decode, num_padding, len(plan.seqs),
         len(plan.swap_out_blocks), len(plan.swap_in_blocks), len(plan.preempted),
-        bm.num_used_gpu_blocks, bm.num_used_gpu_blocks / bm.num_gpu_blocks,
+        used, used / bm.num_gpu_blocks,
         scheduler.num_waiting, scheduler.num_running, scheduler.num_swapped, replica,
     )
 
@@ -144,21 +146,34 @@ def requests_table(requests: Iterable["Request"], replica_of: Mapping | None = N
     return pd.DataFrame(rows)
 
 
-_STEP_ROW = attrgetter(*STEP_COLUMNS)
-
-
 def steps_table(steps: Iterable[StepRecord]) -> pd.DataFrame:
     """The `steps` table: one row per iteration (per replica)."""
-    # attrgetter, not dataclasses.astuple: astuple deep-copies every field (it was a third of a run)
-    return pd.DataFrame([_STEP_ROW(s) for s in steps], columns=list(STEP_COLUMNS))
+    # column by column with attrgetter (not dataclasses.astuple, which deep-copies every field), as
+    # arrays where numeric: far faster than pandas inferring dtypes from rows or lists
+    steps = steps if isinstance(steps, list) else list(steps)
+    if not steps:
+        return pd.DataFrame([], columns=list(STEP_COLUMNS))
+    columns = {}
+    for name in STEP_COLUMNS:
+        column = list(map(attrgetter(name), steps))
+        values = np.array(column)
+        # numbers as the int64/float64 array pandas would infer from the list; anything else is left to pandas
+        columns[name] = values if values.dtype.kind in "if" else column
+    return pd.DataFrame(columns)
 
 
 def pooled_itls(requests: Iterable["Request"]) -> np.ndarray:
     """Every gap between consecutive output tokens of every completed request, pooled (vLLM ITL)."""
-    parts = [np.diff(np.asarray(r.token_times)) for r in requests
+    parts = [r.token_times for r in requests
              if len(r.token_times) > 1 and r.finish_reason is not None
              and r.finish_reason.value in COMPLETED_REASONS]
-    return np.concatenate(parts) if parts else np.empty(0)
+    if not parts:
+        return np.empty(0)
+    # one array of every request's times; the differences across two requests are dropped
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    flat = np.fromiter(chain.from_iterable(parts), dtype=np.float64, count=int(lengths.sum()))
+    gaps = np.diff(flat)
+    return np.delete(gaps, np.cumsum(lengths)[:-1] - 1)
 
 
 def _json_default(obj):

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from policies import CacheConfig, FinishReason, Request
 from sim.config import Config, config_to_toml
 from sim.metrics import summarize
-from sim.replica import Replica
+from sim.replica import Replica, paused_gc
 from sim.results import Recorder, pooled_itls, requests_table, steps_table, write_results
 
 PROGRESS_MIN_REQUESTS = 2000  # below this a run takes well under a second: no bar
@@ -132,15 +132,16 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     if progress and arrivals.num_generated >= PROGRESS_MIN_REQUESTS:
         bar = arrivals.progress = tqdm(total=arrivals.num_generated, desc="simulate", unit="req",
                                        mininterval=0.5)
-    try:
-        env.run(until=config.sim.max_sim_time_s)
-    finally:
-        if bar is not None:
-            bar.close()
-    end_unfinished(scheduler, recorder.requests, env.now,
-                   "the simulation ended (sim.max_sim_time_s)" if config.sim.max_sim_time_s is not None
-                   else "the scheduler could not place it and nothing else was left to run")
-    return tabulate(recorder, config)
+    with paused_gc():  # the run and its tables: see sim.replica.paused_gc
+        try:
+            env.run(until=config.sim.max_sim_time_s)
+        finally:
+            if bar is not None:
+                bar.close()
+        end_unfinished(scheduler, recorder.requests, env.now,
+                       "the simulation ended (sim.max_sim_time_s)" if config.sim.max_sim_time_s is not None
+                       else "the scheduler could not place it and nothing else was left to run")
+        return tabulate(recorder, config)
 
 
 def end_unfinished(scheduler, requests: list[Request], now: float, why: str) -> None:

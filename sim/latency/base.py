@@ -17,9 +17,10 @@ class LatencyModel(Protocol):
 
     Two optional class attributes let the simulator replay stretches of all-decode steps without
     building their plans (`sim.replica.Replica`'s decode runs); a model with neither gets every plan:
-    - `decode_step_time(num_seqs, context_sum) -> seconds`: a method equal (bit for bit) to
-      `step_time` of a step in which `num_seqs` sequences decode one token each, their contexts
-      (new token included) summing to `context_sum`;
+    - `decode_step_times(num_seqs, context_sum, num_steps) -> [seconds, ...]`: a method equal (bit
+      for bit) to `step_time` of `num_steps` consecutive steps in which the same `num_seqs`
+      sequences decode one token each, their contexts (new token included) summing to
+      `context_sum` in the first step and growing by `num_seqs` per step;
     - `pure_step_time = True`: `step_time` depends on the plan alone and has no side effects, so
       the simulator may call it on the plans of a decode run ahead of their steps.
     Both are looked up on the class, so a wrapper that forwards attributes to an inner model does
@@ -47,8 +48,8 @@ class ConstantLatencyModel:
             return self.step_s + self.per_token_s * sum(s.num_tokens for s in plan.seqs)
         return self.step_s
 
-    def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
-        """`step_time` of `num_seqs` one-token decodes (see `LatencyModel`)."""
+    def decode_step_times(self, num_seqs: int, context_sum: int, num_steps: int) -> list[float]:
+        """`step_time` of `num_steps` steps of `num_seqs` one-token decodes (see `LatencyModel`)."""
         if self.per_token_s:
-            return self.step_s + self.per_token_s * num_seqs
-        return self.step_s
+            return [self.step_s + self.per_token_s * num_seqs] * num_steps
+        return [self.step_s] * num_steps

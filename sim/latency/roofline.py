@@ -190,28 +190,92 @@ class RooflineLatencyModel:
         return out
 
     def step_time(self, plan: BatchPlan) -> float:
-        return sum(self.breakdown(plan).values())
+        """`sum(breakdown(plan).values())`, bit for bit (the same terms added in the same order;
+        zero terms left out, which adding 0.0 would not change), without building the dict."""
+        num_tokens = num_seqs = num_sampled = 0
+        pf_pairs = pf_ctx = pf_tokens = dec_ctx = 0
+        for _, n, c0, samples, padding in plan.seqs:  # (request, num_tokens, num_computed, samples, is_padding)
+            num_tokens += n
+            num_seqs += 1
+            if samples or padding:
+                num_sampled += 1
+            if n == 1 and c0 > 0:  # decode: one query over the context
+                dec_ctx += c0 + 1
+            else:
+                pf_pairs += n * c0 + n * (n + 1) // 2
+                pf_ctx += c0 + n
+                pf_tokens += n
+        t = 0.0
+        if num_tokens:
+            t = max(num_tokens * self._lin_flops_per_token * self._gemm_flop_s,
+                    (self._lin_weight_bytes + num_tokens * self._lin_act_bytes_per_token) * self._hbm_byte_s)
+            if self._expert_bytes:
+                e, k = self.model.num_experts, self.model.num_experts_per_tok
+                touched = e * (1.0 - (1.0 - k / e) ** num_tokens)
+                t += max(num_tokens * self._expert_flops_per_token * self._gemm_flop_s,
+                         (touched * self._expert_bytes + num_tokens * self._expert_act_bytes_per_token)
+                         * self._hbm_byte_s)
+            if pf_tokens:
+                t += max(pf_pairs * self._attn_flops_per_pair * self._attn_flop_s,
+                         (pf_ctx * self._kv_bytes_per_token + pf_tokens * self._q_bytes_per_token) * self._hbm_byte_s)
+            if dec_ctx:
+                t += max(dec_ctx * self._attn_flops_per_pair * self._attn_flop_s,
+                         dec_ctx * self._kv_bytes_per_token * self._attn_byte_s)
+            t += num_tokens * self._elem_bytes_per_token * self._hbm_byte_s
+            if self.tp > 1:
+                t += self._ar_fixed + num_tokens * self._ar_s_per_token
+            if num_sampled:
+                t += max(num_sampled * self._head_flops_per_token * self._gemm_flop_s,
+                         (self._head_weight_bytes + num_sampled * self._head_bytes_per_token) * self._hbm_byte_s)
+        num_swapped = len(plan.swap_out_blocks) + len(plan.swap_in_blocks)
+        if num_swapped or plan.blocks_to_copy:
+            swap = num_swapped * self._swap_s_per_block if num_swapped else 0.0
+            if plan.blocks_to_copy:
+                swap += len(plan.blocks_to_copy) * self._copy_s_per_block
+            t += swap
+        if num_tokens:
+            c = self.constants
+            t += c.step_overhead_s + num_seqs * c.per_seq_overhead_s + self.model.num_layers * c.layer_overhead_s
+        return t
 
     def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
         """`step_time` of a step in which `num_seqs` sequences each decode one token, their contexts
-        (including the new token) summing to `context_sum`: the simulator's decode runs call this
-        once per step. Bit-identical to `step_time` of such a plan (same terms, summed in the same
-        order as `breakdown`'s keys; its zero terms are left out, which adding 0.0 would not change).
+        (including the new token) summing to `context_sum` (see `decode_step_times`)."""
+        return self.decode_step_times(num_seqs, context_sum, 1)[0]
+
+    def decode_step_times(self, num_seqs: int, context_sum: int, num_steps: int) -> list[float]:
+        """`step_time` of `num_steps` consecutive all-decode steps of `num_seqs` sequences, the
+        first with contexts (new token included) summing to `context_sum`, each next one with
+        `num_seqs` more: the simulator's decode runs (`sim.replica`). Bit-identical to `step_time`
+        of those plans: the same terms summed in the same order as `breakdown`'s keys (its zero
+        terms left out, which adding 0.0 would not change); the terms that do not depend on the
+        context are computed once.
         """
         n = num_seqs
-        t = max(n * self._lin_flops_per_token * self._gemm_flop_s,
-                (self._lin_weight_bytes + n * self._lin_act_bytes_per_token) * self._hbm_byte_s)
+        base = max(n * self._lin_flops_per_token * self._gemm_flop_s,
+                   (self._lin_weight_bytes + n * self._lin_act_bytes_per_token) * self._hbm_byte_s)
         if self._expert_bytes:
             e, k = self.model.num_experts, self.model.num_experts_per_tok
             touched = e * (1.0 - (1.0 - k / e) ** n)
-            t += max(n * self._expert_flops_per_token * self._gemm_flop_s,
-                     (touched * self._expert_bytes + n * self._expert_act_bytes_per_token) * self._hbm_byte_s)
-        t += max(context_sum * self._attn_flops_per_pair * self._attn_flop_s,
-                 context_sum * self._kv_bytes_per_token * self._attn_byte_s)
-        t += n * self._elem_bytes_per_token * self._hbm_byte_s
-        if self.tp > 1:
-            t += self._ar_fixed + n * self._ar_s_per_token
-        t += max(n * self._head_flops_per_token * self._gemm_flop_s,
-                 (self._head_weight_bytes + n * self._head_bytes_per_token) * self._hbm_byte_s)
+            base += max(n * self._expert_flops_per_token * self._gemm_flop_s,
+                        (touched * self._expert_bytes + n * self._expert_act_bytes_per_token) * self._hbm_byte_s)
+        elementwise = n * self._elem_bytes_per_token * self._hbm_byte_s
+        all_reduce = self._ar_fixed + n * self._ar_s_per_token if self.tp > 1 else None
+        lm_head = max(n * self._head_flops_per_token * self._gemm_flop_s,
+                      (self._head_weight_bytes + n * self._head_bytes_per_token) * self._hbm_byte_s)
         c = self.constants
-        return t + (c.step_overhead_s + n * c.per_seq_overhead_s + self.model.num_layers * c.layer_overhead_s)
+        overhead = c.step_overhead_s + n * c.per_seq_overhead_s + self.model.num_layers * c.layer_overhead_s
+        fpp, afs, kvb, abs_ = self._attn_flops_per_pair, self._attn_flop_s, self._kv_bytes_per_token, self._attn_byte_s
+        times = []
+        ctx = context_sum
+        for _ in range(num_steps):
+            a = ctx * fpp * afs
+            b = ctx * kvb * abs_
+            t = base + (a if a >= b else b)
+            t += elementwise
+            if all_reduce is not None:
+                t += all_reduce
+            t += lm_head
+            times.append(t + overhead)
+            ctx += n
+        return times

@@ -133,7 +133,7 @@ def test_memory_pressure_preemptions_inside_decode_stretches(monkeypatch):
 
 
 class MaxContextLatency:
-    """A pure latency model without `decode_step_time`: the replica times runs on their exact plans.
+    """A pure latency model without `decode_step_times`: the replica times runs on their exact plans.
 
     It depends on each sequence's own context (not only their sum), so a wrong plan shows.
     """
@@ -154,7 +154,7 @@ def test_other_latency_models_are_identical(monkeypatch, latency_model):
 
 
 class Recording:
-    """Neither `decode_step_time` nor `pure_step_time`: every step must reach `step_time`."""
+    """Neither `decode_step_times` nor `pure_step_time`: every step must reach `step_time`."""
 
     def __init__(self) -> None:
         self.plans = []
@@ -182,7 +182,7 @@ def test_decode_time_function_looks_at_the_class_only():
         def step_time(self, plan):
             return self.inner.step_time(plan) * 2
 
-    class Slower(ConstantLatencyModel):  # overrides step_time but inherits decode_step_time
+    class Slower(ConstantLatencyModel):  # overrides step_time but inherits decode_step_times
         def step_time(self, plan):
             return 2 * super().step_time(plan)
 
@@ -192,7 +192,7 @@ def test_decode_time_function_looks_at_the_class_only():
     for r in make_requests(2, prompt=5, max_tokens=9):
         sched.add_request(r)
     sched.update(sched.schedule(0.0), _Result(), 0.1)
-    assert decode_time_function(Slower(0.01))(sched, 0, 2, 12) == 0.02
+    assert decode_time_function(Slower(0.01))(sched, 2, 12, 0, 3) == [0.02] * 3
 
 
 class _Result:
@@ -210,7 +210,24 @@ def test_roofline_decode_step_time_is_step_time_bit_for_bit(model, tp):
         n = rnd.randint(1, 64)
         contexts = [rnd.randint(1, 8000) for _ in range(n)]
         plan = BatchPlan(0, tuple(ScheduledSeq(reqs[i], 1, c, True) for i, c in enumerate(contexts)))
-        assert m.decode_step_time(n, sum(contexts) + n) == m.step_time(plan)
+        assert m.decode_step_time(n, sum(contexts) + n) == m.step_time(plan) == sum(m.breakdown(plan).values())
+        later = BatchPlan(0, tuple(ScheduledSeq(reqs[i], 1, c + 5, True) for i, c in enumerate(contexts)))
+        assert m.decode_step_times(n, sum(contexts) + n, 6)[5] == m.step_time(later)
+
+
+@pytest.mark.parametrize("model, tp", [("Llama-2-7B", 1), ("Mixtral-8x7B", 2)])
+def test_roofline_step_time_is_the_sum_of_its_breakdown_bit_for_bit(model, tp):
+    """`step_time` adds the terms itself (no dict); any plan: prefills, decodes, padding, swaps, copies."""
+    m = RooflineLatencyModel(get_model(model), get_gpu("A100-80G"), tp=tp)
+    rnd = random.Random(7)
+    reqs = make_requests(32, prompt=10, max_tokens=10)
+    for _ in range(300):
+        seqs = tuple(ScheduledSeq(reqs[i], rnd.choice([1, 1, rnd.randint(1, 600)]), rnd.choice([0, rnd.randint(1, 5000)]),
+                                  rnd.random() < 0.7, rnd.random() < 0.1) for i in range(rnd.randint(0, 32)))
+        pairs = tuple((i, i) for i in range(rnd.choice([0, 0, 3])))
+        plan = BatchPlan(0, seqs, swap_out_blocks=pairs, swap_in_blocks=pairs[:1],
+                         blocks_to_copy=pairs[:rnd.choice([0, 2])])
+        assert m.step_time(plan) == sum(m.breakdown(plan).values())
 
 
 def _state(sched):
