@@ -8,11 +8,13 @@ the `vllm` preset's defaults for the run's vLLM version; the GPU comes from the 
 `--set hardware.gpu=...` (runs that name none default to `DEFAULT_GPU`).
 
 The workload: a run with recorded per-request arrivals is replayed (a trace CSV in our own format,
-written to a cache folder); otherwise the profile is turned into the `workload` section. The exact
-inference-perf generator (multi-turn chat, stage draining) is `workload_for_run`, which
-`servesim reproduce` passes to `simulate(config, workload=...)`; the `workload` section holds the
-closest `sim.workload` description (the generator's requests as a trace, against a server that
-keeps up, with shared-prefix groups) so that a plain `simulate(config)` runs the same load.
+written to a cache folder); otherwise the profile is turned into the `workload` section. An
+inference-perf `shared_prefix` profile becomes `kind = "inference_perf"` with the run's
+`profile.yaml`: `build_workload` then runs the exact generator (multi-turn sessions whose next turn
+waits for the previous answer, stages that drain before the next starts), so `servesim simulate
+--from-run` keeps those semantics. A profile given only as a mapping (no file) falls back to the
+closest plain description (`profile_workload_section`: the generator's requests as a trace, against
+a server that keeps up, with shared-prefix groups).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from sim.fidelity.runs import RealRun, ServerArgs, find_runs, load_server_run
 DEFAULT_GPU = "H100"  # the vLLM 0.11 runs' README: an 80 GB card, most likely H100; the target fleet
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 SUPPORTED_VERSIONS = ("0.11", "0.15", "0.19")
+V0_WATERMARK = 0.01  # vLLM v0 `SelfAttnBlockSpaceManager(watermark=0.01)`
 
 
 SUFFIXES = ("-instruct", "-chat", "-hf", "-base", "-it", "-2507", "-v0.1", "-v0.2", "-v0.3")
@@ -260,6 +263,11 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         "scheduler": scheduler_section(s, gpu, usage),
         "cache": {"block_size": s.block_size, "enable_prefix_caching": bool(s.enable_prefix_caching)},
     }
+    if not s.enable_chunked_prefill:
+        # the v0 block manager keeps 1% of the GPU blocks free when admitting a prompt (or swapping
+        # one in), so that an admission does not at once force a decode preemption (ENGINE-SEMANTICS
+        # §1.3); v1 has no watermark
+        data["cache"]["watermark"] = V0_WATERMARK
     use_replay = workload == "replay" or (workload == "auto" and run.has_per_request)
     if workload_section is not None:  # the caller simulates with its own Workload object
         data["workload"] = workload_section
@@ -270,7 +278,13 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
     else:
         if not run.profile:
             raise ConfigError(f"workload: run {run.name} has neither per-request arrivals nor a profile.yaml")
-        data["workload"] = profile_workload_section(run.profile, cache_dir=cache_dir)
+        profile_file = run.path / "profile.yaml"
+        data_section = run.profile.get("data")
+        if profile_file.is_file() and isinstance(data_section, dict) and data_section.get("type") == "shared_prefix":
+            # the exact generator: multi-turn sessions wait for their previous turn, stages drain
+            data["workload"] = {"kind": "inference_perf", "profile": str(profile_file)}
+        else:
+            data["workload"] = profile_workload_section(run.profile, cache_dir=cache_dir)
     return data
 
 

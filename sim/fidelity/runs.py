@@ -365,8 +365,11 @@ def load_distserve_run(path: Path) -> RealRun:
     """One DistServe alignment file `vllm-N-RATE.exp`: vLLM serving OPT-13B on one A100-80GB.
 
     The file's first line is a Python literal list of per-request records (times in seconds of a
-    monotonic clock, latencies in ms). vLLM of early 2024: no chunked prefill, no prefix caching;
-    KV capacity per ../profile_data/max_num_tokens.csv (TP1) when present.
+    monotonic clock, latencies in ms). vLLM of early 2024 (the v0 engine): no chunked prefill, no
+    prefix caching, its default `gpu_memory_utilization=0.9`. The KV capacity is left to vLLM's own
+    profiling rule (`sim.models.memory`): `profile_data/max_num_tokens.csv` next to the runs is the
+    capacity of DistServe's *own* engine (its simulator's input for DistServe instances), not of the
+    vLLM baseline, whose block pool is what 0.9 x 80 GB less weights and activations leaves.
     """
     path = Path(path)
     first_line = path.read_text().split("\n", 1)[0]
@@ -381,17 +384,10 @@ def load_distserve_run(path: Path) -> RealRun:
         "ttft_s": np.array([r["ttft_ms"] for r in recs]) / 1e3,
         "e2e_s": np.array([r["latency_ms"] for r in recs]) / 1e3,
     })
-    num_gpu_blocks = None
-    kv_csv = path.parent.parent.parent / "profile_data" / "max_num_tokens.csv"
-    if kv_csv.is_file():
-        kv = pd.read_csv(kv_csv)
-        row = kv[(kv["model"] == "facebook/opt-13b") & (kv["tp"] == 1) & (kv["pp"] == 1)]
-        if len(row):
-            num_gpu_blocks = int(row["max_num_tokens"].iloc[0]) // 16
     # vLLM defaults of that era (README: an assumption): 256 seqs, budget = max_model_len = 2048
     server = ServerArgs(model="facebook/opt-13b", gpu="A100", tensor_parallel_size=1, max_model_len=2048,
                         max_num_batched_tokens=2048, max_num_seqs=256, enable_chunked_prefill=False,
-                        enable_prefix_caching=False, num_gpu_blocks=num_gpu_blocks, engine_version="0.3")
+                        enable_prefix_caching=False, engine_version="0.3", gpu_memory_utilization=0.9)
     return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests)
 
 

@@ -3,8 +3,12 @@
 TOML shape (every key optional)::
 
     [workload]
-    kind = "poisson"          # poisson | gamma | constant | staged | closed_loop | trace (default: trace
-                              # when `trace` is set, else poisson)
+    kind = "poisson"          # poisson | gamma | constant | staged | closed_loop | trace | inference_perf
+                              # (default: trace when `trace` is set, inference_perf when `profile` is,
+                              # else poisson)
+    profile = "profile.yaml"  # inference_perf: an inference-perf profile (YAML/JSON, data.type shared_prefix
+                              #   + load.stages), run by the exact generator (sim.fidelity.inference_perf):
+                              #   multi-turn sessions wait for their previous turn, stages drain
     rate = 4.0                # requests/s (poisson, gamma, constant; trace: rescale to this mean rate)
     cv = 2.0                  # gamma: coefficient of variation of inter-arrival gaps (1 = Poisson)
     num_requests = 1000       # stop after this many requests
@@ -34,7 +38,7 @@ from pathlib import Path
 
 from policies.config import ConfigError, check_choice, check_int, check_number
 
-WORKLOAD_KINDS = ("poisson", "gamma", "constant", "staged", "closed_loop", "trace")
+WORKLOAD_KINDS = ("poisson", "gamma", "constant", "staged", "closed_loop", "trace", "inference_perf")
 TRACE_FORMATS = ("auto", "csv", "azure", "mooncake", "vidur")
 LENGTH_KINDS = ("constant", "uniform", "lognormal", "empirical")
 TOO_LONG = ("clip", "filter", "keep")
@@ -139,6 +143,7 @@ class WorkloadConfig:
     num_users: int = 1
     think_time: float = 0.0
     trace: str | None = None
+    profile: str | None = None
     trace_format: str = "auto"
     time_scale: float = 1.0
     prompt_len: LengthDist = LengthDist(kind="constant", value=512, field="workload.prompt_len")
@@ -154,8 +159,9 @@ class WorkloadConfig:
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen: normalise in place)
         if self.kind is None:
-            s("kind", "trace" if self.trace else "poisson")
+            s("kind", "trace" if self.trace else "inference_perf" if self.profile else "poisson")
         check_choice("workload.kind", self.kind, WORKLOAD_KINDS)
+        self._check_profile()
         if self.rate is not None:
             check_number("workload.rate", self.rate, 0.0, strict_min=True)
         elif self.kind in ("poisson", "gamma", "constant") and not self._class_rates():
@@ -191,6 +197,19 @@ class WorkloadConfig:
             s("num_requests", 1000)  # documented default, so a closed loop always ends
         if self.kind in ("poisson", "gamma", "constant") and self.num_requests is None and self.duration is None:
             s("num_requests", 1000)
+
+    def _check_profile(self) -> None:
+        """`profile` goes with kind = 'inference_perf' (and only with it); the generator checks its contents."""
+        if self.kind != "inference_perf":
+            if self.profile is not None:
+                raise ConfigError(f"workload.profile: only used with kind = 'inference_perf', not {self.kind!r}")
+            return
+        if not isinstance(self.profile, str) or not Path(self.profile).is_file():
+            raise ConfigError(f"workload.profile: no such file {self.profile!r} (kind = 'inference_perf' needs an "
+                              "inference-perf profile YAML/JSON with data.type: shared_prefix)")
+        from sim.fidelity.inference_perf import SharedPrefixProfile
+
+        SharedPrefixProfile.from_dict(read_profile(self.profile))  # field errors name profile.<key>
 
     def _class_rates(self) -> bool:
         return any((c.get("rate") if isinstance(c, dict) else c.rate) is not None for c in self.classes or ())
@@ -229,3 +248,14 @@ class WorkloadConfig:
     @property
     def stage_duration(self) -> float:
         return sum(d for _, d in self.stages)
+
+
+def read_profile(path: str) -> dict:
+    """An inference-perf profile file (YAML or JSON) as a mapping."""
+    import yaml
+
+    with open(path) as f:
+        data = yaml.safe_load(f)
+    if not isinstance(data, dict):
+        raise ConfigError(f"workload.profile: {path} must hold a mapping (inference-perf's data/load/server)")
+    return data

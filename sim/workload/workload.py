@@ -210,4 +210,9 @@ class Workload:
 def build_workload(cfg: WorkloadConfig, max_model_len: int | None = None) -> Workload:
     """The workload `cfg` describes; `max_model_len` (usually scheduler.max_model_len) bounds lengths
     unless `cfg.max_model_len` is set."""
+    if cfg.kind == "inference_perf":  # the load generator's own semantics (sessions, stage draining)
+        from sim.fidelity.inference_perf import SharedPrefixWorkload
+        from sim.workload.config import read_profile
+
+        return SharedPrefixWorkload(read_profile(cfg.profile), seed=cfg.seed)
     return Workload(cfg, max_model_len)

@@ -12,6 +12,7 @@ from policies import ConfigError
 from servesim.cli import main
 from sim.fidelity.from_run import config_from_run, load_run
 from sim.fidelity.runs import find_runs
+from sim.workload import build_workload
 
 
 def issue_run(tmp_path, **profile_changes):
@@ -28,15 +29,33 @@ def test_server_arguments_and_profile_become_the_config(tmp_path):
     assert (cfg.scheduler.policy, cfg.scheduler.max_num_batched_tokens, cfg.scheduler.max_num_seqs,
             cfg.scheduler.max_model_len) == ("vllm", 4096, 128, 8192)
     assert cfg.model.spec().name == "Llama-2-7B"
-    w = cfg.workload
-    assert (w.num_prefix_groups, w.prefix_len, w.users_per_group) == (8, 120, 3)
+    assert cfg.workload.kind == "inference_perf"
+    # multi-turn chat: only each session's first turn is known up front (8 groups x 3 users), the
+    # rest of the 1200 sends of stage 1 wait for their session's previous answer
+    first = build_workload(cfg.workload).start()
+    assert len(first) == 8 * 3
+    # a session's context starts as its system prompt and each turn adds system prompt + question
+    assert {r.num_prompt_tokens for r in first} == {120 + 120 + 500}
+
+
+def test_simulate_from_run_keeps_multi_turn_sessions(tmp_path):
+    sys_len, q_len, out_len = 16, 40, 8
+    folder = write_exp_config(tmp_path / "chat", max_model_len=4096)
+    profile = {"data": {"type": "shared_prefix", "shared_prefix": {
+        "num_unique_system_prompts": 1, "num_users_per_system_prompt": 2, "system_prompt_len": sys_len,
+        "question_len": q_len, "output_len": out_len, "enable_multi_turn_chat": True}},
+        "load": {"type": "constant", "stages": [{"rate": 2, "duration": 5}]}, "server": {"ignore_eos": True}}
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    out = tmp_path / "out"
+    assert main(["simulate", "--from-run", str(folder), "--set", "hardware.gpu=H100", "--out", str(out), "--quiet"]) == 0
     import pandas as pd
 
-    trace = pd.read_csv(w.trace)
-    assert len(trace) == 4 * 300 + 9 * 300  # every request of both stages
-    assert (trace.iloc[:, 2] == 200).all()
-    t = trace.iloc[:, 0].to_numpy()
-    assert t[:1200].max() == pytest.approx(300.0) and t[1200:].min() >= 301.0  # stage 2 after stage 1 + 1 s
+    req = pd.read_csv(out / "requests.csv").set_index("req_id")
+    assert len(req) == 10 and (req["finish_reason"] != "rejected").all()
+    for i in range(2, 10):  # send i is session i % 2's turn i // 2: after the previous turn, on its context
+        prev, cur = req.loc[f"s0-{i - 2}"], req.loc[f"s0-{i}"]
+        assert cur["arrival_time"] >= prev["finish_time"] - 1e-9
+        assert cur["num_prompt_tokens"] == prev["num_prompt_tokens"] + out_len + sys_len + q_len
 
 
 def test_overrides_win_and_bad_values_name_the_field(tmp_path):
