@@ -21,7 +21,8 @@ Public API (stable; `gpu_backend.serve` builds on it):
   boundary and it ends FINISHED / aborted.
 - `engine.start()` / `engine.stop()`: run the loop on a background thread (for a server). If a step
   raises there, `engine.error` holds the exception and every live request ends aborted (callbacks
-  get their final output), so no client waits forever.
+  get their final output), so no client waits forever; a request added after that ends aborted at
+  once, its final output given on the caller's thread.
 - `engine.step() -> bool`: one iteration on the caller's thread (False when there was nothing to run).
 - `engine.run_workload(workload, progress=True) -> EngineResult`: real-time replay of a `sim`
   workload on the caller's thread: requests are admitted at their arrival times (at the first step
@@ -209,8 +210,17 @@ class Engine:
             raise ValueError(f"request {request.req_id}: prompt_token_ids must lie in [0, {vocab}) (the model's vocab)")
         if request.sampling is None:
             request.sampling = GREEDY
-        with self._lock:
-            self._ingress.append((request, on_output))
+        with self._lock:  # the error handler drains the ingress under this lock: nothing slips past it
+            error = self.error
+            if error is None:
+                self._ingress.append((request, on_output))
+        if error is not None:  # the loop is dead: end it now rather than leave its client waiting
+            now = self.now()
+            request.finish(FinishReason.ABORTED, now, f"engine error: {error!r}")
+            self.recorder.add_request(request, "0")
+            if on_output is not None:
+                on_output(RequestOutput(request.req_id, [], True, request.finish_reason.value, now))
+            return
         self._wakeup.set()
 
     def abort(self, req_id: int | str) -> None:
@@ -232,16 +242,20 @@ class Engine:
             for hook in self.on_finish:
                 hook(request, now)
 
+    def _track(self, request: Request, cb: Callable | None) -> None:
+        """Record a request taken from the ingress and remember it until it ends."""
+        self.recorder.add_request(request, "0")
+        self._live[request.req_id] = request
+        if cb is not None:
+            self._callbacks[request.req_id] = cb
+
     def _admit(self) -> None:
         with self._lock:  # the one short critical section: swap the lists
             ingress, self._ingress = self._ingress, []
             aborts, self._aborts = self._aborts, []
         now = self.now()
         for request, cb in ingress:
-            self.recorder.add_request(request, "0")
-            self._live[request.req_id] = request
-            if cb is not None:
-                self._callbacks[request.req_id] = cb
+            self._track(request, cb)
             self.scheduler.add_request(request, now)
             if request.is_finished:  # rejected at once (too long, can never fit)
                 self._emit(request, [], now)
@@ -346,9 +360,13 @@ class Engine:
                     self._wakeup.wait(0.05)  # idle: sleep until a request or abort arrives
                     self._wakeup.clear()
         except Exception as exc:  # a failed step must not leave clients waiting forever
-            self.error = exc
+            with self._lock:  # from here on add_request ends new requests at once
+                self.error = exc
+                ingress, self._ingress = self._ingress, []
             logging.getLogger(__name__).exception("engine step failed; aborting live requests")
             self._stopping = True
+            for request, cb in ingress:  # added but not yet admitted: they end with the live ones
+                self._track(request, cb)
             self._end_stuck(f"engine error: {exc!r}")
 
     def is_alive(self) -> bool:

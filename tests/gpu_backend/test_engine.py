@@ -257,6 +257,24 @@ def test_a_failing_step_on_the_background_thread_ends_every_request(tiny_model):
     assert engine.scheduler.block_manager.num_used_gpu_blocks == 0
 
 
+def test_requests_added_after_the_engine_failed_end_at_once(tiny_model):
+    engine = make_engine(tiny_model)
+    engine.runner.execute = lambda plan: (_ for _ in ()).throw(RuntimeError("device lost"))
+    engine.start()
+    try:
+        first = threading.Event()
+        engine.add_request(make_request(0, PROMPTS[0], 4), lambda o: o.finished and first.set())
+        assert first.wait(30)
+        engine._thread.join(10)
+        late = []
+        engine.add_request(make_request(1, PROMPTS[1], 4), late.append)  # no engine thread will ever see it
+    finally:
+        engine.stop()
+    assert [(o.req_id, o.finished, o.finish_reason, o.new_token_ids) for o in late] == [(1, True, "aborted", [])]
+    assert sorted(engine.result().requests["finish_reason"]) == ["aborted", "aborted"]
+    assert engine.result().requests["reject_reason"].str.startswith("engine error").all()
+
+
 def test_warm_up_leaves_no_trace(tiny_model, hf_ref):
     engine = make_engine(tiny_model, num_gpu_blocks=8, block_size=4)
     engine.warm_up()
