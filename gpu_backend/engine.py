@@ -424,11 +424,13 @@ class Engine:
         try:
             while True:
                 now = self.now()
+                horizon = now if max_time_s is None else min(now, max_time_s)
+                while pending and pending[0][0] <= horizon:
+                    self.add_request(heapq.heappop(pending)[2])
                 if max_time_s is not None and now >= max_time_s:
+                    self._admit()  # what arrived during the last step is in the results too, aborted
                     self._end_stuck("the run ended (max_time_s)")
                     break
-                while pending and pending[0][0] <= now:
-                    self.add_request(heapq.heappop(pending)[2])
                 if self.step():
                     continue
                 if pending:  # idle until the next arrival

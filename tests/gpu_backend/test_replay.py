@@ -161,3 +161,36 @@ def test_safetensors_beside_the_config_json_are_loaded(tmp_path, tiny_model):
     assert tokens == greedy(load_config(replay_config(1, 1.0)), model=other)[1]
     assert seeded_tokens == greedy(load_config(replay_config(1, 1.0)), model=tiny_model)[1]
     assert tokens != seeded_tokens
+
+
+class _TwoArrivals:
+    """A workload of two requests: one at 0 s, one while the first step still runs."""
+
+    def __init__(self, second_arrival: float) -> None:
+        self.second_arrival = second_arrival
+
+    def start(self):
+        from policies import Request
+
+        return [Request(0, 0.0, 8, 4), Request(1, self.second_arrival, 8, 4)]
+
+    def on_finish(self, request, now):
+        return []
+
+
+def test_max_time_keeps_requests_that_arrived_during_the_last_step(tiny_model):
+    import time as _time
+
+    from gpu_backend.engine import EngineConfig
+    from policies import CacheConfig, SchedulerConfig
+
+    config = EngineConfig(model=tiny_model.config, scheduler=SchedulerConfig(max_model_len=512),
+                          cache=CacheConfig(num_gpu_blocks=64))
+    engine = Engine(config, "cpu", model=tiny_model)
+    execute = engine.runner.execute
+    engine.runner.execute = lambda plan: (_time.sleep(0.3), execute(plan))[1]  # a slow first step
+    result = engine.run_workload(_TwoArrivals(0.05), progress=False, max_time_s=0.2)
+    reqs = result.requests.set_index("req_id")
+    assert sorted(reqs.index) == [0, 1]  # request 1 arrived (0.05 s) before the run ended (0.2 s)
+    assert (reqs["finish_reason"] == "aborted").all()
+    assert (reqs["reject_reason"] == "the run ended (max_time_s)").all()
