@@ -55,6 +55,7 @@ from gpu_backend.sampler import GREEDY, request_seed
 from policies import CacheConfig, ConfigError, FinishReason, Request, SchedulerConfig
 from policies.config import check_choice, check_int
 
+STUCK = "the scheduler could not place it and nothing else was left to run"  # sim.runner's words
 DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -315,18 +316,19 @@ class Engine:
             if not self.has_unfinished():
                 return
             if not self.step() and not self._ingress:
-                self._end_stuck("the scheduler could not place it and nothing else was left to run")
+                self._end_stuck(STUCK)
                 return
 
     def _end_stuck(self, why: str) -> None:
+        """Abort every live request (the simulator's `end_unfinished`) and give each its final output,
+        also one that had finished in a step that failed before its output went out."""
+        from sim.runner import end_unfinished
+
         now = self.now()
-        for request in list(self._live.values()):
-            if not request.is_finished:
-                self.scheduler.abort_request(request.req_id, now)
-                if not request.is_finished:
-                    request.finish(FinishReason.ABORTED, now)
-                request.reject_reason = why
-                self._emit(request, [], now)
+        live = list(self._live.values())
+        end_unfinished(self.scheduler, live, now, why)
+        for request in live:
+            self._emit(request, [], now)
 
     def warm_up(self) -> None:
         """Run a throwaway prefill and decode outside the scheduler, so that one-time costs (lazy
@@ -437,7 +439,7 @@ class Engine:
                     time.sleep(max(0.0, min(pending[0][0] - self.now(), 0.05)))
                 elif self.has_unfinished():
                     if not self._ingress:
-                        self._end_stuck("the scheduler could not place it and nothing else was left to run")
+                        self._end_stuck(STUCK)
                 else:
                     break
         finally:

@@ -275,6 +275,21 @@ def test_requests_added_after_the_engine_failed_end_at_once(tiny_model):
     assert engine.result().requests["reject_reason"].str.startswith("engine error").all()
 
 
+def test_a_request_finished_by_the_failing_step_still_gets_its_final_output(tiny_model):
+    engine = make_engine(tiny_model)
+    engine.step_hooks.append(lambda plan, result: 1 / 0)  # fails after update() ended the request
+    finals = []
+    done = threading.Event()
+    engine.start()
+    try:
+        engine.add_request(make_request(0, PROMPTS[0], 1), lambda o: (finals.append(o), o.finished and done.set()))
+        assert done.wait(30), "the client of a request finished in the failing step was never told"
+    finally:
+        engine.stop()
+    assert isinstance(engine.error, ZeroDivisionError)
+    assert [(o.finished, o.finish_reason) for o in finals] == [(True, "length")]
+
+
 def test_warm_up_leaves_no_trace(tiny_model, hf_ref):
     engine = make_engine(tiny_model, num_gpu_blocks=8, block_size=4)
     engine.warm_up()
