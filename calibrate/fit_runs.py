@@ -73,6 +73,7 @@ def fit_runs(train: list, iterations: int = 2, gpu: str | None = None, gpu_model
     from sim.fidelity.host_overhead import HostOverhead
     from sim.fidelity.overhead_fit import fit_overhead, run_system
     from sim.fidelity.predict import predict_run
+    from sim.fidelity.reproduce import fit_terms_for
 
     overhead = HostOverhead()
     preds = []
@@ -82,7 +83,7 @@ def fit_runs(train: list, iterations: int = 2, gpu: str | None = None, gpu_model
         systems = [run_system(p, p.run.requests) for p in preds if p.workload == "replay" and p.run.has_per_request]
         if not systems:
             raise ConfigError("runs: no training run has per-request measurements to fit on")
-        overhead = fit_overhead(systems)
+        overhead = fit_overhead(systems, **fit_terms_for(preds[0].gpu_model))
     preds = [predict_run(r, overhead, gpu=gpu, gpu_model=gpu_model) for r in train]
     return overhead, preds
 

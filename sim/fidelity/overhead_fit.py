@@ -155,12 +155,16 @@ def _stack(systems: list[RunSystem]) -> tuple[np.ndarray, np.ndarray]:
     return np.vstack(rows), np.concatenate(rhs).reshape(-1) if rhs else np.zeros(k)
 
 
-def fit_overhead(systems: list[RunSystem]) -> HostOverhead:
-    """The bounded least-squares terms for these runs' equations (see the module doc)."""
+def fit_overhead(systems: list[RunSystem], terms: tuple[str, ...] = FIT_TERMS) -> HostOverhead:
+    """The bounded least-squares terms for these runs' equations (see the module doc); `terms` are
+    the ones it moves (the others stay at the prior: no overhead, `compute_scale` 1)."""
+    unknown = sorted(set(terms) - set(TERMS))
+    if unknown:
+        raise ValueError(f"terms: {unknown[0]!r} is not a host-overhead term; allowed: {', '.join(TERMS)}")
     if not systems:
         return HostOverhead()
     A, b = _stack(systems)
-    free = np.array([t in FIT_TERMS for t in TERMS])
+    free = np.array([t in terms for t in TERMS])
     theta = PRIOR.copy()
     for _ in range(len(TERMS) + 1):  # active set: pin terms that leave their bounds, re-solve the rest
         fixed = ~free

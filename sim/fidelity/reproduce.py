@@ -53,16 +53,32 @@ def medians(table: pd.DataFrame) -> pd.DataFrame:
     return out[[m for m in METRICS if m in out] + ["num_runs"]]
 
 
-def fit_helps(systems: list[RunSystem]) -> bool:
+def fit_helps(systems: list[RunSystem], simulate=None, measured: dict | None = None,
+              base: dict | None = None, **fit_kw) -> bool:
     """Model selection by nested leave-one-out *within the training runs*: does a fit on all but
-    one of them predict that one's means better than no overhead? (Linearised predictions from the
-    runs' equations, so no extra simulation.) Needs two runs; with fewer, the fit is trusted."""
+    one of them predict that one's means better than no overhead? Needs two runs; with fewer, the
+    fit is trusted.
+
+    With `simulate(name, overhead) -> {metric: mean}` (and the `measured` and no-overhead `base`
+    means per run name) each held-in run is simulated again with the nested fit: the terms act
+    through queueing too (a slower step lengthens every wait behind it), which the runs' linear
+    equations leave out, so a fit that explains the TPOTs of a loaded engine would otherwise be
+    judged on its unqueued requests alone. Without `simulate`, linearised predictions from the
+    runs' equations (no extra simulation)."""
     if len(systems) < 2:
         return True
     theta0 = theta_of(HostOverhead())
     err_fit, err_none = [], []
     for i, s in enumerate(systems):
-        theta = theta_of(fit_overhead(systems[:i] + systems[i + 1:]))
+        nested = fit_overhead(systems[:i] + systems[i + 1:], **fit_kw)
+        if simulate is not None:
+            pred, want, none = simulate(s.name, nested), measured[s.name], base[s.name]
+            for m in METRICS:
+                if np.isfinite(want.get(m, np.nan)) and want[m] > 0 and np.isfinite(pred.get(m, np.nan)):
+                    err_fit.append(abs(pred[m] / want[m] - 1))
+                    err_none.append(abs(none[m] / want[m] - 1))
+            continue
+        theta = theta_of(nested)
         for m in s.y:
             if not len(s.y[m]) or not np.mean(s.y[m]) > 0:
                 continue
@@ -70,6 +86,22 @@ def fit_helps(systems: list[RunSystem]) -> bool:
             err_fit.append(abs(float((s.A[m] @ theta).mean()) / want - 1))
             err_none.append(abs(float((s.A[m] @ theta0).mean()) / want - 1))
     return bool(err_fit) and float(np.median(err_fit)) < float(np.median(err_none))
+
+
+def fit_terms_for(gpu_model: str) -> dict:
+    """Keyword arguments of `fit_overhead` for a GPU step-time source (which terms a fit may move).
+
+    DistServe's coefficients (`distserve`) are whole-iteration times of vLLM's forward pass measured
+    on that GPU, so the kernels need no correction (`compute_scale` stays 1) and the per-step constant
+    is in the coefficients' own intercept; on an idle engine the measured TTFTs of DistServe's vLLM
+    runs equal the prefill coefficients (no front-end time left to fit). What the iteration timing
+    leaves out is the v0 engine's host work per sequence after the forward pass (sampling, output
+    processing, incremental detokenization, streaming each request's text from the same process):
+    `sample_per_seq_s` alone. Other sources fit every term of `FIT_TERMS`.
+    """
+    if gpu_model == "distserve":
+        return {"terms": ("sample_per_seq_s",)}
+    return {}
 
 
 def fit_group(run: RealRun, gpu: str | None = None, gpu_model: str = "") -> str:
@@ -127,23 +159,31 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: st
     group_of = {run.name: fit_group(run, gpu, base[run.name].gpu_model) for run in runs}
     for run in runs:
         groups.setdefault(group_of[run.name], []).append(run.name)
+    fit_kw = {g: fit_terms_for(base[names[0]].gpu_model) for g, names in groups.items()}
     for source, names in groups.items():
         train = [systems[n] for n in names if systems[n] is not None]
         if train:
-            rep.group_fits[source] = {"overhead": fit_overhead(train).to_dict(), "fitted_on": names}
+            rep.group_fits[source] = {"overhead": fit_overhead(train, **fit_kw[source]).to_dict(), "fitted_on": names}
+    by_name = {run.name: run for run in runs}
+    measured = {run.name: run.measured() for run in runs}
+    none_means = {name: p.means() for name, p in base.items()}
+
+    def simulate_means(name: str, overhead: HostOverhead) -> dict:
+        return predict_run(by_name[name], overhead, workload=workload, gpu=gpu, gpu_model=gpu_model).means()
     bar = tqdm(runs, desc="leave-one-out", unit="run", disable=not progress, leave=False)
     for run in bar:
+        kw = fit_kw[group_of[run.name]]
         others = [n for n in groups[group_of[run.name]] if n != run.name and systems[n] is not None]
         if not others:
             rows.extend(_rows(base[run.name], "none (no other run to fit on)", []))
             rep.predictions[run.name] = base[run.name]
             continue
-        overhead = fit_overhead([systems[n] for n in others])
+        overhead = fit_overhead([systems[n] for n in others], **kw)
         for _ in range(max(0, iterations - 1)):  # refit on schedules simulated with the current terms
             refit = [_system(predict_run(next(r for r in runs if r.name == n), overhead, workload, gpu, gpu_model))
                      for n in others]
-            overhead = fit_overhead([s for s in refit if s is not None])
-        helps = fit_helps([systems[n] for n in others])
+            overhead = fit_overhead([s for s in refit if s is not None], **kw)
+        helps = fit_helps([systems[n] for n in others], simulate_means, measured, none_means, **kw)
         rep.fits[run.name] = {"overhead": overhead.to_dict(), "fitted_on": others, "used": helps}
         if not helps:
             rows.extend(_rows(base[run.name], "none (the fit did not help in nested leave-one-out)", others))

@@ -82,3 +82,17 @@ def test_mean_only_equations_are_the_mean_of_the_request_equations():
     for metric in ("tpot_s", "e2e_s"):
         assert system.A[metric].shape == (1, 6)
         assert float((system.A[metric] @ theta)[0]) == pytest.approx(means[metric], rel=1e-9)
+
+
+def test_a_fit_limited_to_one_term_recovers_it_and_moves_nothing_else(tmp_path):
+    # the DistServe source's rule: the engine's own iteration times, only per-sequence host work left
+    truth = HostOverhead(sample_per_seq_s=3e-4)
+    run = load_server_run(make_measured_run(tmp_path / "per-seq", truth, n=40, rate=8.0))
+    overhead = HostOverhead()
+    for _ in range(3):
+        overhead = fit_overhead([run_system(predict_run(run, overhead, gpu_model="roofline"), run.requests)],
+                                terms=("sample_per_seq_s",))
+    assert overhead.sample_per_seq_s == pytest.approx(3e-4, rel=0.1)
+    assert (overhead.compute_scale, overhead.schedule_s, overhead.frontend_s) == (1.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="^terms"):
+        fit_overhead([], terms=("warp",))
