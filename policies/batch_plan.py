@@ -57,6 +57,13 @@ class BatchPlan:
     `preempted` lists requests preempted by recompute this step (their blocks were simply freed).
     Padding entries (`is_padding=True`, static batching) point at their batch member's Request,
     which may be finished and hold no blocks: an engine may skip them; a latency model charges them.
+
+    `decodes` (the simulator's grouped form, only when the scheduler's `group_decodes` is set:
+    never for an engine) stands for leading sequences, before `seqs`, each a one-token decode that
+    samples: the request's `num_computed_tokens` already counts the token, and `decode_context_sum`
+    is the sum of their context lengths (new token included). The properties below count them; a
+    consumer reading `seqs` itself must handle them (the simulator enables the grouped form only
+    with latency models that declare `grouped_decodes`).
     """
 
     step_id: int
@@ -67,24 +74,33 @@ class BatchPlan:
     swap_out_blocks: tuple[tuple[int, int], ...] = ()
     swap_in_blocks: tuple[tuple[int, int], ...] = ()
     blocks_to_copy: tuple[tuple[int, int], ...] = ()  # copy-on-write (unused by v1-style prefix caching)
+    decodes: tuple["Request", ...] = ()  # grouped leading one-token decodes (see the class docstring)
+    decode_context_sum: int = 0
 
     @property
     def is_empty(self) -> bool:
-        return not self.seqs and not self.swap_out_blocks and not self.swap_in_blocks
+        return not self.seqs and not self.decodes and not self.swap_out_blocks and not self.swap_in_blocks
+
+    @property
+    def all_seqs(self) -> tuple[ScheduledSeq, ...]:
+        """`seqs` with the grouped decodes written out as `ScheduledSeq`s (in plan order)."""
+        if not self.decodes:
+            return self.seqs
+        return tuple(ScheduledSeq(r, 1, r.num_computed_tokens - 1, True) for r in self.decodes) + self.seqs
 
     @property
     def num_scheduled_tokens(self) -> dict[int | str, int]:
         """`{req_id: num_tokens}` for the live (non-padding) sequences."""
-        return {s.request.req_id: s.num_tokens for s in self.seqs if not s.is_padding}
+        return {s.request.req_id: s.num_tokens for s in self.all_seqs if not s.is_padding}
 
     @property
     def num_tokens(self) -> int:
         """All tokens the forward pass computes, padding included."""
-        return sum(s.num_tokens for s in self.seqs)
+        return sum(s.num_tokens for s in self.seqs) + len(self.decodes)
 
     @property
     def num_live_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.seqs if not s.is_padding)
+        return sum(s.num_tokens for s in self.seqs if not s.is_padding) + len(self.decodes)
 
     @property
     def num_padding_tokens(self) -> int:
@@ -96,11 +112,11 @@ class BatchPlan:
 
     @property
     def num_decode_tokens(self) -> int:
-        return sum(1 for s in self.seqs if s.is_decode and not s.is_padding)
+        return sum(1 for s in self.seqs if s.is_decode and not s.is_padding) + len(self.decodes)
 
     @property
     def num_seqs(self) -> int:
-        return len(self.seqs)
+        return len(self.seqs) + len(self.decodes)
 
     def swap_bytes(self, bytes_per_block: int) -> tuple[int, int]:
         """(bytes out to CPU, bytes in to GPU) this step, for a KV block of `bytes_per_block`."""

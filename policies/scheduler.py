@@ -53,6 +53,8 @@ class Scheduler:
     whole_prompts = False  # True: a prompt (or recompute) is scheduled in one piece, never chunked
     priority_admission_preemption = True  # priority queue: a waiting request may preempt lower ones
     default_prefix_caching = False  # used when CacheConfig.enable_prefix_caching is None
+    # the simulator's grouped plans (BatchPlan.decodes); set by sim.replica.Replica, never by an engine
+    group_decodes = False
 
     def __init__(self, config: "SchedulerConfig", cache: "CacheConfig") -> None:
         self.config = config
@@ -146,7 +148,7 @@ class Scheduler:
         while step.is_idle and step.preempted and self.has_unfinished():
             step.restart()
             self._schedule_pass(step, now)
-        plan = step.finish(self.step_id, now)
+        plan = step.finish(self.step_id, now, self.group_decodes)
         if not plan.is_empty:
             self.step_id += 1
         return plan
@@ -291,11 +293,20 @@ class Scheduler:
     def update(self, plan: "BatchPlan", result: "StepResult", now: float) -> list["Request"]:
         """Record one token per sampling sequence at `now`; finish and free the finished ones."""
         finished = []
+        if plan.decodes:  # the grouped leading decodes (simulator only): each samples, see BatchPlan
+            self._record_tokens(plan.decodes, result, now, finished)
+        if plan.seqs:
+            self._record_tokens([s.request for s in plan.seqs if s.samples], result, now, finished)
+        if finished:
+            self.running = [r for r in self.running if r.state is not _FINISHED]
+            self._on_finished(finished)
+        return finished
+
+    def _record_tokens(self, requests, result: "StepResult", now: float, finished: list) -> None:
+        """One sampled token for each of `requests` (in order) at `now`; the finished ones are freed."""
         sampled = result.sampled_token_ids
         stopped = result.stopped
-        for req, _, _, samples, _ in plan.seqs:  # (request, num_tokens, num_computed, samples, is_padding)
-            if not samples:
-                continue
+        for req in requests:
             state = req.state
             if state is not _GEN and state is not _CTX:
                 continue  # aborted (or otherwise gone) since the plan was made
@@ -314,10 +325,6 @@ class Scheduler:
                 continue
             self._finish(req, reason, now)
             finished.append(req)
-        if finished:
-            self.running = [r for r in self.running if r.state is not _FINISHED]
-            self._on_finished(finished)
-        return finished
 
     def _on_finished(self, finished: list["Request"]) -> None:
         """Hook for policies that track finished requests (static batching)."""

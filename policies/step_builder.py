@@ -62,12 +62,35 @@ class StepBuilder:
         if entry is not None:
             self.budget += entry[1]
 
-    def finish(self, step_id: int, now: float) -> BatchPlan:
-        """Advance every scheduled request's `num_computed_tokens` and freeze the plan."""
+    def finish(self, step_id: int, now: float, group_decodes: bool = False) -> BatchPlan:
+        """Advance every scheduled request's `num_computed_tokens` and freeze the plan.
+
+        `group_decodes` (the simulator only): the leading one-token decodes go into the plan's
+        `decodes` instead of one `ScheduledSeq` each (see `BatchPlan`).
+        """
+        entries = iter(self.scheduled.values())
+        decodes = []
+        context_sum = 0
         seqs = []
         append = seqs.append
         new, cls = tuple.__new__, ScheduledSeq  # the cheapest way to build one per sequence per step
-        for req, n in self.scheduled.values():
+        if group_decodes:
+            add_decode = decodes.append
+            for req, n in entries:
+                c = req.num_computed_tokens + n
+                if (n == 1 and c > 1 and c == req.num_prompt_tokens + len(req.output_token_ids)
+                        and req.first_scheduled_time is not None):
+                    req.num_computed_tokens = c
+                    context_sum += c
+                    add_decode(req)
+                    continue
+                c -= n  # the first other sequence: it and all after it are written out
+                append(new(cls, (req, n, c, c + n == req.num_prompt_tokens + len(req.output_token_ids), False)))
+                req.num_computed_tokens = c + n
+                if req.first_scheduled_time is None:
+                    req.first_scheduled_time = now
+                break
+        for req, n in entries:
             c = req.num_computed_tokens
             append(new(cls, (req, n, c, c + n == req.num_prompt_tokens + len(req.output_token_ids), False)))
             req.num_computed_tokens = c + n
@@ -76,8 +99,10 @@ class StepBuilder:
         if self.padding:
             seqs.extend(self.padding)
         if not (self.carried_preempted or self.preempted or self.swapped_out or self.swapped_in
-                or self.swap_out_blocks or self.swap_in_blocks):
-            return BatchPlan(step_id, tuple(seqs))  # the usual step: no preemption, no swap
+                or self.swap_out_blocks or self.swap_in_blocks):  # the usual step: no preemption, no swap
+            if decodes:
+                return BatchPlan(step_id, tuple(seqs), decodes=tuple(decodes), decode_context_sum=context_sum)
+            return BatchPlan(step_id, tuple(seqs))
         return BatchPlan(
             step_id=step_id,
             seqs=tuple(seqs),
@@ -86,4 +111,6 @@ class StepBuilder:
             swapped_in=tuple(self.swapped_in),
             swap_out_blocks=tuple(self.swap_out_blocks),
             swap_in_blocks=tuple(self.swap_in_blocks),
+            decodes=tuple(decodes),
+            decode_context_sum=context_sum,
         )

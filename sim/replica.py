@@ -59,6 +59,8 @@ class Replica:
         if fast_decode is None:
             fast_decode = os.environ.get("SERVESIM_FAST_DECODE", "1") not in ("0", "false", "no", "off")
         self._decode_time = decode_time_function(latency_model) if fast_decode else None
+        if fast_decode and _declared(latency_model, "grouped_decodes") and getattr(type(scheduler), "decode_runs", False):
+            scheduler.group_decodes = True  # plans give leading decodes as a group (BatchPlan.decodes)
         self.process = env.process(self._loop())
 
     # --- for routers ----------------------------------------------------------------------------
@@ -230,14 +232,11 @@ def decode_time_function(latency_model):
     class declares `pure_step_time`, `step_time` of the exact plans those steps would have. See
     `sim.latency.base.LatencyModel`.
     """
-    cls = type(latency_model)
-    if getattr(cls, "decode_step_times", None) is not None:
-        owner = next(c for c in cls.__mro__ if "decode_step_times" in c.__dict__)
-        if getattr(cls, "step_time", None) is getattr(owner, "step_time", None):
-            times = latency_model.decode_step_times
-            return lambda scheduler, num_seqs, context_sum, first, count: \
-                times(num_seqs, context_sum + first * num_seqs, count)
-    if getattr(cls, "pure_step_time", False):
+    if _declared(latency_model, "decode_step_times"):
+        times = latency_model.decode_step_times
+        return lambda scheduler, num_seqs, context_sum, first, count: \
+            times(num_seqs, context_sum + first * num_seqs, count)
+    if getattr(type(latency_model), "pure_step_time", False):
         step_time = latency_model.step_time
 
         def plan_times(scheduler, num_seqs, context_sum, first, count):
@@ -247,6 +246,19 @@ def decode_time_function(latency_model):
                     for j in range(first, first + count)]
         return plan_times
     return None
+
+
+def _declared(latency_model, name: str) -> bool:
+    """True if the model's class has `name` (set, truthy) and the `step_time` it was written for.
+
+    Looked up on the class, so a wrapper forwarding attributes to an inner model does not inherit
+    it; and a subclass that overrides `step_time` alone does not qualify.
+    """
+    cls = type(latency_model)
+    if not getattr(cls, name, None):
+        return False
+    owner = next(c for c in cls.__mro__ if name in c.__dict__)
+    return getattr(cls, "step_time", None) is getattr(owner, "step_time", None)
 
 
 @contextmanager

@@ -73,10 +73,14 @@ def record_step(plan: "BatchPlan", start: float, duration: float, scheduler, rep
             num_decode += 1
         else:
             num_prefill += n
+    num_seqs = len(plan.seqs)
+    if plan.decodes:  # grouped one-token decodes (see BatchPlan)
+        num_decode += len(plan.decodes)
+        num_seqs += len(plan.decodes)
     bm = scheduler.block_manager
     used = bm.num_used_gpu_blocks
     return StepRecord(
-        plan.step_id, start, duration, num_prefill, num_decode, num_padding, len(plan.seqs),
+        plan.step_id, start, duration, num_prefill, num_decode, num_padding, num_seqs,
         len(plan.swap_out_blocks), len(plan.swap_in_blocks), len(plan.preempted),
         used, used / bm.num_gpu_blocks,
         scheduler.num_waiting, scheduler.num_running, scheduler.num_swapped, replica,

@@ -22,7 +22,9 @@ class LatencyModel(Protocol):
       sequences decode one token each, their contexts (new token included) summing to
       `context_sum` in the first step and growing by `num_seqs` per step;
     - `pure_step_time = True`: `step_time` depends on the plan alone and has no side effects, so
-      the simulator may call it on the plans of a decode run ahead of their steps.
+      the simulator may call it on the plans of a decode run ahead of their steps;
+    - `grouped_decodes = True`: `step_time` counts `BatchPlan.decodes` (leading one-token decodes
+      given as a group), so the simulator may hand it grouped plans.
     Both are looked up on the class, so a wrapper that forwards attributes to an inner model does
     not inherit them by accident.
     """
@@ -40,12 +42,13 @@ class ConstantLatencyModel:
         self.per_token_s = per_token_s
 
     pure_step_time = True
+    grouped_decodes = True
 
     def step_time(self, plan: BatchPlan) -> float:
         if plan.is_empty:
             return 0.0
         if self.per_token_s:
-            return self.step_s + self.per_token_s * sum(s.num_tokens for s in plan.seqs)
+            return self.step_s + self.per_token_s * (sum(s.num_tokens for s in plan.seqs) + len(plan.decodes))
         return self.step_s
 
     def decode_step_times(self, num_seqs: int, context_sum: int, num_steps: int) -> list[float]:

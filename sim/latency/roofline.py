@@ -82,6 +82,8 @@ class RooflineConstants:
 class RooflineLatencyModel:
     """Analytic step time of a `BatchPlan` for `model` on `tp` x `gpu` (see the module docstring)."""
 
+    grouped_decodes = True  # step_time reads BatchPlan.decodes (the simulator's grouped plans)
+
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int = 1, block_size: int = 16,
                  constants: RooflineConstants | None = None, pcie_bandwidth: float | None = None) -> None:
         check_parallelism(model, tp)
@@ -153,6 +155,12 @@ class RooflineLatencyModel:
                 pf_pairs += n * c0 + n * (n + 1) // 2
                 pf_ctx += c0 + n
                 pf_tokens += n
+        if plan.decodes:  # grouped one-token decodes that sample (see BatchPlan)
+            m = len(plan.decodes)
+            num_tokens += m
+            num_seqs += m
+            num_sampled += m
+            dec_ctx += plan.decode_context_sum
         out = dict.fromkeys(("linear", "moe", "attn_prefill", "attn_decode", "elementwise", "all_reduce",
                              "lm_head", "swap", "overhead"), 0.0)
         if num_tokens:
@@ -205,6 +213,12 @@ class RooflineLatencyModel:
                 pf_pairs += n * c0 + n * (n + 1) // 2
                 pf_ctx += c0 + n
                 pf_tokens += n
+        if plan.decodes:  # grouped one-token decodes that sample (see BatchPlan)
+            m = len(plan.decodes)
+            num_tokens += m
+            num_seqs += m
+            num_sampled += m
+            dec_ctx += plan.decode_context_sum
         t = 0.0
         if num_tokens:
             t = max(num_tokens * self._lin_flops_per_token * self._gemm_flop_s,

@@ -230,6 +230,43 @@ def test_roofline_step_time_is_the_sum_of_its_breakdown_bit_for_bit(model, tp):
         assert m.step_time(plan) == sum(m.breakdown(plan).values())
 
 
+@pytest.mark.parametrize("policy", ["chunked", "continuous"])
+def test_grouped_plans_are_the_same_steps(policy):
+    """With `group_decodes` the leading decodes come as `BatchPlan.decodes`: same sequences, same counts."""
+    def scheduler(group):
+        sched = make_sched(policy, num_gpu_blocks=400, block_size=4, max_num_batched_tokens=64, max_model_len=2048)
+        sched.group_decodes = group
+        return sched
+
+    plain, grouped = scheduler(False), scheduler(True)
+    rnd = random.Random(3)
+    prompts, outputs = [rnd.randint(1, 90) for _ in range(40)], [rnd.randint(1, 60) for _ in range(40)]
+    reqs = [make_requests(40, arrivals=[0.01 * i for i in range(40)], prompt=prompts, max_tokens=outputs)
+            for _ in range(2)]
+    model = RooflineLatencyModel(get_model("Llama-2-7B"), get_gpu("H100-SXM"), block_size=4)
+    num_grouped, now, i = 0, 0.0, 0
+    while plain.has_unfinished() or i < 40:
+        while i < 40 and reqs[0][i].arrival_time <= now:
+            plain.add_request(reqs[0][i], now)
+            grouped.add_request(reqs[1][i], now)
+            i += 1
+        a, b = plain.schedule(now), grouped.schedule(now)
+        num_grouped += len(b.decodes)
+        assert not a.decodes
+        assert [(s.req_id, s.num_tokens, s.num_computed_tokens, s.samples) for s in a.seqs] == \
+            [(s.req_id, s.num_tokens, s.num_computed_tokens, s.samples) for s in b.all_seqs]
+        for prop in ("num_tokens", "num_seqs", "num_decode_tokens", "num_prefill_tokens", "num_live_tokens",
+                     "num_scheduled_tokens", "is_empty"):
+            assert getattr(a, prop) == getattr(b, prop), prop
+        assert model.step_time(a) == model.step_time(b) == sum(model.breakdown(b).values())
+        assert b.decode_context_sum == sum(r.num_computed_tokens for r in b.decodes)
+        now += 0.01
+        done_a, done_b = plain.update(a, _Result(), now), grouped.update(b, _Result(), now)
+        assert [r.req_id for r in done_a] == [r.req_id for r in done_b]
+    assert num_grouped > 100
+    assert [r.token_times for r in reqs[0]] == [r.token_times for r in reqs[1]]
+
+
 def _state(sched):
     bm = sched.block_manager
     return ([(r.req_id, r.state, r.num_computed_tokens, list(r.output_token_ids), list(r.token_times),
