@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from policies import ConfigError
-from policies.config import check_int, check_number
+from policies.config import check_choice, check_int, check_number
 from sim.cluster.link import LINK_PRESETS
 from sim.cluster.router import ROUTERS
 
@@ -98,8 +98,7 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         check_int("cluster.num_replicas", self.num_replicas, 1)
-        if self.router not in ROUTERS:
-            raise ConfigError(f"cluster.router: {self.router!r} is not allowed; choose one of {', '.join(ROUTERS)}")
+        check_choice("cluster.router", self.router, ROUTERS)
         check_number("cluster.max_imbalance", self.max_imbalance, 1.0)
         check_int("cluster.seed", self.seed, 0)
         if isinstance(self.replicas, Mapping) or not isinstance(self.replicas, (list, tuple)):
@@ -139,16 +138,11 @@ class DisaggregationConfig:
             raise ConfigError(f"disaggregation.enabled: expected true or false, got {self.enabled!r}")
         object.__setattr__(self, "prefill", PoolConfig.build(self.prefill, "disaggregation.prefill"))
         object.__setattr__(self, "decode", PoolConfig.build(self.decode, "disaggregation.decode"))
-        if self.link not in LINK_PRESETS:
-            raise ConfigError(f"disaggregation.link: {self.link!r} is not allowed; choose one of {', '.join(LINK_PRESETS)}")
+        check_choice("disaggregation.link", self.link, tuple(LINK_PRESETS))
         if self.link_bandwidth_gbps is not None:
             check_number("disaggregation.link_bandwidth_gbps", self.link_bandwidth_gbps, 0.0, strict_min=True)
         if self.link_latency_s is not None:
             check_number("disaggregation.link_latency_s", self.link_latency_s, 0.0)
-        if self.first_token not in FIRST_TOKEN:
-            raise ConfigError(f"disaggregation.first_token: {self.first_token!r} is not allowed; "
-                              f"choose one of {', '.join(FIRST_TOKEN)}")
-        for name in ("prefill_router", "decode_router"):
-            if getattr(self, name) not in ROUTERS:
-                raise ConfigError(f"disaggregation.{name}: {getattr(self, name)!r} is not allowed; "
-                                  f"choose one of {', '.join(ROUTERS)}")
+        check_choice("disaggregation.first_token", self.first_token, FIRST_TOKEN)
+        check_choice("disaggregation.prefill_router", self.prefill_router, ROUTERS)
+        check_choice("disaggregation.decode_router", self.decode_router, ROUTERS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies import ConfigError
+from policies.config import check_choice
 
 GB = 1e9
 
@@ -44,8 +45,7 @@ class Link:
     def preset(cls, name: str, bandwidth_gbps: float | None = None, latency_s: float | None = None,
                num_parallel: int = 1) -> "Link":
         """A preset (optionally with its bandwidth in GB/s or latency replaced), `num_parallel` lanes wide."""
-        if name not in LINK_PRESETS:
-            raise ConfigError(f"disaggregation.link: {name!r} is not allowed; choose one of {', '.join(LINK_PRESETS)}")
+        check_choice("disaggregation.link", name, tuple(LINK_PRESETS))
         bw, lat = LINK_PRESETS[name]
         if bandwidth_gbps is not None:
             bw = bandwidth_gbps * GB

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from typing import Protocol, Sequence
 
 from policies import ConfigError, Request
+from policies.config import check_choice
 
 ROUTERS = ("round_robin", "least_tokens", "power_of_two", "prefix_aware")
 
@@ -149,12 +150,11 @@ class PrefixAwareRouter(Router):
 def make_router(name: str, seed: int = 0, block_size: int = 16, capacity_blocks: Sequence[int] | int = 4096,
                 max_imbalance: float = 2.0) -> Router:
     """The router called `name` (one of ROUTERS)."""
+    check_choice("cluster.router", name, ROUTERS)
     if name == "round_robin":
         return RoundRobinRouter()
     if name == "least_tokens":
         return LeastTokensRouter()
     if name == "power_of_two":
         return PowerOfTwoRouter(seed)
-    if name == "prefix_aware":
-        return PrefixAwareRouter(block_size, capacity_blocks, max_imbalance)
-    raise ConfigError(f"cluster.router: {name!r} is not allowed; choose one of {', '.join(ROUTERS)}")
+    return PrefixAwareRouter(block_size, capacity_blocks, max_imbalance)
