@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from tqdm import tqdm
 
 from policies import ConfigError
+from policies.config import check_choice
 
 EXECUTORS = ("local", "serial", "ray")
 
@@ -90,10 +91,9 @@ class RayExecutor:
 
 def make_executor(name: str = "local", workers: int | None = None, address: str | None = None):
     """The executor called `name` (one of EXECUTORS)."""
+    check_choice("executor", name, EXECUTORS)
     if name == "local":
         return LocalExecutor(workers)
     if name == "serial":
         return SerialExecutor()
-    if name == "ray":
-        return RayExecutor(address, workers)
-    raise ConfigError(f"executor: {name!r} is not allowed; choose one of {', '.join(EXECUTORS)}")
+    return RayExecutor(address, workers)

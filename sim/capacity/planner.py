@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from policies import ConfigError
+from policies.config import check_choice, check_int
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import DEFAULT_SIMULATE, PointSpec, evaluate_point, load_point_config
 
@@ -38,10 +39,8 @@ class CandidateGrid:
             if not getattr(self, name):
                 raise ConfigError(f"plan.{name}: give at least one value")
         for layout in self.layouts:
-            if layout not in LAYOUTS:
-                raise ConfigError(f"plan.layouts: {layout!r} is not allowed; choose one of {', '.join(LAYOUTS)}")
-        if self.max_gpus < 1:
-            raise ConfigError(f"plan.max_gpus: must be >= 1, got {self.max_gpus}")
+            check_choice("plan.layouts", layout, LAYOUTS)
+        check_int("plan.max_gpus", self.max_gpus, 1)
 
     def candidates(self) -> list[dict[str, Any]]:
         """Each candidate: {'layout', 'gpu', ..., 'overrides': [...]} (GPU count within max_gpus)."""
