@@ -118,3 +118,27 @@ def test_a_run_described_only_by_its_profile_and_summary_is_simulated(tmp_path):
     pred = rep.predictions["h100-run"]
     assert len(pred.requests) == 12 + 16  # every request of both stages, multi-turn follow-ups included
     assert rep.table.set_index("metric").loc["ttft_s", "measured"] == 0.05
+
+
+def test_the_gate_judges_a_fit_by_re_simulating_each_held_in_run():
+    import numpy as np
+
+    from sim.fidelity.overhead_fit import TERMS, RunSystem
+    from sim.fidelity.reproduce import fit_helps
+    from sim.fidelity.runs import METRICS
+
+    names = ("a", "b", "c")
+    systems = [RunSystem(n, {m: np.zeros((0, len(TERMS))) for m in METRICS}, {m: np.zeros(0) for m in METRICS})
+               for n in names]
+    measured = {n: {"ttft_s": 1.0, "tpot_s": 0.1, "e2e_s": 2.0} for n in names}
+    none = {n: {"ttft_s": 0.5, "tpot_s": 0.05, "e2e_s": 1.0} for n in names}  # 50% low without overhead
+    calls = []
+
+    def closer(name, overhead):
+        calls.append(name)
+        return {"ttft_s": 0.9, "tpot_s": 0.09, "e2e_s": 1.8}
+
+    assert fit_helps(systems, closer, measured, none)
+    assert sorted(calls) == list(names)  # each held-in run once, with the fit on the other two
+    assert not fit_helps(systems, lambda name, overhead: {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 0.4},
+                         measured, none)
