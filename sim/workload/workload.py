@@ -3,7 +3,10 @@
 Open-loop kinds (poisson, gamma, constant, staged, trace) know every request up front: `start()`
 returns them all and `on_finish` returns []. `closed_loop` starts `num_users` requests at t = 0 and
 `on_finish` sends the finishing user's next request `think_time` seconds later, until
-`num_requests` have been sent or `duration` has passed.
+`num_requests` have been sent or `duration` has passed. `inference_perf` hands the profile file to
+inference-perf's own generator (`sim.fidelity.inference_perf.SharedPrefixWorkload`): sessions'
+next turns and later stages come from `on_finish`; too-long prompts go to the scheduler, which
+rejects them as vLLM answers them (its lengths are the profile's, not `too_long`'s).
 
 Lengths come from the trace when `workload.trace` is set (row i for request i; for arrival kinds
 other than `trace` the rows are reused cyclically), else from `prompt_len` / `output_len` (or a
