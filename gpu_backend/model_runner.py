@@ -1,6 +1,6 @@
 """`ModelRunner`: the engine's executor. Turns a `BatchPlan` into a real forward pass and a `StepResult`.
 
-Per step, in order: the plan's swap-out copies (GPU -> CPU), swap-in copies (CPU -> GPU) and block
+Per step, in order: the plan's swap-in copies (CPU -> GPU), swap-out copies (GPU -> CPU) and block
 copies, batch assembly (`input_batch`), the forward pass over the paged cache, the LM head on the
 sampling rows only, and sampling. `StepResult.duration` is the measured wall time of all of it
 (after a CUDA synchronize). Recompute preemption needs nothing here: the scheduler freed the blocks
@@ -41,8 +41,10 @@ class ModelRunner:
 
     def execute(self, plan: BatchPlan) -> StepResult:
         t0 = time.perf_counter()
-        self.kv_cache.swap_out(plan.swap_out_blocks)  # before swap-in: a freed GPU block may be reused at once
+        # swap-in first (BatchPlan's contract, vLLM v0's order): a swap-out later in the same step may
+        # take the CPU blocks that swap-in freed
         self.kv_cache.swap_in(plan.swap_in_blocks)
+        self.kv_cache.swap_out(plan.swap_out_blocks)
         self.kv_cache.copy_blocks(plan.blocks_to_copy)
         t1 = time.perf_counter()
         batch = build_input_batch(plan, self.kv_cache.block_size, self.device)

@@ -105,6 +105,31 @@ def test_forced_preemption(tiny_model, hf_ref, mode):
     assert sum(getattr(r, c) for r in reqs for c in counters[mode]) > 0, f"no {mode} preemption happened"
 
 
+def test_a_step_that_swaps_in_and_then_swaps_out_into_the_freed_cpu_blocks(tiny_model, hf_ref):
+    # chunked + priority queue + swap: a step swaps a request back in, then admitting a more urgent
+    # arrival swaps another one out into the CPU blocks that swap-in just freed (BatchPlan: swap-in first)
+    engine = make_engine(tiny_model, "chunked", num_gpu_blocks=20, block_size=4, num_cpu_blocks=64, queue="priority",
+                         preemption="swap", max_num_batched_tokens=32, max_num_seqs=2, max_model_len=256)
+    reused = []
+    engine.step_hooks.append(lambda plan, result: reused.extend(
+        {c for c, _ in plan.swap_in_blocks} & {c for _, c in plan.swap_out_blocks}))
+    # (arrival step, req_id, prompt length, max_tokens, priority)
+    arrivals = [(4, 1, 7, 4, 3), (11, 2, 13, 11, 1), (15, 5, 27, 19, 3), (17, 0, 17, 8, 1), (18, 7, 25, 8, 3),
+                (19, 4, 28, 4, 0), (20, 6, 10, 5, 2), (29, 3, 29, 4, 2)]
+    reqs, prompts = [], []
+    for step in range(500):
+        for _, i, n, max_tokens, priority in (a for a in arrivals if a[0] == step):
+            prompts.append(make_prompt(n, seed=300 + i))
+            reqs.append(make_request(i, prompts[-1], max_tokens, priority=priority))
+            engine.add_request(reqs[-1])
+        engine.step()
+        if step > arrivals[-1][0] and not engine.has_unfinished():
+            break
+    assert reused, "the scenario no longer swaps in and out through the same CPU block in one step"
+    check_against_reference(hf_ref, reqs, prompts)
+    check_invariants(engine, reqs)
+
+
 def test_shared_prefix_with_prefix_caching(tiny_model, hf_ref):
     prefix = make_prompt(40, seed=7)
     prompts = [prefix + make_prompt(n, seed=200 + n) for n in (3, 9, 14, 6)]
