@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from policies import ConfigError
 from sim.capacity.slo import SLO
-from sim.capacity.sweep import DEFAULT_SIMULATE, evaluate_point, make_specs
+from sim.capacity.sweep import DEFAULT_SIMULATE, evaluate_point, hold_window_of, make_specs
 
 DEFAULT_RATE_KEY = "workload.rate"
 
@@ -66,21 +66,15 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
     from sim.cluster.layout import num_gpus
 
     config = load_point_config(make_specs(base, [{}], slo, base_overrides, simulate)[0])
-    workload = config.workload
-    n0, r0 = getattr(workload, "num_requests", None), getattr(workload, "rate", None)
-    scale = hold_window and rate_key == DEFAULT_RATE_KEY and n0 and r0 and getattr(workload, "duration", None) is None
-
-    def point(r: float) -> dict:
-        p = {rate_key: repr(float(r))}
-        if scale:
-            p["workload.num_requests"] = str(max(1, round(n0 * r / r0)))
-        return p
 
     def test(rates: list[float]) -> None:
         rates = [r for r in rates if r not in tested]
         if not rates:
             return
-        specs = make_specs(base, [point(r) for r in rates], slo, base_overrides, simulate)
+        points = [{rate_key: repr(float(r))} for r in rates]
+        if hold_window:
+            points = hold_window_of(config.workload, points, rate_key)
+        specs = make_specs(base, points, slo, base_overrides, simulate)
         for r, row in zip(rates, executor.map(evaluate_point, specs, desc="slo search", progress=progress)):
             row["rate"] = r
             rows.append(row)

@@ -75,7 +75,11 @@ def hold_window(base: Any, points: list[dict], base_overrides: Sequence[str] = (
     """
     from sim.config import load_config
 
-    workload = load_config(base, list(base_overrides)).workload
+    return hold_window_of(load_config(base, list(base_overrides)).workload, points, rate_key)
+
+
+def hold_window_of(workload: Any, points: list[dict], rate_key: str = "workload.rate") -> list[dict]:
+    """`hold_window` for a workload section already loaded (the base's)."""
     n0, r0 = getattr(workload, "num_requests", None), getattr(workload, "rate", None)
     if rate_key != "workload.rate" or not n0 or not r0 or getattr(workload, "duration", None) is not None:
         return points
