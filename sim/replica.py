@@ -125,6 +125,8 @@ class Replica:
         env, scheduler, step_time = self.env, self.scheduler, self.latency_model.step_time
         recorder, name = self.recorder, self.name
         decode_runs = self._decode_time is not None and hasattr(scheduler, "decode_run_horizon")
+        live, own = getattr(scheduler, "requests", None), self._live
+        add_step, timeout = recorder.add_step, env.timeout
         while True:
             now = env.now
             if decode_runs:
@@ -132,7 +134,8 @@ class Replica:
                 if num_steps and (yield from self._decode_run(now, num_steps, context_sum)):
                     continue
             plan = scheduler.schedule(now)
-            self._sweep(now)
+            if live is None or len(live) != len(own):  # _sweep's own test, without the call
+                self._sweep(now)
             if plan.is_empty:
                 # nothing can run: sleep until the next submit (a scheduler that holds waiting
                 # requests it cannot place gets another chance then; the runner reports any leftovers)
@@ -144,13 +147,15 @@ class Replica:
             if not duration > 0.0:
                 raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
             record = record_step(plan, now, duration, scheduler, name)
-            yield env.timeout(duration)
+            yield timeout(duration)
             self.busy_time += duration
-            finished = scheduler.update(plan, StepResult(duration), env.now)
-            recorder.add_step(record)
+            now = env.now
+            finished = scheduler.update(plan, StepResult(duration), now)
+            add_step(record)
             for request in finished:
-                self._finished(request, env.now)
-            self._sweep(env.now)
+                self._finished(request, now)
+            if live is None or len(live) != len(own):
+                self._sweep(now)
 
     def _decode_run(self, now: float, max_steps: int, context_sum: int):
         """Replay up to `max_steps` all-decode steps that end before the next event (or, when the first

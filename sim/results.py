@@ -115,8 +115,11 @@ def _nan(x: float | None) -> float:
     return math.nan if x is None else x
 
 
-def request_row(req: "Request", replica: str = "") -> dict:
-    """One row of the `requests` table (vLLM bench-serve definitions; NaN where undefined)."""
+def request_row(req: "Request", replica: str = "", max_itl: float | None = None) -> dict:
+    """One row of the `requests` table (vLLM bench-serve definitions; NaN where undefined).
+
+    `max_itl`: the largest gap between two output tokens when the caller already has it.
+    """
     times = req.token_times
     reason = req.finish_reason.value if req.finish_reason is not None else "unfinished"
     completed = reason in COMPLETED_REASONS and len(times) > 0
@@ -124,7 +127,8 @@ def request_row(req: "Request", replica: str = "") -> dict:
     e2e = times[-1] - req.arrival_time if completed else math.nan
     n = len(times)
     tpot = (e2e - ttft) / (n - 1) if completed and n > 1 else math.nan
-    max_itl = max(map(sub, times[1:], times)) if n > 1 else math.nan  # map: C speed, no generator
+    if max_itl is None:
+        max_itl = max(map(sub, times[1:], times)) if n > 1 else math.nan  # map: C speed, no generator
     queue = req.first_scheduled_time - req.arrival_time if req.first_scheduled_time is not None else math.nan
     row = {
         "req_id": req.req_id, "arrival_time": req.arrival_time,
@@ -144,7 +148,9 @@ def request_row(req: "Request", replica: str = "") -> dict:
 def requests_table(requests: Iterable["Request"], replica_of: Mapping | None = None) -> pd.DataFrame:
     """The `requests` table: one row per request, finished, rejected or aborted."""
     replica_of = replica_of or {}
-    rows = [request_row(r, replica_of.get(r.req_id, "")) for r in requests]
+    requests = requests if isinstance(requests, list) else list(requests)
+    rows = [request_row(r, replica_of.get(r.req_id, ""), itl)
+            for r, itl in zip(requests, max_itls([r.token_times for r in requests]))]
     if not rows:
         return pd.DataFrame(columns=list(REQUEST_COLUMNS))
     return pd.DataFrame(rows)
@@ -164,6 +170,24 @@ def steps_table(steps: Iterable[StepRecord]) -> pd.DataFrame:
         # numbers as the int64/float64 array pandas would infer from the list; anything else is left to pandas
         columns[name] = values if values.dtype.kind in "if" else column
     return pd.DataFrame(columns)
+
+
+def max_itls(token_times: list[list[float]]) -> list[float]:
+    """The largest gap between consecutive times of each list (NaN for fewer than two times).
+
+    One array of all the times: the gaps across two lists are masked, then one `maximum.reduceat`
+    over the lists with gaps (the same float subtractions as list by list, in a fraction of the time).
+    """
+    lengths = np.fromiter(map(len, token_times), dtype=np.int64, count=len(token_times))
+    out = np.full(len(token_times), np.nan)
+    with_gaps = lengths > 1
+    if with_gaps.any():
+        ends = np.cumsum(lengths)
+        gaps = np.diff(np.fromiter(chain.from_iterable(token_times), dtype=np.float64, count=int(ends[-1])))
+        crossing = ends[(lengths > 0) & (ends < ends[-1])] - 1  # the gap from a list's last time to the next's first
+        gaps[crossing] = -np.inf
+        out[with_gaps] = np.maximum.reduceat(gaps, (ends - lengths)[with_gaps])
+    return out.tolist()
 
 
 def pooled_itls(requests: Iterable["Request"]) -> np.ndarray:
