@@ -19,7 +19,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -30,30 +30,39 @@ class ServeProcess:
     """`servesim serve CONFIG --port 0 --out DIR` as a child process on 127.0.0.1; `url` once it is up.
 
     Start-up is waited for at most `startup_timeout_s`; `stop()` sends SIGTERM (the server writes its
-    records) and kills it if it has not exited in time. Use it as a context manager.
+    records) and kills it if it has not exited in time. Use it as a context manager. A thread reads
+    the child's output all along (kept in `lines`), so a chatty server never blocks on a full pipe.
     """
 
     def __init__(self, config: str | Path, out_dir: str | Path, *extra: str, device: str = "cpu",
                  startup_timeout_s: float = 120, cwd: str | Path | None = None) -> None:
         self.out_dir = Path(out_dir)
-        cmd = [sys.executable, "-m", "servesim.cli", "serve", str(config), "--device", device, "--host", "127.0.0.1",
-               "--port", "0", "--out", str(self.out_dir), *extra]
+        cmd = self.command(config, device, extra)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
         self.url = None
-        deadline = time.monotonic() + startup_timeout_s
-        lines = []
-        while time.monotonic() < deadline:  # bounded: the process prints its URL once it listens
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-            if m:
-                self.url = m.group(1)
-                break
+        self.lines: list[str] = []
+        up = threading.Event()  # set when the URL is printed, or the output ends (the child exited)
+
+        def drain() -> None:
+            for line in self.proc.stdout:
+                self.lines.append(line)
+                m = None if self.url else re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+                if m:
+                    self.url = m.group(1)
+                    up.set()
+            up.set()
+
+        self._reader = threading.Thread(target=drain, name="serve-output", daemon=True)
+        self._reader.start()
+        up.wait(startup_timeout_s)
         if self.url is None:
             self.stop()
-            raise RuntimeError("servesim serve did not start:\n" + "".join(lines))
+            raise RuntimeError("servesim serve did not start:\n" + "".join(self.lines))
+
+    def command(self, config: str | Path, device: str, extra: tuple[str, ...]) -> list[str]:
+        """The child's command line."""
+        return [sys.executable, "-m", "servesim.cli", "serve", str(config), "--device", device, "--host", "127.0.0.1",
+                "--port", "0", "--out", str(self.out_dir), *extra]
 
     def stop(self, timeout_s: float = 60) -> int:
         if self.proc.poll() is None:
@@ -63,6 +72,7 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        self._reader.join(10)  # the output ends with the process
         return self.proc.returncode
 
     def __enter__(self) -> "ServeProcess":
