@@ -454,7 +454,7 @@ class Engine:
         return {
             "num_running": self.scheduler.num_running, "num_waiting": self.scheduler.num_waiting,
             "num_swapped": self.scheduler.num_swapped, "num_gpu_blocks": bm.num_gpu_blocks,
-            "num_used_gpu_blocks": bm.num_used_gpu_blocks, "kv_usage": bm.num_used_gpu_blocks / bm.num_gpu_blocks,
+            "num_used_gpu_blocks": bm.num_used_gpu_blocks, "kv_usage": bm.usage,
             "num_preemptions": self.num_preemptions, "num_steps": self.num_steps,
             "num_requests": len(self.recorder.requests),
         }
