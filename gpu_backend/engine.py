@@ -95,8 +95,16 @@ def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[
     else weights are seeded random. KV blocks: `hardware.num_gpu_blocks`, else what fits the device;
     CPU swap blocks from `hardware.swap_space_gb`.
     """
+    from sim.cluster.layout import cluster_section, is_disaggregated
     from sim.config import config_to_toml
 
+    if is_disaggregated(config):
+        raise ConfigError("disaggregation.enabled: the engine serves one replica; simulate prefill/decode "
+                          "pools with `servesim simulate`")
+    cluster = cluster_section(config)
+    if cluster.num_replicas > 1:
+        raise ConfigError(f"cluster.num_replicas: the engine serves one replica, got {cluster.num_replicas}; "
+                          "simulate several with `servesim simulate`")
     path = Path(config.model.name)
     if not (path.suffix == ".json" or path.is_dir()):
         raise ConfigError(f"model.name: the engine needs a HF config.json path (e.g. examples/tiny-llama/config.json), "

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from engine_factories import TINY_CONFIG
+from engine_factories import REPO, TINY_CONFIG
 from gpu_backend.engine import Engine
 from servesim.cli import main
 from sim.config import load_config
@@ -115,6 +115,15 @@ def test_engine_config_from_sim_sizes_the_kv_pools():
     assert engine_config.cache.num_gpu_blocks * block_bytes <= 256 * 2**20 < (engine_config.cache.num_gpu_blocks + 1) * block_bytes
     assert engine_config.model.num_key_value_heads == 2 and "[scheduler]" in toml
     assert torch.get_default_dtype() == torch.float32
+
+
+@pytest.mark.parametrize("override, field", [("cluster.num_replicas=2", "cluster.num_replicas"),
+                                             ("disaggregation.enabled=true", "disaggregation.enabled")])
+def test_a_multi_replica_config_is_refused_rather_than_run_as_one(override, field, capsys):
+    config = REPO / "examples" / "engine.toml"
+    assert main(["run", str(config), "--set", override, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"servesim run: error: {field}: the engine serves one replica")
 
 
 def test_cli_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
