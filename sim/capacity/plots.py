@@ -12,6 +12,27 @@ LATENCY_PANELS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
 PERCENTILES = ("p50", "p90", "p99")
 
 
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend, or None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def _save(plt, fig, path: str | Path) -> Path:
+    """Write `fig` as a PNG at `path` and free it."""
+    path = Path(path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _groups(df, x: str, keys: Sequence[str]):
     others = [k for k in keys if k != x and k in df and df[k].nunique() > 1]
     if not others:
@@ -24,12 +45,8 @@ def _groups(df, x: str, keys: Sequence[str]):
 
 def plot_sweep(df, x: str, keys: Sequence[str], path: str | Path, title: str = "") -> Path | None:
     """Latency percentiles (ms) and goodput vs `x`; returns the PNG path (None without matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return None
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
     styles = {"p50": ":", "p90": "--", "p99": "-"}
@@ -59,22 +76,7 @@ def plot_sweep(df, x: str, keys: Sequence[str], path: str | Path, title: str = "
     axes[3].legend(fontsize=7)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
+    return _save(plt, fig, path)
 
 
 def plot_search(table, min_attainment: float, path: str | Path, per_gpu: bool = False) -> Path | None:
@@ -97,11 +99,7 @@ def plot_search(table, min_attainment: float, path: str | Path, per_gpu: bool = 
     ax.set_title("SLO search: attainment vs load (dotted: highest sustained rate)")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_plan(table, path: str | Path) -> Path | None:
@@ -128,8 +126,4 @@ def plot_plan(table, path: str | Path) -> Path | None:
     ax.set_title("Planner candidates")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
