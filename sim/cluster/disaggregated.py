@@ -285,9 +285,8 @@ class DisaggregatedCluster:
         """Abort every live half, then end every user request still open (none goes missing)."""
         for replica in self.prefill + self.decode:
             s = replica.scheduler
-            for queue in ("waiting", "running", "swapped"):
-                for half in list(getattr(s, queue, None) or ()):
-                    s.abort_request(half.req_id, now)
+            for req_id in list(s.requests):  # the scheduler's live halves, whatever their queue
+                s.abort_request(req_id, now)
         for request in self.recorder.requests:
             if not request.is_finished:
                 request.finish(FinishReason.ABORTED, now, why)
