@@ -293,3 +293,21 @@ def test_clients_leaving_before_their_first_token_release_the_queue(make_engine,
                 return await asyncio.gather(*[ac.post("/v1/completions", json={"prompt": "z", "max_tokens": 2})
                                               for _ in range(10)])
         assert [r.status_code for r in asyncio.run(ten())] == [200] * 10
+
+
+def test_a_dead_engine_answers_every_request_instead_of_hanging(tokenizer, tiny_model, make_server, running):
+    from gpu_backend.engine import Engine, EngineConfig
+    from policies import CacheConfig, SchedulerConfig
+
+    config = EngineConfig(model=tiny_model.config, scheduler=SchedulerConfig(max_model_len=256),
+                          cache=CacheConfig(num_gpu_blocks=64))
+    engine = Engine(config, "cpu", model=tiny_model)
+    engine.runner.execute = lambda plan: (_ for _ in ()).throw(RuntimeError("device lost"))
+    server = make_server(engine)
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        first = c.post("/v1/completions", json={"prompt": "hello", "max_tokens": 4})  # its step fails
+        assert first.status_code == 200 and first.json()["choices"][0]["finish_reason"] == "abort"
+        assert c.get("/health").status_code == 503
+        later = c.post("/v1/completions", json={"prompt": "again", "max_tokens": 4})  # no engine thread left
+        assert later.status_code == 200 and later.json()["choices"][0]["finish_reason"] == "abort"
+        assert wait_until(lambda: settled(c))
