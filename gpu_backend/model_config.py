@@ -106,4 +106,10 @@ class ModelConfig:
             path = path / "config.json"
         if not path.is_file():
             raise FileNotFoundError(f"model.config: no HF config.json at {path}")
-        return cls.from_dict(json.loads(path.read_text()))
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"model.config: {path} is not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"model.config: {path} does not hold a JSON object")
+        return cls.from_dict(data)

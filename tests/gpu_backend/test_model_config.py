@@ -35,3 +35,10 @@ def test_unsupported_features_are_refused_naming_the_field(tmp_path, patch, fiel
 def test_missing_file_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
         ModelConfig.from_json(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_a_broken_config_json_is_one_error_naming_the_file(tmp_path, text):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ConfigError, match=r"^model\.config: .*config\.json"):
+        ModelConfig.from_json(tmp_path)
