@@ -62,3 +62,12 @@ def test_training_gives_the_asked_vocab(tmp_path):
     assert tok.decode(tok.encode("any text at all: ü")) == "any text at all: ü"  # byte-level: nothing is unknown
     with pytest.raises(ValueError, match="^vocab_size"):
         train(tmp_path, vocab_size=100)
+
+
+def test_a_broken_tokenizer_config_is_one_error_naming_serve_tokenizer(tokenizer, tmp_path):
+    import shutil
+
+    shutil.copy(Path(tokenizer.path) / "tokenizer.json", tmp_path / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text("{oops")
+    with pytest.raises(ValueError, match=r"^serve\.tokenizer: .*tokenizer_config\.json is not valid JSON"):
+        Tokenizer(tmp_path)
