@@ -17,7 +17,8 @@ from typing import Any, Sequence
 from policies import ConfigError
 from policies.config import check_choice, check_int
 from sim.capacity.slo import SLO
-from sim.capacity.sweep import DEFAULT_SIMULATE, PointSpec, evaluate_point, load_point_config
+from sim.capacity.sweep import (DEFAULT_SIMULATE, PointSpec, evaluate_point, format_override, hold_window,
+                                 load_point_config)
 
 LAYOUTS = ("colocated", "disaggregated")
 
@@ -103,18 +104,10 @@ def plan(base: Any, target_rate: float, slo: SLO, grid: CandidateGrid = Candidat
     if not candidates:
         raise ConfigError(f"plan.max_gpus: no candidate layout fits in {grid.max_gpus} GPUs")
     # the same arrival window as the base config's (as the SLO search does): n0 requests at r0 -> n0/r0 s
-    from sim.config import load_config
-
-    workload = load_config(base, list(base_overrides)).workload
-    n0, r0 = getattr(workload, "num_requests", None), getattr(workload, "rate", None)
-    window = []
-    if rate_key == "workload.rate" and n0 and r0 and getattr(workload, "duration", None) is None:
-        window = [f"workload.num_requests={max(1, round(n0 * target_rate / r0))}"]
-    specs = []
-    for i, cand in enumerate(candidates):
-        overrides = (tuple(base_overrides) + tuple(cand["overrides"]) + (f"{rate_key}={float(target_rate)!r}",)
-                     + tuple(window))
-        specs.append(PointSpec(base, (), overrides, slo, i, simulate))
+    (point,) = hold_window(base, [{rate_key: repr(float(target_rate))}], base_overrides, rate_key)
+    at_rate = tuple(format_override(k, v) for k, v in point.items())
+    specs = [PointSpec(base, (), tuple(base_overrides) + tuple(cand["overrides"]) + at_rate, slo, i, simulate)
+             for i, cand in enumerate(candidates)]
     executor = executor or LocalExecutor()
     rows = executor.map(evaluate_candidate, specs, desc="plan", progress=progress)
     for cand, spec, row in zip(candidates, specs, rows):
