@@ -96,8 +96,7 @@ def plan(base: Any, target_rate: float, slo: SLO, grid: CandidateGrid = Candidat
     from sim.capacity.executor import LocalExecutor
     from sim.cluster.layout import cost_per_hour
 
-    if slo.is_empty:
-        raise ConfigError("slo: give at least one of --slo-ttft, --slo-tpot, --slo-e2e (or an [slo] section)")
+    slo.require_targets()
     if not target_rate > 0:
         raise ConfigError(f"target_rate: must be > 0, got {target_rate}")
     candidates = grid.candidates()

@@ -49,8 +49,7 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
     arrival window, as DistServe's runs do (N = 100 x rate). Otherwise a fixed count would give a
     high rate a shorter burst and less time to build a queue, flattering it.
     """
-    if slo.is_empty:
-        raise ConfigError("slo: give at least one of --slo-ttft, --slo-tpot, --slo-e2e (or an [slo] section)")
+    slo.require_targets()
     if not rel_tol > 0:
         raise ConfigError(f"rel_tol: must be > 0, got {rel_tol}")
     if not start_rate > 0:

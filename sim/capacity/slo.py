@@ -39,6 +39,11 @@ class SLO:
     def is_empty(self) -> bool:
         return self.ttft_s is None and self.tpot_s is None and self.e2e_s is None
 
+    def require_targets(self) -> None:
+        """Raise unless at least one target is set (what an SLO search or a plan needs)."""
+        if self.is_empty:
+            raise ConfigError("slo: give at least one of --slo-ttft, --slo-tpot, --slo-e2e (or an [slo] section)")
+
     @classmethod
     def from_config(cls, config: object, **overrides: float | None) -> "SLO":
         """Targets from a config's `slo` section (if any), replaced by the non-None `overrides`."""
