@@ -58,8 +58,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from sim.config import load_config
 
-    slo = slo_from_args(args)
     base = load_config(args.config, args.overrides)
+    slo = slo_from_args(args, base)
     layouts = args.layout or ["as-is"]
     start = args.start_rate
     if start is None:

@@ -25,10 +25,12 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def slo_from_args(args) -> SLO:
-    from sim.config import load_config
+def slo_from_args(args, base=None) -> SLO:
+    """The SLO of the --slo-* flags over the config's [slo] section (`base`: the config, if loaded already)."""
+    if base is None:
+        from sim.config import load_config
 
-    base = load_config(args.config, args.overrides)
+        base = load_config(args.config, args.overrides)
     return SLO.from_config(base, ttft_s=args.slo_ttft, tpot_s=args.slo_tpot, e2e_s=args.slo_e2e,
                            min_attainment=args.slo_attainment)
 
