@@ -212,15 +212,17 @@ class Replica:
             for duration in durations[:num_steps]:
                 yield env.timeout(duration)
         num_gpu_blocks = scheduler.block_manager.num_gpu_blocks
-        add_step, name = self.recorder.add_step, self.name
-        start = now
+        name, start, busy = self.name, now, self.busy_time
+        records = []
         for j in range(num_steps):
             duration = durations[j]
             u = used[j]
-            add_step(StepRecord(step_id + j, start, duration, 0, n, 0, n, 0, 0, 0, u, u / num_gpu_blocks,
-                                num_waiting, n, 0, name))
-            self.busy_time += duration
+            records.append(StepRecord(step_id + j, start, duration, 0, n, 0, n, 0, 0, 0, u, u / num_gpu_blocks,
+                                      num_waiting, n, 0, name))
+            busy += duration
             start = end_times[j]
+        self.busy_time = busy
+        self.recorder.add_steps(records)
         for request in finished:
             self._finished(request, end)
         self._sweep(end)

@@ -110,6 +110,10 @@ class Recorder:
     def add_step(self, record: StepRecord) -> None:
         self.steps.append(record)
 
+    def add_steps(self, records: list[StepRecord]) -> None:
+        """Several steps at once, in order (a replica's decode run)."""
+        self.steps.extend(records)
+
 
 def _nan(x: float | None) -> float:
     return math.nan if x is None else x

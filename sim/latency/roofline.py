@@ -83,6 +83,7 @@ class RooflineLatencyModel:
     """Analytic step time of a `BatchPlan` for `model` on `tp` x `gpu` (see the module docstring)."""
 
     grouped_decodes = True  # step_time reads BatchPlan.decodes (the simulator's grouped plans)
+    pure_step_time = True  # step_time depends on the plan alone (see sim.latency.base.LatencyModel)
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int = 1, block_size: int = 16,
                  constants: RooflineConstants | None = None, pcie_bandwidth: float | None = None) -> None:
