@@ -29,7 +29,8 @@ Public API (stable; `gpu_backend.serve` builds on it):
   boundary after), closed-loop follow-ups come from `workload.on_finish`.
 - `engine.stats()`: running / waiting / swapped counts, KV usage, preemptions, steps (for /metrics).
 - `engine.result()`: the `requests` and `steps` tables and the summary, exactly as the simulator's
-  (`sim.results`, `sim.metrics`), with measured times; `EngineResult.save(out_dir)`.
+  (`sim.results`, `sim.metrics`), with measured times; `EngineResult.save(out_dir)`. Safe from any
+  thread while the engine runs: it reads between steps.
 """
 from __future__ import annotations
 
@@ -192,6 +193,9 @@ class Engine:
         self.step_hooks: list[Callable] = []  # called with (plan, result) after each step (tests, tracing)
 
         self._lock = threading.Lock()
+        # held while a step (or an abort of everything) changes requests and records, so that
+        # result() from another thread (the server's /admin/dump) reads a consistent snapshot
+        self._state_lock = threading.RLock()
         self._ingress: list[tuple[Request, Callable | None]] = []
         self._aborts: list[int | str] = []
         self._wakeup = threading.Event()
@@ -226,7 +230,8 @@ class Engine:
         if error is not None:  # the loop is dead: end it now rather than leave its client waiting
             now = self.now()
             request.finish(FinishReason.ABORTED, now, f"engine error: {error!r}")
-            self.recorder.add_request(request, "0")
+            with self._state_lock:
+                self.recorder.add_request(request, "0")
             if on_output is not None:
                 on_output(RequestOutput(request.req_id, [], True, request.finish_reason.value, now))
             return
@@ -279,6 +284,10 @@ class Engine:
 
     def step(self) -> bool:
         """One iteration: admit arrivals and aborts, schedule, execute, update. False if nothing ran."""
+        with self._state_lock:
+            return self._step()
+
+    def _step(self) -> bool:
         from sim.results import record_step
 
         self._admit()
@@ -332,11 +341,12 @@ class Engine:
         also one that had finished in a step that failed before its output went out."""
         from sim.runner import end_unfinished
 
-        now = self.now()
-        live = list(self._live.values())
-        end_unfinished(self.scheduler, live, now, why)
-        for request in live:
-            self._emit(request, [], now)
+        with self._state_lock:
+            now = self.now()
+            live = list(self._live.values())
+            end_unfinished(self.scheduler, live, now, why)
+            for request in live:
+                self._emit(request, [], now)
 
     def warm_up(self) -> None:
         """Run a throwaway prefill and decode outside the scheduler, so that one-time costs (lazy
@@ -472,7 +482,10 @@ class Engine:
         from sim.metrics import summarize
         from sim.results import pooled_itls, requests_table, steps_table
 
-        requests = requests_table(self.recorder.requests, self.recorder.replica_of)
-        steps = steps_table(self.recorder.steps)
-        summary = summarize(requests, steps, pooled_itls(self.recorder.requests), self.config.slo)
-        return EngineResult(requests, steps, summary, self.config_toml, list(self.recorder.requests))
+        with self._state_lock:  # not while a step changes them (the engine thread may be running)
+            raw = list(self.recorder.requests)
+            requests = requests_table(raw, self.recorder.replica_of)
+            steps = steps_table(list(self.recorder.steps))
+            itls = pooled_itls(raw)
+        summary = summarize(requests, steps, itls, self.config.slo)
+        return EngineResult(requests, steps, summary, self.config_toml, raw)

@@ -315,6 +315,41 @@ def test_a_request_finished_by_the_failing_step_still_gets_its_final_output(tiny
     assert [(o.finished, o.finish_reason) for o in finals] == [(True, "length")]
 
 
+def test_result_from_another_thread_while_the_engine_runs(tiny_model):
+    import sys
+
+    engine = make_engine(tiny_model, max_num_seqs=4)  # a few hundred steps
+    errors, stop = [], threading.Event()
+
+    def read_results():
+        while not stop.is_set():
+            try:
+                res = engine.result()
+                assert len(res.steps) <= engine.num_steps
+            except Exception as exc:  # e.g. table columns of different lengths
+                errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # thread switches anywhere: a torn snapshot shows up at once
+    engine.start()
+    readers = [threading.Thread(target=read_results, daemon=True) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    try:
+        done = [threading.Event() for _ in range(40)]
+        for i, ev in enumerate(done):
+            engine.add_request(make_request(i, make_prompt(8, seed=i), 20), lambda o, ev=ev: o.finished and ev.set())
+        assert all(ev.wait(60) for ev in done)
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.join(30)
+        engine.stop()
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
+    assert len(engine.result().requests) == 40
+
+
 def test_warm_up_leaves_no_trace(tiny_model, hf_ref):
     engine = make_engine(tiny_model, num_gpu_blocks=8, block_size=4)
     engine.warm_up()
