@@ -5,6 +5,8 @@ field's message is written into its placeholder, so the error appears next to th
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import tempfile
 from pathlib import Path
 
@@ -59,12 +61,19 @@ def _length_inputs(label: str, field: str, prefix: str, default_median: int, err
 
 
 def _upload_trace(uploaded) -> str:
-    """Save an uploaded trace to a temporary file (its format is detected by the workload reader)."""
+    """Save an uploaded trace to a temporary file (its format is detected by the workload reader).
+
+    The file is named by its content, so the page's reruns (one per widget change) reuse one file
+    and one config: no new file each time, and the cached simulation is found again.
+    """
+    data = uploaded.getvalue()
     suffix = Path(uploaded.name).suffix or ".csv"
-    tmp = tempfile.NamedTemporaryFile(prefix="servesim-trace-", suffix=suffix, delete=False)
-    tmp.write(uploaded.getvalue())
-    tmp.close()
-    return tmp.name
+    path = Path(tempfile.gettempdir()) / f"servesim-trace-{hashlib.sha256(data).hexdigest()[:20]}{suffix}"
+    if not path.is_file():
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
+        tmp.write_bytes(data)
+        tmp.replace(path)  # atomic: a concurrent session never reads half a file
+    return str(path)
 
 
 def config_form(prefix: str = "", defaults: dict | None = None, workload: bool = True,
