@@ -81,14 +81,12 @@ def test_simulate_in_a_real_browser(app_url):
 
 def drive(page) -> None:
     """Set a small run, start it, and wait for the results to render."""
-    if True:
-        if True:
-            requests_box = page.get_by_label("Requests", exact=True)
-            requests_box.wait_for(timeout=20_000)
-            requests_box.fill("80")
-            requests_box.press("Enter")
-            page.get_by_role("button", name="Run simulation").click()
-            page.get_by_text("TTFT p50 / p99 (ms)").wait_for(timeout=120_000)
-            page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
-            assert page.locator(".js-plotly-plot").count() >= 3
-            assert page.get_by_text("Finished / rejected").count() == 1
+    requests_box = page.get_by_label("Requests", exact=True)
+    requests_box.wait_for(timeout=20_000)
+    requests_box.fill("80")
+    requests_box.press("Enter")
+    page.get_by_role("button", name="Run simulation").click()
+    page.get_by_text("TTFT p50 / p99 (ms)").wait_for(timeout=120_000)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    assert page.locator(".js-plotly-plot").count() >= 3
+    assert page.get_by_text("Finished / rejected").count() == 1
