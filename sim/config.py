@@ -163,6 +163,7 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
 def load_config(source: str | Path | Mapping, overrides: Sequence[str] = ()) -> Config:
     """Read a TOML file (or a dict), apply `overrides` ("section.key=value"), validate, build a Config."""
     data, base = _read(source)
+    from_file = copy.deepcopy(data) if base is not None else None  # to tell file paths from --set ones
     for override in overrides:
         apply_override(data, override)
     types = section_types()
@@ -170,7 +171,6 @@ def load_config(source: str | Path | Mapping, overrides: Sequence[str] = ()) -> 
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown section; allowed sections: {', '.join(types)}")
     if base is not None:
-        from_file, _ = _read(source)
         for section, key in PATH_KEYS:
             value = data.get(section, {}).get(key) if isinstance(data.get(section), Mapping) else None
             # only paths written in the file are relative to it; --set paths are relative to the cwd
