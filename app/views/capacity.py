@@ -4,13 +4,38 @@ Candidates (GPU type x TP x replicas, colocated or disaggregated) are simulated 
 with `sim.capacity.planner.plan`; the winners' latency-vs-load curve comes from a rate sweep.
 """
 import _path  # noqa: F401
+import dataclasses
+import json
+
 import pandas as pd
 import streamlit as st
 
 from sim.models import get_gpu, gpu_names
 from ui import charts
 from ui.forms import config_form
-from ui.runs import validate
+from ui.runs import canonical, validate
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def run_plan(config_json: str, rate: float, slo_targets: tuple, grid_items: tuple, price_items: tuple):
+    """`sim.capacity.planner.plan`, cached by its inputs (every widget change reruns the page)."""
+    from sim.capacity.executor import SerialExecutor
+    from sim.capacity.planner import CandidateGrid, plan
+    from sim.capacity.slo import SLO
+
+    return plan(json.loads(config_json), rate, SLO(*slo_targets), CandidateGrid(**dict(grid_items)),
+                prices=dict(price_items), executor=SerialExecutor(), progress=False)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def run_curve(config_json: str, rates: tuple, slo_targets: tuple, overrides: tuple) -> pd.DataFrame:
+    """A rate sweep of one layout (its overrides), cached by its inputs."""
+    from sim.capacity.executor import SerialExecutor
+    from sim.capacity.slo import SLO
+    from sim.capacity.sweep import run_sweep
+
+    return run_sweep(json.loads(config_json), [{"workload.rate": r} for r in rates], slo=SLO(*slo_targets),
+                     executor=SerialExecutor(), base_overrides=list(overrides), progress=False)
 
 st.title("Capacity")
 st.caption("How many GPUs of which kind, in which layout, serve this traffic within this SLO, and at what cost?")
@@ -62,15 +87,13 @@ else:
     except ValueError as exc:
         problem = grid_slot.error(str(exc))
 
-    if problem is None and (clicked or st.session_state.get("cap.last") == (resolved, target_rate, gpus, tps)):
-        st.session_state["cap.last"] = (resolved, target_rate, gpus, tps)
-        from sim.capacity.executor import SerialExecutor
-        from sim.capacity.planner import plan
-
-        price_map = dict(zip(prices["gpu"], prices["USD per GPU-hour"]))
+    price_map = {str(k): float(v) for k, v in zip(prices["gpu"], prices["USD per GPU-hour"])}
+    inputs = (canonical(resolved), float(target_rate), (slo.ttft_s, slo.tpot_s, slo.e2e_s),
+              tuple(sorted(dataclasses.asdict(grid).items())), tuple(sorted(price_map.items())))
+    if problem is None and (clicked or st.session_state.get("cap.last") == inputs):
+        st.session_state["cap.last"] = inputs
         with st.spinner(f"Simulating {len(grid.candidates())} layouts at {target_rate} req/s..."):
-            result = plan(resolved, float(target_rate), slo, grid, prices=price_map, executor=SerialExecutor(),
-                          progress=False)
+            result = run_plan(*inputs)
         table = result.table()
         if result.by_gpus is None:
             st.warning("No candidate layout meets the SLO at this rate. Try more GPUs, larger TP or looser targets.")
@@ -87,15 +110,12 @@ else:
                      use_container_width=True, hide_index=True)
 
         if result.by_cost is not None:
-            from sim.capacity.sweep import run_sweep
-
             win = result.by_cost
             win_overrides = [o for o in table.loc[table["point"] == win["point"], "overrides"].iloc[0].split(";") if o]
             win_overrides = [o for o in win_overrides if not o.startswith("workload.rate=")]
             rates = [round(float(target_rate) * f, 3) for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)]
             with st.spinner("Latency vs load for the cheapest layout..."):
-                curve = run_sweep(resolved, [{"workload.rate": r} for r in rates], slo=slo,
-                                  executor=SerialExecutor(), base_overrides=win_overrides, progress=False)
+                curve = run_curve(inputs[0], tuple(rates), inputs[2], tuple(win_overrides))
             st.plotly_chart(charts.load_curves(curve, "workload.rate", {
                 "ttft_s_p90": "TTFT p90 (s)", "tpot_s_p90": "TPOT p90 (s)", "e2e_s_p90": "E2E p90 (s)"},
                 "Latency vs load (cheapest layout)"), use_container_width=True)
