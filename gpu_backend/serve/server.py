@@ -37,6 +37,20 @@ from gpu_backend.serve.tokenizer import Tokenizer
 MAX_BODY_BYTES = 32 * 2**20  # far above any prompt the model can take; refuses memory abuse
 
 
+async def read_body(http) -> bytes:
+    """The request body, refused with 413 as soon as it passes MAX_BODY_BYTES (never buffered whole)."""
+    declared = http.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise RequestError("body", f"{declared} bytes is too large; at most {MAX_BODY_BYTES}", 413)
+    chunks, size = [], 0
+    async for chunk in http.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise RequestError("body", f"more than {MAX_BODY_BYTES} bytes is too large", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def to_sampling_params(params: CompletionParams):
     """The engine's SamplingParams for a request (imported here: it lives beside torch code)."""
     from gpu_backend.sampler import SamplingParams
@@ -222,9 +236,7 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
         arrival = engine_now(server.engine)
         kind = "chatcmpl" if chat else "cmpl"
         try:
-            raw = await http.body()
-            if len(raw) > MAX_BODY_BYTES:
-                raise RequestError("body", f"{len(raw)} bytes is too large; at most {MAX_BODY_BYTES}", 413)
+            raw = await read_body(http)
             try:
                 body = json.loads(raw)
             except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, absurd nesting

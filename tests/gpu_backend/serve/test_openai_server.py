@@ -160,6 +160,19 @@ def test_bad_input_answers_with_the_field_and_server_survives(shared_url, payloa
         assert metrics(c)['servesim:request_refused_total{reason="bad_request"}'] == refused + 1
 
 
+def test_an_oversized_chunked_body_is_refused_without_a_length(shared_url):
+    def body():  # no Content-Length: the server must count while it reads
+        yield b'{"prompt": "'
+        for _ in range(40):
+            yield b"x" * 2**20
+        yield b'"}'
+
+    with httpx.Client(base_url=shared_url, timeout=30) as c:
+        r = c.post("/v1/completions", content=body(), headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["param"] == "body"
+        assert c.post("/v1/completions", json={"prompt": "ok", "max_tokens": 2}).status_code == 200
+
+
 def test_full_queue_answers_503_with_retry_after(make_engine, make_server, running):
     engine = make_engine()
     server = make_server(engine, max_num_waiting=3, retry_after_s=2)
