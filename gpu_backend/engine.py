@@ -249,7 +249,12 @@ class Engine:
         finished = request.is_finished
         if cb is not None:
             reason = request.finish_reason.value if finished and request.finish_reason else None
-            cb(RequestOutput(request.req_id, tokens, finished, reason, now))
+            try:
+                cb(RequestOutput(request.req_id, tokens, finished, reason, now))
+            except Exception:  # one client's broken callback must not stop the engine for the others
+                logging.getLogger(__name__).exception("on_output of request %r failed; not called again",
+                                                      request.req_id)
+                self._callbacks.pop(request.req_id, None)
         if finished:
             self._callbacks.pop(request.req_id, None)
             self._live.pop(request.req_id, None)

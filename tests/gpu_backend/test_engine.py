@@ -378,3 +378,20 @@ def test_requests_the_scheduler_ends_without_sampling_get_a_final_output(tiny_mo
     finals = {o.req_id: o.finish_reason for o in outputs if o.finished}
     assert finals == {"a": "aborted", "b": "length"}
     assert engine.scheduler.block_manager.num_used_gpu_blocks == 0
+
+
+def test_a_callback_that_raises_does_not_stop_the_engine_for_others(tiny_model, hf_ref):
+    engine = make_engine(tiny_model)
+    good, calls = [], []
+
+    def broken(output):
+        calls.append(output)
+        raise RuntimeError("client went away badly")
+
+    engine.add_request(make_request("bad", PROMPTS[0], 6), broken)
+    engine.add_request(make_request("good", PROMPTS[1], 6), good.append)
+    engine.run_until_done()
+    assert len(calls) == 1  # dropped after it raised
+    assert good[-1].finished and sum(len(o.new_token_ids) for o in good) == 6
+    assert all(r.is_finished for r in engine.recorder.requests)
+    assert engine.scheduler.block_manager.num_used_gpu_blocks == 0
