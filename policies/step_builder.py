@@ -7,6 +7,7 @@ block moves first, and only `finish()` advances `num_computed_tokens` (vLLM v1's
 """
 from __future__ import annotations
 
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from policies.batch_plan import BatchPlan, ScheduledSeq
@@ -19,7 +20,8 @@ class StepBuilder:
     """What one step has scheduled so far, and how much token budget is left."""
 
     __slots__ = ("budget", "scheduled", "padding", "preempted", "swapped_out", "swapped_in",
-                 "swap_out_blocks", "swap_in_blocks", "resumed", "token_budget", "carried_preempted")
+                 "swap_out_blocks", "swap_in_blocks", "resumed", "token_budget", "carried_preempted",
+                 "leading", "leading_context")
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
@@ -33,6 +35,10 @@ class StepBuilder:
         self.swap_out_blocks: list[tuple[int, int]] = []
         self.swap_in_blocks: list[tuple[int, int]] = []
         self.resumed: set = set()  # req_ids admitted or swapped in this step (never victims of admission)
+        # grouped plans (Scheduler.group_decodes): the requests of the first entries of `scheduled`,
+        # running decodes, and the sum of their context lengths after the step; () once undo() ran
+        self.leading: list | tuple = ()
+        self.leading_context = 0
 
     @property
     def num_preempted(self) -> int:
@@ -61,6 +67,7 @@ class StepBuilder:
         entry = self.scheduled.pop(req.req_id, None)
         if entry is not None:
             self.budget += entry[1]
+            self.leading = ()  # finish() checks every entry instead
 
     def finish(self, step_id: int, now: float, group_decodes: bool = False) -> BatchPlan:
         """Advance every scheduled request's `num_computed_tokens` and freeze the plan.
@@ -71,6 +78,12 @@ class StepBuilder:
         entries = iter(self.scheduled.values())
         decodes = []
         context_sum = 0
+        if group_decodes and self.leading:  # known decodes, first in the plan (see `leading`)
+            decodes = self.leading
+            for req in decodes:
+                req.num_computed_tokens += 1
+            context_sum = self.leading_context
+            entries = islice(entries, len(decodes), None)
         seqs = []
         append = seqs.append
         new, cls = tuple.__new__, ScheduledSeq  # the cheapest way to build one per sequence per step
