@@ -313,6 +313,19 @@ class Scheduler:
         """One sampled token for each of `requests` (in order) at `now`; the finished ones are freed."""
         sampled = result.sampled_token_ids
         stopped = result.stopped
+        if sampled is None and not stopped:  # the simulator: placeholder tokens, no stop tokens
+            for req in requests:
+                if req.state is not _GEN:
+                    break  # the general loop below takes over from this request
+                out = req.output_token_ids
+                out.append(0)
+                req.token_times.append(now)
+                if len(out) >= req.max_tokens:
+                    self._finish(req, FinishReason.LENGTH, now)
+                    finished.append(req)
+            else:
+                return
+            requests = requests[requests.index(req):]
         for req in requests:
             state = req.state
             if state is not _GEN and state is not _CTX:
