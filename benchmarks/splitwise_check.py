@@ -1,7 +1,8 @@
 """How well do imported per-op profiles predict measured static-batch step times? (Splitwise data)
 
     .venv/bin/python benchmarks/splitwise_check.py [--source aiconfigurator|h100-microbench]
-        [--hardware h100-80gb|a100-80gb] [--tp 2 4 8] [--csv OUT.csv]
+        [--hardware h100-80gb|a100-80gb] [--tp 2 4 8] [--host eager|graphs|none] [--kernels vidur|native]
+        [--csv OUT.csv]
 
 For each TP it imports a Llama-2-70B profile (nothing is fitted to the Splitwise data: it is the
 test set), predicts every measured point of ../shared/data/groundtruth/splitwise-static-batches
@@ -34,6 +35,9 @@ def main(argv=None) -> int:
     ap.add_argument("--host", default="eager", choices=("eager", "graphs", "none"),
                     help="host time per step added to the kernel times (default eager: the 2023 vLLM of the "
                          "Splitwise paper predates CUDA graphs and custom all-reduce)")
+    ap.add_argument("--kernels", default="vidur", choices=("native", "vidur"),
+                    help="layer GEMMs, elementwise ops and all-reduce: vidur (eager PyTorch + torch.distributed NCCL "
+                         "of 2023-24, the Splitwise engine's software; default) or native (the source's tables)")
     ap.add_argument("--data", default=str(SHARED))
     ap.add_argument("--csv", default=None, help="also write every point to this CSV")
     args = ap.parse_args(argv)
@@ -41,9 +45,11 @@ def main(argv=None) -> int:
         print(f"splitwise data not found under {args.data}", file=sys.stderr)
         return 2
     models = {tp: ProfiledLatencyModel(import_profile(args.source, HARDWARE[args.hardware], "llama-2-70b", tp,
-                                                      host=args.host)) for tp in args.tp}
+                                                      host=args.host, kernels=args.kernels))
+              for tp in args.tp}
     rows = check(Path(args.data), models, hardware=args.hardware)
-    print(f"Llama-2-70B on {args.hardware}, profile imported from {args.source}, host time: {args.host}\n")
+    print(f"Llama-2-70B on {args.hardware}, profile imported from {args.source}, kernels: {args.kernels}, "
+          f"host time: {args.host}\n")
     print(f"{'tp':>3} {'prompt':>6} {'batch':>5} {'tokens':>6} {'phase':<8} {'measured ms':>11} {'predicted ms':>12} "
           f"{'error':>8}")
     for r in rows.itertuples():

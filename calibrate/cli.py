@@ -2,7 +2,7 @@
 
     servesim calibrate --model examples/tiny-llama/config.json --device cpu --out PROFILE [--quick]
     servesim calibrate import --source aiconfigurator|h100-microbench --gpu H100 --model NAME --tp N --out PROFILE
-        [--host graphs|eager|none]
+        [--host graphs|eager|none] [--kernels native|vidur]
     servesim calibrate fit-runs ...          (calibrate.fit_runs: host-overhead terms from real runs)
 
 Every path prints the per-op fit error table (median / max abs %, and leave-one-out for the
@@ -33,6 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("--data-dir", default=None, help="h100-microbench: the folder (default ../shared/data/...)")
     imp.add_argument("--host", default="graphs", help="host time per step: graphs (CUDA-graph engine, default), "
                      "eager (no CUDA graphs, NCCL all-reduce: vLLM before 0.3), none (kernels only)")
+    imp.add_argument("--kernels", default="native", help="native (the source's kernel tables, default) or vidur "
+                     "(layer GEMMs, elementwise ops and all-reduce from vidur-per-op: eager PyTorch, 2023-era)")
     imp.add_argument("--out", required=True, dest="import_out", help="profile file to write")
     fit = sub.add_parser("fit-runs", help="fit host-overhead terms from real runs (calibrate.fit_runs)")
     try:
@@ -64,7 +66,7 @@ def run(args) -> int:
         from calibrate.importers import import_profile
 
         profile = import_profile(args.source, args.gpu, args.import_model, args.tp, data_dir=args.data_dir,
-                                 host=args.host)
+                                 host=args.host, kernels=args.kernels)
         out = args.import_out
     else:
         if not args.model or not args.out:

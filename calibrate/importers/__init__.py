@@ -15,15 +15,18 @@ from policies import ConfigError
 from sim.latency.profiled import Profile
 
 SOURCES = ("aiconfigurator", "h100-microbench")
+KERNELS = ("native", "vidur")
 
 
 def import_profile(source: str, gpu: str, model: str, tp: int = 1, data_dir: str | Path | None = None,
-                   host: str = "graphs") -> Profile:
+                   host: str = "graphs", kernels: str = "native") -> Profile:
     """Build a profile for `model` at tensor parallelism `tp` on `gpu` from published data.
 
     `host` adds the engine's per-step host time (`calibrate.importers.derived.host_overhead_op`):
     "graphs" (a CUDA-graph engine, the default), "eager" (no CUDA graphs, NCCL all-reduce only) or
-    "none" (kernel time only).
+    "none" (kernel time only). `kernels="vidur"` replaces the layer GEMMs, elementwise ops and
+    all-reduce with Vidur's eager-PyTorch measurements (`calibrate.importers.vidur`: the software of
+    a 2023-era eager engine); attention stays from `source`.
     """
     from calibrate.importers.derived import HOSTS, host_overhead_op
 
@@ -31,6 +34,8 @@ def import_profile(source: str, gpu: str, model: str, tp: int = 1, data_dir: str
         raise ConfigError(f"source: {source!r} is not allowed; choose one of {', '.join(SOURCES)}")
     if host not in HOSTS:
         raise ConfigError(f"host: {host!r} is not allowed; choose one of {', '.join(HOSTS)}")
+    if kernels not in KERNELS:
+        raise ConfigError(f"kernels: {kernels!r} is not allowed; choose one of {', '.join(KERNELS)}")
     if source == "aiconfigurator":
         from calibrate.importers.aiconfigurator import import_aiconfigurator
 
@@ -39,6 +44,11 @@ def import_profile(source: str, gpu: str, model: str, tp: int = 1, data_dir: str
         from calibrate.importers.h100_microbench import import_h100_microbench
 
         profile = import_h100_microbench(gpu, model, tp, data_dir=data_dir)
+    if kernels == "vidur":
+        from calibrate.importers.vidur import vidur_overlay
+
+        profile.meta.setdefault("gpu", gpu.upper().replace("-SXM", "").replace("_SXM", ""))
+        vidur_overlay(profile)
     op = host_overhead_op(profile.model, host)
     if op is not None:
         profile.ops["step_overhead"] = op

@@ -119,3 +119,28 @@ def test_host_time_options():
         assert eager.curve(n) - graphs.curve(n) == pytest.approx(80 * per_layer)
     with pytest.raises(ConfigError, match="^host: 'turbo'"):
         import_profile("aiconfigurator", "H100", "llama-2-70b", 8, host="turbo")
+
+
+def test_vidur_overlay_takes_eager_kernels_and_collectives(shared_data, aic_h100):
+    root = shared_data / "profiles" / "vidur-per-op"
+    p = import_profile("aiconfigurator", "H100", "llama-2-70b", 8, host="eager", kernels="vidur")
+    assert p.meta["kernels"] == "vidur"
+    assert "Llama-2-70b-hf" in p.ops["qkv_proj"].source and "attn_pre_proj" in p.ops["qkv_proj"].source
+    assert p.ops["attn_decode"].source == aic_h100.ops["attn_decode"].source  # attention stays from the base
+    # the curve passes through Vidur's own per-x median (read here from the raw file) at a grid point
+    rows = [r for r in csv.DictReader((root / "compute/h100/meta-llama/Llama-2-70b-hf/mlp.csv").open())
+            if r["num_tensor_parallel_workers"] == "8" and r["num_tokens"] == "512"]
+    med = sorted(float(r["time_stats.mlp_up_proj.median"]) for r in rows)[len(rows) // 2] * 1e-3
+    # (within 10%: the isotonic fit pools neighbouring medians that step down)
+    assert p.ops["gate_up_proj"].curve(512) == pytest.approx(med, rel=0.10)
+    # an all-reduce called from Python pays a launch + protocol floor that the NCCL kernel table lacks
+    assert p.ops["all_reduce"].curve(16384) > 1.2 * aic_h100.ops["all_reduce"].curve(16384)
+    assert p.ops["all_reduce"].curve(16384) > 10e-6
+
+
+def test_vidur_overlay_errors_name_the_field(shared_data):
+    pytest.importorskip("aiconfigurator_core")
+    with pytest.raises(ConfigError, match="^kernels: 'cutlass'"):
+        import_profile("aiconfigurator", "H100", "llama-2-70b", 8, kernels="cutlass")
+    with pytest.raises(ConfigError, match="^model: vidur-per-op has no h100"):
+        import_profile("aiconfigurator", "H100", "llama-3-8b", 1, kernels="vidur")  # Vidur: A100 only

@@ -1,0 +1,89 @@
+"""Eager-engine kernel and all-reduce times from Vidur's profiling data (an overlay on another import).
+
+../shared/data/profiles/vidur-per-op (github.com/microsoft/vidur `data/profiling/`, MIT) holds
+per-op GPU times measured through a PyTorch reference model of each Llama-family network
+(`torch.nn.functional.linear` through cuBLAS, norms / rotary / SiLU / residual add as separate
+kernels, 2023-24 software) at tensor parallelism 1/2/4/8, and all-reduce times of
+`torch.distributed.all_reduce` (NCCL) called from Python on DGX nodes.
+
+That is the software an *eager* engine of that era runs (vLLM 0.1-0.2, FasterTransformer-like
+stacks: no CUDA graphs, no custom all-reduce), so for such engines this overlay replaces:
+
+- the four GEMMs, activation, norms, rotary and residual adds of a layer with Vidur's per-op
+  medians for the same model and TP (matched by dims, not by name: heads, KV heads, hidden and
+  intermediate sizes);
+- the all-reduce with Vidur's NCCL table for the node (`h100_dgx` / `a100_dgx`): a Python-side
+  `all_reduce` call costs ~30-40 us even for a few KB (launch plus NCCL's protocol latency), which
+  a kernel-only or CUDA-graph table leaves out.
+
+Attention stays from the base import (Vidur's attention data covers one shape on A100 only).
+Nothing here is fitted to any end-to-end measurement; the numbers are Vidur's medians as measured.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from calibrate.fit import fit_op
+from policies import ConfigError
+from sim.latency.profiled import Profile
+
+DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "profiles" / "vidur-per-op"
+GPUS = {"H100": "h100", "A100": "a100"}
+# Vidur op name -> servesim op (post_attention_layernorm has the same shape as input_layernorm;
+# servesim counts input_norm twice a layer and residual_add twice)
+OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
+       "mlp_down_proj": "down_proj", "mlp_act": "act", "input_layernorm": "input_norm", "attn_rope": "rotary",
+       "add": "residual_add", "emb": "embed"}
+MS = 1e-3
+
+
+def _find_mlp_csv(root: Path, gpu_dir: str, dims: dict) -> Path:
+    want = (dims["num_attention_heads"], dims["num_key_value_heads"], dims["hidden_size"], dims["intermediate_size"])
+    for path in sorted((root / "compute" / gpu_dir).rglob("mlp.csv")):
+        with open(path, newline="") as f:
+            row = next(csv.DictReader(f), None)
+        if row and tuple(int(float(row[k])) for k in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd")) == want:
+            return path
+    raise ConfigError(f"model: vidur-per-op has no {gpu_dir} per-op data for {dims['name']} (heads/kv heads/hidden/"
+                      f"intermediate {want})")
+
+
+def _medians(rows: list[dict], key: str, col: str) -> list[list[float]]:
+    """[x, seconds] rows: every measured row kept (fit_op takes per-x medians)."""
+    return [[float(r[key]), float(r[col]) * MS] for r in rows if r.get(col) not in (None, "")]
+
+
+def vidur_overlay(profile: Profile, data_dir: str | Path | None = None) -> Profile:
+    """Replace `profile`'s layer GEMMs, elementwise ops and all-reduce with Vidur's eager measurements."""
+    root = Path(data_dir) if data_dir else DEFAULT_DIR
+    if not root.is_dir():
+        raise ConfigError(f"data_dir: vidur-per-op data not found at {root}")
+    gpu = str(profile.meta.get("gpu", "")).upper()
+    if gpu not in GPUS:
+        raise ConfigError(f"gpu: vidur-per-op covers {', '.join(GPUS)}, not {gpu!r}")
+    dims = profile.model
+    tp = dims["tensor_parallel_size"]
+    path = _find_mlp_csv(root, GPUS[gpu], dims)
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if int(float(r["num_tensor_parallel_workers"])) == tp]
+    if not rows:
+        raise ConfigError(f"tp: vidur-per-op {path.parent.name} has no data at tensor parallelism {tp}")
+    src = f"vidur-per-op {path.relative_to(root)}"
+    for vop, op in OPS.items():
+        pts = _medians(rows, "num_tokens", f"time_stats.{vop}.median")
+        if pts:
+            profile.ops[op] = fit_op(op, pts, source=f"{src} {vop} (eager PyTorch)")
+    if tp > 1:
+        ar_path = root / "network" / f"{GPUS[gpu]}_dgx" / "all_reduce.csv"
+        with open(ar_path, newline="") as f:
+            ar = [r for r in csv.DictReader(f) if int(float(r["num_workers"])) == tp]
+        if not ar:
+            raise ConfigError(f"tp: vidur-per-op {ar_path.parent.name} has no all-reduce over {tp} GPUs")
+        profile.ops["all_reduce"] = fit_op("all_reduce", _medians(ar, "size", "time_stats.all_reduce.median"),
+                                           source=f"vidur-per-op {ar_path.relative_to(root)} (torch.distributed "
+                                                  "NCCL called from Python)")
+    profile.meta["kernels"] = "vidur"
+    profile.meta["notes"] = (str(profile.meta.get("notes", "")) + "; layer GEMMs, elementwise ops and all-reduce from "
+                             "vidur-per-op (eager PyTorch, torch.distributed NCCL)").lstrip("; ")
+    return profile
