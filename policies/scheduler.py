@@ -173,13 +173,27 @@ class Scheduler:
         bm = self.block_manager
         allocate = bm.allocate_slots
         bs, caching, scheduled = bm.block_size, bm.enable_prefix_caching, step.scheduled
-        leading = self.group_decodes and not scheduled  # the first stretch opens the plan (StepBuilder.leading)
         i = 0
+        if self.group_decodes and not scheduled:
+            # grouped plans (the simulator): the first stretch of hot decodes opens the plan; it is
+            # kept as one list (StepBuilder.leading), not entered request by request in `scheduled`
+            budget, num_running, context = step.budget, len(running), 0
+            while i < num_running and i < budget:
+                req = running[i]
+                c = req.num_computed_tokens
+                if (req.num_prompt_tokens + len(req.output_token_ids) - c != 1 or c >= len(req.block_table) * bs
+                        or (caching and (c + 1) % bs == 0)):
+                    break
+                context += c
+                i += 1
+            if i:
+                step.leading = running[:i]  # running decodes: c > 0 and first_scheduled_time set
+                step.leading_context = context + i
+                step.budget = budget - i
         while i < len(running) and step.budget > 0:
             # hot path: a stretch of decodes whose token fits the last block and completes no block
             # to cache (one token each; the budget kept in a local until the stretch ends)
             budget, num_running = step.budget, len(running)
-            context = 0
             while i < num_running and budget > 0:
                 req = running[i]
                 c = req.num_computed_tokens
@@ -187,14 +201,9 @@ class Scheduler:
                         or (caching and (c + 1) % bs == 0)):
                     break
                 scheduled[req.req_id] = (req, 1)
-                context += c
                 budget -= 1
                 i += 1
             step.budget = budget
-            if leading:
-                step.leading = running[:i]  # running decodes: c > 0 and first_scheduled_time set
-                step.leading_context = context + i
-                leading = False
             if i >= num_running or budget <= 0:
                 break
             req = running[i]

@@ -7,7 +7,6 @@ block moves first, and only `finish()` advances `num_computed_tokens` (vLLM v1's
 """
 from __future__ import annotations
 
-from itertools import islice
 from typing import TYPE_CHECKING
 
 from policies.batch_plan import BatchPlan, ScheduledSeq
@@ -35,8 +34,8 @@ class StepBuilder:
         self.swap_out_blocks: list[tuple[int, int]] = []
         self.swap_in_blocks: list[tuple[int, int]] = []
         self.resumed: set = set()  # req_ids admitted or swapped in this step (never victims of admission)
-        # grouped plans (Scheduler.group_decodes): the requests of the first entries of `scheduled`,
-        # running decodes, and the sum of their context lengths after the step; () once undo() ran
+        # grouped plans (Scheduler.group_decodes): running decodes that open the plan, one token each,
+        # kept apart from `scheduled`, and the sum of their context lengths after the step
         self.leading: list | tuple = ()
         self.leading_context = 0
 
@@ -48,7 +47,7 @@ class StepBuilder:
     @property
     def is_idle(self) -> bool:
         """Nothing for the executor to do (recompute preemptions alone cost nothing)."""
-        return not (self.scheduled or self.padding or self.swap_out_blocks or self.swap_in_blocks)
+        return not (self.scheduled or self.leading or self.padding or self.swap_out_blocks or self.swap_in_blocks)
 
     def restart(self) -> None:
         """Start another pass after a pass that only preempted (so the step is not wasted)."""
@@ -57,6 +56,8 @@ class StepBuilder:
         self.swapped_out = []
         self.budget = self.token_budget
         self.resumed = set()
+        self.leading = ()
+        self.leading_context = 0
 
     def add(self, req: "Request", num_new_tokens: int) -> None:
         self.scheduled[req.req_id] = (req, num_new_tokens)
@@ -67,7 +68,10 @@ class StepBuilder:
         entry = self.scheduled.pop(req.req_id, None)
         if entry is not None:
             self.budget += entry[1]
-            self.leading = ()  # finish() checks every entry instead
+        elif self.leading and req in self.leading:
+            self.leading.remove(req)
+            self.budget += 1
+            self.leading_context -= req.num_computed_tokens + 1
 
     def finish(self, step_id: int, now: float, group_decodes: bool = False) -> BatchPlan:
         """Advance every scheduled request's `num_computed_tokens` and freeze the plan.
@@ -78,12 +82,11 @@ class StepBuilder:
         entries = iter(self.scheduled.values())
         decodes = []
         context_sum = 0
-        if group_decodes and self.leading:  # known decodes, first in the plan (see `leading`)
+        if self.leading:  # known decodes that open the plan (see `leading`; grouped plans only)
             decodes = self.leading
             for req in decodes:
                 req.num_computed_tokens += 1
             context_sum = self.leading_context
-            entries = islice(entries, len(decodes), None)
         seqs = []
         append = seqs.append
         new, cls = tuple.__new__, ScheduledSeq  # the cheapest way to build one per sequence per step
