@@ -14,13 +14,17 @@ examples/azure_conv_fit.toml. Saturation is measured first: the same replica und
 Timing runs on one core (a single Python thread); CPU seconds are printed beside wall seconds because
 on a shared machine the wall clock also counts time spent waiting for the core. The timed run is repeated
 (`--repeat`, default 3) and the run with the least CPU time is reported (all CPU times are listed): on a
-shared machine the others measure the neighbours too. Memory is measured in a fresh subprocess per size:
+shared machine the others measure the neighbours too. Each timed run starts after a `gc.collect()` (not
+timed), so that it does not carry the previous run's objects, as a run in a fresh process would not, and
+ends with one (timed): `simulate()` pauses the cyclic collector, whose pass over the run's objects
+comes due afterwards. Memory is measured in a fresh subprocess per size:
 the peak of Python allocations (tracemalloc) during `simulate()`, and the process's max RSS.
 Prints figures; it is not a pass/fail test.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -72,12 +76,15 @@ def timed_run(num_requests: int, rate: float, profile: bool = False, repeat: int
         print("\nprofile (top 25 by own time):")
         stats.print_stats(25)
     runs = []
+    summary = None
     for _ in range(max(repeat, 1)):
+        gc.collect()  # start from a clean heap, as a fresh process would: no earlier run's leftovers
         t0, c0 = time.perf_counter(), time.process_time()
-        result = simulate(config)
+        summary = simulate(config).summary
+        gc.collect()  # timed too: simulate() pauses the collector, so its work comes due here
         runs.append((time.process_time() - c0, time.perf_counter() - t0))
     cpu, wall = min(runs)
-    s = result.summary
+    s = summary
     return {"num_requests": s["num_requests"], "num_finished": s["num_finished"], "num_steps": s["num_steps"],
             "wall_s": wall, "cpu_s": cpu, "requests_per_wall_s": s["num_requests"] / wall,
             "steps_per_wall_s": s["num_steps"] / wall, "requests_per_cpu_s": s["num_requests"] / cpu,
