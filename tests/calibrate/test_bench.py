@@ -74,3 +74,25 @@ def test_measure_mode_needs_model_and_out():
                               no_progress=True)
     with pytest.raises(ValueError, match="^--model: measure mode needs"):
         cli_run(args)
+
+
+
+def test_cold_weights_rotate_over_one_step_of_weight_traffic(tmp_path):
+    from calibrate.bench import COLD_BYTES_CAP, OpBench
+    from gpu_backend.model_config import ModelConfig
+
+    (tmp_path / "config.json").write_text(json.dumps(MICRO))
+    bench = OpBench(ModelConfig.from_json(tmp_path / "config.json"), "cpu")
+    module = bench.ops["gate_up"]
+    own = sum(p.numel() * p.element_size() for p in module.parameters())
+    f = bench.cold(module)
+    copies = f.copies
+    # enough distinct weight tensors to cover the model's weight bytes (a step's traffic), not more
+    assert len({c.weight.data_ptr() for c in copies}) == len(copies)
+    assert len(copies) * own >= min(bench.weight_bytes, COLD_BYTES_CAP) > (len(copies) - 1) * own
+    assert len(copies) >= 2  # the model has more weights than this one GEMM
+    # calls cycle through every copy, and each computes exactly what the module does
+    x = bench.rand(3, bench.config.hidden_size)
+    with torch.inference_mode():
+        ref = module(x)
+        assert all(torch.equal(f(x), ref) for _ in range(2 * len(copies)))
