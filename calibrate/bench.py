@@ -403,6 +403,12 @@ def measure_overhead(bench: OpBench, partial: Profile, grid: Grid, progress: boo
         engine.add_request(Request(f"cal{i}", 0.0, prompt, out, prompt_token_ids=rng.integers(3, 200, prompt).tolist()))
     engine.run_until_done()
     sched = engine.schedule_time_s / max(engine.num_steps, 1)
+    # then a few requests one at a time: single-sequence decode steps, the commonest step of a
+    # lightly loaded server, measured in the engine's own conditions (the batch above has few)
+    for i in range(grid.overhead_requests // 3):
+        prompt = int(rng.choice([16, 48, 128]))
+        engine.add_request(Request(f"solo{i}", 0.0, prompt, 8, prompt_token_ids=rng.integers(3, 200, prompt).tolist()))
+        engine.run_until_done()
     # keep each repeat as a raw point (shifted by the plan's median residual) so the spread is visible;
     # the third column says whether the plan had a prefill chunk
     points = [[float(n), max(r + (t - float(np.median(times))), 0.0) + sched, float(has_prefill)]
