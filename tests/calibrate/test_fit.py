@@ -84,10 +84,19 @@ def test_scattered_two_input_points_fall_back_to_bilinear():
     assert isinstance(fit_op("attn_prefill", pts).curve, Bilinear)
 
 
-def test_overhead_gets_a_robust_line_that_one_outlier_cannot_bend():
+def test_overhead_curve_is_robust_to_a_few_outliers_at_a_knot():
     pts = [[n, 2e-3 + 1e-5 * n] for n in (1, 2, 4, 8, 16, 32) for _ in range(5)]
     pts += [[4, 0.5]]  # one plan hit by a burst of load
     pts += [[32, 0.0]] * 3  # and one residual eaten by an over-predicted op
     op = fit_op("step_overhead", pts)
     for n in (1, 8, 32, 64):
         assert op.curve(n) == pytest.approx(2e-3 + 1e-5 * n, rel=0.05)
+
+
+def test_overhead_curve_follows_a_jump_a_line_would_miss():
+    # one sequence: 1 ms of host time; from two on: 2 ms + 20 us a sequence (a step shape)
+    pts = [[1, 1e-3]] * 30 + [[n, 2e-3 + 2e-5 * n] for n in (2, 4, 8, 16, 32) for _ in range(10)]
+    op = fit_op("step_overhead", pts)
+    assert op.curve(1) == pytest.approx(1e-3, rel=0.02)
+    for n in (2, 4, 16):
+        assert op.curve(n) == pytest.approx(2e-3 + 2e-5 * n, rel=0.02)
