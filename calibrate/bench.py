@@ -4,8 +4,9 @@ What is timed (one layer's modules from `gpu_backend.model.op_registry`; the mod
 identical, so one layer's op times x num_hidden_layers is a layer stack):
 
 - over token counts T: QKV, O, gate/up and down projections, SwiGLU activation, RMSNorm, rotary,
-  KV writes (the backend's scatter), embedding;
-- over sampled rows S: the LM head and the sampler;
+  KV writes (the backend's scatter), embedding; the GEMMs over rotating copies of their weights
+  (`OpBench.cold`: a step reads every weight once, so its GEMMs find them out of cache);
+- over sampled rows S: the LM head (cold weights too) and the sampler;
 - prefill attention over (chunk tokens, context length), one sequence, through the engine's
   attention backend (which also writes the chunk's K/V, so `attention_includes_kv_write`);
 - decode attention over (batch size, KV length), all decodes of equal length;
@@ -14,8 +15,10 @@ identical, so one layer's op times x num_hidden_layers is a layer stack):
   or without a prefill chunk), timed like the ops; its time minus what the op curves predict for
   the plan, plus the scheduler's time per step from a short fixed calibration workload through the
   real `Engine`, is a point of `step_overhead` over the number of sequences (decode-only plans)
-  or of `prefill_overhead` (the extra of plans with a chunk). Nothing here shares anything with a
-  validation workload.
+  or of `prefill_overhead` (the extra of plans with a chunk); the plans are timed round-robin.
+  The steps of that calibration workload (a batch of 24, then a few requests alone) add points
+  measured in the engine's own conditions. Nothing here shares anything with a validation
+  workload.
 
 Each point: `warmup` untimed calls, then `repeats` timed calls (synchronized on CUDA); every timed
 call is kept as a raw point and the fit uses per-x medians. `quick` is a small grid for CI.
