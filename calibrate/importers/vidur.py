@@ -77,7 +77,10 @@ def vidur_overlay(profile: Profile, data_dir: str | Path | None = None) -> Profi
     if tp > 1:
         ar_path = root / "network" / f"{GPUS[gpu]}_dgx" / "all_reduce.csv"
         with open(ar_path, newline="") as f:
-            ar = [r for r in csv.DictReader(f) if int(float(r["num_workers"])) == tp]
+            # one node only: the A100 table also has the same worker counts spread over nodes
+            # (devices_per_node < num_workers), i.e. over the network, ~10x slower
+            ar = [r for r in csv.DictReader(f)
+                  if int(float(r["num_workers"])) == tp and int(float(r["devices_per_node"])) == tp]
         if not ar:
             raise ConfigError(f"tp: vidur-per-op {ar_path.parent.name} has no all-reduce over {tp} GPUs")
         profile.ops["all_reduce"] = fit_op("all_reduce", _medians(ar, "size", "time_stats.all_reduce.median"),

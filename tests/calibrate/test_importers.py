@@ -144,3 +144,11 @@ def test_vidur_overlay_errors_name_the_field(shared_data):
         import_profile("aiconfigurator", "H100", "llama-2-70b", 8, kernels="cutlass")
     with pytest.raises(ConfigError, match="^model: vidur-per-op has no h100"):
         import_profile("aiconfigurator", "H100", "llama-3-8b", 1, kernels="vidur")  # Vidur: A100 only
+
+
+def test_vidur_all_reduce_stays_inside_one_node(shared_data):
+    pytest.importorskip("aiconfigurator_core")
+    # Vidur's A100 table also has 2 workers on 2 nodes (over the network); a TP group is one node:
+    # NVLink moves a 64 MiB all-reduce at well over 50 GB/s
+    p = import_profile("aiconfigurator", "A100", "llama-2-70b", 2, host="eager", kernels="vidur")
+    assert p.ops["all_reduce"].curve(64 << 20) < (64 << 20) / 50e9
