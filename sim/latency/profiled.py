@@ -389,6 +389,8 @@ class ProfiledLatencyModel:
     over the plan's bytes, and the engine's host overhead over the number of sequences.
     """
 
+    pure_step_time = True  # step_time depends on the plan alone: the replica's decode runs may use it
+
     def __init__(self, profile: Profile, model: Any = None, block_size: int = 16) -> None:
         if model is not None:
             profile.check_model(model)

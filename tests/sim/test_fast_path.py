@@ -153,6 +153,18 @@ def test_other_latency_models_are_identical(monkeypatch, latency_model):
     assert replayed > 0
 
 
+def test_the_profiled_model_is_identical(monkeypatch):
+    from pathlib import Path
+
+    from sim.latency.profiled import ProfiledLatencyModel
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    profiled = ProfiledLatencyModel.from_file(examples / "profiles" / "tiny-llama-cpu.json")
+    slow, fast, replayed = run_both(monkeypatch, azure_like(80), latency_model=profiled)
+    assert_identical(slow, fast)
+    assert replayed > 0
+
+
 class Recording:
     """Neither `decode_step_times` nor `pure_step_time`: every step must reach `step_time`."""
 
