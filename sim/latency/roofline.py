@@ -34,6 +34,31 @@ from sim.models.memory import bytes_per_block, kv_heads_per_gpu
 from sim.models.model_spec import ModelSpec
 
 
+def plan_totals(plan: BatchPlan) -> tuple[int, int, int, int, int, int, int]:
+    """The sums the roofline reads from a plan, in one pass: (tokens, sequences, sampled sequences,
+    prefill query-key pairs, prefill context tokens, prefill tokens, decode context tokens)."""
+    num_tokens = num_seqs = num_sampled = 0
+    pf_pairs = pf_ctx = pf_tokens = dec_ctx = 0
+    for _, n, c0, samples, padding in plan.seqs:  # (request, num_tokens, num_computed, samples, is_padding)
+        num_tokens += n
+        num_seqs += 1
+        if samples or padding:
+            num_sampled += 1
+        if n == 1 and c0 > 0:  # decode: one query over the context
+            dec_ctx += c0 + 1
+        else:
+            pf_pairs += n * c0 + n * (n + 1) // 2
+            pf_ctx += c0 + n
+            pf_tokens += n
+    if plan.decodes:  # grouped one-token decodes that sample (see BatchPlan)
+        m = len(plan.decodes)
+        num_tokens += m
+        num_seqs += m
+        num_sampled += m
+        dec_ctx += plan.decode_context_sum
+    return num_tokens, num_seqs, num_sampled, pf_pairs, pf_ctx, pf_tokens, dec_ctx
+
+
 @dataclass(frozen=True)
 class RooflineConstants:
     """Achievable fractions of the datasheet peaks, and fixed overheads (seconds)."""
@@ -142,26 +167,7 @@ class RooflineLatencyModel:
 
     def breakdown(self, plan: BatchPlan) -> dict[str, float]:
         """Seconds per component of the step (their sum is `step_time(plan)`)."""
-        num_tokens = num_seqs = num_sampled = 0
-        pf_pairs = pf_ctx = pf_tokens = dec_ctx = 0
-        for s in plan.seqs:
-            n, c0 = s.num_tokens, s.num_computed_tokens
-            num_tokens += n
-            num_seqs += 1
-            if s.samples or s.is_padding:
-                num_sampled += 1
-            if n == 1 and c0 > 0:  # decode: one query over the context
-                dec_ctx += c0 + 1
-            else:
-                pf_pairs += n * c0 + n * (n + 1) // 2
-                pf_ctx += c0 + n
-                pf_tokens += n
-        if plan.decodes:  # grouped one-token decodes that sample (see BatchPlan)
-            m = len(plan.decodes)
-            num_tokens += m
-            num_seqs += m
-            num_sampled += m
-            dec_ctx += plan.decode_context_sum
+        num_tokens, num_seqs, num_sampled, pf_pairs, pf_ctx, pf_tokens, dec_ctx = plan_totals(plan)
         out = dict.fromkeys(("linear", "moe", "attn_prefill", "attn_decode", "elementwise", "all_reduce",
                              "lm_head", "swap", "overhead"), 0.0)
         if num_tokens:
@@ -201,25 +207,7 @@ class RooflineLatencyModel:
     def step_time(self, plan: BatchPlan) -> float:
         """`sum(breakdown(plan).values())`, bit for bit (the same terms added in the same order;
         zero terms left out, which adding 0.0 would not change), without building the dict."""
-        num_tokens = num_seqs = num_sampled = 0
-        pf_pairs = pf_ctx = pf_tokens = dec_ctx = 0
-        for _, n, c0, samples, padding in plan.seqs:  # (request, num_tokens, num_computed, samples, is_padding)
-            num_tokens += n
-            num_seqs += 1
-            if samples or padding:
-                num_sampled += 1
-            if n == 1 and c0 > 0:  # decode: one query over the context
-                dec_ctx += c0 + 1
-            else:
-                pf_pairs += n * c0 + n * (n + 1) // 2
-                pf_ctx += c0 + n
-                pf_tokens += n
-        if plan.decodes:  # grouped one-token decodes that sample (see BatchPlan)
-            m = len(plan.decodes)
-            num_tokens += m
-            num_seqs += m
-            num_sampled += m
-            dec_ctx += plan.decode_context_sum
+        num_tokens, num_seqs, num_sampled, pf_pairs, pf_ctx, pf_tokens, dec_ctx = plan_totals(plan)
         t = 0.0
         if num_tokens:
             t = max(num_tokens * self._lin_flops_per_token * self._gemm_flop_s,
