@@ -54,7 +54,7 @@ class Replica:
         self.num_submitted = 0
         self.num_finished = 0
         self.busy_time = 0.0  # seconds spent in steps (utilization = busy_time / elapsed)
-        self._wakeup: simpy.Event | None = None  # set while idle, triggered by submit()
+        self._wakeup: simpy.Event | None = None  # set while idle, triggered by wake() (submit calls it)
         self._live: dict = {}  # req_id -> submitted request not yet seen to end
         if fast_decode is None:
             fast_decode = os.environ.get("SERVESIM_FAST_DECODE", "1") not in ("0", "false", "no", "off")
@@ -74,6 +74,14 @@ class Replica:
             self._finished(request, now)
             return
         self._live[request.req_id] = request
+        self.wake()
+
+    def wake(self) -> None:
+        """End an idle sleep now, so the loop asks its scheduler for a plan again.
+
+        `submit` calls it; call it too after changing what the scheduler can do without a submit
+        (say, blocks freed on its block manager from outside its loop). A no-op while busy.
+        """
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 

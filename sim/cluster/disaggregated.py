@@ -114,17 +114,6 @@ def _hold(block_manager, req_id: str, now: float, num_tokens: int) -> Request | 
     return holder if block_manager.allocate_slots(holder, num_tokens) else None
 
 
-def _wake(replica) -> None:
-    """Wake an idle `Replica` after blocks were freed outside its own loop.
-
-    A replica sleeps when its plan is empty until the next submit; a released KV hold is not a
-    submit, so poke its wake-up event (the Replica's own idle mechanism).
-    """
-    event = getattr(replica, "_wakeup", None)
-    if event is not None and not event.triggered:
-        event.succeed()
-
-
 class DisaggregatedCluster:
     """Prefill replicas `p0..`, decode replicas `d0..`, routers for each pool, and the KV link."""
 
@@ -247,7 +236,7 @@ class DisaggregatedCluster:
         if t.prefill_hold is not None:
             replica = self.prefill[t.prefill]
             replica.scheduler.block_manager.free(t.prefill_hold)
-            _wake(replica)  # it may be asleep with prefills that wait for exactly these blocks
+            replica.wake()  # a released hold is no submit: it may sleep with prefills waiting for these blocks
         self.views[t.decode].incoming_tokens -= t.tokens
 
     def _transfer(self, t: _Transfer, reservation: Request):

@@ -137,3 +137,34 @@ def test_a_non_positive_step_time_is_an_error():
 
     with pytest.raises(ValueError, match="^latency model"):
         run_requests(make_sched("chunked"), Zero(), make_requests(1))
+
+
+@pytest.mark.parametrize("wake", [True, False])
+def test_wake_lets_an_idle_replica_use_blocks_freed_outside_its_loop(wake):
+    # the replica's only request waits for blocks another owner holds (a disaggregated KV hold):
+    # freeing them is no submit, so only wake() gets the replica to look again
+    from policies import Request
+
+    env = simpy.Environment()
+    replica = Replica(env, make_sched("chunked", num_gpu_blocks=4), ConstantLatency(0.01))
+    bm = replica.scheduler.block_manager
+    holder = Request("hold", 0.0, 64, 1)
+    assert bm.allocate_slots(holder, 64)  # all 4 blocks of 16 tokens
+    req = make_requests(1, prompt=30, max_tokens=2)[0]
+    replica.submit(req)
+
+    def release():
+        yield env.timeout(1.0)
+        bm.free(holder)
+        if wake:
+            replica.wake()
+
+    env.process(release())
+    env.run(until=5.0)
+    if wake:
+        assert req.first_scheduled_time == pytest.approx(1.0) and req.finish_reason.value == "length"
+    else:
+        assert req.first_scheduled_time is None and replica.is_idle
+    replica.wake()  # waking a replica with nothing new to do is harmless: it sleeps again
+    env.run(until=6.0)
+    assert req.is_finished and replica.is_idle
