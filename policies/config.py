@@ -5,11 +5,26 @@ Every error names the field and what is allowed, so a CLI can print it as one li
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, is_dataclass
 
 
 class ConfigError(ValueError):
     """A config field holds a value that is not allowed. The message names the field."""
+
+
+def check_keys(section: str, given: Iterable, allowed: Iterable[str] | type) -> None:
+    """Refuse a table key that is not allowed: `section.key: unknown key; allowed keys: a, b, ...`.
+
+    `given` is the table (its keys are checked, in order); `allowed` is a list of names or a
+    dataclass, whose init fields are the allowed keys. The first unknown key is named.
+    """
+    if isinstance(allowed, type) and is_dataclass(allowed):
+        allowed = [f.name for f in fields(allowed) if f.init]
+    allowed = list(allowed)
+    for key in given:
+        if key not in allowed:
+            raise ConfigError(f"{section}.{key}: unknown key; allowed keys: {', '.join(allowed)}")
 
 
 def check_choice(field: str, value: object, allowed: tuple) -> None:

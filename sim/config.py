@@ -11,6 +11,7 @@ Sections (each a frozen dataclass validated on construction, errors naming `sect
 - `slo`       latency targets for goodput                       -> sim.metrics.SLOConfig
 - `sim`       the run itself: a simulated-time limit            -> SimSection
 - `cluster`, `disaggregation`  several replicas behind a router, prefill/decode pools -> sim.cluster.config
+- `frontend`  the HTTP front end's delays (ingress, per-token egress); off by default -> sim.frontend.FrontendConfig
 
 `load_config(path_or_dict, overrides)` reads TOML (or a dict), applies `--set section.key=value`
 overrides (values parsed as TOML scalars; a bare word is a string), rejects unknown sections and keys
@@ -29,7 +30,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from policies import ConfigError, SchedulerConfig
-from policies.config import check_int, check_number
+from policies.config import check_int, check_keys, check_number
+from sim.frontend import FrontendConfig
 from sim.metrics import SLOConfig
 
 
@@ -74,6 +76,7 @@ def section_types() -> dict[str, type]:
         "model": ModelConfig, "hardware": HardwareConfig, "scheduler": SchedulerConfig,
         "cache": CacheSection, "workload": WorkloadConfig, "slo": SLOConfig, "sim": SimSection,
         "cluster": ClusterConfig, "disaggregation": DisaggregationConfig,
+        "frontend": FrontendConfig,
     }
 
 
@@ -90,6 +93,7 @@ class Config:
     sim: SimSection = field(default_factory=SimSection)
     cluster: Any = None  # sim.cluster.config.ClusterConfig (several replicas behind a router)
     disaggregation: Any = None  # sim.cluster.config.DisaggregationConfig (prefill/decode pools)
+    frontend: FrontendConfig = field(default_factory=FrontendConfig)  # HTTP front-end delays (zero: off)
 
     def __post_init__(self) -> None:
         # sections left out get their defaults (model/hardware/workload types are imported lazily)
@@ -150,10 +154,7 @@ PATH_KEYS = {("workload", "trace"), ("model", "name"), ("hardware", "profile")}
 def _build_section(name: str, cls: type, values: Any) -> Any:
     if not isinstance(values, Mapping):
         raise ConfigError(f"{name}: expected a table of keys, got {values!r}")
-    allowed = [f.name for f in fields(cls) if f.init]
-    unknown = [k for k in values if k not in allowed]
-    if unknown:
-        raise ConfigError(f"{name}.{unknown[0]}: unknown key; allowed keys: {', '.join(allowed)}")
+    check_keys(name, values, cls)
     try:
         return cls(**values)
     except TypeError as exc:  # a wrongly typed value a section did not check itself

@@ -6,12 +6,12 @@ optional section; `load_serve_config` splits it off before the rest goes to `sim
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from policies import ConfigError
-from policies.config import check_int
+from policies.config import check_int, check_keys
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,7 @@ def build_serve_config(values: Any, base: Path | None = None) -> ServeConfig:
     """A ServeConfig from a `[serve]` table; relative paths are relative to `base` (the config's folder)."""
     if not isinstance(values, Mapping):
         raise ConfigError(f"serve: expected a table of keys, got {values!r}")
-    allowed = [f.name for f in fields(ServeConfig)]
-    unknown = [k for k in values if k not in allowed]
-    if unknown:
-        raise ConfigError(f"serve.{unknown[0]}: unknown key; allowed keys: {', '.join(allowed)}")
+    check_keys("serve", values, ServeConfig)
     values = dict(values)
     for key in ("tokenizer", "out_dir"):
         if base is not None and isinstance(values.get(key), str) and not Path(values[key]).is_absolute():

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from policies import ConfigError
-from policies.config import check_choice, check_int, check_number
+from policies.config import check_choice, check_int, check_keys, check_number
 from sim.cluster.link import LINK_PRESETS
 from sim.cluster.router import ROUTERS
 
@@ -74,10 +74,7 @@ class PoolConfig:
             return value
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a table like {{count = 1, gpu = \"H100-SXM\", tp = 1}}, got {value!r}")
-        allowed = [f.name for f in fields(cls)]
-        unknown = [k for k in value if k not in allowed]
-        if unknown:
-            raise ConfigError(f"{where}.{unknown[0]}: unknown key; allowed keys: {', '.join(allowed)}")
+        check_keys(where, value, cls)
         _check_pool(value, where)
         return cls(**value)
 

@@ -62,6 +62,18 @@ def test_unknown_key_lists_the_allowed_ones():
         load_config({"schedular": {}})
 
 
+@pytest.mark.parametrize("section", ["model", "hardware", "scheduler", "cache", "workload", "slo", "sim", "cluster",
+                                     "disaggregation"])
+def test_every_sections_unknown_key_names_the_section_the_key_and_the_sections_own_fields(section):
+    from sim.config import section_types
+
+    cls = section_types()[section]
+    allowed = [f.name for f in dataclasses.fields(cls) if f.init]
+    with pytest.raises(ConfigError) as info:
+        load_config({section: {"no_such_key": 1}})
+    assert str(info.value) == f"{section}.no_such_key: unknown key; allowed keys: {', '.join(allowed)}"
+
+
 def test_max_model_len_defaults_to_the_models_context_unless_given():
     assert load_config({"model": {"name": "Llama-3-8B"}}).scheduler.max_model_len == 8192
     assert load_config({"model": {"name": "Llama-2-7B"}}).scheduler.max_model_len == 4096

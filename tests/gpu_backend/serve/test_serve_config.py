@@ -50,3 +50,16 @@ def test_cli_reports_config_errors_in_one_line_and_exits_2(tmp_path, capsys):
     assert main(["serve", str(path), "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "serve.max_num_waiting" in err[0]
+
+
+def test_an_unknown_serve_key_is_named_with_the_allowed_keys(tmp_path):
+    from dataclasses import fields
+
+    from gpu_backend.serve.config import ServeConfig
+
+    allowed = ", ".join(f.name for f in fields(ServeConfig))
+    with pytest.raises(ConfigError) as info:
+        build_serve_config({"model_name": "m", "max_waiting": 3})
+    assert str(info.value) == f"serve.max_waiting: unknown key; allowed keys: {allowed}"
+    with pytest.raises(ConfigError, match=r"^serve\.port: unknown key; allowed keys: model_name, "):
+        split_serve_section(write(tmp_path, '[serve]\nport = 8000\n'))

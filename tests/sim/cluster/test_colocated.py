@@ -84,3 +84,18 @@ def test_bad_cluster_keys_name_the_field():
         make_config(["cluster.replicas=[{cnt = 2}]"])
     with pytest.raises(ConfigError, match="cluster.num_replicas"):
         make_config(["cluster.num_replicas=0"])
+
+
+def test_an_unknown_pool_key_is_named_where_it_was_written():
+    from dataclasses import fields
+
+    from policies import ConfigError
+    from sim.cluster.config import PoolConfig
+
+    allowed = ", ".join(f.name for f in fields(PoolConfig))
+    for override, where in (("cluster.replicas=[{count = 1}, {count = 1, gpus = 2}]", "cluster.replicas[1]"),
+                            ("disaggregation.prefill={count = 1, tp_size = 2}", "disaggregation.prefill")):
+        with pytest.raises(ConfigError) as info:
+            make_config([override])
+        key = override.split(", ")[-1].split(" =")[0]
+        assert str(info.value) == f"{where}.{key}: unknown key; allowed keys: {allowed}"
