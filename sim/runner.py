@@ -6,6 +6,9 @@ The pieces: the workload (`sim.workload.build_workload`), the latency model
 the replica at their arrival times and asks the workload for follow-ups (closed-loop users,
 multi-turn chat) whenever a request ends; the run stops when every request has ended (or at
 `sim.max_sim_time_s`, where live requests are aborted so that none goes missing from the results).
+With a `[frontend]` section (`sim.frontend.FrontendConfig`), `Arrivals` also plays the HTTP front end:
+a request reaches the scheduler its ingress delay after its arrival (the client's send time), and
+its tokens reach the client the egress delay after the steps that made them.
 """
 from __future__ import annotations
 
@@ -17,8 +20,9 @@ import pandas as pd
 import simpy
 from tqdm import tqdm
 
-from policies import CacheConfig, FinishReason, Request
+from policies import CacheConfig, ConfigError, FinishReason, Request
 from sim.config import Config, config_to_toml
+from sim.frontend import FrontendConfig
 from sim.metrics import summarize
 from sim.replica import Replica, paused_gc
 from sim.results import Recorder, pooled_itls, requests_table, steps_table, write_results
@@ -30,26 +34,37 @@ class Arrivals:
     """Feeds requests to `submit` at their arrival times; asks the workload for follow-ups on finish.
 
     Reusable behind a router: `submit` may be any callable taking a Request (a replica's or a
-    router's). Register `on_finish` as every replica's finish hook.
+    router's). Register `on_finish` as every replica's finish hook. With an enabled `frontend`
+    (`sim.frontend.FrontendConfig`), each request is submitted its ingress delay after its arrival,
+    and an ended request's token times move to when its client sees them (before the workload
+    hears of the end, at that later time).
     """
 
-    def __init__(self, env: simpy.Environment, workload, submit: Callable[[Request], None]) -> None:
+    def __init__(self, env: simpy.Environment, workload, submit: Callable[[Request], None],
+                 frontend: FrontendConfig | None = None) -> None:
         self.env = env
         self.workload = workload
         self.submit = submit
+        self.frontend = frontend if frontend is not None and frontend.enabled else None
         self.num_generated = 0  # requests known so far (initial + follow-ups)
         self.num_ended = 0
         self.progress: tqdm | None = None
 
     def start(self) -> None:
-        requests = sorted(self.workload.start(), key=lambda r: r.arrival_time)
+        requests = sorted(self.workload.start(), key=self.reach_time)
         self.num_generated += len(requests)
         self.env.process(self._feed(requests))
 
+    def reach_time(self, request: Request) -> float:
+        """When the request reaches the scheduler: its arrival, plus the front end's ingress if any."""
+        if self.frontend is None:
+            return request.arrival_time
+        return request.arrival_time + self.frontend.ingress_s(request.num_prompt_tokens)
+
     def _feed(self, requests: list[Request]):
-        env, submit = self.env, self.submit
+        env, submit, reach_time = self.env, self.submit, self.reach_time
         for request in requests:
-            delay = request.arrival_time - env.now
+            delay = reach_time(request) - env.now
             if delay > 0:
                 yield env.timeout(delay)
             submit(request)
@@ -59,13 +74,16 @@ class Arrivals:
         self.num_generated += 1
         if self.progress is not None:
             self.progress.total = self.num_generated
-        delay = request.arrival_time - self.env.now
+        delay = self.reach_time(request) - self.env.now
         if delay > 0:
             self.env.timeout(delay).callbacks.append(lambda _event, r=request: self.submit(r))
         else:
             self.submit(request)
 
     def on_finish(self, request: Request, now: float) -> None:
+        if self.frontend is not None:  # the client sees the end (and every token) egress_s later
+            self.frontend.deliver(request)
+            now += self.frontend.egress_s
         self.num_ended += 1
         if self.progress is not None:
             self.progress.update(1)
@@ -113,6 +131,9 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     from sim.workload import build_workload
 
     if is_cluster(config):  # several replicas behind a router, or prefill/decode pools
+        if config.frontend.enabled:
+            raise ConfigError("frontend: the front-end delays are modelled for one replica only; "
+                              "remove [frontend] or use one replica without disaggregation")
         from sim.cluster.runner import simulate_cluster
 
         return simulate_cluster(config, progress, latency_model, workload)
@@ -124,7 +145,7 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     env = simpy.Environment()
     recorder = Recorder()
     replica = Replica(env, scheduler, latency_model, recorder, name="0")
-    arrivals = Arrivals(env, workload, replica.submit)
+    arrivals = Arrivals(env, workload, replica.submit, config.frontend)
     replica.on_finish.append(arrivals.on_finish)
     arrivals.start()
 

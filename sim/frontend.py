@@ -1,0 +1,109 @@
+"""The serving front end: what a request pays between the client and the scheduler, and back.
+
+A real server does not hand a request to its scheduler the instant a client sends it, nor do the
+client's tokens appear the instant a step ends. On the way in (ingress) the request crosses the
+HTTP stack (connection, parsing, routing, reading and decoding the JSON body), the prompt is
+tokenized, and the engine thread is woken to take it at its next step boundary; on the way out
+(egress) each step's output crosses the thread boundary to the event loop, is detokenized,
+formatted as a server-sent event, written to the socket and parsed by the client.
+
+`FrontendConfig` (the `[frontend]` config section) models both as explicit delays, measured from
+the real stack by `servesim serve CONFIG --calibrate-frontend OUT.json`
+(`gpu_backend.serve.frontend_calibration`):
+
+    ingress_s(request) = request_overhead_s + tokenize_s_per_token * num_prompt_tokens
+    egress_s           = stream_overhead_s           (per streamed chunk, i.e. per output token)
+
+The simulator (`sim.runner.Arrivals`) keeps `arrival_time` as the client's send time, submits the
+request to the scheduler `ingress_s` later, and, when the request ends, moves its token times
+(and finish time) `egress_s` later: what the client sees. So TTFT and E2E grow by ingress + egress,
+TPOT and ITL do not (every token moves by the same delay). The engine thread is not charged: the
+calibration measures what the thread that runs the steps spends per streamed output (recorded in
+the profile as `engine_thread_s_per_output`), and it is microseconds against milliseconds of step.
+
+Not modelled: queueing between concurrent requests on the server's single event loop (each term is
+a lone request's cost), and chunks the detokenizer holds back (an incomplete character).
+
+All terms default to zero (the front end is off), which leaves every result exactly as before.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from policies import ConfigError
+from policies.config import check_number
+
+PROFILE_FORMAT = "servesim-frontend"
+
+
+@dataclass(frozen=True)
+class FrontendConfig:
+    """Front-end delays in seconds (all zero = off): ingress before the scheduler, egress per token."""
+
+    request_overhead_s: float = 0.0  # client send -> request in the engine's ingress, for an empty prompt
+    tokenize_s_per_token: float = 0.0  # ingress per prompt token (tokenizing it, reading its bytes)
+    stream_overhead_s: float = 0.0  # a step's output -> the client has the token's chunk
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            check_number(f"frontend.{f.name}", value, 0.0)
+            if not math.isfinite(value):
+                raise ConfigError(f"frontend.{f.name}: must be a finite number of seconds, got {value!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.request_overhead_s or self.tokenize_s_per_token or self.stream_overhead_s)
+
+    def ingress_s(self, num_prompt_tokens: int) -> float:
+        """Seconds from the client's send to the request reaching the scheduler."""
+        return self.request_overhead_s + self.tokenize_s_per_token * num_prompt_tokens
+
+    @property
+    def egress_s(self) -> float:
+        """Seconds from the end of the step that made a token to the client having it."""
+        return self.stream_overhead_s
+
+    def deliver(self, request) -> None:
+        """Move an ended request's token and finish times to when its client sees them.
+
+        Call once, when the request ends (its times are final then). Every token moves by the same
+        delay, so gaps between tokens (TPOT, ITL) are unchanged.
+        """
+        delay = self.egress_s
+        if not delay:
+            return
+        if request.token_times:
+            request.token_times = [t + delay for t in request.token_times]
+        if request.first_token_time is not None:
+            request.first_token_time += delay
+        if request.finish_time is not None:
+            request.finish_time += delay
+
+    @classmethod
+    def from_profile(cls, path: str | Path) -> "FrontendConfig":
+        """The terms of a front-end profile file (written by `servesim serve --calibrate-frontend`)."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"frontend profile: file not found: {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"frontend profile: {path} is not valid JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+            raise ConfigError(f"frontend profile: {path} is not a {PROFILE_FORMAT!r} file")
+        terms = data.get("frontend")
+        allowed = [f.name for f in fields(cls)]
+        if not isinstance(terms, dict):
+            raise ConfigError(f"frontend profile: {path} has no 'frontend' table of {', '.join(allowed)}")
+        unknown = [k for k in terms if k not in allowed]
+        if unknown:
+            raise ConfigError(f"frontend.{unknown[0]}: unknown key in {path}; allowed keys: {', '.join(allowed)}")
+        return cls(**terms)
+
+    def to_toml(self) -> str:
+        """The `[frontend]` section holding these terms (to paste into a config)."""
+        return "[frontend]\n" + "".join(f"{f.name} = {getattr(self, f.name)!r}\n" for f in fields(self))
