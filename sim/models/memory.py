@@ -32,9 +32,19 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     return max(1, model.num_kv_heads // tp)
 
 
+def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
+    """K and V of one token on one GPU: 2 x layers x kv_heads/tp x head_dim x dtype bytes.
+
+    The one definition of KV bytes per token, from plain dimensions so that the engine's
+    `gpu_backend.model_config.ModelConfig` (HF names) uses it too; KV heads fewer than `tp` are
+    replicated (one per GPU), as in vLLM.
+    """
+    return 2 * num_layers * max(1, num_kv_heads // tp) * head_dim * dtype_bytes
+
+
 def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
-    """K and V of one token on one GPU: 2 x layers x kv_heads/tp x head_dim x kv dtype bytes."""
-    return 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim * model.kv_dtype_bytes
+    """`kv_bytes` of a `ModelSpec` (its KV cache dtype) on one of `tp` GPUs."""
+    return kv_bytes(model.num_layers, model.num_kv_heads, model.head_dim, model.kv_dtype_bytes, tp)
 
 
 def bytes_per_block(model: ModelSpec, tp: int, block_size: int) -> int:

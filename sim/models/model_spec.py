@@ -141,8 +141,10 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of one token over all layers, unsharded."""
-        return 2 * self.num_layers * self.kv_size * self.kv_dtype_bytes
+        """K and V of one token over all layers, unsharded (`sim.models.memory.kv_bytes_per_token`)."""
+        from sim.models.memory import kv_bytes_per_token  # memory imports this module
+
+        return kv_bytes_per_token(self, 1)
 
     # --- construction -------------------------------------------------------------------------------
     @classmethod

@@ -1,4 +1,5 @@
 """Paged KV tensors: layout, swap out/in of block pairs, default sizing."""
+import pytest
 import torch
 
 from engine_factories import make_model_config
@@ -32,3 +33,60 @@ def test_default_num_blocks_respects_the_byte_budget():
     n = KVCache.default_num_blocks(c, 16, torch.float32, "cpu", max_bytes=10 * 2**20)
     per_block = c.kv_bytes_per_token(4) * 16
     assert n * per_block <= 10 * 2**20 < (n + 1) * per_block
+
+
+# HF config.json dims of a few attention layouts: GQA with explicit head_dim (the example), MHA,
+# MQA (one KV head), and a head_dim that differs from hidden / heads
+KV_LAYOUTS = {
+    "tiny-llama": {},
+    "mha": dict(num_attention_heads=4, num_key_value_heads=4, head_dim=None),  # head_dim 256 / 4
+    "mqa": dict(num_hidden_layers=3, num_key_value_heads=1),
+    "wide-heads": dict(num_attention_heads=4, num_key_value_heads=2, head_dim=96),
+}
+
+
+def _write_hf_config(tmp_path, name: str, torch_dtype: str):
+    import json
+
+    from engine_factories import TINY_CONFIG
+
+    cfg = json.loads(TINY_CONFIG.read_text())
+    cfg.update({k: v for k, v in KV_LAYOUTS[name].items() if v is not None})
+    if KV_LAYOUTS[name].get("head_dim", 0) is None:
+        cfg.pop("head_dim")
+    cfg["torch_dtype"] = torch_dtype
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(KV_LAYOUTS))
+@pytest.mark.parametrize("torch_dtype", ["float32", "bfloat16"])
+def test_sim_and_engine_agree_on_kv_bytes_per_token_with_the_tensors_allocated(tmp_path, name, torch_dtype):
+    from gpu_backend.model_config import ModelConfig
+    from sim.models import ModelSpec, kv_bytes_per_token
+
+    path = _write_hf_config(tmp_path, name, torch_dtype)
+    config = ModelConfig.from_json(path)
+    dtype = getattr(torch, torch_dtype)
+    num_blocks, block_size = 3, 4
+    kv = KVCache(config, num_blocks=num_blocks, block_size=block_size, dtype=dtype)
+    allocated = kv.buffer.numel() * kv.buffer.element_size() // (num_blocks * block_size)  # what the engine holds
+    spec = ModelSpec.from_hf_config(path)
+    assert kv_bytes_per_token(spec, 1) == spec.kv_bytes_per_token == allocated
+    assert config.kv_bytes_per_token(kv.buffer.element_size()) == allocated
+    assert kv.bytes_per_block == block_size * allocated
+
+
+def test_engine_swap_blocks_match_the_simulators_for_the_same_config():
+    from engine_factories import TINY_CONFIG
+    from gpu_backend.engine import engine_config_from_sim
+    from sim.config import load_config
+    from sim.models import num_cpu_blocks
+
+    config = load_config({"model": {"name": str(TINY_CONFIG), "dtype": "float32"},
+                          "hardware": {"num_gpu_blocks": 64, "swap_space_gb": 0.01}})
+    engine_config, _ = engine_config_from_sim(config, "cpu")
+    expected = num_cpu_blocks(config.model.spec(), config.hardware, config.cache.block_size)
+    assert engine_config.cache.num_cpu_blocks == expected > 0
