@@ -63,16 +63,23 @@ class StepRecord:
 STEP_COLUMNS = tuple(f.name for f in fields(StepRecord))
 
 
-def record_step(plan: "BatchPlan", start: float, duration: float, scheduler, replica: str = "0") -> StepRecord:
-    """Build the `StepRecord` of `plan` (one pass over its sequences) and the scheduler's state."""
+def count_tokens(seqs) -> tuple[int, int, int]:
+    """(prefill, decode, padding) tokens of scheduled sequences, as the steps table counts them:
+    a one-token chunk after some context is a decode, every other chunk is prefill."""
     num_prefill = num_decode = num_padding = 0
-    for _, n, c, _, padding in plan.seqs:  # (request, num_tokens, num_computed, samples, is_padding)
+    for _, n, c, _, padding in seqs:  # (request, num_tokens, num_computed, samples, is_padding)
         if padding:
             num_padding += n
         elif n == 1 and c > 0:
             num_decode += 1
         else:
             num_prefill += n
+    return num_prefill, num_decode, num_padding
+
+
+def record_step(plan: "BatchPlan", start: float, duration: float, scheduler, replica: str = "0") -> StepRecord:
+    """Build the `StepRecord` of `plan` (one pass over its sequences) and the scheduler's state."""
+    num_prefill, num_decode, num_padding = count_tokens(plan.seqs)
     num_seqs = len(plan.seqs)
     if plan.decodes:  # grouped one-token decodes (see BatchPlan)
         num_decode += len(plan.decodes)

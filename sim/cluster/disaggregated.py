@@ -19,9 +19,11 @@ A request's life (the user-visible `Request` is driven by hand from its two halv
 5. On the decode side, the transferred positions cost no compute: `PreloadedKVLatency` charges
    the admitting step only for the one new position (a decode at context = prompt length).
 
-Steps of both pools go to the shared recorder (replica names `p0..`, `d0..`; the decode side's
-admitting step lists the transferred tokens as prefill tokens, though they cost nothing). The
-`requests` table gets one row per user request, with `kv_transfer_s` and `prefill_replica` columns.
+Steps of both pools go to the shared recorder (replica names `p0..`, `d0..`). A step counts only
+the positions it computed: the transferred KV is neither prefill nor decode, so `num_prefill_tokens`
+over the prefill pool adds up to the computed prompts, and the decode side's admitting step counts
+its one new position as a decode (what `PreloadedKVLatency` charges). The `requests` table gets one
+row per user request, with `kv_transfer_s` and `prefill_replica` columns (the transfers' sizes).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from sim.cluster.colocated import build_replica, resolve_latency_model
 from sim.cluster.layout import disagg_section, pool_configs
 from sim.cluster.link import Link
 from sim.cluster.router import make_router
+from sim.results import Recorder, count_tokens
 
 BOOKKEEPING_S = 1e-6  # a decode-side step that only registers received KV (no forward pass)
 COMPLETED = (FinishReason.LENGTH, FinishReason.STOP)
@@ -53,6 +56,8 @@ class PreloadedKVLatency:
         self.inner = inner
         self.preloaded = preloaded
         self.on_step = on_step  # called at each step, right after the scheduler admitted what it could
+        # step_id -> (prefill, decode, padding) tokens computed, for steps that skipped received KV
+        self.computed_tokens: dict[int, tuple[int, int, int]] = {}
 
     def __getattr__(self, name: str):  # anything else (e.g. swap bandwidth) is the inner model's
         return getattr(self.inner, name)
@@ -80,9 +85,29 @@ class PreloadedKVLatency:
             seqs.append(s)
         if not changed:
             return self.inner.step_time(plan)
+        self.computed_tokens[plan.step_id] = count_tokens(seqs)
         if not seqs and not plan.swap_in_blocks and not plan.swap_out_blocks:
             return BOOKKEEPING_S
         return self.inner.step_time(dataclasses.replace(plan, seqs=tuple(seqs)))
+
+
+class _ComputedSteps(Recorder):
+    """A decode replica's recorder: its steps count the tokens it computed, not the received KV.
+
+    The replica records the plan it scheduled (the received positions as a prefill chunk); its
+    `PreloadedKVLatency` has the counts of what was computed, keyed by step id.
+    """
+
+    def __init__(self, steps: list, latency: PreloadedKVLatency) -> None:
+        super().__init__()
+        self.steps = steps  # the run's shared step list
+        self.latency = latency
+
+    def add_step(self, record) -> None:
+        counts = self.latency.computed_tokens.pop(record.step_id, None)
+        if counts is not None:
+            record.num_prefill_tokens, record.num_decode_tokens, record.num_padding_tokens = counts
+        self.steps.append(record)
 
 
 class _LoadView:
@@ -119,11 +144,10 @@ class DisaggregatedCluster:
 
     def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None) -> None:
         from sim.models import kv_bytes_per_token
-        from sim.results import Recorder
 
         self.env = env
         self.recorder = recorder  # user-visible requests and every step
-        halves = Recorder()  # the prefill/decode halves: kept out of the results
+        halves = Recorder()  # the prefill halves: kept out of the results (decode replicas: _ComputedSteps)
         halves.steps = recorder.steps
         d = disagg_section(config)
         prefill_cfgs, decode_cfgs = pool_configs(config)
@@ -140,7 +164,8 @@ class DisaggregatedCluster:
             inner = resolve_latency_model(latency_model, c)
             # each step start is a chance to pull more KV: the scheduler has just admitted its waiting
             pull = lambda j=j: self._start_transfers(j, env.now)
-            self.decode.append(build_replica(env, c, halves, name, PreloadedKVLatency(inner, self.preloaded, pull)))
+            latency = PreloadedKVLatency(inner, self.preloaded, pull)
+            self.decode.append(build_replica(env, c, _ComputedSteps(recorder.steps, latency), name, latency))
         for i, r in enumerate(self.prefill):
             r.on_finish.append(lambda req, now, i=i: self._prefill_done(req, now, i))
         for j, r in enumerate(self.decode):

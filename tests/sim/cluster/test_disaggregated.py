@@ -150,3 +150,19 @@ def test_time_limit_aborts_live_requests_in_both_pools_and_loses_none():
     assert aborted["reject_reason"].str.contains("max_sim_time_s").all()
     # some were cut off mid-decode (first token out, not done), some before their first token
     assert aborted["first_token_time"].notna().any() and aborted["first_token_time"].isna().any()
+
+
+def test_steps_count_computed_tokens_only_transferred_kv_is_not_prefill():
+    # no prefix caching, no preemption: the prefill pool computes every prompt exactly once, and
+    # the decode pool computes one position per output token after the first (received KV: none)
+    res = simulate(make_config(DISAGG + ["workload.num_requests=60", "workload.rate=20",
+                                         "disaggregation.prefill={count = 2}", "disaggregation.decode={count = 2}"]))
+    reqs, steps = res.requests, res.steps
+    assert (reqs["finish_reason"] == "length").all() and reqs["num_preemptions"].sum() == 0
+    prefill = steps[steps["replica"].str.startswith("p")]
+    decode = steps[steps["replica"].str.startswith("d")]
+    assert set(prefill["replica"]) == {"p0", "p1"} and set(decode["replica"]) == {"d0", "d1"}
+    assert prefill["num_prefill_tokens"].sum() == reqs["num_prompt_tokens"].sum()
+    assert (decode["num_prefill_tokens"] == 0).all()
+    assert decode["num_decode_tokens"].sum() == (reqs["num_output_tokens"] - 1).sum()
+    assert prefill["num_decode_tokens"].sum() == 0  # a prefill half samples its one token in its last chunk
