@@ -9,8 +9,12 @@ The wheel ships measured kernel latencies (milliseconds) under
   close to linear in n and in k once the tile is filled, and the bracketing grid points are at most
   a factor 1.5 apart.
 - ``attention/.../context_attention_perf.parquet``: batch_size x isl prefills (``step`` 0), per-rank
-  heads/KV heads/head dim. Rows become per-sequence points ``(isl, isl, latency / batch_size)``.
-- ``attention/.../generation_attention_perf.parquet``: batch_size x KV length (``step``) decodes.
+  heads/KV heads/head dim. Rows become per-sequence times of a whole prefill, and chunks over
+  cached context are charged by equal causal work (`chunked_prefill_points`).
+- ``attention/.../generation_attention_perf.parquet``: batch_size x KV length (``step``) decodes,
+  measured on a triangle (batch x length capped) that `complete_decode_grid` extends linearly in
+  KV length. Per-rank head shapes the database lacks (MHA models, Qwen's 28/4, ...) are derived
+  from measured ones by the work the kernel does (`attention_rows`), not by a roofline.
 - ``comm/vllm/*/custom_allreduce_perf.parquet`` and ``comm/nccl/*/nccl_perf.parquet``: all-reduce
   over message bytes for 2/4/8 GPUs; vLLM uses its custom kernel for small messages and NCCL for
   large ones, so the curve takes the faster of the two at each size.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.util
+import math
 from pathlib import Path
 
 from calibrate.fit import fit_op
@@ -100,6 +105,120 @@ def _interp_gemm(df, k: int, n: int) -> list[list[float]]:
     return rows
 
 
+def attention_rows(df, heads: int, kv_heads: int):
+    """(rows, how) of attention timings for `heads` query heads and `kv_heads` KV heads per rank.
+
+    `df` holds one table's rows of one head dim (columns num_heads, num_key_value_heads,
+    kernel_source, batch_size, isl, step, latency). The database covers common per-rank shapes
+    only, so a missing one is derived from measured shapes by the work each kernel does, never by
+    falling back to a roofline:
+
+    1. the shape itself;
+    2. the same KV heads, interpolated linearly in query heads between the nearest measured shapes
+       on either side (at a fixed KV read, the Q.K and P.V work grows with the query heads);
+    3. the same query heads per KV head (g = heads / kv_heads) at k' KV heads, with the batch
+       rescaled: FlashAttention's work units are (sequence, KV head) pairs of g query heads each,
+       so b sequences of our shape are b x kv_heads / k' sequences of the measured one, at the
+       same latency (an MHA model's 32 KV heads are four 8-KV-head batches' worth of units).
+
+    Returns (None, "") when no rule applies. `batch_size` of the rows is float under rule 3.
+    """
+    import pandas as pd
+
+    if df.empty:
+        return None, ""
+    kernel = sorted(df.kernel_source.unique())[0]  # one kernel (fa3 before fa4)
+    df = df[df.kernel_source == kernel]
+    shapes = set(zip(df.num_heads.astype(int), df.num_key_value_heads.astype(int)))
+    cols = ["batch_size", "isl", "step", "latency"]
+
+    def of(h, k):
+        return df[(df.num_heads == h) & (df.num_key_value_heads == k)][cols].groupby(
+            ["batch_size", "isl", "step"], as_index=False).latency.median()
+
+    if (heads, kv_heads) in shapes:
+        return of(heads, kv_heads), kernel
+    same_kv = sorted(h for h, k in shapes if k == kv_heads)
+    lo = [h for h in same_kv if h < heads]
+    hi = [h for h in same_kv if h > heads]
+    if lo and hi:
+        h0, h1 = lo[-1], hi[0]
+        both = of(h0, kv_heads).merge(of(h1, kv_heads), on=["batch_size", "isl", "step"], suffixes=("_0", "_1"))
+        if not both.empty:
+            w = (heads - h0) / (h1 - h0)
+            both["latency"] = (1 - w) * both.latency_0 + w * both.latency_1
+            return both[cols], f"{kernel}, interpolated in query heads between {h0} and {h1} ({kv_heads} KV heads)"
+    same_g = [(h, k) for h, k in shapes if h * kv_heads == heads * k]
+    if same_g:
+        # the nearest KV-head count (smallest rescaling of the batch), larger first on a tie
+        h, k = min(same_g, key=lambda s: (abs(math.log(s[1] / kv_heads)), -s[1]))
+        rows = of(h, k)
+        rows = rows.assign(batch_size=rows.batch_size.astype(float) * k / kv_heads)
+        return pd.DataFrame(rows[cols]), (f"{kernel}, from {h} heads / {k} KV heads with the batch scaled by "
+                                          f"{k}/{kv_heads} (same work per sequence and KV head)")
+    return None, ""
+
+
+def complete_decode_grid(points: list) -> list:
+    """Decode-attention points [batch, kv_len, seconds] completed to a rectangle.
+
+    The database measures a triangle (batch x KV length capped by the total KV tokens), which a
+    grid fit would cut down to its smallest batches and extrapolate from there. Decode attention
+    reads each sequence's KV once: at a fixed batch its time is linear in KV length, so each
+    batch's missing long lengths continue the line through its two longest measured ones.
+    """
+    import numpy as np
+
+    by_batch: dict[float, dict[float, list]] = {}
+    for b, s, t in points:
+        by_batch.setdefault(b, {}).setdefault(s, []).append(t)
+    steps = sorted({s for row in by_batch.values() for s in row})
+    out = []
+    for b, row in sorted(by_batch.items()):
+        have = sorted(row)
+        med = {s: float(np.median(row[s])) for s in have}
+        for s in steps:
+            if s in med:
+                out.extend([b, s, t] for t in row[s])
+            elif s > have[-1] and len(have) >= 2:
+                s0, s1 = have[-2], have[-1]
+                slope = max((med[s1] - med[s0]) / (s1 - s0), 0.0)
+                out.append([b, s, med[s1] + slope * (s - s1)])
+    return out
+
+
+CACHED_GRID = (0, 16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+
+def chunked_prefill_points(full: list, decode_curve) -> list:
+    """Prefill-attention points [chunk tokens, context_len incl. the chunk, seconds] on a chunk x
+    cached-context rectangle, from measured whole prefills [isl, seconds per sequence] only.
+
+    A chunk of c tokens over p cached ones computes c x p + c^2 / 2 query-key pairs (causal within
+    the chunk): the work of a whole prefill of isl* = sqrt(c^2 + 2 c p) tokens, whose measured time
+    it is charged. A short chunk over a long context cannot beat reading that context's KV once:
+    the floor is the KV-read part of one decode over c + p tokens (the decode curve at batch 1 less
+    its fixed kernel cost, which the prefill time already holds). At p = 0 this is the measured
+    prefill itself. (Charging context linearly from whole-prefill data alone cannot separate the
+    chunk and context terms: a 64-token chunk over 3000 cached tokens came out at half the time of
+    a whole 2048-token prefill.)
+    """
+    import numpy as np
+
+    from calibrate.fit import fit_pwl
+
+    isl_curve = fit_pwl([[x, t] for x, t in full])
+    chunks = sorted({x for x, _ in full})
+    fixed = decode_curve(1, 1)
+    out = []
+    for c in chunks:
+        for p in CACHED_GRID:
+            work_isl = float(np.sqrt(c * c + 2 * c * p))
+            kv_floor = max(decode_curve(1, c + p) - fixed, 0.0)
+            out.append([c, c + p, max(isl_curve(work_isl), kv_floor)])
+    return out
+
+
 def import_aiconfigurator(gpu: str, model: str, tp: int = 1, nccl_only: bool = False) -> Profile:
     """Profile of `model` at tensor parallelism `tp` on `gpu` (H100, H200 or A100) from aiconfigurator data.
 
@@ -136,26 +255,28 @@ def import_aiconfigurator(gpu: str, model: str, tp: int = 1, nccl_only: bool = F
     def attn_rows(filename):
         path, src = _table(system_dir, "attention", filename)
         df = pd.read_parquet(path)
-        keep = (df.head_dim == hd) & (df.num_heads == heads)
+        keep = df.head_dim == hd
         for col, want in (("attn_dtype", "bfloat16"), ("kv_cache_dtype", "bfloat16"), ("window_size", 0)):
             if col in df.columns:  # older tables (A100) lack some columns
                 keep &= df[col] == want
-        df = df[keep]
-        exact = df[df.num_key_value_heads == kv_heads]
-        if exact.empty:
+        rows, how = attention_rows(df[keep], heads, kv_heads)
+        if rows is None:
             raise ConfigError(f"model: aiconfigurator {src} has no {filename.split('_')[0]} attention for "
-                              f"{heads} heads / {kv_heads} KV heads / head_dim {hd} per rank (tp={tp})")
-        sources = sorted(exact.kernel_source.unique())
-        exact = exact[exact.kernel_source == sources[0]]  # one kernel (fa3 before fa4)
-        return exact, f"aiconfigurator {src} {sources[0]}"
+                              f"{heads} heads / {kv_heads} KV heads / head_dim {hd} per rank (tp={tp}) "
+                              f"nor a shape to derive it from")
+        return rows, f"aiconfigurator {src} {how}"
 
+    gen, gen_src = attn_rows("generation_attention_perf.parquet")
+    decode_pts = complete_decode_grid([[float(r.batch_size), float(r.step), float(r.latency) * MS]
+                                       for r in gen.itertuples()])
+    ops["attn_decode"] = fit_op("attn_decode", decode_pts, source=f"{gen_src} generation attention "
+                                "(each batch's KV lengths beyond the measured ones: linear in KV length)")
     ctx, src = attn_rows("context_attention_perf.parquet")
     ctx = ctx[ctx.step == 0]
-    pts = [[float(r.isl), float(r.isl), float(r.latency) * MS / int(r.batch_size)] for r in ctx.itertuples()]
-    ops["attn_prefill"] = fit_op("attn_prefill", pts, source=f"{src} context attention, per sequence")
-    gen, src = attn_rows("generation_attention_perf.parquet")
-    pts = [[float(r.batch_size), float(r.step), float(r.latency) * MS] for r in gen.itertuples()]
-    ops["attn_decode"] = fit_op("attn_decode", pts, source=f"{src} generation attention")
+    full = [[float(r.isl), float(r.latency) * MS / float(r.batch_size)] for r in ctx.itertuples()]
+    ops["attn_prefill"] = fit_op("attn_prefill", chunked_prefill_points(full, ops["attn_decode"].curve),
+                                 source=f"{src} context attention, per sequence; chunks over cached context "
+                                 "by equal causal work (see chunked_prefill_points)")
 
     # all-reduce: the faster of vLLM's custom kernel (eager) and NCCL at each message size
     if tp > 1:
