@@ -13,13 +13,18 @@ the real stack by `servesim serve CONFIG --calibrate-frontend OUT.json`
 
     ingress_s(request) = request_overhead_s + tokenize_s_per_token * num_prompt_tokens
     egress_s           = stream_overhead_s           (per streamed chunk, i.e. per output token)
+    step_time(plan)   += engine_s_per_output * outputs of the step   (the engine thread's share)
 
 The simulator (`sim.runner.Arrivals`) keeps `arrival_time` as the client's send time, submits the
 request to the scheduler `ingress_s` later, and, when the request ends, moves its token times
 (and finish time) `egress_s` later: what the client sees. So TTFT and E2E grow by ingress + egress,
-TPOT and ITL do not (every token moves by the same delay). The engine thread is not charged: the
-calibration measures what the thread that runs the steps spends per streamed output (recorded in
-the profile as `engine_thread_s_per_output`), and it is microseconds against milliseconds of step.
+TPOT and ITL do not (every token moves by the same delay). The engine thread does pay a little per
+streamed output: the server's callback that hands each output to the event loop runs on it, and the
+event loop's per-chunk work (detokenizing, formatting, writing) holds the interpreter lock the
+engine's own Python needs. The calibration measures that as the lengthening of the engine's
+token interval when it streams over HTTP against the same requests added to it directly;
+`engine_s_per_output` charges it in every step, per output the step produces
+(`OutputChargedLatency` wraps the latency model; the simulator's decode fast path is off then).
 
 Not modelled: queueing between concurrent requests on the server's single event loop (each term is
 a lone request's cost), and chunks the detokenizer holds back (an incomplete character).
@@ -46,6 +51,7 @@ class FrontendConfig:
     request_overhead_s: float = 0.0  # client send -> request in the engine's ingress, for an empty prompt
     tokenize_s_per_token: float = 0.0  # ingress per prompt token (tokenizing it, reading its bytes)
     stream_overhead_s: float = 0.0  # a step's output -> the client has the token's chunk
+    engine_s_per_output: float = 0.0  # added to a step per output token it streams (engine-thread share)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -56,7 +62,8 @@ class FrontendConfig:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.request_overhead_s or self.tokenize_s_per_token or self.stream_overhead_s)
+        return bool(self.request_overhead_s or self.tokenize_s_per_token or self.stream_overhead_s
+                    or self.engine_s_per_output)
 
     def ingress_s(self, num_prompt_tokens: int) -> float:
         """Seconds from the client's send to the request reaching the scheduler."""
@@ -83,6 +90,12 @@ class FrontendConfig:
         if request.finish_time is not None:
             request.finish_time += delay
 
+    def charge(self, latency_model):
+        """`latency_model`, plus `engine_s_per_output` per output of each step (itself when that is 0)."""
+        if not self.engine_s_per_output:
+            return latency_model
+        return OutputChargedLatency(latency_model, self.engine_s_per_output)
+
     @classmethod
     def from_profile(cls, path: str | Path) -> "FrontendConfig":
         """The terms of a front-end profile file (written by `servesim serve --calibrate-frontend`)."""
@@ -107,3 +120,26 @@ class FrontendConfig:
     def to_toml(self) -> str:
         """The `[frontend]` section holding these terms (to paste into a config)."""
         return "[frontend]\n" + "".join(f"{f.name} = {getattr(self, f.name)!r}\n" for f in fields(self))
+
+
+def num_outputs(plan) -> int:
+    """Output tokens a step produces: its sampling, non-padding sequences (grouped decodes included)."""
+    return len(plan.decodes) + sum(1 for s in plan.seqs if s.samples and not s.is_padding)
+
+
+class OutputChargedLatency:
+    """A latency model whose every step costs `s_per_output` more per output token it produces.
+
+    Everything else is the inner model's (attributes are forwarded). The simulator's fast-path
+    declarations are looked up on the class, so this wrapper has none: steps go one by one.
+    """
+
+    def __init__(self, inner, s_per_output: float) -> None:
+        self.inner = inner
+        self.s_per_output = s_per_output
+
+    def step_time(self, plan) -> float:
+        return self.inner.step_time(plan) + self.s_per_output * num_outputs(plan)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)

@@ -7,8 +7,9 @@ the replica at their arrival times and asks the workload for follow-ups (closed-
 multi-turn chat) whenever a request ends; the run stops when every request has ended (or at
 `sim.max_sim_time_s`, where live requests are aborted so that none goes missing from the results).
 With a `[frontend]` section (`sim.frontend.FrontendConfig`), `Arrivals` also plays the HTTP front end:
-a request reaches the scheduler its ingress delay after its arrival (the client's send time), and
-its tokens reach the client the egress delay after the steps that made them.
+a request reaches the scheduler its ingress delay after its arrival (the client's send time), its
+tokens reach the client the egress delay after the steps that made them, and each step costs the
+engine thread's share of streaming its outputs.
 """
 from __future__ import annotations
 
@@ -139,6 +140,7 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
         return simulate_cluster(config, progress, latency_model, workload)
     if latency_model is None:
         latency_model = build_latency_model(config)
+    latency_model = config.frontend.charge(latency_model)  # the engine thread's share of streaming, if any
     if workload is None:
         workload = build_workload(config.workload, config.scheduler.max_model_len)
     scheduler = make_scheduler(config.scheduler, build_cache_config(config))

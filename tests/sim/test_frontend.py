@@ -62,7 +62,23 @@ def test_a_lone_request_pays_ingress_once_and_egress_on_every_token():
     assert shifted["ttft_s"] == pytest.approx(ingress + STEP_S + PER_TOKEN_S * prompt + egress, abs=1e-12)
 
 
-def test_steps_are_not_charged_and_keep_their_durations():
+def test_the_engine_share_lengthens_each_step_by_its_outputs():
+    charge = 5e-5
+    prompt, out = 40, 12
+    base = run([(0.0, prompt, out), (0.0, prompt, out)])
+    charged = run([(0.0, prompt, out), (0.0, prompt, out)], {"engine_s_per_output": charge})
+    # both prompts fit one step (2 outputs); then every decode step carries both requests (2 outputs)
+    np.testing.assert_allclose(charged.steps["duration"].to_numpy(), base.steps["duration"].to_numpy() + 2 * charge,
+                               rtol=0, atol=1e-12)
+    a, b = base.requests.iloc[0], charged.requests.iloc[0]
+    assert b["tpot_s"] == pytest.approx(a["tpot_s"] + 2 * charge, abs=1e-12)
+    assert b["ttft_s"] == pytest.approx(a["ttft_s"] + 2 * charge, abs=1e-12)
+    # a lone request's step carries one output
+    one = run([(0.0, prompt, out)], {"engine_s_per_output": charge}).requests.iloc[0]
+    assert one["tpot_s"] == pytest.approx(STEP_S + PER_TOKEN_S + charge, abs=1e-12)
+
+
+def test_ingress_and_egress_leave_step_durations_alone():
     fe = {"request_overhead_s": 0.002, "stream_overhead_s": 0.001}
     base, shifted = run([(0.0, 64, 16)]), run([(0.0, 64, 16)], fe)
     np.testing.assert_array_equal(base.steps["duration"].to_numpy(), shifted.steps["duration"].to_numpy())
@@ -117,7 +133,9 @@ def test_closed_loop_users_send_again_when_their_client_has_the_last_token():
     ("stream_overhead_s", "fast", "expected a number"),
     ("tokenize_s_per_token", float("inf"), "finite"),
     ("tokenize_s_per_token", float("nan"), "finite"),
-    ("stream_delay", 0.001, "unknown key; allowed keys: request_overhead_s, tokenize_s_per_token, stream_overhead_s"),
+    ("engine_s_per_output", -1e-5, "must be >= 0"),
+    ("stream_delay", 0.001, "unknown key; allowed keys: request_overhead_s, tokenize_s_per_token, "
+                            "stream_overhead_s, engine_s_per_output"),
 ])
 def test_bad_frontend_values_give_one_line_naming_the_field(key, value, words):
     with pytest.raises(ConfigError) as exc:
@@ -137,7 +155,8 @@ def test_the_cli_turns_a_bad_frontend_value_into_exit_2(tmp_path, capsys):
 
 
 def test_frontend_round_trips_through_the_saved_config(tmp_path):
-    cfg = make_config({"request_overhead_s": 0.0011, "tokenize_s_per_token": 2.5e-6, "stream_overhead_s": 0.0009})
+    cfg = make_config({"request_overhead_s": 0.0011, "tokenize_s_per_token": 2.5e-6, "stream_overhead_s": 0.0009,
+                       "engine_s_per_output": 1.5e-5})
     path = tmp_path / "config.toml"
     path.write_text(config_to_toml(cfg))
     assert load_config(path).frontend == cfg.frontend
@@ -152,10 +171,11 @@ def test_a_cluster_with_a_frontend_is_refused_not_ignored():
 def test_profile_file_reads_back_its_terms(tmp_path):
     import json
 
-    fe = FrontendConfig(0.001, 2e-6, 0.0005)
+    fe = FrontendConfig(0.001, 2e-6, 0.0005, 3e-5)
     path = tmp_path / "fe.json"
     path.write_text(json.dumps({"format": "servesim-frontend", "frontend": {"request_overhead_s": 0.001,
-                                "tokenize_s_per_token": 2e-6, "stream_overhead_s": 0.0005}}))
+                                "tokenize_s_per_token": 2e-6, "stream_overhead_s": 0.0005,
+                                "engine_s_per_output": 3e-5}}))
     assert FrontendConfig.from_profile(path) == fe
     assert load_config({"frontend": __import__("tomllib").loads(fe.to_toml())["frontend"]}).frontend == fe
     path.write_text(json.dumps({"format": "servesim-overhead"}))

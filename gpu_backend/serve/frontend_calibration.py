@@ -1,0 +1,401 @@
+"""Measure the serving front end's delays from the real HTTP stack: `servesim serve CONFIG --calibrate-frontend OUT.json`.
+
+What `sim.frontend.FrontendConfig` models, timed on this machine with the real app (`build_app`),
+the real tokenizer and uvicorn on loopback, an httpx streaming client in its own process
+(`gpu_backend.serve.stream_client`, reading a stream as guidellm does), requests sent one at a
+time so that each finds the engine idle:
+
+- ingress: from the client's send (before it encodes the body) to the engine's first `schedule()`
+  of the request (its `first_scheduled_time`: the engine thread woke and took it from its ingress
+  list), over prompts of several lengths. A line through the per-length medians gives
+  `request_overhead_s` (intercept) and `tokenize_s_per_token` (slope: tokenizing the prompt plus
+  reading its bytes). The tokenizer alone is timed over the same prompts as a check.
+- egress: from the end of the step that made the first token (its `token_times[0]`, the time the
+  simulator gives a token) to the client having its SSE chunk: `stream_overhead_s`, the median.
+  The first token is the one TTFT waits for, and its chunk is sent while the engine runs the next
+  step, as every later chunk but the last is. The last chunk's delay (an idle engine) and, when
+  every token made a chunk of its own, every chunk's, are recorded beside it.
+- the engine thread's share: the engine's median token interval while it streams to the client,
+  minus the same for the same requests added to it directly (no HTTP, no callback), one request at
+  a time, so one output per step: `engine_s_per_output`. It covers the server's `on_output`
+  callback (which runs on the engine thread; its own median is recorded beside it) and the event
+  loop's per-chunk work holding the interpreter lock the engine's Python needs.
+
+Two engines: the real one (`servesim serve --calibrate-frontend`: `build_server` of the serving
+config) measures the front end as it runs beside real steps, which hold the interpreter lock part
+of the time, so the event loop waits for it; `probe_server(tokenizer)` puts a `ProbeEngine` whose
+steps sleep behind the same app (no torch; the front end alone; what the tests use).
+
+Not measured: concurrency on the single event loop (one request at a time). Timings on a shared
+machine are noisy: medians, and the load average before and after goes into the profile's metadata.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import random
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_backend.serve.stream_client import StreamClient, shares_clock
+from policies import FinishReason, RequestState
+
+PROFILE_FORMAT = "servesim-frontend"  # the same string as sim.frontend.PROFILE_FORMAT
+
+# words of plain English: prompts are shuffled runs of them (as benchmark clients' synthetic text)
+_WORDS = (
+    "the of and to in a is that for it as was with be by on not he this are or his from at which but "
+    "have an they you were her she there been one all we their has would when if so no will can more "
+    "about said what out up them some could into than then time only other new these two may first "
+    "any like now my such make over our even most after also did many before must through years where "
+    "much your way well down should because each just those people how too little state good very "
+    "world still own see men work long get here between both life being under never day same another "
+    "know while last might us great old year off come since against go came right used take three "
+    "house river garden letter morning evening window question answer village journey winter summer"
+).split()
+
+# the probe's output: whole words, each one token's chunk of text
+PROBE_TEXT = " the house by the river was quiet in the morning and the garden was green"
+
+
+def prompt_text(tokenizer, num_tokens: int, seed: int = 0) -> str:
+    """English-looking text of about `num_tokens` tokens (exactly that many ids, special ones aside)."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    while len(tokenizer.encode(" ".join(words), add_special_tokens=False)) < num_tokens:
+        words.extend(rng.sample(_WORDS, len(_WORDS)))
+    ids = tokenizer.encode(" ".join(words), add_special_tokens=False)[:num_tokens]
+    return tokenizer.decode(ids)
+
+
+@dataclass(frozen=True)
+class _Output:
+    """The engine's per-token callback payload (the fields of gpu_backend.engine.RequestOutput)."""
+
+    req_id: object
+    new_token_ids: list
+    finished: bool
+    finish_reason: object
+    time: float
+
+
+class ProbeEngine:
+    """A stand-in engine with the real Engine's API and stamps, whose steps sleep (clock: perf_counter).
+
+    `add_request` appends to an ingress list under a short lock and wakes the engine thread, as the
+    real Engine does; the thread takes the list at a step boundary (stamping the request's
+    `first_scheduled_time`), then gives each request one token of `script` per step of `step_s`
+    seconds, recording it at the step's end (`token_times`) and calling `on_output`. The steps
+    sleep, so the interpreter is free for the event loop: the front end alone is timed.
+    """
+
+    def __init__(self, script: list[int], step_s: float = 0.004) -> None:
+        self.script = list(script)
+        self.step_s = step_s
+        self._lock = threading.Lock()
+        self._incoming: list = []
+        self._aborts: list = []
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._running: dict = {}
+
+    # --- the Engine API the server uses ---------------------------------------------------------
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def add_request(self, request, on_output=None) -> None:
+        with self._lock:
+            self._incoming.append((request, on_output))
+        self._wake.set()
+
+    def abort(self, req_id) -> None:
+        with self._lock:
+            self._aborts.append(req_id)
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="probe-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stats(self) -> dict:
+        return {"num_running": len(self._running), "num_waiting": 0, "num_swapped": 0, "num_used_gpu_blocks": 0,
+                "num_gpu_blocks": 1, "kv_usage": 0.0, "num_preemptions": 0}
+
+    # --- the loop -------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop:
+            with self._lock:  # the short critical section: swap the ingress lists
+                incoming, self._incoming = self._incoming, []
+                aborts, self._aborts = self._aborts, []
+            now = self.now()
+            for request, cb in incoming:
+                request.transition(RequestState.RUNNING_CTX)
+                request.first_scheduled_time = now
+                self._running[request.req_id] = (request, cb)
+            for req_id in aborts:
+                if req_id in self._running:
+                    request, cb = self._running.pop(req_id)
+                    request.finish(FinishReason.ABORTED, now)
+                    if cb is not None:
+                        cb(_Output(req_id, [], True, FinishReason.ABORTED.value, now))
+            if not self._running:
+                self._wake.wait(0.05)
+                self._wake.clear()
+                continue
+            time.sleep(self.step_s)  # a step that leaves the interpreter to the event loop
+            now = self.now()
+            for req_id, (request, cb) in list(self._running.items()):
+                token = self.script[request.num_output_tokens % len(self.script)]
+                if request.state is RequestState.RUNNING_CTX:
+                    request.transition(RequestState.RUNNING_GEN)
+                request.record_token(token, now)
+                done = request.num_output_tokens >= request.max_tokens
+                if done:
+                    self._running.pop(req_id)
+                    request.finish(FinishReason.LENGTH, now)
+                if cb is not None:
+                    cb(_Output(req_id, [token], done, FinishReason.LENGTH.value if done else None, now))
+
+
+def time_tokenizer(tokenizer, prompts: dict[int, str], num_repeats: int) -> dict[int, float]:
+    """Median seconds of `tokenizer.encode` per prompt length (the server's call, special tokens on)."""
+    out = {}
+    for length, text in prompts.items():
+        times = []
+        for _ in range(num_repeats):
+            t = time.perf_counter()
+            tokenizer.encode(text)
+            times.append(time.perf_counter() - t)
+        out[length] = statistics.median(times)
+    return out
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of ys over xs."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - slope * mx, slope
+
+
+class _Stamping:
+    """Wraps the server's engine: keeps every submitted Request and times its `on_output` calls.
+
+    The engine's clock is turned into `time.perf_counter` with `offset` (read once at start), so
+    the client's and the engine's stamps compare.
+    """
+
+    def __init__(self, engine) -> None:
+        self._engine = engine
+        self.requests: dict = {}
+        self.callback_s: list[float] = []
+        self.offset = time.perf_counter() - engine.now()
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def add_request(self, request, on_output=None) -> None:
+        self.requests[request.req_id] = request
+
+        def timed(out, cb=on_output):
+            t = time.perf_counter()
+            cb(out)
+            self.callback_s.append(time.perf_counter() - t)
+        self._engine.add_request(request, on_output=timed if on_output is not None else None)
+
+
+def probe_server(tokenizer, step_s: float = 0.004, model_name: str = "tiny-llama"):
+    """An `OpenAIServer` with the real tokenizer in front of a `ProbeEngine` (no torch)."""
+    from gpu_backend.serve.config import ServeConfig
+    from gpu_backend.serve.server import OpenAIServer
+
+    engine = ProbeEngine(tokenizer.encode(PROBE_TEXT, add_special_tokens=False), step_s=step_s)
+    return OpenAIServer(engine, tokenizer, ServeConfig(model_name=model_name), max_model_len=1 << 20,
+                        make_sampling=None)
+
+
+def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: int = 25,
+                       num_output_tokens: int = 16, num_warmup: int = 5, progress: bool = True,
+                       in_process: bool = False) -> dict:
+    """Time the front end of `server` (an `OpenAIServer`, not started) on this machine; the profile
+    (`{"format", "frontend", "measurements", "metadata"}`).
+
+    `server` is what `servesim serve` runs (`gpu_backend.serve.cli.build_server`: the real engine,
+    whose steps contend with the event loop for the interpreter as they do when serving) or
+    `probe_server(tokenizer)` (a sleeping engine: the front end alone, fast, no torch). Requests go
+    one at a time (a quiet server, an idle engine at each arrival), lengths interleaved so that
+    drifting machine load spreads over all of them.
+    """
+    from tqdm import tqdm
+
+    from gpu_backend.serve.background import BackgroundServer
+    from gpu_backend.serve.server import build_app
+
+    tokenizer = server.tokenizer
+    lengths = sorted({int(n) for n in prompt_lengths})
+    if len(lengths) < 2 or lengths[0] < 1:
+        raise ValueError(f"prompt_lengths: need at least two distinct lengths >= 1, got {list(prompt_lengths)}")
+    if lengths[-1] + num_output_tokens + 1 > server.max_model_len:
+        raise ValueError(f"prompt_lengths: {lengths[-1]} tokens + {num_output_tokens} outputs do not fit the "
+                         f"model's maximum length {server.max_model_len}")
+    load_before = os.getloadavg()
+    prompts = {n: prompt_text(tokenizer, n, seed=n) for n in lengths}
+    num_ids = {n: len(tokenizer.encode(text)) for n, text in prompts.items()}  # as the server counts them
+    encode_s = time_tokenizer(tokenizer, prompts, max(num_repeats, 20))
+
+    engine = server.engine = _Stamping(server.engine)
+    model = server.config.model_name
+
+    def body(n: int) -> dict:
+        return {"model": model, "prompt": prompts[n], "max_tokens": num_output_tokens, "stream": True,
+                "ignore_eos": True}
+
+    # HTTP requests, and every third one's twin added to the engine directly (its bare token
+    # interval), shuffled together so that drifting machine load spreads over all of them
+    plan = [("http", n) for _ in range(num_repeats) for n in lengths]
+    plan += [("bare", n) for _, n in plan[::3]]
+    random.Random(0).shuffle(plan)
+    results, bare = [], []
+    with BackgroundServer(build_app(server)) as srv, StreamClient(f"{srv.url}/v1/completions", in_process) as client:
+        for i in range(num_warmup):  # the first requests pay imports, connection set-up, caches
+            client.send(body(lengths[i % len(lengths)]))
+        for kind, n in tqdm(plan, desc="calibrate front end", unit="req", disable=not progress):
+            if kind == "http":
+                results.append((n, client.send(body(n))))
+            else:
+                bare.append(_run_bare(server, body(n)))
+    ingress: dict[int, list[float]] = {n: [] for n in lengths}
+    first_egress, last_egress, all_egress, num_unpaired = [], [], [], 0
+    for n, (sent, req_id, chunks) in results:
+        request = engine.requests[req_id]
+        # the engine took it at its first schedule() (it was idle: no step to wait for)
+        ingress[n].append(request.first_scheduled_time + engine.offset - sent)
+        produced = [t + engine.offset for t in request.token_times]  # the steps' end stamps
+        if not chunks or not produced:
+            num_unpaired += 1
+            continue
+        last_egress.append(chunks[-1] - produced[-1])  # the final chunk always carries the last token
+        first_text = tokenizer.decode(request.output_token_ids[:1])
+        if first_text and not first_text.endswith("\ufffd"):  # the first token made the first chunk
+            first_egress.append(chunks[0] - produced[0])
+        if len(chunks) == len(produced):  # one chunk per token: every pair is known
+            all_egress.extend(c - p for c, p in zip(chunks, produced))
+        else:
+            num_unpaired += 1
+    load_after = os.getloadavg()
+    served_interval = _median_interval(engine.requests[req_id] for _, (_, req_id, _) in results)
+    bare_interval = _median_interval(bare)
+    if not first_egress:
+        raise RuntimeError("calibrate front end: no first token made a chunk of its own; cannot time the egress")
+
+    xs = [num_ids[n] for n in lengths]
+    ingress_med = [statistics.median(ingress[n]) for n in lengths]
+    request_overhead, per_token = fit_line(xs, ingress_med)
+    encode_intercept, encode_per_token = fit_line(xs, [encode_s[n] for n in lengths])
+    terms = {
+        "request_overhead_s": max(request_overhead, 0.0),
+        "tokenize_s_per_token": max(per_token, 0.0),
+        # the chunks that matter most (TTFT), sent while the engine runs its next step
+        "stream_overhead_s": statistics.median(first_egress),
+        # one output per step here: what streaming it adds to the engine's token interval
+        "engine_s_per_output": max(served_interval - bare_interval, 0.0),
+    }
+    callback = engine.callback_s
+    return {
+        "format": PROFILE_FORMAT,
+        "frontend": terms,
+        "measurements": {
+            "engine": type(engine._engine).__name__,
+            "client": "thread" if in_process or not shares_clock() else "process",
+            "prompt_tokens": xs,
+            "ingress_s_median": ingress_med,
+            "ingress_s_p90": [_quantile(ingress[n], 0.9) for n in lengths],
+            "tokenizer_encode_s_median": [encode_s[n] for n in lengths],
+            "tokenizer_s_per_token": encode_per_token,
+            "tokenizer_intercept_s": encode_intercept,
+            "egress_first_chunk_s_median": statistics.median(first_egress),
+            "egress_first_chunk_s_p90": _quantile(first_egress, 0.9),
+            "egress_last_chunk_s_median": statistics.median(last_egress),
+            "egress_every_chunk_s_median": statistics.median(all_egress) if all_egress else None,
+            "engine_callback_s_per_output": statistics.median(callback) if callback else None,
+            "token_interval_s_median_streamed": served_interval,
+            "token_interval_s_median_bare": bare_interval,
+            "num_bare_requests": len(bare),
+            "num_requests": len(results),
+            "num_first_chunks_paired": len(first_egress),
+            "num_requests_not_fully_paired": num_unpaired,
+        },
+        "metadata": {
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
+            "python": platform.python_version(),
+            "packages": _versions(("uvicorn", "fastapi", "httpx", "tokenizers", "torch")),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in load_after],
+            "tokenizer": str(getattr(tokenizer, "path", "")),
+            "settings": {"num_repeats": num_repeats, "num_output_tokens": num_output_tokens,
+                         "num_warmup": num_warmup, "prompt_lengths": lengths},
+            "method": "gpu_backend/serve/frontend_calibration.py: uvicorn on loopback, the real app and "
+                      "tokenizer, an httpx streaming client in its own process; one request at a time; medians",
+        },
+    }
+
+
+def _run_bare(server, body: dict, timeout_s: float = 120.0):
+    """Add the request `body` describes straight to the (running) engine and wait for it to end."""
+    from gpu_backend.serve.protocol import parse_request
+
+    request = server.make_request(parse_request(body, chat=False), server.engine.now(), "bare")
+    server.engine.add_request(request)
+    deadline = time.monotonic() + timeout_s
+    while not request.is_finished:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"calibrate front end: request {request.req_id} did not finish in {timeout_s} s")
+        time.sleep(0.02)
+    return request
+
+
+def _median_interval(requests) -> float:
+    """Median gap between consecutive output tokens over `requests` (one request per step here)."""
+    gaps = [b - a for r in requests for a, b in zip(r.token_times, r.token_times[1:])]
+    return statistics.median(gaps)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def _versions(names: tuple[str, ...]) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def write_profile(profile: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(profile, indent=2) + "\n")
+    return path
