@@ -69,7 +69,7 @@ class Request:
         "state", "num_computed_tokens", "num_cached_tokens", "output_token_ids", "block_table",
         "first_scheduled_time", "first_token_time", "token_times", "finish_time",
         "num_preemptions", "num_swaps", "num_recomputes", "finish_reason", "reject_reason", "is_swapped",
-        "block_hashes", "num_registered_blocks", "cpu_block_table",
+        "block_hashes", "num_registered_blocks", "cpu_block_table", "preemption_intervals", "preempted_at",
     )
 
     def __init__(
@@ -113,6 +113,10 @@ class Request:
         self.token_times: list[float] = []  # one timestamp per output token
         self.finish_time: float | None = None
         self.num_preemptions = 0
+        # (preempted_at, resumed_at) of each preemption, on the scheduler's clock (simulated or wall
+        # time): from the step that took it off the GPU to the step that ran it again (or its end)
+        self.preemption_intervals: list[tuple[float, float]] = []
+        self.preempted_at: float | None = None  # the open interval's start while preempted
         self.num_swaps = 0
         self.num_recomputes = 0
         self.finish_reason: FinishReason | None = None
@@ -171,9 +175,21 @@ class Request:
         if self.first_token_time is None:
             self.first_token_time = now
 
+    def mark_preempted(self, now: float) -> None:
+        """Open a preemption interval at `now` (the scheduler calls it when it preempts)."""
+        self.preempted_at = now
+
+    def mark_resumed(self, now: float) -> None:
+        """Close the open preemption interval, if any, at `now` (scheduled again, or ended)."""
+        if self.preempted_at is not None:
+            self.preemption_intervals.append((self.preempted_at, now))
+            self.preempted_at = None
+
     def finish(self, reason: FinishReason, now: float, why: str | None = None) -> None:
-        """End the request (from any live state)."""
+        """End the request (from any live state); a preemption still open ends here."""
         self.transition(RequestState.FINISHED)
+        if self.preempted_at is not None:
+            self.mark_resumed(now)
         self.finish_reason = reason
         self.finish_time = now
         if why is not None:

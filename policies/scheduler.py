@@ -68,6 +68,7 @@ class Scheduler:
         self.preemptor = Preemptor(config.preemption, config.queue, config.hybrid_swap_threshold)
         self.requests: dict = {}  # req_id -> live (unfinished) request
         self.step_id = 0
+        self.now = 0.0  # the clock of the schedule() call in progress (stamps preemption intervals)
         self.token_budget = config.max_num_batched_tokens
         if self.whole_prompts:  # see the module docstring: a whole prompt must always fit one step
             self.token_budget = max(self.token_budget, config.max_model_len)
@@ -143,6 +144,7 @@ class Scheduler:
         state, so it is followed by another pass rather than returned as an empty plan, which a
         caller would read as "idle until the next arrival".
         """
+        self.now = now
         step = StepBuilder(self.token_budget)
         self._schedule_pass(step, now)
         while step.is_idle and step.preempted and self.has_unfinished():
@@ -240,6 +242,7 @@ class Scheduler:
             req.is_swapped = False
             step.swapped_in.append(req.req_id)
             step.resumed.add(req.req_id)
+            req.mark_resumed(self.now)
             req.transition(_GEN if req.num_output_tokens and req.num_remaining_tokens == 1 else _CTX)
             self.running.append(req)
             step.add(req, n)
@@ -269,6 +272,8 @@ class Scheduler:
                 req.num_cached_tokens = hit
             req.num_computed_tokens = hit
             req.transition(_CTX)
+            if req.preempted_at is not None:  # back after a recompute preemption
+                req.mark_resumed(self.now)
             self.running.append(req)
             step.resumed.add(req.req_id)
             step.add(req, n)
@@ -290,6 +295,7 @@ class Scheduler:
         step.undo(victim)
         victim.num_preemptions += 1
         victim.transition(RequestState.PREEMPTED)
+        victim.mark_preempted(self.now)
         if self.preemptor.mode_for(victim, bm) == SWAP:
             step.swap_out_blocks.extend(bm.swap_out(victim))
             step.swapped_out.append(victim.req_id)

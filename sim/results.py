@@ -27,7 +27,7 @@ REQUEST_COLUMNS = (
     "req_id", "arrival_time", "first_scheduled_time", "first_token_time", "finish_time",
     "num_prompt_tokens", "num_output_tokens", "max_tokens", "priority", "num_cached_tokens",
     "num_preemptions", "num_swaps", "num_recomputes", "finish_reason", "reject_reason",
-    "ttft_s", "e2e_s", "tpot_s", "queue_s", "max_itl_s", "replica",
+    "ttft_s", "e2e_s", "tpot_s", "queue_s", "max_itl_s", "replica", "preemption_intervals",
 )
 
 # finish reasons of requests that produced their whole answer (the ones latency metrics count)
@@ -150,6 +150,8 @@ def request_row(req: "Request", replica: str = "", max_itl: float | None = None)
         "num_swaps": req.num_swaps, "num_recomputes": req.num_recomputes, "finish_reason": reason,
         "reject_reason": req.reject_reason or "", "ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot,
         "queue_s": queue, "max_itl_s": max_itl, "replica": replica,
+        # JSON [[preempted_at, resumed_at], ...]: one cell, so the table stays one row per request
+        "preemption_intervals": json.dumps(req.preemption_intervals) if req.preemption_intervals else "[]",
     }
     for key, value in req.tags.items():  # workload labels (class, group, turn...) become columns
         row.setdefault(key, value)
@@ -165,6 +167,17 @@ def requests_table(requests: Iterable["Request"], replica_of: Mapping | None = N
     if not rows:
         return pd.DataFrame(columns=list(REQUEST_COLUMNS))
     return pd.DataFrame(rows)
+
+
+def preemption_table(requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per preemption (req_id, preempted_at, resumed_at) from the `requests` table's JSON
+    `preemption_intervals` column; also for a table read back from CSV, or one without the column."""
+    rows = []
+    if "preemption_intervals" in requests:
+        for req_id, cell in zip(requests["req_id"], requests["preemption_intervals"]):
+            if isinstance(cell, str) and cell not in ("", "[]"):
+                rows.extend((req_id, a, b) for a, b in json.loads(cell))
+    return pd.DataFrame(rows, columns=["req_id", "preempted_at", "resumed_at"])
 
 
 def steps_table(steps: Iterable[StepRecord]) -> pd.DataFrame:

@@ -54,8 +54,12 @@ def step_timeline(steps: pd.DataFrame) -> go.Figure:
 def request_timeline(requests: pd.DataFrame, start: int = 0, count: int = 40) -> go.Figure:
     """Gantt bars for a window of requests: queued, prefill (to first token), decode (to finish).
 
-    Requests that were preempted are outlined in red (the table counts preemptions per request).
+    Requests that were preempted are outlined in red, and each interval off the GPU (from the step
+    that preempted it to the one that ran it again: the `preemption_intervals` column) is drawn
+    over its bar in red.
     """
+    from sim.results import preemption_table
+
     window = requests.sort_values("arrival_time").iloc[start:start + count]
     fig = go.Figure()
     labels = window["req_id"].astype(str)
@@ -69,6 +73,11 @@ def request_timeline(requests: pd.DataFrame, start: int = 0, count: int = 40) ->
         base, end = window[a], window[b]
         fig.add_trace(go.Bar(y=labels, x=(end - base), base=base, orientation="h", name=name, marker_color=color,
                              marker_line_color=np.where(preempted, "red", color), marker_line_width=1.5))
+    off = preemption_table(window)
+    if len(off):  # drawn last: on top of the phase bars (overlay mode)
+        fig.add_trace(go.Bar(y=off["req_id"].astype(str), x=off["resumed_at"] - off["preempted_at"],
+                             base=off["preempted_at"], orientation="h", name="preempted", marker_color="#d62728",
+                             width=0.5))
     fig.update_layout(barmode="overlay", height=max(300, 14 * len(window) + 80), xaxis_title="time (s)",
                       yaxis_title="request", yaxis=dict(autorange="reversed"),
                       margin=dict(l=40, r=10, t=30, b=40))

@@ -214,6 +214,7 @@ class DisaggregatedCluster:
         request.first_scheduled_time = half.first_scheduled_time
         request.num_cached_tokens = half.num_cached_tokens
         request.num_preemptions += half.num_preemptions
+        request.preemption_intervals.extend(half.preemption_intervals)
         request.num_recomputes += half.num_recomputes
         if half.finish_reason not in COMPLETED or not half.token_times:
             self._end(request, half.finish_reason or FinishReason.ABORTED, now, half.reject_reason)
@@ -288,6 +289,7 @@ class DisaggregatedCluster:
         for t in half.token_times:
             request.record_token(0, t)
         request.num_preemptions += half.num_preemptions
+        request.preemption_intervals.extend(half.preemption_intervals)
         request.num_swaps += half.num_swaps
         request.num_recomputes += half.num_recomputes
         self._end(request, half.finish_reason or FinishReason.ABORTED, now,

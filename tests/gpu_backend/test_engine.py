@@ -103,6 +103,12 @@ def test_forced_preemption(tiny_model, hf_ref, mode):
     check_invariants(engine, reqs)
     counters = {"recompute": ["num_recomputes"], "swap": ["num_swaps"], "hybrid": ["num_recomputes", "num_swaps"]}
     assert sum(getattr(r, c) for r in reqs for c in counters[mode]) > 0, f"no {mode} preemption happened"
+    for r in reqs:  # preemption intervals on the engine's clock: one each, in order, no token inside
+        assert len(r.preemption_intervals) == r.num_preemptions
+        bounds = [r.arrival_time] + [t for interval in r.preemption_intervals for t in interval] + [r.finish_time]
+        assert bounds == sorted(bounds) and not any(a < t < b for a, b in r.preemption_intervals for t in r.token_times)
+    table = engine.result().requests
+    assert (table["preemption_intervals"] != "[]").sum() == sum(r.num_preemptions > 0 for r in reqs)
 
 
 def test_a_step_that_swaps_in_and_then_swaps_out_into_the_freed_cpu_blocks(tiny_model, hf_ref):

@@ -138,3 +138,28 @@ def test_preemptor_unit():
     running.append(Request("d", 3.0, 4, 4, priority=0))
     assert Preemptor("recompute", "fcfs").pick_victim(running).req_id == "d"
     assert Preemptor("recompute", "priority").pick_victim(running).req_id == "c"
+
+
+@pytest.mark.parametrize("abort", [False, True])
+def test_a_preemption_interval_spans_from_the_preempting_step_to_the_resuming_one(abort):
+    # priority admission preempts `low` at 0.3; it runs again at the first step after `urgent` ends,
+    # unless it is aborted while it waits (the interval then ends at the abort)
+    sched = make_scheduler(queue="priority", max_num_seqs=1)
+    low = Request("low", 0.0, 4, 50, priority=2)
+    _admit(sched, [low])
+    assert low.preemption_intervals == [] and low.preempted_at is None
+    urgent = Request("urgent", 0.3, 4, 2, priority=0)
+    sched.add_request(urgent, 0.3)
+    step(sched, 0.3)
+    assert low.preempted_at == 0.3 and low.preemption_intervals == []  # open while it waits
+    if abort:
+        sched.abort_request("low", 0.35)
+        assert low.preemption_intervals == [(0.3, 0.35)] and low.preempted_at is None
+        return
+    now = 0.31
+    while not urgent.is_finished:
+        step(sched, now)
+        now += 0.01
+    plan, _ = step(sched, now)
+    assert "low" in plan.num_scheduled_tokens
+    assert low.preemption_intervals == [(0.3, now)] and low.num_preemptions == 1

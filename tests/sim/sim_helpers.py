@@ -91,3 +91,14 @@ class LinearLatency:
 
     def step_time(self, plan) -> float:
         return self.overhead + self.per_token * plan.num_tokens
+
+
+def check_preemption_intervals(requests) -> None:
+    """Each request's (preempted_at, resumed_at) intervals: one per preemption, in order, inside
+    [arrival, finish], not overlapping, and no output token strictly inside one."""
+    for req in requests:
+        intervals = req.preemption_intervals
+        assert len(intervals) == req.num_preemptions, req
+        bounds = [req.arrival_time] + [t for interval in intervals for t in interval] + [req.finish_time]
+        assert bounds == sorted(bounds), (req, intervals)
+        assert not any(a < t < b for a, b in intervals for t in req.token_times), (req, intervals)

@@ -7,8 +7,8 @@ import pytest
 import simpy
 
 from sim.replica import Replica
-from sim.results import Recorder, requests_table, steps_table
-from sim_helpers import ConstantLatency, make_requests, make_sched, run_requests
+from sim.results import Recorder, preemption_table, requests_table, steps_table
+from sim_helpers import ConstantLatency, check_preemption_intervals, make_requests, make_sched, run_requests
 
 
 @pytest.mark.parametrize("policy, budget", [("chunked", 32), ("chunked", 4096), ("continuous", 4096),
@@ -168,3 +168,33 @@ def test_wake_lets_an_idle_replica_use_blocks_freed_outside_its_loop(wake):
     replica.wake()  # waking a replica with nothing new to do is harmless: it sleeps again
     env.run(until=6.0)
     assert req.is_finished and replica.is_idle
+
+
+@pytest.mark.parametrize("policy, preemption, queue", [("chunked", "recompute", "fcfs"), ("chunked", "swap", "fcfs"),
+                                                       ("continuous", "hybrid", "fcfs"),
+                                                       ("continuous", "recompute", "priority")])
+def test_preemption_intervals_under_memory_pressure(tmp_path, policy, preemption, queue):
+    # 16 requests needing ~40 blocks of 4 tokens each at their end share 40 blocks: many preemptions
+    import pandas as pd
+
+    sched = make_sched(policy, num_gpu_blocks=40, block_size=4, num_cpu_blocks=200, preemption=preemption,
+                       queue=queue, max_num_batched_tokens=64, hybrid_swap_threshold=8)
+    reqs = make_requests(16, arrivals=[0.003 * i for i in range(16)], prompt=[10 + 7 * (i % 5) for i in range(16)],
+                         max_tokens=[30 + 11 * (i % 4) for i in range(16)])
+    for i, r in enumerate(reqs):
+        r.priority = i % 3  # priority queue: admissions preempt lower-priority runners too
+    rec = run_requests(sched, ConstantLatency(0.01, per_token=1e-4), reqs)
+    assert all(r.finish_reason.value == "length" for r in reqs)
+    assert sum(r.num_preemptions for r in reqs) >= 5, "the scenario no longer preempts"
+    check_preemption_intervals(reqs)
+    # each interval runs from a step that preempted to the start of the step that ran it again
+    steps = steps_table(rec.steps)
+    table = requests_table(rec.requests)
+    intervals = preemption_table(table)
+    assert len(intervals) == table["num_preemptions"].sum()
+    preempting = (steps["num_preempted"] > 0) | (steps["num_swap_out_blocks"] > 0)  # recompute | swap
+    assert set(intervals["preempted_at"]) <= set(steps.loc[preempting, "start"])
+    assert set(intervals["resumed_at"]) <= set(steps["start"])
+    # the column survives a CSV round trip (what the app reads back)
+    table.to_csv(tmp_path / "requests.csv", index=False)
+    pd.testing.assert_frame_equal(preemption_table(pd.read_csv(tmp_path / "requests.csv")), intervals)

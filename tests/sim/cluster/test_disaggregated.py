@@ -166,3 +166,19 @@ def test_steps_count_computed_tokens_only_transferred_kv_is_not_prefill():
     assert (decode["num_prefill_tokens"] == 0).all()
     assert decode["num_decode_tokens"].sum() == (reqs["num_output_tokens"] - 1).sum()
     assert prefill["num_decode_tokens"].sum() == 0  # a prefill half samples its one token in its last chunk
+
+
+def test_preemption_intervals_of_both_halves_reach_the_user_request():
+    # a decode pool short of KV blocks preempts; the user-visible request carries its halves' intervals
+    from sim.results import preemption_table
+
+    res = simulate(make_config(DISAGG + ["workload.num_requests=60", "workload.rate=30",
+                                         "disaggregation.decode={count = 1, hardware = {num_gpu_blocks = 300}}"]))
+    reqs = res.requests
+    assert (reqs["finish_reason"] == "length").all() and reqs["num_preemptions"].sum() > 0
+    intervals = preemption_table(reqs).merge(reqs[["req_id", "arrival_time", "first_token_time", "finish_time"]])
+    assert len(intervals) == reqs["num_preemptions"].sum()
+    # all on the decode side here: after the first token (the prefill side's), before the finish
+    assert (intervals["first_token_time"] <= intervals["preempted_at"]).all()
+    assert (intervals["preempted_at"] <= intervals["resumed_at"]).all()
+    assert (intervals["resumed_at"] <= intervals["finish_time"]).all()
