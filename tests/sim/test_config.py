@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies import ConfigError
-from sim.config import Config, _toml_value, apply_override, config_to_toml, load_config, parse_value
+from sim.config import (Config, _toml_value, apply_override, config_to_toml, load_config, parse_value,
+                        section_types)
 
 
 def test_sections_and_overrides_build_a_frozen_config():
@@ -62,11 +63,8 @@ def test_unknown_key_lists_the_allowed_ones():
         load_config({"schedular": {}})
 
 
-@pytest.mark.parametrize("section", ["model", "hardware", "scheduler", "cache", "workload", "slo", "sim", "cluster",
-                                     "disaggregation"])
+@pytest.mark.parametrize("section", list(section_types()))
 def test_every_sections_unknown_key_names_the_section_the_key_and_the_sections_own_fields(section):
-    from sim.config import section_types
-
     cls = section_types()[section]
     allowed = [f.name for f in dataclasses.fields(cls) if f.init]
     with pytest.raises(ConfigError) as info:
