@@ -2,6 +2,7 @@
 
     python benchmarks/serve_client.py --rate 4 --duration 60 --out runs/serve-client
     python benchmarks/serve_client.py ... --profile PROFILE.json     # + what `servesim simulate` predicts
+    python benchmarks/serve_client.py ... --profile PROFILE.json --frontend FRONTEND.json   # + with the front end
 
 Starts `servesim serve CONFIG --device cpu` (or uses --url), drives it with guidellm at a constant
 rate (synthetic prompts of --prompt-tokens, --output-tokens each, counted with the local tokenizer),
@@ -9,7 +10,9 @@ dumps the server's requests/steps tables, joins them per request with the client
 client vs server TTFT and inter-token latency (and their differences: the network overhead). Writes
 comparison.csv, agreement.json and client_vs_server.png into --out. With --profile, also simulates
 the same load (same scheduler and cache, the profiled latency model) and prints the predicted mean
-TTFT and TPOT against the client's.
+TTFT and TPOT against the client's; with --frontend (a profile from `servesim serve CONFIG
+--calibrate-frontend`), once without and once with the front end's delays (`[frontend]`,
+sim.frontend), which is what a client measures beyond the engine.
 """
 from __future__ import annotations
 
@@ -52,8 +55,9 @@ def plot(joined: pd.DataFrame, path: Path) -> None:
 
 
 def simulate_same_load(serve_config: Path, profile: Path, rate: float, num_requests: int, prompt_tokens: int,
-                       output_tokens: int) -> dict:
-    """`servesim simulate` of the load guidellm sent: constant rate, fixed lengths, profiled latency."""
+                       output_tokens: int, frontend: Path | None = None) -> dict:
+    """`servesim simulate` of the load guidellm sent: constant rate, fixed lengths, profiled latency
+    (+ the front-end terms of a front-end profile, when given)."""
     from gpu_backend.serve.config import split_serve_section
     from sim.config import load_config
     from sim.runner import simulate
@@ -63,6 +67,12 @@ def simulate_same_load(serve_config: Path, profile: Path, rate: float, num_reque
     data["workload"] = {"kind": "constant", "rate": rate, "num_requests": num_requests,
                         "prompt_len": {"kind": "constant", "value": prompt_tokens},
                         "output_len": {"kind": "constant", "value": output_tokens}}
+    if frontend is not None:
+        from dataclasses import asdict
+
+        from sim.frontend import FrontendConfig
+
+        data["frontend"] = asdict(FrontendConfig.from_profile(frontend))
     return simulate(load_config(data)).summary
 
 
@@ -76,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=64)
     p.add_argument("--output-tokens", type=int, default=64)
     p.add_argument("--profile", type=Path, help="a calibrated profile: also simulate the same load with it")
+    p.add_argument("--frontend", type=Path, help="a front-end profile (servesim serve --calibrate-frontend): "
+                                                 "also simulate with its terms")
     p.add_argument("--out", type=Path, default=REPO / "runs" / "serve-client")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -109,17 +121,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key[:-2]:28s} {v['mean']*1e3:8.2f} {v['p50']*1e3:8.2f} {v['p90']*1e3:8.2f} {v['max']*1e3:8.2f}")
     if args.profile:
         prompt_tokens = int(round(joined["num_prompt_tokens"].mean()))  # as the server counted them (with BOS)
-        summary = simulate_same_load(args.config, args.profile, args.rate, num_requests, prompt_tokens,
-                                     args.output_tokens)
-        stats["simulate"] = {}
-        for stat in ("mean", "p50"):
-            pred = {"ttft_s": summary["ttft_s"][stat], "tpot_s": summary["tpot_s"][stat]}
-            meas = {"ttft_s": stats["client_ttft_s"][stat], "tpot_s": stats["client_itl_s"][stat]}
-            for k in pred:
-                v = {"predicted": pred[k], "client": meas[k], "error": pred[k] / meas[k] - 1}
-                stats["simulate"][f"{k}_{stat}"] = v
-                print(f"simulate {k} {stat}: predicted {v['predicted']*1e3:.2f} ms, client {v['client']*1e3:.2f} ms "
-                      f"({v['error']:+.1%})")
+        variants = {"simulate": None, **({"simulate_frontend": args.frontend} if args.frontend else {})}
+        print(f"\n{'prediction vs client':32s} {'predicted':>10s} {'client':>10s} {'error':>8s}")
+        for name, frontend in variants.items():
+            summary = simulate_same_load(args.config, args.profile, args.rate, num_requests, prompt_tokens,
+                                         args.output_tokens, frontend)
+            stats[name] = {}
+            label = "+ front end" if frontend else "engine only"
+            for stat in ("mean", "p50"):
+                pred = {"ttft_s": summary["ttft_s"][stat], "tpot_s": summary["tpot_s"][stat]}
+                meas = {"ttft_s": stats["client_ttft_s"][stat], "tpot_s": stats["client_itl_s"][stat]}
+                for k in pred:
+                    v = {"predicted": pred[k], "client": meas[k], "error": pred[k] / meas[k] - 1}
+                    stats[name][f"{k}_{stat}"] = v
+                    print(f"{label + ' ' + k[:-2] + ' ' + stat:32s} {v['predicted']*1e3:8.2f}ms {v['client']*1e3:8.2f}ms "
+                          f"{v['error']:+8.1%}")
+        if args.frontend:
+            stats["frontend_profile"] = str(args.frontend)
     (args.out / "agreement.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(f"\nwrote {args.out}/comparison.csv, agreement.json, client_vs_server.png")
     return 0
