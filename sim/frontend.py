@@ -24,7 +24,7 @@ event loop's per-chunk work (detokenizing, formatting, writing) holds the interp
 engine's own Python needs. The calibration measures that as the lengthening of the engine's
 token interval when it streams over HTTP against the same requests added to it directly;
 `engine_s_per_output` charges it in every step, per output the step produces
-(`OutputChargedLatency` wraps the latency model; the simulator's decode fast path is off then).
+(`OutputChargedLatency` wraps the latency model).
 
 Not modelled: queueing between concurrent requests on the server's single event loop (each term is
 a lone request's cost), and chunks the detokenizer holds back (an incomplete character).
@@ -94,7 +94,9 @@ class FrontendConfig:
         """`latency_model`, plus `engine_s_per_output` per output of each step (itself when that is 0)."""
         if not self.engine_s_per_output:
             return latency_model
-        return OutputChargedLatency(latency_model, self.engine_s_per_output)
+        inner = type(latency_model)
+        pure = getattr(inner, "pure_step_time", False) or getattr(inner, "decode_step_times", None)
+        return (PureOutputChargedLatency if pure else OutputChargedLatency)(latency_model, self.engine_s_per_output)
 
     @classmethod
     def from_profile(cls, path: str | Path) -> "FrontendConfig":
@@ -131,7 +133,9 @@ class OutputChargedLatency:
     """A latency model whose every step costs `s_per_output` more per output token it produces.
 
     Everything else is the inner model's (attributes are forwarded). The simulator's fast-path
-    declarations are looked up on the class, so this wrapper has none: steps go one by one.
+    declarations are looked up on the class, so this wrapper has none: steps go one by one
+    (`PureOutputChargedLatency` keeps the decode fast path for an inner model whose step time
+    depends on the plan alone).
     """
 
     def __init__(self, inner, s_per_output: float) -> None:
@@ -143,3 +147,10 @@ class OutputChargedLatency:
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+
+class PureOutputChargedLatency(OutputChargedLatency):
+    """`OutputChargedLatency` over a model whose step time depends on the plan alone: so is this one's,
+    and the simulator may replay decode runs with it (`sim.replica.decode_time_function`)."""
+
+    pure_step_time = True

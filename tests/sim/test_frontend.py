@@ -78,6 +78,29 @@ def test_the_engine_share_lengthens_each_step_by_its_outputs():
     assert one["tpot_s"] == pytest.approx(STEP_S + PER_TOKEN_S + charge, abs=1e-12)
 
 
+@pytest.mark.parametrize("latency", ["roofline", "constant"])
+def test_the_charged_model_keeps_the_fast_path_exact(monkeypatch, latency):
+    """The decode fast path over a charged model gives the step-by-step loop's tables."""
+    fe = {"request_overhead_s": 0.001, "stream_overhead_s": 0.0005, "engine_s_per_output": 4e-5}
+    cfg = load_config({"workload": {"kind": "poisson", "rate": 30.0, "num_requests": 80, "seed": 3,
+                                    "prompt_len": {"kind": "uniform", "low": 10, "high": 600},
+                                    "output_len": {"kind": "uniform", "low": 1, "high": 120}},
+                       "frontend": fe})
+
+    def once(fast: str):
+        monkeypatch.setenv("SERVESIM_FAST_DECODE", fast)
+        return simulate(cfg, latency_model=ConstantLatency(STEP_S, PER_TOKEN_S) if latency == "constant" else None)
+    fast, slow = once("1"), once("0")
+    pd.testing.assert_frame_equal(fast.requests, slow.requests)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps)
+    from sim.latency import build_latency_model
+    from sim.replica import decode_time_function
+
+    assert decode_time_function(FrontendConfig(**fe).charge(build_latency_model(cfg))) is not None  # fast path on
+    charged = FrontendConfig(**fe).charge(ConstantLatency(1.0))
+    assert not hasattr(type(charged), "pure_step_time")  # an unknown model is not assumed pure
+
+
 def test_ingress_and_egress_leave_step_durations_alone():
     fe = {"request_overhead_s": 0.002, "stream_overhead_s": 0.001}
     base, shifted = run([(0.0, 64, 16)]), run([(0.0, 64, 16)], fe)
