@@ -70,12 +70,11 @@ def fit_runs(train: list, iterations: int = 2, gpu: str | None = None, gpu_model
     """(fitted HostOverhead, the last round's predictions of the training runs)."""
     from tqdm import tqdm
 
-    from sim.fidelity.host_overhead import HostOverhead
     from sim.fidelity.overhead_fit import fit_overhead, run_system
     from sim.fidelity.predict import predict_run
     from sim.fidelity.reproduce import fit_terms_for
 
-    overhead = HostOverhead()
+    overhead = None  # the first round simulates with the GPU model's host prior
     preds = []
     for it in range(max(1, iterations)):
         preds = [predict_run(r, overhead, gpu=gpu, gpu_model=gpu_model)

@@ -18,9 +18,29 @@ SOURCES = ("aiconfigurator", "h100-microbench")
 KERNELS = ("native", "vidur")
 
 
-def import_profile(source: str, gpu: str, model: str, tp: int = 1, data_dir: str | Path | None = None,
+def dims_of_spec(spec, tp: int = 1, dtype: str = "bfloat16") -> dict:
+    """The profile `model` dict of a `sim.models.ModelSpec` (any catalog model or config.json,
+    MoE fields included), for importers that are given a model the known names lack."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"tp: expected a positive integer, got {tp!r}")
+    if getattr(spec, "mlp_kind", "gated") != "gated" or getattr(spec, "position_embedding", "rope") != "rope":
+        raise ConfigError(f"model: {spec.name} is not a Llama-family decoder (gated MLP, rotary positions); "
+                          "the importers time only those layers")
+    if spec.num_attention_heads % tp:
+        raise ConfigError(f"tp: {tp} does not divide num_attention_heads={spec.num_attention_heads}")
+    dims = {"name": spec.name, "num_hidden_layers": spec.num_layers, "hidden_size": spec.hidden_size,
+            "num_attention_heads": spec.num_attention_heads, "num_key_value_heads": spec.num_kv_heads,
+            "head_dim": spec.head_dim, "intermediate_size": spec.intermediate_size, "vocab_size": spec.vocab_size,
+            "tensor_parallel_size": tp, "dtype": dtype}
+    if spec.num_experts:
+        dims.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok)
+    return dims
+
+
+def import_profile(source: str, gpu: str, model, tp: int = 1, data_dir: str | Path | None = None,
                    host: str = "graphs", kernels: str = "native") -> Profile:
-    """Build a profile for `model` at tensor parallelism `tp` on `gpu` from published data.
+    """Build a profile for `model` (a known name, a config.json path, or a dims dict from
+    `dims_of_spec`) at tensor parallelism `tp` on `gpu` from published data.
 
     `host` adds the engine's per-step host time (`calibrate.importers.derived.host_overhead_op`):
     "graphs" (a CUDA-graph engine, the default), "eager" (no CUDA graphs, NCCL all-reduce only) or

@@ -19,8 +19,8 @@ The wheel ships measured kernel latencies (milliseconds) under
   over message bytes for 2/4/8 GPUs; vLLM uses its custom kernel for small messages and NCCL for
   large ones, so the curve takes the faster of the two at each size.
 
-MoE, MLA and the other tables are not imported: `ProfiledLatencyModel` models dense Llama-family
-layers. Norms, rotary, activation, KV writes, embedding and sampling are derived from the system's
+- ``moe/vllm/*/moe_perf.parquet``: vLLM's fused MoE over the step's tokens, for Mixtral-style
+  models (`moe_ops`). MLA and the other tables are not imported. Norms, rotary, activation, KV writes, embedding and sampling are derived from the system's
 memory bandwidth (`calibrate.importers.derived`); there is no per-step host overhead in the data.
 """
 from __future__ import annotations
@@ -219,7 +219,42 @@ def chunked_prefill_points(full: list, decode_curve) -> list:
     return out
 
 
-def import_aiconfigurator(gpu: str, model: str, tp: int = 1, nccl_only: bool = False) -> Profile:
+def moe_ops(system_dir: Path, dims: dict, gemm, gemm_src: str) -> dict:
+    """The MoE layer of a Mixtral-style model from the measured fused-MoE kernel.
+
+    ``moe/<framework>/<version>/moe_perf.parquet`` times vLLM's fused MoE (the router's top-k
+    dispatch, every active expert's gate/up GEMM, the activation and the down GEMM, tensor-parallel
+    sharded by `moe_tp_size`) over the step's tokens, with tokens spread evenly over the experts
+    (``balanced``): one token reads `num_experts_per_tok` experts' weights, a few dozen read them
+    all. It takes the place of the dense MLP: ``gate_up_proj`` is the whole MoE block, and
+    ``down_proj`` the router's (hidden x num_experts) gate GEMM.
+    """
+    import pandas as pd
+
+    path, src = _table(system_dir, "moe", "moe_perf.parquet")
+    df = pd.read_parquet(path)
+    tp = dims["tensor_parallel_size"]
+    want = {"hidden_size": dims["hidden_size"], "inter_size": dims["intermediate_size"],
+            "topk": dims["num_experts_per_tok"], "num_experts": dims["num_experts"]}
+    keep = df.moe_dtype.isin(["bfloat16", "float16"]) & (df.moe_ep_size == 1) & (df.moe_tp_size == tp)
+    for col, v in want.items():
+        keep &= df[col] == v
+    rows = df[keep]
+    balanced = rows[rows.distribution == "balanced"]
+    rows = balanced if not balanced.empty else rows
+    if rows.empty:
+        raise ConfigError(f"model: aiconfigurator {src} has no fused-MoE timing for {want} at moe_tp_size={tp}")
+    pts = [[float(r.num_tokens), float(r.latency) * MS] for r in rows.itertuples()]
+    k, n = dims["hidden_size"], dims["num_experts"]
+    return {
+        "gate_up_proj": fit_op("gate_up_proj", pts, source=f"aiconfigurator {src} fused MoE "
+                               f"({dims['num_experts']} experts, top {dims['num_experts_per_tok']}, tp {tp}; whole block)"),
+        "down_proj": fit_op("down_proj", _interp_gemm(gemm, k, n),
+                            source=f"aiconfigurator {gemm_src} gemm (k={k}, n={n}): the MoE router"),
+    }
+
+
+def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: bool = False) -> Profile:
     """Profile of `model` at tensor parallelism `tp` on `gpu` (H100, H200 or A100) from aiconfigurator data.
 
     `nccl_only`: all-reduce from the NCCL table alone (engines without vLLM's custom all-reduce).
@@ -230,7 +265,10 @@ def import_aiconfigurator(gpu: str, model: str, tp: int = 1, nccl_only: bool = F
     key = gpu.upper().replace("-SXM", "").replace("_SXM", "")
     if key not in SYSTEMS:
         raise ConfigError(f"gpu: {gpu!r} is not allowed; choose one of {', '.join(SYSTEMS)}")
-    dims = resolve_model(model, tp)
+    if isinstance(model, dict):  # dims already resolved (calibrate.importers.dims_of_spec)
+        dims = {**model, "tensor_parallel_size": tp}
+    else:
+        dims = resolve_model(model, tp)
     root = package_dir() / "systems"
     system_dir = root / "data" / SYSTEMS[key]
     system = yaml.safe_load((root / f"{SYSTEMS[key]}.yaml").read_text())
@@ -246,6 +284,8 @@ def import_aiconfigurator(gpu: str, model: str, tp: int = 1, nccl_only: bool = F
     device_name = str(gemm.device.iloc[0])
     for op, (k, n) in per_rank_shapes(dims).items():
         ops[op] = fit_op(op, _interp_gemm(gemm, k, n), source=f"aiconfigurator {gemm_src} gemm (k={k}, n={n})")
+    if dims.get("num_experts"):
+        ops.update(moe_ops(system_dir, dims, gemm, gemm_src))
 
     # attention, per-rank head counts
     heads = dims["num_attention_heads"] // tp
@@ -310,6 +350,8 @@ def import_aiconfigurator(gpu: str, model: str, tp: int = 1, nccl_only: bool = F
     g = system["gpu"]
     ops.update(derived_ops(dims, float(g["mem_bw"]), float(g.get("mem_bw_empirical_scaling_factor", 0.8)),
                            float(g.get("mem_empirical_constant_latency", 3e-6)), f"aiconfigurator {key} system"))
+    if dims.get("num_experts"):
+        ops.pop("act", None)  # silu(gate) x up runs inside the fused MoE kernel, timed with it
     try:
         from importlib.metadata import version as _pkg_version
 

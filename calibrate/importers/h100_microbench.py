@@ -58,7 +58,7 @@ def import_h100_microbench(gpu: str, model: str, tp: int = 1, data_dir: str | Pa
     root = Path(data_dir) if data_dir else DEFAULT_DIR
     if not root.is_dir():
         raise FileNotFoundError(f"--data-dir: h100-kernel-microbench not found at {root}")
-    dims = resolve_model(model, tp)
+    dims = {**model, "tensor_parallel_size": tp} if isinstance(model, dict) else resolve_model(model, tp)
     ops = {}
     gemm_rows = _rows(root / "gemm" / "h100" / "data.csv")
     for op, (k, n) in per_rank_shapes(dims).items():

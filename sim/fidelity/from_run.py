@@ -305,10 +305,53 @@ def load_run(run_dir: str | Path) -> RealRun:
     return runs[0]
 
 
-def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload: str = "auto"):
-    """A `Config` rebuilt from the run folder's server arguments and load profile, then `overrides`."""
+def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload: str = "auto",
+                    measured_kernels: bool = True):
+    """A `Config` rebuilt from the run folder's server arguments and load profile, then `overrides`.
+
+    With `measured_kernels` (and no `hardware.latency`/`hardware.profile` override), the step
+    times come from the measured per-op data `servesim reproduce` uses for that GPU, model and TP
+    (`measured_profile_file`), so both commands predict with the same GPU model; without such data
+    the config keeps the roofline.
+    """
+    from dataclasses import replace
+
     from sim.config import load_config
 
     run = load_run(run_dir)
     gpu = next((o.split("=", 1)[1].strip().strip('"') for o in overrides if o.replace(" ", "").startswith("hardware.gpu=")), None)
-    return load_config(config_dict_for_run(run, gpu=gpu, workload=workload), overrides)
+    config = load_config(config_dict_for_run(run, gpu=gpu, workload=workload), overrides)
+    chosen = any(o.replace(" ", "").startswith(("hardware.latency=", "hardware.profile=")) for o in overrides)
+    if measured_kernels and not chosen and config.hardware.latency == "roofline":
+        path = measured_profile_file(config)
+        if path is not None:
+            config = replace(config, hardware=replace(config.hardware, latency="profiled", profile=str(path)))
+    return config
+
+
+def measured_profile_file(config, cache_dir: str | Path | None = None) -> Path | None:
+    """A profile file of the config's model, GPU and TP imported from aiconfigurator's per-op data
+    (`calibrate.importers`, with the engine's host time), cached by content; None when the extra
+    is not installed or has no data for them."""
+    import json
+
+    try:
+        from calibrate.importers import dims_of_spec, import_profile
+
+        dims = dims_of_spec(config.model.spec(), config.hardware.tp)
+        folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
+        importer = Path(__file__).resolve().parents[2] / "calibrate" / "importers"
+        stamp = "".join(p.read_text() for p in sorted(importer.glob("*.py")) if p.is_file())
+        key = hashlib.sha1((json.dumps(dims, sort_keys=True) + config.hardware.gpu + stamp).encode()).hexdigest()[:16]
+        path = folder / f"aiconfigurator-{config.hardware.gpu}-tp{config.hardware.tp}-{key}.json"
+        if not path.is_file():
+            profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp)
+            folder.mkdir(parents=True, exist_ok=True)
+            import os
+
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            profile.save(tmp)
+            os.replace(tmp, path)
+        return path
+    except Exception:  # noqa: BLE001 - no extra, no data for this GPU/model/TP: the roofline stays
+        return None

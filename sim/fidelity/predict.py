@@ -10,7 +10,7 @@ GPU and model, most specific first:
    when installed;
 4. `roofline`: the config's own latency model (`sim.latency.build_latency_model`).
 
-The GPU model is wrapped in `HostOverheadLatencyModel` (named host terms). Data-parallel runs
+The GPU model is wrapped in `HostOverheadLatencyModel` (named host terms: a fit's, or `host_prior`). Data-parallel runs
 (`data_parallel_size` > 1) are simulated as that many engines, requests dealt round-robin.
 """
 from __future__ import annotations
@@ -87,20 +87,39 @@ def distserve_profile(run: RealRun) -> Path | None:
 _AICONFIGURATOR: dict[tuple, object] = {}  # (gpu, model, tp) -> Profile, or the exception it raised
 
 
-def _aiconfigurator_profile(gpu: str, model: str, tp: int):
-    """calibrate's import of aiconfigurator's data (optional extra), cached with its failures (slow to load)."""
-    key = (gpu, model, tp)
+def _aiconfigurator_profile(gpu: str, spec, tp: int):
+    """calibrate's import of aiconfigurator's data (optional extra) for a `ModelSpec`, cached with
+    its failures (slow to load)."""
+    key = (gpu, spec, tp)
     if key not in _AICONFIGURATOR:
         try:
-            from calibrate.importers import import_profile
+            from calibrate.importers import dims_of_spec, import_profile
 
-            _AICONFIGURATOR[key] = import_profile("aiconfigurator", gpu, model, tp)
+            # kernel time only: the engine's host time is `host_prior`'s named terms (or a fit's)
+            _AICONFIGURATOR[key] = import_profile("aiconfigurator", gpu, dims_of_spec(spec, tp), tp, host="none")
         except Exception as exc:  # noqa: BLE001 - any failure means "no data": fall back
             _AICONFIGURATOR[key] = exc
     hit = _AICONFIGURATOR[key]
     if isinstance(hit, Exception):
         raise hit
     return hit
+
+
+def host_prior(gpu_model: str) -> HostOverhead:
+    """The host terms a run is predicted with when no fit is given, by GPU step-time source.
+
+    Per-op kernel databases (`aiconfigurator`) hold no host time: a CUDA-graph engine's step adds
+    the project's documented per-step and per-sequence constants (`sim.latency.RooflineConstants`,
+    not fitted to any run). A fit replaces these terms rather than adding to them. The other
+    sources time whole engine steps or layers (their host time is in the data) and the roofline
+    carries its own: no terms.
+    """
+    if gpu_model == "aiconfigurator":
+        from sim.latency.roofline import RooflineConstants
+
+        c = RooflineConstants()
+        return HostOverhead(schedule_s=c.step_overhead_s, schedule_per_seq_s=c.per_seq_overhead_s)
+    return HostOverhead()
 
 
 def gpu_latency_model(run: RealRun, config, kind: str = "auto"):
@@ -135,7 +154,7 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto"):
         try:
             from sim.latency.profiled import ProfiledLatencyModel
 
-            profile = _aiconfigurator_profile(config.hardware.gpu, spec.name, config.hardware.tp)
+            profile = _aiconfigurator_profile(config.hardware.gpu, spec, config.hardware.tp)
             return ProfiledLatencyModel(profile, block_size=config.cache.block_size), "aiconfigurator"
         except Exception as exc:  # not installed, or no data for this GPU/model: fall through
             if kind == "aiconfigurator":
@@ -162,12 +181,12 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
 def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: str = "auto",
                 gpu: str | None = None, gpu_model: str = "auto", overrides: tuple[str, ...] = (),
                 record: bool = False) -> Prediction:
-    """Simulate `run` from its configuration and return the per-request predictions."""
+    """Simulate `run` from its configuration and return the per-request predictions (`overhead`
+    None: the GPU model's `host_prior`)."""
     from sim.config import load_config
     from sim.fidelity.from_run import config_dict_for_run
     from sim.runner import simulate
 
-    overhead = overhead or HostOverhead()
     replayed = workload == "replay" or (workload == "auto" and run.has_per_request)
     kind = "replay" if replayed else "profile"
     data_section = (run.profile or {}).get("data")
@@ -181,6 +200,8 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     req_tables, step_tables, label = [], [], ""
     for engine, shard in enumerate(shards):
         base, label = gpu_latency_model(run, config, gpu_model)
+        if overhead is None:
+            overhead = host_prior(label)
         latency = HostOverheadLatencyModel(base, overhead, record=True)
         wl = _workload(run, shard, kind)
         result = simulate(config, latency_model=latency, workload=wl)

@@ -142,7 +142,7 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: st
     rows: list[dict] = []
     rep = Reproduction(pd.DataFrame())
     base: dict[str, Prediction] = {}
-    given = fit if isinstance(fit, HostOverhead) else HostOverhead()
+    given = fit if isinstance(fit, HostOverhead) else None  # None: each GPU model's host prior
     bar = tqdm(runs, desc="simulate", unit="run", disable=not progress, leave=False)
     for run in bar:
         bar.set_postfix_str(run.name[-30:])
