@@ -11,14 +11,9 @@ identical, so one layer's op times x num_hidden_layers is a layer stack):
   attention backend (which also writes the chunk's K/V, so `attention_includes_kv_write`);
 - decode attention over (batch size, KV length), all decodes of equal length;
 - swap copies GPU->CPU and CPU->GPU over bytes (`KVCache.swap_out` / `swap_in`);
-- the engine's per-step host overhead: the model runner executes synthetic plans (d decodes, with
-  or without a prefill chunk), timed like the ops; its time minus what the op curves predict for
-  the plan, plus the scheduler's time per step from a short fixed calibration workload through the
-  real `Engine`, is a point of `step_overhead` over the number of sequences (decode-only plans)
-  or of `prefill_overhead` (the extra of plans with a chunk); the plans are timed round-robin.
-  The steps of that calibration workload (a batch of 24, then a few requests alone) add points
-  measured in the engine's own conditions. Nothing here shares anything with a validation
-  workload.
+- the engine's own steps on a fixed calibration workload (`calibrate.engine_steps`): the host
+  overhead per step, per sequence and per prefill sequence, and the in-step scales of the op
+  curves, fitted on those steps (nothing here shares anything with a validation workload).
 
 Each point: `warmup` untimed calls, then `repeats` timed calls (synchronized on CUDA); every timed
 call is kept as a raw point and the fit uses per-x medians. `quick` is a small grid for CI.
@@ -36,9 +31,10 @@ from typing import Callable
 import numpy as np
 import torch
 
-from calibrate.fit import fit_op
+from calibrate.engine_steps import ENGINE_GROUPS, fit_engine_steps, measure_engine_steps
+from calibrate.fit import fit_error, fit_op
 from policies import BatchPlan, ConfigError, Request, ScheduledSeq
-from sim.latency.profiled import Profile, ProfiledLatencyModel
+from sim.latency.profiled import OpProfile, PiecewiseLinear, Profile, ProfiledLatencyModel
 
 
 @dataclass(frozen=True)
@@ -52,10 +48,7 @@ class Grid:
     swap_blocks: tuple[int, ...]
     warmup: int
     repeats: int
-    overhead_requests: int
-    overhead_decodes: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
-    overhead_prefills: tuple[int, ...] = (0, 64, 256)
-    overhead_kv: int = 128
+    engine_groups: tuple[int, ...] = ENGINE_GROUPS  # request groups of the engine-step calibration
 
     @classmethod
     def make(cls, quick: bool, max_len: int = 2048, max_seqs: int = 256) -> "Grid":
@@ -67,14 +60,14 @@ class Grid:
             chunks, extra = (4, 16, 64, 128, 256, 512, 1024), (0, 16, 128, 512)
             batches, kvs = (1, 2, 4, 8, 16, 32), (16, 128, 512, 1024)
             return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
-                       (1, 4, 16, 64), 2, 5, 24)
+                       (1, 4, 16, 64), 2, 5)
         tokens = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
                   2048, 3072, 4096)
         sampled = tuple(s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256) if s <= max_seqs)
         chunks, extra = (2, 4, 16, 64, 128, 256, 512, 1024), (0, 16, 64, 256, 1024)
         batches, kvs = (1, 2, 4, 8, 16, 32, 64, 128), (16, 64, 256, 512, 1024, 2048)
         return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
-                   (1, 4, 16, 64, 256), 3, 11, 48)
+                   (1, 4, 16, 64, 256), 3, 11, ENGINE_GROUPS * 2)
 
 
 def _pairs(chunks, extra, max_len):
@@ -284,9 +277,6 @@ class OpBench:
 # the rotation of `OpBench.cold` stops at this many bytes: beyond any CPU's last-level cache share
 # and 5x an H100's L2, so the weights come from memory as they do in a step of a large model
 COLD_BYTES_CAP = 256 << 20
-# repeats per overhead plan (at least): a quick grid's 5 left ~+-0.3 ms of noise in a 1-4 ms residual
-OVERHEAD_REPEATS = 15
-
 TOKEN_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act", "input_norm", "rotary", "kv_write",
              "residual_add", "embed")
 SAMPLED_OPS = ("lm_head", "sampler")
@@ -335,90 +325,23 @@ def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: f
     return points
 
 
-def measure_overhead(bench: OpBench, partial: Profile, grid: Grid, progress: bool = True, seed: int = 0) -> list:
-    """[[num_seqs, seconds, has_prefill]] of engine step time the op curves do not explain.
-
-    Two parts: (1) the model runner (`gpu_backend.model_runner.ModelRunner.execute`: batch assembly,
-    forward, LM head, sampling) on synthetic plans of d decodes plus an optional prefill chunk,
-    timed like the ops, minus the op-curve prediction of the same plan (residual adds, views,
-    module-call and Python glue); (2) the scheduler's schedule + update time per step, from a short
-    calibration workload through the real `Engine` (its median per step is added to every point).
-    """
-    from gpu_backend.engine import Engine, EngineConfig
-    from gpu_backend.model_runner import ModelRunner
-    from policies import CacheConfig, SchedulerConfig
-    from tqdm import tqdm
-
-    model = ProfiledLatencyModel(partial)
-    bs = bench.block_size
-    shapes = [(d, p) for d in grid.overhead_decodes for p in grid.overhead_prefills if d + (p > 0) > 0]
-    per_seq_blocks = -(-(grid.overhead_kv + max(grid.overhead_prefills)) // bs)
-    kv = bench.kv_cache(per_seq_blocks * (max(grid.overhead_decodes) + 1))
-    runner = ModelRunner(bench.model, kv, bench.backend)
-    plans = []
-    for d, p in shapes:
-        seqs = _decode_seqs(d, grid.overhead_kv, bs)
-        if p:
-            seqs.append(_fake_seq("p", p, 0, d * per_seq_blocks, bs))
-        plans.append(BatchPlan(0, tuple(seqs)))
-    # the overhead is a small difference of two large numbers: more repeats than the ops get, taken
-    # round-robin over the plans (one call of each per round), so that a burst of load from other
-    # processes lands on every plan alike instead of on a few consecutive ones (with back-to-back
-    # repeats the per-plan medians scattered by +-0.4 ms around a 1-2 ms residual, measured here)
-    rounds = max(grid.repeats, OVERHEAD_REPEATS)
-    times: list[list[float]] = [[] for _ in plans]
-    with torch.inference_mode():
-        for plan in plans:
-            time_call(lambda: runner.execute(plan), grid.warmup, 0, bench.device)
-        for _ in tqdm(range(rounds), desc="calibrate overhead", unit="round", disable=not progress, mininterval=0.5):
-            for plan, out in zip(plans, times):
-                out.extend(time_call(lambda: runner.execute(plan), 0, 1, bench.device))
-    residuals = [(plan.num_seqs, float(np.median(t)) - model.step_time(plan), t, plan.num_prefill_tokens > 0)
-                 for plan, t in zip(plans, times)]
-
-    cfg = EngineConfig(model=bench.config, scheduler=SchedulerConfig(
-        policy="chunked", max_num_batched_tokens=256, max_num_seqs=32, max_model_len=bench.config.max_position_embeddings),
-        cache=CacheConfig(block_size=bs, num_gpu_blocks=1024), dtype=_dtype_name(bench.dtype))
-    engine = Engine(cfg, bench.device, model=bench.model)
-    # the engine's own steps, timed like `calibrate.validate` times them (the runner's time on this
-    # clock plus the scheduler's): between two steps the scheduler, sampler and bookkeeping run and
-    # evict the caches, and sequences have real, uneven block tables; back-to-back synthetic plans
-    # see neither, and under-predicted the engine's multi-sequence decode steps by ~10% (measured)
-    clock, _ = clock_for(bench.device)
-    execute, spent, steps = engine.runner.execute, [0.0], []
-    last = [engine.schedule_time_s]
-
-    def timed_execute(plan):
-        t = clock()
-        result = execute(plan)
-        spent[0] = clock() - t
-        return result
-
-    def hook(plan, result):
-        steps.append((plan, spent[0] + engine.schedule_time_s - last[0]))
-        last[0] = engine.schedule_time_s
-
-    engine.runner.execute = timed_execute
-    engine.step_hooks.append(hook)
-    rng = np.random.default_rng(seed + 7)
-    for i in range(grid.overhead_requests):
-        prompt, out = int(rng.choice([4, 16, 48, 128])), int(rng.choice([2, 8, 24]))
-        engine.add_request(Request(f"cal{i}", 0.0, prompt, out, prompt_token_ids=rng.integers(3, 200, prompt).tolist()))
-    engine.run_until_done()
-    sched = engine.schedule_time_s / max(engine.num_steps, 1)
-    # then a few requests one at a time: single-sequence decode steps, the commonest step of a
-    # lightly loaded server, measured in the engine's own conditions (the batch above has few)
-    for i in range(grid.overhead_requests // 3):
-        prompt = int(rng.choice([16, 48, 128]))
-        engine.add_request(Request(f"solo{i}", 0.0, prompt, 8, prompt_token_ids=rng.integers(3, 200, prompt).tolist()))
-        engine.run_until_done()
-    # keep each repeat as a raw point (shifted by the plan's median residual) so the spread is visible;
-    # the third column says whether the plan had a prefill chunk
-    points = [[float(n), max(r + (t - float(np.median(times))), 0.0) + sched, float(has_prefill)]
-              for n, r, times, has_prefill in residuals for t in times]
-    points += [[float(plan.num_seqs), max(t - model.step_time(plan), 0.0), float(plan.num_prefill_tokens > 0)]
-               for plan, t in steps[2:]]  # the first steps pay one-off costs (allocations, first shapes)
-    return points
+def add_engine_fit(profile: Profile, bench: OpBench, grid: Grid, progress: bool = True, seed: int = 0) -> dict:
+    """Time the engine's own steps and fit the host overhead and in-step scales into `profile`."""
+    steps = measure_engine_steps(bench, grid.engine_groups, progress=progress, seed=seed)
+    fit = fit_engine_steps(ProfiledLatencyModel(profile), steps)
+    p = fit["params"]
+    top = float(max(fit["max_num_seqs"], 2))
+    source = "measured: engine steps of the calibration workload (calibrate.engine_steps)"
+    step = PiecewiseLinear((1.0, top), (p["step_s"] + p["per_seq_s"], p["step_s"] + p["per_seq_s"] * top))
+    profile.ops["step_overhead"] = OpProfile("step_overhead", ("num_seqs",), step, fit["step_points"],
+                                             fit_error(step, fit["step_points"]), source)
+    pre = PiecewiseLinear((1.0, 2.0), (p["per_prefill_seq_s"], 2 * p["per_prefill_seq_s"]))
+    profile.ops["prefill_overhead"] = OpProfile("prefill_overhead", ("num_seqs",), pre, fit["prefill_points"],
+                                                fit_error(pre, fit["prefill_points"]) if fit["prefill_points"] else {},
+                                                source)
+    profile.meta["in_step_scale"] = {k: round(p[k], 4) for k in ("dense", "attn_prefill", "attn_decode")}
+    profile.meta["engine_step_fit"] = {**fit["stats"], "params": {k: round(v, 7) for k, v in p.items()}}
+    return fit
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -450,14 +373,7 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
         "load_avg_1m_at_start": round(os.getloadavg()[0], 2),  # other processes on the machine
     }
     profile = Profile(meta=meta, model=dims, ops=ops)
-    overhead = measure_overhead(bench, profile, grid, progress, seed)
-    # decode-only plans give the per-step overhead over sequences; plans with a prefill chunk give the
-    # extra a step with chunks costs on top (the engine's prefill path: chunk loop, masks, metadata)
-    step = fit_op("step_overhead", [[n, t] for n, t, has_prefill in overhead if not has_prefill])
-    profile.ops["step_overhead"] = step
-    extra = [[1.0, t - step.curve(n)] for n, t, has_prefill in overhead if has_prefill]
-    if extra:
-        profile.ops["prefill_overhead"] = fit_op("prefill_overhead", extra)
+    add_engine_fit(profile, bench, grid, progress, seed)
     profile.meta["calibration_s"] = round(time.perf_counter() - t0, 1)
     profile.meta["load_avg_1m_at_end"] = round(os.getloadavg()[0], 2)
     return profile

@@ -58,6 +58,12 @@ Two `meta` keys describe how the profiled engine's attention behaves:
 - ``attention_includes_kv_write``: true when the attention curves were timed through a backend
   that also scatters the new K/V into the cache; `kv_write` is then not added again.
 
+An optional ``meta.in_step_scale`` ``{"dense": s, "attn_prefill": s, "attn_decode": s}`` (absent:
+all 1) multiplies the op curves inside a step: ``dense`` the GEMMs, norms, rotary, KV writes,
+embedding, LM head and sampler, the others the attention curves. `calibrate` fits it, with the host
+overhead, on the engine's own steps (`calibrate.engine_steps`): ops timed in isolation run in
+other cache conditions than inside a step, and the difference is a factor, not a constant.
+
 Curves:
 
 - ``pwl``: monotone piecewise-linear through knots (isotonic fit of the per-x medians). Between
@@ -105,6 +111,8 @@ OP_INPUTS: dict[str, tuple[str, ...]] = {
     "all_reduce": ("bytes",), "swap_out": ("bytes",), "swap_in": ("bytes",), "step_overhead": ("num_seqs",),
     "prefill_overhead": ("num_seqs",),
 }
+#: groups of ops `meta.in_step_scale` may scale (see the module docstring)
+IN_STEP_SCALE_KEYS = ("dense", "attn_prefill", "attn_decode")
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "half": 2, "bfloat16": 2, "bf16": 2,
                "fp8": 1, "float8": 1, "int8": 1}
 
@@ -370,6 +378,21 @@ _ALIASES = {
 }
 
 
+def _in_step_scale(raw: Any) -> tuple[float, float, float]:
+    """(dense, attn_prefill, attn_decode) factors from `meta.in_step_scale` (absent: 1, 1, 1)."""
+    if raw is None:
+        return 1.0, 1.0, 1.0
+    if not isinstance(raw, Mapping) or set(raw) - set(IN_STEP_SCALE_KEYS):
+        raise _err("profile.meta.in_step_scale", f"expected an object with keys among {', '.join(IN_STEP_SCALE_KEYS)}")
+    out = []
+    for key in IN_STEP_SCALE_KEYS:
+        v = raw.get(key, 1.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise _err(f"profile.meta.in_step_scale.{key}", f"expected a positive number, got {v!r}")
+        out.append(float(v))
+    return out[0], out[1], out[2]
+
+
 def _get_dim(model: Any, dim: str) -> Any:
     for name in _ALIASES[dim]:
         v = model.get(name) if isinstance(model, Mapping) else getattr(model, name, None)
@@ -409,6 +432,7 @@ class ProfiledLatencyModel:
         if self.decode_kv not in ("mean", "max"):
             raise _err("profile.meta.attn_decode_kv", f"{self.decode_kv!r} is not allowed; choose one of mean, max")
         self.kv_write_in_attention = bool(profile.meta.get("attention_includes_kv_write", False))
+        self.scale = _in_step_scale(profile.meta.get("in_step_scale"))
         self._op = {name: (profile.ops[name].curve if name in profile.ops else zero) for name in OP_INPUTS}
         if "attn_prefill" not in profile.ops or "attn_decode" not in profile.ops:  # guarded by from_dict
             raise _err("profile.ops", "attention curves are required")
@@ -417,8 +441,11 @@ class ProfiledLatencyModel:
     def from_file(cls, path: str | Path, model: Any = None, block_size: int = 16) -> "ProfiledLatencyModel":
         return cls(Profile.load(path), model=model, block_size=block_size)
 
-    def breakdown(self, plan: BatchPlan) -> dict[str, float]:
-        """Seconds per component of the step (sums to `step_time(plan)`)."""
+    def breakdown(self, plan: BatchPlan, scaled: bool = True) -> dict[str, float]:
+        """Seconds per component of the step (sums to `step_time(plan)`).
+
+        `scaled=False` leaves out the profile's `in_step_scale` (the isolated op curves as timed).
+        """
         op = self._op
         num_tokens = plan.num_tokens
         num_sampled = sum(1 for s in plan.seqs if s.samples or s.is_padding)
@@ -443,14 +470,15 @@ class ProfiledLatencyModel:
         comm = 2 * op["all_reduce"](t * self.hidden_bytes_per_token) if self.tp > 1 and t else 0.0
         out_bytes, in_bytes = plan.swap_bytes(self.bytes_per_block)
         L = self.num_layers
+        dense, s_pre, s_dec = self.scale if scaled else (1.0, 1.0, 1.0)
         return {
-            "linear": L * linear,
-            "elementwise": L * elementwise,
-            "attn_prefill": L * prefill_attn,
-            "attn_decode": L * decode_attn,
+            "linear": dense * L * linear,
+            "elementwise": dense * L * elementwise,
+            "attn_prefill": s_pre * L * prefill_attn,
+            "attn_decode": s_dec * L * decode_attn,
             "all_reduce": L * comm,
-            "embed": op["embed"](t) + op["input_norm"](t),  # embedding and the final norm
-            "lm_head": op["lm_head"](num_sampled) + op["sampler"](num_sampled),
+            "embed": dense * (op["embed"](t) + op["input_norm"](t)),  # embedding and the final norm
+            "lm_head": dense * (op["lm_head"](num_sampled) + op["sampler"](num_sampled)),
             "swap": op["swap_out"](out_bytes) + op["swap_in"](in_bytes),
             "overhead": (op["step_overhead"](plan.num_seqs) + op["prefill_overhead"](num_prefill_seqs)
                          if not plan.is_empty else 0.0),

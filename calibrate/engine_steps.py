@@ -1,0 +1,161 @@
+"""The engine's own steps on a calibration workload, and the in-step fit they give the profile.
+
+Op curves are timed in isolation; a real engine step also pays host work no op accounts for
+(scheduling, batch assembly, module calls, Python glue, sampling bookkeeping) and runs its ops in
+other cache conditions (between two steps the scheduler, sampler and bookkeeping evict the
+caches; sequences have real, uneven block tables). Both are measured here on the real `Engine`:
+
+1. `measure_engine_steps`: a fixed calibration workload (groups of 1 to 32 requests arriving
+   together, prompts log-uniform over 4 to ~1,000 tokens, 2 to 40 output tokens; seeded, and
+   sharing nothing with any validation workload) runs through the engine under three scheduler
+   configurations (chunked at 64 and 256 tokens, continuous), so that single decodes, decode
+   batches, first and later chunks, whole prompts and mixed steps all occur. Every step's plan
+   and time (the model runner on the bench's clock plus the scheduler's time) is kept.
+2. `fit_engine_steps`: with the op curves' breakdown of each plan,
+
+       measured = a + b * num_seqs + c * num_prefill_seqs
+                  + s_dense * (GEMMs, norms, rotary, embedding, LM head, sampler)
+                  + s_prefill * prefill attention + s_decode * decode attention + swaps
+
+   fitted on relative error with a Cauchy loss (a step hit by a burst of load from other
+   processes must not bend it; soft-L1 still let one step in ten at 3x pull the constant by 7%), a, b, c >= 0 and the scales within [0.5, 2]. a + b * num_seqs
+   becomes `step_overhead`, c * num_prefill_seqs `prefill_overhead`, and the scales the profile's
+   `meta.in_step_scale` (see `sim.latency.profiled`). Why scales and not only an additive
+   residual: the in-step cost of an op differs from its isolated cost by a factor (caches), so a
+   residual that fits small steps is wrong for large ones (measured here: decode batches of 24-32
+   left 9-18 ms of residual with an additive-only fit). The fit's error is reported in-sample and
+   leave-one-configuration-out (each scheduler configuration predicted by the fit on the others).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from policies import BatchPlan, Request
+
+#: (policy, max_num_batched_tokens or None for the model length) of the calibration runs
+ENGINE_POLICIES = (("chunked", 64), ("chunked", 256), ("continuous", None))
+#: sizes of the request groups submitted together (capped at max_num_seqs)
+ENGINE_GROUPS = (1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+SCALE_BOUNDS = (0.5, 2.0)
+PARAMS = ("step_s", "per_seq_s", "per_prefill_seq_s", "dense", "attn_prefill", "attn_decode")
+
+
+def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, max_prompt: int = 1000,
+                         max_output: int = 40, progress: bool = True, seed: int = 0) -> list[tuple[str, BatchPlan, float]]:
+    """[(configuration, plan, seconds)] of every step of the calibration workload (module docstring)."""
+    import time
+
+    import torch
+    from tqdm import tqdm
+
+    from calibrate.bench import _dtype_name, clock_for
+    from gpu_backend.engine import Engine, EngineConfig
+    from policies import CacheConfig, SchedulerConfig
+
+    mc = bench.config
+    max_len = mc.max_position_embeddings
+    max_prompt = max(4, min(max_prompt, max_len // 2))
+    clock, _ = clock_for(bench.device)
+    rng = np.random.default_rng(seed + 11)
+    out: list[tuple[str, BatchPlan, float]] = []
+    total = len(policies) * len(groups)
+    with torch.inference_mode(), tqdm(total=total, desc="calibrate engine steps", unit="group",
+                                      disable=not progress, mininterval=0.5) as bar:
+        for policy, budget in policies:
+            name = f"{policy}-{budget or max_len}"
+            max_seqs = max(groups)
+            blocks = max_seqs * -(-(max_prompt + max_output) // bench.block_size) + 16
+            cfg = EngineConfig(model=mc, scheduler=SchedulerConfig(
+                policy=policy, max_num_batched_tokens=budget or max_len, max_num_seqs=max_seqs, max_model_len=max_len),
+                cache=CacheConfig(block_size=bench.block_size, num_gpu_blocks=blocks), dtype=_dtype_name(bench.dtype))
+            engine = Engine(cfg, bench.device, model=bench.model)
+            execute, spent, last, keep = engine.runner.execute, [0.0], [0.0], [False]
+
+            def timed_execute(plan, execute=execute):
+                t = clock()
+                result = execute(plan)
+                spent[0] = clock() - t
+                return result
+
+            def hook(plan, result, engine=engine, name=name):
+                sched = engine.schedule_time_s - last[0]
+                last[0] = engine.schedule_time_s
+                if keep[0]:
+                    out.append((name, plan, spent[0] + sched))
+
+            engine.runner.execute = timed_execute
+            engine.step_hooks.append(hook)
+            # a throwaway request first: first calls of each shape pay allocations the engine's
+            # steady state does not
+            engine.add_request(Request(f"{name}-warm", 0.0, 40, 4, prompt_token_ids=[5] * 40))
+            engine.run_until_done()
+            last[0], keep[0] = engine.schedule_time_s, True
+            for g, n in enumerate(groups):
+                for i in range(min(n, max_seqs)):
+                    p = int(np.exp(rng.uniform(np.log(4), np.log(max_prompt))))
+                    o = int(rng.integers(2, max_output + 1))
+                    engine.add_request(Request(f"{name}-{g}-{i}", 0.0, p, o,
+                                               prompt_token_ids=rng.integers(3, min(mc.vocab_size, 200), p).tolist()))
+                engine.run_until_done()
+                bar.update(1)
+            del engine
+            time.sleep(0)  # let the bar refresh
+    return out
+
+
+def _features(model, plan: BatchPlan) -> np.ndarray:
+    """[1, num_seqs, num_prefill_seqs, dense, attn_prefill, attn_decode, swap] of `plan` (seconds for ops)."""
+    b = model.breakdown(plan, scaled=False)
+    n_pre = sum(1 for s in plan.seqs if not s.is_decode)
+    dense = b["linear"] + b["elementwise"] + b["embed"] + b["lm_head"]
+    return np.array([1.0, plan.num_seqs, n_pre, dense, b["attn_prefill"], b["attn_decode"], b["swap"] + b["all_reduce"]])
+
+
+def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    from scipy.optimize import least_squares
+
+    lo = [0.0, 0.0, 0.0] + [SCALE_BOUNDS[0]] * 3
+    hi = [np.inf, np.inf, np.inf] + [SCALE_BOUNDS[1]] * 3
+    A, fixed = X[:, :6], X[:, 6]
+
+    def rel(p):
+        return (A @ p + fixed - y) / y
+
+    x0 = np.array([float(np.median(y)) * 0.1, 0.0, 0.0, 1.0, 1.0, 1.0])
+    return least_squares(rel, x0, bounds=(lo, hi), loss="cauchy", f_scale=0.05).x
+
+
+def fit_engine_steps(model, steps: list[tuple[str, BatchPlan, float]]) -> dict:
+    """The in-step fit of `steps` (module docstring): params, residual points and errors."""
+    steps = [(n, p, t) for n, p, t in steps if t > 0 and not p.is_empty]
+    if len(steps) < 8:
+        raise ValueError(f"engine steps: {len(steps)} measured steps are too few to fit the engine's overhead")
+    X = np.array([_features(model, p) for _, p, _ in steps])
+    y = np.array([t for _, _, t in steps])
+    names = np.array([n for n, _, _ in steps])
+    params = _solve(X, y)
+    pred = X[:, :6] @ params + X[:, 6]
+    err = np.abs(pred - y) / y * 100.0
+    holdout = []
+    for name in np.unique(names):
+        if len(np.unique(names)) < 2:
+            break
+        train = names != name
+        p = _solve(X[train], y[train])
+        holdout.extend(np.abs(X[~train, :6] @ p + X[~train, 6] - y[~train]) / y[~train] * 100.0)
+    # residual points of the host-overhead curves: measured minus the scaled ops (and, for
+    # step_overhead, minus the prefill extra), one row per step
+    ops_part = X[:, 3:6] @ params[3:6] + X[:, 6]
+    step_pts = [[float(X[i, 1]), float(y[i] - ops_part[i] - params[2] * X[i, 2])] for i in range(len(y))]
+    pre_pts = [[float(X[i, 2]), float(y[i] - ops_part[i] - params[0] - params[1] * X[i, 1])]
+               for i in range(len(y)) if X[i, 2] > 0]
+    return {
+        "params": dict(zip(PARAMS, (float(v) for v in params))),
+        "step_points": step_pts, "prefill_points": pre_pts,
+        "max_num_seqs": int(X[:, 1].max()),
+        "stats": {"num_steps": int(len(y)), "configurations": sorted(set(names.tolist())),
+                  "median_abs_pct": round(float(np.median(err)), 2),
+                  "p90_abs_pct": round(float(np.percentile(err, 90)), 2),
+                  "holdout_median_abs_pct": round(float(np.median(holdout)), 2) if holdout else None,
+                  "holdout_p90_abs_pct": round(float(np.percentile(holdout, 90)), 2) if holdout else None},
+    }
