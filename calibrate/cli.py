@@ -55,6 +55,13 @@ def print_fit_table(profile) -> None:
         e = op.fit_error
         print(f"{name:<14} {len(op.points):>6} {pct(e.get('median_abs_pct')):>8} {pct(e.get('max_abs_pct')):>8} "
               f"{pct(e.get('loo_median_abs_pct')):>8} {pct(e.get('loo_max_abs_pct')):>8}  {op.source}")
+    fit = profile.meta.get("engine_step_fit")
+    if fit:
+        scale = profile.meta.get("in_step_scale") or {}
+        print(f"engine steps ({fit['num_steps']} of {', '.join(fit['configurations'])}): step time error "
+              f"median {fit['median_abs_pct']:.1f}% p90 {fit['p90_abs_pct']:.1f}%; each configuration predicted "
+              f"from the others: median {fit['holdout_median_abs_pct']:.1f}% p90 {fit['holdout_p90_abs_pct']:.1f}%")
+        print("in-step scales of the op curves: " + ", ".join(f"{k} {v:.3f}" for k, v in scale.items()))
 
 
 def run(args) -> int:
