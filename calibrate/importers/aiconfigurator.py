@@ -16,8 +16,9 @@ The wheel ships measured kernel latencies (milliseconds) under
   KV length. Per-rank head shapes the database lacks (MHA models, Qwen's 28/4, ...) are derived
   from measured ones by the work the kernel does (`attention_rows`), not by a roofline.
 - ``comm/vllm/*/custom_allreduce_perf.parquet`` and ``comm/nccl/*/nccl_perf.parquet``: all-reduce
-  over message bytes for 2/4/8 GPUs; vLLM uses its custom kernel for small messages and NCCL for
-  large ones, so the curve takes the faster of the two at each size.
+  over message bytes for 2/4/8 GPUs; vLLM uses its custom kernel (replayed in its CUDA graphs:
+  the ``vllm_graph`` rows) for small messages and NCCL for large ones, so the curve takes the
+  faster of the two at each size. An eager engine (`nccl_only`) gets NCCL alone.
 
 - ``moe/vllm/*/moe_perf.parquet``: vLLM's fused MoE over the step's tokens, for Mixtral-style
   models (`moe_ops`). MLA and the other tables are not imported. Norms, rotary, activation, KV writes, embedding and sampling are derived from the system's
@@ -318,7 +319,7 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
                                  source=f"{src} context attention, per sequence; chunks over cached context "
                                  "by equal causal work (see chunked_prefill_points)")
 
-    # all-reduce: the faster of vLLM's custom kernel (eager) and NCCL at each message size
+    # all-reduce: the faster of vLLM's custom kernel (in a CUDA graph) and NCCL at each message size
     if tp > 1:
         best: dict[int, float] = {}
         srcs = []
@@ -333,7 +334,13 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
             df = pd.read_parquet(path)
             df = df[(df.op_name == "all_reduce") & (df.num_gpus == tp)]
             if "backend" in df.columns:
-                df = df[~df.backend.astype(str).str.contains("graph")]
+                # a CUDA-graph engine replays its all-reduces inside the graph (vLLM v1 captures
+                # every step up to its largest capture size; bigger steps are busy with GEMMs
+                # that hide the eager launch): the graph timings (~5 us at 8 GPUs, where the eager
+                # ones hold ~15 us of host launch per call, 2 x layers calls a step)
+                graph = df.backend.astype(str).str.contains("graph")
+                if graph.any():
+                    df = df[graph]
             if "nccl_dtype" in df.columns:
                 df = df[df.nccl_dtype.isin(["half", "bfloat16"])]
             if df.empty:

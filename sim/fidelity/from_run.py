@@ -268,7 +268,13 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         # one in), so that an admission does not at once force a decode preemption (ENGINE-SEMANTICS
         # §1.3); v1 has no watermark
         data["cache"]["watermark"] = V0_WATERMARK
-    use_replay = workload == "replay" or (workload == "auto" and run.has_per_request)
+    from sim.fidelity.runs import shared_prefix_profile
+
+    # a multi-turn chat is simulated by its generator even when its sends were measured: a replay
+    # would know neither the sessions' earlier turns in each prompt nor that a turn waits for the last
+    sp = shared_prefix_profile(run.profile) if workload == "auto" and (run.path / "profile.yaml").is_file() else None
+    chat = sp is not None and sp.enable_multi_turn_chat
+    use_replay = workload == "replay" or (workload == "auto" and run.has_per_request and not chat)
     if workload_section is not None:  # the caller simulates with its own Workload object
         data["workload"] = workload_section
     elif use_replay:

@@ -187,7 +187,13 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     from sim.fidelity.from_run import config_dict_for_run
     from sim.runner import simulate
 
-    replayed = workload == "replay" or (workload == "auto" and run.has_per_request)
+    # a multi-turn chat's turns carry their session's earlier turns (cached in the prefix cache, and
+    # sent only after the previous answer): a replay of the sends knows neither, the generator both
+    from sim.fidelity.runs import shared_prefix_profile
+
+    sp = shared_prefix_profile(run.profile) if workload == "auto" else None
+    chat = sp is not None and sp.enable_multi_turn_chat
+    replayed = workload == "replay" or (workload == "auto" and run.has_per_request and not chat)
     kind = "replay" if replayed else "profile"
     data_section = (run.profile or {}).get("data")
     if kind == "profile" and not (isinstance(data_section, dict) and data_section.get("type") == "shared_prefix"):

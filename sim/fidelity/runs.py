@@ -215,24 +215,49 @@ def read_vllm_spans(path: Path) -> pd.DataFrame:
 
 
 def read_inference_perf_requests(path: Path) -> pd.DataFrame:
-    """inference-perf's `per_request_lifecycle_metrics.json` (entries with computed_metrics; failures dropped)."""
+    """inference-perf's `per_request_lifecycle_metrics.json` (failures dropped).
+
+    Each entry has `start_time`, `end_time` and `error`; `computed_metrics` (TTFT, TPOT, token
+    counts) only when the report config asks for them (off by default), so without them the same
+    quantities come from `info` as inference-perf computes them: input tokens from
+    `info.request_metrics.text.input_tokens` (or the older top-level `info.input_tokens`), output
+    tokens from `info.response_metrics.output_tokens`, TTFT = first output token time - start,
+    TPOT = (last - first output token time) / (output tokens - 1), E2E = end - start.
+    """
     with open(path) as f:
         entries = json.load(f)
-    rows = [e for e in entries if not e.get("error") and e.get("computed_metrics")]
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a JSON list of per-request entries")
+    rows = []
+    for e in entries:
+        if not isinstance(e, dict) or e.get("error"):
+            continue
+        c = e.get("computed_metrics")
+        if c:
+            rows.append({
+                "arrival_time": float(e["start_time"]), "num_prompt_tokens": int(c["input_tokens"]),
+                "num_output_tokens": int(c["output_tokens"]),
+                "ttft_s": float(c["time_to_first_token"]) if c.get("time_to_first_token") is not None else math.nan,
+                "e2e_s": float(c["request_latency"]),
+                # inference-perf's own TPOT: (last token - first token) / (output tokens - 1), as vLLM's
+                "tpot_s": float(c["time_per_output_token"]) if c.get("time_per_output_token") is not None else math.nan,
+            })
+            continue
+        info = e.get("info") or {}
+        req = info.get("request_metrics") or {}
+        n_in = (req.get("text") or {}).get("input_tokens", info.get("input_tokens"))
+        resp = info.get("response_metrics") or {}
+        n_out = resp.get("output_tokens")
+        if n_in is None or n_out is None or e.get("start_time") is None or e.get("end_time") is None:
+            continue
+        start, times = float(e["start_time"]), resp.get("output_token_times") or []
+        ttft = float(times[0]) - start if len(times) > 1 else math.nan
+        tpot = (float(times[-1]) - float(times[0])) / (int(n_out) - 1) if len(times) > 1 and int(n_out) > 1 else math.nan
+        rows.append({"arrival_time": start, "num_prompt_tokens": int(n_in), "num_output_tokens": int(n_out),
+                     "ttft_s": ttft, "e2e_s": float(e["end_time"]) - start, "tpot_s": tpot})
     if not rows:
-        raise ValueError(f"{path}: no successful request with computed_metrics")
-    cm = [e["computed_metrics"] for e in rows]
-    return _table({
-        "arrival_time": [float(e["start_time"]) for e in rows],
-        "num_prompt_tokens": [int(c["input_tokens"]) for c in cm],
-        "num_output_tokens": [int(c["output_tokens"]) for c in cm],
-        "ttft_s": [float(c["time_to_first_token"]) if c.get("time_to_first_token") is not None else math.nan
-                   for c in cm],
-        "e2e_s": [float(c["request_latency"]) for c in cm],
-        # inference-perf's own TPOT: (last token - first token) / (output tokens - 1), as vLLM's
-        "tpot_s": [float(c["time_per_output_token"]) if c.get("time_per_output_token") is not None else math.nan
-                   for c in cm],
-    })
+        raise ValueError(f"{path}: no successful request with token counts (computed_metrics or info)")
+    return _table({k: [r[k] for r in rows] for k in rows[0]})
 
 
 def read_servesim_requests(path: Path) -> pd.DataFrame:
@@ -289,6 +314,33 @@ def _prefix_from_guidellm(requests: pd.DataFrame, profile: dict | None) -> pd.Da
     return requests
 
 
+def shared_prefix_profile(profile: dict | None):
+    """The run's inference-perf `shared_prefix` profile (`SharedPrefixProfile`), or None."""
+    data = (profile or {}).get("data")
+    if not (isinstance(data, dict) and data.get("type") == "shared_prefix"):
+        return None
+    from sim.fidelity.inference_perf import SharedPrefixProfile
+
+    return SharedPrefixProfile.from_dict(profile)
+
+
+def _prefix_from_shared_prefix(requests: pd.DataFrame, profile: dict | None) -> pd.DataFrame:
+    """inference-perf `shared_prefix` (single turn): each prompt starts with its group's system
+    prompt. Which group a measured request belonged to is not recorded, so requests are dealt to the
+    groups in turn (the generator cycles its shuffled prompts over all groups; what the prefix cache
+    sees is that each group's system prompt recurs, which dealing keeps)."""
+    sp = shared_prefix_profile(profile)
+    if sp is None or not len(requests) or sp.enable_multi_turn_chat:
+        return requests
+    n_sys = int(round(sp.system_prompt_len.mean))
+    if n_sys <= 0:
+        return requests
+    requests = requests.copy()
+    requests["prefix_group"] = np.arange(len(requests)) % sp.num_groups
+    requests["num_prefix_tokens"] = np.minimum(n_sys, requests["num_prompt_tokens"] - 1).clip(lower=0)
+    return requests
+
+
 # --- one folder per run ---------------------------------------------------------------------------
 def load_server_run(path: Path, source: str = "vllm-server", require_measurements: bool = True) -> RealRun:
     """A folder with `exp-config.yaml`, `profile.yaml` and per-request (or summary) measurements.
@@ -320,6 +372,7 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
             f"{path}: no measurements; expected one of "
             f"{', '.join(n for n, _ in MEASUREMENT_FILES)} or summary_lifecycle_metrics.json")
     requests = _prefix_from_guidellm(requests, profile)
+    requests = _prefix_from_shared_prefix(requests, profile)
     return RealRun(name=path.name, source=source, path=path, server=server, requests=requests,
                    profile=profile, summary=summary)
 
