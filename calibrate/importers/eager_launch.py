@@ -1,0 +1,98 @@
+"""The host launch path of an eager engine (no CUDA graphs), for profiles of 2023-era engines.
+
+Without CUDA graphs the host issues every kernel of every layer from Python, one op call at a
+time, while the GPU runs what was already issued. A step then lasts
+
+    max(GPU time of the kernels, host time to issue them) + host work outside the forward
+
+(`sim.latency.eager.EagerLatencyModel`): small or heavily sharded steps wait for the host,
+large ones for the GPU. This module gives the first host term from measurements that are not
+the data it is checked against:
+
+- **calls per layer**: the kernel-issuing op calls of a Llama decoder layer in the eager vLLM of
+  2023 (0.1-0.2, `LlamaDecoderLayer`): input RMSNorm, QKV `F.linear`, rotary, `reshape_and_cache`,
+  paged attention, O `F.linear`, its all-reduce, residual add, post-attention RMSNorm, gate/up
+  `F.linear`, `silu_and_mul`, down `F.linear`, its all-reduce, residual add: 14 (12 at TP 1, no
+  all-reduces). Views, splits and `torch.empty` allocations issue no kernel and are not counted.
+- **host time of one eager op call on an H100/H200/A100 node**: aiconfigurator-core times
+  vLLM's custom all-reduce both eagerly and inside a CUDA graph (`comm/vllm/<version>/
+  custom_allreduce_perf.parquet`, backends `vllm_eager` / `vllm_graph`). For messages up to 64 KB
+  the kernel takes ~5 us; the eager call ~21-24 us. The difference (median over sizes <= 64 KB,
+  GPU counts and vLLM versions) is what issuing one op from Python costs on that node: 18 us on
+  H100 (16.5 / 18.7 / 18.2 us in the vLLM 0.14 / 0.19 / 0.24 tables). It is the only measured
+  per-call host cost of an eager op on these machines in the data here; a bare `F.linear` issues
+  faster, a Python-level module call slower, so it stands for the average call.
+
+Launch path per step = layers x calls per layer x host time per call (80 x 14 x 18 us = 20 ms for
+Llama-2-70B). It does not depend on the batch: the same ops are issued for one sequence or 64.
+Nothing here is fitted to step times.
+"""
+from __future__ import annotations
+
+from policies import ConfigError
+from sim.latency.profiled import Profile
+
+#: kernel-issuing op calls per decoder layer of an eager 2023 vLLM Llama layer (see the module docstring)
+CALLS_PER_LAYER = 14
+CALLS_PER_LAYER_TP1 = 12
+SMALL_MESSAGE_BYTES = 65536
+
+
+def eager_call_host_s(gpu: str) -> tuple[float, str]:
+    """(seconds, source) of host time per eager op call on `gpu`'s node, from aiconfigurator-core:
+    the median of (eager - CUDA graph) latency of vLLM's custom all-reduce over messages <= 64 KB."""
+    import pandas as pd
+
+    from calibrate.importers.aiconfigurator import SYSTEMS, package_dir
+
+    key = gpu.upper().replace("-SXM", "").replace("_SXM", "")
+    if key not in SYSTEMS:
+        raise ConfigError(f"gpu: {gpu!r} is not allowed; choose one of {', '.join(SYSTEMS)}")
+    root = package_dir() / "systems" / "data" / SYSTEMS[key] / "comm" / "vllm"
+    deltas, versions = [], []
+    for path in sorted(root.glob("*/custom_allreduce_perf.parquet")) if root.is_dir() else []:
+        df = pd.read_parquet(path)
+        if "backend" not in df.columns:
+            continue
+        df = df[(df.op_name == "all_reduce") & (df.message_size <= SMALL_MESSAGE_BYTES)]
+        med = df.groupby(["backend", "num_gpus", "message_size"]).latency.median().unstack(0)
+        eager = [c for c in med.columns if str(c).endswith("eager")]
+        graph = [c for c in med.columns if str(c).endswith("graph")]
+        if not eager or not graph:
+            continue
+        d = (med[eager[0]] - med[graph[0]]).dropna()
+        deltas.extend(float(v) * 1e-3 for v in d)  # ms -> s
+        versions.append(path.parent.name)
+    if not deltas:
+        raise ConfigError(f"gpu: aiconfigurator-core has no eager and CUDA-graph all-reduce timings for {key}")
+    deltas.sort()
+    n = len(deltas)
+    median = deltas[n // 2] if n % 2 else 0.5 * (deltas[n // 2 - 1] + deltas[n // 2])
+    return median, (f"aiconfigurator-core {SYSTEMS[key]} comm/vllm {'/'.join(versions)} custom all-reduce: "
+                    f"eager - CUDA-graph latency, median over messages <= {SMALL_MESSAGE_BYTES // 1024} KB")
+
+
+def add_eager_launch(profile: Profile, gpu: str | None = None, call_s: float | None = None,
+                     calls_per_layer: int | None = None) -> dict:
+    """Record the eager launch path in `profile.meta["eager_launch"]` (in place) and return it.
+
+    `call_s` defaults to `eager_call_host_s(gpu)`; `calls_per_layer` to 14 (12 at TP 1).
+    """
+    tp = profile.model["tensor_parallel_size"]
+    layers = profile.model["num_hidden_layers"]
+    if calls_per_layer is None:
+        calls_per_layer = CALLS_PER_LAYER if tp > 1 else CALLS_PER_LAYER_TP1
+    if isinstance(calls_per_layer, bool) or not isinstance(calls_per_layer, int) or calls_per_layer < 1:
+        raise ConfigError(f"calls_per_layer: expected a positive integer, got {calls_per_layer!r}")
+    if call_s is None:
+        call_s, source = eager_call_host_s(gpu or str(profile.meta.get("gpu", "")))
+    else:
+        if not call_s > 0:
+            raise ConfigError(f"call_s: expected a positive number of seconds, got {call_s!r}")
+        source = "given"
+    launch = {"calls_per_layer": calls_per_layer, "call_s": call_s, "num_layers": layers,
+              "launch_s": layers * calls_per_layer * call_s,
+              "source": f"{calls_per_layer} op calls a layer (eager vLLM 0.1-0.2 Llama layer) x {call_s * 1e6:.1f} us "
+                        f"a call ({source})"}
+    profile.meta["eager_launch"] = launch
+    return launch
