@@ -1,7 +1,8 @@
 """Latency models: `step_time(plan) -> seconds` for one `BatchPlan`.
 
 `RooflineLatencyModel` (datasheet FLOP/s and bandwidths, always available), `ConstantLatencyModel`
-(tests), and `ProfiledLatencyModel` (measured per-op curves, `sim.latency.profiled`, imported lazily).
+(tests), and `ProfiledLatencyModel` (measured per-op curves, `sim.latency.profiled`, imported lazily;
+`sim.latency.eager.EagerLatencyModel` when the profile has `meta.eager_launch`).
 `build_latency_model(config)` or `build_latency_model(model, hardware, cache_block_size)` picks one
 from `hardware.latency`.
 """
@@ -35,6 +36,10 @@ def build_latency_model(model, hardware=None, cache_block_size: int | None = Non
         from sim.latency.profiled import ProfiledLatencyModel  # written by the calibration package
 
         lm = ProfiledLatencyModel.from_file(hardware.profile, model=spec, block_size=block_size)
+        if "eager_launch" in lm.profile.meta:  # an eager engine: kernels overlap the host's launch path
+            from sim.latency.eager import EagerLatencyModel
+
+            lm = EagerLatencyModel(lm.profile, block_size=block_size)
         if lm.tp != hardware.tp:  # a profile times one rank of one TP layout: its GEMM shards and all-reduces
             from policies import ConfigError
 

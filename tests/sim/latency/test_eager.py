@@ -68,3 +68,24 @@ def test_bad_launch_path_names_the_field(bad):
         EagerLatencyModel(make_eager(bad))
 
 
+
+
+def test_a_profile_with_a_launch_path_builds_the_eager_model(tmp_path):
+    """Through the file and `build_latency_model`: the shipped tiny profile plus a launch path."""
+    from pathlib import Path
+
+    from sim.latency import build_latency_model
+    from sim.latency.profiled import Profile
+    from sim.models import HardwareConfig, ModelConfig
+
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    model = ModelConfig(name=str(examples / "tiny-llama" / "config.json"), dtype="float32")
+    p = Profile.load(examples / "profiles" / "tiny-llama-cpu.json")
+    plain = build_latency_model(model, HardwareConfig(latency="profiled", profile=str(examples / "profiles" /
+                                                                                    "tiny-llama-cpu.json")), 16)
+    assert not isinstance(plain, EagerLatencyModel)
+    p.meta["eager_launch"] = {"launch_s": 1.0, "source": "test"}
+    lm = build_latency_model(model, HardwareConfig(latency="profiled", profile=str(p.save(tmp_path / "p.json"))), 16)
+    assert isinstance(lm, EagerLatencyModel)
+    one = plan(seq(0, 1, 30))
+    assert lm.step_time(one) == pytest.approx(1.0 + lm.breakdown(one)["overhead"])
