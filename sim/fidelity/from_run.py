@@ -116,9 +116,22 @@ def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
     return section
 
 
-def trace_file(run: RealRun, cache_dir: str | Path | None = None) -> Path:
-    """The run's requests as a trace CSV in servesim's own format (cached by content)."""
+def replay_prefix(run: RealRun) -> tuple[int, int]:
+    """(groups, prefix tokens) when every recorded request starts with one of a few equally long
+    shared prefixes (a shared_prefix profile's system prompts, guidellm's prefix), else (0, 0)."""
     df = run.requests
+    if not len(df) or "prefix_group" not in df or (df["prefix_group"] < 0).any():
+        return 0, 0
+    n = df["num_prefix_tokens"].unique()
+    if len(n) != 1 or n[0] <= 0 or (df["num_prompt_tokens"] <= n[0]).any():
+        return 0, 0
+    return int(df["prefix_group"].nunique()), int(n[0])
+
+
+def trace_file(run: RealRun, cache_dir: str | Path | None = None, strip_prefix: int = 0) -> Path:
+    """The run's requests as a trace CSV in servesim's own format (cached by content), each prompt
+    `strip_prefix` tokens shorter (the workload's prefix groups add them back)."""
+    df = run.requests.assign(num_prompt_tokens=run.requests["num_prompt_tokens"] - strip_prefix)
     digest = hashlib.sha1(df[["arrival_time", "num_prompt_tokens", "num_output_tokens"]].to_csv().encode()).hexdigest()[:16]
     folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
     folder.mkdir(parents=True, exist_ok=True)
@@ -280,7 +293,10 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
     elif use_replay:
         if not run.has_per_request:
             raise ConfigError(f"workload: run {run.name} has no per-request arrivals to replay; use profile")
-        data["workload"] = {"kind": "trace", "trace": str(trace_file(run, cache_dir)), "too_long": "keep"}
+        groups, prefix = replay_prefix(run)
+        data["workload"] = {"kind": "trace", "trace": str(trace_file(run, cache_dir, prefix)), "too_long": "keep"}
+        if groups:  # the shared prefixes, so that the prefix cache can hit on them as in the run
+            data["workload"].update(num_prefix_groups=groups, prefix_len=prefix, users_per_group=1)
     else:
         if not run.profile:
             raise ConfigError(f"workload: run {run.name} has neither per-request arrivals nor a profile.yaml")
@@ -329,29 +345,38 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
     config = load_config(config_dict_for_run(run, gpu=gpu, workload=workload), overrides)
     chosen = any(o.replace(" ", "").startswith(("hardware.latency=", "hardware.profile=")) for o in overrides)
     if measured_kernels and not chosen and config.hardware.latency == "roofline":
-        path = measured_profile_file(config)
+        path = measured_profile_file(config, run)
         if path is not None:
             config = replace(config, hardware=replace(config.hardware, latency="profiled", profile=str(path)))
     return config
 
 
-def measured_profile_file(config, cache_dir: str | Path | None = None) -> Path | None:
+def measured_profile_file(config, run: RealRun | None = None, cache_dir: str | Path | None = None) -> Path | None:
     """A profile file of the config's model, GPU and TP imported from aiconfigurator's per-op data
-    (`calibrate.importers`, with the engine's host time), cached by content; None when the extra
-    is not installed or has no data for them."""
+    (`calibrate.importers`), with the engine's host time per step as `reproduce` predicts it
+    (`sim.fidelity.predict.host_prior`: measured on idle engines of other runs, or documented),
+    cached by content; None when the extra is not installed or has no data for them."""
     import json
 
     try:
+        from calibrate.fit import fit_op
         from calibrate.importers import dims_of_spec, import_profile
+        from sim.fidelity.predict import host_prior
 
+        prior = host_prior("aiconfigurator", run, config.hardware.gpu)
         dims = dims_of_spec(config.model.spec(), config.hardware.tp)
+        dims_key = {**dims, "host": [prior.schedule_s, prior.schedule_per_seq_s]}
         folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
         importer = Path(__file__).resolve().parents[2] / "calibrate" / "importers"
         stamp = "".join(p.read_text() for p in sorted(importer.glob("*.py")) if p.is_file())
-        key = hashlib.sha1((json.dumps(dims, sort_keys=True) + config.hardware.gpu + stamp).encode()).hexdigest()[:16]
+        key = hashlib.sha1((json.dumps(dims_key, sort_keys=True) + config.hardware.gpu + stamp).encode()).hexdigest()[:16]
         path = folder / f"aiconfigurator-{config.hardware.gpu}-tp{config.hardware.tp}-{key}.json"
         if not path.is_file():
-            profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp)
+            profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp, host="none")
+            profile.ops["step_overhead"] = fit_op("step_overhead", [
+                [n, prior.schedule_s + n * prior.schedule_per_seq_s] for n in (1, 16, 256, 4096)],
+                source=f"host time per step {prior.schedule_s * 1e3:.3f} ms + {prior.schedule_per_seq_s * 1e6:.0f} us/seq "
+                       "(sim.fidelity.predict.host_prior)")
             folder.mkdir(parents=True, exist_ok=True)
             import os
 

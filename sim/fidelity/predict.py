@@ -105,21 +105,37 @@ def _aiconfigurator_profile(gpu: str, spec, tp: int):
     return hit
 
 
-def host_prior(gpu_model: str) -> HostOverhead:
+def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = None,
+               measured: bool = True) -> HostOverhead:
     """The host terms a run is predicted with when no fit is given, by GPU step-time source.
 
-    Per-op kernel databases (`aiconfigurator`) hold no host time: a CUDA-graph engine's step adds
-    the project's documented per-step and per-sequence constants (`sim.latency.RooflineConstants`,
-    not fitted to any run). A fit replaces these terms rather than adding to them. The other
-    sources time whole engine steps or layers (their host time is in the data) and the roofline
-    carries its own: no terms.
-    """
-    if gpu_model == "aiconfigurator":
-        from sim.latency.roofline import RooflineConstants
+    Per-op kernel databases (`aiconfigurator`) hold no host time, so a step adds the engine's:
 
-        c = RooflineConstants()
-        return HostOverhead(schedule_s=c.step_overhead_s, schedule_per_seq_s=c.per_seq_overhead_s)
-    return HostOverhead()
+    - vLLM v1 (chunked prefill) on an H100, with `measured`: the per-step host time measured on
+      idle engines of the shipped vLLM 0.11 H100 runs (`sim.fidelity.idle_host`), the median over
+      the runs other than `run` (never a run's own measurement);
+    - otherwise the project's documented constants (`sim.latency.RooflineConstants`: a per-step
+      and a per-sequence term, not fitted to any run).
+
+    A fit replaces these terms rather than adding to them. The other sources time whole engine
+    steps or layers (their host time is in the data) and the roofline carries its own: no terms.
+    """
+    if gpu_model != "aiconfigurator":
+        return HostOverhead()
+    from sim.latency.roofline import RooflineConstants
+
+    c = RooflineConstants()
+    step_s = c.step_overhead_s
+    gpu = (gpu or (run.server.gpu if run is not None else None) or "H100").upper()
+    v1 = run is None or run.server.enable_chunked_prefill
+    if measured and v1 and gpu.startswith("H100"):
+        from sim.fidelity.idle_host import shipped_layer
+
+        layer = shipped_layer()
+        value = layer.host_s_for(run.name if run is not None else None) if layer is not None else None
+        if value is not None:
+            step_s = value
+    return HostOverhead(schedule_s=step_s, schedule_per_seq_s=c.per_seq_overhead_s)
 
 
 def gpu_latency_model(run: RealRun, config, kind: str = "auto"):
@@ -180,9 +196,9 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
 
 def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: str = "auto",
                 gpu: str | None = None, gpu_model: str = "auto", overrides: tuple[str, ...] = (),
-                record: bool = False) -> Prediction:
+                record: bool = False, host: str = "measured") -> Prediction:
     """Simulate `run` from its configuration and return the per-request predictions (`overhead`
-    None: the GPU model's `host_prior`)."""
+    None: the GPU model's `host_prior`, measured on other runs or, `host="prior"`, documented)."""
     from sim.config import load_config
     from sim.fidelity.from_run import config_dict_for_run
     from sim.runner import simulate
@@ -207,7 +223,9 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     for engine, shard in enumerate(shards):
         base, label = gpu_latency_model(run, config, gpu_model)
         if overhead is None:
-            overhead = host_prior(label)
+            if host not in ("measured", "prior"):
+                raise ValueError(f"host: {host!r} is not allowed; choose one of measured, prior")
+            overhead = host_prior(label, run, config.hardware.gpu, measured=host == "measured")
         latency = HostOverheadLatencyModel(base, overhead, record=True)
         wl = _workload(run, shard, kind)
         result = simulate(config, latency_model=latency, workload=wl)

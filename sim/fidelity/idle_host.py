@@ -1,0 +1,126 @@
+"""The engine's per-step host time, measured where nothing else moves: requests alone in the engine.
+
+A request that arrives at an idle engine and finishes before the next one arrives decodes one token
+per step, alone. Its measured TPOT is then one decode step of batch 1: the GPU's kernels plus the
+engine's host work between them (scheduling, input preparation, sampling, output handling). The GPU
+part is what the per-op data predicts for a one-sequence decode step at that request's context
+lengths (the GPU model alone, without host terms), so the difference is the host time per step, request by request, with no fitting and no queueing
+in the way. Its median over a run is one number per run; a run is never predicted with its own.
+
+`IdleHostLayer` is the file form (`sim/fidelity/host/*.json`): the per-run medians, the method,
+and the runs they came from. `host_s_for(run)` is the median over the *other* runs (leave one run
+out for runs it was measured on; all of them for a run it never saw, such as an unseen
+deployment of the same engine on the same GPU). Regenerate with `measure_layer`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HOST_DIR = Path(__file__).resolve().parent / "host"
+#: the shipped layer for vLLM v1 on H100 with per-op (aiconfigurator) GPU times
+VLLM_V1_H100 = HOST_DIR / "vllm-v1-h100.json"
+FORMAT = "servesim-idle-host"
+
+
+def alone(requests: pd.DataFrame) -> pd.Series:
+    """Requests (index aligned) that ran with no other request in flight, from their own timings."""
+    r = requests.sort_values("arrival_time")
+    end = r["arrival_time"] + r["e2e_s"]
+    prev_end = end.cummax().shift(1).fillna(-np.inf)
+    next_arrival = r["arrival_time"].shift(-1).fillna(np.inf)
+    return ((r["arrival_time"] > prev_end) & (end < next_arrival)).reindex(requests.index)
+
+
+def one_decode_step(gpu_model, context_len: int) -> float:
+    """GPU seconds of a decode step of one sequence whose KV holds `context_len` tokens."""
+    from policies import BatchPlan, Request, ScheduledSeq
+
+    seq = ScheduledSeq(Request(0, 0.0, context_len, 2), 1, context_len - 1, True)
+    return float(gpu_model.step_time(BatchPlan(0, (seq,))))
+
+
+def idle_host_times(run, gpu_model, min_output_tokens: int = 4, samples: int = 8) -> np.ndarray:
+    """Host seconds per step of each request of `run` that was alone in the engine: its measured
+    TPOT less the GPU time `gpu_model` (no host terms) gives its decode steps, averaged over
+    `samples` context lengths between its first and last token."""
+    meas = run.requests
+    if not len(meas) or meas["tpot_s"].isna().all():
+        return np.zeros(0)
+    meas = meas[alone(meas) & (meas["num_output_tokens"] >= min_output_tokens) & meas["tpot_s"].notna()]
+    out = []
+    for r in meas.itertuples():
+        ctx = np.linspace(r.num_prompt_tokens + 1, r.num_prompt_tokens + r.num_output_tokens - 1, samples)
+        gpu = float(np.mean([one_decode_step(gpu_model, int(c)) for c in ctx]))
+        out.append(r.tpot_s - gpu)
+    return np.asarray(out, dtype=float)
+
+
+@dataclass
+class IdleHostLayer:
+    """Per-run medians of the idle-engine host time per step, and where they came from."""
+
+    per_run: dict[str, float]
+    method: str = ("median over requests alone in the engine of measured TPOT - the per-op GPU time "
+                   "of their decode steps (sim.fidelity.idle_host)")
+    source: str = ""
+    gpu_model: str = "aiconfigurator"
+    num_requests: dict[str, int] = field(default_factory=dict)
+
+    def host_s_for(self, run_name: str | None = None) -> float | None:
+        """The median over every run but `run_name` (None when no other run has a value)."""
+        vals = [v for k, v in self.per_run.items() if k != run_name]
+        return float(np.median(vals)) if vals else None
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": 1, "method": self.method, "source": self.source,
+                "gpu_model": self.gpu_model, "per_run": self.per_run, "num_requests": self.num_requests,
+                "fitted_on": sorted(self.per_run)}
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "IdleHostLayer":
+        data = json.loads(Path(path).read_text())
+        if data.get("format") != FORMAT:
+            raise ValueError(f"host layer: {path} is not a {FORMAT} file (format: {data.get('format')!r})")
+        per_run = data.get("per_run")
+        if not isinstance(per_run, dict) or any(not isinstance(v, (int, float)) or v < 0 for v in per_run.values()):
+            raise ValueError(f"host layer.per_run: {path}: expected run -> seconds >= 0")
+        return cls({k: float(v) for k, v in per_run.items()}, data.get("method", ""), data.get("source", ""),
+                   data.get("gpu_model", "aiconfigurator"), dict(data.get("num_requests") or {}))
+
+
+def measure_layer(runs, gpu_model: str = "aiconfigurator", min_requests: int = 5) -> IdleHostLayer:
+    """The layer of `runs`: each run's median over its idle-engine requests (at least `min_requests`)."""
+    from sim.config import load_config
+    from sim.fidelity.from_run import config_dict_for_run
+    from sim.fidelity.predict import gpu_latency_model
+
+    per_run, counts = {}, {}
+    for run in runs:
+        config = load_config(config_dict_for_run(run))
+        model, kind = gpu_latency_model(run, config, gpu_model)
+        h = idle_host_times(run, model)
+        if len(h) >= min_requests:
+            per_run[run.name], counts[run.name] = max(float(np.median(h)), 0.0), int(len(h))
+    return IdleHostLayer(per_run, source=", ".join(sorted({r.source for r in runs})), gpu_model=gpu_model,
+                         num_requests=counts)
+
+
+_LAYERS: dict[Path, IdleHostLayer | None] = {}
+
+
+def shipped_layer(path: Path = VLLM_V1_H100) -> IdleHostLayer | None:
+    """The shipped layer (cached), or None when the file is absent."""
+    if path not in _LAYERS:
+        _LAYERS[path] = IdleHostLayer.load(path) if path.is_file() else None
+    return _LAYERS[path]

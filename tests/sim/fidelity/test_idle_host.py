@@ -1,0 +1,98 @@
+"""Idle-engine host time: measured from requests alone in the engine, never used on its own run."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fidelity_helpers import MODEL, make_requests, write_exp_config, write_spans
+
+from sim.fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel
+from sim.fidelity.idle_host import VLLM_V1_H100, IdleHostLayer, alone, idle_host_times, measure_layer
+from sim.fidelity.predict import host_prior, predict_run
+from sim.fidelity.runs import RealRun, ServerArgs, find_runs, load_server_run
+
+
+class NoHost:
+    """The roofline's GPU time without its own host constants (the 'kernel data' of these tests)."""
+
+    def __init__(self, config):
+        from sim.latency import build_latency_model
+        from sim.latency.roofline import RooflineConstants
+
+        self.lm = build_latency_model(config.model.spec(), config.hardware, 16,
+                                      RooflineConstants(step_overhead_s=0.0, per_seq_overhead_s=0.0))
+
+    def step_time(self, plan):
+        return self.lm.step_time(plan)
+
+
+def _measured_with_host(tmp_path, host_s: float):
+    """A run whose requests arrive far apart (alone in the engine), measured with `host_s` per step."""
+    from sim.config import load_config
+    from sim.fidelity.from_run import config_dict_for_run
+    from sim.fidelity.replay import ReplayWorkload
+    from sim.runner import simulate
+
+    req = make_requests(12, rate=0.2, seed=4)
+    folder = write_exp_config(tmp_path / "idle", gpu="H100")
+    run = RealRun("idle", "hand-made", folder, ServerArgs(model=MODEL, gpu="H100", max_model_len=4096,
+                                                          max_num_batched_tokens=2048, max_num_seqs=64),
+                  req.assign(prefix_group=-1, num_prefix_tokens=0))
+    config = load_config(config_dict_for_run(run))
+    gpu = NoHost(config)
+    res = simulate(config, latency_model=HostOverheadLatencyModel(gpu, HostOverhead(schedule_s=host_s)),
+                   workload=ReplayWorkload(run.requests))
+    p = res.requests.set_index(res.requests["req_id"].astype(str)).loc[req["req_id"]]
+    write_spans(folder, req, p["ttft_s"].to_numpy(), p["e2e_s"].to_numpy())
+    return load_server_run(folder), gpu
+
+
+def test_host_time_of_requests_alone_is_recovered(tmp_path):
+    run, gpu = _measured_with_host(tmp_path, 0.8e-3)
+    assert alone(run.requests).sum() >= 10
+    h = idle_host_times(run, gpu)
+    assert len(h) >= 10
+    assert np.median(h) == pytest.approx(0.8e-3, rel=0.05)
+
+
+def test_overlapping_requests_are_not_used():
+    import pandas as pd
+
+    req = pd.DataFrame({"arrival_time": [0.0, 1.0, 1.5, 5.0], "e2e_s": [0.5, 1.0, 0.2, 0.1]})
+    assert alone(req).tolist() == [True, False, False, True]
+
+
+def test_a_run_is_never_predicted_with_its_own_measurement():
+    layer = IdleHostLayer({"a": 1e-3, "b": 2e-3, "c": 10e-3})
+    assert layer.host_s_for("c") == pytest.approx(1.5e-3)
+    assert layer.host_s_for("unseen") == pytest.approx(2e-3)
+    assert IdleHostLayer({"a": 1e-3}).host_s_for("a") is None
+
+
+def test_host_prior_by_engine_and_gpu(tmp_path):
+    from sim.latency.roofline import RooflineConstants
+
+    layer = IdleHostLayer.load(VLLM_V1_H100)
+    v1 = RealRun("unseen", "x", tmp_path, ServerArgs(model=MODEL, gpu="H100"), make_requests(2))
+    assert host_prior("aiconfigurator", v1).schedule_s == pytest.approx(layer.host_s_for(None))
+    name = sorted(layer.per_run)[0]
+    shipped = RealRun(name, "x", tmp_path, ServerArgs(model=MODEL, gpu="H100"), make_requests(2))
+    assert host_prior("aiconfigurator", shipped).schedule_s == pytest.approx(layer.host_s_for(name))
+    other_gpu = RealRun("a100", "x", tmp_path, ServerArgs(model=MODEL, gpu="A100"), make_requests(2))
+    assert host_prior("aiconfigurator", other_gpu).schedule_s == RooflineConstants().step_overhead_s
+    assert host_prior("layer-profile", v1) == HostOverhead()
+
+
+def test_shipped_layer_is_reproduced_from_the_runs(shared_data):
+    pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
+    runs = find_runs(shared_data / "groundtruth" / "vllm-0.11-jan2026")
+    fresh = measure_layer(runs)
+    shipped = IdleHostLayer.load(VLLM_V1_H100)
+    assert fresh.per_run == pytest.approx(shipped.per_run, rel=1e-3)
+    # a v1 engine's host work between CUDA-graph decode steps: a fraction of a millisecond, not tens
+    assert all(1e-4 < v < 2e-3 for v in fresh.per_run.values())
+
+
+def test_prediction_records_the_prior_it_used(tmp_path):
+    run, _ = _measured_with_host(tmp_path, 0.5e-3)
+    pred = predict_run(run, gpu_model="roofline")
+    assert pred.overhead == HostOverhead()  # the roofline carries its own host constants
