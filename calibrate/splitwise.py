@@ -4,8 +4,14 @@
 TP, prompt size, batch size, output tokens), the measured prefill iteration of the whole batch
 (`prompt_time`, ms) and one decode iteration (`token_time`, ms). Each row becomes two BatchPlans:
 `batch_size` prefills of `prompt_size` tokens, and `batch_size` decodes at the mean KV length of
-the generation (prompt + token_size / 2). The profile predicts both; nothing here is fitted to
-this data (it is the test set).
+the generation (prompt + token_size / 2). `check` predicts both with given latency models; it
+fits nothing (the data is the test set).
+
+`held_out_check` is for the eager engine of 2023 (`sim.latency.eager.EagerLatencyModel`): the
+kernel curves and the launch path come from other data (`calibrate.importers.eager_launch`); the
+host work outside the forward pass (a constant per step, per sequence and per prompt step, which
+no published source gives for this engine and host) is fitted on this data, **leave one TP out**:
+the points of each TP are predicted with terms fitted on the other TPs' points only.
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from policies import BatchPlan, Request, ScheduledSeq
-from sim.latency.profiled import ProfiledLatencyModel
+from sim.latency.profiled import Profile, ProfiledLatencyModel
 
 CSV = Path("groundtruth/splitwise-static-batches/data/perf_model.csv")
 MODELS = {"llama2-70b": "llama-2-70b"}
@@ -66,3 +72,68 @@ def summary(rows) -> dict:
         out[name] = {"n": int(err.size), "median_abs_pct": float(np.median(err)),
                      "p90_abs_pct": float(np.percentile(err, 90))}
     return out
+
+
+# --- the eager (2023) engine: launch path overlapped with the GPU, host terms fitted leave-one-TP-out ---
+HOST_TERMS = ("step_s", "per_seq_s", "prefill_s")
+
+
+def host_ops(step_s: float, per_seq_s: float, prefill_s: float, source: str) -> dict:
+    """`step_overhead` (step_s + per_seq_s x sequences) and `prefill_overhead` (prefill_s a step with
+    prompts): the engine's host work outside the forward pass, during which the GPU idles."""
+    from calibrate.fit import fit_op
+
+    return {"step_overhead": fit_op("step_overhead", [[1, step_s + per_seq_s], [64, step_s + 64 * per_seq_s]],
+                                    source=source),
+            "prefill_overhead": fit_op("prefill_overhead", [[1, prefill_s], [64, prefill_s]], source=source)}
+
+
+def eager_profile(kernels: Profile, terms: dict | None = None, source: str = "") -> Profile:
+    """A copy of `kernels` (a kernel-only profile with `meta.eager_launch`) with the host terms added
+    (none: the launch path alone)."""
+    out = Profile(meta=dict(kernels.meta), model=dict(kernels.model), ops=dict(kernels.ops))
+    for name in ("step_overhead", "prefill_overhead"):
+        out.ops.pop(name, None)
+    if terms:
+        out.ops.update(host_ops(terms["step_s"], terms["per_seq_s"], terms["prefill_s"], source))
+        out.meta["host_terms"] = {**terms, "source": source}
+    return out
+
+
+def fit_host_terms(rows) -> dict:
+    """Host time outside the forward pass from `rows` of `check` made with launch-path-only models:
+    measured - predicted = step_s + per_seq_s x batch (+ prefill_s for prefill rows), all >= 0,
+    least squares on relative error with a soft-L1 loss (a few measured outliers, e.g. TP2's batches
+    that exceed its KV cache, should not pull the fit)."""
+    from scipy.optimize import least_squares
+
+    meas = rows.measured_ms.to_numpy() * 1e-3
+    resid = meas - rows.predicted_ms.to_numpy() * 1e-3
+    batch = rows.batch_size.to_numpy().astype(float)
+    is_prefill = (rows.phase == "prefill").to_numpy().astype(float)
+
+    def f(p):
+        return (p[0] + p[1] * batch + p[2] * is_prefill - resid) / meas
+
+    fit = least_squares(f, x0=[5e-3, 1e-4, 5e-3], bounds=([0, 0, 0], [1.0, 0.1, 1.0]), loss="soft_l1", f_scale=0.05)
+    return dict(zip(HOST_TERMS, (float(v) for v in fit.x)))
+
+
+def held_out_check(shared_data: Path, kernels: dict[int, Profile], hardware: str = "h100-80gb"):
+    """(rows, terms): every TP predicted by an `EagerLatencyModel` whose host terms were fitted on the
+    *other* TPs' points only (leave one TP out); `terms[tp]` are the terms used for TP `tp`.
+
+    `kernels` maps TP -> kernel-only profile with `meta.eager_launch` (the launch path, not fitted).
+    """
+    import pandas as pd
+
+    from sim.latency.eager import EagerLatencyModel
+
+    base = check(shared_data, {tp: EagerLatencyModel(eager_profile(p)) for tp, p in kernels.items()}, hardware)
+    parts, terms = [], {}
+    for tp, p in kernels.items():
+        others = sorted(t for t in kernels if t != tp)
+        terms[tp] = fit_host_terms(base[base.tp != tp])
+        src = f"fitted on Splitwise {hardware} TP {'/'.join(map(str, others))} step times (TP {tp} held out)"
+        parts.append(check(shared_data, {tp: EagerLatencyModel(eager_profile(p, terms[tp], src))}, hardware))
+    return pd.concat(parts, ignore_index=True), terms
