@@ -44,8 +44,7 @@ from pathlib import Path
 
 from gpu_backend.serve.stream_client import StreamClient, shares_clock
 from policies import FinishReason, RequestState
-
-PROFILE_FORMAT = "servesim-frontend"  # the same string as sim.frontend.PROFILE_FORMAT
+from sim.frontend import PROFILE_FORMAT
 
 # words of plain English: prompts are shuffled runs of them (as benchmark clients' synthetic text)
 _WORDS = (
@@ -64,7 +63,8 @@ PROBE_TEXT = " the house by the river was quiet in the morning and the garden wa
 
 
 def prompt_text(tokenizer, num_tokens: int, seed: int = 0) -> str:
-    """English-looking text of about `num_tokens` tokens (exactly that many ids, special ones aside)."""
+    """English-looking text of `num_tokens` tokens (special ones aside; decoded from that many ids, so
+    re-encoding may differ by a token with other tokenizers)."""
     rng = random.Random(seed)
     words: list[str] = []
     while len(tokenizer.encode(" ".join(words), add_special_tokens=False)) < num_tokens:
