@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/splitwise_check.py [--source aiconfigurator|h100-microbench]
         [--hardware h100-80gb|a100-80gb] [--tp 2 4 8] [--host eager-launch|eager|graphs|none]
-        [--kernels vidur|native] [--raw-grid] [--csv OUT.csv] [--plot OUT.png]
+        [--kernels vidur|native] [--raw-grid] [--calls-per-layer N] [--call-us US]
+        [--fit-on a100-80gb|h100-80gb] [--csv OUT.csv] [--plot OUT.png]
 
 For each TP it imports a Llama-2-70B profile (nothing is fitted to the Splitwise data: it is the
 test set), predicts every measured point of ../shared/data/groundtruth/splitwise-static-batches
@@ -20,6 +21,9 @@ predicted with terms fitted on the other TPs' points only, so every scored point
 The fitted terms are printed per held-out TP. Curves of dense Vidur grids continue in proportion
 to their input beyond 4096 tokens (`calibrate.importers.beyond_grid`); `--raw-grid` turns that
 off (the slope of their last 32-token segment, as `import_profile` still does).
+`--calls-per-layer` / `--call-us` replace the launch path's inputs (to see how much rests on them);
+`--fit-on HARDWARE` fits the host terms on every TP of the other machine's Splitwise rows instead,
+so that no step time of the scored machine is fitted at all.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from calibrate.importers import import_profile  # noqa: E402
 from calibrate.importers.beyond_grid import extend_dense_grids  # noqa: E402
 from calibrate.importers.eager_launch import add_eager_launch  # noqa: E402
-from calibrate.splitwise import HARDWARE, check, held_out_check, summary  # noqa: E402
+from calibrate.splitwise import HARDWARE, check, held_out_check, other_hardware_check, summary  # noqa: E402
 from sim.latency.profiled import ProfiledLatencyModel  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
@@ -55,6 +59,12 @@ def main(argv=None) -> int:
                          "of 2023-24, the Splitwise engine's software; default) or native (the source's tables)")
     ap.add_argument("--raw-grid", action="store_true",
                     help="keep the last-segment extrapolation of dense Vidur grids beyond 4096 tokens")
+    ap.add_argument("--calls-per-layer", type=int, default=None,
+                    help="eager-launch: kernel-issuing op calls a layer (default 14, see calibrate.importers.eager_launch)")
+    ap.add_argument("--call-us", type=float, default=None,
+                    help="eager-launch: host time of one op call in us (default: measured for the GPU's node)")
+    ap.add_argument("--fit-on", default=None, choices=tuple(HARDWARE),
+                    help="eager-launch: fit the host terms on this other machine's rows (all TPs)")
     ap.add_argument("--data", default=str(SHARED))
     ap.add_argument("--csv", default=None, help="also write every point to this CSV")
     ap.add_argument("--plot", default=None, help="also plot predicted against measured ms (PNG)")
@@ -62,19 +72,31 @@ def main(argv=None) -> int:
     if not (Path(args.data) / "groundtruth" / "splitwise-static-batches").is_dir():
         print(f"splitwise data not found under {args.data}", file=sys.stderr)
         return 2
-    gpu = HARDWARE[args.hardware]
     launch = args.host == "eager-launch"
-    profiles = {}
-    for tp in tqdm(args.tp, desc="import profiles", unit="tp"):
-        p = import_profile(args.source, gpu, "llama-2-70b", tp, host="none" if launch else args.host,
-                           kernels=args.kernels)
-        if not args.raw_grid:
-            extend_dense_grids(p)
-        if launch:
-            add_eager_launch(p, gpu)
-        profiles[tp] = p
+    if args.fit_on and (args.fit_on == args.hardware or not launch):
+        print("--fit-on needs --host eager-launch and the other machine", file=sys.stderr)
+        return 2
+
+    def profiles_for(hardware):
+        gpu = HARDWARE[hardware]
+        out = {}
+        for tp in tqdm(args.tp, desc=f"import {hardware} profiles", unit="tp"):
+            p = import_profile(args.source, gpu, "llama-2-70b", tp, host="none" if launch else args.host,
+                               kernels=args.kernels)
+            if not args.raw_grid:
+                extend_dense_grids(p)
+            if launch:
+                add_eager_launch(p, gpu, call_s=args.call_us * 1e-6 if args.call_us else None,
+                                 calls_per_layer=args.calls_per_layer)
+            out[tp] = p
+        return out
+
+    profiles = profiles_for(args.hardware)
     terms = {}
-    if launch:
+    if launch and args.fit_on:
+        rows, terms = other_hardware_check(Path(args.data), profiles, args.hardware, profiles_for(args.fit_on),
+                                           args.fit_on)
+    elif launch:
         if len(args.tp) < 2:
             print("--host eager-launch fits its host terms on the other TPs: give at least two", file=sys.stderr)
             return 2
@@ -97,12 +119,14 @@ def main(argv=None) -> int:
             print(f"tp={tp} {name:<8} n={s['n']:>3}  median |err| {s['median_abs_pct']:5.1f}%  "
                   f"p90 |err| {s['p90_abs_pct']:5.1f}%  median signed {signed:+6.1f}%")
     s = summary(rows)["all"]
+    where = f"on {args.fit_on} (all TPs)" if args.fit_on else "on the other TPs"
     for tp, t in terms.items():
-        print(f"tp={tp} held out: launch path {profiles[tp].meta['eager_launch']['launch_s'] * 1e3:.1f} ms (not fitted); "
-              f"fitted on the other TPs: {t['step_s'] * 1e3:.2f} ms/step + {t['per_seq_s'] * 1e3:.3f} ms/seq "
+        print(f"tp={tp}: launch path {profiles[tp].meta['eager_launch']['launch_s'] * 1e3:.1f} ms (not fitted); "
+              f"fitted {where}: {t['step_s'] * 1e3:.2f} ms/step + {t['per_seq_s'] * 1e3:.3f} ms/seq "
               f"+ {t['prefill_s'] * 1e3:.2f} ms/prompt step")
-    print(f"\nall: median |err| {s['median_abs_pct']:.1f}% over {s['n']} points (target: 15%)"
-          + (", every point predicted with host terms fitted on the other TPs" if launch else ""))
+    phases = "  ".join(f"{n} {v['median_abs_pct']:.1f}%" for n, v in summary(rows).items() if n != "all")
+    print(f"\nall: median |err| {s['median_abs_pct']:.1f}% over {s['n']} points (target: 15%; {phases})"
+          + (f", host terms fitted {where}" if launch else ""))
     if args.csv:
         rows.to_csv(args.csv, index=False)
     if args.plot:

@@ -103,8 +103,9 @@ def eager_profile(kernels: Profile, terms: dict | None = None, source: str = "")
 def fit_host_terms(rows) -> dict:
     """Host time outside the forward pass from `rows` of `check` made with launch-path-only models:
     measured - predicted = step_s + per_seq_s x batch (+ prefill_s for prefill rows), all >= 0,
-    least squares on relative error with a soft-L1 loss (a few measured outliers, e.g. TP2's batches
-    that exceed its KV cache, should not pull the fit)."""
+    least squares on relative error with a soft-L1 loss, so that a few odd measurements do not pull
+    the fit (TP2's batch of 64: a 360 ms prefill after 2.4 s for 32; at TP2 such batches likely
+    exceed the KV cache left beside 69 GB of weights a GPU)."""
     from scipy.optimize import least_squares
 
     meas = rows.measured_ms.to_numpy() * 1e-3
@@ -137,3 +138,19 @@ def held_out_check(shared_data: Path, kernels: dict[int, Profile], hardware: str
         src = f"fitted on Splitwise {hardware} TP {'/'.join(map(str, others))} step times (TP {tp} held out)"
         parts.append(check(shared_data, {tp: EagerLatencyModel(eager_profile(p, terms[tp], src))}, hardware))
     return pd.concat(parts, ignore_index=True), terms
+
+
+def other_hardware_check(shared_data: Path, kernels: dict[int, Profile], hardware: str,
+                         fit_kernels: dict[int, Profile], fit_hardware: str):
+    """(rows, terms): `hardware`'s points predicted with host terms fitted on every TP of `fit_hardware`
+    (the same engine on another machine): no step time of `hardware` is fitted at all."""
+    from sim.latency.eager import EagerLatencyModel
+
+    if fit_hardware == hardware:
+        raise ValueError(f"fit_hardware: must differ from the scored hardware {hardware!r}")
+    base = check(shared_data, {tp: EagerLatencyModel(eager_profile(p)) for tp, p in fit_kernels.items()}, fit_hardware)
+    terms = fit_host_terms(base)
+    src = f"fitted on Splitwise {fit_hardware} TP {'/'.join(map(str, sorted(fit_kernels)))} step times"
+    rows = check(shared_data, {tp: EagerLatencyModel(eager_profile(p, terms, src)) for tp, p in kernels.items()},
+                 hardware)
+    return rows, {tp: terms for tp in kernels}
