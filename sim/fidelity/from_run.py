@@ -348,6 +348,13 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
         path = measured_profile_file(config, run)
         if path is not None:
             config = replace(config, hardware=replace(config.hardware, latency="profiled", profile=str(path)))
+            front = any(o.replace(" ", "").startswith("frontend.") for o in overrides)
+            if not front and not config.frontend.enabled:
+                from sim.fidelity.predict import host_prior
+
+                gap = host_prior("aiconfigurator", run, config.hardware.gpu).frontend_s
+                if gap:  # the API process's part of each TTFT, as reproduce adds it
+                    config = replace(config, frontend=replace(config.frontend, request_overhead_s=gap))
     return config
 
 

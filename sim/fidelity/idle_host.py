@@ -60,26 +60,62 @@ def idle_host_times(run, gpu_model, min_output_tokens: int = 4, samples: int = 8
     return np.asarray(out, dtype=float)
 
 
+def frontend_gaps(run) -> np.ndarray:
+    """Seconds of the TTFT of each request alone in the engine spent outside it: TTFT - time in
+    queue - time in prefill, from vLLM's own spans (the API process handing the request to the
+    engine core, and the first token back); empty when the run has no such spans.
+
+    Only requests alone count: with others running, the gap also holds the rest of the step the
+    request arrived in (the engine core takes new requests between steps, and vLLM's queue time
+    starts there): about half a step, 15-20 ms on the 34B runs, which the simulation already
+    charges as the wait for the next step boundary.
+    """
+    path = Path(run.path) / "per_request_server_spans.csv"
+    if not path.is_file():
+        return np.zeros(0)
+    df = pd.read_csv(path)
+    need = ("ttft_s", "time_in_queue_s", "time_in_prefill_s", "start_unix_ns", "e2e_s")
+    if any(c not in df for c in need):
+        return np.zeros(0)
+    df = df[alone(df.assign(arrival_time=df["start_unix_ns"] / 1e9)).to_numpy()]
+    gap = (df["ttft_s"] - df["time_in_queue_s"] - df["time_in_prefill_s"]).to_numpy(float)
+    # spans whose phases were not recorded (zeros) say nothing about the gap
+    ok = np.isfinite(gap) & (df["time_in_prefill_s"].to_numpy(float) > 0) & (gap >= 0)
+    return gap[ok]
+
+
+def _median_but(values: dict[str, float], run_name: str | None) -> float | None:
+    vals = [v for k, v in values.items() if k != run_name]
+    return float(np.median(vals)) if vals else None
+
+
 @dataclass
 class IdleHostLayer:
-    """Per-run medians of the idle-engine host time per step, and where they came from."""
+    """Per-run medians of the idle-engine host time per step (and of the front-end gap of each
+    request's TTFT, where the run's spans time it), and where they came from."""
 
     per_run: dict[str, float]
     method: str = ("median over requests alone in the engine of measured TPOT - the per-op GPU time "
-                   "of their decode steps (sim.fidelity.idle_host)")
+                   "of their decode steps; frontend: median of TTFT - queue - prefill of vLLM's spans "
+                   "(sim.fidelity.idle_host)")
     source: str = ""
     gpu_model: str = "aiconfigurator"
     num_requests: dict[str, int] = field(default_factory=dict)
+    frontend_per_run: dict[str, float] = field(default_factory=dict)
 
     def host_s_for(self, run_name: str | None = None) -> float | None:
         """The median over every run but `run_name` (None when no other run has a value)."""
-        vals = [v for k, v in self.per_run.items() if k != run_name]
-        return float(np.median(vals)) if vals else None
+        return _median_but(self.per_run, run_name)
+
+    def frontend_s_for(self, run_name: str | None = None) -> float | None:
+        """The front-end gap: the median over every run but `run_name` (None without one)."""
+        return _median_but(self.frontend_per_run, run_name)
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "version": 1, "method": self.method, "source": self.source,
                 "gpu_model": self.gpu_model, "per_run": self.per_run, "num_requests": self.num_requests,
-                "fitted_on": sorted(self.per_run)}
+                "frontend_per_run": self.frontend_per_run,
+                "fitted_on": sorted(set(self.per_run) | set(self.frontend_per_run))}
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -95,8 +131,12 @@ class IdleHostLayer:
         per_run = data.get("per_run")
         if not isinstance(per_run, dict) or any(not isinstance(v, (int, float)) or v < 0 for v in per_run.values()):
             raise ValueError(f"host layer.per_run: {path}: expected run -> seconds >= 0")
+        front = data.get("frontend_per_run") or {}
+        if not isinstance(front, dict) or any(not isinstance(v, (int, float)) or v < 0 for v in front.values()):
+            raise ValueError(f"host layer.frontend_per_run: {path}: expected run -> seconds >= 0")
         return cls({k: float(v) for k, v in per_run.items()}, data.get("method", ""), data.get("source", ""),
-                   data.get("gpu_model", "aiconfigurator"), dict(data.get("num_requests") or {}))
+                   data.get("gpu_model", "aiconfigurator"), dict(data.get("num_requests") or {}),
+                   {k: float(v) for k, v in front.items()})
 
 
 def measure_layer(runs, gpu_model: str = "aiconfigurator", min_requests: int = 5) -> IdleHostLayer:
@@ -105,15 +145,18 @@ def measure_layer(runs, gpu_model: str = "aiconfigurator", min_requests: int = 5
     from sim.fidelity.from_run import config_dict_for_run
     from sim.fidelity.predict import gpu_latency_model
 
-    per_run, counts = {}, {}
+    per_run, counts, front = {}, {}, {}
     for run in runs:
+        gaps = frontend_gaps(run)
+        if len(gaps) >= min_requests:
+            front[run.name] = float(np.median(gaps))
         config = load_config(config_dict_for_run(run))
         model, kind = gpu_latency_model(run, config, gpu_model)
         h = idle_host_times(run, model)
         if len(h) >= min_requests:
             per_run[run.name], counts[run.name] = max(float(np.median(h)), 0.0), int(len(h))
     return IdleHostLayer(per_run, source=", ".join(sorted({r.source for r in runs})), gpu_model=gpu_model,
-                         num_requests=counts)
+                         num_requests=counts, frontend_per_run=front)
 
 
 _LAYERS: dict[Path, IdleHostLayer | None] = {}

@@ -112,8 +112,9 @@ def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = Non
     Per-op kernel databases (`aiconfigurator`) hold no host time, so a step adds the engine's:
 
     - vLLM v1 (chunked prefill) on an H100, with `measured`: the per-step host time measured on
-      idle engines of the shipped vLLM 0.11 H100 runs (`sim.fidelity.idle_host`), the median over
-      the runs other than `run` (never a run's own measurement);
+      idle engines of the shipped vLLM 0.11 H100 runs and the front-end part of their TTFTs
+      (`sim.fidelity.idle_host`), each the median over the runs other than `run` (never a run's
+      own measurement);
     - otherwise the project's documented constants (`sim.latency.RooflineConstants`: a per-step
       and a per-sequence term, not fitted to any run).
 
@@ -125,17 +126,18 @@ def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = Non
     from sim.latency.roofline import RooflineConstants
 
     c = RooflineConstants()
-    step_s = c.step_overhead_s
+    step_s, front_s = c.step_overhead_s, 0.0
     gpu = (gpu or (run.server.gpu if run is not None else None) or "H100").upper()
     v1 = run is None or run.server.enable_chunked_prefill
     if measured and v1 and gpu.startswith("H100"):
         from sim.fidelity.idle_host import shipped_layer
 
         layer = shipped_layer()
-        value = layer.host_s_for(run.name if run is not None else None) if layer is not None else None
-        if value is not None:
-            step_s = value
-    return HostOverhead(schedule_s=step_s, schedule_per_seq_s=c.per_seq_overhead_s)
+        name = run.name if run is not None else None
+        if layer is not None:
+            step_s = layer.host_s_for(name) if layer.host_s_for(name) is not None else step_s
+            front_s = layer.frontend_s_for(name) or 0.0
+    return HostOverhead(schedule_s=step_s, schedule_per_seq_s=c.per_seq_overhead_s, frontend_s=front_s)
 
 
 def gpu_latency_model(run: RealRun, config, kind: str = "auto"):

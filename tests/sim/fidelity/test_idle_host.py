@@ -6,7 +6,8 @@ import pytest
 from fidelity_helpers import MODEL, make_requests, write_exp_config, write_spans
 
 from sim.fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel
-from sim.fidelity.idle_host import VLLM_V1_H100, IdleHostLayer, alone, idle_host_times, measure_layer
+from sim.fidelity.idle_host import (VLLM_V1_H100, IdleHostLayer, alone, frontend_gaps, idle_host_times,
+                                    measure_layer)
 from sim.fidelity.predict import host_prior, predict_run
 from sim.fidelity.runs import RealRun, ServerArgs, find_runs, load_server_run
 
@@ -74,6 +75,7 @@ def test_host_prior_by_engine_and_gpu(tmp_path):
     layer = IdleHostLayer.load(VLLM_V1_H100)
     v1 = RealRun("unseen", "x", tmp_path, ServerArgs(model=MODEL, gpu="H100"), make_requests(2))
     assert host_prior("aiconfigurator", v1).schedule_s == pytest.approx(layer.host_s_for(None))
+    assert host_prior("aiconfigurator", v1).frontend_s == pytest.approx(layer.frontend_s_for(None))
     name = sorted(layer.per_run)[0]
     shipped = RealRun(name, "x", tmp_path, ServerArgs(model=MODEL, gpu="H100"), make_requests(2))
     assert host_prior("aiconfigurator", shipped).schedule_s == pytest.approx(layer.host_s_for(name))
@@ -88,6 +90,9 @@ def test_shipped_layer_is_reproduced_from_the_runs(shared_data):
     fresh = measure_layer(runs)
     shipped = IdleHostLayer.load(VLLM_V1_H100)
     assert fresh.per_run == pytest.approx(shipped.per_run, rel=1e-3)
+    assert fresh.frontend_per_run == pytest.approx(shipped.frontend_per_run, rel=1e-3)
+    # handing a request to the engine core and its first token back: milliseconds
+    assert all(2e-4 < v < 1e-2 for v in fresh.frontend_per_run.values())
     # a v1 engine's host work between CUDA-graph decode steps: a fraction of a millisecond, not tens
     assert all(1e-4 < v < 2e-3 for v in fresh.per_run.values())
 
@@ -96,3 +101,22 @@ def test_prediction_records_the_prior_it_used(tmp_path):
     run, _ = _measured_with_host(tmp_path, 0.5e-3)
     pred = predict_run(run, gpu_model="roofline")
     assert pred.overhead == HostOverhead()  # the roofline carries its own host constants
+
+
+def test_frontend_gap_is_taken_from_requests_alone(tmp_path):
+    # alone: 2 ms outside queue + prefill; overlapping ones also wait for the step they arrived in
+    import pandas as pd
+
+    req = make_requests(8, rate=1.0, seed=1)
+    arrival = np.array([0.0, 10.0, 20.0, 20.1, 20.2, 40.0, 50.0, 60.0])
+    e2e = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    ttft = np.full(8, 0.2)
+    folder = write_exp_config(tmp_path / "gaps", gpu="H100")
+    path = write_spans(folder, req.assign(arrival_time=arrival), ttft, e2e)
+    df = pd.read_csv(path)
+    overlapping = np.isin(np.arange(8), [2, 3, 4])
+    df["time_in_prefill_s"] = np.where(overlapping, 0.18, 0.198)  # gap 20 ms vs 2 ms
+    df.to_csv(path, index=False)
+    gaps = frontend_gaps(load_server_run(folder))
+    assert len(gaps) == 5
+    assert gaps == pytest.approx(np.full(5, 0.002))
