@@ -8,7 +8,8 @@
    source, i.e. one engine version and host, same GPU kind, same kind of GPU step-time data) and the run is simulated again with them; the
    score of a run never uses a fit that saw it. The fit is used only if it earns its place by
    nested leave-one-out among the training runs (`fit_helps`); otherwise, and for a group with a
-   single run, the run is predicted with no overhead. `fit="none"` scores step 1. `fit=HostOverhead`
+   single run, the run is predicted with its GPU model's host prior (`predict.host_prior`: none,
+   documented constants, or host times measured on the *other* runs' idle engines). `fit="none"` scores step 1. `fit=HostOverhead`
    applies given terms to every run (the caller excludes the runs they were fitted on).
 
 The result is one row per (run, metric): measured and predicted means and the relative error;
@@ -112,6 +113,17 @@ def fit_group(run: RealRun, gpu: str | None = None, gpu_model: str = "") -> str:
     return f"{run.source} on {run.server.gpu or gpu or DEFAULT_GPU} ({gpu_model})"
 
 
+def prior_label(pred: Prediction) -> str:
+    """How an unfitted prediction's host terms came about: 'none', or the GPU model's prior."""
+    o = pred.overhead
+    if o == HostOverhead():
+        return "none"
+    out = f"prior: {o.schedule_s * 1e3:.2f} ms/step"
+    if o.frontend_s:
+        out += f", front end {o.frontend_s * 1e3:.1f} ms"
+    return out
+
+
 def _rows(pred: Prediction, fit_label: str, fitted_on: list[str]) -> list[dict]:
     measured = pred.run.measured()
     predicted = pred.means()
@@ -148,9 +160,9 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: st
         bar.set_postfix_str(run.name[-30:])
         base[run.name] = predict_run(run, given, workload=workload, gpu=gpu, gpu_model=gpu_model)
     if fit == "none" or isinstance(fit, HostOverhead):
-        label = "none" if fit == "none" else "given"
+        label = None if fit == "none" else "given"
         for run in runs:
-            rows.extend(_rows(base[run.name], label, []))
+            rows.extend(_rows(base[run.name], label or prior_label(base[run.name]), []))
         rep.table, rep.predictions = pd.DataFrame(rows), base
         return rep
 
@@ -175,7 +187,7 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: st
         kw = fit_kw[group_of[run.name]]
         others = [n for n in groups[group_of[run.name]] if n != run.name and systems[n] is not None]
         if not others:
-            rows.extend(_rows(base[run.name], "none (no other run to fit on)", []))
+            rows.extend(_rows(base[run.name], f"{prior_label(base[run.name])} (no other run to fit on)", []))
             rep.predictions[run.name] = base[run.name]
             continue
         overhead = fit_overhead([systems[n] for n in others], **kw)
@@ -186,7 +198,8 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: st
         helps = fit_helps([systems[n] for n in others], simulate_means, measured, none_means, **kw)
         rep.fits[run.name] = {"overhead": overhead.to_dict(), "fitted_on": others, "used": helps}
         if not helps:
-            rows.extend(_rows(base[run.name], "none (the fit did not help in nested leave-one-out)", others))
+            rows.extend(_rows(base[run.name], f"{prior_label(base[run.name])} (the fit did not help in nested "
+                                              "leave-one-out)", others))
             rep.predictions[run.name] = base[run.name]
             continue
         pred = predict_run(run, overhead, workload=workload, gpu=gpu, gpu_model=gpu_model)
