@@ -9,6 +9,8 @@
   `layer_profile` (LLMServingSim per-layer vLLM profiles) and `distserve_model` (DistServe's A100
   coefficients) are GPU step-time models from measured data; `predict` picks one per run.
 - `overhead_fit`: the terms fitted to measured per-request timings; `reproduce`: leave-one-run-out.
+- `idle_host`: the engine's host time per step and the API process's share of TTFT, measured on
+  requests alone in real engines (`host/*.json`); `predict.host_prior` uses them leave-one-run-out.
 - `from_run`: `config_from_run(run_dir, overrides) -> Config` (`servesim simulate --from-run`).
 - `cli_reproduce`: `servesim reproduce GROUNDTRUTH_DIR --out REPORT`.
 """
