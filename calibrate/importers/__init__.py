@@ -38,7 +38,7 @@ def dims_of_spec(spec, tp: int = 1, dtype: str = "bfloat16") -> dict:
 
 
 def import_profile(source: str, gpu: str, model, tp: int = 1, data_dir: str | Path | None = None,
-                   host: str = "graphs", kernels: str = "native") -> Profile:
+                   host: str = "graphs", kernels: str = "native", compute_factor: float = 1.0) -> Profile:
     """Build a profile for `model` (a known name, a config.json path, or a dims dict from
     `dims_of_spec`) at tensor parallelism `tp` on `gpu` from published data.
 
@@ -46,7 +46,8 @@ def import_profile(source: str, gpu: str, model, tp: int = 1, data_dir: str | Pa
     "graphs" (a CUDA-graph engine, the default), "eager" (no CUDA graphs, NCCL all-reduce only) or
     "none" (kernel time only). `kernels="vidur"` replaces the layer GEMMs, elementwise ops and
     all-reduce with Vidur's eager-PyTorch measurements (`calibrate.importers.vidur`: the software of
-    a 2023-era eager engine); attention stays from `source`.
+    a 2023-era eager engine); attention stays from `source`. `compute_factor` (aiconfigurator):
+    the compute-bound share of each GEMM slowed by it (the clock a busy engine sustains).
     """
     from calibrate.importers.derived import HOSTS, host_overhead_op
 
@@ -59,7 +60,7 @@ def import_profile(source: str, gpu: str, model, tp: int = 1, data_dir: str | Pa
     if source == "aiconfigurator":
         from calibrate.importers.aiconfigurator import import_aiconfigurator
 
-        profile = import_aiconfigurator(gpu, model, tp, nccl_only=host == "eager")
+        profile = import_aiconfigurator(gpu, model, tp, nccl_only=host == "eager", compute_factor=compute_factor)
     else:
         from calibrate.importers.h100_microbench import import_h100_microbench
 

@@ -220,7 +220,26 @@ def chunked_prefill_points(full: list, decode_curve) -> list:
     return out
 
 
-def moe_ops(system_dir: Path, dims: dict, gemm, gemm_src: str) -> dict:
+def sustained(points: list, flops_per_row: float, peak_flops: float, factor: float) -> list:
+    """[[m, seconds]] GEMM points with their compute-bound share slowed by `factor`.
+
+    A kernel timed alone runs at the GPU's boost clock; inside a busy engine, back-to-back
+    compute-bound GEMMs run at the lower clock the power limit sustains, while memory-bound ones
+    (a decode's small m) are held by HBM bandwidth, which the SM clock does not set. The share of a
+    point that is compute-bound is phi = min(1, FLOPs / (peak x t)); the point becomes
+    t x (1 + (factor - 1) x phi). `factor` 1 keeps the data as measured.
+    """
+    if factor == 1.0:
+        return points
+    out = []
+    for m, t in points:
+        phi = min(1.0, m * flops_per_row / (peak_flops * t)) if t > 0 else 0.0
+        out.append([m, t * (1.0 + (factor - 1.0) * phi)])
+    return out
+
+
+def moe_ops(system_dir: Path, dims: dict, gemm, gemm_src: str, peak_flops: float = 0.0,
+            compute_factor: float = 1.0) -> dict:
     """The MoE layer of a Mixtral-style model from the measured fused-MoE kernel.
 
     ``moe/<framework>/<version>/moe_perf.parquet`` times vLLM's fused MoE (the router's top-k
@@ -246,6 +265,10 @@ def moe_ops(system_dir: Path, dims: dict, gemm, gemm_src: str) -> dict:
     if rows.empty:
         raise ConfigError(f"model: aiconfigurator {src} has no fused-MoE timing for {want} at moe_tp_size={tp}")
     pts = [[float(r.num_tokens), float(r.latency) * MS] for r in rows.itertuples()]
+    # each token runs top-k experts' gate/up (2 x inter) and down (inter) GEMMs, sharded over tp
+    flops = 2.0 * dims["num_experts_per_tok"] * 3 * dims["hidden_size"] * dims["intermediate_size"] / tp
+    if peak_flops:
+        pts = sustained(pts, flops, peak_flops, compute_factor)
     k, n = dims["hidden_size"], dims["num_experts"]
     return {
         "gate_up_proj": fit_op("gate_up_proj", pts, source=f"aiconfigurator {src} fused MoE "
@@ -255,11 +278,16 @@ def moe_ops(system_dir: Path, dims: dict, gemm, gemm_src: str) -> dict:
     }
 
 
-def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: bool = False) -> Profile:
+def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: bool = False,
+                          compute_factor: float = 1.0) -> Profile:
     """Profile of `model` at tensor parallelism `tp` on `gpu` (H100, H200 or A100) from aiconfigurator data.
 
     `nccl_only`: all-reduce from the NCCL table alone (engines without vLLM's custom all-reduce).
+    `compute_factor`: the compute-bound share of every GEMM slowed by it (`sustained`: the clock a
+    busy engine sustains; 1 = the isolated timings as measured).
     """
+    if isinstance(compute_factor, bool) or not isinstance(compute_factor, (int, float)) or not 0.5 <= compute_factor <= 2:
+        raise ConfigError(f"compute_factor: expected a number in [0.5, 2], got {compute_factor!r}")
     import pandas as pd
     import yaml
 
@@ -283,10 +311,14 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
         gemm = pd.read_parquet(gemm_path)
         gemm = gemm[gemm.gemm_dtype == "bfloat16"]
     device_name = str(gemm.device.iloc[0])
+    peak = float(system["gpu"].get("bfloat16_tc_flops") or 0.0)
+    factor = float(compute_factor) if peak else 1.0
+    note = f", compute-bound share x {factor:.3f}" if factor != 1.0 else ""
     for op, (k, n) in per_rank_shapes(dims).items():
-        ops[op] = fit_op(op, _interp_gemm(gemm, k, n), source=f"aiconfigurator {gemm_src} gemm (k={k}, n={n})")
+        ops[op] = fit_op(op, sustained(_interp_gemm(gemm, k, n), 2.0 * k * n, peak, factor),
+                         source=f"aiconfigurator {gemm_src} gemm (k={k}, n={n}){note}")
     if dims.get("num_experts"):
-        ops.update(moe_ops(system_dir, dims, gemm, gemm_src))
+        ops.update(moe_ops(system_dir, dims, gemm, gemm_src, peak, factor))
 
     # attention, per-rank head counts
     heads = dims["num_attention_heads"] // tp

@@ -360,26 +360,29 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
 
 def measured_profile_file(config, run: RealRun | None = None, cache_dir: str | Path | None = None) -> Path | None:
     """A profile file of the config's model, GPU and TP imported from aiconfigurator's per-op data
-    (`calibrate.importers`), with the engine's host time per step as `reproduce` predicts it
-    (`sim.fidelity.predict.host_prior`: measured on idle engines of other runs, or documented),
+    (`calibrate.importers`), with the engine's host time per step and the sustained-compute factor
+    of its GEMMs as `reproduce` predicts them (`sim.fidelity.predict.host_prior`, `compute_prior`:
+    measured on idle engines of other runs, or documented),
     cached by content; None when the extra is not installed or has no data for them."""
     import json
 
     try:
         from calibrate.fit import fit_op
         from calibrate.importers import dims_of_spec, import_profile
-        from sim.fidelity.predict import host_prior
+        from sim.fidelity.predict import compute_prior, host_prior
 
         prior = host_prior("aiconfigurator", run, config.hardware.gpu)
+        factor = compute_prior(run, config.hardware.gpu)
         dims = dims_of_spec(config.model.spec(), config.hardware.tp)
-        dims_key = {**dims, "host": [prior.schedule_s, prior.schedule_per_seq_s]}
+        dims_key = {**dims, "host": [prior.schedule_s, prior.schedule_per_seq_s], "compute_factor": factor}
         folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
         importer = Path(__file__).resolve().parents[2] / "calibrate" / "importers"
         stamp = "".join(p.read_text() for p in sorted(importer.glob("*.py")) if p.is_file())
         key = hashlib.sha1((json.dumps(dims_key, sort_keys=True) + config.hardware.gpu + stamp).encode()).hexdigest()[:16]
         path = folder / f"aiconfigurator-{config.hardware.gpu}-tp{config.hardware.tp}-{key}.json"
         if not path.is_file():
-            profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp, host="none")
+            profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp, host="none",
+                                     compute_factor=factor)
             profile.ops["step_overhead"] = fit_op("step_overhead", [
                 [n, prior.schedule_s + n * prior.schedule_per_seq_s] for n in (1, 16, 256, 4096)],
                 source=f"host time per step {prior.schedule_s * 1e3:.3f} ms + {prior.schedule_per_seq_s * 1e6:.0f} us/seq "

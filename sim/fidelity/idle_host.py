@@ -7,6 +7,10 @@ part is what the per-op data predicts for a one-sequence decode step at that req
 lengths (the GPU model alone, without host terms), so the difference is the host time per step, request by request, with no fitting and no queueing
 in the way. Its median over a run is one number per run; a run is never predicted with its own.
 
+The same requests' TTFTs give the factor by which a busy engine's compute-bound GEMM work runs
+slower than aiconfigurator's isolated timings (`compute_factors`: the sustained clock under a
+power limit; memory-bound decode work is not slowed).
+
 `IdleHostLayer` is the file form (`sim/fidelity/host/*.json`): the per-run medians, the method,
 and the runs they came from. `host_s_for(run)` is the median over the *other* runs (leave one run
 out for runs it was measured on; all of them for a run it never saw, such as an unseen
@@ -102,6 +106,7 @@ class IdleHostLayer:
     gpu_model: str = "aiconfigurator"
     num_requests: dict[str, int] = field(default_factory=dict)
     frontend_per_run: dict[str, float] = field(default_factory=dict)
+    compute_factor_per_run: dict[str, float] = field(default_factory=dict)
 
     def host_s_for(self, run_name: str | None = None) -> float | None:
         """The median over every run but `run_name` (None when no other run has a value)."""
@@ -111,11 +116,15 @@ class IdleHostLayer:
         """The front-end gap: the median over every run but `run_name` (None without one)."""
         return _median_but(self.frontend_per_run, run_name)
 
+    def compute_factor_for(self, run_name: str | None = None) -> float | None:
+        """The sustained-compute factor of GEMMs: the median over every run but `run_name`."""
+        return _median_but(self.compute_factor_per_run, run_name)
+
     def to_dict(self) -> dict:
         return {"format": FORMAT, "version": 1, "method": self.method, "source": self.source,
                 "gpu_model": self.gpu_model, "per_run": self.per_run, "num_requests": self.num_requests,
-                "frontend_per_run": self.frontend_per_run,
-                "fitted_on": sorted(set(self.per_run) | set(self.frontend_per_run))}
+                "frontend_per_run": self.frontend_per_run, "compute_factor_per_run": self.compute_factor_per_run,
+                "fitted_on": sorted(set(self.per_run) | set(self.frontend_per_run) | set(self.compute_factor_per_run))}
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -131,12 +140,14 @@ class IdleHostLayer:
         per_run = data.get("per_run")
         if not isinstance(per_run, dict) or any(not isinstance(v, (int, float)) or v < 0 for v in per_run.values()):
             raise ValueError(f"host layer.per_run: {path}: expected run -> seconds >= 0")
-        front = data.get("frontend_per_run") or {}
-        if not isinstance(front, dict) or any(not isinstance(v, (int, float)) or v < 0 for v in front.values()):
-            raise ValueError(f"host layer.frontend_per_run: {path}: expected run -> seconds >= 0")
+        extra = {}
+        for key in ("frontend_per_run", "compute_factor_per_run"):
+            d = data.get(key) or {}
+            if not isinstance(d, dict) or any(not isinstance(v, (int, float)) or v < 0 for v in d.values()):
+                raise ValueError(f"host layer.{key}: {path}: expected run -> a number >= 0")
+            extra[key] = {k: float(v) for k, v in d.items()}
         return cls({k: float(v) for k, v in per_run.items()}, data.get("method", ""), data.get("source", ""),
-                   data.get("gpu_model", "aiconfigurator"), dict(data.get("num_requests") or {}),
-                   {k: float(v) for k, v in front.items()})
+                   data.get("gpu_model", "aiconfigurator"), dict(data.get("num_requests") or {}), **extra)
 
 
 def measure_layer(runs, gpu_model: str = "aiconfigurator", min_requests: int = 5) -> IdleHostLayer:
@@ -151,12 +162,48 @@ def measure_layer(runs, gpu_model: str = "aiconfigurator", min_requests: int = 5
         if len(gaps) >= min_requests:
             front[run.name] = float(np.median(gaps))
         config = load_config(config_dict_for_run(run))
-        model, kind = gpu_latency_model(run, config, gpu_model)
+        # kernel times as measured (factor 1): a one-sequence decode step is a weight read, which
+        # the sustained-compute factor does not touch, and the layer must not depend on itself
+        model, kind = gpu_latency_model(run, config, gpu_model, compute_factor=1.0)
         h = idle_host_times(run, model)
         if len(h) >= min_requests:
             per_run[run.name], counts[run.name] = max(float(np.median(h)), 0.0), int(len(h))
+    compute = {}
+    for run in runs:
+        f = compute_factors(run, per_run.get(run.name), front.get(run.name, 0.0))
+        if len(f) >= min_requests:
+            compute[run.name] = float(np.median(f))
     return IdleHostLayer(per_run, source=", ".join(sorted({r.source for r in runs})), gpu_model=gpu_model,
-                         num_requests=counts, frontend_per_run=front)
+                         num_requests=counts, frontend_per_run=front, compute_factor_per_run=compute)
+
+
+PROBE_FACTOR = 1.5
+
+
+def compute_factors(run, host_s: float | None, frontend_s: float, min_share: float = 0.1) -> np.ndarray:
+    """Per request alone in the engine (and in the simulation): the factor on the compute-bound
+    share of the GEMMs (`calibrate.importers.aiconfigurator.sustained`) that makes its predicted
+    TTFT the measured one. An idle request's TTFT is its prefill steps, linear in the factor: two
+    simulations (factor 1 and `PROBE_FACTOR`, the run's own host and front-end times) give the line.
+    Requests whose prefill is less than `min_share` compute-bound at the probe say little and are
+    left out (a 64-token chunk is a weight read)."""
+    from sim.fidelity.host_overhead import HostOverhead
+    from sim.fidelity.predict import predict_run
+    from sim.latency.roofline import RooflineConstants
+
+    if host_s is None or not len(run.requests) or run.requests["ttft_s"].isna().all():
+        return np.zeros(0)
+    terms = HostOverhead(schedule_s=host_s, schedule_per_seq_s=RooflineConstants().per_seq_overhead_s,
+                         frontend_s=frontend_s)
+    sims = [predict_run(run, terms, gpu_model="aiconfigurator", compute_factor=f).requests for f in (1.0, PROBE_FACTOR)]
+    t = [s.assign(req_id=s["req_id"].astype(str)).set_index("req_id") for s in sims]
+    meas = run.requests.assign(req_id=run.requests["req_id"].astype(str))
+    meas = meas[alone(meas).to_numpy()].set_index("req_id")
+    ids = meas.index.intersection(t[0].index[alone(t[0]).to_numpy()])
+    t1, t2, m = t[0].loc[ids, "ttft_s"], t[1].loc[ids, "ttft_s"], meas.loc[ids, "ttft_s"]
+    slope = (t2 - t1) / (PROBE_FACTOR - 1.0)
+    ok = (slope * (PROBE_FACTOR - 1.0) >= min_share * t1) & np.isfinite(m)
+    return (1.0 + (m[ok] - t1[ok]) / slope[ok]).to_numpy(float)
 
 
 _LAYERS: dict[Path, IdleHostLayer | None] = {}

@@ -87,16 +87,17 @@ def distserve_profile(run: RealRun) -> Path | None:
 _AICONFIGURATOR: dict[tuple, object] = {}  # (gpu, model, tp) -> Profile, or the exception it raised
 
 
-def _aiconfigurator_profile(gpu: str, spec, tp: int):
+def _aiconfigurator_profile(gpu: str, spec, tp: int, compute_factor: float = 1.0):
     """calibrate's import of aiconfigurator's data (optional extra) for a `ModelSpec`, cached with
     its failures (slow to load)."""
-    key = (gpu, spec, tp)
+    key = (gpu, spec, tp, round(compute_factor, 6))
     if key not in _AICONFIGURATOR:
         try:
             from calibrate.importers import dims_of_spec, import_profile
 
             # kernel time only: the engine's host time is `host_prior`'s named terms (or a fit's)
-            _AICONFIGURATOR[key] = import_profile("aiconfigurator", gpu, dims_of_spec(spec, tp), tp, host="none")
+            _AICONFIGURATOR[key] = import_profile("aiconfigurator", gpu, dims_of_spec(spec, tp), tp, host="none",
+                                                  compute_factor=compute_factor)
         except Exception as exc:  # noqa: BLE001 - any failure means "no data": fall back
             _AICONFIGURATOR[key] = exc
     hit = _AICONFIGURATOR[key]
@@ -127,21 +128,37 @@ def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = Non
 
     c = RooflineConstants()
     step_s, front_s = c.step_overhead_s, 0.0
-    gpu = (gpu or (run.server.gpu if run is not None else None) or "H100").upper()
-    v1 = run is None or run.server.enable_chunked_prefill
-    if measured and v1 and gpu.startswith("H100"):
-        from sim.fidelity.idle_host import shipped_layer
-
-        layer = shipped_layer()
+    layer = _measured_layer(run, gpu) if measured else None
+    if layer is not None:
         name = run.name if run is not None else None
-        if layer is not None:
-            step_s = layer.host_s_for(name) if layer.host_s_for(name) is not None else step_s
-            front_s = layer.frontend_s_for(name) or 0.0
+        step_s = layer.host_s_for(name) if layer.host_s_for(name) is not None else step_s
+        front_s = layer.frontend_s_for(name) or 0.0
     return HostOverhead(schedule_s=step_s, schedule_per_seq_s=c.per_seq_overhead_s, frontend_s=front_s)
 
 
-def gpu_latency_model(run: RealRun, config, kind: str = "auto"):
-    """(step-time model, its kind) for the run's GPU and model."""
+def _measured_layer(run: RealRun | None, gpu: str | None):
+    """The shipped idle-engine layer when it applies to the run (vLLM v1 on an H100), else None."""
+    gpu = (gpu or (run.server.gpu if run is not None else None) or "H100").upper()
+    v1 = run is None or run.server.enable_chunked_prefill
+    if not (v1 and gpu.startswith("H100")):
+        return None
+    from sim.fidelity.idle_host import shipped_layer
+
+    return shipped_layer()
+
+
+def compute_prior(run: RealRun | None = None, gpu: str | None = None, measured: bool = True) -> float:
+    """How much slower the compute-bound share of a GEMM runs in a busy engine than aiconfigurator
+    timed it alone: measured on idle engines of the other shipped runs (`sim.fidelity.idle_host`)
+    for vLLM v1 on an H100, else 1 (as measured)."""
+    layer = _measured_layer(run, gpu) if measured else None
+    value = layer.compute_factor_for(run.name if run is not None else None) if layer is not None else None
+    return value if value is not None else 1.0
+
+
+def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: float | None = None):
+    """(step-time model, its kind) for the run's GPU and model; `compute_factor` (aiconfigurator):
+    None = `compute_prior`."""
     if kind not in GPU_MODEL_KINDS:
         raise ValueError(f"gpu_model: {kind!r} is not allowed; choose one of {', '.join(GPU_MODEL_KINDS)}")
     spec = config.model.spec()
@@ -172,7 +189,8 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto"):
         try:
             from sim.latency.profiled import ProfiledLatencyModel
 
-            profile = _aiconfigurator_profile(config.hardware.gpu, spec, config.hardware.tp)
+            factor = compute_prior(run, config.hardware.gpu) if compute_factor is None else compute_factor
+            profile = _aiconfigurator_profile(config.hardware.gpu, spec, config.hardware.tp, factor)
             return ProfiledLatencyModel(profile, block_size=config.cache.block_size), "aiconfigurator"
         except Exception as exc:  # not installed, or no data for this GPU/model: fall through
             if kind == "aiconfigurator":
@@ -198,9 +216,12 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
 
 def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: str = "auto",
                 gpu: str | None = None, gpu_model: str = "auto", overrides: tuple[str, ...] = (),
-                record: bool = False, host: str = "measured") -> Prediction:
+                record: bool = False, host: str = "measured", compute_factor: float | None = None) -> Prediction:
     """Simulate `run` from its configuration and return the per-request predictions (`overhead`
-    None: the GPU model's `host_prior`, measured on other runs or, `host="prior"`, documented)."""
+    None: the GPU model's `host_prior`, measured on other runs or, `host="prior"`, documented;
+    `compute_factor` None: `compute_prior` likewise)."""
+    if host not in ("measured", "prior"):
+        raise ValueError(f"host: {host!r} is not allowed; choose one of measured, prior")
     from sim.config import load_config
     from sim.fidelity.from_run import config_dict_for_run
     from sim.runner import simulate
@@ -223,10 +244,10 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     shards = [run.requests.iloc[i::dp] for i in range(dp)] if kind == "replay" else [None] * dp
     req_tables, step_tables, label = [], [], ""
     for engine, shard in enumerate(shards):
-        base, label = gpu_latency_model(run, config, gpu_model)
+        factor = compute_factor if compute_factor is not None else (
+            compute_prior(run, config.hardware.gpu) if host == "measured" else 1.0)
+        base, label = gpu_latency_model(run, config, gpu_model, compute_factor=factor)
         if overhead is None:
-            if host not in ("measured", "prior"):
-                raise ValueError(f"host: {host!r} is not allowed; choose one of measured, prior")
             overhead = host_prior(label, run, config.hardware.gpu, measured=host == "measured")
         latency = HostOverheadLatencyModel(base, overhead, record=True)
         wl = _workload(run, shard, kind)
@@ -243,5 +264,6 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     requests = pd.concat(req_tables, ignore_index=True)
     requests["tpot_s"] = tpot(requests["ttft_s"], requests["e2e_s"], requests["num_output_tokens"])
     requests = apply_frontend(requests, overhead)
+    notes = [f"compute-bound GEMM share x {factor:.3f}"] if label == "aiconfigurator" and factor != 1.0 else []
     return Prediction(run=run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
-                      workload=kind, overhead=overhead)
+                      workload=kind, overhead=overhead, notes=notes)

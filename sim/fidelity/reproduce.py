@@ -121,7 +121,7 @@ def prior_label(pred: Prediction) -> str:
     out = f"prior: {o.schedule_s * 1e3:.2f} ms/step"
     if o.frontend_s:
         out += f", front end {o.frontend_s * 1e3:.1f} ms"
-    return out
+    return "; ".join([out, *pred.notes])
 
 
 def _rows(pred: Prediction, fit_label: str, fitted_on: list[str]) -> list[dict]:

@@ -1,11 +1,12 @@
-"""aiconfigurator attention import: shapes the database lacks, its triangular decode grid, chunked prefill."""
+"""aiconfigurator import: attention shapes the database lacks, its triangular decode grid, chunked
+prefill, and the sustained-compute factor on GEMMs."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from calibrate.importers.aiconfigurator import (attention_rows, chunked_prefill_points, complete_decode_grid,
-                                                package_dir)
+                                                package_dir, sustained)
 
 
 def _table(name: str):
@@ -113,3 +114,29 @@ def test_chunked_prefill_is_charged_by_equal_causal_work():
     for c in (16, 256):
         row = [pts[(c, c + p)] for p in (0, 16, 64, 256, 1024, 4096)]
         assert row == sorted(row)  # more cached context never costs less
+
+
+def test_sustained_compute_slows_compute_bound_points_only():
+    peak = 1e15
+    flops_per_row = 2.0 * 4096 * 4096
+    memory_bound = [1.0, 1e-4]  # one row: 33 MFLOP in 100 us, phi = 3e-4
+    compute_bound = [8192.0, 8192 * flops_per_row / peak]  # at peak: phi = 1
+    out = dict((m, t) for m, t in sustained([memory_bound, compute_bound], flops_per_row, peak, 1.1))
+    assert out[1.0] == pytest.approx(1e-4, rel=1e-3)
+    assert out[8192.0] == pytest.approx(1.1 * compute_bound[1])
+    assert sustained([compute_bound], flops_per_row, peak, 1.0) == [compute_bound]
+
+
+def test_compute_factor_reaches_the_imported_gemms():
+    pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
+    from calibrate.importers import import_profile
+
+    base = import_profile("aiconfigurator", "H100", "llama-3-8b", 1, host="none")
+    slow = import_profile("aiconfigurator", "H100", "llama-3-8b", 1, host="none", compute_factor=1.1)
+    for op in ("qkv_proj", "gate_up_proj", "down_proj"):
+        assert slow.ops[op].curve(1) == pytest.approx(base.ops[op].curve(1), rel=0.01)  # a weight read
+        ratio = slow.ops[op].curve(8192) / base.ops[op].curve(8192)
+        assert 1.05 < ratio <= 1.1 + 1e-9  # tensor-core bound: most of the factor
+    assert slow.ops["attn_decode"].curve(8, 1024) == base.ops["attn_decode"].curve(8, 1024)
+    with pytest.raises(Exception, match="^compute_factor"):
+        import_profile("aiconfigurator", "H100", "llama-3-8b", 1, compute_factor=5)

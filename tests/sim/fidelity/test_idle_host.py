@@ -8,7 +8,7 @@ from fidelity_helpers import MODEL, make_requests, write_exp_config, write_spans
 from sim.fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel
 from sim.fidelity.idle_host import (VLLM_V1_H100, IdleHostLayer, alone, frontend_gaps, idle_host_times,
                                     measure_layer)
-from sim.fidelity.predict import host_prior, predict_run
+from sim.fidelity.predict import compute_prior, host_prior, predict_run
 from sim.fidelity.runs import RealRun, ServerArgs, find_runs, load_server_run
 
 
@@ -76,6 +76,8 @@ def test_host_prior_by_engine_and_gpu(tmp_path):
     v1 = RealRun("unseen", "x", tmp_path, ServerArgs(model=MODEL, gpu="H100"), make_requests(2))
     assert host_prior("aiconfigurator", v1).schedule_s == pytest.approx(layer.host_s_for(None))
     assert host_prior("aiconfigurator", v1).frontend_s == pytest.approx(layer.frontend_s_for(None))
+    assert compute_prior(v1) == pytest.approx(layer.compute_factor_for(None))
+    assert compute_prior(v1, measured=False) == 1.0
     name = sorted(layer.per_run)[0]
     shipped = RealRun(name, "x", tmp_path, ServerArgs(model=MODEL, gpu="H100"), make_requests(2))
     assert host_prior("aiconfigurator", shipped).schedule_s == pytest.approx(layer.host_s_for(name))
@@ -93,6 +95,10 @@ def test_shipped_layer_is_reproduced_from_the_runs(shared_data):
     assert fresh.frontend_per_run == pytest.approx(shipped.frontend_per_run, rel=1e-3)
     # handing a request to the engine core and its first token back: milliseconds
     assert all(2e-4 < v < 1e-2 for v in fresh.frontend_per_run.values())
+    assert fresh.compute_factor_per_run == pytest.approx(shipped.compute_factor_per_run, rel=1e-3)
+    # a busy H100's sustained clock under its power limit: compute-bound work somewhat slower, not 2x
+    assert len(fresh.compute_factor_per_run) >= 3
+    assert all(1.0 < v < 1.3 for v in fresh.compute_factor_per_run.values())
     # a v1 engine's host work between CUDA-graph decode steps: a fraction of a millisecond, not tens
     assert all(1e-4 < v < 2e-3 for v in fresh.per_run.values())
 
