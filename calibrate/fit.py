@@ -44,22 +44,31 @@ from sim.latency.profiled import OP_INPUTS, Bilinear, Grid2D, OpProfile, Piecewi
 
 def _medians(points: list) -> tuple[list[tuple[float, ...]], np.ndarray]:
     """Group raw [x..., t] rows by x and take the median time of each group."""
+    keys, med, _ = _grouped(points)
+    return keys, med
+
+
+def _grouped(points: list) -> tuple[list[tuple[float, ...]], np.ndarray, np.ndarray]:
+    """(sorted distinct x, the median time at each, the number of rows at each)."""
     groups: dict[tuple[float, ...], list[float]] = defaultdict(list)
     for row in points:
         groups[tuple(float(v) for v in row[:-1])].append(float(row[-1]))
     keys = sorted(groups)
-    return keys, np.array([float(np.median(groups[k])) for k in keys])
+    return (keys, np.array([float(np.median(groups[k])) for k in keys]),
+            np.array([len(groups[k]) for k in keys], dtype=float))
+
+
+def _pwl(x: np.ndarray, med: np.ndarray, counts: np.ndarray) -> PiecewiseLinear:
+    y = isotonic_regression(med, weights=counts, increasing=True).x
+    return PiecewiseLinear(tuple(float(v) for v in x), tuple(float(max(v, 0.0)) for v in y))
 
 
 def fit_pwl(points: list) -> PiecewiseLinear:
     """Monotone piecewise-linear curve through the isotonic fit of the per-x medians."""
-    keys, med = _medians(points)
+    keys, med, counts = _grouped(points)
     if not keys:
         raise ValueError("points: need at least one [x, seconds] row")
-    x = np.array([k[0] for k in keys])
-    counts = np.array([sum(1 for r in points if float(r[0]) == xi) for xi in x], dtype=float)
-    y = isotonic_regression(med, weights=counts, increasing=True).x
-    return PiecewiseLinear(tuple(float(v) for v in x), tuple(float(max(v, 0.0)) for v in y))
+    return _pwl(np.array([k[0] for k in keys]), med, counts)
 
 
 def fit_robust_line(points: list) -> PiecewiseLinear:
@@ -142,13 +151,13 @@ def fit_error(curve, points: list) -> dict[str, float]:
 
 def loo_error(points: list) -> dict[str, float]:
     """Leave-one-out error of the piecewise-linear fit at each interior x (see module docstring)."""
-    keys, med = _medians(points)
-    xs = [k[0] for k in keys]
+    keys, med, counts = _grouped(points)
+    xs = np.array([k[0] for k in keys])
     errs = []
     for i in range(1, len(xs) - 1):
-        rest = [r for r in points if float(r[0]) != xs[i]]
+        keep = np.arange(len(xs)) != i  # the curve fitted without knot i (same medians as refitting its rows)
         if med[i] > 0:
-            errs.append(abs(fit_pwl(rest)(xs[i]) - med[i]) / med[i] * 100.0)
+            errs.append(abs(_pwl(xs[keep], med[keep], counts[keep])(xs[i]) - med[i]) / med[i] * 100.0)
     if not errs:
         return {}
     return {"loo_median_abs_pct": round(float(np.median(errs)), 3), "loo_max_abs_pct": round(float(max(errs)), 3)}
