@@ -26,8 +26,11 @@ config) measures the front end as it runs beside real steps, which hold the inte
 of the time, so the event loop waits for it; `probe_server(tokenizer)` puts a `ProbeEngine` whose
 steps sleep behind the same app (no torch; the front end alone; what the tests use).
 
-Not measured: concurrency on the single event loop (one request at a time). Timings on a shared
-machine are noisy: medians, and the load average before and after goes into the profile's metadata.
+Not measured: concurrency on the single event loop (one request at a time). The terms are medians:
+the delays have long tails (a thread waiting for the interpreter lock can wait a whole switch
+interval, 5 ms; other work on a shared machine), which the means beside them in `measurements`
+show and which a constant delay cannot carry; the median is the typical request's, and stable from a
+quiet machine to a busy one (the load average before and after goes into the metadata).
 """
 from __future__ import annotations
 
@@ -325,17 +328,21 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
             "client": "thread" if in_process or not shares_clock() else "process",
             "prompt_tokens": xs,
             "ingress_s_median": ingress_med,
+            "ingress_s_mean": [statistics.fmean(ingress[n]) for n in lengths],
             "ingress_s_p90": [_quantile(ingress[n], 0.9) for n in lengths],
             "tokenizer_encode_s_median": [encode_s[n] for n in lengths],
             "tokenizer_s_per_token": encode_per_token,
             "tokenizer_intercept_s": encode_intercept,
             "egress_first_chunk_s_median": statistics.median(first_egress),
+            "egress_first_chunk_s_mean": statistics.fmean(first_egress),
             "egress_first_chunk_s_p90": _quantile(first_egress, 0.9),
             "egress_last_chunk_s_median": statistics.median(last_egress),
             "egress_every_chunk_s_median": statistics.median(all_egress) if all_egress else None,
             "engine_callback_s_per_output": statistics.median(callback) if callback else None,
             "token_interval_s_median_streamed": served_interval,
             "token_interval_s_median_bare": bare_interval,
+            "token_interval_s_mean_streamed": _mean_interval(engine.requests[req_id] for _, (_, req_id, _) in results),
+            "token_interval_s_mean_bare": _mean_interval(bare),
             "num_bare_requests": len(bare),
             "num_requests": len(results),
             "num_first_chunks_paired": len(first_egress),
@@ -375,6 +382,11 @@ def _median_interval(requests) -> float:
     """Median gap between consecutive output tokens over `requests` (one request per step here)."""
     gaps = [b - a for r in requests for a, b in zip(r.token_times, r.token_times[1:])]
     return statistics.median(gaps)
+
+
+def _mean_interval(requests) -> float:
+    """Mean gap between consecutive output tokens over `requests`."""
+    return statistics.fmean(b - a for r in requests for a, b in zip(r.token_times, r.token_times[1:]))
 
 
 def _quantile(values: list[float], q: float) -> float:
