@@ -119,9 +119,17 @@ def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = Non
     - otherwise the project's documented constants (`sim.latency.RooflineConstants`: a per-step
       and a per-sequence term, not fitted to any run).
 
+    DistServe's coefficients (`distserve`) time vLLM v0's forward pass alone: with `measured`, the
+    v0 engine's host time per running sequence and its front end, read off the timestamps of the
+    *other* DistServe runs (`sim.fidelity.distserve_model.distserve_host_prior`).
+
     A fit replaces these terms rather than adding to them. The other sources time whole engine
     steps or layers (their host time is in the data) and the roofline carries its own: no terms.
     """
+    if gpu_model == "distserve" and measured and run is not None and distserve_profile(run) is not None:
+        from sim.fidelity.distserve_model import distserve_host_prior
+
+        return distserve_host_prior(run, distserve_profile(run))
     if gpu_model != "aiconfigurator":
         return HostOverhead()
     from sim.latency.roofline import RooflineConstants

@@ -94,14 +94,15 @@ def fit_terms_for(gpu_model: str) -> dict:
 
     DistServe's coefficients (`distserve`) are whole-iteration times of vLLM's forward pass measured
     on that GPU, so the kernels need no correction (`compute_scale` stays 1) and the per-step constant
-    is in the coefficients' own intercept; on an idle engine the measured TTFTs of DistServe's vLLM
-    runs equal the prefill coefficients (no front-end time left to fit). What the iteration timing
-    leaves out is the v0 engine's host work per sequence after the forward pass (sampling, output
-    processing, incremental detokenization, streaming each request's text from the same process):
-    `sample_per_seq_s` alone. Other sources fit every term of `FIT_TERMS`.
+    is in the coefficients' own intercept. What the iteration timing leaves out is the v0 engine's
+    host work per sequence after the forward pass (sampling, output processing, incremental
+    detokenization, streaming each request's text from the same process): `sample_per_seq_s`; and
+    the front end's per-request time before the engine sees a prompt (HTTP, tokenization):
+    `frontend_s` (the runs' back-to-back prefill steps follow the prefill fit, so what idle TTFTs
+    add to it is front end; `sim.fidelity.distserve_model`). Other sources fit every term of `FIT_TERMS`.
     """
     if gpu_model == "distserve":
-        return {"terms": ("sample_per_seq_s",)}
+        return {"terms": ("sample_per_seq_s", "frontend_s")}
     return {}
 
 
@@ -119,6 +120,8 @@ def prior_label(pred: Prediction) -> str:
     if o == HostOverhead():
         return "none"
     out = f"prior: {o.schedule_s * 1e3:.2f} ms/step"
+    if o.sample_per_seq_s:
+        out += f", {o.sample_per_seq_s * 1e3:.2f} ms/seq"
     if o.frontend_s:
         out += f", front end {o.frontend_s * 1e3:.1f} ms"
     return "; ".join([out, *pred.notes])

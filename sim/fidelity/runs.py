@@ -413,6 +413,59 @@ def load_llmservingsim_run(path: Path) -> RealRun:
 
 _DISTSERVE_NAME = re.compile(r"^vllm-(\d+)-([\d.]+)\.exp$")
 
+# The vLLM baseline's `--max-num-batched-tokens`, which DistServe's files do not record. What the
+# runs show (`distserve_prefill_batches`): prompts whose first tokens arrive within 0.6 ms of each
+# other were prefilled in one step (a v0 step is prefill-only; the next step is >= 20 ms away), and
+# five of the eight runs co-schedule 1699 + 1728 = 3427 prompt tokens in one step (3456 padded), so
+# the budget was raised above vLLM's default of 2048 (a prefill batch never exceeds it). Those same
+# steps pad a 323-token prompt to 1728 (1405 padding tokens): vLLM 0.2.2-0.3's `max_paddings=256`
+# cap was not in force. The exact value is not observable from the batches (the engine is
+# KV-bound whenever a queue forms); 16384 is the power of two whose activation reserve, under
+# vLLM's profiling rule (`sim.models.memory`), leaves the KV capacity the loaded runs plateau at
+# (up to 55.9k tokens of prompts + outputs in flight while requests queue, ~57k counting partly
+# filled blocks and the 1% watermark; the rule gives 57.8k at 16384, 61k at vLLM's default 2048).
+DISTSERVE_MAX_NUM_BATCHED_TOKENS = 16384
+# first tokens closer than this were sampled by the same step (the gap between steps is >= 20 ms)
+DISTSERVE_SAME_STEP_S = 0.002
+
+
+def distserve_prefill_batches(path: Path) -> list[list[int]]:
+    """The prompt lengths of each prefill step of one DistServe vLLM run, read off its measured first
+    tokens (vLLM v0 runs prefill-only steps: requests whose first tokens arrive together were
+    prefilled together). Evidence for the server arguments the files do not record."""
+    recs = ast.literal_eval(Path(path).read_text().split("\n", 1)[0])
+    recs = sorted(recs, key=lambda r: r["first_token_time"])
+    batches: list[list[int]] = []
+    last = -math.inf
+    for r in recs:
+        if r["first_token_time"] - last >= DISTSERVE_SAME_STEP_S:
+            batches.append([])
+        batches[-1].append(int(r["prompt_len"]))
+        last = r["first_token_time"]
+    return batches
+
+
+def distserve_prefill_gaps(path: Path) -> list[tuple[int, float]]:
+    """(prompt tokens, seconds) for each one-prompt prefill step of one DistServe vLLM run whose
+    request was already waiting when the previous prefill step ended: prefill-first, the v0 engine
+    prefills it in the very next step, so the gap between the two steps' first tokens is that
+    prefill's time plus any host time between steps (an upper bound on the prefill itself)."""
+    recs = ast.literal_eval(Path(path).read_text().split("\n", 1)[0])
+    recs = sorted(recs, key=lambda r: r["first_token_time"])
+    steps: list[list[dict]] = []
+    last = -math.inf
+    for r in recs:
+        if r["first_token_time"] - last >= DISTSERVE_SAME_STEP_S:
+            steps.append([])
+        steps[-1].append(r)
+        last = r["first_token_time"]
+    gaps = []
+    for prev, cur in zip(steps, steps[1:]):
+        end = prev[0]["first_token_time"]
+        if len(cur) == 1 and cur[0]["issue_time"] < end:
+            gaps.append((int(cur[0]["prompt_len"]), cur[0]["first_token_time"] - end))
+    return gaps
+
 
 def load_distserve_run(path: Path) -> RealRun:
     """One DistServe alignment file `vllm-N-RATE.exp`: vLLM serving OPT-13B on one A100-80GB.
@@ -437,9 +490,11 @@ def load_distserve_run(path: Path) -> RealRun:
         "ttft_s": np.array([r["ttft_ms"] for r in recs]) / 1e3,
         "e2e_s": np.array([r["latency_ms"] for r in recs]) / 1e3,
     })
-    # vLLM defaults of that era (README: an assumption): 256 seqs, budget = max_model_len = 2048
+    # 256 seqs: vLLM v0's default. The token budget is not vLLM's default (max(max_model_len, 2048) =
+    # 2048 for OPT-13B) but inferred from the runs themselves, see DISTSERVE_MAX_NUM_BATCHED_TOKENS
     server = ServerArgs(model="facebook/opt-13b", gpu="A100", tensor_parallel_size=1, max_model_len=2048,
-                        max_num_batched_tokens=2048, max_num_seqs=256, enable_chunked_prefill=False,
+                        max_num_batched_tokens=DISTSERVE_MAX_NUM_BATCHED_TOKENS, max_num_seqs=256,
+                        enable_chunked_prefill=False,
                         enable_prefix_caching=False, engine_version="0.3", gpu_memory_utilization=0.9)
     return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests)
 
