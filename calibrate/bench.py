@@ -57,15 +57,19 @@ class Grid:
             sampled = (1, 2, 4, 8, 16, 32, 64)
             # cached context 0 (a first chunk: SDPA's causal kernel) and 16 (a later chunk: the
             # explicit-mask kernel, ~2x the cost) bracket the jump between the two regimes tightly
-            chunks, extra = (4, 16, 64, 128, 256, 512, 1024), (0, 16, 128, 512)
-            batches, kvs = (1, 2, 4, 8, 16, 32), (16, 128, 512, 1024)
+            chunks, extra = (4, 16, 64, 128, 256, 512, 1024), (0, 16, 64, 128, 256, 512)
+            # decode attention on CPU is far from bilinear between coarse knots (inside engine steps,
+            # batches of 3-4 at 128-256 tokens ran 1.5x what a 1/2/4 x 16/128/512 grid interpolated):
+            # the grid is dense where most decode steps of a light load fall, and cheap to time
+            batches, kvs = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024)
             return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
                        (1, 4, 16, 64), 2, 5)
         tokens = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
                   2048, 3072, 4096)
         sampled = tuple(s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256) if s <= max_seqs)
-        chunks, extra = (2, 4, 16, 64, 128, 256, 512, 1024), (0, 16, 64, 256, 1024)
-        batches, kvs = (1, 2, 4, 8, 16, 32, 64, 128), (16, 64, 256, 512, 1024, 2048)
+        chunks, extra = (2, 4, 16, 64, 128, 256, 512, 1024), (0, 16, 64, 128, 256, 512, 1024)
+        batches, kvs = ((1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128),
+                        (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048))
         return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
                    (1, 4, 16, 64, 256), 3, 11, ENGINE_GROUPS * 2)
 
