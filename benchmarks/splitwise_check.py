@@ -20,7 +20,13 @@ the measured host time of one eager op call on that node); the host work outside
 predicted with terms fitted on the other TPs' points only, so every scored point is held out.
 The fitted terms are printed per held-out TP. Curves of dense Vidur grids continue in proportion
 to their input beyond 4096 tokens (`calibrate.importers.beyond_grid`); `--raw-grid` turns that
-off (the slope of their last 32-token segment, as `import_profile` still does).
+off (the slope of their last 32-token segment).
+
+Profiles come from `calibrate.importers.import_profile`, the code behind `servesim calibrate
+import`: `--host eager-launch --kernels vidur` here imports what
+`servesim calibrate import --source aiconfigurator --gpu H100 --model llama-2-70b --tp 8
+--host eager-launch --kernels vidur --out P.json` writes (its default host work outside the
+forward is replaced by the terms fitted here; `--host-terms` passes them to the CLI).
 `--calls-per-layer` / `--call-us` replace the launch path's inputs (to see how much rests on them);
 `--fit-on HARDWARE` fits the host terms on every TP of the other machine's Splitwise rows instead,
 so that no step time of the scored machine is fitted at all.
@@ -37,8 +43,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from calibrate.importers import import_profile  # noqa: E402
-from calibrate.importers.beyond_grid import extend_dense_grids  # noqa: E402
-from calibrate.importers.eager_launch import add_eager_launch  # noqa: E402
 from calibrate.splitwise import HARDWARE, check, held_out_check, other_hardware_check, summary  # noqa: E402
 from sim.latency.profiled import ProfiledLatencyModel  # noqa: E402
 
@@ -81,14 +85,10 @@ def main(argv=None) -> int:
         gpu = HARDWARE[hardware]
         out = {}
         for tp in tqdm(args.tp, desc=f"import {hardware} profiles", unit="tp"):
-            p = import_profile(args.source, gpu, "llama-2-70b", tp, host="none" if launch else args.host,
-                               kernels=args.kernels)
-            if not args.raw_grid:
-                extend_dense_grids(p)
-            if launch:
-                add_eager_launch(p, gpu, call_s=args.call_us * 1e-6 if args.call_us else None,
-                                 calls_per_layer=args.calls_per_layer)
-            out[tp] = p
+            extra = dict(call_s=args.call_us * 1e-6 if args.call_us else None,
+                         calls_per_layer=args.calls_per_layer) if launch else {}
+            out[tp] = import_profile(args.source, gpu, "llama-2-70b", tp, host=args.host, kernels=args.kernels,
+                                     extend_grids=not args.raw_grid, **extra)
         return out
 
     profiles = profiles_for(args.hardware)

@@ -2,7 +2,8 @@
 
     servesim calibrate --model examples/tiny-llama/config.json --device cpu --out PROFILE [--quick]
     servesim calibrate import --source aiconfigurator|h100-microbench --gpu H100 --model NAME --tp N --out PROFILE
-        [--host graphs|eager|none] [--kernels native|vidur]
+        [--host graphs|eager|eager-launch|none] [--kernels native|vidur] [--raw-grid]
+        [--calls-per-layer N] [--call-us US] [--host-terms STEP_MS SEQ_MS PREFILL_MS]
     servesim calibrate fit-runs ...          (calibrate.fit_runs: host-overhead terms from real runs)
 
 Every path prints the per-op fit error table (median / max abs %, and leave-one-out for the
@@ -32,9 +33,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("--tp", type=int, default=1, help="tensor parallelism (per-rank shapes)")
     imp.add_argument("--data-dir", default=None, help="h100-microbench: the folder (default ../shared/data/...)")
     imp.add_argument("--host", default="graphs", help="host time per step: graphs (CUDA-graph engine, default), "
-                     "eager (no CUDA graphs, NCCL all-reduce: vLLM before 0.3), none (kernels only)")
+                     "eager (no CUDA graphs, NCCL all-reduce, launches as an additive constant), eager-launch "
+                     "(no CUDA graphs: step = max(kernels, host launch path) + host work outside the forward; "
+                     "simulate then uses sim.latency.eager.EagerLatencyModel), none (kernels only)")
     imp.add_argument("--kernels", default="native", help="native (the source's kernel tables, default) or vidur "
                      "(layer GEMMs, elementwise ops and all-reduce from vidur-per-op: eager PyTorch, 2023-era)")
+    imp.add_argument("--raw-grid", action="store_true", help="vidur: continue Vidur's grids beyond 4096 tokens with "
+                     "their last segment's slope (default: in proportion to the tokens, calibrate.importers.beyond_grid)")
+    imp.add_argument("--calls-per-layer", type=int, default=None, help="eager-launch: kernel-issuing op calls a "
+                     "layer (default 14, 12 at TP 1: the eager vLLM 0.1-0.2 Llama layer)")
+    imp.add_argument("--call-us", type=float, default=None, help="eager-launch: host time of one op call in us "
+                     "(default: measured for the GPU's node from aiconfigurator-core, 16.9 us on H100)")
+    imp.add_argument("--host-terms", type=float, nargs=3, default=None, metavar=("STEP_MS", "SEQ_MS", "PREFILL_MS"),
+                     help="eager-launch: host work outside the forward, ms a step, a sequence and a step with prompts "
+                     "(default: the CUDA-graph engine's 1.5 ms + 5 us/seq; benchmarks/splitwise_check.py prints "
+                     "terms fitted for the 2023 vLLM)")
     imp.add_argument("--out", required=True, dest="import_out", help="profile file to write")
     fit = sub.add_parser("fit-runs", help="fit host-overhead terms from real runs (calibrate.fit_runs)")
     try:
@@ -64,6 +77,28 @@ def print_fit_table(profile) -> None:
         print("in-step scales of the op curves: " + ", ".join(f"{k} {v:.3f}" for k, v in scale.items()))
 
 
+def eager_launch_options(args) -> dict:
+    """`import_profile` keyword arguments of the `--host eager-launch` options, checked with the
+    errors naming the flag the user typed (microseconds and milliseconds on the command line)."""
+    if args.host != "eager-launch":
+        for flag, v in (("--calls-per-layer", args.calls_per_layer), ("--call-us", args.call_us),
+                        ("--host-terms", args.host_terms)):
+            if v is not None:
+                raise ValueError(f"{flag}: only used with --host eager-launch, not --host {args.host}")
+        return {}
+    if args.calls_per_layer is not None and args.calls_per_layer < 1:
+        raise ValueError(f"--calls-per-layer: expected a positive integer, got {args.calls_per_layer}")
+    if args.call_us is not None and not (0 < args.call_us < math.inf):
+        raise ValueError(f"--call-us: expected a positive number of microseconds, got {args.call_us}")
+    terms = None
+    if args.host_terms is not None:
+        if not all(0 <= v < math.inf for v in args.host_terms):
+            raise ValueError(f"--host-terms: expected three milliseconds >= 0, got {args.host_terms}")
+        terms = dict(zip(("step_s", "per_seq_s", "prefill_s"), (v * 1e-3 for v in args.host_terms)))
+    return {"call_s": None if args.call_us is None else args.call_us * 1e-6,
+            "calls_per_layer": args.calls_per_layer, "host_terms": terms}
+
+
 def run(args) -> int:
     if args.action == "fit-runs":
         if args.fit_runs_module is None:
@@ -73,7 +108,8 @@ def run(args) -> int:
         from calibrate.importers import import_profile
 
         profile = import_profile(args.source, args.gpu, args.import_model, args.tp, data_dir=args.data_dir,
-                                 host=args.host, kernels=args.kernels)
+                                 host=args.host, kernels=args.kernels, extend_grids=not args.raw_grid,
+                                 **eager_launch_options(args))
         out = args.import_out
     else:
         if not args.model or not args.out:
@@ -90,6 +126,9 @@ def run(args) -> int:
     print_fit_table(profile)
     path = profile.save(out)
     m = profile.model
+    launch = profile.meta.get("eager_launch")
+    if launch:
+        print(f"eager launch path: {launch['launch_s'] * 1e3:.1f} ms a step = {launch['source']}")
     print(f"wrote {path}: {profile.meta.get('device')}, {m.get('name')} tp={m['tensor_parallel_size']} "
           f"{m['dtype']}, source {profile.meta.get('source')}")
     return 0

@@ -79,13 +79,11 @@ HOST_TERMS = ("step_s", "per_seq_s", "prefill_s")
 
 
 def host_ops(step_s: float, per_seq_s: float, prefill_s: float, source: str) -> dict:
-    """`step_overhead` (step_s + per_seq_s x sequences) and `prefill_overhead` (prefill_s a step with
-    prompts): the engine's host work outside the forward pass, during which the GPU idles."""
-    from calibrate.fit import fit_op
+    """`step_overhead` and `prefill_overhead` ops of the host work outside the forward pass
+    (`calibrate.importers.eager_launch.host_work_ops`; `servesim calibrate import --host-terms` writes the same)."""
+    from calibrate.importers.eager_launch import host_work_ops
 
-    return {"step_overhead": fit_op("step_overhead", [[1, step_s + per_seq_s], [64, step_s + 64 * per_seq_s]],
-                                    source=source),
-            "prefill_overhead": fit_op("prefill_overhead", [[1, prefill_s], [64, prefill_s]], source=source)}
+    return host_work_ops(step_s, per_seq_s, prefill_s, source)
 
 
 def eager_profile(kernels: Profile, terms: dict | None = None, source: str = "") -> Profile:

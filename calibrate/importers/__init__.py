@@ -5,7 +5,9 @@
 - `h100_microbench`: ../shared/data/profiles/h100-kernel-microbench (Apache-2.0; H100 GEMM and
   attention kernels).
 
-`import_profile(source, gpu, model, tp)` dispatches by name.
+`import_profile(source, gpu, model, tp)` dispatches by name; `kernels="vidur"` overlays Vidur's
+eager-PyTorch kernels (`vidur`, continued beyond their grid by `beyond_grid`), `host="eager-launch"`
+records the launch path of an engine without CUDA graphs (`eager_launch`).
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from sim.latency.profiled import Profile
 
 SOURCES = ("aiconfigurator", "h100-microbench")
 KERNELS = ("native", "vidur")
+#: `calibrate.importers.derived.HOSTS` (additive host time) plus "eager-launch" (`sim.latency.eager`)
+HOSTS = ("graphs", "eager", "eager-launch", "none")
 
 
 def dims_of_spec(spec, tp: int = 1, dtype: str = "bfloat16") -> dict:
@@ -38,18 +42,31 @@ def dims_of_spec(spec, tp: int = 1, dtype: str = "bfloat16") -> dict:
 
 
 def import_profile(source: str, gpu: str, model, tp: int = 1, data_dir: str | Path | None = None,
-                   host: str = "graphs", kernels: str = "native", compute_factor: float = 1.0) -> Profile:
+                   host: str = "graphs", kernels: str = "native", compute_factor: float = 1.0,
+                   extend_grids: bool = True, call_s: float | None = None, calls_per_layer: int | None = None,
+                   host_terms: dict | None = None) -> Profile:
     """Build a profile for `model` (a known name, a config.json path, or a dims dict from
     `dims_of_spec`) at tensor parallelism `tp` on `gpu` from published data.
 
     `host` adds the engine's per-step host time (`calibrate.importers.derived.host_overhead_op`):
-    "graphs" (a CUDA-graph engine, the default), "eager" (no CUDA graphs, NCCL all-reduce only) or
-    "none" (kernel time only). `kernels="vidur"` replaces the layer GEMMs, elementwise ops and
-    all-reduce with Vidur's eager-PyTorch measurements (`calibrate.importers.vidur`: the software of
-    a 2023-era eager engine); attention stays from `source`. `compute_factor` (aiconfigurator):
-    the compute-bound share of each GEMM slowed by it (the clock a busy engine sustains).
+    "graphs" (a CUDA-graph engine, the default), "eager" (no CUDA graphs, NCCL all-reduce only,
+    launches as an additive constant) or "none" (kernel time only). "eager-launch" is an engine
+    without CUDA graphs modelled as `sim.latency.eager.EagerLatencyModel` (step = max(kernels,
+    launch path) + host work outside the forward): it writes `meta.eager_launch`
+    (`calibrate.importers.eager_launch.add_eager_launch`: `calls_per_layer`, default 14 / 12 at TP 1,
+    x `call_s`, default the node's measured host time of one eager op call) and the host work
+    outside the forward from `host_terms` ({"step_s", "per_seq_s", "prefill_s"}, seconds; default
+    the CUDA-graph engine's constants of "graphs", a floor: the 2023 vLLM of the Splitwise data
+    spends ~9 ms a step, `benchmarks/splitwise_check.py` prints fitted terms).
+
+    `kernels="vidur"` replaces the layer GEMMs, elementwise ops and all-reduce with Vidur's
+    eager-PyTorch measurements (`calibrate.importers.vidur`: the software of a 2023-era eager
+    engine), continued in proportion to their input beyond Vidur's grid (`extend_grids=False`: the
+    slope of the last grid segment); attention stays from `source`. `compute_factor`
+    (aiconfigurator): the compute-bound share of each GEMM slowed by it (the clock a busy engine
+    sustains).
     """
-    from calibrate.importers.derived import HOSTS, host_overhead_op
+    from calibrate.importers.derived import host_overhead_op
 
     if source not in SOURCES:
         raise ConfigError(f"source: {source!r} is not allowed; choose one of {', '.join(SOURCES)}")
@@ -57,6 +74,15 @@ def import_profile(source: str, gpu: str, model, tp: int = 1, data_dir: str | Pa
         raise ConfigError(f"host: {host!r} is not allowed; choose one of {', '.join(HOSTS)}")
     if kernels not in KERNELS:
         raise ConfigError(f"kernels: {kernels!r} is not allowed; choose one of {', '.join(KERNELS)}")
+    if host != "eager-launch":
+        for name, v in (("call_s", call_s), ("calls_per_layer", calls_per_layer), ("host_terms", host_terms)):
+            if v is not None:
+                raise ConfigError(f"{name}: only used with host='eager-launch', not host={host!r}")
+    elif host_terms is not None:
+        want = ("step_s", "per_seq_s", "prefill_s")
+        if not isinstance(host_terms, dict) or sorted(host_terms) != sorted(want):
+            raise ConfigError(f"host_terms: expected an object with exactly {', '.join(want)} (seconds), "
+                              f"got {host_terms!r}")
     if source == "aiconfigurator":
         from calibrate.importers.aiconfigurator import import_aiconfigurator
 
@@ -69,9 +95,19 @@ def import_profile(source: str, gpu: str, model, tp: int = 1, data_dir: str | Pa
         from calibrate.importers.vidur import vidur_overlay
 
         profile.meta.setdefault("gpu", gpu.upper().replace("-SXM", "").replace("_SXM", ""))
-        vidur_overlay(profile)
-    op = host_overhead_op(profile.model, host)
-    if op is not None:
-        profile.ops["step_overhead"] = op
+        vidur_overlay(profile, extend=extend_grids)
+    if host == "eager-launch":
+        from calibrate.importers.eager_launch import add_eager_launch, host_work_ops
+
+        add_eager_launch(profile, gpu, call_s=call_s, calls_per_layer=calls_per_layer)
+        if host_terms is None:
+            profile.ops["step_overhead"] = host_overhead_op(profile.model, "graphs")
+        else:
+            profile.ops.update(host_work_ops(host_terms["step_s"], host_terms["per_seq_s"], host_terms["prefill_s"],
+                                             "given: host work outside the forward pass"))
+    else:
+        op = host_overhead_op(profile.model, host)
+        if op is not None:
+            profile.ops["step_overhead"] = op
     profile.meta["host"] = host
     return profile

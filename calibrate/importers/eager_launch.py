@@ -18,14 +18,19 @@ the data it is checked against:
   vLLM's custom all-reduce both eagerly and inside a CUDA graph (`comm/vllm/<version>/
   custom_allreduce_perf.parquet`, backends `vllm_eager` / `vllm_graph`). For messages up to 64 KB
   the kernel takes ~5 us; the eager call ~21-24 us. The difference (median over sizes <= 64 KB,
-  GPU counts and vLLM versions) is what issuing one op from Python costs on that node: 18 us on
-  H100 (16.5 / 18.7 / 18.2 us in the vLLM 0.14 / 0.19 / 0.24 tables). It is the only measured
+  GPU counts and vLLM versions) is what issuing one op from Python costs on that node: 16.9 us on
+  H100 (16.5 / 18.7 / 18.2 us in the vLLM 0.14 / 0.19 / 0.24 tables alone), 38.8 us on A100. It is the only measured
   per-call host cost of an eager op on these machines in the data here; a bare `F.linear` issues
   faster, a Python-level module call slower, so it stands for the average call.
 
-Launch path per step = layers x calls per layer x host time per call (80 x 14 x 18 us = 20 ms for
-Llama-2-70B). It does not depend on the batch: the same ops are issued for one sequence or 64.
+Launch path per step = layers x calls per layer x host time per call (80 x 14 x 16.9 us = 18.9 ms
+for Llama-2-70B on H100). It does not depend on the batch: the same ops are issued for one
+sequence or 64.
 Nothing here is fitted to step times.
+
+The host work *outside* the forward pass (scheduling, input preparation, sampling; the GPU idles)
+is a separate term: `host_work_ops` turns a per-step, per-sequence and per-prompt-step constant
+into the profile's `step_overhead` and `prefill_overhead` (`calibrate.splitwise` fits them).
 """
 from __future__ import annotations
 
@@ -96,3 +101,16 @@ def add_eager_launch(profile: Profile, gpu: str | None = None, call_s: float | N
                         f"a call ({source})"}
     profile.meta["eager_launch"] = launch
     return launch
+
+
+def host_work_ops(step_s: float, per_seq_s: float, prefill_s: float, source: str) -> dict:
+    """`step_overhead` (step_s + per_seq_s x sequences) and `prefill_overhead` (prefill_s a step with
+    prompts): the engine's host work outside the forward pass, during which the GPU idles."""
+    from calibrate.fit import fit_op
+
+    for name, v in (("step_s", step_s), ("per_seq_s", per_seq_s), ("prefill_s", prefill_s)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
+            raise ConfigError(f"host_terms.{name}: expected seconds >= 0, got {v!r}")
+    return {"step_overhead": fit_op("step_overhead", [[1, step_s + per_seq_s], [64, step_s + 64 * per_seq_s]],
+                                    source=source),
+            "prefill_overhead": fit_op("prefill_overhead", [[1, prefill_s], [64, prefill_s]], source=source)}

@@ -17,6 +17,10 @@ stacks: no CUDA graphs, no custom all-reduce), so for such engines this overlay 
   a kernel-only or CUDA-graph table leaves out.
 
 Attention stays from the base import (Vidur's attention data covers one shape on A100 only).
+Beyond its last measured size each overlaid curve continues in proportion to its input
+(`calibrate.importers.beyond_grid`), not with the slope of its last 32-token segment, which on
+these dense grids is the noise between two medians (a TP2 QKV GEMM at 8192 tokens had come out
+at 5.9 ms, aiconfigurator's table says 0.9 ms); `extend=False` keeps the raw last-segment slope.
 Nothing here is fitted to any end-to-end measurement; the numbers are Vidur's medians as measured.
 """
 from __future__ import annotations
@@ -54,8 +58,9 @@ def _medians(rows: list[dict], key: str, col: str) -> list[list[float]]:
     return [[float(r[key]), float(r[col]) * MS] for r in rows if r.get(col) not in (None, "")]
 
 
-def vidur_overlay(profile: Profile, data_dir: str | Path | None = None) -> Profile:
-    """Replace `profile`'s layer GEMMs, elementwise ops and all-reduce with Vidur's eager measurements."""
+def vidur_overlay(profile: Profile, data_dir: str | Path | None = None, extend: bool = True) -> Profile:
+    """Replace `profile`'s layer GEMMs, elementwise ops and all-reduce with Vidur's eager measurements
+    (continued in proportion to their input beyond Vidur's grid unless `extend` is False)."""
     root = Path(data_dir) if data_dir else DEFAULT_DIR
     if not root.is_dir():
         raise ConfigError(f"data_dir: vidur-per-op data not found at {root}")
@@ -86,6 +91,10 @@ def vidur_overlay(profile: Profile, data_dir: str | Path | None = None) -> Profi
         profile.ops["all_reduce"] = fit_op("all_reduce", _medians(ar, "size", "time_stats.all_reduce.median"),
                                            source=f"vidur-per-op {ar_path.relative_to(root)} (torch.distributed "
                                                   "NCCL called from Python)")
+    if extend:
+        from calibrate.importers.beyond_grid import extend_dense_grids
+
+        extend_dense_grids(profile, source_prefix="vidur-per-op")
     profile.meta["kernels"] = "vidur"
     profile.meta["notes"] = (str(profile.meta.get("notes", "")) + "; layer GEMMs, elementwise ops and all-reduce from "
                              "vidur-per-op (eager PyTorch, torch.distributed NCCL)").lstrip("; ")

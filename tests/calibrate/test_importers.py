@@ -152,3 +152,48 @@ def test_vidur_all_reduce_stays_inside_one_node(shared_data):
     # NVLink moves a 64 MiB all-reduce at well over 50 GB/s
     p = import_profile("aiconfigurator", "A100", "llama-2-70b", 2, host="eager", kernels="vidur")
     assert p.ops["all_reduce"].curve(64 << 20) < (64 << 20) / 50e9
+
+
+def vidur_last_point(root, tp: int, vop: str) -> tuple[float, float]:
+    """(tokens, seconds): Vidur's largest measured token count for Llama-2-70B at `tp` and the median
+    of its per-row medians there, read straight from the CSV."""
+    path = root / "compute/h100/meta-llama/Llama-2-70b-hf/mlp.csv"
+    rows = [r for r in csv.DictReader(path.open()) if int(float(r["num_tensor_parallel_workers"])) == tp]
+    x_last = max(float(r["num_tokens"]) for r in rows)
+    ys = sorted(float(r[f"time_stats.{vop}.median"]) * 1e-3 for r in rows if float(r["num_tokens"]) == x_last)
+    return x_last, ys[len(ys) // 2]
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_vidur_gemms_continue_in_proportion_beyond_their_grid(shared_data, tp):
+    """At twice Vidur's last token count a GEMM (compute-bound there) costs ~twice its last measured
+    time, not whatever the last 32-token segment's slope says (kernels="vidur" of the CLI)."""
+    root = shared_data / "profiles" / "vidur-per-op"
+    gemms = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
+             "mlp_down_proj": "down_proj"}
+    # h100-microbench as the base source: attention only, the GEMMs come from Vidur either way
+    p = import_profile("h100-microbench", "H100", "llama-2-70b", tp, kernels="vidur")
+    raw = import_profile("h100-microbench", "H100", "llama-2-70b", tp, kernels="vidur", extend_grids=False)
+    raw_off = []
+    for vop, op in gemms.items():
+        x_last, y_last = vidur_last_point(root, tp, vop)
+        assert p.ops[op].curve(2 * x_last) == pytest.approx(2 * y_last, rel=0.10), (op, x_last, y_last)
+        assert p.ops[op].curve(x_last / 2) == raw.ops[op].curve(x_last / 2)  # inside the data: unchanged
+        raw_off.append(abs(raw.ops[op].curve(2 * x_last) / (2 * y_last) - 1))
+    assert p.meta["extended_in_proportion"] and "all_reduce" in p.meta["extended_in_proportion"]
+    # what it replaces: the raw grid's last-segment slope misses this check (measured: 5.3x for the TP2
+    # QKV GEMM, 0.5x for every TP8 GEMM)
+    assert max(raw_off) > 0.10, raw_off
+
+
+def test_eager_launch_options_are_refused_with_other_hosts_and_checked(shared_data):
+    root = shared_data / "profiles" / "h100-kernel-microbench"
+    for kw, field in ((dict(host="graphs", call_s=2e-5), "call_s"), (dict(host="none", calls_per_layer=12),
+                                                                     "calls_per_layer"),
+                      (dict(host="eager", host_terms={"step_s": 0.0, "per_seq_s": 0.0, "prefill_s": 0.0}),
+                       "host_terms"),
+                      (dict(host="eager-launch", call_s=2e-5, host_terms={"step_s": 1e-3}), "host_terms"),
+                      (dict(host="eager-launch", call_s=2e-5,
+                            host_terms={"step_s": 1e-3, "per_seq_s": -1.0, "prefill_s": 0.0}), "host_terms.per_seq_s")):
+        with pytest.raises(ConfigError, match=f"^{field}:"):
+            import_profile("h100-microbench", "H100", "llama-2-70b", 8, data_dir=root, **kw)
