@@ -95,6 +95,9 @@ class SchedulerConfig:
     hybrid_swap_threshold: int = 64  # hybrid: swap if the request generated >= this many tokens, else recompute
     long_prefill_token_threshold: int = 0  # 0 = off; else clamp one request's prefill chunk to this
     static_max_batch_size: int | None = None  # static: batch size (defaults to max_num_seqs)
+    # continuous (vLLM 0.2.2-0.3's padded prompt batches): 0 = off; else a prompt batch is padded to
+    # its longest prompt, its padded size counts against the budget and its padding may not exceed this
+    max_paddings: int = 0
 
     def __post_init__(self) -> None:
         check_choice("scheduler.policy", self.policy, POLICIES)
@@ -106,6 +109,10 @@ class SchedulerConfig:
         check_int("scheduler.hybrid_swap_threshold", self.hybrid_swap_threshold, 0)
         check_int("scheduler.long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         check_int("scheduler.static_max_batch_size", self.static_max_batch_size, 1, allow_none=True)
+        check_int("scheduler.max_paddings", self.max_paddings, 0)
+        if self.max_paddings and self.policy != "continuous":
+            raise ConfigError(f"scheduler.max_paddings: only policy 'continuous' pads prompt batches "
+                              f"(policy is {self.policy!r}); set 0 or choose policy continuous")
         if self.policy == "vllm" and self.preemption != "recompute":
             raise ConfigError(f"scheduler.preemption: {self.preemption!r} is not allowed with policy 'vllm' "
                               "(vLLM v1 only recomputes); choose recompute, or policy 'chunked' for swap/hybrid")

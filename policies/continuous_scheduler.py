@@ -4,6 +4,15 @@ Finished requests leave and waiting ones join at every step, but a prompt is alw
 whole (so the step budget is at least `max_model_len`, as vLLM v0 requires without chunking). We follow vLLM v0's `_schedule_default`: if nothing is swapped out, admit whole prompts
 first; a step that admitted any prefill is prefill-only (the running decodes wait one step);
 otherwise run the decodes (preempting on OOM) and, if nobody was preempted, swap requests back in.
+
+Padded prompt batches (`SchedulerConfig.max_paddings` > 0; vLLM 0.2.2-0.3, whose prefill kernels
+took a rectangular batch): a prompt joins the step's batch only while the batch padded to its
+longest prompt, (number of prompts) x (longest), fits `max_num_batched_tokens` and its padding,
+sum(longest - len_i), stays within `max_paddings` (`Scheduler._padded_fits`). The padding is
+explicit in the plan, as the `static` policy writes it: each shorter prompt gets a
+`ScheduledSeq(is_padding=True)` of the missing tokens, so a latency model charges the padded batch.
+0 (the default) keeps the unpadded budget of later v0 releases. DistServe's vLLM runs show no such
+cap (`sim.fidelity.runs.DISTSERVE_MAX_NUM_BATCHED_TOKENS`).
 """
 from __future__ import annotations
 
@@ -12,7 +21,7 @@ from policies.step_builder import StepBuilder
 
 
 class ContinuousScheduler(Scheduler):
-    """Prefill-first iteration-level batching with whole prompts."""
+    """Prefill-first iteration-level batching with whole prompts (optionally padded batches)."""
 
     decode_runs = True  # an all-decode state with nothing admissible schedules every decode (Scheduler docs)
 

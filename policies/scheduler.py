@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from policies.batch_plan import ScheduledSeq
 from policies.block_manager import BlockManager
 from policies.preemption import SWAP, Preemptor
 from policies.request import FinishReason, RequestState
@@ -74,6 +75,7 @@ class Scheduler:
             self.token_budget = max(self.token_budget, config.max_model_len)
         self.max_num_seqs = config.max_num_seqs
         self.long_prefill_token_threshold = config.long_prefill_token_threshold
+        self.max_paddings = config.max_paddings  # 0 = unpadded prompt batches (see `_padded_fits`)
 
     # --- queue sizes ------------------------------------------------------------------------------
     @property
@@ -259,7 +261,7 @@ class Scheduler:
                 break
             blocks, hit = bm.get_computed_blocks(req)
             n = self._chunk(req.num_tokens - hit, step.budget)
-            if n <= 0:
+            if n <= 0 or (self.max_paddings and not self._padded_fits(step, n)):
                 break
             if not bm.allocate_slots(req, n, blocks, use_watermark=True):
                 if self._preempt_for(req, step):
@@ -277,6 +279,25 @@ class Scheduler:
             self.running.append(req)
             step.resumed.add(req.req_id)
             step.add(req, n)
+        if self.max_paddings:
+            self._pad_prompts(step)
+
+    def _padded_fits(self, step: StepBuilder, n: int) -> bool:
+        """Padded prompt batches (`max_paddings`, `continuous` only, where a step's admissions are all
+        of its prompts): may an `n`-token prompt join? The batch padded to its longest prompt must fit
+        the budget, (prompts) x (longest), and its padding, sum(longest - len_i), `max_paddings`."""
+        lens = [k for _, k in step.scheduled.values()]
+        count, longest, total = len(lens) + 1, max(lens + [n]), sum(lens) + n
+        return count * longest <= self.token_budget and count * longest - total <= self.max_paddings
+
+    def _pad_prompts(self, step: StepBuilder) -> None:
+        """Each prompt shorter than the step's longest gets a padding entry of the missing tokens
+        (after its own positions, as `static` writes them), so latency models charge the padded batch."""
+        prompts = list(step.scheduled.values())
+        longest = max((n for _, n in prompts), default=0)
+        for req, n in prompts:
+            if n < longest:
+                step.padding.append(ScheduledSeq(req, longest - n, req.num_computed_tokens + n, False, is_padding=True))
 
     def _preempt_for(self, req: "Request", step: StepBuilder) -> bool:
         """Priority queue: preempt the lowest-priority, newest running request below `req`'s priority."""

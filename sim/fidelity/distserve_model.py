@@ -71,13 +71,24 @@ class DistServeLatencyModel:
     def step_time(self, plan: BatchPlan) -> float:
         lens: dict = {}  # req_id -> prompt tokens this step, its padding included
         ctx, batch = 0, 0
+        padding = []
         for s in plan.seqs:
-            if s.is_decode:
+            if s.is_padding:
+                padding.append(s)
+            elif s.is_decode:
                 batch += 1
                 ctx += s.context_len
             else:
-                rid = s.request.req_id
-                lens[rid] = lens.get(rid, 0) + s.num_tokens
+                lens[s.request.req_id] = s.num_tokens
+        for s in padding:  # a prompt's padding lengthens it (even a 1-token one); else a padded decode
+            rid = s.request.req_id
+            if rid in lens:
+                lens[rid] += s.num_tokens
+            elif s.is_decode:
+                batch += 1
+                ctx += s.context_len
+            else:
+                lens[rid] = s.num_tokens
         ms = 0.0
         if lens:
             ms += self.prefill_ms(list(lens.values()))

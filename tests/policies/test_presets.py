@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from policies import CacheConfig, ConfigError, SchedulerConfig
-from policies.presets import VLLM_VERSIONS
+from policies.presets import VLLM_V0_VERSIONS, VLLM_VERSIONS
 
 
 @pytest.mark.parametrize("version", sorted(VLLM_VERSIONS))
@@ -61,3 +61,15 @@ def test_policies_share_their_mechanisms():
     for cls in (ChunkedScheduler, VllmScheduler, ContinuousScheduler):
         own = {k for k, v in vars(cls).items() if callable(v) and not k.startswith("__")}
         assert own <= {"_schedule_pass"}, f"{cls.__name__} defines {own}"
+
+
+@pytest.mark.parametrize("version", sorted(VLLM_V0_VERSIONS))
+def test_v0_versions_are_the_continuous_policy_with_that_eras_limits(version):
+    row = VLLM_V0_VERSIONS[version]
+    for max_model_len in (1024, 2048, 8192):
+        cfg = SchedulerConfig.preset("vllm", version=version, max_model_len=max_model_len)
+        assert (cfg.policy, cfg.preemption, cfg.queue) == ("continuous", "recompute", "fcfs")
+        assert cfg.max_num_batched_tokens == max(2048, max_model_len)  # v0: max(max_model_len, 2048)
+        assert (cfg.max_num_seqs, cfg.max_paddings) == (row["max_num_seqs"], row["max_paddings"])
+    assert SchedulerConfig.preset("vllm", version=version, max_num_batched_tokens=16384).max_num_batched_tokens == 16384
+

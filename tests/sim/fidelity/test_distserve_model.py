@@ -52,6 +52,25 @@ def test_padding_is_charged_as_the_padded_prompt_lengths(tmp_path):
     assert model.step_time(padded) == pytest.approx(model.prefill_ms([700, 700]) * 1e-3)
     assert model.step_time(padded) > model.step_time(unpadded)
     assert padded.num_padding_tokens == 700 - 300
+    one = BatchPlan(0, (prompt_seq(0, 700), prompt_seq(1, 699), ScheduledSeq(padded.seqs[1].request, 1, 699, False, True)))
+    assert model.step_time(one) == pytest.approx(model.prefill_ms([700, 700]) * 1e-3)  # not a decode
+
+
+def test_padded_continuous_batches_are_charged_in_the_simulator(tmp_path):
+    """End to end through the scheduler: a padded batch costs the padded prefill."""
+    from policies import CacheConfig, SchedulerConfig, StepResult
+    from policies.scheduler import make_scheduler
+
+    model = DistServeLatencyModel(write_profiles(tmp_path))
+    sched = make_scheduler(SchedulerConfig(policy="continuous", max_num_batched_tokens=4096, max_model_len=2048,
+                                           max_paddings=256), CacheConfig(num_gpu_blocks=1024))
+    for i, n in enumerate((500, 300, 450, 400)):  # padding 200, +50, then +100 > 256: the last waits
+        sched.add_request(Request(i, 0.0, n, 2), 0.0)
+    plan = sched.schedule(0.0)
+    assert plan.num_scheduled_tokens == {0: 500, 1: 300, 2: 450}
+    assert plan.num_padding_tokens == 250
+    assert model.step_time(plan) == pytest.approx(model.prefill_ms([500] * 3) * 1e-3)
+    sched.update(plan, StepResult(model.step_time(plan), None, frozenset()), 0.1)
 
 
 # --- the host time measured on a run's timestamps: synthetic runs with a known truth -------------
