@@ -170,3 +170,25 @@ def test_prefill_times_are_ranked_like_the_measurements(rows):
     for tp, part in rows[rows.phase == "prefill"].groupby("tp"):
         rho = spearmanr(part.measured_ms, part.predicted_ms)[0]
         assert rho >= 0.85, (tp, rho)
+
+
+def test_the_cli_with_fitted_host_terms_reproduces_the_held_out_check(shared_data, held_out, tmp_path):
+    """`servesim calibrate import --host eager-launch --kernels vidur --host-terms ...` with TP8's held-out
+    terms writes a profile that `simulate`'s `build_latency_model` turns into the same predictions."""
+    from servesim.cli import main
+    from sim.latency import build_latency_model
+    from sim.models import HardwareConfig, ModelConfig
+
+    rows, terms = held_out
+    t = terms[8]
+    path = tmp_path / "tp8.json"
+    assert main(["calibrate", "import", "--source", "aiconfigurator", "--gpu", "H100", "--model", "llama-2-70b",
+                 "--tp", "8", "--host", "eager-launch", "--kernels", "vidur", "--host-terms",
+                 *(repr(t[k] * 1e3) for k in ("step_s", "per_seq_s", "prefill_s")), "--out", str(path)]) == 0
+    lm = build_latency_model(ModelConfig(name="llama-2-70b"), HardwareConfig(latency="profiled", profile=str(path),
+                                                                              tp=8), 16)
+    assert isinstance(lm, EagerLatencyModel)
+    mine = check(shared_data, {8: lm})
+    want = rows[rows.tp == 8].reset_index(drop=True)
+    assert len(mine) == len(want) == 38
+    np.testing.assert_allclose(mine.predicted_ms, want.predicted_ms, rtol=1e-6)
