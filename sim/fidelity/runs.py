@@ -490,12 +490,13 @@ def load_distserve_run(path: Path) -> RealRun:
         "ttft_s": np.array([r["ttft_ms"] for r in recs]) / 1e3,
         "e2e_s": np.array([r["latency_ms"] for r in recs]) / 1e3,
     })
-    # 256 seqs: vLLM v0's default. The token budget is not vLLM's default (max(max_model_len, 2048) =
+    # the v0 engine (no chunked prefill), release not recorded: no padding cap, so not 0.2.2-0.3's
+    # padded batches (policies.presets.VLLM_V0_VERSIONS); 256 seqs: vLLM v0's default. The token budget is not vLLM's default (max(max_model_len, 2048) =
     # 2048 for OPT-13B) but inferred from the runs themselves, see DISTSERVE_MAX_NUM_BATCHED_TOKENS
     server = ServerArgs(model="facebook/opt-13b", gpu="A100", tensor_parallel_size=1, max_model_len=2048,
                         max_num_batched_tokens=DISTSERVE_MAX_NUM_BATCHED_TOKENS, max_num_seqs=256,
                         enable_chunked_prefill=False,
-                        enable_prefix_caching=False, engine_version="0.3", gpu_memory_utilization=0.9)
+                        enable_prefix_caching=False, engine_version=None, gpu_memory_utilization=0.9)
     return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests)
 
 
