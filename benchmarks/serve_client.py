@@ -138,6 +138,17 @@ def main(argv: list[str] | None = None) -> int:
                           f"{v['error']:+8.1%}")
         if args.frontend:
             stats["frontend_profile"] = str(args.frontend)
+            # engine-free check of the front end: the client's TTFT exceeds the server's records by
+            # the ingress before the server's arrival stamp plus the first chunk's egress
+            fe = json.loads(args.frontend.read_text())
+            before = fe["measurements"].get("ingress_before_server_stamp_s_median")
+            if before is not None:
+                expected = before + fe["frontend"]["stream_overhead_s"]
+                measured = stats["ttft_overhead_s"]
+                stats["frontend_check"] = {"expected_ttft_overhead_s": expected, "measured_p50": measured["p50"],
+                                           "measured_mean": measured["mean"]}
+                print(f"client - server TTFT: profile {expected*1e3:.2f} ms (ingress before the server's stamp "
+                      f"+ egress), measured p50 {measured['p50']*1e3:.2f} ms, mean {measured['mean']*1e3:.2f} ms")
     (args.out / "agreement.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(f"\nwrote {args.out}/comparison.csv, agreement.json, client_vs_server.png")
     return 0

@@ -284,11 +284,13 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
             else:
                 bare.append(_run_bare(server, body(n)))
     ingress: dict[int, list[float]] = {n: [] for n in lengths}
-    first_egress, last_egress, all_egress, num_unpaired = [], [], [], 0
+    before_stamp, first_egress, last_egress, all_egress, num_unpaired = [], [], [], [], 0
     for n, (sent, req_id, chunks) in results:
         request = engine.requests[req_id]
         # the engine took it at its first schedule() (it was idle: no step to wait for)
         ingress[n].append(request.first_scheduled_time + engine.offset - sent)
+        # the server stamps arrival_time as its handler starts: what lies before is outside its records
+        before_stamp.append(request.arrival_time + engine.offset - sent)
         produced = [t + engine.offset for t in request.token_times]  # the steps' end stamps
         if not chunks or not produced:
             num_unpaired += 1
@@ -330,6 +332,9 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
             "ingress_s_median": ingress_med,
             "ingress_s_mean": [statistics.fmean(ingress[n]) for n in lengths],
             "ingress_s_p90": [_quantile(ingress[n], 0.9) for n in lengths],
+            # the part of the ingress before the server's arrival stamp (HTTP parsing, routing): with
+            # the egress, what a client's TTFT exceeds the server's records by
+            "ingress_before_server_stamp_s_median": statistics.median(before_stamp),
             "tokenizer_encode_s_median": [encode_s[n] for n in lengths],
             "tokenizer_s_per_token": encode_per_token,
             "tokenizer_intercept_s": encode_intercept,

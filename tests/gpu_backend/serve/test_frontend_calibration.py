@@ -53,6 +53,8 @@ def test_terms_are_positive_and_the_ingress_grows_with_the_prompt(profile):
     # the request is tokenized on its way in: its ingress holds at least the tokenizer's own time
     for ingress, encode in zip(m["ingress_s_median"], m["tokenizer_encode_s_median"]):
         assert ingress > encode
+    # the server's arrival stamp lies inside the ingress, after the client's send
+    assert 0 < m["ingress_before_server_stamp_s_median"] < m["ingress_s_median"][0]
     # the probe spells whole words: every token made a chunk of its own, so every request pairs
     assert m["num_first_chunks_paired"] == m["num_requests"] == 7 * len(LENGTHS)
     assert m["num_requests_not_fully_paired"] == 0
