@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from calibrate.engine_steps import ENGINE_GROUPS, fit_engine_steps, measure_engine_steps
-from calibrate.fit import fit_error, fit_op
+from calibrate.fit import fit_op
 from policies import BatchPlan, ConfigError, Request, ScheduledSeq
 from sim.latency.profiled import OpProfile, PiecewiseLinear, Profile, ProfiledLatencyModel
 
@@ -336,13 +336,18 @@ def add_engine_fit(profile: Profile, bench: OpBench, grid: Grid, progress: bool 
     p = fit["params"]
     top = float(max(fit["max_num_seqs"], 2))
     source = "measured: engine steps of the calibration workload (calibrate.engine_steps)"
+    # a residual's own relative error is meaningless (a small difference of two larger numbers):
+    # the error that matters is the whole step's, in-sample and per configuration held out
+    st = fit["stats"]
+    step_error = {"median_abs_pct": st["median_abs_pct"], "max_abs_pct": st["max_abs_pct"],
+                  "loo_median_abs_pct": st["holdout_median_abs_pct"], "loo_max_abs_pct": st["holdout_max_abs_pct"],
+                  "of": "whole engine steps (loo: each scheduler configuration predicted from the others)"}
     step = PiecewiseLinear((1.0, top), (p["step_s"] + p["per_seq_s"], p["step_s"] + p["per_seq_s"] * top))
     profile.ops["step_overhead"] = OpProfile("step_overhead", ("num_seqs",), step, fit["step_points"],
-                                             fit_error(step, fit["step_points"]), source)
+                                             dict(step_error), source)
     pre = PiecewiseLinear((1.0, 2.0), (p["per_prefill_seq_s"], 2 * p["per_prefill_seq_s"]))
     profile.ops["prefill_overhead"] = OpProfile("prefill_overhead", ("num_seqs",), pre, fit["prefill_points"],
-                                                fit_error(pre, fit["prefill_points"]) if fit["prefill_points"] else {},
-                                                source)
+                                                dict(step_error), source)
     profile.meta["in_step_scale"] = {k: round(p[k], 4) for k in ("dense", "attn_prefill", "attn_decode")}
     profile.meta["engine_step_fit"] = {**fit["stats"], "params": {k: round(v, 7) for k, v in p.items()}}
     return fit

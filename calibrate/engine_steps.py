@@ -156,6 +156,8 @@ def fit_engine_steps(model, steps: list[tuple[str, BatchPlan, float]]) -> dict:
         "stats": {"num_steps": int(len(y)), "configurations": sorted(set(names.tolist())),
                   "median_abs_pct": round(float(np.median(err)), 2),
                   "p90_abs_pct": round(float(np.percentile(err, 90)), 2),
+                  "max_abs_pct": round(float(err.max()), 2),
                   "holdout_median_abs_pct": round(float(np.median(holdout)), 2) if holdout else None,
-                  "holdout_p90_abs_pct": round(float(np.percentile(holdout, 90)), 2) if holdout else None},
+                  "holdout_p90_abs_pct": round(float(np.percentile(holdout, 90)), 2) if holdout else None,
+                  "holdout_max_abs_pct": round(float(np.max(holdout)), 2) if holdout else None},
     }
