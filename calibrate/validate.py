@@ -186,6 +186,9 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
                    "step_time_abs_pct_error_vs_cpu_time": {
                        "median": float(steps.abs_pct_error_vs_cpu.median()) if len(steps) else None,
                        "p90": float(steps.abs_pct_error_vs_cpu.quantile(0.9)) if len(steps) else None},
+                   # each step's signed error minus the median of its 51 neighbours': what is left when
+                   # the machine's speed drifting over the run (other tenants of a shared host) is taken out
+                   "step_time_abs_pct_error_detrended": detrended_error(steps),
                    "wall_over_cpu_median": float((steps.measured_s / steps.measured_cpu_s).median()) if len(steps)
                    else None,
                    "missing_ops": list(lm.missing_ops),
@@ -203,6 +206,19 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
         write_plots(out, steps, dists)
         write_html(out, report, config_path, prof)
     return report
+
+
+def detrended_error(steps: pd.DataFrame, window: int = 51) -> dict:
+    """{"median", "p90"} of |signed % error - its rolling median over `window` steps| (a diagnostic).
+
+    Not the acceptance figure: it separates the model's error per step from a slow drift of the
+    whole machine's speed, which moves every step of a stretch of the run alike.
+    """
+    if len(steps) < window:
+        return {"median": None, "p90": None, "window": window}
+    e = (steps.predicted_s - steps.measured_s) / steps.measured_s * 100.0
+    d = (e - e.rolling(window, center=True, min_periods=window // 2).median()).abs().dropna()
+    return {"median": float(d.median()), "p90": float(d.quantile(0.9)), "window": window}
 
 
 def write_plots(out: Path, steps: pd.DataFrame, dists: dict) -> None:

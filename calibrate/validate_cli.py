@@ -48,5 +48,9 @@ def run(args) -> int:
         print(f"diagnostic: per-step error against the engine thread's CPU time: median {cpu['median']:.1f}% "
               f"p90 {cpu['p90']:.1f}% (wall/CPU median {details.get('wall_over_cpu_median'):.2f}: "
               f"above 1, the machine was busy)")
+    dt = details.get("step_time_abs_pct_error_detrended") or {}
+    if dt.get("median") is not None:
+        print(f"diagnostic: per-step error with the machine's drift over the run taken out (each step against the "
+              f"median of its {dt['window']} neighbours): median {dt['median']:.1f}% p90 {dt['p90']:.1f}%")
     print(f"report: {out}/index.html")
     return 0

@@ -121,3 +121,22 @@ def cpu_profile(tmp_path_factory):
     profile = calibrate(REPO / "examples/tiny-llama/config.json", "cpu", quick=True, progress=False)
     yield profile.save(tmp_path_factory.mktemp("cal") / "profile.json")
     torch.set_num_threads(threads)
+
+
+def test_detrending_takes_out_a_slow_drift_but_keeps_per_step_error():
+    import numpy as np
+    import pandas as pd
+
+    from calibrate.validate import detrended_error
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    drift = 1 + 0.2 * np.sin(np.arange(n) / 150)  # the machine's speed: +-20% over a few hundred steps
+    noise = rng.normal(0, 0.02, n)  # the model's own per-step error: 2% (median |e| ~1.35%)
+    measured = 3e-3 * drift
+    steps = pd.DataFrame({"measured_s": measured, "predicted_s": 3e-3 * (1 + noise)})
+    raw = float(((steps.predicted_s - steps.measured_s) / steps.measured_s * 100).abs().median())
+    d = detrended_error(steps)
+    assert raw > 8.0
+    assert 1.0 < d["median"] < 2.0 and d["window"] == 51
+    assert detrended_error(steps.iloc[:20])["median"] is None
