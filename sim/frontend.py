@@ -13,7 +13,8 @@ the real stack by `servesim serve CONFIG --calibrate-frontend OUT.json`
 
     ingress_s(request) = request_overhead_s + tokenize_s_per_token * num_prompt_tokens
     egress_s           = stream_overhead_s           (per streamed chunk, i.e. per output token)
-    step_time(plan)   += engine_s_per_output * outputs of the step   (the engine thread's share)
+    step_time(plan)   += engine_s_per_step + engine_s_per_output * outputs   (the engine thread's share,
+                         for a step that streams at least one output; nothing for one that streams none)
 
 The simulator (`sim.runner.Arrivals`) keeps `arrival_time` as the client's send time, submits the
 request to the scheduler `ingress_s` later, and, when the request ends, moves its token times
@@ -22,12 +23,15 @@ TPOT and ITL do not (every token moves by the same delay). The engine thread doe
 streamed output: the server's callback that hands each output to the event loop runs on it, and the
 event loop's per-chunk work (detokenizing, formatting, writing) holds the interpreter lock the
 engine's own Python needs. The calibration measures that as the lengthening of the engine's
-token interval when it streams over HTTP against the same requests added to it directly;
-`engine_s_per_output` charges it in every step, per output the step produces
-(`OutputChargedLatency` wraps the latency model).
+token interval when it streams over HTTP against the same requests added to it directly, at one
+and at k outputs per step (k concurrent streams), and fits it as a per-step part (the event loop
+woken and taking the interpreter lock once for the step's batch of outputs: `engine_s_per_step`)
+plus a per-output part (the callback, each chunk's formatting: `engine_s_per_output`);
+`OutputChargedLatency` wraps the latency model to charge both in every step that streams.
 
-Not modelled: queueing between concurrent requests on the server's single event loop (each term is
-a lone request's cost), and chunks the detokenizer holds back (an incomplete character).
+Not modelled: queueing between concurrent requests on the server's single event loop (the ingress
+and egress terms are a lone request's cost), and chunks the detokenizer holds back (an incomplete
+character).
 
 All terms default to zero (the front end is off), which leaves every result exactly as before.
 """
@@ -52,6 +56,7 @@ class FrontendConfig:
     tokenize_s_per_token: float = 0.0  # ingress per prompt token (tokenizing it, reading its bytes)
     stream_overhead_s: float = 0.0  # a step's output -> the client has the token's chunk
     engine_s_per_output: float = 0.0  # added to a step per output token it streams (engine-thread share)
+    engine_s_per_step: float = 0.0  # added once to a step that streams at least one output (engine-thread share)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -63,7 +68,7 @@ class FrontendConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.request_overhead_s or self.tokenize_s_per_token or self.stream_overhead_s
-                    or self.engine_s_per_output)
+                    or self.engine_s_per_output or self.engine_s_per_step)
 
     def ingress_s(self, num_prompt_tokens: int) -> float:
         """Seconds from the client's send to the request reaching the scheduler."""
@@ -91,12 +96,14 @@ class FrontendConfig:
             request.finish_time += delay
 
     def charge(self, latency_model):
-        """`latency_model`, plus `engine_s_per_output` per output of each step (itself when that is 0)."""
-        if not self.engine_s_per_output:
+        """`latency_model`, plus `engine_s_per_step` and `engine_s_per_output` per output of each step
+        that streams one (itself when both are 0)."""
+        if not (self.engine_s_per_output or self.engine_s_per_step):
             return latency_model
         inner = type(latency_model)
         pure = getattr(inner, "pure_step_time", False) or getattr(inner, "decode_step_times", None)
-        return (PureOutputChargedLatency if pure else OutputChargedLatency)(latency_model, self.engine_s_per_output)
+        return (PureOutputChargedLatency if pure else OutputChargedLatency)(latency_model, self.engine_s_per_output,
+                                                                            self.engine_s_per_step)
 
     @classmethod
     def from_profile(cls, path: str | Path) -> "FrontendConfig":
@@ -130,7 +137,8 @@ def num_outputs(plan) -> int:
 
 
 class OutputChargedLatency:
-    """A latency model whose every step costs `s_per_output` more per output token it produces.
+    """A latency model whose every step costs `s_per_output` more per output token it produces, and
+    `s_per_step` more once when it produces at least one.
 
     Everything else is the inner model's (attributes are forwarded). The simulator's fast-path
     declarations are looked up on the class, so this wrapper has none: steps go one by one
@@ -138,12 +146,15 @@ class OutputChargedLatency:
     depends on the plan alone).
     """
 
-    def __init__(self, inner, s_per_output: float) -> None:
+    def __init__(self, inner, s_per_output: float, s_per_step: float = 0.0) -> None:
         self.inner = inner
         self.s_per_output = s_per_output
+        self.s_per_step = s_per_step
 
     def step_time(self, plan) -> float:
-        return self.inner.step_time(plan) + self.s_per_output * num_outputs(plan)
+        outputs = num_outputs(plan)
+        # a step that streams nothing (a prefill chunk short of the prompt's end) wakes no event loop
+        return self.inner.step_time(plan) + (self.s_per_step + self.s_per_output * outputs if outputs else 0.0)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -78,10 +78,39 @@ def test_the_engine_share_lengthens_each_step_by_its_outputs():
     assert one["tpot_s"] == pytest.approx(STEP_S + PER_TOKEN_S + charge, abs=1e-12)
 
 
+@pytest.mark.parametrize("k", [1, 4])
+def test_a_step_streaming_k_outputs_costs_the_per_step_term_once_and_the_per_output_term_k_times(k):
+    per_step, per_output = 6e-4, 5e-5
+    specs = [(0.0, 40, 12)] * k  # all k prompts fit the first step; every later step decodes all k
+    base = run(specs)
+    charged = run(specs, {"engine_s_per_step": per_step, "engine_s_per_output": per_output})
+    np.testing.assert_allclose(charged.steps["duration"].to_numpy(),
+                               base.steps["duration"].to_numpy() + per_step + per_output * k, rtol=0, atol=1e-12)
+    a, b = base.requests.iloc[0], charged.requests.iloc[0]
+    assert b["tpot_s"] == pytest.approx(a["tpot_s"] + per_step + per_output * k, abs=1e-12)
+    # theory for the lone/k-concurrent decode: step + k tokens' time + the front end's share
+    assert b["tpot_s"] == pytest.approx(STEP_S + PER_TOKEN_S * k + per_step + per_output * k, abs=1e-12)
+
+
+def test_a_step_that_streams_nothing_pays_no_per_step_term():
+    # a 1,200-token prompt under a 512-token budget: two prefill chunks that sample nothing, then one that does
+    base = run([(0.0, 1200, 3)])
+    charged = run([(0.0, 1200, 3)], {"engine_s_per_step": 1e-3})
+    extra = charged.steps["duration"].to_numpy() - base.steps["duration"].to_numpy()
+    np.testing.assert_allclose(extra, [0.0, 0.0] + [1e-3] * (len(extra) - 2), rtol=0, atol=1e-12)
+
+
+def test_zero_engine_terms_leave_the_latency_model_itself():
+    model = ConstantLatency(STEP_S)
+    assert FrontendConfig(request_overhead_s=0.001, stream_overhead_s=0.001).charge(model) is model
+    assert FrontendConfig(engine_s_per_step=1e-4).charge(model) is not model
+
+
 @pytest.mark.parametrize("latency", ["roofline", "constant"])
 def test_the_charged_model_keeps_the_fast_path_exact(monkeypatch, latency):
     """The decode fast path over a charged model gives the step-by-step loop's tables."""
-    fe = {"request_overhead_s": 0.001, "stream_overhead_s": 0.0005, "engine_s_per_output": 4e-5}
+    fe = {"request_overhead_s": 0.001, "stream_overhead_s": 0.0005, "engine_s_per_output": 4e-5,
+          "engine_s_per_step": 3e-4}
     cfg = load_config({"workload": {"kind": "poisson", "rate": 30.0, "num_requests": 80, "seed": 3,
                                     "prompt_len": {"kind": "uniform", "low": 10, "high": 600},
                                     "output_len": {"kind": "uniform", "low": 1, "high": 120}},
@@ -125,7 +154,8 @@ def test_zero_frontend_equals_the_replica_fed_at_arrival_times():
     arrivals = np.cumsum(rng.exponential(0.02, 60))
     prompts, outs = rng.integers(5, 700, 60), rng.integers(1, 60, 60)
     specs = [(float(a), int(p), int(o)) for a, p, o in zip(arrivals, prompts, outs)]
-    got = run(specs, {"request_overhead_s": 0.0, "tokenize_s_per_token": 0.0, "stream_overhead_s": 0.0})
+    got = run(specs, {"request_overhead_s": 0.0, "tokenize_s_per_token": 0.0, "stream_overhead_s": 0.0,
+                      "engine_s_per_output": 0.0, "engine_s_per_step": 0.0})
     recorder = run_requests(_sched_like(make_config()), ConstantLatency(STEP_S, PER_TOKEN_S),
                             make_requests(60, arrivals, prompts, outs))
     want_requests = requests_table(recorder.requests, recorder.replica_of)
@@ -157,8 +187,10 @@ def test_closed_loop_users_send_again_when_their_client_has_the_last_token():
     ("tokenize_s_per_token", float("inf"), "finite"),
     ("tokenize_s_per_token", float("nan"), "finite"),
     ("engine_s_per_output", -1e-5, "must be >= 0"),
+    ("engine_s_per_step", float("nan"), "finite"),
+    ("engine_s_per_step", -1e-4, "must be >= 0"),
     ("stream_delay", 0.001, "unknown key; allowed keys: request_overhead_s, tokenize_s_per_token, "
-                            "stream_overhead_s, engine_s_per_output"),
+                            "stream_overhead_s, engine_s_per_output, engine_s_per_step"),
 ])
 def test_bad_frontend_values_give_one_line_naming_the_field(key, value, words):
     with pytest.raises(ConfigError) as exc:
@@ -179,7 +211,7 @@ def test_the_cli_turns_a_bad_frontend_value_into_exit_2(tmp_path, capsys):
 
 def test_frontend_round_trips_through_the_saved_config(tmp_path):
     cfg = make_config({"request_overhead_s": 0.0011, "tokenize_s_per_token": 2.5e-6, "stream_overhead_s": 0.0009,
-                       "engine_s_per_output": 1.5e-5})
+                       "engine_s_per_output": 1.5e-5, "engine_s_per_step": 4.5e-4})
     path = tmp_path / "config.toml"
     path.write_text(config_to_toml(cfg))
     assert load_config(path).frontend == cfg.frontend
