@@ -16,17 +16,22 @@ time so that each finds the engine idle:
   step, as every later chunk but the last is. The last chunk's delay (an idle engine) and, when
   every token made a chunk of its own, every chunk's, are recorded beside it.
 - the engine thread's share: the engine's median token interval while it streams to the client,
-  minus the same for the same requests added to it directly (no HTTP, no callback), one request at
-  a time, so one output per step: `engine_s_per_output`. It covers the server's `on_output`
-  callback (which runs on the engine thread; its own median is recorded beside it) and the event
-  loop's per-chunk work holding the interpreter lock the engine's Python needs.
+  minus the same for the same requests added to it directly (no HTTP, no callback), in two phases:
+  one request at a time (one output per step), and `concurrency` requests sent at once by as many
+  client processes (k outputs per step; the interval counted only over steps that all k share; the
+  bare twin adds k requests to the engine at once). A non-negative line through (1, extra_1) and
+  (k, extra_k) gives `engine_s_per_step` (intercept: the event loop woken and taking the
+  interpreter lock once for a step's batch of outputs) and `engine_s_per_output` (slope: the
+  server's `on_output` callback, which runs on the engine thread, its own median recorded beside
+  it, and each chunk's formatting). The raw intervals of each phase are in `measurements["phases"]`.
 
 Two engines: the real one (`servesim serve --calibrate-frontend`: `build_server` of the serving
 config) measures the front end as it runs beside real steps, which hold the interpreter lock part
 of the time, so the event loop waits for it; `probe_server(tokenizer)` puts a `ProbeEngine` whose
 steps sleep behind the same app (no torch; the front end alone; what the tests use).
 
-Not measured: concurrency on the single event loop (one request at a time). The terms are medians:
+Not measured: concurrency on the single event loop for the ingress and egress (one request at a
+time). The terms are medians:
 the delays have long tails (a thread waiting for the interpreter lock can wait a whole switch
 interval, 5 ms; other work on a shared machine), which the means beside them in `measurements`
 show and which a constant delay cannot carry; the median is the typical request's, and stable from a
@@ -34,6 +39,7 @@ quiet machine to a busy one (the load average before and after goes into the met
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -235,7 +241,7 @@ def probe_server(tokenizer, step_s: float = 0.004, model_name: str = "tiny-llama
 
 def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: int = 25,
                        num_output_tokens: int = 16, num_warmup: int = 5, progress: bool = True,
-                       in_process: bool = False) -> dict:
+                       in_process: bool = False, concurrency: int = 4) -> dict:
     """Time the front end of `server` (an `OpenAIServer`, not started) on this machine; the profile
     (`{"format", "frontend", "measurements", "metadata"}`).
 
@@ -243,7 +249,8 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     whose steps contend with the event loop for the interpreter as they do when serving) or
     `probe_server(tokenizer)` (a sleeping engine: the front end alone, fast, no torch). Requests go
     one at a time (a quiet server, an idle engine at each arrival), lengths interleaved so that
-    drifting machine load spreads over all of them.
+    drifting machine load spreads over all of them; then `concurrency` at a time (the engine's
+    share at that many outputs per step), `num_repeats` rounds of the shortest prompt.
     """
     from tqdm import tqdm
 
@@ -254,6 +261,10 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     lengths = sorted({int(n) for n in prompt_lengths})
     if len(lengths) < 2 or lengths[0] < 1:
         raise ValueError(f"prompt_lengths: need at least two distinct lengths >= 1, got {list(prompt_lengths)}")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 2:
+        raise ValueError(f"concurrency: need an integer >= 2 (requests streaming at once), got {concurrency!r}")
+    if num_output_tokens < 3:
+        raise ValueError(f"num_output_tokens: need >= 3 (token intervals to time), got {num_output_tokens!r}")
     if lengths[-1] + num_output_tokens + 1 > server.max_model_len:
         raise ValueError(f"prompt_lengths: {lengths[-1]} tokens + {num_output_tokens} outputs do not fit the "
                          f"model's maximum length {server.max_model_len}")
@@ -274,15 +285,33 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     plan = [("http", n) for _ in range(num_repeats) for n in lengths]
     plan += [("bare", n) for _, n in plan[::3]]
     random.Random(0).shuffle(plan)
-    results, bare = [], []
-    with BackgroundServer(build_app(server)) as srv, StreamClient(f"{srv.url}/v1/completions", in_process) as client:
+    # then rounds of `concurrency` requests at once (the shortest prompt), streamed or bare, shuffled
+    rounds = ["http"] * num_repeats + ["bare"] * num_repeats
+    random.Random(1).shuffle(rounds)
+    results, bare, k_streamed, k_bare = [], [], [], []
+    with contextlib.ExitStack() as stack:
+        srv = stack.enter_context(BackgroundServer(build_app(server)))
+        url = f"{srv.url}/v1/completions"
+        clients = [stack.enter_context(StreamClient(url, in_process)) for _ in range(concurrency)]
+        client = clients[0]
         for i in range(num_warmup):  # the first requests pay imports, connection set-up, caches
             client.send(body(lengths[i % len(lengths)]))
-        for kind, n in tqdm(plan, desc="calibrate front end", unit="req", disable=not progress):
+        for c in clients[1:]:
+            c.send(body(lengths[0]))
+        for kind, n in tqdm(plan, desc="calibrate front end (1 at a time)", unit="req", disable=not progress):
             if kind == "http":
                 results.append((n, client.send(body(n))))
             else:
                 bare.append(_run_bare(server, body(n)))
+        for kind in tqdm(rounds, desc=f"calibrate front end ({concurrency} at once)", unit="round",
+                         disable=not progress):
+            if kind == "http":
+                for c in clients:  # all sent before any answer is awaited
+                    c.submit(body(lengths[0]))
+                answers = [c.receive() for c in clients]
+                k_streamed.append([engine.requests[req_id] for _, req_id, _ in answers])
+            else:
+                k_bare.append(_run_bare_batch(server, [body(lengths[0])] * concurrency))
     ingress: dict[int, list[float]] = {n: [] for n in lengths}
     before_stamp, first_egress, last_egress, all_egress, num_unpaired = [], [], [], [], 0
     for n, (sent, req_id, chunks) in results:
@@ -304,8 +333,18 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
         else:
             num_unpaired += 1
     load_after = os.getloadavg()
-    served_interval = _median_interval(engine.requests[req_id] for _, (_, req_id, _) in results)
-    bare_interval = _median_interval(bare)
+    served_gaps = _gaps(engine.requests[req_id] for _, (_, req_id, _) in results)
+    bare_gaps = _gaps(bare)
+    served_interval, bare_interval = statistics.median(served_gaps), statistics.median(bare_gaps)
+    k_served_gaps = [g for batch in k_streamed for g in _shared_gaps(batch)]
+    k_bare_gaps = [g for batch in k_bare for g in _shared_gaps(batch)]
+    if not k_served_gaps or not k_bare_gaps:
+        raise RuntimeError(f"calibrate front end: no step was shared by all {concurrency} concurrent requests")
+    phases = [_phase(1, served_gaps, bare_gaps, len(results), len(bare)),
+              _phase(concurrency, k_served_gaps, k_bare_gaps, concurrency * len(k_streamed),
+                     concurrency * len(k_bare))]
+    per_step, per_output = fit_nonnegative_line([ph["outputs_per_step"] for ph in phases],
+                                                [ph["extra_s_median"] for ph in phases])
     if not first_egress:
         raise RuntimeError("calibrate front end: no first token made a chunk of its own; cannot time the egress")
 
@@ -318,8 +357,9 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
         "tokenize_s_per_token": max(per_token, 0.0),
         # the chunks that matter most (TTFT), sent while the engine runs its next step
         "stream_overhead_s": statistics.median(first_egress),
-        # one output per step here: what streaming it adds to the engine's token interval
-        "engine_s_per_output": max(served_interval - bare_interval, 0.0),
+        # what streaming adds to the engine's token interval, at 1 and k outputs per step
+        "engine_s_per_output": per_output,
+        "engine_s_per_step": per_step,
     }
     callback = engine.callback_s
     return {
@@ -346,8 +386,10 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
             "engine_callback_s_per_output": statistics.median(callback) if callback else None,
             "token_interval_s_median_streamed": served_interval,
             "token_interval_s_median_bare": bare_interval,
-            "token_interval_s_mean_streamed": _mean_interval(engine.requests[req_id] for _, (_, req_id, _) in results),
-            "token_interval_s_mean_bare": _mean_interval(bare),
+            "token_interval_s_mean_streamed": statistics.fmean(served_gaps),
+            "token_interval_s_mean_bare": statistics.fmean(bare_gaps),
+            # per phase (outputs per step): the token intervals streamed and bare, raw and summed up
+            "phases": phases,
             "num_bare_requests": len(bare),
             "num_requests": len(results),
             "num_first_chunks_paired": len(first_egress),
@@ -362,9 +404,10 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
             "load_average_after": [round(x, 2) for x in load_after],
             "tokenizer": str(getattr(tokenizer, "path", "")),
             "settings": {"num_repeats": num_repeats, "num_output_tokens": num_output_tokens,
-                         "num_warmup": num_warmup, "prompt_lengths": lengths},
+                         "num_warmup": num_warmup, "prompt_lengths": lengths, "concurrency": concurrency},
             "method": "gpu_backend/serve/frontend_calibration.py: uvicorn on loopback, the real app and "
-                      "tokenizer, an httpx streaming client in its own process; one request at a time; medians",
+                      "tokenizer, httpx streaming clients in their own processes; one request at a time, "
+                      f"then {concurrency} at once for the engine thread's share; medians",
         },
     }
 
@@ -383,15 +426,61 @@ def _run_bare(server, body: dict, timeout_s: float = 120.0):
     return request
 
 
-def _median_interval(requests) -> float:
-    """Median gap between consecutive output tokens over `requests` (one request per step here)."""
-    gaps = [b - a for r in requests for a, b in zip(r.token_times, r.token_times[1:])]
-    return statistics.median(gaps)
+def _run_bare_batch(server, bodies: list[dict], timeout_s: float = 120.0) -> list:
+    """Add the requests `bodies` describe to the (running) engine at once; wait for all to end."""
+    from gpu_backend.serve.protocol import parse_request
+
+    requests = [server.make_request(parse_request(b, chat=False), server.engine.now(), "bare") for b in bodies]
+    for request in requests:
+        server.engine.add_request(request)
+    deadline = time.monotonic() + timeout_s
+    while not all(r.is_finished for r in requests):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"calibrate front end: {len(requests)} bare requests did not finish in {timeout_s} s")
+        time.sleep(0.02)
+    return requests
 
 
-def _mean_interval(requests) -> float:
-    """Mean gap between consecutive output tokens over `requests`."""
-    return statistics.fmean(b - a for r in requests for a, b in zip(r.token_times, r.token_times[1:]))
+def _gaps(requests) -> list[float]:
+    """Gaps between consecutive output tokens over `requests` (one request per step: step times)."""
+    return [b - a for r in requests for a, b in zip(r.token_times, r.token_times[1:])]
+
+
+def _shared_gaps(requests) -> list[float]:
+    """Token gaps of `requests` (sent together) over the steps all of them ran in: from the last one's
+    first token to the first one's last, every step decodes all of them (one output each)."""
+    lo = max(r.token_times[0] for r in requests)
+    hi = min(r.token_times[-1] for r in requests)
+    return [b - a for r in requests for a, b in zip(r.token_times, r.token_times[1:]) if a >= lo and b <= hi]
+
+
+def _phase(outputs_per_step: int, streamed: list[float], bare: list[float], num_streamed: int,
+           num_bare: int) -> dict:
+    """One phase's token intervals (seconds): medians, means, the streamed-minus-bare extra, and raw."""
+    return {
+        "outputs_per_step": outputs_per_step,
+        "extra_s_median": statistics.median(streamed) - statistics.median(bare),
+        "extra_s_mean": statistics.fmean(streamed) - statistics.fmean(bare),
+        "streamed_s_median": statistics.median(streamed), "bare_s_median": statistics.median(bare),
+        "streamed_s_mean": statistics.fmean(streamed), "bare_s_mean": statistics.fmean(bare),
+        "num_streamed_requests": num_streamed, "num_bare_requests": num_bare,
+        "streamed_intervals_s": [round(g, 7) for g in streamed],
+        "bare_intervals_s": [round(g, 7) for g in bare],
+    }
+
+
+def fit_nonnegative_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of ys over xs with both >= 0 (the best of the unconstrained
+    line when it is feasible, else of the two faces: slope 0, or a line through the origin)."""
+    intercept, slope = fit_line(xs, ys)
+    if intercept >= 0 and slope >= 0:
+        return intercept, slope
+
+    def sse(a: float, b: float) -> float:
+        return sum((y - a - b * x) ** 2 for x, y in zip(xs, ys))
+    flat = (max(statistics.fmean(ys), 0.0), 0.0)
+    through_origin = (0.0, max(sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs), 0.0))
+    return min(flat, through_origin, key=lambda ab: sse(*ab))
 
 
 def _quantile(values: list[float], q: float) -> float:

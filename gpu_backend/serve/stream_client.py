@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def shares_clock() -> bool:
 
 class StreamClient:
     """`send(body) -> (send time, response id, chunk times)`, from a child process (or, with
-    `in_process` or a per-process clock, this thread). Use it as a context manager."""
+    `in_process` or a per-process clock, a thread of this one); `submit` + `receive` are its two
+    halves, so that several clients stream at once. Use it as a context manager."""
 
     def __init__(self, url: str, in_process: bool = False) -> None:
         import httpx
@@ -54,10 +56,33 @@ class StreamClient:
             stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[2]))
 
     def send(self, body: dict) -> tuple[float, str | None, list[float]]:
-        if self._client is not None:
-            return stream_completion(self._client, self.url, body)
+        self.submit(body)
+        return self.receive()
+
+    def submit(self, body: dict) -> None:
+        """Start sending `body` without waiting for its answer (`receive` waits): several clients can
+        then stream at once. One request in flight per client."""
+        if self._client is not None:  # in this process: a thread does the request
+            self._pending = {}
+
+            def go(pending=self._pending):
+                try:
+                    pending["result"] = stream_completion(self._client, self.url, body)
+                except BaseException as exc:  # re-raised by receive()
+                    pending["error"] = exc
+            self._thread = threading.Thread(target=go, name="stream-client", daemon=True)
+            self._thread.start()
+            return
         self._proc.stdin.write(json.dumps(body) + "\n")
         self._proc.stdin.flush()
+
+    def receive(self) -> tuple[float, str | None, list[float]]:
+        """The answer to the last `submit`: (send time, response id, chunk times)."""
+        if self._client is not None:
+            self._thread.join()
+            if "error" in self._pending:
+                raise self._pending["error"]
+            return self._pending["result"]
         line = self._proc.stdout.readline()
         if not line:
             raise RuntimeError(f"stream client exited (code {self._proc.wait()})")

@@ -15,17 +15,18 @@ pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
 from gpu_backend.serve.frontend_calibration import (  # noqa: E402
-    calibrate_frontend, fit_line, probe_server, prompt_text, time_tokenizer,
+    calibrate_frontend, fit_line, fit_nonnegative_line, probe_server, prompt_text, time_tokenizer,
 )
 from sim.frontend import FrontendConfig  # noqa: E402
 
 LENGTHS = (16, 512, 3072)  # spread wide, so the per-token slope stands well above timing noise
+STEP_S, K = 0.002, 3  # the probe's step (a sleep: no step is shorter) and the concurrent phase's requests
 
 
 @pytest.fixture(scope="module")
 def profile(tokenizer):
-    return calibrate_frontend(probe_server(tokenizer, step_s=0.002), prompt_lengths=LENGTHS, num_repeats=7,
-                              num_output_tokens=4, num_warmup=2, progress=False)
+    return calibrate_frontend(probe_server(tokenizer, step_s=STEP_S), prompt_lengths=LENGTHS, num_repeats=7,
+                              num_output_tokens=4, num_warmup=2, progress=False, concurrency=K)
 
 
 def test_prompt_text_has_the_asked_number_of_tokens(tokenizer):
@@ -47,7 +48,7 @@ def test_fit_line_recovers_a_line():
 def test_terms_are_positive_and_the_ingress_grows_with_the_prompt(profile):
     fe, m = profile["frontend"], profile["measurements"]
     assert fe["request_overhead_s"] > 0 and fe["tokenize_s_per_token"] > 0 and fe["stream_overhead_s"] > 0
-    assert fe["engine_s_per_output"] >= 0
+    assert fe["engine_s_per_output"] >= 0 and fe["engine_s_per_step"] >= 0
     assert m["prompt_tokens"] == sorted(m["prompt_tokens"])
     assert m["ingress_s_median"][0] < m["ingress_s_median"][-1]
     # the request is tokenized on its way in: its ingress holds at least the tokenizer's own time
@@ -60,6 +61,50 @@ def test_terms_are_positive_and_the_ingress_grows_with_the_prompt(profile):
     assert m["num_requests_not_fully_paired"] == 0
     # the callback runs on the engine thread, so the engine's token interval includes it
     assert m["token_interval_s_median_streamed"] > m["engine_callback_s_per_output"]
+
+
+def test_both_phases_are_recorded_and_the_fit_goes_through_them(profile):
+    fe, phases = profile["frontend"], profile["measurements"]["phases"]
+    assert [ph["outputs_per_step"] for ph in phases] == [1, K]
+    for ph in phases:
+        assert ph["streamed_intervals_s"] and ph["bare_intervals_s"]
+        # the probe's steps sleep STEP_S: no interval is shorter, streamed or bare
+        assert min(ph["streamed_intervals_s"] + ph["bare_intervals_s"]) >= STEP_S - 1e-6
+        assert ph["extra_s_median"] == pytest.approx(ph["streamed_s_median"] - ph["bare_s_median"])
+    # one at a time: every length 7 times, every third one's bare twin; then 7 rounds of K, each way
+    assert (phases[0]["num_streamed_requests"], phases[0]["num_bare_requests"]) == (7 * len(LENGTHS), 7)
+    assert phases[1]["num_streamed_requests"] == phases[1]["num_bare_requests"] == 7 * K
+    # the one-at-a-time phase is the legacy summary
+    assert phases[0]["streamed_s_median"] == profile["measurements"]["token_interval_s_median_streamed"]
+    # the charge at 1 and K outputs per step is the non-negative line fitted through both extras
+    want = fit_nonnegative_line([1, K], [ph["extra_s_median"] for ph in phases])
+    assert (fe["engine_s_per_step"], fe["engine_s_per_output"]) == want
+
+
+def test_shared_gaps_count_only_steps_all_requests_ran_in():
+    from types import SimpleNamespace
+
+    from gpu_backend.serve.frontend_calibration import _shared_gaps
+
+    a = SimpleNamespace(token_times=[0.0, 1.0, 2.0, 3.0, 4.0])
+    b = SimpleNamespace(token_times=[1.0, 2.0, 3.0, 4.0, 5.0])  # joined one step late, ended one later
+    # shared steps: 1->2, 2->3, 3->4 (a's 0->1 ran without b, b's 4->5 without a)
+    assert _shared_gaps([a, b]) == [1.0] * 6
+
+
+def test_fit_nonnegative_line_keeps_both_terms_non_negative():
+    assert fit_nonnegative_line([1, 4], [0.7, 1.0]) == pytest.approx((0.6, 0.1))  # feasible: the plain line
+    a, b = fit_nonnegative_line([1, 4], [0.6, 0.5])  # falling: slope 0, the mean
+    assert (a, b) == pytest.approx((0.55, 0.0))
+    a, b = fit_nonnegative_line([1, 4], [0.1, 0.8])  # negative intercept: a line through the origin
+    assert a == 0.0 and b == pytest.approx((0.1 + 4 * 0.8) / 17)
+    assert fit_nonnegative_line([1, 4], [-0.1, -0.2]) == (0.0, 0.0)
+
+
+def test_bad_concurrency_is_refused(tokenizer):
+    for bad in (1, 2.5, True):
+        with pytest.raises(ValueError, match=r"^concurrency: need an integer >= 2"):
+            calibrate_frontend(probe_server(tokenizer), num_repeats=3, progress=False, concurrency=bad)
 
 
 def test_the_profile_is_what_the_simulator_reads(profile, tmp_path):
@@ -98,3 +143,12 @@ def test_cli_writes_a_profile_with_the_probe_engine(tmp_path, capsys):
     assert FrontendConfig.from_profile(out).enabled
     assert main(["serve", str(config), "--calibrate-frontend", str(out), "--calibrate-repeats", "1"]) == 2
     assert capsys.readouterr().err.strip().startswith("servesim serve: error: --calibrate-repeats: must be >= 3")
+
+
+def test_in_process_clients_stream_at_once_too(tokenizer):
+    """The thread-backed client (a per-process clock) also runs the concurrent phase: K streams share steps."""
+    profile = calibrate_frontend(probe_server(tokenizer, step_s=STEP_S), prompt_lengths=(16, 64), num_repeats=3,
+                                 num_output_tokens=6, num_warmup=1, progress=False, in_process=True, concurrency=2)
+    assert profile["measurements"]["client"] == "thread"
+    k_phase = profile["measurements"]["phases"][1]
+    assert k_phase["outputs_per_step"] == 2 and k_phase["streamed_intervals_s"]
