@@ -12,7 +12,8 @@ comparison.csv, agreement.json and client_vs_server.png into --out. With --profi
 the same load (same scheduler and cache, the profiled latency model) and prints the predicted mean
 TTFT and TPOT against the client's; with --frontend (a profile from `servesim serve CONFIG
 --calibrate-frontend`), once without and once with the front end's delays (`[frontend]`,
-sim.frontend), which is what a client measures beyond the engine.
+sim.frontend), which is what a client measures beyond the engine, and the engine thread's share
+it charges at the run's mean outputs per step (engine_s_per_step + engine_s_per_output x outputs).
 """
 from __future__ import annotations
 
@@ -149,6 +150,17 @@ def main(argv: list[str] | None = None) -> int:
                                            "measured_mean": measured["mean"]}
                 print(f"client - server TTFT: profile {expected*1e3:.2f} ms (ingress before the server's stamp "
                       f"+ egress), measured p50 {measured['p50']*1e3:.2f} ms, mean {measured['mean']*1e3:.2f} ms")
+            # the engine thread's share at this load: the server's steps, each streaming one output per
+            # sequence (every prompt here fits one step, so each scheduled sequence samples)
+            steps = pd.read_csv(args.out / "server" / "steps.csv")
+            outputs = steps.loc[steps["num_seqs"] > 0, "num_seqs"]
+            terms = fe["frontend"]
+            per_step, per_output = terms.get("engine_s_per_step", 0.0), terms.get("engine_s_per_output", 0.0)
+            stats["engine_share"] = {"mean_outputs_per_step": float(outputs.mean()),
+                                     "charged_s_per_step_mean": per_step + per_output * float(outputs.mean())}
+            print(f"engine thread's share: {outputs.mean():.2f} outputs per step (server's steps), charged "
+                  f"{per_step*1e3:.3f} + {per_output*1e3:.3f} x outputs = "
+                  f"{stats['engine_share']['charged_s_per_step_mean']*1e3:.3f} ms per step on average")
     (args.out / "agreement.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(f"\nwrote {args.out}/comparison.csv, agreement.json, client_vs_server.png")
     return 0

@@ -17,10 +17,11 @@ time so that each finds the engine idle:
   every token made a chunk of its own, every chunk's, are recorded beside it.
 - the engine thread's share: the engine's median token interval while it streams to the client,
   minus the same for the same requests added to it directly (no HTTP, no callback), in two phases:
-  one request at a time (one output per step), and `concurrency` requests sent at once by as many
-  client processes (k outputs per step; the interval counted only over steps that all k share; the
-  bare twin adds k requests to the engine at once). A non-negative line through (1, extra_1) and
-  (k, extra_k) gives `engine_s_per_step` (intercept: the event loop woken and taking the
+  one request at a time (one output per step), and k requests sent at once by as many client
+  processes, for each k in `concurrency` (k outputs per step; the interval counted only over steps
+  that all k share; the bare twin adds k requests to the engine at once). A non-negative line
+  through (1, extra_1), (k, extra_k), ... gives `engine_s_per_step` (intercept: the event loop
+  woken and taking the
   interpreter lock once for a step's batch of outputs) and `engine_s_per_output` (slope: the
   server's `on_output` callback, which runs on the engine thread, its own median recorded beside
   it, and each chunk's formatting). The raw intervals of each phase are in `measurements["phases"]`.
@@ -241,7 +242,7 @@ def probe_server(tokenizer, step_s: float = 0.004, model_name: str = "tiny-llama
 
 def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: int = 25,
                        num_output_tokens: int = 16, num_warmup: int = 5, progress: bool = True,
-                       in_process: bool = False, concurrency: int = 4) -> dict:
+                       in_process: bool = False, concurrency=(2, 4)) -> dict:
     """Time the front end of `server` (an `OpenAIServer`, not started) on this machine; the profile
     (`{"format", "frontend", "measurements", "metadata"}`).
 
@@ -249,9 +250,13 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     whose steps contend with the event loop for the interpreter as they do when serving) or
     `probe_server(tokenizer)` (a sleeping engine: the front end alone, fast, no torch). Requests go
     one at a time (a quiet server, an idle engine at each arrival), lengths interleaved so that
-    drifting machine load spreads over all of them; then `concurrency` at a time (the engine's
-    share at that many outputs per step), `num_repeats` rounds of the shortest prompt.
+    drifting machine load spreads over all of them; then k at a time for each k in `concurrency`
+    (the engine's share at k outputs per step), `num_repeats` rounds of the shortest prompt each.
     """
+    items = list(concurrency) if isinstance(concurrency, (list, tuple)) else [concurrency]
+    if not items or any(isinstance(k, bool) or not isinstance(k, int) or k < 2 for k in items):
+        raise ValueError(f"concurrency: need integers >= 2 (requests streaming at once), got {concurrency!r}")
+    ks = sorted(set(items))
     from tqdm import tqdm
 
     from gpu_backend.serve.background import BackgroundServer
@@ -261,8 +266,6 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     lengths = sorted({int(n) for n in prompt_lengths})
     if len(lengths) < 2 or lengths[0] < 1:
         raise ValueError(f"prompt_lengths: need at least two distinct lengths >= 1, got {list(prompt_lengths)}")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 2:
-        raise ValueError(f"concurrency: need an integer >= 2 (requests streaming at once), got {concurrency!r}")
     if num_output_tokens < 3:
         raise ValueError(f"num_output_tokens: need >= 3 (token intervals to time), got {num_output_tokens!r}")
     if lengths[-1] + num_output_tokens + 1 > server.max_model_len:
@@ -285,14 +288,16 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     plan = [("http", n) for _ in range(num_repeats) for n in lengths]
     plan += [("bare", n) for _, n in plan[::3]]
     random.Random(0).shuffle(plan)
-    # then rounds of `concurrency` requests at once (the shortest prompt), streamed or bare, shuffled
-    rounds = ["http"] * num_repeats + ["bare"] * num_repeats
+    # then rounds of k requests at once (the shortest prompt), streamed or bare, all ks shuffled together
+    rounds = [(kind, k) for k in ks for kind in ("http", "bare") for _ in range(num_repeats)]
     random.Random(1).shuffle(rounds)
-    results, bare, k_streamed, k_bare = [], [], [], []
+    results, bare = [], []
+    k_streamed: dict[int, list] = {k: [] for k in ks}
+    k_bare: dict[int, list] = {k: [] for k in ks}
     with contextlib.ExitStack() as stack:
         srv = stack.enter_context(BackgroundServer(build_app(server)))
         url = f"{srv.url}/v1/completions"
-        clients = [stack.enter_context(StreamClient(url, in_process)) for _ in range(concurrency)]
+        clients = [stack.enter_context(StreamClient(url, in_process)) for _ in range(ks[-1])]
         client = clients[0]
         for i in range(num_warmup):  # the first requests pay imports, connection set-up, caches
             client.send(body(lengths[i % len(lengths)]))
@@ -303,15 +308,15 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
                 results.append((n, client.send(body(n))))
             else:
                 bare.append(_run_bare(server, body(n)))
-        for kind in tqdm(rounds, desc=f"calibrate front end ({concurrency} at once)", unit="round",
-                         disable=not progress):
+        for kind, k in tqdm(rounds, desc=f"calibrate front end ({', '.join(map(str, ks))} at once)", unit="round",
+                            disable=not progress):
             if kind == "http":
-                for c in clients:  # all sent before any answer is awaited
+                for c in clients[:k]:  # all sent before any answer is awaited
                     c.submit(body(lengths[0]))
-                answers = [c.receive() for c in clients]
-                k_streamed.append([engine.requests[req_id] for _, req_id, _ in answers])
+                answers = [c.receive() for c in clients[:k]]
+                k_streamed[k].append([engine.requests[req_id] for _, req_id, _ in answers])
             else:
-                k_bare.append(_run_bare_batch(server, [body(lengths[0])] * concurrency))
+                k_bare[k].append(_run_bare_batch(server, [body(lengths[0])] * k))
     ingress: dict[int, list[float]] = {n: [] for n in lengths}
     before_stamp, first_egress, last_egress, all_egress, num_unpaired = [], [], [], [], 0
     for n, (sent, req_id, chunks) in results:
@@ -336,13 +341,13 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     served_gaps = _gaps(engine.requests[req_id] for _, (_, req_id, _) in results)
     bare_gaps = _gaps(bare)
     served_interval, bare_interval = statistics.median(served_gaps), statistics.median(bare_gaps)
-    k_served_gaps = [g for batch in k_streamed for g in _shared_gaps(batch)]
-    k_bare_gaps = [g for batch in k_bare for g in _shared_gaps(batch)]
-    if not k_served_gaps or not k_bare_gaps:
-        raise RuntimeError(f"calibrate front end: no step was shared by all {concurrency} concurrent requests")
-    phases = [_phase(1, served_gaps, bare_gaps, len(results), len(bare)),
-              _phase(concurrency, k_served_gaps, k_bare_gaps, concurrency * len(k_streamed),
-                     concurrency * len(k_bare))]
+    phases = [_phase(1, served_gaps, bare_gaps, len(results), len(bare))]
+    for k in ks:
+        k_served_gaps = [g for batch in k_streamed[k] for g in _shared_gaps(batch)]
+        k_bare_gaps = [g for batch in k_bare[k] for g in _shared_gaps(batch)]
+        if not k_served_gaps or not k_bare_gaps:
+            raise RuntimeError(f"calibrate front end: no step was shared by all {k} concurrent requests")
+        phases.append(_phase(k, k_served_gaps, k_bare_gaps, k * len(k_streamed[k]), k * len(k_bare[k])))
     per_step, per_output = fit_nonnegative_line([ph["outputs_per_step"] for ph in phases],
                                                 [ph["extra_s_median"] for ph in phases])
     if not first_egress:
@@ -404,10 +409,10 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
             "load_average_after": [round(x, 2) for x in load_after],
             "tokenizer": str(getattr(tokenizer, "path", "")),
             "settings": {"num_repeats": num_repeats, "num_output_tokens": num_output_tokens,
-                         "num_warmup": num_warmup, "prompt_lengths": lengths, "concurrency": concurrency},
+                         "num_warmup": num_warmup, "prompt_lengths": lengths, "concurrency": ks},
             "method": "gpu_backend/serve/frontend_calibration.py: uvicorn on loopback, the real app and "
                       "tokenizer, httpx streaming clients in their own processes; one request at a time, "
-                      f"then {concurrency} at once for the engine thread's share; medians",
+                      f"then {', '.join(map(str, ks))} at once for the engine thread's share; medians",
         },
     }
 

@@ -20,13 +20,13 @@ from gpu_backend.serve.frontend_calibration import (  # noqa: E402
 from sim.frontend import FrontendConfig  # noqa: E402
 
 LENGTHS = (16, 512, 3072)  # spread wide, so the per-token slope stands well above timing noise
-STEP_S, K = 0.002, 3  # the probe's step (a sleep: no step is shorter) and the concurrent phase's requests
+STEP_S, KS = 0.002, (2, 3)  # the probe's step (a sleep: no step is shorter); the concurrent phases' requests
 
 
 @pytest.fixture(scope="module")
 def profile(tokenizer):
     return calibrate_frontend(probe_server(tokenizer, step_s=STEP_S), prompt_lengths=LENGTHS, num_repeats=7,
-                              num_output_tokens=4, num_warmup=2, progress=False, concurrency=K)
+                              num_output_tokens=4, num_warmup=2, progress=False, concurrency=KS)
 
 
 def test_prompt_text_has_the_asked_number_of_tokens(tokenizer):
@@ -65,19 +65,20 @@ def test_terms_are_positive_and_the_ingress_grows_with_the_prompt(profile):
 
 def test_both_phases_are_recorded_and_the_fit_goes_through_them(profile):
     fe, phases = profile["frontend"], profile["measurements"]["phases"]
-    assert [ph["outputs_per_step"] for ph in phases] == [1, K]
+    assert [ph["outputs_per_step"] for ph in phases] == [1, *KS]
     for ph in phases:
         assert ph["streamed_intervals_s"] and ph["bare_intervals_s"]
         # the probe's steps sleep STEP_S: no interval is shorter, streamed or bare
         assert min(ph["streamed_intervals_s"] + ph["bare_intervals_s"]) >= STEP_S - 1e-6
         assert ph["extra_s_median"] == pytest.approx(ph["streamed_s_median"] - ph["bare_s_median"])
-    # one at a time: every length 7 times, every third one's bare twin; then 7 rounds of K, each way
+    # one at a time: every length 7 times, every third one's bare twin; then 7 rounds of each k, each way
     assert (phases[0]["num_streamed_requests"], phases[0]["num_bare_requests"]) == (7 * len(LENGTHS), 7)
-    assert phases[1]["num_streamed_requests"] == phases[1]["num_bare_requests"] == 7 * K
+    for ph, k in zip(phases[1:], KS):
+        assert ph["num_streamed_requests"] == ph["num_bare_requests"] == 7 * k
     # the one-at-a-time phase is the legacy summary
     assert phases[0]["streamed_s_median"] == profile["measurements"]["token_interval_s_median_streamed"]
-    # the charge at 1 and K outputs per step is the non-negative line fitted through both extras
-    want = fit_nonnegative_line([1, K], [ph["extra_s_median"] for ph in phases])
+    # the charge at 1, 2, 3 outputs per step is the non-negative line fitted through the extras
+    want = fit_nonnegative_line([1, *KS], [ph["extra_s_median"] for ph in phases])
     assert (fe["engine_s_per_step"], fe["engine_s_per_output"]) == want
 
 
@@ -102,8 +103,8 @@ def test_fit_nonnegative_line_keeps_both_terms_non_negative():
 
 
 def test_bad_concurrency_is_refused(tokenizer):
-    for bad in (1, 2.5, True):
-        with pytest.raises(ValueError, match=r"^concurrency: need an integer >= 2"):
+    for bad in (1, 2.5, True, (2, 1), (), "4"):
+        with pytest.raises(ValueError, match=r"^concurrency: need integers >= 2"):
             calibrate_frontend(probe_server(tokenizer), num_repeats=3, progress=False, concurrency=bad)
 
 
@@ -146,7 +147,7 @@ def test_cli_writes_a_profile_with_the_probe_engine(tmp_path, capsys):
 
 
 def test_in_process_clients_stream_at_once_too(tokenizer):
-    """The thread-backed client (a per-process clock) also runs the concurrent phase: K streams share steps."""
+    """The thread-backed client (a per-process clock) also runs the concurrent phase: k streams share steps."""
     profile = calibrate_frontend(probe_server(tokenizer, step_s=STEP_S), prompt_lengths=(16, 64), num_repeats=3,
                                  num_output_tokens=6, num_warmup=1, progress=False, in_process=True, concurrency=2)
     assert profile["measurements"]["client"] == "thread"
