@@ -114,6 +114,7 @@ def test_the_profile_is_what_the_simulator_reads(profile, tmp_path):
     path = write_profile(profile, tmp_path / "fe.json")
     fe = FrontendConfig.from_profile(path)
     assert fe.enabled and fe.request_overhead_s == profile["frontend"]["request_overhead_s"]
+    assert path.with_suffix(".png").stat().st_size > 0  # the engine-share figure beside it
     meta = json.loads(path.read_text())["metadata"]
     assert meta["date"] and len(meta["load_average_before"]) == 3 and meta["machine"]
 
