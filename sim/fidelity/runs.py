@@ -429,27 +429,10 @@ DISTSERVE_MAX_NUM_BATCHED_TOKENS = 16384
 DISTSERVE_SAME_STEP_S = 0.002
 
 
-def distserve_prefill_batches(path: Path) -> list[list[int]]:
-    """The prompt lengths of each prefill step of one DistServe vLLM run, read off its measured first
-    tokens (vLLM v0 runs prefill-only steps: requests whose first tokens arrive together were
-    prefilled together). Evidence for the server arguments the files do not record."""
-    recs = ast.literal_eval(Path(path).read_text().split("\n", 1)[0])
-    recs = sorted(recs, key=lambda r: r["first_token_time"])
-    batches: list[list[int]] = []
-    last = -math.inf
-    for r in recs:
-        if r["first_token_time"] - last >= DISTSERVE_SAME_STEP_S:
-            batches.append([])
-        batches[-1].append(int(r["prompt_len"]))
-        last = r["first_token_time"]
-    return batches
-
-
-def distserve_prefill_gaps(path: Path) -> list[tuple[int, float]]:
-    """(prompt tokens, seconds) for each one-prompt prefill step of one DistServe vLLM run whose
-    request was already waiting when the previous prefill step ended: prefill-first, the v0 engine
-    prefills it in the very next step, so the gap between the two steps' first tokens is that
-    prefill's time plus any host time between steps (an upper bound on the prefill itself)."""
+def distserve_prefill_steps(path: Path) -> list[list[dict]]:
+    """The request records of each prefill step of one DistServe vLLM run, in order, read off its
+    measured first tokens (vLLM v0 runs prefill-only steps: requests whose first tokens arrive
+    within `DISTSERVE_SAME_STEP_S` of each other were prefilled together)."""
     recs = ast.literal_eval(Path(path).read_text().split("\n", 1)[0])
     recs = sorted(recs, key=lambda r: r["first_token_time"])
     steps: list[list[dict]] = []
@@ -459,6 +442,21 @@ def distserve_prefill_gaps(path: Path) -> list[tuple[int, float]]:
             steps.append([])
         steps[-1].append(r)
         last = r["first_token_time"]
+    return steps
+
+
+def distserve_prefill_batches(path: Path) -> list[list[int]]:
+    """The prompt lengths of each prefill step of one DistServe vLLM run (`distserve_prefill_steps`).
+    Evidence for the server arguments the files do not record."""
+    return [[int(r["prompt_len"]) for r in step] for step in distserve_prefill_steps(path)]
+
+
+def distserve_prefill_gaps(path: Path) -> list[tuple[int, float]]:
+    """(prompt tokens, seconds) for each one-prompt prefill step of one DistServe vLLM run whose
+    request was already waiting when the previous prefill step ended: prefill-first, the v0 engine
+    prefills it in the very next step, so the gap between the two steps' first tokens is that
+    prefill's time plus any host time between steps (an upper bound on the prefill itself)."""
+    steps = distserve_prefill_steps(path)
     gaps = []
     for prev, cur in zip(steps, steps[1:]):
         end = prev[0]["first_token_time"]
