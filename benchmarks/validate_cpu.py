@@ -1,9 +1,12 @@
-"""The CPU acceptance protocol of issue 5: one quick profile made now, then every shipped workload.
+"""The CPU acceptance protocol of issue 5: `servesim validate` of every shipped workload, each with a
+quick profile made in its own run (as `servesim validate CONFIG --device cpu` does).
 
-    .venv/bin/python benchmarks/validate_cpu.py [--out runs/validate-cpu] [--full]
+    .venv/bin/python benchmarks/validate_cpu.py [--out runs/validate-cpu] [--full] [--one-profile]
 
-Calibrates the engine's ops for examples/tiny-llama (quick grid, one torch thread), then runs
-`servesim validate` on each examples/validate-*.toml with that profile and prints, per workload,
+Each run calibrates the engine for examples/tiny-llama (quick grid, one torch thread) around the
+engine's run of the workload (half the calibration's engine steps before it, half after), then
+compares; `--one-profile` instead makes one profile first and validates every workload with it.
+It prints, per workload,
 the median / p90 per-step error, the mean TTFT / TPOT / E2E errors, the same per-step error
 against the engine thread's CPU time (model error without the time spent waiting for a core) and
 the load average. The bar: per-step median <= 5%, mean TTFT, TPOT and E2E within 10%.
@@ -50,16 +53,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "runs" / "validate-cpu"))
     ap.add_argument("--full", action="store_true", help="calibrate on the full grid")
+    ap.add_argument("--one-profile", action="store_true", help="one profile made first for every workload")
     args = ap.parse_args(argv)
     out = Path(args.out)
     torch.set_num_threads(1)
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    profile = calibrate(REPO / "examples/tiny-llama/config.json", "cpu", quick=not args.full, progress=True)
-    prof_path = profile.save(out / "profile.json")
+    prof_path = None
+    if args.one_profile:
+        profile = calibrate(REPO / "examples/tiny-llama/config.json", "cpu", quick=not args.full, progress=True)
+        prof_path = profile.save(out / "profile.json")
     print(f"{'workload':<26} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} {'detrend':>8} {'load':>5}")
     ok = True
     for toml in sorted((REPO / "examples").glob("validate-*.toml")):
-        report = validate(toml, "cpu", profile=prof_path, out_dir=out / toml.stem, progress=False)
+        report = validate(toml, "cpu", profile=prof_path, out_dir=out / toml.stem, quick=not args.full, progress=False)
         details = json.loads((out / toml.stem / "details.json").read_text())
         st, m = report["step_time_abs_pct_error"], report["metrics"]
         errs = [m[k]["mean"]["abs_pct_error"] for k in ("ttft_s", "tpot_s", "e2e_s")]

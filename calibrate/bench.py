@@ -357,8 +357,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, progress: bool = True,
-              seed: int = 0, grid: Grid | None = None) -> Profile:
-    """Measure and fit a profile of the engine running `model_path` (a HF config.json) on `device`."""
+              seed: int = 0, grid: Grid | None = None, between: Callable[[], object] | None = None) -> Profile:
+    """Measure and fit a profile of the engine running `model_path` (a HF config.json) on `device`.
+
+    `between`, when given, runs after the op timings and the first half of the engine's calibration
+    steps and before the second half (`validate` runs its engine workload there): the calibration
+    then brackets that run, so a machine whose speed drifts (other tenants of a shared host) is
+    measured in the state the run saw on average. Its time is not counted in `calibration_s`.
+    """
     from calibrate.model_dims import resolve_model
     from gpu_backend.model_config import ModelConfig
 
@@ -371,6 +377,11 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
     groups = grid.engine_groups
     steps = measure_engine_steps(bench, groups[0::2], progress=progress, seed=seed)
     points = measure_ops(bench, grid, progress, max_call_s=0.25 if quick else 2.0)
+    t_between = 0.0
+    if between is not None:
+        t = time.perf_counter()
+        between()
+        t_between = time.perf_counter() - t
     steps += measure_engine_steps(bench, groups[1::2], progress=progress, seed=seed + 1)
     ops = {name: fit_op(name, pts) for name, pts in points.items()}
     dims = resolve_model(str(model_path), 1, _dtype_name(bench.dtype))
@@ -387,6 +398,8 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
     }
     profile = Profile(meta=meta, model=dims, ops=ops)
     add_engine_fit(profile, steps)
-    profile.meta["calibration_s"] = round(time.perf_counter() - t0, 1)
+    profile.meta["calibration_s"] = round(time.perf_counter() - t0 - t_between, 1)
+    if between is not None:
+        profile.meta["bracketed_s"] = round(t_between, 1)  # the run measured between the two halves
     profile.meta["load_avg_1m_at_end"] = round(os.getloadavg()[0], 2)
     return profile

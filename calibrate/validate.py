@@ -3,6 +3,8 @@
 1. Calibrate the engine's ops on the device (or load `--profile`), giving a `ProfiledLatencyModel`.
 2. Run the config's workload on the real `gpu_backend.Engine` in wall-clock time, recording every
    step's plan and its measured time (model runner execution + the scheduler's schedule/update).
+   When calibrating, this run happens between the two halves of the calibration's engine steps
+   (`calibrate(between=...)`), so that a drifting machine is profiled in the run's conditions.
 3. Simulate the same config and workload with the profiled model (same scheduler policy, same KV
    block counts).
 4. Report: per-step error, matching steps by composition (each measured step's own plan is
@@ -126,17 +128,6 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
         torch.set_num_threads(threads)
     config = load_config(config_path, list(overrides))
     model_path = str(config.model.name)
-    t0 = time.perf_counter()
-    if profile is not None:
-        prof = Profile.load(profile)
-        made_with = prof.meta.get("num_threads")
-        if made_with is not None and torch.device(device).type == "cpu" and made_with != torch.get_num_threads():
-            import sys
-
-            print(f"validate: warning: the profile was measured with {made_with} torch thread(s), this run uses "
-                  f"{torch.get_num_threads()}; op times differ with the thread count", file=sys.stderr)
-    else:
-        prof = calibrate(model_path, device, quick=quick, progress=progress)
     engine_cfg, _ = engine_config_for(config, device)
     # the simulator must see the engine's KV geometry (block counts derive from dtype and memory)
     hw = dataclasses.replace(config.hardware, num_gpu_blocks=engine_cfg.cache.num_gpu_blocks)
@@ -147,14 +138,35 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
         raise ValueError(f"hardware: the simulator would use {sim_cache.num_gpu_blocks}/{sim_cache.num_cpu_blocks} "
                          f"GPU/CPU blocks but the engine {engine_cfg.cache.num_gpu_blocks}/"
                          f"{engine_cfg.cache.num_cpu_blocks}; set model.dtype to the engine's dtype "
-                         f"({prof.model.get('dtype')}) and hardware.num_gpu_blocks")
+                         f"({engine_cfg.dtype}) and hardware.num_gpu_blocks")
+    run: dict = {}
+
+    def run_measured_engine() -> None:
+        run["load_before"] = os.getloadavg()[0]
+        run["engine"], run["measured"], run["records"] = run_engine(config, device, progress)
+        run["load_after"] = os.getloadavg()[0]
+
+    t0 = time.perf_counter()
+    if profile is not None:
+        prof = Profile.load(profile)
+        made_with = prof.meta.get("num_threads")
+        if made_with is not None and torch.device(device).type == "cpu" and made_with != torch.get_num_threads():
+            import sys
+
+            print(f"validate: warning: the profile was measured with {made_with} torch thread(s), this run uses "
+                  f"{torch.get_num_threads()}; op times differ with the thread count", file=sys.stderr)
+        t_cal = time.perf_counter() - t0
+        run_measured_engine()
+    else:
+        # the calibration brackets the engine run (half its engine steps before, half after): on a
+        # machine whose speed drifts the profile then sees the run's conditions on average; the
+        # calibration workload and the validated one still share nothing
+        prof = calibrate(model_path, device, quick=quick, progress=progress, between=run_measured_engine)
+        t_cal = prof.meta["calibration_s"]
     lm = ProfiledLatencyModel(prof, model=resolve_model(model_path, 1, prof.model["dtype"]),
                               block_size=config.cache.block_size)
-    t_cal = time.perf_counter() - t0
-
-    load_before = os.getloadavg()[0]
-    engine, measured, records = run_engine(config, device, progress)
-    load_after = os.getloadavg()[0]
+    engine, measured, records = run["engine"], run["measured"], run["records"]
+    load_before, load_after = run["load_before"], run["load_after"]
     predicted = simulate(config, latency_model=lm)
 
     rows = []

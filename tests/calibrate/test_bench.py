@@ -96,3 +96,30 @@ def test_cold_weights_rotate_over_one_step_of_weight_traffic(tmp_path):
     with torch.inference_mode():
         ref = module(x)
         assert all(torch.equal(f(x), ref) for _ in range(2 * len(copies)))
+
+
+def test_a_run_between_the_engine_halves_is_bracketed_and_not_counted(tmp_path):
+    import time
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MICRO))
+    calls = []
+
+    def between():
+        calls.append(time.perf_counter())
+        time.sleep(0.3)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t0 = time.perf_counter()
+        profile = calibrate(path, "cpu", progress=False, grid=micro_grid(), between=between)
+        total = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+    assert len(calls) == 1
+    assert profile.meta["bracketed_s"] >= 0.3
+    assert profile.meta["calibration_s"] <= total - 0.25  # the bracketed run is not calibration time (0.1 s rounding)
+    # engine steps on both sides of it: the first half's group (1 request) and the second half's (3)
+    fit = profile.meta["engine_step_fit"]
+    assert fit["num_steps"] > 0 and set(fit["configurations"]) == {"chunked-64", "chunked-256", "continuous-512"}
