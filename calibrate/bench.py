@@ -348,6 +348,7 @@ def add_engine_fit(profile: Profile, steps: list) -> dict:
     profile.ops["prefill_overhead"] = OpProfile("prefill_overhead", ("num_seqs",), pre, fit["prefill_points"],
                                                 dict(step_error), source)
     profile.meta["in_step_scale"] = {k: round(p[k], 4) for k in ("dense", "attn_prefill", "attn_decode")}
+    profile.meta["after_idle_s"] = round(fit["after_idle_s"], 7)
     profile.meta["engine_step_fit"] = {**fit["stats"], "params": {k: round(v, 7) for k, v in p.items()}}
     return fit
 

@@ -135,6 +135,9 @@ class Replica:
         decode_runs = self._decode_time is not None and hasattr(scheduler, "decode_run_horizon")
         live, own = getattr(scheduler, "requests", None), self._live
         add_step, timeout = recorder.add_step, env.timeout
+        # what the first step after an idle wait costs on top (a latency model's `after_idle_s`,
+        # e.g. a calibrated profile's: the engine's caches went cold while it slept)
+        after_idle, was_idle = float(getattr(self.latency_model, "after_idle_s", 0.0) or 0.0), False
         while True:
             now = env.now
             if decode_runs:
@@ -150,10 +153,14 @@ class Replica:
                 self._wakeup = env.event()
                 yield self._wakeup
                 self._wakeup = None
+                was_idle = env.now > now
                 continue
             duration = float(step_time(plan))
             if not duration > 0.0:
                 raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
+            if was_idle:
+                duration += after_idle
+                was_idle = False
             record = record_step(plan, now, duration, scheduler, name)
             yield timeout(duration)
             self.busy_time += duration

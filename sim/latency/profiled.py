@@ -63,6 +63,8 @@ all 1) multiplies the op curves inside a step: ``dense`` the GEMMs, norms, rotar
 embedding, LM head and sampler, the others the attention curves. `calibrate` fits it, with the host
 overhead, on the engine's own steps (`calibrate.engine_steps`): ops timed in isolation run in
 other cache conditions than inside a step, and the difference is a factor, not a constant.
+An optional ``meta.after_idle_s`` (seconds, absent: 0) is what the first step after the engine sat
+idle costs on top (cold caches); the simulator's replica adds it to such a step (`after_idle_s`).
 
 Curves:
 
@@ -433,6 +435,11 @@ class ProfiledLatencyModel:
             raise _err("profile.meta.attn_decode_kv", f"{self.decode_kv!r} is not allowed; choose one of mean, max")
         self.kv_write_in_attention = bool(profile.meta.get("attention_includes_kv_write", False))
         self.scale = _in_step_scale(profile.meta.get("in_step_scale"))
+        self.after_idle_s = profile.meta.get("after_idle_s", 0.0)
+        if isinstance(self.after_idle_s, bool) or not isinstance(self.after_idle_s, (int, float)) \
+                or not math.isfinite(self.after_idle_s) or self.after_idle_s < 0:
+            raise _err("profile.meta.after_idle_s", f"expected seconds >= 0, got {self.after_idle_s!r}")
+        self.after_idle_s = float(self.after_idle_s)
         self._op = {name: (profile.ops[name].curve if name in profile.ops else zero) for name in OP_INPUTS}
         if "attn_prefill" not in profile.ops or "attn_decode" not in profile.ops:  # guarded by from_dict
             raise _err("profile.ops", "attention curves are required")

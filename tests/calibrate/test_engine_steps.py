@@ -98,3 +98,26 @@ def test_too_few_steps_is_a_clear_error():
     lm = ProfiledLatencyModel(Profile.from_dict(tiny_profile_dict()))
     with pytest.raises(ValueError, match="engine steps"):
         fit_engine_steps(lm, [("a", _plan(1, 32, []), 1e-3)])
+
+
+def test_steps_after_an_idle_pause_stay_out_of_the_fit_and_give_after_idle_s():
+    lm = ProfiledLatencyModel(Profile.from_dict(tiny_profile_dict()))
+    rng = np.random.default_rng(5)
+    steps = []
+    for k, (name, plan) in enumerate(_plans(rng)):
+        t = lm.step_time(plan) * float(rng.normal(1.0, 0.005))
+        idle = k % 10 == 0
+        steps.append((name, plan, t + (7e-4 if idle else 0.0), idle))
+    fit = fit_engine_steps(lm, steps)
+    assert fit["after_idle_s"] == pytest.approx(7e-4, rel=0.15)
+    assert fit["stats"]["num_after_idle_steps"] == 30 and fit["stats"]["num_steps"] == 270
+    # without the flag those steps are ordinary ones: nothing is measured for idleness
+    assert fit_engine_steps(lm, [s[:3] for s in steps])["after_idle_s"] == 0.0
+
+
+@pytest.mark.parametrize("bad", [-1e-3, "slow", float("nan"), True])
+def test_a_bad_after_idle_time_is_named(bad):
+    d = tiny_profile_dict()
+    d["meta"]["after_idle_s"] = bad
+    with pytest.raises(ConfigError, match=r"profile\.meta\.after_idle_s"):
+        ProfiledLatencyModel(Profile.from_dict(d))

@@ -198,3 +198,20 @@ def test_preemption_intervals_under_memory_pressure(tmp_path, policy, preemption
     # the column survives a CSV round trip (what the app reads back)
     table.to_csv(tmp_path / "requests.csv", index=False)
     pd.testing.assert_frame_equal(preemption_table(pd.read_csv(tmp_path / "requests.csv")), intervals)
+
+
+def test_the_first_step_after_an_idle_wait_pays_the_models_after_idle_time():
+    latency = ConstantLatency(0.02)
+    latency.after_idle_s = 0.005
+    # request 0 finds the replica idle since t=0 (it waited), request 1 arrives mid-step (no wait),
+    # request 2 arrives after the replica slept again
+    reqs = make_requests(3, arrivals=[0.5, 0.51, 10.0], prompt=40, max_tokens=3)
+    rec = run_requests(make_sched("chunked"), latency, reqs)
+    steps = steps_table(rec.steps)
+    first = {round(s, 9) for s in (0.5, 10.0)}
+    woke = steps["start"].round(9).isin(first)
+    assert woke.sum() == 2
+    assert steps["duration"][woke].tolist() == pytest.approx([0.025, 0.025])  # 0.02 + after_idle
+    assert steps["duration"][~woke].tolist() == pytest.approx([0.02] * int((~woke).sum()))
+    assert reqs[0].first_token_time - reqs[0].arrival_time == pytest.approx(0.025)
+    assert reqs[2].first_token_time - reqs[2].arrival_time == pytest.approx(0.025)
