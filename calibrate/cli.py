@@ -75,6 +75,9 @@ def print_fit_table(profile) -> None:
               f"median {fit['median_abs_pct']:.1f}% p90 {fit['p90_abs_pct']:.1f}%; each configuration predicted "
               f"from the others: median {fit['holdout_median_abs_pct']:.1f}% p90 {fit['holdout_p90_abs_pct']:.1f}%")
         print("in-step scales of the op curves: " + ", ".join(f"{k} {v:.3f}" for k, v in scale.items()))
+        if profile.meta.get("after_idle_s") is not None:
+            print(f"first step after an idle pause: +{profile.meta['after_idle_s'] * 1e3:.3f} ms "
+                  f"({fit.get('num_after_idle_steps', 0)} such steps)")
 
 
 def eager_launch_options(args) -> dict:
