@@ -35,6 +35,8 @@ import pandas as pd
 
 from sim.latency.profiled import Profile, ProfiledLatencyModel
 
+#: a pause between two engine steps longer than this is an idle wait (see `run_engine`)
+IDLE_GAP_S = 1e-3
 LATENCY_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
 STATS = ("mean", "p50", "p99")
 THROUGHPUT = ("requests_per_s", "output_tokens_per_s", "total_tokens_per_s")
@@ -87,16 +89,25 @@ def run_engine(config, device: str, progress: bool = True):
 
     engine.runner.execute = timed_execute
 
+    prev_end = [None]
+
     def hook(plan, result):
         sched = engine.schedule_time_s - last[0]
         last[0] = engine.schedule_time_s
-        records.append((plan, result.duration + sched, cpu[0] + sched))
+        end = time.perf_counter()
+        # the engine sat idle before this step (waiting for an arrival) when more than a millisecond
+        # passed between the previous step's end and this one's start: its caches went cold, which a
+        # profile's `after_idle_s` charges (the simulator's replica adds it after an idle wait)
+        idle = prev_end[0] is not None and end - (result.duration + sched) - prev_end[0] > IDLE_GAP_S
+        prev_end[0] = end
+        records.append((plan, result.duration + sched, cpu[0] + sched, idle))
 
     engine.step_hooks.append(hook)
     # warm the engine up on a throwaway request so first-call costs do not land in step 1
     _warm_up(engine)
     last[0] = engine.schedule_time_s
     records.clear()
+    prev_end[0] = None
     workload = build_workload(config.workload, config.scheduler.max_model_len)
     result = engine.run_workload(workload, progress=progress)
     return engine, result, records
@@ -170,13 +181,14 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
     predicted = simulate(config, latency_model=lm)
 
     rows = []
-    for plan, m, c in records:
-        p = lm.step_time(plan)
+    for plan, m, c, idle in records:
+        p = lm.step_time(plan) + (lm.after_idle_s if idle else 0.0)
         rows.append({"step_id": plan.step_id, "num_seqs": plan.num_seqs, "num_prefill_tokens": plan.num_prefill_tokens,
                      "num_decode_tokens": plan.num_decode_tokens, "num_swap_blocks":
                      len(plan.swap_out_blocks) + len(plan.swap_in_blocks),
                      "measured_s": m, "predicted_s": p, "abs_pct_error": abs(p - m) / m * 100.0,
-                     "measured_cpu_s": c, "abs_pct_error_vs_cpu": abs(p - c) / c * 100.0 if c > 0 else float("nan")})
+                     "measured_cpu_s": c, "abs_pct_error_vs_cpu": abs(p - c) / c * 100.0 if c > 0 else float("nan"),
+                     "after_idle": idle})
     steps = pd.DataFrame(rows)
     report = compare(predicted.summary, measured.summary, steps["abs_pct_error"].to_numpy() if len(steps) else [])
 

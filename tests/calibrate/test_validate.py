@@ -96,6 +96,14 @@ def test_validate_writes_the_report(tmp_path):
     steps = pd.read_csv(out / "steps.csv")
     assert (steps.predicted_s > 0).all() and (steps.measured_s > 0).all()
     assert math.isfinite(report["step_time_abs_pct_error"]["median"])
+    # 8 Poisson arrivals at 20/s to an engine whose steps take milliseconds: it sits idle between
+    # some of them, and never before its first step; a step after idleness is predicted with the
+    # profile's after-idle cost on top of its plan's time
+    engine_steps = pd.read_csv(out / "engine" / "steps.csv")
+    starts, ends = engine_steps.start, engine_steps.start + engine_steps.duration
+    gaps = (starts.iloc[1:].to_numpy() - ends.iloc[:-1].to_numpy()) > 5e-3  # clearly idle: a sleep
+    assert not steps.after_idle.iloc[0] and steps.after_idle.sum() >= 1
+    assert steps.after_idle.iloc[1:].to_numpy()[gaps].all()
     assert report["metrics"]["e2e_s"]["mean"]["measured"] > 0
 
 
