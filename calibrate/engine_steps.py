@@ -50,8 +50,9 @@ PARAMS = ("step_s", "per_seq_s", "per_prefill_seq_s", "dense", "attn_prefill", "
 
 
 def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, max_prompt: int = 1000,
-                         max_output: int = 40, progress: bool = True, seed: int = 0) -> list[tuple[str, BatchPlan, float]]:
-    """[(configuration, plan, seconds)] of every step of the calibration workload (module docstring)."""
+                         max_output: int = 40, progress: bool = True, seed: int = 0) -> list[tuple[str, BatchPlan, float, bool]]:
+    """[(configuration, plan, seconds, after_idle)] of every step of the calibration workload (module
+    docstring); after_idle marks a group's first step, which follows the idle pause."""
     import time
 
     import torch
@@ -66,10 +67,12 @@ def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, 
     max_prompt = max(4, min(max_prompt, max_len // 2))
     clock, _ = clock_for(bench.device)
     rng = np.random.default_rng(seed + 11)
-    out: list[tuple[str, BatchPlan, float]] = []
+    out: list[tuple[str, BatchPlan, float, bool]] = []
     max_seqs = max(groups)
     blocks = max_seqs * -(-(max_prompt + max_output) // bench.block_size) + 16
-    runs = []  # (name, engine, keep flag): one engine per scheduler configuration, same model weights
+    # (name, engine, last schedule time, [record steps, next step follows the pause]): one engine per
+    # scheduler configuration, all on the same model weights
+    runs = []
     for policy, budget in policies:
         name = f"{policy}-{budget or max_len}"
         cfg = EngineConfig(model=mc, scheduler=SchedulerConfig(
@@ -120,7 +123,6 @@ def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, 
                     engine.add_request(Request(f"{name}-{g}-{i}", 0.0, p, o, prompt_token_ids=list(ids)))
                 engine.run_until_done()
                 bar.update(1)
-        time.sleep(0)  # let the bar refresh
     return out
 
 
