@@ -17,6 +17,8 @@ from noise. Thread CPU time is robust to waiting for a core but not to other pro
 the last-level cache, so compare runs at similar load.
 "detrend" is the per-step median error after taking out the drift of the machine's speed over
 the run (each step's signed error minus the median of its 51 neighbours'): the model's own error.
+"drift" is how much slower the calibration's engine steps ran after the run than before it (the
+machine changing speed around the run; see `calibrate.bench.bracket_drift_pct`).
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ def main(argv=None) -> int:
     if args.one_profile:
         profile = calibrate(REPO / "examples/tiny-llama/config.json", "cpu", quick=not args.full, progress=True)
         prof_path = profile.save(out / "profile.json")
-    print(f"{'workload':<26} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} {'detrend':>8} {'load':>5}")
+    print(f"{'workload':<26} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} {'detrend':>8} {'drift':>6} {'load':>5}")
     ok = True
     for toml in sorted((REPO / "examples").glob("validate-*.toml")):
         report = validate(toml, "cpu", profile=prof_path, out_dir=out / toml.stem, quick=not args.full, progress=False)
@@ -73,6 +75,7 @@ def main(argv=None) -> int:
         cpu = details["step_time_abs_pct_error_vs_cpu_time"]["median"]
         print(f"{toml.stem:<26} {st['median']:>7.1f}% {st['p90']:>7.1f}% " + " ".join(f"{e:>6.1f}%" for e in errs)
               + f" {cpu:>7.1f}% {details['step_time_abs_pct_error_detrended']['median'] or float('nan'):>7.1f}%"
+              + f" {details.get('bracket_drift_pct') if details.get('bracket_drift_pct') is not None else float('nan'):>+5.1f}%"
               f" {details['load_avg_1m'][1]:>5.2f}")
     print(f"bar (step <= 5%, TTFT/TPOT/E2E <= 10%): {'met' if ok else 'not met'}; reports under {out}")
     print(f"load average after: {os.getloadavg()[0]:.2f}  ({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "

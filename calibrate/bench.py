@@ -353,6 +353,24 @@ def add_engine_fit(profile: Profile, steps: list) -> dict:
     return fit
 
 
+def bracket_drift_pct(profile: Profile, before: list, after: list) -> float | None:
+    """How much slower (%) the engine's calibration steps ran after a bracketed run than before it.
+
+    Each half's median of measured / predicted (the fitted profile, steps after an idle pause left
+    out). The profile describes the average of the two halves; a run between them met a machine
+    somewhere in between, so a large value says the run's per-step comparison is dominated by the
+    machine changing speed, not by the model.
+    """
+    model = ProfiledLatencyModel(profile)
+
+    def level(steps):
+        r = [t / model.step_time(p) for _, p, t, *rest in steps if not (rest and rest[0]) and t > 0 and not p.is_empty]
+        return float(np.median(r)) if r else None
+
+    a, b = level(before), level(after)
+    return None if a is None or b is None else round((b / a - 1.0) * 100.0, 1)
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
 
@@ -385,6 +403,7 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
     points = measure_ops(bench, grid, progress, max_call_s=0.25 if quick else 2.0)
     if between is not None:
         steps = measure_engine_steps(bench, groups[0::2], progress=progress, seed=seed)
+    num_first = len(steps)
     t_between = 0.0
     if between is not None:
         t = time.perf_counter()
@@ -409,5 +428,6 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
     profile.meta["calibration_s"] = round(time.perf_counter() - t0 - t_between, 1)
     if between is not None:
         profile.meta["bracketed_s"] = round(t_between, 1)  # the run measured between the two halves
+        profile.meta["bracket_drift_pct"] = bracket_drift_pct(profile, steps[:num_first], steps[num_first:])
     profile.meta["load_avg_1m_at_end"] = round(os.getloadavg()[0], 2)
     return profile

@@ -213,6 +213,9 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
                    # each step's signed error minus the median of its 51 neighbours': what is left when
                    # the machine's speed drifting over the run (other tenants of a shared host) is taken out
                    "step_time_abs_pct_error_detrended": detrended_error(steps),
+                   # the machine's speed change across the run, seen by the calibration's engine steps
+                   # before and after it (calibrate.bench.bracket_drift_pct); None with --profile
+                   "bracket_drift_pct": prof.meta.get("bracket_drift_pct") if profile is None else None,
                    "wall_over_cpu_median": float((steps.measured_s / steps.measured_cpu_s).median()) if len(steps)
                    else None,
                    "missing_ops": list(lm.missing_ops),

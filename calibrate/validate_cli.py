@@ -52,5 +52,10 @@ def run(args) -> int:
     if dt.get("median") is not None:
         print(f"diagnostic: per-step error with the machine's drift over the run taken out (each step against the "
               f"median of its {dt['window']} neighbours): median {dt['median']:.1f}% p90 {dt['p90']:.1f}%")
+    drift = details.get("bracket_drift_pct")
+    if drift is not None:
+        note = (" (above 5%: the machine changed speed around the run, which the per-step figure mostly measures;"
+                " run again on a quieter machine)" if abs(drift) > 5.0 else "")
+        print(f"diagnostic: the calibration's engine steps ran {drift:+.1f}% slower after the run than before it{note}")
     print(f"report: {out}/index.html")
     return 0

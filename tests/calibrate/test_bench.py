@@ -123,3 +123,20 @@ def test_a_run_between_the_engine_halves_is_bracketed_and_not_counted(tmp_path):
     # engine steps on both sides of it: the first half's group (1 request) and the second half's (3)
     fit = profile.meta["engine_step_fit"]
     assert fit["num_steps"] > 0 and set(fit["configurations"]) == {"chunked-64", "chunked-256", "continuous-512"}
+    assert isinstance(profile.meta["bracket_drift_pct"], float)  # both halves measured
+
+
+def test_bracket_drift_is_the_slowdown_of_the_second_half_against_the_profile(micro_profile):
+    from calibrate.bench import _decode_seqs, bracket_drift_pct
+    from policies import BatchPlan
+
+    profile, _ = micro_profile
+    model = ProfiledLatencyModel(profile)
+    plans = [BatchPlan(i, tuple(_decode_seqs(b, kv, 16))) for i, (b, kv) in enumerate([(1, 40), (3, 200), (8, 500)])]
+    before = [("c", p, model.step_time(p) * f, False) for p, f in zip(plans, (1.0, 1.02, 0.98))]
+    after = [("c", p, model.step_time(p) * 1.2 * f, False) for p, f in zip(plans, (1.0, 1.02, 0.98))]
+    # a step after an idle pause does not count, however slow
+    after.append(("c", plans[0], model.step_time(plans[0]) * 5, True))
+    assert bracket_drift_pct(profile, before, after) == pytest.approx(20.0, abs=0.15)
+    assert bracket_drift_pct(profile, after, before) == pytest.approx(-16.7, abs=0.15)
+    assert bracket_drift_pct(profile, before, []) is None
