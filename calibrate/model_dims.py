@@ -6,10 +6,10 @@ serves (published HF configs, copied as numbers).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from policies import ConfigError
+from policies.config import read_json_object
 
 # name -> (layers, hidden, heads, kv_heads, intermediate, vocab); head_dim = hidden // heads
 KNOWN: dict[str, tuple[int, int, int, int, int, int]] = {
@@ -42,10 +42,7 @@ def resolve_model(model: str, tp: int = 1, dtype: str = "bfloat16") -> dict:
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
-        try:
-            cfg = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"model: {path} is not valid JSON ({exc})") from None
+        cfg = read_json_object(path, "model")
         try:
             heads = int(cfg["num_attention_heads"])
             dims = {

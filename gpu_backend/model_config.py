@@ -6,12 +6,11 @@ an error naming the field, rather than silently computing a different model.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from policies import ConfigError
-from policies.config import check_int, check_number
+from policies.config import check_int, check_number, read_json_object
 
 
 @dataclass(frozen=True)
@@ -106,12 +105,4 @@ class ModelConfig:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"model.config: no HF config.json at {path}")
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"model.config: {path} is not valid JSON ({exc})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"model.config: {path} does not hold a JSON object")
-        return cls.from_dict(data)
+        return cls.from_dict(read_json_object(path, "model.config", missing=FileNotFoundError))

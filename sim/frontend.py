@@ -37,13 +37,12 @@ All terms default to zero (the front end is off), which leaves every result exac
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from policies import ConfigError
-from policies.config import check_number
+from policies.config import check_number, read_json_object
 
 PROFILE_FORMAT = "servesim-frontend"
 
@@ -108,14 +107,8 @@ class FrontendConfig:
     @classmethod
     def from_profile(cls, path: str | Path) -> "FrontendConfig":
         """The terms of a front-end profile file (written by `servesim serve --calibrate-frontend`)."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"frontend profile: file not found: {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"frontend profile: {path} is not valid JSON ({exc})") from None
-        if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+        data = read_json_object(path, "frontend profile")
+        if data.get("format") != PROFILE_FORMAT:
             raise ConfigError(f"frontend profile: {path} is not a {PROFILE_FORMAT!r} file")
         terms = data.get("frontend")
         allowed = [f.name for f in fields(cls)]

@@ -8,8 +8,9 @@ count tokens the same way.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from policies.config import read_json_object
 
 # Used when the tokenizer directory has no chat template: one turn per message, then the
 # assistant's cue. The same text as the template shipped in examples/tiny-llama.
@@ -41,12 +42,7 @@ class Tokenizer:
         self.path = file.parent
         self._tok = HFTokenizer.from_file(str(file))
         config_file = self.path / "tokenizer_config.json"
-        try:
-            config = json.loads(config_file.read_text()) if config_file.is_file() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"serve.tokenizer: {config_file} is not valid JSON ({exc})") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"serve.tokenizer: {config_file} does not hold a JSON object")
+        config = read_json_object(config_file, "serve.tokenizer") if config_file.is_file() else {}
         self.bos_token = _token_text(config.get("bos_token"))
         self.eos_token = _token_text(config.get("eos_token"))
         self.bos_token_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None

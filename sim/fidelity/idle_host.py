@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from policies.config import read_json_object
+
 HOST_DIR = Path(__file__).resolve().parent / "host"
 #: the shipped layer for vLLM v1 on H100 with per-op (aiconfigurator) GPU times
 VLLM_V1_H100 = HOST_DIR / "vllm-v1-h100.json"
@@ -134,7 +136,7 @@ class IdleHostLayer:
 
     @classmethod
     def load(cls, path: str | Path) -> "IdleHostLayer":
-        data = json.loads(Path(path).read_text())
+        data = read_json_object(path, "host layer")
         if data.get("format") != FORMAT:
             raise ValueError(f"host layer: {path} is not a {FORMAT} file (format: {data.get('format')!r})")
         per_run = data.get("per_run")

@@ -93,6 +93,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policies import BatchPlan, ConfigError
+from policies.config import read_json_object
 
 FORMAT = "servesim-profile"
 VERSION = 1
@@ -287,14 +288,7 @@ class Profile:
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"profile: no such file {path}")
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise _err("profile", f"{path} is not valid JSON ({exc})") from None
-        return cls.from_dict(data)
+        return cls.from_dict(read_json_object(path, "profile", missing=FileNotFoundError))
 
     @classmethod
     def from_dict(cls, data: Any) -> "Profile":

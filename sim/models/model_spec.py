@@ -5,11 +5,10 @@ Only what the simulator needs: no weights, no tokenizer. Specs come from the cat
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from policies.config import ConfigError, check_choice, check_int
+from policies.config import ConfigError, check_choice, check_int, read_json_object
 
 MLP_KINDS = ("gated", "plain")  # gated: SwiGLU gate/up/down (Llama); plain: fc1 -> ReLU -> fc2 (OPT)
 POSITION_KINDS = ("rope", "learned")
@@ -154,14 +153,7 @@ class ModelSpec:
         p = Path(path)
         if p.is_dir():
             p = p / "config.json"
-        try:
-            cfg = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"model.name: no such file {p}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"model.name: {p} is not valid JSON ({e})") from None
-        if not isinstance(cfg, dict):
-            raise ConfigError(f"model.name: {p} does not hold a JSON object")
+        cfg = read_json_object(p, "model.name")
         model_type = cfg.get("model_type")
         if model_type not in HF_MODEL_TYPES:
             raise ConfigError(f"model.name: {p}: model_type {model_type!r} is not supported; "

@@ -33,8 +33,10 @@ def test_unsupported_features_are_refused_naming_the_field(tmp_path, patch, fiel
 
 
 def test_missing_file_names_the_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match=r"^model\.config: no such file .*nope$"):
         ModelConfig.from_json(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match=r"^model\.config: no such file .*config\.json$"):
+        ModelConfig.from_json(tmp_path)  # a folder without one: the config.json looked for is named
 
 
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]"])

@@ -126,3 +126,13 @@ def test_frontend_gap_is_taken_from_requests_alone(tmp_path):
     gaps = frontend_gaps(load_server_run(folder))
     assert len(gaps) == 5
     assert gaps == pytest.approx(np.full(5, 0.002))
+
+
+@pytest.mark.parametrize("text, match", [("{cut", "not valid JSON"), ("[]", "does not hold a JSON object"),
+                                         ('{"format": "other"}', "is not a")])
+def test_a_broken_layer_file_is_one_error_naming_the_host_layer(tmp_path, text, match):
+    path = tmp_path / "layer.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"^host layer: .*{match}"):
+        IdleHostLayer.load(path)
+    assert IdleHostLayer.load(IdleHostLayer.load(VLLM_V1_H100).save(path)) == IdleHostLayer.load(VLLM_V1_H100)

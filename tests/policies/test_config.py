@@ -1,0 +1,73 @@
+"""policies.config.read_json_object: the one JSON-file reader, whose every failure is one line naming the field."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from policies import ConfigError
+from policies.config import read_json_object
+
+
+def write(tmp_path, data: bytes | str, name: str = "x.json"):
+    path = tmp_path / name
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    path.write_bytes(data)
+    return path
+
+
+def one_line_error(exc_info, field: str) -> str:
+    """The message, checked to be one line starting with `field: `."""
+    msg = str(exc_info.value)
+    assert msg.startswith(f"{field}: ") and "\n" not in msg, msg
+    return msg
+
+
+def test_a_json_object_reads_back_as_the_dict_written(tmp_path):
+    data = {"format": "x", "n": 3, "nested": {"a": [1, 2.5, None, True]}, "text": "ü€"}
+    assert read_json_object(write(tmp_path, json.dumps(data, ensure_ascii=False)), "f") == data
+    assert read_json_object(str(write(tmp_path, "{}", "empty.json")), "f") == {}  # a str path works too
+
+
+def test_a_missing_file_raises_the_callers_exception_type_naming_field_and_path(tmp_path):
+    path = tmp_path / "nope.json"
+    with pytest.raises(ConfigError) as info:
+        read_json_object(path, "model.name")
+    assert str(path) in one_line_error(info, "model.name")
+    with pytest.raises(FileNotFoundError) as info:
+        read_json_object(path, "profile", missing=FileNotFoundError)
+    assert not isinstance(info.value, ValueError)  # exactly the type asked for
+    assert str(path) in one_line_error(info, "profile")
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"a": 1,}', "", '{"a": 1} trailing'])
+def test_invalid_json_is_one_line_naming_field_and_path(tmp_path, text):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        read_json_object(path, "frontend profile")
+    msg = one_line_error(info, "frontend profile")
+    assert str(path) in msg and "not valid JSON" in msg
+
+
+def test_bad_utf8_is_a_config_error_not_a_unicode_error(tmp_path):
+    path = write(tmp_path, b'{"name": "\xff\xfe"}')
+    with pytest.raises(ConfigError) as info:
+        read_json_object(path, "serve.tokenizer")
+    msg = one_line_error(info, "serve.tokenizer")
+    assert "not valid JSON" in msg and "UTF-8" in msg
+
+
+@pytest.mark.parametrize("text, kind", [("[1, 2]", "an array"), ('"s"', "a string"), ("3.5", "a number"),
+                                        ("null", "null"), ("true", "a boolean")])
+def test_a_top_level_that_is_not_an_object_is_refused_saying_what_it_is(tmp_path, text, kind):
+    with pytest.raises(ConfigError) as info:
+        read_json_object(write(tmp_path, text), "model.config")
+    msg = one_line_error(info, "model.config")
+    assert "does not hold a JSON object" in msg and msg.endswith(f"(its top level is {kind})")
+
+
+def test_a_directory_is_a_config_error_even_when_missing_is_file_not_found(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        read_json_object(tmp_path, "profile", missing=FileNotFoundError)
+    assert str(tmp_path) in one_line_error(info, "profile")
