@@ -99,21 +99,26 @@ class ProbeEngine:
 
     `add_request` appends to an ingress list under a short lock and wakes the engine thread, as the
     real Engine does; the thread takes the list at a step boundary (stamping the request's
-    `first_scheduled_time`), then gives each request one token of `script` per step of `step_s`
-    seconds, recording it at the step's end (`token_times`) and calling `on_output`. The steps
-    sleep, so the interpreter is free for the event loop: the front end alone is timed.
+    `first_scheduled_time`; at most `max_num_seqs` run, the rest wait), then gives each request one
+    token of `script` per step of `step_s` seconds, recording it at the step's end (`token_times`)
+    and calling `on_output`. The steps sleep, so the interpreter is free for the event loop: the
+    front end alone is timed. The serve tests' fake engine subclasses this (the `_hooks`).
     """
 
-    def __init__(self, script: list[int], step_s: float = 0.004) -> None:
+    def __init__(self, script: list[int], step_s: float = 0.004, max_num_seqs: int | None = None) -> None:
         self.script = list(script)
         self.step_s = step_s
+        self.max_num_seqs = max_num_seqs  # None: every request runs at once
         self._lock = threading.Lock()
         self._incoming: list = []
         self._aborts: list = []
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
-        self._running: dict = {}
+        self.waiting: list = []  # engine thread only: (request, on_output) not admitted yet
+        self.running: dict = {}  # req_id -> (request, on_output)
+        self.finished: list = []  # every request that ended, any reason
+        self.num_steps = 0
 
     # --- the Engine API the server uses ---------------------------------------------------------
     def now(self) -> float:
@@ -130,7 +135,7 @@ class ProbeEngine:
         self._wake.set()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="probe-engine", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -143,43 +148,73 @@ class ProbeEngine:
         return self._thread is not None and self._thread.is_alive()
 
     def stats(self) -> dict:
-        return {"num_running": len(self._running), "num_waiting": 0, "num_swapped": 0, "num_used_gpu_blocks": 0,
-                "num_gpu_blocks": 1, "kv_usage": 0.0, "num_preemptions": 0}
+        return {"num_running": len(self.running), "num_waiting": len(self.waiting), "num_swapped": 0,
+                "num_used_gpu_blocks": 0, "num_gpu_blocks": 1, "kv_usage": 0.0, "num_preemptions": 0}
+
+    # --- hooks (a subclass adds pausing, KV accounting, stop tokens) ----------------------------
+    def _at_step_boundary(self) -> None:
+        """Called on the engine thread before each step boundary."""
+
+    def _after_token(self, request) -> None:
+        """Called on the engine thread after `request` recorded a token."""
+
+    def _finish_reason(self, request, token: int) -> FinishReason | None:
+        """Why `request` ends after recording `token`; None while it goes on."""
+        return FinishReason.LENGTH if request.num_output_tokens >= request.max_tokens else None
+
+    def _end(self, request, cb, reason: FinishReason, now: float, token_ids: list) -> None:
+        """Finish `request` (already out of `running`/`waiting`), then send its last output, as the
+        real Engine does."""
+        request.finish(reason, now)
+        self.finished.append(request)
+        if cb is not None:
+            cb(_Output(request.req_id, token_ids, True, reason.value, now))
 
     # --- the loop -------------------------------------------------------------------------------
+    def _abort(self, req_id, now: float) -> None:
+        if req_id in self.running:
+            self._end(*self.running.pop(req_id), FinishReason.ABORTED, now, [])
+            return
+        for i, (request, cb) in enumerate(self.waiting):
+            if request.req_id == req_id:
+                del self.waiting[i]
+                self._end(request, cb, FinishReason.ABORTED, now, [])
+                return
+
     def _loop(self) -> None:
         while not self._stop:
+            self._at_step_boundary()
             with self._lock:  # the short critical section: swap the ingress lists
                 incoming, self._incoming = self._incoming, []
                 aborts, self._aborts = self._aborts, []
+            self.waiting.extend(incoming)
             now = self.now()
-            for request, cb in incoming:
+            for req_id in aborts:
+                self._abort(req_id, now)
+            while self.waiting and (self.max_num_seqs is None or len(self.running) < self.max_num_seqs):
+                request, cb = self.waiting.pop(0)
                 request.transition(RequestState.RUNNING_CTX)
                 request.first_scheduled_time = now
-                self._running[request.req_id] = (request, cb)
-            for req_id in aborts:
-                if req_id in self._running:
-                    request, cb = self._running.pop(req_id)
-                    request.finish(FinishReason.ABORTED, now)
-                    if cb is not None:
-                        cb(_Output(req_id, [], True, FinishReason.ABORTED.value, now))
-            if not self._running:
+                self.running[request.req_id] = (request, cb)
+            if not self.running:
                 self._wake.wait(0.05)
                 self._wake.clear()
                 continue
             time.sleep(self.step_s)  # a step that leaves the interpreter to the event loop
+            self.num_steps += 1
             now = self.now()
-            for req_id, (request, cb) in list(self._running.items()):
+            for req_id, (request, cb) in list(self.running.items()):
                 token = self.script[request.num_output_tokens % len(self.script)]
                 if request.state is RequestState.RUNNING_CTX:
                     request.transition(RequestState.RUNNING_GEN)
                 request.record_token(token, now)
-                done = request.num_output_tokens >= request.max_tokens
-                if done:
-                    self._running.pop(req_id)
-                    request.finish(FinishReason.LENGTH, now)
-                if cb is not None:
-                    cb(_Output(req_id, [token], done, FinishReason.LENGTH.value if done else None, now))
+                self._after_token(request)
+                reason = self._finish_reason(request, token)
+                if reason is not None:
+                    del self.running[req_id]
+                    self._end(request, cb, reason, now, [token])
+                elif cb is not None:
+                    cb(_Output(req_id, [token], False, None, now))
 
 
 def time_tokenizer(tokenizer, prompts: dict[int, str], num_repeats: int) -> dict[int, float]:
