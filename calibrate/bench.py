@@ -419,6 +419,8 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
         "source": "calibrate", "attention_backend": bench.backend.name,
         "attn_decode_kv": "max" if bench.backend.name == "torch" else "mean",
         "attention_includes_kv_write": True, "grid": "quick" if quick else "full",
+        # the engine's ragged batches leave the static policy's padding entries out (input_batch)
+        "executor_skips_padding": True,
         "num_threads": torch.get_num_threads(), "python": platform.python_version(),
         "clock": clock_for(bench.device)[1],
         "load_avg_1m_at_start": round(os.getloadavg()[0], 2),  # other processes on the machine

@@ -63,6 +63,10 @@ all 1) multiplies the op curves inside a step: ``dense`` the GEMMs, norms, rotar
 embedding, LM head and sampler, the others the attention curves. `calibrate` fits it, with the host
 overhead, on the engine's own steps (`calibrate.engine_steps`): ops timed in isolation run in
 other cache conditions than inside a step, and the difference is a factor, not a constant.
+An optional ``meta.executor_skips_padding`` (absent: false) says the profiled engine leaves the
+static policy's padding entries out of its forward pass (servesim's torch engine runs ragged
+batches, so `calibrate` sets it): the model then charges only live sequences and tokens. Absent,
+padding is charged as computed, as a padded static-batching engine does.
 An optional ``meta.after_idle_s`` (seconds, absent: 0) is what the first step after the engine sat
 idle costs on top (cold caches); the simulator's replica adds it to such a step (`after_idle_s`).
 
@@ -429,6 +433,9 @@ class ProfiledLatencyModel:
             raise _err("profile.meta.attn_decode_kv", f"{self.decode_kv!r} is not allowed; choose one of mean, max")
         self.kv_write_in_attention = bool(profile.meta.get("attention_includes_kv_write", False))
         self.scale = _in_step_scale(profile.meta.get("in_step_scale"))
+        self.skips_padding = profile.meta.get("executor_skips_padding", False)
+        if not isinstance(self.skips_padding, bool):
+            raise _err("profile.meta.executor_skips_padding", f"expected true or false, got {self.skips_padding!r}")
         self.after_idle_s = profile.meta.get("after_idle_s", 0.0)
         if isinstance(self.after_idle_s, bool) or not isinstance(self.after_idle_s, (int, float)) \
                 or not math.isfinite(self.after_idle_s) or self.after_idle_s < 0:
@@ -448,12 +455,16 @@ class ProfiledLatencyModel:
         `scaled=False` leaves out the profile's `in_step_scale` (the isolated op curves as timed).
         """
         op = self._op
-        num_tokens = plan.num_tokens
-        num_sampled = sum(1 for s in plan.seqs if s.samples or s.is_padding)
+        skip = self.skips_padding
+        num_tokens = plan.num_live_tokens if skip else plan.num_tokens
+        num_sampled = sum(1 for s in plan.seqs if s.samples or (s.is_padding and not skip))
+        num_seqs = plan.num_seqs - (sum(1 for s in plan.seqs if s.is_padding) if skip else 0)
         prefill_attn = 0.0
         num_prefill_seqs = 0
         num_decode, decode_kv, max_kv = 0, 0, 0
         for s in plan.seqs:
+            if skip and s.is_padding:
+                continue
             if s.is_decode:
                 num_decode += 1
                 decode_kv += s.context_len
@@ -481,7 +492,7 @@ class ProfiledLatencyModel:
             "embed": dense * (op["embed"](t) + op["input_norm"](t)),  # embedding and the final norm
             "lm_head": dense * (op["lm_head"](num_sampled) + op["sampler"](num_sampled)),
             "swap": op["swap_out"](out_bytes) + op["swap_in"](in_bytes),
-            "overhead": (op["step_overhead"](plan.num_seqs) + op["prefill_overhead"](num_prefill_seqs)
+            "overhead": (op["step_overhead"](num_seqs) + op["prefill_overhead"](num_prefill_seqs)
                          if not plan.is_empty else 0.0),
         }
 

@@ -142,6 +142,33 @@ def test_decode_attention_reads_max_kv_for_padded_backends():
     assert lm_max.breakdown(pl)["attn_decode"] > lm_mean.breakdown(pl)["attn_decode"]
 
 
+def static_plan(padding: bool) -> BatchPlan:
+    """A static batch's prefill of prompts 300 and 40 (padded to 300), then a decode with one finished slot."""
+    a, b = seq("a", 300, 0), seq("b", 40, 0)
+    pads = (ScheduledSeq(b.request, 260, 40, False, is_padding=True),) if padding else ()
+    return plan(a, b, *pads)
+
+
+def test_an_engine_that_skips_padding_is_charged_for_live_work_only():
+    charged, skipping = make_profile(), make_profile()
+    skipping.meta["executor_skips_padding"] = True
+    padded, live = static_plan(True), static_plan(False)
+    # a padded engine computes the padding: more tokens, another prefill sequence
+    assert ProfiledLatencyModel(charged).step_time(padded) > ProfiledLatencyModel(charged).step_time(live)
+    assert ProfiledLatencyModel(skipping).breakdown(padded) == ProfiledLatencyModel(skipping).breakdown(live)
+    finished_slot = ScheduledSeq(Request("c", 0.0, 10, 4), 1, 300, False, is_padding=True)
+    dec, dec_padded = plan(seq("a", 1, 300)), plan(seq("a", 1, 300), finished_slot)
+    assert ProfiledLatencyModel(skipping).step_time(dec_padded) == ProfiledLatencyModel(skipping).step_time(dec)
+    assert ProfiledLatencyModel(charged).step_time(dec_padded) > ProfiledLatencyModel(charged).step_time(dec)
+
+
+def test_executor_skips_padding_must_be_a_boolean():
+    p = make_profile()
+    p.meta["executor_skips_padding"] = "yes"
+    with pytest.raises(ConfigError, match="^profile.meta.executor_skips_padding"):
+        ProfiledLatencyModel(p)
+
+
 # --- file -------------------------------------------------------------------------------------------
 def test_profile_round_trips_through_its_file(tmp_path):
     p = make_profile()
