@@ -56,6 +56,7 @@ def run(args) -> int:
     if drift is not None:
         note = (" (above 5%: the machine changed speed around the run, which the per-step figure mostly measures;"
                 " run again on a quieter machine)" if abs(drift) > 5.0 else "")
-        print(f"diagnostic: the calibration's engine steps ran {drift:+.1f}% slower after the run than before it{note}")
+        how = f"{drift:.1f}% slower" if drift >= 0 else f"{-drift:.1f}% faster"
+        print(f"diagnostic: the calibration's engine steps ran {how} after the run than before it{note}")
     print(f"report: {out}/index.html")
     return 0
