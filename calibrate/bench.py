@@ -34,6 +34,7 @@ import torch
 
 from calibrate.engine_steps import ENGINE_GROUPS, fit_engine_steps, measure_engine_steps
 from calibrate.fit import fit_op
+from gpu_backend.heap import pin_heap
 from policies import BatchPlan, ConfigError, Request, ScheduledSeq
 from sim.latency.profiled import OpProfile, PiecewiseLinear, Profile, ProfiledLatencyModel
 
@@ -154,6 +155,8 @@ class OpBench:
         from gpu_backend.model import build_model, op_registry
 
         self.device = torch.device(device)
+        # the engine runs with it too: time ops as they run there (gpu_backend.heap)
+        self.heap_pinned = pin_heap() if self.device.type == "cpu" else None
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
         self.dtype = dtype or resolve_dtype("auto", self.device)
@@ -443,6 +446,7 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
         # the engine's ragged batches leave the static policy's padding entries out (input_batch)
         "executor_skips_padding": True,
         "num_threads": torch.get_num_threads(), "python": platform.python_version(),
+        "heap_pinned": bench.heap_pinned,  # glibc heap kept (gpu_backend.heap), as the engine keeps it
         "clock": clock_for(bench.device)[1],
         "load_avg_1m_at_start": round(os.getloadavg()[0], 2),  # other processes on the machine
     }

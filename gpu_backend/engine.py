@@ -48,6 +48,7 @@ import pandas as pd
 import torch
 
 from gpu_backend.attention import select_backend
+from gpu_backend.heap import pin_heap
 from gpu_backend.kv_cache import KVCache
 from gpu_backend.model import LlamaModel, build_model
 from gpu_backend.model_config import ModelConfig
@@ -178,6 +179,8 @@ class Engine:
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
         dtype = resolve_dtype(config.dtype, self.device)
+        if self.device.type == "cpu":
+            pin_heap()  # steady step times, as the calibration measured them (gpu_backend.heap)
         if model is None:
             model = build_model(config.model, self.device, dtype, config.weights, config.weights_seed)
         self.model = model.to(self.device)
