@@ -55,8 +55,9 @@ class Grid:
     @classmethod
     def make(cls, quick: bool, max_len: int = 2048, max_seqs: int = 256) -> "Grid":
         if quick:
-            tokens = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
-            sampled = (1, 2, 4, 8, 16, 32, 64)
+            # every count of 1-8 tokens: small-M GEMM kernels are not monotone there (calibrate.fit._pwl)
+            tokens = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+            sampled = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
             # cached context 0 (a first chunk: SDPA's causal kernel) and 16 (a later chunk: the
             # explicit-mask kernel, ~2x the cost) bracket the jump between the two regimes tightly
             chunks, extra = (4, 16, 64, 128, 256, 512, 1024), (0, 16, 64, 128, 256, 512)
@@ -66,9 +67,9 @@ class Grid:
             batches, kvs = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024)
             return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
                        (1, 4, 16, 64), 2, 5)
-        tokens = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
+        tokens = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
                   2048, 3072, 4096)
-        sampled = tuple(s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256) if s <= max_seqs)
+        sampled = tuple(s for s in (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256) if s <= max_seqs)
         chunks, extra = (2, 4, 16, 64, 128, 256, 512, 1024), (0, 16, 64, 128, 256, 512, 1024)
         batches, kvs = ((1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128),
                         (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048))
