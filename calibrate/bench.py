@@ -435,7 +435,8 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
         steps += measure_engine_steps(bench, groups[1::2], progress=progress, seed=seed + 1)
     finally:
         gc.unfreeze()
-    ops = {name: fit_op(name, pts) for name, pts in points.items()}
+    # every small token count timed: keep the measured medians there (calibrate.fit._pwl)
+    ops = {name: fit_op(name, pts, exact_prefix=True) for name, pts in points.items()}
     dims = resolve_model(str(model_path), 1, _dtype_name(bench.dtype))
     meta = {
         "device": device_name(bench.device), "torch_version": torch.__version__,

@@ -4,9 +4,10 @@ Why these shapes:
 
 - One-input ops (GEMMs, norms, LM head, copies over bytes) get a **monotone piecewise-linear**
   curve: the per-x medians pass through isotonic regression (time never decreases with more
-  work), and the knots are the distinct x values. The exception is an exact prefix: where every
-  count 1, 2, 3, ... was timed (our grids time 1 to 8 tokens), those medians stand as measured,
-  since small-M GEMM kernels really are faster at some M than at a smaller one (see `_pwl`). A two-segment roofline (``max(a + b*x, c + d*x)``)
+  work), and the knots are the distinct x values. Our own calibration makes an exception for an
+  exact prefix: where every count 1, 2, 3, ... was timed (its grids time 1 to 8 tokens), those
+  medians stand as measured, since small-M GEMM kernels really are faster at some M than at a
+  smaller one (see `_pwl`); imported tables stay monotone throughout. A two-segment roofline (``max(a + b*x, c + d*x)``)
   smooths away what matters on real devices: the flat launch floor at small token counts, wave
   quantization steps, and the knee between memory- and compute-bound regimes sit wherever the
   device puts them. Isotonic + interpolation follows the measurements within their noise and
@@ -72,24 +73,25 @@ def _exact_prefix(x: np.ndarray) -> int:
     return n if n >= MIN_EXACT_PREFIX else 0
 
 
-def _pwl(x: np.ndarray, med: np.ndarray, counts: np.ndarray) -> PiecewiseLinear:
-    # where every count from 1 up was timed (our grids time 1-8 tokens), the medians stand as
+def _pwl(x: np.ndarray, med: np.ndarray, counts: np.ndarray, exact_prefix: bool = False) -> PiecewiseLinear:
+    # with `exact_prefix`, where every count from 1 up was timed (our grids time 1-8 tokens), the medians stand as
     # measured: small-M GEMM kernels differ by M (on the CPU: gate/up 284 us at 2 tokens, 239 us
     # at 4; down 109 us at 3, 84 us at 4), and inside engine steps decodes of 2-3 sequences paid
     # it (0.6-0.9 ms a step over the pooled curve). Isotonic pooling applies above that prefix.
-    n = _exact_prefix(x)
+    n = _exact_prefix(x) if exact_prefix else 0
     y = np.array(med, dtype=float)
     if n < len(x):
         y[n:] = isotonic_regression(med[n:], weights=counts[n:], increasing=True).x
     return PiecewiseLinear(tuple(float(v) for v in x), tuple(float(max(v, 0.0)) for v in y))
 
 
-def fit_pwl(points: list) -> PiecewiseLinear:
-    """Monotone piecewise-linear curve through the isotonic fit of the per-x medians."""
+def fit_pwl(points: list, exact_prefix: bool = False) -> PiecewiseLinear:
+    """Monotone piecewise-linear curve through the isotonic fit of the per-x medians (but for an exact
+    prefix of counts 1, 2, 3, ... when `exact_prefix`: see `_pwl`)."""
     keys, med, counts = _grouped(points)
     if not keys:
         raise ValueError("points: need at least one [x, seconds] row")
-    return _pwl(np.array([k[0] for k in keys]), med, counts)
+    return _pwl(np.array([k[0] for k in keys]), med, counts, exact_prefix)
 
 
 def fit_robust_line(points: list) -> PiecewiseLinear:
@@ -170,7 +172,7 @@ def fit_error(curve, points: list) -> dict[str, float]:
     return {"median_abs_pct": round(float(np.median(err)), 3), "max_abs_pct": round(float(err.max()), 3)}
 
 
-def loo_error(points: list) -> dict[str, float]:
+def loo_error(points: list, exact_prefix: bool = False) -> dict[str, float]:
     """Leave-one-out error of the piecewise-linear fit at each interior x (see module docstring)."""
     keys, med, counts = _grouped(points)
     xs = np.array([k[0] for k in keys])
@@ -178,14 +180,18 @@ def loo_error(points: list) -> dict[str, float]:
     for i in range(1, len(xs) - 1):
         keep = np.arange(len(xs)) != i  # the curve fitted without knot i (same medians as refitting its rows)
         if med[i] > 0:
-            errs.append(abs(_pwl(xs[keep], med[keep], counts[keep])(xs[i]) - med[i]) / med[i] * 100.0)
+            errs.append(abs(_pwl(xs[keep], med[keep], counts[keep], exact_prefix)(xs[i]) - med[i]) / med[i] * 100.0)
     if not errs:
         return {}
     return {"loo_median_abs_pct": round(float(np.median(errs)), 3), "loo_max_abs_pct": round(float(max(errs)), 3)}
 
 
-def fit_op(name: str, points: list, source: str = "measured") -> OpProfile:
-    """Fit op `name` (its inputs come from `OP_INPUTS`) to raw [x..., seconds] rows."""
+def fit_op(name: str, points: list, source: str = "measured", exact_prefix: bool = False) -> OpProfile:
+    """Fit op `name` (its inputs come from `OP_INPUTS`) to raw [x..., seconds] rows.
+
+    `exact_prefix`: one-input curves keep the measured medians where every count 1, 2, 3, ... was
+    timed (our own calibration grids; published tables are smoothed monotone throughout).
+    """
     if name not in OP_INPUTS:
         raise ValueError(f"op: {name!r} is not allowed; choose one of {', '.join(OP_INPUTS)}")
     inputs = OP_INPUTS[name]
@@ -201,10 +207,10 @@ def fit_op(name: str, points: list, source: str = "measured") -> OpProfile:
     # two (the engine's residual, CPU, round-robin timing): decode steps of 2-4 sequences came out
     # ~9% under, single-sequence ones ~5% over
     else:
-        curve = fit_pwl(rows)
+        curve = fit_pwl(rows, exact_prefix)
     err = fit_error(curve, rows)
     if len(inputs) == 1 and name not in ("step_overhead", "prefill_overhead"):
-        err.update(loo_error(rows))
+        err.update(loo_error(rows, exact_prefix))
     elif isinstance(curve, Grid2D):
         err.update(grid_loo_error(curve))
     return OpProfile(name, inputs, curve, rows, err, source)

@@ -39,13 +39,16 @@ def test_pwl_never_dips_even_when_a_median_does():
 def test_an_exact_prefix_of_token_counts_keeps_its_measured_dips():
     # every count 1-8 timed, as our grids do: a small-M kernel slower at 3 tokens than at 4 stays so
     dips = {1: 5.0, 2: 6.0, 3: 9.0, 4: 7.0, 5: 8.0, 6: 8.0, 7: 8.5, 8: 9.0, 16: 12.0, 32: 11.0, 64: 20.0}
-    curve = fit_pwl([[x, t] for x, t in dips.items() for _ in range(3)])
+    curve = fit_pwl([[x, t] for x, t in dips.items() for _ in range(3)], exact_prefix=True)
     assert [curve(x) for x in range(1, 9)] == [dips[x] for x in range(1, 9)]
     # above the prefix time still never decreases with more work
     assert curve(32) >= curve(16) and curve(64) == 20.0
-    # a grid without every small count (an imported 1, 2, 4, 8 table) stays monotone throughout
-    sparse = fit_pwl([[1, 5.0], [2, 9.0], [4, 7.0], [8, 10.0]])
+    # a grid without every small count (1, 2, 4, 8) stays monotone throughout, and so does an
+    # imported table (exact_prefix off)
+    sparse = fit_pwl([[1, 5.0], [2, 9.0], [4, 7.0], [8, 10.0]], exact_prefix=True)
     assert sparse(4) >= sparse(2)
+    imported = fit_pwl([[x, t] for x, t in dips.items()])
+    assert imported(4) >= imported(3)
 
 
 def test_bilinear_recovers_known_coefficients():
