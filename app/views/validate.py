@@ -41,6 +41,28 @@ def check_report(report: object) -> str | None:
     return None
 
 
+def diagnostics(folder: Path | None) -> str | None:
+    """One line from the report's details.json: how much of the per-step error is the machine's."""
+    if folder is None or not (folder / "details.json").is_file():
+        return None
+    try:
+        details = json.loads((folder / "details.json").read_text())
+    except (json.JSONDecodeError, OSError):
+        return None
+    parts = []
+    detrended = (details.get("step_time_abs_pct_error_detrended") or {}).get("median")
+    if detrended is not None:
+        parts.append(f"per-step error with the machine's drift over the run taken out: {detrended:.1f}%")
+    drift = details.get("bracket_drift_pct")
+    if drift is not None:
+        parts.append(f"the calibration's engine steps ran {abs(drift):.1f}% {'slower' if drift >= 0 else 'faster'} "
+                     "after the run than before it")
+    load = details.get("load_avg_1m")
+    if load:
+        parts.append(f"load average {load[0]}-{load[1]}")
+    return "; ".join(parts) or None
+
+
 def show(report: dict, folder: Path | None) -> None:
     st_err = report["step_time_abs_pct_error"]
     c = st.columns(3)
@@ -49,6 +71,9 @@ def show(report: dict, folder: Path | None) -> None:
     e2e = report["metrics"].get("e2e_s", {}).get("mean", {})
     c[2].metric("Mean E2E error", "-" if e2e.get("abs_pct_error") is None else f"{e2e['abs_pct_error']:.1f}%")
     st.dataframe(metrics_table(report), use_container_width=True, hide_index=True)
+    note = diagnostics(folder)
+    if note:
+        st.caption(note)
     st.plotly_chart(charts.predicted_vs_measured(report["metrics"]), use_container_width=True)
     if folder is not None and (folder / "steps.csv").is_file():
         steps = pd.read_csv(folder / "steps.csv")

@@ -130,6 +130,20 @@ def test_validate_page_loads_a_report(tmp_path):
     assert any(m.label == "Per-step error, median" and m.value == "4.0%" for m in at.metric)
 
 
+def test_validate_page_shows_how_much_of_the_step_error_is_the_machine(tmp_path):
+    import json
+
+    make_report(tmp_path)
+    (tmp_path / "details.json").write_text(json.dumps({
+        "step_time_abs_pct_error_detrended": {"median": 2.9, "p90": 8.0, "window": 51},
+        "bracket_drift_pct": -4.2, "load_avg_1m": [0.6, 0.7]}))
+    at = page("validate")
+    at.text_input(key="val.folder").input(str(tmp_path)).run()
+    assert not at.exception and not at.error
+    line = " ".join(c.value for c in at.caption)
+    assert "taken out: 2.9%" in line and "4.2% faster" in line and "0.6-0.7" in line
+
+
 def test_validate_page_names_a_missing_report(tmp_path):
     at = page("validate")
     at.text_input(key="val.folder").input(str(tmp_path / "nowhere")).run()
