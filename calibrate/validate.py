@@ -231,7 +231,7 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
                          "e2e_s": measured.requests["e2e_s"], "itl_s": pooled_itls(measured.raw_requests)},
         }
         write_plots(out, steps, dists)
-        write_html(out, report, config_path, prof)
+        write_html(out, report, config_path, prof, details)
     return report
 
 
@@ -246,6 +246,21 @@ def detrended_error(steps: pd.DataFrame, window: int = 51) -> dict:
     e = (steps.predicted_s - steps.measured_s) / steps.measured_s * 100.0
     d = (e - e.rolling(window, center=True, min_periods=window // 2).median()).abs().dropna()
     return {"median": float(d.median()), "p90": float(d.quantile(0.9)), "window": window}
+
+
+def diagnostics(details: dict) -> list[str]:
+    """What a report's `details.json` says of the machine, as short phrases (report page, app)."""
+    notes = []
+    detrended = (details.get("step_time_abs_pct_error_detrended") or {}).get("median")
+    if detrended is not None:
+        notes.append(f"per-step error with the machine's drift over the run taken out: {detrended:.1f}%")
+    drift = details.get("bracket_drift_pct")
+    if drift is not None:
+        notes.append(f"the calibration's engine steps ran {abs(drift):.1f}% {'slower' if drift >= 0 else 'faster'} "
+                     "after the run than before it")
+    if details.get("load_avg_1m"):
+        notes.append(f"load average {details['load_avg_1m'][0]}-{details['load_avg_1m'][1]}")
+    return notes
 
 
 def write_plots(out: Path, steps: pd.DataFrame, dists: dict) -> None:
@@ -290,8 +305,8 @@ def write_plots(out: Path, steps: pd.DataFrame, dists: dict) -> None:
     plt.close(fig)
 
 
-def write_html(out: Path, report: dict, config_path, prof: Profile) -> None:
-    """index.html: the figures and a table of predicted vs measured."""
+def write_html(out: Path, report: dict, config_path, prof: Profile, details: dict | None = None) -> None:
+    """index.html: the figures, a table of predicted vs measured, and the machine diagnostics of `details`."""
     def fmt(v, scale=1.0, unit=""):
         return "-" if v is None else f"{v * scale:.4g}{unit}"
 
@@ -302,13 +317,15 @@ def write_html(out: Path, report: dict, config_path, prof: Profile) -> None:
             rows.append(f"<tr><td>{name}</td><td>{stat}</td><td>{fmt(c['predicted'], scale, unit)}</td>"
                         f"<td>{fmt(c['measured'], scale, unit)}</td><td>{fmt(c['abs_pct_error'], 1, '%')}</td></tr>")
     st = report["step_time_abs_pct_error"]
+    notes = diagnostics(details or {})
+    note = f"<p>{html.escape('; '.join(notes))}</p>" if notes else ""
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>servesim validate</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}</style>
 </head><body><h1>servesim validate: {html.escape(str(config_path))}</h1>
 <p>Profile: {html.escape(str(prof.meta.get('device')))}, {html.escape(str(prof.meta.get('source')))},
 {html.escape(str(prof.meta.get('date')))}</p>
 <h2>Per-step time (each measured step re-predicted from its own plan)</h2>
-<p>median abs error {fmt(st['median'], 1, '%')}, p90 {fmt(st['p90'], 1, '%')}</p><img src="steps.png" width="100%">
+<p>median abs error {fmt(st['median'], 1, '%')}, p90 {fmt(st['p90'], 1, '%')}</p>{note}<img src="steps.png" width="100%">
 <h2>Request metrics</h2><img src="cdfs.png" width="100%">
 <table><tr><th>metric</th><th>stat</th><th>predicted</th><th>measured</th><th>abs error</th></tr>{''.join(rows)}</table>
 </body></html>"""

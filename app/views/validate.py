@@ -49,18 +49,9 @@ def diagnostics(folder: Path | None) -> str | None:
         details = json.loads((folder / "details.json").read_text())
     except (json.JSONDecodeError, OSError):
         return None
-    parts = []
-    detrended = (details.get("step_time_abs_pct_error_detrended") or {}).get("median")
-    if detrended is not None:
-        parts.append(f"per-step error with the machine's drift over the run taken out: {detrended:.1f}%")
-    drift = details.get("bracket_drift_pct")
-    if drift is not None:
-        parts.append(f"the calibration's engine steps ran {abs(drift):.1f}% {'slower' if drift >= 0 else 'faster'} "
-                     "after the run than before it")
-    load = details.get("load_avg_1m")
-    if load:
-        parts.append(f"load average {load[0]}-{load[1]}")
-    return "; ".join(parts) or None
+    from calibrate.validate import diagnostics as phrases
+
+    return "; ".join(phrases(details)) or None
 
 
 def show(report: dict, folder: Path | None) -> None:

@@ -89,6 +89,8 @@ def test_validate_writes_the_report(tmp_path):
     for name in ("steps.csv", "cdfs.png", "steps.png", "index.html", "details.json", "engine/summary.json",
                  "sim/summary.json"):
         assert (out / name).is_file(), name
+    # the page says what the machine did around the run (details.json's diagnostics)
+    assert "load average" in (out / "index.html").read_text()
     import pandas as pd
 
     for run in ("engine", "sim"):  # nothing is lost: every request is in both runs' tables
