@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 from pathlib import Path
 
 import numpy as np
 
 from policies import ConfigError
+from policies.config import write_json
 
 FORMAT = "servesim-overhead"
 
@@ -109,9 +109,7 @@ def run(args: argparse.Namespace) -> int:
         "train_error": errors(train_preds), "test_error": errors(test_preds) if test_preds else None,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(layer, indent=2))
+    out = write_json(args.out, layer)
     if not args.quiet:
         print("fitted terms: " + ", ".join(f"{k}={v:.4g}" for k, v in overhead.to_dict().items()))
         for label, e in (("train", layer["train_error"]), ("test", layer["test_error"])):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import json
 import os
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from policies.config import write_json
 from sim.latency.profiled import Profile, ProfiledLatencyModel
 
 #: a pause between two engine steps longer than this is an idle wait (see `run_engine`)
@@ -197,7 +197,7 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "validation.json").write_text(json.dumps(report, indent=2) + "\n")
+        write_json(out / "validation.json", report)
         steps.to_csv(out / "steps.csv", index=False)
         measured.save(out / "engine", plot=False)
         predicted.save(out / "sim", plot=False)
@@ -221,7 +221,7 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
                    "missing_ops": list(lm.missing_ops),
                    "fit_error": {n: op.fit_error for n, op in prof.ops.items()},
                    "engine_summary": measured.summary, "sim_summary": predicted.summary}
-        (out / "details.json").write_text(json.dumps(details, indent=2, default=str) + "\n")
+        write_json(out / "details.json", details, default=str)
         if profile is None:
             prof.save(out / "profile.json")
         dists = {

@@ -54,6 +54,14 @@ def read_json_object(path: str | Path, field: str, *, missing: type[Exception] =
     return data
 
 
+def write_json(path: str | Path, data: object, *, indent: int = 2, default=None) -> Path:
+    """Write `data` as JSON (one trailing newline) to `path`, making its folder; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=indent, default=default) + "\n", encoding="utf-8")
+    return path
+
+
 def _json_kind(value: object) -> str:
     """JSON's own name for a parsed value's type ("an array", "null", ...), for error messages."""
     if value is None:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import os
 import platform
 import random
@@ -54,6 +53,7 @@ from pathlib import Path
 
 from gpu_backend.serve.stream_client import StreamClient, shares_clock
 from policies import FinishReason, RequestState
+from policies.config import write_json
 from sim.frontend import PROFILE_FORMAT
 
 # words of plain English: prompts are shuffled runs of them (as benchmark clients' synthetic text)
@@ -547,9 +547,7 @@ def _versions(names: tuple[str, ...]) -> dict:
 
 def write_profile(profile: dict, path: str | Path) -> Path:
     """Write the profile as JSON to `path`, and its engine-share figure beside it (same name, .png)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(profile, indent=2) + "\n")
+    path = write_json(path, profile)
     if profile.get("measurements", {}).get("phases"):
         plot_engine_share(profile, path.with_suffix(".png"))
     return path

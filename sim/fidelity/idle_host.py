@@ -18,14 +18,13 @@ deployment of the same engine on the same GPU). Regenerate with `measure_layer`.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from policies.config import read_json_object
+from policies.config import read_json_object, write_json
 
 HOST_DIR = Path(__file__).resolve().parent / "host"
 #: the shipped layer for vLLM v1 on H100 with per-op (aiconfigurator) GPU times
@@ -129,10 +128,7 @@ class IdleHostLayer:
                 "fitted_on": sorted(set(self.per_run) | set(self.frontend_per_run) | set(self.compute_factor_per_run))}
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        return path
+        return write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> "IdleHostLayer":

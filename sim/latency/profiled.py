@@ -90,14 +90,13 @@ Curves:
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from policies import BatchPlan, ConfigError
-from policies.config import read_json_object
+from policies.config import read_json_object, write_json
 
 FORMAT = "servesim-profile"
 VERSION = 1
@@ -285,10 +284,7 @@ class Profile:
                 "ops": {name: op.to_dict() for name, op in sorted(self.ops.items())}}
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        return path
+        return write_json(path, self.to_dict(), indent=1)
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":

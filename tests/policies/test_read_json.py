@@ -1,4 +1,4 @@
-"""policies.config.read_json_object: the one JSON-file reader, whose every failure is one line naming the field."""
+"""policies.config.read_json_object and write_json: the JSON-file reader (every failure one line naming the field) and writer."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from policies import ConfigError
-from policies.config import read_json_object
+from policies.config import read_json_object, write_json
 
 
 def write(tmp_path, data: bytes | str, name: str = "x.json"):
@@ -71,3 +71,14 @@ def test_a_directory_is_a_config_error_even_when_missing_is_file_not_found(tmp_p
     with pytest.raises(ConfigError) as info:
         read_json_object(tmp_path, "profile", missing=FileNotFoundError)
     assert str(tmp_path) in one_line_error(info, "profile")
+
+
+def test_write_json_makes_the_folder_and_reads_back(tmp_path):
+    from pathlib import PurePath
+
+    data = {"name": "Llama-3.1-8B", "a": [1, 2.5, None], "ünï": {"x": True}, "when": PurePath("w")}
+    path = write_json(tmp_path / "new" / "deeper" / "f.json", data, default=str)
+    assert path.read_text(encoding="utf-8").endswith("}\n")
+    assert read_json_object(path, "f") == {**data, "when": "w"}
+    with pytest.raises(TypeError):  # without a default, what JSON cannot hold is an error, not a silent str()
+        write_json(tmp_path / "g.json", {"when": PurePath("w")})
