@@ -410,29 +410,31 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
     mc = ModelConfig.from_json(model_path)
     bench = OpBench(mc, device, seed=seed)
     grid = grid or Grid.make(quick, max_len=mc.max_position_embeddings)
-    # the engine's own steps half before the op timings and half after: the in-step fit compares
-    # the two, so a slow stretch of a shared machine should not fall on one side only. Around a
-    # `between` run the two halves hug that run instead (op timings first): the host overhead and
-    # in-step scales come from the engine steps, and on a shared 2-core VM the speed of the
-    # engine's Python-heavy steps moved by 10-20% from one minute to the next while a fixed loop of
-    # the same ops stayed within 0.5%, so the steps nearest the run describe it best
-    groups = grid.engine_groups
+    # the engine's own steps in two halves. Alone: one half before the op timings and one after,
+    # so that a slow stretch of a shared machine does not fall on one side of the in-step fit only.
+    # Around a `between` run: op timings first, then the halves hug that run, since the host
+    # overhead and in-step scales come from the engine steps and on a shared 2-core VM the speed of
+    # the engine's Python-heavy steps moved by 10-20% from one minute to the next (a fixed loop of
+    # the same ops: within 0.5%). Each engine phase starts on a settled heap (`_settle`).
+    first, second = grid.engine_groups[0::2], grid.engine_groups[1::2]
+    t_between = 0.0
     try:
         if between is None:
-            steps = measure_engine_steps(bench, groups[0::2], progress=progress, seed=seed)
-        points = measure_ops(bench, grid, progress, max_call_s=0.25 if quick else 2.0)
-        if between is not None:
             _settle()
-            steps = measure_engine_steps(bench, groups[0::2], progress=progress, seed=seed)
+            steps = measure_engine_steps(bench, first, progress=progress, seed=seed)
+            points = measure_ops(bench, grid, progress, max_call_s=0.25 if quick else 2.0)
+        else:
+            points = measure_ops(bench, grid, progress, max_call_s=0.25 if quick else 2.0)
+            _settle()
+            steps = measure_engine_steps(bench, first, progress=progress, seed=seed)
         num_first = len(steps)
-        t_between = 0.0
         if between is not None:
             _settle()
             t = time.perf_counter()
             between()
             t_between = time.perf_counter() - t
-            _settle()
-        steps += measure_engine_steps(bench, groups[1::2], progress=progress, seed=seed + 1)
+        _settle()
+        steps += measure_engine_steps(bench, second, progress=progress, seed=seed + 1)
     finally:
         gc.unfreeze()
     # every small token count timed: keep the measured medians there (calibrate.fit._pwl)
