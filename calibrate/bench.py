@@ -149,7 +149,8 @@ def _decode_seqs(batch: int, kv_len: int, block_size: int) -> list[ScheduledSeq]
 class OpBench:
     """Builds the tiny inputs for each op and times them on one device (see module docstring)."""
 
-    def __init__(self, model_config, device: str = "cpu", dtype: torch.dtype | None = None, seed: int = 0) -> None:
+    def __init__(self, model_config, device: str = "cpu", dtype: torch.dtype | None = None, seed: int = 0,
+                 model=None) -> None:
         from gpu_backend.attention import select_backend
         from gpu_backend.engine import resolve_dtype
         from gpu_backend.kv_cache import KVCache
@@ -160,9 +161,13 @@ class OpBench:
         self.heap_pinned = pin_heap() if self.device.type == "cpu" else None
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
-        self.dtype = dtype or resolve_dtype("auto", self.device)
         self.config = model_config
-        self.model = build_model(model_config, self.device, self.dtype, seed=seed)
+        if model is not None:  # the model an engine will run (see `calibrate`'s `model`)
+            self.model = model.to(self.device)
+            self.dtype = next(self.model.parameters()).dtype
+        else:
+            self.dtype = dtype or resolve_dtype("auto", self.device)
+            self.model = build_model(model_config, self.device, self.dtype, seed=seed)
         self.ops = op_registry(self.model)
         self.backend = select_backend(self.device)
         self.block_size = 16
@@ -395,20 +400,27 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, progress: bool = True,
-              seed: int = 0, grid: Grid | None = None, between: Callable[[], object] | None = None) -> Profile:
+              seed: int = 0, grid: Grid | None = None, between: Callable[[], object] | None = None,
+              model=None) -> Profile:
     """Measure and fit a profile of the engine running `model_path` (a HF config.json) on `device`.
 
     `between`, when given, runs after the op timings and the first half of the engine's calibration
     steps and before the second half (`validate` runs its engine workload there): the calibration
     then brackets that run, so a machine whose speed drifts (other tenants of a shared host) is
     measured in the state the run saw on average. Its time is not counted in `calibration_s`.
+
+    `model`, when given, is the model (a `gpu_backend.model.LlamaModel` of `model_path`'s dims) the
+    benchmarks and the calibration's engines run, instead of seeded random weights of their own: an
+    engine that then runs the same object runs on the same memory. On the tiny CPU model the
+    placement of the weights alone moved single-decode steps by -2..+18% between two models of one
+    process (the same from run to run of one model), which a profile cannot carry over.
     """
     from calibrate.model_dims import resolve_model
     from gpu_backend.model_config import ModelConfig
 
     t0 = time.perf_counter()
     mc = ModelConfig.from_json(model_path)
-    bench = OpBench(mc, device, seed=seed)
+    bench = OpBench(mc, device, seed=seed, model=model)
     grid = grid or Grid.make(quick, max_len=mc.max_position_embeddings)
     # the engine's own steps in two halves. Alone: one half before the op timings and one after,
     # so that a slow stretch of a shared machine does not fall on one side of the in-step fit only.

@@ -70,12 +70,13 @@ def engine_config_for(config, device: str):
     return engine_config_from_sim(config, device)
 
 
-def run_engine(config, device: str, progress: bool = True):
-    """Run the config's workload on the engine; returns (EngineResult, steps DataFrame with plans)."""
+def run_engine(config, device: str, progress: bool = True, model=None):
+    """Run the config's workload on the engine (on `model` when given); returns (engine, EngineResult,
+    [(plan, measured seconds, CPU seconds, after_idle)])."""
     from gpu_backend.engine import Engine
     from sim.workload import build_workload
 
-    engine = Engine(config, device)
+    engine = Engine(config, device, model=model)
     records = []
     last = [engine.schedule_time_s]
     cpu = [0.0]
@@ -152,9 +153,9 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
                          f"({engine_cfg.dtype}) and hardware.num_gpu_blocks")
     run: dict = {}
 
-    def run_measured_engine() -> None:
+    def run_measured_engine(model=None) -> None:
         run["load_before"] = os.getloadavg()[0]
-        run["engine"], run["measured"], run["records"] = run_engine(config, device, progress)
+        run["engine"], run["measured"], run["records"] = run_engine(config, device, progress, model)
         run["load_after"] = os.getloadavg()[0]
 
     t0 = time.perf_counter()
@@ -172,7 +173,15 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
         # the calibration brackets the engine run (half its engine steps before, half after): on a
         # machine whose speed drifts the profile then sees the run's conditions on average; the
         # calibration workload and the validated one still share nothing
-        prof = calibrate(model_path, device, quick=quick, progress=progress, between=run_measured_engine)
+        # ... and on the very model the engine runs: where its weights lie in memory moves a CPU
+        # step by up to ~18% (calibrate's `model`), so the profile must be measured on the same one
+        from gpu_backend.engine import resolve_dtype
+        from gpu_backend.model import build_model
+
+        model = build_model(engine_cfg.model, device, resolve_dtype(engine_cfg.dtype, device), engine_cfg.weights,
+                            engine_cfg.weights_seed)
+        prof = calibrate(model_path, device, quick=quick, progress=progress, model=model,
+                         between=lambda: run_measured_engine(model))
         t_cal = prof.meta["calibration_s"]
     lm = ProfiledLatencyModel(prof, model=resolve_model(model_path, 1, prof.model["dtype"]),
                               block_size=config.cache.block_size)
