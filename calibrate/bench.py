@@ -411,9 +411,9 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
 
     `model`, when given, is the model (a `gpu_backend.model.LlamaModel` of `model_path`'s dims) the
     benchmarks and the calibration's engines run, instead of seeded random weights of their own: an
-    engine that then runs the same object runs on the same memory. On the tiny CPU model the
-    placement of the weights alone moved single-decode steps by -2..+18% between two models of one
-    process (the same from run to run of one model), which a profile cannot carry over.
+    engine that then runs the same object runs on the same memory. On the tiny CPU model two models
+    of one process ran single decodes -2..+18% apart (four processes; repeats of one model moved too,
+    by up to 15%), and a profile cannot carry where its weights lay over to another model.
     """
     from calibrate.model_dims import resolve_model
     from gpu_backend.model_config import ModelConfig

@@ -173,8 +173,8 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
         # the calibration brackets the engine run (half its engine steps before, half after): on a
         # machine whose speed drifts the profile then sees the run's conditions on average; the
         # calibration workload and the validated one still share nothing
-        # ... and on the very model the engine runs: where its weights lie in memory moves a CPU
-        # step by up to ~18% (calibrate's `model`), so the profile must be measured on the same one
+        # ... and on the very model the engine runs: two models of one process ran CPU steps up to
+        # 18% apart (calibrate's `model`), so the profile is measured on the one the run uses
         from gpu_backend.engine import resolve_dtype
         from gpu_backend.model import build_model
 
