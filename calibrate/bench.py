@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from calibrate.engine_steps import ENGINE_GROUPS, fit_engine_steps, measure_engine_steps
+from calibrate.engine_steps import ENGINE_GROUPS, fit_engine_steps, measure_engine_steps, split_after_idle
 from calibrate.fit import fit_op
 from gpu_backend.heap import pin_heap
 from policies import BatchPlan, ConfigError, Request, ScheduledSeq
@@ -388,7 +388,7 @@ def bracket_drift_pct(profile: Profile, before: list, after: list) -> float | No
     model = ProfiledLatencyModel(profile)
 
     def level(steps):
-        r = [t / model.step_time(p) for _, p, t, *rest in steps if not (rest and rest[0]) and t > 0 and not p.is_empty]
+        r = [t / model.step_time(p) for _, p, t in split_after_idle(steps)[0]]
         return float(np.median(r)) if r else None
 
     a, b = level(before), level(after)
@@ -439,12 +439,11 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
             points = measure_ops(bench, grid, progress, max_call_s=0.25 if quick else 2.0)
             _settle()
             steps = measure_engine_steps(bench, first, progress=progress, seed=seed)
-        num_first = len(steps)
-        if between is not None:
             _settle()
             t = time.perf_counter()
             between()
             t_between = time.perf_counter() - t
+        num_first = len(steps)
         _settle()
         steps += measure_engine_steps(bench, second, progress=progress, seed=seed + 1)
     finally:

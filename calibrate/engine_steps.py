@@ -148,6 +148,16 @@ def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return least_squares(rel, x0, bounds=(lo, hi), loss="cauchy", f_scale=0.05).x
 
 
+def split_after_idle(steps: list[tuple]) -> tuple[list, list]:
+    """([(configuration, plan, seconds)] of steady steps, the same of steps after an idle pause) of
+    `steps` (configuration, plan, seconds[, after_idle]), leaving out empty and untimed steps."""
+    steady, idle = [], []
+    for n, p, t, *rest in steps:
+        if t > 0 and not p.is_empty:
+            (idle if rest and rest[0] else steady).append((n, p, t))
+    return steady, idle
+
+
 def fit_engine_steps(model, steps: list[tuple]) -> dict:
     """The in-step fit of `steps` (module docstring): params, residual points and errors.
 
@@ -155,8 +165,7 @@ def fit_engine_steps(model, steps: list[tuple]) -> dict:
     out of the fit; the median of their time over the fit's prediction is `after_idle_s` (>= 0; 0
     with fewer than 3 such steps).
     """
-    idle = [(n, p, t) for n, p, t, *rest in steps if rest and rest[0] and t > 0 and not p.is_empty]
-    steps = [(n, p, t) for n, p, t, *rest in steps if not (rest and rest[0]) and t > 0 and not p.is_empty]
+    steps, idle = split_after_idle(steps)
     if len(steps) < 8:
         raise ValueError(f"engine steps: {len(steps)} measured steps are too few to fit the engine's overhead")
     X = np.array([_features(model, p) for _, p, _ in steps])

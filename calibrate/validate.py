@@ -175,11 +175,9 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
         # calibration workload and the validated one still share nothing
         # ... and on the very model the engine runs: two models of one process ran CPU steps up to
         # 18% apart (calibrate's `model`), so the profile is measured on the one the run uses
-        from gpu_backend.engine import resolve_dtype
-        from gpu_backend.model import build_model
+        from gpu_backend.engine import build_engine_model
 
-        model = build_model(engine_cfg.model, device, resolve_dtype(engine_cfg.dtype, device), engine_cfg.weights,
-                            engine_cfg.weights_seed)
+        model = build_engine_model(engine_cfg, device)
         prof = calibrate(model_path, device, quick=quick, progress=progress, model=model,
                          between=lambda: run_measured_engine(model))
         t_cal = prof.meta["calibration_s"]

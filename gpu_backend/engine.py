@@ -136,6 +136,11 @@ def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
     return dtype
 
 
+def build_engine_model(config: EngineConfig, device: str | torch.device = "cpu") -> LlamaModel:
+    """The model an engine of `config` runs: its weights (or seeded random ones) in its dtype on `device`."""
+    return build_model(config.model, device, resolve_dtype(config.dtype, device), config.weights, config.weights_seed)
+
+
 @dataclass(frozen=True)
 class RequestOutput:
     """What `on_output` receives: new tokens of one request, and whether (and why) it ended."""
@@ -178,11 +183,10 @@ class Engine:
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
-        dtype = resolve_dtype(config.dtype, self.device)
         if self.device.type == "cpu":
             pin_heap()  # steady step times, as the calibration measured them (gpu_backend.heap)
         if model is None:
-            model = build_model(config.model, self.device, dtype, config.weights, config.weights_seed)
+            model = build_engine_model(config, self.device)
         self.model = model.to(self.device)
         self.model_config = model.config
         dtype = next(model.parameters()).dtype
