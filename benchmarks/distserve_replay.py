@@ -40,7 +40,7 @@ NAME = re.compile(r"^(vllm|distserve)(?:-c(\d)(\d)d(\d)(\d))?-(\d+)-([\d.]+)\.ex
 
 def read_run(path: Path) -> pd.DataFrame:
     """Per-request measured table: arrival (s from the first), lengths, ttft_s, tpot_s (vLLM definition)."""
-    from sim.fidelity.runs import load_distserve_run
+    from fidelity.runs import load_distserve_run
 
     req = load_distserve_run(path).requests.copy()
     req["arrival_time"] -= req["arrival_time"].min()
@@ -89,7 +89,7 @@ def layout(name: str) -> tuple[dict, str]:
 
 def distserve_factory(kind: str):
     """Per-replica DistServe coefficients: the `vllm` file for vLLM runs, the `distserve` file otherwise."""
-    from sim.fidelity.distserve_model import DistServeLatencyModel
+    from fidelity.sources.distserve import DistServeLatencyModel
 
     path = DATA / "profile_data" / f"profiler-a100-80g.{kind}.json"
     return lambda config: DistServeLatencyModel(path, tp=config.hardware.tp)
@@ -97,7 +97,7 @@ def distserve_factory(kind: str):
 
 def predict(path: Path, measured: pd.DataFrame, latency: str) -> pd.DataFrame:
     from sim.config import load_config
-    from sim.fidelity.replay import ReplayWorkload
+    from fidelity.replay import ReplayWorkload
     from sim.runner import simulate
 
     sections, _ = layout(path.name)

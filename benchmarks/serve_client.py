@@ -27,7 +27,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpu_backend.serve.client_check import (  # noqa: E402
+from fidelity.sources.guidellm_client import (  # noqa: E402
     ServeProcess, agreement, client_requests, compare, run_guidellm,
 )
 
@@ -59,7 +59,7 @@ def simulate_same_load(serve_config: Path, profile: Path, rate: float, num_reque
                        output_tokens: int, frontend: Path | None = None) -> dict:
     """`servesim simulate` of the load guidellm sent: constant rate, fixed lengths, profiled latency
     (+ the front-end terms of a front-end profile, when given)."""
-    from gpu_backend.serve.config import split_serve_section
+    from servesim.commands.serve import split_serve_section
     from sim.config import load_config
     from sim.runner import simulate
 

@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from calibrate.importers import import_profile  # noqa: E402
-from calibrate.splitwise import HARDWARE, check, held_out_check, other_hardware_check, summary  # noqa: E402
+from fidelity.sources.splitwise import HARDWARE, check, held_out_check, other_hardware_check, summary  # noqa: E402
 from sim.latency.profiled import ProfiledLatencyModel  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"

@@ -65,7 +65,7 @@ def compare(sim_summary: dict, engine_summary: dict, step_errors: np.ndarray) ->
 
 def engine_config_for(config, device: str):
     """The engine's config for a sim config; the simulator must use the same KV block counts."""
-    from gpu_backend.engine import engine_config_from_sim
+    from calibrate.engine_config import engine_config_from_sim
 
     return engine_config_from_sim(config, device)
 
@@ -73,10 +73,10 @@ def engine_config_for(config, device: str):
 def run_engine(config, device: str, progress: bool = True, model=None):
     """Run the config's workload on the engine (on `model` when given); returns (engine, EngineResult,
     [(plan, measured seconds, CPU seconds, after_idle)])."""
-    from gpu_backend.engine import Engine
+    from calibrate.engine_config import build_engine
     from sim.workload import build_workload
 
-    engine = Engine(config, device, model=model)
+    engine = build_engine(config, device, model=model)
     records = []
     last = [engine.schedule_time_s]
     cpu = [0.0]
@@ -200,7 +200,7 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
     report = compare(predicted.summary, measured.summary, steps["abs_pct_error"].to_numpy() if len(steps) else [])
 
     if out_dir is not None:
-        from sim.results import pooled_itls
+        from records.results import pooled_itls
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,8 @@
 
 Public API (stable; `gpu_backend.serve` builds on it):
 
-- `Engine(config, device="cpu", model=None)`: `config` is a `sim.config.Config` (model section =
-  a HF config.json path) or an `EngineConfig`; `model` replaces the built model (tests share weights).
+- `Engine(config, device="cpu", model=None)`: `config` is an `EngineConfig` (a servesim TOML config
+  becomes one in `calibrate.engine_config`); `model` replaces the built model (tests share weights).
 - `engine.now()`: seconds on the engine clock (give new requests `arrival_time=engine.now()`).
 - `engine.add_request(request, on_output=None)`: thread-safe. The request goes to an ingress list
   under a short lock and reaches the scheduler at the next step boundary (the lock is never held
@@ -29,7 +29,7 @@ Public API (stable; `gpu_backend.serve` builds on it):
   boundary after), closed-loop follow-ups come from `workload.on_finish`.
 - `engine.stats()`: running / waiting / swapped counts, KV usage, preemptions, steps (for /metrics).
 - `engine.result()`: the `requests` and `steps` tables and the summary, exactly as the simulator's
-  (`sim.results`, `sim.metrics`), with measured times; `EngineResult.save(out_dir)`. Safe from any
+  (`records.results`, `records.metrics`), with measured times; `EngineResult.save(out_dir)`. Safe from any
   thread while the engine runs: it reads between steps.
 """
 from __future__ import annotations
@@ -56,8 +56,9 @@ from gpu_backend.model_runner import ModelRunner
 from gpu_backend.sampler import GREEDY, request_seed
 from policies import CacheConfig, ConfigError, FinishReason, Request, SchedulerConfig
 from policies.config import check_choice, check_int
+from records.results import end_unfinished
 
-STUCK = "the scheduler could not place it and nothing else was left to run"  # sim.runner's words
+STUCK = "the scheduler could not place it and nothing else was left to run"  # the simulator's words too
 DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -78,7 +79,7 @@ class EngineConfig:
     attention_backend: str = "auto"
     seed: int = 0
     weights_seed: int = 0
-    slo: object | None = None  # a sim.metrics.SLOConfig for goodput, if any
+    slo: object | None = None  # a records.metrics.SLOConfig for goodput, if any
     max_time_s: float | None = None  # run_workload: abort what is still live after this long
 
     def __post_init__(self) -> None:
@@ -88,45 +89,6 @@ class EngineConfig:
         if self.scheduler.max_model_len > self.model.max_position_embeddings:
             raise ConfigError(f"scheduler.max_model_len: {self.scheduler.max_model_len} exceeds the model's "
                               f"max_position_embeddings={self.model.max_position_embeddings}")
-
-
-def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[EngineConfig, str]:
-    """An `EngineConfig` (and the config's TOML) from a `sim.config.Config`.
-
-    The model section must name a HF config.json (file or folder); safetensors beside it are loaded,
-    else weights are seeded random. KV blocks: `hardware.num_gpu_blocks`, else what fits the device;
-    CPU swap blocks from `hardware.swap_space_gb`.
-    """
-    from sim.cluster.layout import cluster_section, is_disaggregated
-    from sim.config import config_to_toml
-
-    if is_disaggregated(config):
-        raise ConfigError("disaggregation.enabled: the engine serves one replica; simulate prefill/decode "
-                          "pools with `servesim simulate`")
-    cluster = cluster_section(config)
-    if cluster.num_replicas > 1:
-        raise ConfigError(f"cluster.num_replicas: the engine serves one replica, got {cluster.num_replicas}; "
-                          "simulate several with `servesim simulate`")
-    path = Path(config.model.name)
-    if not (path.suffix == ".json" or path.is_dir()):
-        raise ConfigError(f"model.name: the engine needs a HF config.json path (e.g. examples/tiny-llama/config.json), "
-                          f"got catalog name {config.model.name!r}")
-    model_config = ModelConfig.from_json(path)
-    folder = path if path.is_dir() else path.parent
-    weights = str(folder) if any(folder.glob("*.safetensors")) else None
-    dtype = config.model.dtype if config.model.dtype in DTYPES else "auto"
-    torch_dtype = resolve_dtype(dtype, device)
-    block_size = config.cache.block_size
-    num_gpu_blocks = config.hardware.num_gpu_blocks or KVCache.default_num_blocks(
-        model_config, block_size, torch_dtype, device)
-    block_bytes = model_config.kv_bytes_per_token(torch.tensor([], dtype=torch_dtype).element_size()) * block_size
-    num_cpu_blocks = int(config.hardware.swap_space_gb * 2**30) // block_bytes
-    cache = CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks,
-                        watermark=config.cache.watermark, enable_prefix_caching=config.cache.enable_prefix_caching)
-    engine_config = EngineConfig(model=model_config, scheduler=config.scheduler, cache=cache, weights=weights,
-                                 dtype=dtype, seed=getattr(config.workload, "seed", 0) or 0, slo=config.slo,
-                                 max_time_s=config.sim.max_sim_time_s)
-    return engine_config, config_to_toml(config)
 
 
 def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
@@ -164,7 +126,7 @@ class EngineResult:
 
     def save(self, out_dir: str | Path, plot: bool = True) -> Path:
         """Write summary.json, requests.csv, steps.csv (+ config.toml, timeline.png) like `simulate`."""
-        from sim.results import write_results
+        from records.results import write_results
 
         return write_results(out_dir, self.requests, self.steps, self.summary, self.config_toml, plot=plot)
 
@@ -174,11 +136,12 @@ class Engine:
 
     def __init__(self, config, device: str | torch.device = "cpu", model: LlamaModel | None = None) -> None:
         from policies.scheduler import make_scheduler
-        from sim.results import Recorder
+        from records.results import Recorder
 
-        self.config_toml = None
         if not isinstance(config, EngineConfig):
-            config, self.config_toml = engine_config_from_sim(config, device)
+            raise ConfigError(f"engine config: expected an EngineConfig, got {type(config).__name__}; build one "
+                              "from a servesim config with calibrate.engine_config.engine_config_from_sim")
+        self.config_toml = None  # the servesim config's TOML, saved beside the results when set
         self.config = config
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -300,7 +263,7 @@ class Engine:
             return self._step()
 
     def _step(self) -> bool:
-        from sim.results import record_step
+        from records.results import record_step
 
         self._admit()
         start = self.now()
@@ -351,8 +314,6 @@ class Engine:
     def _end_stuck(self, why: str) -> None:
         """Abort every live request (the simulator's `end_unfinished`) and give each its final output,
         also one that had finished in a step that failed before its output went out."""
-        from sim.runner import end_unfinished
-
         with self._state_lock:
             now = self.now()
             live = list(self._live.values())
@@ -491,8 +452,8 @@ class Engine:
 
     def result(self) -> EngineResult:
         """The `requests`/`steps` tables and summary of everything this engine has seen."""
-        from sim.metrics import summarize
-        from sim.results import pooled_itls, requests_table, steps_table
+        from records.metrics import summarize
+        from records.results import pooled_itls, requests_table, steps_table
 
         with self._state_lock:  # not while a step changes them (the engine thread may be running)
             raw = list(self.recorder.requests)

@@ -69,8 +69,8 @@ class ModelConfig:
         return self.num_key_value_heads * self.head_dim
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """K and V of every layer for one token (the simulator's formula, `sim.models.memory.kv_bytes`)."""
-        from sim.models.memory import kv_bytes
+        """K and V of every layer for one token (the simulator's formula, `specs.memory.kv_bytes`)."""
+        from specs.memory import kv_bytes
 
         return kv_bytes(self.num_hidden_layers, self.num_key_value_heads, self.head_dim, dtype_bytes)
 

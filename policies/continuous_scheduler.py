@@ -12,7 +12,7 @@ sum(longest - len_i), stays within `max_paddings` (`Scheduler._padded_fits`). Th
 explicit in the plan, as the `static` policy writes it: each shorter prompt gets a
 `ScheduledSeq(is_padding=True)` of the missing tokens, so a latency model charges the padded batch.
 0 (the default) keeps the unpadded budget of later v0 releases. DistServe's vLLM runs show no such
-cap (`sim.fidelity.runs.DISTSERVE_MAX_NUM_BATCHED_TOKENS`).
+cap (`fidelity.runs.DISTSERVE_MAX_NUM_BATCHED_TOKENS`).
 """
 from __future__ import annotations
 

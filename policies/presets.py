@@ -42,7 +42,7 @@ DEFAULT_VLLM_VERSION = "0.19"
 # floor); `max_paddings` = 256 in 0.2.2-0.3, whose prefill ran padded rectangular batches (the
 # padded size counted against the budget), 0 (unpadded) once prompts were flattened (0.4).
 # [INFERENCE: read from vLLM's EngineArgs of those releases from memory, not re-checked here.]
-# DistServe's A100 vLLM runs show no padding cap (see sim.fidelity.runs), so they do not use this.
+# DistServe's A100 vLLM runs show no padding cap (see fidelity.runs), so they do not use this.
 VLLM_V0_VERSIONS: dict[str, dict[str, int]] = {
     "0.2": {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "max_paddings": 256},
     "0.3": {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "max_paddings": 256},

@@ -12,15 +12,15 @@ import sys
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "simulate": ("sim.cli", "simulate a serving configuration (TOML) and print its summary"),
-    "run": ("gpu_backend.cli", "run a configuration on the real torch engine (cpu or cuda)"),
-    "calibrate": ("calibrate.cli", "profile the engine's ops on a device, or import/fit profiles"),
-    "validate": ("calibrate.validate_cli", "predict with the simulator, measure on the engine, compare"),
-    "sweep": ("sim.capacity.cli_sweep", "simulate a grid of configurations"),
-    "capacity": ("sim.capacity.cli_capacity", "find the highest rate a configuration sustains within an SLO"),
-    "plan": ("sim.capacity.cli_plan", "find the cheapest layout for a target rate and SLO"),
-    "reproduce": ("sim.fidelity.cli_reproduce", "simulate real runs from their configuration and score the predictions"),
-    "serve": ("gpu_backend.serve.cli", "serve the engine behind an OpenAI-compatible HTTP endpoint"),
+    "simulate": ("servesim.commands.simulate", "simulate a serving configuration (TOML) and print its summary"),
+    "run": ("servesim.commands.run", "run a configuration on the real torch engine (cpu or cuda)"),
+    "calibrate": ("servesim.commands.calibrate", "profile the engine's ops on a device, or import/fit profiles"),
+    "validate": ("servesim.commands.validate", "predict with the simulator, measure on the engine, compare"),
+    "sweep": ("servesim.commands.sweep", "simulate a grid of configurations"),
+    "capacity": ("servesim.commands.capacity", "find the highest rate a configuration sustains within an SLO"),
+    "plan": ("servesim.commands.plan", "find the cheapest layout for a target rate and SLO"),
+    "reproduce": ("servesim.commands.reproduce", "simulate real runs from their configuration and score the predictions"),
+    "serve": ("servesim.commands.serve", "serve the engine behind an OpenAI-compatible HTTP endpoint"),
 }
 
 

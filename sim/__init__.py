@@ -2,5 +2,5 @@
 
 `sim` never imports torch (optional extras are imported lazily inside functions), so a planner can
 simulate without a GPU stack. Entry points: `sim.config.load_config`, `sim.runner.simulate`, and the
-`servesim simulate` command (`sim.cli`).
+`servesim simulate` command (`servesim.commands.simulate`).
 """

@@ -2,13 +2,13 @@
 
 Sections (each a frozen dataclass validated on construction, errors naming `section.key`):
 
-- `model`     the model (catalog name or HF config.json)       -> sim.models.ModelConfig
-- `hardware`  GPU type, tensor parallelism, memory, KV blocks   -> sim.models.HardwareConfig
+- `model`     the model (catalog name or HF config.json)       -> specs.ModelConfig
+- `hardware`  GPU type, tensor parallelism, memory, KV blocks   -> specs.HardwareConfig
 - `scheduler` policy and limits (vLLM names)                    -> policies.SchedulerConfig
 - `cache`     paged-KV knobs the user sets: block size, watermark, prefix caching -> CacheSection
               (the GPU/CPU block counts come from `hardware`, derived from memory unless given)
 - `workload`  arrivals and lengths                              -> sim.workload.WorkloadConfig
-- `slo`       latency targets for goodput                       -> sim.metrics.SLOConfig
+- `slo`       latency targets for goodput                       -> records.metrics.SLOConfig
 - `sim`       the run itself: a simulated-time limit            -> SimSection
 - `cluster`, `disaggregation`  several replicas behind a router, prefill/decode pools -> sim.cluster.config
 - `frontend`  the HTTP front end's delays (ingress, per-token egress); off by default -> sim.frontend.FrontendConfig
@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from policies import ConfigError, SchedulerConfig
 from policies.config import check_int, check_keys, check_number
 from sim.frontend import FrontendConfig
-from sim.metrics import SLOConfig
+from records.metrics import SLOConfig
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class SimSection:
 def section_types() -> dict[str, type]:
     """Section name -> dataclass. model/hardware/workload types live in their own packages."""
     from sim.cluster.config import ClusterConfig, DisaggregationConfig
-    from sim.models import HardwareConfig, ModelConfig
+    from specs import HardwareConfig, ModelConfig
     from sim.workload import WorkloadConfig
 
     return {

@@ -9,7 +9,7 @@ formatted as a server-sent event, written to the socket and parsed by the client
 
 `FrontendConfig` (the `[frontend]` config section) models both as explicit delays, measured from
 the real stack by `servesim serve CONFIG --calibrate-frontend OUT.json`
-(`gpu_backend.serve.frontend_calibration`):
+(`calibrate.frontend`):
 
     ingress_s(request) = request_overhead_s + tokenize_s_per_token * num_prompt_tokens
     egress_s           = stream_overhead_s           (per streamed chunk, i.e. per output token)

@@ -30,7 +30,7 @@ from typing import Callable
 import simpy
 
 from policies import BatchPlan, Request, ScheduledSeq, StepResult
-from sim.results import Recorder, StepRecord, record_step
+from records.results import Recorder, StepRecord, record_step
 
 FinishHook = Callable[[Request, float], None]
 

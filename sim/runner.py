@@ -1,7 +1,7 @@
 """`simulate(config) -> SimResult`: build everything a config names, run it, tabulate it.
 
 The pieces: the workload (`sim.workload.build_workload`), the latency model
-(`sim.latency.build_latency_model`), the KV block counts (`sim.models`), the scheduler
+(`sim.latency.build_latency_model`), the KV block counts (`specs`), the scheduler
 (`policies.scheduler.make_scheduler`) and one `Replica`. `Arrivals` feeds the workload's requests to
 the replica at their arrival times and asks the workload for follow-ups (closed-loop users,
 multi-turn chat) whenever a request ends; the run stops when every request has ended (or at
@@ -24,9 +24,9 @@ from tqdm import tqdm
 from policies import CacheConfig, ConfigError, FinishReason, Request
 from sim.config import Config, config_to_toml
 from sim.frontend import FrontendConfig
-from sim.metrics import summarize
+from records.metrics import summarize
 from sim.replica import Replica, paused_gc
-from sim.results import Recorder, pooled_itls, requests_table, steps_table, write_results
+from records.results import Recorder, end_unfinished, pooled_itls, requests_table, steps_table, write_results
 
 PROGRESS_MIN_REQUESTS = 2000  # below this a run takes well under a second: no bar
 
@@ -110,7 +110,7 @@ class SimResult:
 
 def build_cache_config(config: Config) -> CacheConfig:
     """The scheduler's KV geometry: block counts from the model and hardware, knobs from `cache`."""
-    from sim.models import num_cpu_blocks, num_gpu_blocks
+    from specs import num_cpu_blocks, num_gpu_blocks
 
     spec, block_size = config.model.spec(), config.cache.block_size
     gpu_blocks = num_gpu_blocks(spec, config.hardware, block_size, config.scheduler.max_num_batched_tokens,
@@ -165,16 +165,6 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
                        "the simulation ended (sim.max_sim_time_s)" if config.sim.max_sim_time_s is not None
                        else "the scheduler could not place it and nothing else was left to run")
         return tabulate(recorder, config)
-
-
-def end_unfinished(scheduler, requests: list[Request], now: float, why: str) -> None:
-    """Abort every request still live, so that it appears in the results with a reason."""
-    for request in requests:
-        if not request.is_finished:
-            scheduler.abort_request(request.req_id, now)
-            if request.finish_reason is None:  # a scheduler that did not know it
-                request.finish(FinishReason.ABORTED, now)
-            request.reject_reason = why
 
 
 def tabulate(recorder: Recorder, config: Config) -> SimResult:

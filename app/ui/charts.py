@@ -58,7 +58,7 @@ def request_timeline(requests: pd.DataFrame, start: int = 0, count: int = 40) ->
     that preempted it to the one that ran it again: the `preemption_intervals` column) is drawn
     over its bar in red.
     """
-    from sim.results import preemption_table
+    from records.results import preemption_table
 
     window = requests.sort_values("arrival_time").iloc[start:start + count]
     fig = go.Figure()

@@ -14,7 +14,7 @@ import streamlit as st
 
 from policies.config import POLICIES, PREEMPTIONS, QUEUES
 from sim.cluster.router import ROUTERS
-from sim.models import gpu_names, model_names
+from specs import gpu_names, model_names
 
 WORKLOAD_KINDS = ("poisson", "gamma", "constant", "closed_loop", "trace")
 LENGTH_KINDS = ("lognormal", "constant", "uniform")

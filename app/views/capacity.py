@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from sim.models import get_gpu, gpu_names
+from specs import get_gpu, gpu_names
 from ui import charts
 from ui.forms import config_form
 from ui.runs import canonical, validate

@@ -23,7 +23,7 @@ HOSTS = ("graphs", "eager", "eager-launch", "none")
 
 
 def dims_of_spec(spec, tp: int = 1, dtype: str = "bfloat16") -> dict:
-    """The profile `model` dict of a `sim.models.ModelSpec` (any catalog model or config.json,
+    """The profile `model` dict of a `specs.ModelSpec` (any catalog model or config.json,
     MoE fields included), for importers that are given a model the known names lack."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ConfigError(f"tp: expected a positive integer, got {tp!r}")

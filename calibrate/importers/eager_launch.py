@@ -30,7 +30,7 @@ Nothing here is fitted to step times.
 
 The host work *outside* the forward pass (scheduling, input preparation, sampling; the GPU idles)
 is a separate term: `host_work_ops` turns a per-step, per-sequence and per-prompt-step constant
-into the profile's `step_overhead` and `prefill_overhead` (`calibrate.splitwise` fits them).
+into the profile's `step_overhead` and `prefill_overhead` (`fidelity.sources.splitwise` fits them).
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """The `[serve]` section of a serving config: what the HTTP layer adds to the engine's config.
 
 A serve TOML is an ordinary servesim config (model, hardware, scheduler, cache, ...) plus this
-optional section; `load_serve_config` splits it off before the rest goes to `sim.config.load_config`.
+optional section; `servesim serve` splits it off (`split_serve_section`) before the rest goes to the
+engine's config.
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -45,25 +45,3 @@ def build_serve_config(values: Any, base: Path | None = None) -> ServeConfig:
         if base is not None and isinstance(values.get(key), str) and not Path(values[key]).is_absolute():
             values[key] = str(base / values[key])
     return ServeConfig(**values)
-
-
-def split_serve_section(path: str | Path) -> tuple[dict, ServeConfig, Path]:
-    """Read a serve TOML: (the engine config as a dict with file paths made absolute, ServeConfig, folder)."""
-    from sim.config import PATH_KEYS  # which keys hold file paths, as load_config sees them
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config: file not found: {path}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config: {path} is not valid TOML ({exc})") from None
-    base = path.resolve().parent
-    serve = build_serve_config(data.pop("serve", {}), base)
-    # the engine reads model.name as a HF config.json path: make it relative to the file too
-    for section, key in set(PATH_KEYS) | {("model", "name")}:
-        value = data.get(section, {}).get(key) if isinstance(data.get(section), Mapping) else None
-        if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists():
-            data[section][key] = str(base / value)
-    return data, serve, base
-

@@ -38,7 +38,7 @@ from sim.cluster.colocated import build_replica, resolve_latency_model
 from sim.cluster.layout import disagg_section, pool_configs
 from sim.cluster.link import Link
 from sim.cluster.router import make_router
-from sim.results import Recorder, count_tokens
+from records.results import Recorder, count_tokens
 
 BOOKKEEPING_S = 1e-6  # a decode-side step that only registers received KV (no forward pass)
 COMPLETED = (FinishReason.LENGTH, FinishReason.STOP)
@@ -143,7 +143,7 @@ class DisaggregatedCluster:
     """Prefill replicas `p0..`, decode replicas `d0..`, routers for each pool, and the KV link."""
 
     def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None) -> None:
-        from sim.models import kv_bytes_per_token
+        from specs import kv_bytes_per_token
 
         self.env = env
         self.recorder = recorder  # user-visible requests and every step
@@ -308,7 +308,7 @@ class DisaggregatedCluster:
                 request.finish(FinishReason.ABORTED, now, why)
 
     def transfer_stats(self) -> dict:
-        from sim.metrics import stats
+        from records.metrics import stats
 
         out = {"count": len(self.transfer_times)}
         out.update(stats(self.transfer_times) or {})

@@ -15,8 +15,9 @@ from sim.cluster.layout import is_disaggregated
 
 
 def simulate_cluster(config: Any, progress: bool = False, latency_model=None, workload=None):
-    from sim.results import Recorder
-    from sim.runner import PROGRESS_MIN_REQUESTS, Arrivals, end_unfinished, tabulate
+    from records.results import Recorder
+    from records.results import end_unfinished
+    from sim.runner import PROGRESS_MIN_REQUESTS, Arrivals, tabulate
     from sim.workload import build_workload
 
     if workload is None:

@@ -23,7 +23,7 @@ def build_latency_model(model, hardware=None, cache_block_size: int | None = Non
     sections) or `build_latency_model(model, hardware, cache_block_size)` with a `ModelSpec` or
     `ModelConfig` and a `HardwareConfig`.
     """
-    from sim.models import ModelConfig
+    from specs import ModelConfig
 
     if hardware is None:  # a whole Config
         config = model

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 from policies import BatchPlan
 from policies.config import check_number
-from sim.models.gpu_spec import GPUSpec
-from sim.models.hardware import check_parallelism
-from sim.models.memory import bytes_per_block, kv_heads_per_gpu
-from sim.models.model_spec import ModelSpec
+from specs.gpu_spec import GPUSpec
+from specs.hardware import check_parallelism
+from specs.memory import bytes_per_block, kv_heads_per_gpu
+from specs.model_spec import ModelSpec
 
 
 def plan_totals(plan: BatchPlan) -> tuple[int, int, int, int, int, int, int]:

@@ -7,7 +7,7 @@ TOML shape (every key optional)::
                               # (default: trace when `trace` is set, inference_perf when `profile` is,
                               # else poisson)
     profile = "profile.yaml"  # inference_perf: an inference-perf profile (YAML/JSON, data.type shared_prefix
-                              #   + load.stages), run by the exact generator (sim.fidelity.inference_perf):
+                              #   + load.stages), run by the exact generator (fidelity.sources.inference_perf):
                               #   multi-turn sessions wait for their previous turn, stages drain
     rate = 4.0                # requests/s (poisson, gamma, constant; trace: rescale to this mean rate)
     cv = 2.0                  # gamma: coefficient of variation of inter-arrival gaps (1 = Poisson)
@@ -207,7 +207,7 @@ class WorkloadConfig:
         if not isinstance(self.profile, str) or not Path(self.profile).is_file():
             raise ConfigError(f"workload.profile: no such file {self.profile!r} (kind = 'inference_perf' needs an "
                               "inference-perf profile YAML/JSON with data.type: shared_prefix)")
-        from sim.fidelity.inference_perf import SharedPrefixProfile
+        from fidelity.sources.inference_perf import SharedPrefixProfile
 
         SharedPrefixProfile.from_dict(read_profile(self.profile))  # field errors name profile.<key>
 

@@ -4,7 +4,7 @@ Open-loop kinds (poisson, gamma, constant, staged, trace) know every request up 
 returns them all and `on_finish` returns []. `closed_loop` starts `num_users` requests at t = 0 and
 `on_finish` sends the finishing user's next request `think_time` seconds later, until
 `num_requests` have been sent or `duration` has passed. `inference_perf` hands the profile file to
-inference-perf's own generator (`sim.fidelity.inference_perf.SharedPrefixWorkload`): sessions'
+inference-perf's own generator (`fidelity.sources.inference_perf.SharedPrefixWorkload`): sessions'
 next turns and later stages come from `on_finish`; too-long prompts go to the scheduler, which
 rejects them as vLLM answers them (its lengths are the profile's, not `too_long`'s).
 
@@ -214,7 +214,7 @@ def build_workload(cfg: WorkloadConfig, max_model_len: int | None = None) -> Wor
     """The workload `cfg` describes; `max_model_len` (usually scheduler.max_model_len) bounds lengths
     unless `cfg.max_model_len` is set."""
     if cfg.kind == "inference_perf":  # the load generator's own semantics (sessions, stage draining)
-        from sim.fidelity.inference_perf import SharedPrefixWorkload
+        from fidelity.sources.inference_perf import SharedPrefixWorkload
         from sim.workload.config import read_profile
 
         return SharedPrefixWorkload(read_profile(cfg.profile), seed=cfg.seed)

@@ -7,7 +7,7 @@ pytest.importorskip("plotly")
 
 from app.ui.charts import request_timeline  # noqa: E402
 from sim.config import load_config  # noqa: E402
-from sim.results import preemption_table  # noqa: E402
+from records.results import preemption_table  # noqa: E402
 from sim.runner import simulate  # noqa: E402
 
 

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from calibrate.bench import calibrate, clock_for, time_call  # noqa: E402
 from calibrate_helpers import MICRO, micro_grid  # noqa: E402
-from calibrate.cli import run as cli_run  # noqa: E402
+from servesim.commands.calibrate import run as cli_run  # noqa: E402
 from sim.latency.profiled import REQUIRED_OPS, Profile, ProfiledLatencyModel  # noqa: E402
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ import json
 
 import pytest
 
-from calibrate.splitwise import decode_plan, prefill_plan
+from fidelity.sources.splitwise import decode_plan, prefill_plan
 from servesim.cli import main
 from sim.latency import build_latency_model
 from sim.latency.eager import EagerLatencyModel
 from sim.latency.profiled import Profile, ProfiledLatencyModel
 from sim.latency.roofline import RooflineConstants
-from sim.models import HardwareConfig, ModelConfig
+from specs import HardwareConfig, ModelConfig
 
 LAYERS = 80  # Llama-2-70B
 

@@ -59,7 +59,7 @@ def test_aiconfigurator_gemm_interpolation_hits_grid_points_exactly():
 
 
 def test_aiconfigurator_profile_predicts_a_plausible_decode_step(aic_h100, tmp_path):
-    from calibrate.splitwise import decode_plan
+    from fidelity.sources.splitwise import decode_plan
 
     lm = ProfiledLatencyModel(Profile.load(aic_h100.save(tmp_path / "h100.json")), model=resolve_model("llama-2-70b", 8))
     weights_per_rank = 2 * 69e9 / 8

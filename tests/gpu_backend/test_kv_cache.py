@@ -65,7 +65,7 @@ def _write_hf_config(tmp_path, name: str, torch_dtype: str):
 @pytest.mark.parametrize("torch_dtype", ["float32", "bfloat16"])
 def test_sim_and_engine_agree_on_kv_bytes_per_token_with_the_tensors_allocated(tmp_path, name, torch_dtype):
     from gpu_backend.model_config import ModelConfig
-    from sim.models import ModelSpec, kv_bytes_per_token
+    from specs import ModelSpec, kv_bytes_per_token
 
     path = _write_hf_config(tmp_path, name, torch_dtype)
     config = ModelConfig.from_json(path)
@@ -81,9 +81,9 @@ def test_sim_and_engine_agree_on_kv_bytes_per_token_with_the_tensors_allocated(t
 
 def test_engine_swap_blocks_match_the_simulators_for_the_same_config():
     from engine_factories import TINY_CONFIG
-    from gpu_backend.engine import engine_config_from_sim
+    from calibrate.engine_config import engine_config_from_sim
     from sim.config import load_config
-    from sim.models import num_cpu_blocks
+    from specs import num_cpu_blocks
 
     config = load_config({"model": {"name": str(TINY_CONFIG), "dtype": "float32"},
                           "hardware": {"num_gpu_blocks": 64, "swap_space_gb": 0.01}})

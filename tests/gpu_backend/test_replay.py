@@ -4,6 +4,7 @@ import json
 import pytest
 
 from engine_factories import REPO, TINY_CONFIG
+from calibrate.engine_config import build_engine
 from gpu_backend.engine import Engine
 from servesim.cli import main
 from sim.config import load_config
@@ -25,7 +26,7 @@ def replay(num_requests: int, rate: float, **workload):
     from sim.runner import simulate
 
     config = load_config(replay_config(num_requests, rate, **workload))
-    engine = Engine(config, "cpu")
+    engine = build_engine(config, "cpu")
     result = engine.run_workload(build_workload(config.workload, config.scheduler.max_model_len), progress=False)
     return engine, result, simulate(config)
 
@@ -105,7 +106,7 @@ def test_cli_refuses_a_catalog_model(tmp_path, capsys):
 def test_engine_config_from_sim_sizes_the_kv_pools():
     import torch
 
-    from gpu_backend.engine import engine_config_from_sim
+    from calibrate.engine_config import engine_config_from_sim
     from gpu_backend.model_config import ModelConfig
 
     config = load_config(replay_config(1, 1.0) | {"hardware": {"swap_space_gb": 0.01}})
@@ -157,7 +158,7 @@ def test_safetensors_beside_the_config_json_are_loaded(tmp_path, tiny_model):
     other.save_safetensors(tmp_path / "model.safetensors")
 
     def greedy(config, model=None):
-        engine = Engine(config, "cpu", model=model)
+        engine = build_engine(config, "cpu", model=model)
         r = make_request(0, make_prompt(12, seed=5), 6)
         engine.add_request(r)
         engine.run_until_done()

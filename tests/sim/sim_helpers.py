@@ -1,27 +1,7 @@
 """Factory helpers for the sim tests: hand-driven requests, a constant-time latency model, configs."""
 from __future__ import annotations
 
-from policies import FinishReason, Request, RequestState
-
-
-def make_done_request(req_id, arrival: float, token_times: list[float], prompt: int = 10,
-                      queue_s: float = 0.0, **tags) -> Request:
-    """A request driven by hand through its lifecycle, emitting tokens at `token_times`."""
-    r = Request(req_id, arrival, prompt, len(token_times), tags=dict(tags) or None)
-    r.transition(RequestState.RUNNING_CTX)
-    r.first_scheduled_time = arrival + queue_s
-    r.num_computed_tokens = prompt
-    for t in token_times:
-        r.record_token(0, t)
-    r.transition(RequestState.RUNNING_GEN)
-    r.finish(FinishReason.LENGTH, token_times[-1])
-    return r
-
-
-def make_rejected_request(req_id, arrival: float, prompt: int = 10) -> Request:
-    r = Request(req_id, arrival, prompt, 5)
-    r.finish(FinishReason.REJECTED, arrival, "prompt longer than scheduler.max_model_len")
-    return r
+from policies import Request
 
 
 class ConstantLatency:
@@ -65,7 +45,7 @@ def run_requests(scheduler, latency, requests, env=None):
     import simpy
 
     from sim.replica import Replica
-    from sim.results import Recorder
+    from records.results import Recorder
 
     env = env or simpy.Environment()
     recorder = Recorder()

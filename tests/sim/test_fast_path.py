@@ -20,9 +20,9 @@ from policies import BatchPlan, ScheduledSeq
 from policies.scheduler import Scheduler
 from sim.config import load_config
 from sim.latency import ConstantLatencyModel, RooflineLatencyModel
-from sim.models import get_gpu, get_model
+from specs import get_gpu, get_model
 from sim.replica import Replica, decode_time_function
-from sim.results import requests_table, steps_table
+from records.results import requests_table, steps_table
 from sim.runner import simulate
 from sim_helpers import make_requests, make_sched
 

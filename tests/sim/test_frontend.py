@@ -148,7 +148,7 @@ def test_a_short_prompt_sent_later_can_reach_the_scheduler_first():
 
 def test_zero_frontend_equals_the_replica_fed_at_arrival_times():
     """The pre-frontend loop as a reference: requests submitted straight to a Replica at arrival."""
-    from sim.results import requests_table, steps_table
+    from records.results import requests_table, steps_table
 
     rng = np.random.default_rng(7)
     arrivals = np.cumsum(rng.exponential(0.02, 60))

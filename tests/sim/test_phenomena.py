@@ -10,7 +10,7 @@ import pytest
 
 from sim.config import load_config
 from sim.latency import RooflineConstants
-from sim.models import bytes_per_block
+from specs import bytes_per_block
 from sim.runner import simulate
 
 

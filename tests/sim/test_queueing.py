@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.results import requests_table, steps_table
+from records.results import requests_table, steps_table
 from sim_helpers import ConstantLatency, make_requests, make_sched, run_requests
 
 

@@ -7,7 +7,7 @@ import pytest
 import simpy
 
 from sim.replica import Replica
-from sim.results import Recorder, preemption_table, requests_table, steps_table
+from records.results import Recorder, preemption_table, requests_table, steps_table
 from sim_helpers import ConstantLatency, check_preemption_intervals, make_requests, make_sched, run_requests
 
 

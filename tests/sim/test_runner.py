@@ -98,7 +98,7 @@ def test_simulating_never_imports_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from sim.config import load_config; from sim.runner import simulate; import sim.cli; "
+    code = ("import sys; from sim.config import load_config; from sim.runner import simulate; import servesim.commands.simulate; "
             "simulate(load_config({'workload': {'num_requests': 5}})); "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)

@@ -1,4 +1,4 @@
-"""Front-end calibration (gpu_backend.serve.frontend_calibration) on the tiny tokenizer, with the probe
+"""Front-end calibration (calibrate.frontend) on the tiny tokenizer, with the probe
 engine behind the real app (uvicorn on a thread, the client in its own process): fast, no model.
 
 Invariants, not copied numbers: tokenizing takes longer for longer prompts; the ingress contains the
@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
-from gpu_backend.serve.frontend_calibration import (  # noqa: E402
+from calibrate.frontend import (  # noqa: E402
     calibrate_frontend, fit_line, fit_nonnegative_line, probe_server, prompt_text, time_tokenizer,
 )
 from sim.frontend import FrontendConfig  # noqa: E402
@@ -85,7 +85,7 @@ def test_both_phases_are_recorded_and_the_fit_goes_through_them(profile):
 def test_shared_gaps_count_only_steps_all_requests_ran_in():
     from types import SimpleNamespace
 
-    from gpu_backend.serve.frontend_calibration import _shared_gaps
+    from calibrate.frontend import _shared_gaps
 
     a = SimpleNamespace(token_times=[0.0, 1.0, 2.0, 3.0, 4.0])
     b = SimpleNamespace(token_times=[1.0, 2.0, 3.0, 4.0, 5.0])  # joined one step late, ended one later
@@ -109,7 +109,7 @@ def test_bad_concurrency_is_refused(tokenizer):
 
 
 def test_the_profile_is_what_the_simulator_reads(profile, tmp_path):
-    from gpu_backend.serve.frontend_calibration import write_profile
+    from calibrate.frontend import write_profile
 
     path = write_profile(profile, tmp_path / "fe.json")
     fe = FrontendConfig.from_profile(path)

@@ -28,7 +28,7 @@ TOKENIZER = REPO / "examples" / "tiny-llama"
 
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory):
-    from gpu_backend.serve.client_check import ServeProcess
+    from fidelity.sources.guidellm_client import ServeProcess
 
     srv = ServeProcess(CONFIG, tmp_path_factory.mktemp("serve-records"), cwd=REPO)
     try:
@@ -65,7 +65,7 @@ def guidellm_check(serve, tmp_path, rate: float, num_requests: int, output_token
     """Run guidellm, join its per-request figures with the server's records, check they agree."""
     if importlib.util.find_spec("guidellm") is None:
         pytest.skip("guidellm is not installed (pip install 'servesim[test]')")
-    from gpu_backend.serve.client_check import agreement, client_requests, compare, run_guidellm
+    from fidelity.sources.guidellm_client import agreement, client_requests, compare, run_guidellm
 
     report = run_guidellm(serve.url, TOKENIZER, tmp_path / "guidellm.json", rate, num_requests,
                           prompt_tokens=64, output_tokens=output_tokens, request_format=request_format)

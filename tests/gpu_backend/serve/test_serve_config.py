@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_backend.serve.config import build_serve_config, split_serve_section
+from gpu_backend.serve.config import build_serve_config
+from servesim.commands.serve import split_serve_section
 from policies import ConfigError
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpu_backend.serve.client_check import ServeProcess
+from fidelity.sources.guidellm_client import ServeProcess
 
 
 class ScriptProcess(ServeProcess):

@@ -10,8 +10,8 @@ from sim.capacity.executor import SerialExecutor
 from sim.capacity.search import find_max_rate
 from sim.capacity.slo import SLO
 from sim.cluster.disaggregated import DisaggregatedCluster
-from sim.models import get_model
-from sim.results import Recorder
+from specs import get_model
+from records.results import Recorder
 from sim.runner import simulate
 from cluster_helpers import base_dict, make_config
 
@@ -170,7 +170,7 @@ def test_steps_count_computed_tokens_only_transferred_kv_is_not_prefill():
 
 def test_preemption_intervals_of_both_halves_reach_the_user_request():
     # a decode pool short of KV blocks preempts; the user-visible request carries its halves' intervals
-    from sim.results import preemption_table
+    from records.results import preemption_table
 
     res = simulate(make_config(DISAGG + ["workload.num_requests=60", "workload.rate=30",
                                          "disaggregation.decode={count = 1, hardware = {num_gpu_blocks = 300}}"]))

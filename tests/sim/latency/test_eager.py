@@ -76,7 +76,7 @@ def test_a_profile_with_a_launch_path_builds_the_eager_model(tmp_path):
 
     from sim.latency import build_latency_model
     from sim.latency.profiled import Profile
-    from sim.models import HardwareConfig, ModelConfig
+    from specs import HardwareConfig, ModelConfig
 
     examples = Path(__file__).resolve().parents[3] / "examples"
     model = ModelConfig(name=str(examples / "tiny-llama" / "config.json"), dtype="float32")

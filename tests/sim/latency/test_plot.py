@@ -5,7 +5,7 @@ import pytest
 
 from sim.latency import ConstantLatencyModel, RooflineLatencyModel
 from sim.latency.plot import plot_step_times, step_time_curves
-from sim.models import get_gpu, get_model
+from specs import get_gpu, get_model
 
 
 def test_curves_are_the_models_step_times():

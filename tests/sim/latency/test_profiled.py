@@ -237,7 +237,7 @@ def test_a_profile_for_another_tensor_parallel_degree_is_refused():
     from pathlib import Path
 
     from sim.latency import build_latency_model
-    from sim.models import HardwareConfig, ModelConfig
+    from specs import HardwareConfig, ModelConfig
 
     examples = Path(__file__).resolve().parents[3] / "examples"
     model = ModelConfig(name=str(examples / "tiny-llama" / "config.json"), dtype="float32")

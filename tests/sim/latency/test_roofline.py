@@ -13,7 +13,7 @@ import pytest
 
 from policies import BatchPlan, Request, ScheduledSeq
 from sim.latency import ConstantLatencyModel, LatencyModel, RooflineConstants, RooflineLatencyModel, build_latency_model
-from sim.models import HardwareConfig, ModelConfig, get_gpu, get_model, num_gpu_blocks
+from specs import HardwareConfig, ModelConfig, get_gpu, get_model, num_gpu_blocks
 
 
 def make_seq(num_tokens, num_computed, samples=True, is_padding=False):

@@ -13,7 +13,7 @@ import pytest
 
 from policies import BatchPlan, Request, ScheduledSeq
 from sim.latency import RooflineLatencyModel
-from sim.models import GPUS, get_model
+from specs import GPUS, get_model
 
 pytestmark = pytest.mark.gpu
 

@@ -1,0 +1,582 @@
+"""Measure the serving front end's delays from the real HTTP stack: `servesim serve CONFIG --calibrate-frontend OUT.json`.
+
+What `sim.frontend.FrontendConfig` models, timed on this machine with the real app (`build_app`),
+the real tokenizer and uvicorn on loopback, an httpx streaming client in its own process
+(`gpu_backend.serve.stream_client`, reading a stream as guidellm does), requests sent one at a
+time so that each finds the engine idle:
+
+- ingress: from the client's send (before it encodes the body) to the engine's first `schedule()`
+  of the request (its `first_scheduled_time`: the engine thread woke and took it from its ingress
+  list), over prompts of several lengths. A line through the per-length medians gives
+  `request_overhead_s` (intercept) and `tokenize_s_per_token` (slope: tokenizing the prompt plus
+  reading its bytes). The tokenizer alone is timed over the same prompts as a check.
+- egress: from the end of the step that made the first token (its `token_times[0]`, the time the
+  simulator gives a token) to the client having its SSE chunk: `stream_overhead_s`, the median.
+  The first token is the one TTFT waits for, and its chunk is sent while the engine runs the next
+  step, as every later chunk but the last is. The last chunk's delay (an idle engine) and, when
+  every token made a chunk of its own, every chunk's, are recorded beside it.
+- the engine thread's share: the engine's median token interval while it streams to the client,
+  minus the same for the same requests added to it directly (no HTTP, no callback), in two phases:
+  one request at a time (one output per step), and k requests sent at once by as many client
+  processes, for each k in `concurrency` (k outputs per step; the interval counted only over steps
+  that all k share; the bare twin adds k requests to the engine at once). A non-negative line
+  through (1, extra_1), (k, extra_k), ... gives `engine_s_per_step` (intercept: the event loop
+  woken and taking the
+  interpreter lock once for a step's batch of outputs) and `engine_s_per_output` (slope: the
+  server's `on_output` callback, which runs on the engine thread, its own median recorded beside
+  it, and each chunk's formatting). The raw intervals of each phase are in `measurements["phases"]`.
+
+Two engines: the real one (`servesim serve --calibrate-frontend`: `build_server` of the serving
+config) measures the front end as it runs beside real steps, which hold the interpreter lock part
+of the time, so the event loop waits for it; `probe_server(tokenizer)` puts a `ProbeEngine` whose
+steps sleep behind the same app (no torch; the front end alone; what the tests use).
+
+Not measured: concurrency on the single event loop for the ingress and egress (one request at a
+time). The terms are medians:
+the delays have long tails (a thread waiting for the interpreter lock can wait a whole switch
+interval, 5 ms; other work on a shared machine), which the means beside them in `measurements`
+show and which a constant delay cannot carry; the median is the typical request's, and stable from a
+quiet machine to a busy one (the load average before and after goes into the metadata).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import platform
+import random
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_backend.serve.stream_client import StreamClient, shares_clock
+from policies import FinishReason, RequestState
+from policies.config import write_json
+from sim.frontend import PROFILE_FORMAT
+
+# words of plain English: prompts are shuffled runs of them (as benchmark clients' synthetic text)
+_WORDS = (
+    "the of and to in a is that for it as was with be by on not he this are or his from at which but "
+    "have an they you were her she there been one all we their has would when if so no will can more "
+    "about said what out up them some could into than then time only other new these two may first "
+    "any like now my such make over our even most after also did many before must through years where "
+    "much your way well down should because each just those people how too little state good very "
+    "world still own see men work long get here between both life being under never day same another "
+    "know while last might us great old year off come since against go came right used take three "
+    "house river garden letter morning evening window question answer village journey winter summer"
+).split()
+
+# the probe's output: whole words, each one token's chunk of text
+PROBE_TEXT = " the house by the river was quiet in the morning and the garden was green"
+
+
+def prompt_text(tokenizer, num_tokens: int, seed: int = 0) -> str:
+    """English-looking text of `num_tokens` tokens (special ones aside; decoded from that many ids, so
+    re-encoding may differ by a token with other tokenizers)."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    while len(tokenizer.encode(" ".join(words), add_special_tokens=False)) < num_tokens:
+        words.extend(rng.sample(_WORDS, len(_WORDS)))
+    ids = tokenizer.encode(" ".join(words), add_special_tokens=False)[:num_tokens]
+    return tokenizer.decode(ids)
+
+
+@dataclass(frozen=True)
+class _Output:
+    """The engine's per-token callback payload (the fields of gpu_backend.engine.RequestOutput)."""
+
+    req_id: object
+    new_token_ids: list
+    finished: bool
+    finish_reason: object
+    time: float
+
+
+class ProbeEngine:
+    """A stand-in engine with the real Engine's API and stamps, whose steps sleep (clock: perf_counter).
+
+    `add_request` appends to an ingress list under a short lock and wakes the engine thread, as the
+    real Engine does; the thread takes the list at a step boundary (stamping the request's
+    `first_scheduled_time`; at most `max_num_seqs` run, the rest wait), then gives each request one
+    token of `script` per step of `step_s` seconds, recording it at the step's end (`token_times`)
+    and calling `on_output`. The steps sleep, so the interpreter is free for the event loop: the
+    front end alone is timed. The serve tests' fake engine subclasses this (the `_hooks`).
+    """
+
+    def __init__(self, script: list[int], step_s: float = 0.004, max_num_seqs: int | None = None) -> None:
+        self.script = list(script)
+        self.step_s = step_s
+        self.max_num_seqs = max_num_seqs  # None: every request runs at once
+        self._lock = threading.Lock()
+        self._incoming: list = []
+        self._aborts: list = []
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.waiting: list = []  # engine thread only: (request, on_output) not admitted yet
+        self.running: dict = {}  # req_id -> (request, on_output)
+        self.finished: list = []  # every request that ended, any reason
+        self.num_steps = 0
+
+    # --- the Engine API the server uses ---------------------------------------------------------
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def add_request(self, request, on_output=None) -> None:
+        with self._lock:
+            self._incoming.append((request, on_output))
+        self._wake.set()
+
+    def abort(self, req_id) -> None:
+        with self._lock:
+            self._aborts.append(req_id)
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stats(self) -> dict:
+        return {"num_running": len(self.running), "num_waiting": len(self.waiting), "num_swapped": 0,
+                "num_used_gpu_blocks": 0, "num_gpu_blocks": 1, "kv_usage": 0.0, "num_preemptions": 0}
+
+    # --- hooks (a subclass adds pausing, KV accounting, stop tokens) ----------------------------
+    def _at_step_boundary(self) -> None:
+        """Called on the engine thread before each step boundary."""
+
+    def _after_token(self, request) -> None:
+        """Called on the engine thread after `request` recorded a token."""
+
+    def _finish_reason(self, request, token: int) -> FinishReason | None:
+        """Why `request` ends after recording `token`; None while it goes on."""
+        return FinishReason.LENGTH if request.num_output_tokens >= request.max_tokens else None
+
+    def _end(self, request, cb, reason: FinishReason, now: float, token_ids: list) -> None:
+        """Finish `request` (already out of `running`/`waiting`), then send its last output, as the
+        real Engine does."""
+        request.finish(reason, now)
+        self.finished.append(request)
+        if cb is not None:
+            cb(_Output(request.req_id, token_ids, True, reason.value, now))
+
+    # --- the loop -------------------------------------------------------------------------------
+    def _abort(self, req_id, now: float) -> None:
+        if req_id in self.running:
+            self._end(*self.running.pop(req_id), FinishReason.ABORTED, now, [])
+            return
+        for i, (request, cb) in enumerate(self.waiting):
+            if request.req_id == req_id:
+                del self.waiting[i]
+                self._end(request, cb, FinishReason.ABORTED, now, [])
+                return
+
+    def _loop(self) -> None:
+        while not self._stop:
+            self._at_step_boundary()
+            with self._lock:  # the short critical section: swap the ingress lists
+                incoming, self._incoming = self._incoming, []
+                aborts, self._aborts = self._aborts, []
+            self.waiting.extend(incoming)
+            now = self.now()
+            for req_id in aborts:
+                self._abort(req_id, now)
+            while self.waiting and (self.max_num_seqs is None or len(self.running) < self.max_num_seqs):
+                request, cb = self.waiting.pop(0)
+                request.transition(RequestState.RUNNING_CTX)
+                request.first_scheduled_time = now
+                self.running[request.req_id] = (request, cb)
+            if not self.running:
+                self._wake.wait(0.05)
+                self._wake.clear()
+                continue
+            time.sleep(self.step_s)  # a step that leaves the interpreter to the event loop
+            self.num_steps += 1
+            now = self.now()
+            for req_id, (request, cb) in list(self.running.items()):
+                token = self.script[request.num_output_tokens % len(self.script)]
+                if request.state is RequestState.RUNNING_CTX:
+                    request.transition(RequestState.RUNNING_GEN)
+                request.record_token(token, now)
+                self._after_token(request)
+                reason = self._finish_reason(request, token)
+                if reason is not None:
+                    del self.running[req_id]
+                    self._end(request, cb, reason, now, [token])
+                elif cb is not None:
+                    cb(_Output(req_id, [token], False, None, now))
+
+
+def time_tokenizer(tokenizer, prompts: dict[int, str], num_repeats: int) -> dict[int, float]:
+    """Median seconds of `tokenizer.encode` per prompt length (the server's call, special tokens on).
+
+    Timed on this thread's CPU clock: encoding one text runs on the calling thread, and on a machine
+    whose cores are busy a wall clock times the wait for a core too (a median of 14.5 ms against a
+    3.9 ms ingress that holds the same encode, with another process on the second core).
+    """
+    out = {}
+    for length, text in prompts.items():
+        times = []
+        for _ in range(num_repeats):
+            t = time.thread_time()
+            tokenizer.encode(text)
+            times.append(time.thread_time() - t)
+        out[length] = statistics.median(times)
+    return out
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of ys over xs."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - slope * mx, slope
+
+
+class _Stamping:
+    """Wraps the server's engine: keeps every submitted Request and times its `on_output` calls.
+
+    The engine's clock is turned into `time.perf_counter` with `offset` (read once at start), so
+    the client's and the engine's stamps compare.
+    """
+
+    def __init__(self, engine) -> None:
+        self._engine = engine
+        self.requests: dict = {}
+        self.callback_s: list[float] = []
+        self.offset = time.perf_counter() - engine.now()
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def add_request(self, request, on_output=None) -> None:
+        self.requests[request.req_id] = request
+
+        def timed(out, cb=on_output):
+            t = time.perf_counter()
+            cb(out)
+            self.callback_s.append(time.perf_counter() - t)
+        self._engine.add_request(request, on_output=timed if on_output is not None else None)
+
+
+def probe_server(tokenizer, step_s: float = 0.004, model_name: str = "tiny-llama"):
+    """An `OpenAIServer` with the real tokenizer in front of a `ProbeEngine` (no torch)."""
+    from gpu_backend.serve.config import ServeConfig
+    from gpu_backend.serve.server import OpenAIServer
+
+    engine = ProbeEngine(tokenizer.encode(PROBE_TEXT, add_special_tokens=False), step_s=step_s)
+    return OpenAIServer(engine, tokenizer, ServeConfig(model_name=model_name), max_model_len=1 << 20,
+                        make_sampling=None)
+
+
+def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: int = 25,
+                       num_output_tokens: int = 16, num_warmup: int = 5, progress: bool = True,
+                       in_process: bool = False, concurrency=(2, 4)) -> dict:
+    """Time the front end of `server` (an `OpenAIServer`, not started) on this machine; the profile
+    (`{"format", "frontend", "measurements", "metadata"}`).
+
+    `server` is what `servesim serve` runs (`servesim.commands.serve.build_server`: the real engine,
+    whose steps contend with the event loop for the interpreter as they do when serving) or
+    `probe_server(tokenizer)` (a sleeping engine: the front end alone, fast, no torch). Requests go
+    one at a time (a quiet server, an idle engine at each arrival), lengths interleaved so that
+    drifting machine load spreads over all of them; then k at a time for each k in `concurrency`
+    (the engine's share at k outputs per step), `num_repeats` rounds of the shortest prompt each.
+    """
+    items = list(concurrency) if isinstance(concurrency, (list, tuple)) else [concurrency]
+    if not items or any(isinstance(k, bool) or not isinstance(k, int) or k < 2 for k in items):
+        raise ValueError(f"concurrency: need integers >= 2 (requests streaming at once), got {concurrency!r}")
+    ks = sorted(set(items))
+    from tqdm import tqdm
+
+    from gpu_backend.serve.background import BackgroundServer
+    from gpu_backend.serve.server import build_app
+
+    tokenizer = server.tokenizer
+    lengths = sorted({int(n) for n in prompt_lengths})
+    if len(lengths) < 2 or lengths[0] < 1:
+        raise ValueError(f"prompt_lengths: need at least two distinct lengths >= 1, got {list(prompt_lengths)}")
+    if num_output_tokens < 3:
+        raise ValueError(f"num_output_tokens: need >= 3 (token intervals to time), got {num_output_tokens!r}")
+    if lengths[-1] + num_output_tokens + 1 > server.max_model_len:
+        raise ValueError(f"prompt_lengths: {lengths[-1]} tokens + {num_output_tokens} outputs do not fit the "
+                         f"model's maximum length {server.max_model_len}")
+    load_before = os.getloadavg()
+    prompts = {n: prompt_text(tokenizer, n, seed=n) for n in lengths}
+    num_ids = {n: len(tokenizer.encode(text)) for n, text in prompts.items()}  # as the server counts them
+    encode_s = time_tokenizer(tokenizer, prompts, max(num_repeats, 20))
+
+    engine = server.engine = _Stamping(server.engine)
+    model = server.config.model_name
+
+    def body(n: int) -> dict:
+        return {"model": model, "prompt": prompts[n], "max_tokens": num_output_tokens, "stream": True,
+                "ignore_eos": True}
+
+    # HTTP requests, and every third one's twin added to the engine directly (its bare token
+    # interval), shuffled together so that drifting machine load spreads over all of them
+    plan = [("http", n) for _ in range(num_repeats) for n in lengths]
+    plan += [("bare", n) for _, n in plan[::3]]
+    random.Random(0).shuffle(plan)
+    # then rounds of k requests at once (the shortest prompt), streamed or bare, all ks shuffled together
+    rounds = [(kind, k) for k in ks for kind in ("http", "bare") for _ in range(num_repeats)]
+    random.Random(1).shuffle(rounds)
+    results, bare = [], []
+    k_streamed: dict[int, list] = {k: [] for k in ks}
+    k_bare: dict[int, list] = {k: [] for k in ks}
+    with contextlib.ExitStack() as stack:
+        srv = stack.enter_context(BackgroundServer(build_app(server)))
+        url = f"{srv.url}/v1/completions"
+        clients = [stack.enter_context(StreamClient(url, in_process)) for _ in range(ks[-1])]
+        client = clients[0]
+        for i in range(num_warmup):  # the first requests pay imports, connection set-up, caches
+            client.send(body(lengths[i % len(lengths)]))
+        for c in clients[1:]:
+            c.send(body(lengths[0]))
+        for kind, n in tqdm(plan, desc="calibrate front end (1 at a time)", unit="req", disable=not progress):
+            if kind == "http":
+                results.append((n, client.send(body(n))))
+            else:
+                bare.append(_run_bare(server, body(n)))
+        for kind, k in tqdm(rounds, desc=f"calibrate front end ({', '.join(map(str, ks))} at once)", unit="round",
+                            disable=not progress):
+            if kind == "http":
+                for c in clients[:k]:  # all sent before any answer is awaited
+                    c.submit(body(lengths[0]))
+                answers = [c.receive() for c in clients[:k]]
+                k_streamed[k].append([engine.requests[req_id] for _, req_id, _ in answers])
+            else:
+                k_bare[k].append(_run_bare_batch(server, [body(lengths[0])] * k))
+    ingress: dict[int, list[float]] = {n: [] for n in lengths}
+    before_stamp, first_egress, last_egress, all_egress, num_unpaired = [], [], [], [], 0
+    for n, (sent, req_id, chunks) in results:
+        request = engine.requests[req_id]
+        # the engine took it at its first schedule() (it was idle: no step to wait for)
+        ingress[n].append(request.first_scheduled_time + engine.offset - sent)
+        # the server stamps arrival_time as its handler starts: what lies before is outside its records
+        before_stamp.append(request.arrival_time + engine.offset - sent)
+        produced = [t + engine.offset for t in request.token_times]  # the steps' end stamps
+        if not chunks or not produced:
+            num_unpaired += 1
+            continue
+        last_egress.append(chunks[-1] - produced[-1])  # the final chunk always carries the last token
+        first_text = tokenizer.decode(request.output_token_ids[:1])
+        if first_text and not first_text.endswith("\ufffd"):  # the first token made the first chunk
+            first_egress.append(chunks[0] - produced[0])
+        if len(chunks) == len(produced):  # one chunk per token: every pair is known
+            all_egress.extend(c - p for c, p in zip(chunks, produced))
+        else:
+            num_unpaired += 1
+    load_after = os.getloadavg()
+    served_gaps = _gaps(engine.requests[req_id] for _, (_, req_id, _) in results)
+    bare_gaps = _gaps(bare)
+    served_interval, bare_interval = statistics.median(served_gaps), statistics.median(bare_gaps)
+    phases = [_phase(1, served_gaps, bare_gaps, len(results), len(bare))]
+    for k in ks:
+        k_served_gaps = [g for batch in k_streamed[k] for g in _shared_gaps(batch)]
+        k_bare_gaps = [g for batch in k_bare[k] for g in _shared_gaps(batch)]
+        if not k_served_gaps or not k_bare_gaps:
+            raise RuntimeError(f"calibrate front end: no step was shared by all {k} concurrent requests")
+        phases.append(_phase(k, k_served_gaps, k_bare_gaps, k * len(k_streamed[k]), k * len(k_bare[k])))
+    per_step, per_output = fit_nonnegative_line([ph["outputs_per_step"] for ph in phases],
+                                                [ph["extra_s_median"] for ph in phases])
+    if not first_egress:
+        raise RuntimeError("calibrate front end: no first token made a chunk of its own; cannot time the egress")
+
+    xs = [num_ids[n] for n in lengths]
+    ingress_med = [statistics.median(ingress[n]) for n in lengths]
+    request_overhead, per_token = fit_line(xs, ingress_med)
+    encode_intercept, encode_per_token = fit_line(xs, [encode_s[n] for n in lengths])
+    terms = {
+        "request_overhead_s": max(request_overhead, 0.0),
+        "tokenize_s_per_token": max(per_token, 0.0),
+        # the chunks that matter most (TTFT), sent while the engine runs its next step
+        "stream_overhead_s": statistics.median(first_egress),
+        # what streaming adds to the engine's token interval, at 1 and k outputs per step
+        "engine_s_per_output": per_output,
+        "engine_s_per_step": per_step,
+    }
+    callback = engine.callback_s
+    return {
+        "format": PROFILE_FORMAT,
+        "frontend": terms,
+        "measurements": {
+            "engine": type(engine._engine).__name__,
+            "client": "thread" if in_process or not shares_clock() else "process",
+            "prompt_tokens": xs,
+            "ingress_s_median": ingress_med,
+            "ingress_s_mean": [statistics.fmean(ingress[n]) for n in lengths],
+            "ingress_s_p90": [_quantile(ingress[n], 0.9) for n in lengths],
+            # the part of the ingress before the server's arrival stamp (HTTP parsing, routing): with
+            # the egress, what a client's TTFT exceeds the server's records by
+            "ingress_before_server_stamp_s_median": statistics.median(before_stamp),
+            "tokenizer_encode_s_median": [encode_s[n] for n in lengths],
+            "tokenizer_s_per_token": encode_per_token,
+            "tokenizer_intercept_s": encode_intercept,
+            "egress_first_chunk_s_median": statistics.median(first_egress),
+            "egress_first_chunk_s_mean": statistics.fmean(first_egress),
+            "egress_first_chunk_s_p90": _quantile(first_egress, 0.9),
+            "egress_last_chunk_s_median": statistics.median(last_egress),
+            "egress_every_chunk_s_median": statistics.median(all_egress) if all_egress else None,
+            "engine_callback_s_per_output": statistics.median(callback) if callback else None,
+            "token_interval_s_median_streamed": served_interval,
+            "token_interval_s_median_bare": bare_interval,
+            "token_interval_s_mean_streamed": statistics.fmean(served_gaps),
+            "token_interval_s_mean_bare": statistics.fmean(bare_gaps),
+            # per phase (outputs per step): the token intervals streamed and bare, raw and summed up
+            "phases": phases,
+            "num_bare_requests": len(bare),
+            "num_requests": len(results),
+            "num_first_chunks_paired": len(first_egress),
+            "num_requests_not_fully_paired": num_unpaired,
+        },
+        "metadata": {
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
+            "python": platform.python_version(),
+            "packages": _versions(("uvicorn", "fastapi", "httpx", "tokenizers", "torch")),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in load_after],
+            "tokenizer": str(getattr(tokenizer, "path", "")),
+            "settings": {"num_repeats": num_repeats, "num_output_tokens": num_output_tokens,
+                         "num_warmup": num_warmup, "prompt_lengths": lengths, "concurrency": ks},
+            "method": "calibrate/frontend.py: uvicorn on loopback, the real app and "
+                      "tokenizer, httpx streaming clients in their own processes; one request at a time, "
+                      f"then {', '.join(map(str, ks))} at once for the engine thread's share; medians",
+        },
+    }
+
+
+def _run_bare(server, body: dict, timeout_s: float = 120.0):
+    """Add the request `body` describes straight to the (running) engine and wait for it to end."""
+    from gpu_backend.serve.protocol import parse_request
+
+    request = server.make_request(parse_request(body, chat=False), server.engine.now(), "bare")
+    server.engine.add_request(request)
+    deadline = time.monotonic() + timeout_s
+    while not request.is_finished:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"calibrate front end: request {request.req_id} did not finish in {timeout_s} s")
+        time.sleep(0.02)
+    return request
+
+
+def _run_bare_batch(server, bodies: list[dict], timeout_s: float = 120.0) -> list:
+    """Add the requests `bodies` describe to the (running) engine at once; wait for all to end."""
+    from gpu_backend.serve.protocol import parse_request
+
+    requests = [server.make_request(parse_request(b, chat=False), server.engine.now(), "bare") for b in bodies]
+    for request in requests:
+        server.engine.add_request(request)
+    deadline = time.monotonic() + timeout_s
+    while not all(r.is_finished for r in requests):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"calibrate front end: {len(requests)} bare requests did not finish in {timeout_s} s")
+        time.sleep(0.02)
+    return requests
+
+
+def _gaps(requests) -> list[float]:
+    """Gaps between consecutive output tokens over `requests` (one request per step: step times)."""
+    return [b - a for r in requests for a, b in zip(r.token_times, r.token_times[1:])]
+
+
+def _shared_gaps(requests) -> list[float]:
+    """Token gaps of `requests` (sent together) over the steps all of them ran in: from the last one's
+    first token to the first one's last, every step decodes all of them (one output each)."""
+    lo = max(r.token_times[0] for r in requests)
+    hi = min(r.token_times[-1] for r in requests)
+    return [b - a for r in requests for a, b in zip(r.token_times, r.token_times[1:]) if a >= lo and b <= hi]
+
+
+def _phase(outputs_per_step: int, streamed: list[float], bare: list[float], num_streamed: int,
+           num_bare: int) -> dict:
+    """One phase's token intervals (seconds): medians, means, the streamed-minus-bare extra, and raw."""
+    return {
+        "outputs_per_step": outputs_per_step,
+        "extra_s_median": statistics.median(streamed) - statistics.median(bare),
+        "extra_s_mean": statistics.fmean(streamed) - statistics.fmean(bare),
+        "streamed_s_median": statistics.median(streamed), "bare_s_median": statistics.median(bare),
+        "streamed_s_mean": statistics.fmean(streamed), "bare_s_mean": statistics.fmean(bare),
+        "num_streamed_requests": num_streamed, "num_bare_requests": num_bare,
+        "streamed_intervals_s": [round(g, 7) for g in streamed],
+        "bare_intervals_s": [round(g, 7) for g in bare],
+    }
+
+
+def fit_nonnegative_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of ys over xs with both >= 0 (the best of the unconstrained
+    line when it is feasible, else of the two faces: slope 0, or a line through the origin)."""
+    intercept, slope = fit_line(xs, ys)
+    if intercept >= 0 and slope >= 0:
+        return intercept, slope
+
+    def sse(a: float, b: float) -> float:
+        return sum((y - a - b * x) ** 2 for x, y in zip(xs, ys))
+    flat = (max(statistics.fmean(ys), 0.0), 0.0)
+    through_origin = (0.0, max(sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs), 0.0))
+    return min(flat, through_origin, key=lambda ab: sse(*ab))
+
+
+def _quantile(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def _versions(names: tuple[str, ...]) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def write_profile(profile: dict, path: str | Path) -> Path:
+    """Write the profile as JSON to `path`, and its engine-share figure beside it (same name, .png)."""
+    path = write_json(path, profile)
+    if profile.get("measurements", {}).get("phases"):
+        plot_engine_share(profile, path.with_suffix(".png"))
+    return path
+
+
+def plot_engine_share(profile: dict, path: str | Path) -> Path:
+    """The engine thread's share per phase: the token interval's streamed-minus-bare extra (median and
+    mean) against outputs per step, with the charged line engine_s_per_step + engine_s_per_output x outputs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    phases, fe = profile["measurements"]["phases"], profile["frontend"]
+    xs = [ph["outputs_per_step"] for ph in phases]
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    ax.plot(xs, [ph["extra_s_median"] * 1e3 for ph in phases], "o", label="measured extra (median, fitted)")
+    ax.plot(xs, [ph["extra_s_mean"] * 1e3 for ph in phases], "o", mfc="none", label="measured extra (mean)")
+    line = [0, max(xs) + 1]
+    ax.plot(line, [(fe["engine_s_per_step"] + fe["engine_s_per_output"] * x) * 1e3 for x in line], "-",
+            label=f"charged: {fe['engine_s_per_step'] * 1e3:.3f} + {fe['engine_s_per_output'] * 1e3:.3f} x outputs")
+    ax.set_xlabel("outputs per step (concurrent streams)")
+    ax.set_ylabel("token interval, streamed - bare (ms)")
+    load = profile.get("metadata", {}).get("load_average_before", ["?"])[0]
+    ax.set_title(f"engine thread's share of streaming ({profile['measurements']['engine']}, load {load})", fontsize=9)
+    ax.set_xlim(0, max(xs) + 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

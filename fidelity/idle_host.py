@@ -1,0 +1,214 @@
+"""The engine's per-step host time, measured where nothing else moves: requests alone in the engine.
+
+A request that arrives at an idle engine and finishes before the next one arrives decodes one token
+per step, alone. Its measured TPOT is then one decode step of batch 1: the GPU's kernels plus the
+engine's host work between them (scheduling, input preparation, sampling, output handling). The GPU
+part is what the per-op data predicts for a one-sequence decode step at that request's context
+lengths (the GPU model alone, without host terms), so the difference is the host time per step, request by request, with no fitting and no queueing
+in the way. Its median over a run is one number per run; a run is never predicted with its own.
+
+The same requests' TTFTs give the factor by which a busy engine's compute-bound GEMM work runs
+slower than aiconfigurator's isolated timings (`compute_factors`: the sustained clock under a
+power limit; memory-bound decode work is not slowed).
+
+`IdleHostLayer` is the file form (`fidelity/host/*.json`): the per-run medians, the method,
+and the runs they came from. `host_s_for(run)` is the median over the *other* runs (leave one run
+out for runs it was measured on; all of them for a run it never saw, such as an unseen
+deployment of the same engine on the same GPU). Regenerate with `measure_layer`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from policies.config import read_json_object, write_json
+
+HOST_DIR = Path(__file__).resolve().parent / "host"
+#: the shipped layer for vLLM v1 on H100 with per-op (aiconfigurator) GPU times
+VLLM_V1_H100 = HOST_DIR / "vllm-v1-h100.json"
+FORMAT = "servesim-idle-host"
+
+
+def alone(requests: pd.DataFrame) -> pd.Series:
+    """Requests (index aligned) that ran with no other request in flight, from their own timings."""
+    r = requests.sort_values("arrival_time")
+    end = r["arrival_time"] + r["e2e_s"]
+    prev_end = end.cummax().shift(1).fillna(-np.inf)
+    next_arrival = r["arrival_time"].shift(-1).fillna(np.inf)
+    return ((r["arrival_time"] > prev_end) & (end < next_arrival)).reindex(requests.index)
+
+
+def one_decode_step(gpu_model, context_len: int) -> float:
+    """GPU seconds of a decode step of one sequence whose KV holds `context_len` tokens."""
+    from policies import BatchPlan, Request, ScheduledSeq
+
+    seq = ScheduledSeq(Request(0, 0.0, context_len, 2), 1, context_len - 1, True)
+    return float(gpu_model.step_time(BatchPlan(0, (seq,))))
+
+
+def idle_host_times(run, gpu_model, min_output_tokens: int = 4, samples: int = 8) -> np.ndarray:
+    """Host seconds per step of each request of `run` that was alone in the engine: its measured
+    TPOT less the GPU time `gpu_model` (no host terms) gives its decode steps, averaged over
+    `samples` context lengths between its first and last token."""
+    meas = run.requests
+    if not len(meas) or meas["tpot_s"].isna().all():
+        return np.zeros(0)
+    meas = meas[alone(meas) & (meas["num_output_tokens"] >= min_output_tokens) & meas["tpot_s"].notna()]
+    out = []
+    for r in meas.itertuples():
+        ctx = np.linspace(r.num_prompt_tokens + 1, r.num_prompt_tokens + r.num_output_tokens - 1, samples)
+        gpu = float(np.mean([one_decode_step(gpu_model, int(c)) for c in ctx]))
+        out.append(r.tpot_s - gpu)
+    return np.asarray(out, dtype=float)
+
+
+def frontend_gaps(run) -> np.ndarray:
+    """Seconds of the TTFT of each request alone in the engine spent outside it: TTFT - time in
+    queue - time in prefill, from vLLM's own spans (the API process handing the request to the
+    engine core, and the first token back); empty when the run has no such spans.
+
+    Only requests alone count: with others running, the gap also holds the rest of the step the
+    request arrived in (the engine core takes new requests between steps, and vLLM's queue time
+    starts there): about half a step, 15-20 ms on the 34B runs, which the simulation already
+    charges as the wait for the next step boundary.
+    """
+    path = Path(run.path) / "per_request_server_spans.csv"
+    if not path.is_file():
+        return np.zeros(0)
+    df = pd.read_csv(path)
+    need = ("ttft_s", "time_in_queue_s", "time_in_prefill_s", "start_unix_ns", "e2e_s")
+    if any(c not in df for c in need):
+        return np.zeros(0)
+    df = df[alone(df.assign(arrival_time=df["start_unix_ns"] / 1e9)).to_numpy()]
+    gap = (df["ttft_s"] - df["time_in_queue_s"] - df["time_in_prefill_s"]).to_numpy(float)
+    # spans whose phases were not recorded (zeros) say nothing about the gap
+    ok = np.isfinite(gap) & (df["time_in_prefill_s"].to_numpy(float) > 0) & (gap >= 0)
+    return gap[ok]
+
+
+def _median_but(values: dict[str, float], run_name: str | None) -> float | None:
+    vals = [v for k, v in values.items() if k != run_name]
+    return float(np.median(vals)) if vals else None
+
+
+@dataclass
+class IdleHostLayer:
+    """Per-run medians of the idle-engine host time per step (and of the front-end gap of each
+    request's TTFT, where the run's spans time it), and where they came from."""
+
+    per_run: dict[str, float]
+    method: str = ("median over requests alone in the engine of measured TPOT - the per-op GPU time "
+                   "of their decode steps; frontend: median of TTFT - queue - prefill of vLLM's spans "
+                   "(fidelity.idle_host)")
+    source: str = ""
+    gpu_model: str = "aiconfigurator"
+    num_requests: dict[str, int] = field(default_factory=dict)
+    frontend_per_run: dict[str, float] = field(default_factory=dict)
+    compute_factor_per_run: dict[str, float] = field(default_factory=dict)
+
+    def host_s_for(self, run_name: str | None = None) -> float | None:
+        """The median over every run but `run_name` (None when no other run has a value)."""
+        return _median_but(self.per_run, run_name)
+
+    def frontend_s_for(self, run_name: str | None = None) -> float | None:
+        """The front-end gap: the median over every run but `run_name` (None without one)."""
+        return _median_but(self.frontend_per_run, run_name)
+
+    def compute_factor_for(self, run_name: str | None = None) -> float | None:
+        """The sustained-compute factor of GEMMs: the median over every run but `run_name`."""
+        return _median_but(self.compute_factor_per_run, run_name)
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": 1, "method": self.method, "source": self.source,
+                "gpu_model": self.gpu_model, "per_run": self.per_run, "num_requests": self.num_requests,
+                "frontend_per_run": self.frontend_per_run, "compute_factor_per_run": self.compute_factor_per_run,
+                "fitted_on": sorted(set(self.per_run) | set(self.frontend_per_run) | set(self.compute_factor_per_run))}
+
+    def save(self, path: str | Path) -> Path:
+        return write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "IdleHostLayer":
+        data = read_json_object(path, "host layer")
+        if data.get("format") != FORMAT:
+            raise ValueError(f"host layer: {path} is not a {FORMAT} file (format: {data.get('format')!r})")
+        per_run = data.get("per_run")
+        if not isinstance(per_run, dict) or any(not isinstance(v, (int, float)) or v < 0 for v in per_run.values()):
+            raise ValueError(f"host layer.per_run: {path}: expected run -> seconds >= 0")
+        extra = {}
+        for key in ("frontend_per_run", "compute_factor_per_run"):
+            d = data.get(key) or {}
+            if not isinstance(d, dict) or any(not isinstance(v, (int, float)) or v < 0 for v in d.values()):
+                raise ValueError(f"host layer.{key}: {path}: expected run -> a number >= 0")
+            extra[key] = {k: float(v) for k, v in d.items()}
+        return cls({k: float(v) for k, v in per_run.items()}, data.get("method", ""), data.get("source", ""),
+                   data.get("gpu_model", "aiconfigurator"), dict(data.get("num_requests") or {}), **extra)
+
+
+def measure_layer(runs, gpu_model: str = "aiconfigurator", min_requests: int = 5) -> IdleHostLayer:
+    """The layer of `runs`: each run's median over its idle-engine requests (at least `min_requests`)."""
+    from sim.config import load_config
+    from fidelity.from_run import config_dict_for_run
+    from fidelity.predict import gpu_latency_model
+
+    per_run, counts, front = {}, {}, {}
+    for run in runs:
+        gaps = frontend_gaps(run)
+        if len(gaps) >= min_requests:
+            front[run.name] = float(np.median(gaps))
+        config = load_config(config_dict_for_run(run))
+        # kernel times as measured (factor 1): a one-sequence decode step is a weight read, which
+        # the sustained-compute factor does not touch, and the layer must not depend on itself
+        model, kind = gpu_latency_model(run, config, gpu_model, compute_factor=1.0)
+        h = idle_host_times(run, model)
+        if len(h) >= min_requests:
+            per_run[run.name], counts[run.name] = max(float(np.median(h)), 0.0), int(len(h))
+    compute = {}
+    for run in runs:
+        f = compute_factors(run, per_run.get(run.name), front.get(run.name, 0.0))
+        if len(f) >= min_requests:
+            compute[run.name] = float(np.median(f))
+    return IdleHostLayer(per_run, source=", ".join(sorted({r.source for r in runs})), gpu_model=gpu_model,
+                         num_requests=counts, frontend_per_run=front, compute_factor_per_run=compute)
+
+
+PROBE_FACTOR = 1.5
+
+
+def compute_factors(run, host_s: float | None, frontend_s: float, min_share: float = 0.1) -> np.ndarray:
+    """Per request alone in the engine (and in the simulation): the factor on the compute-bound
+    share of the GEMMs (`calibrate.importers.aiconfigurator.sustained`) that makes its predicted
+    TTFT the measured one. An idle request's TTFT is its prefill steps, linear in the factor: two
+    simulations (factor 1 and `PROBE_FACTOR`, the run's own host and front-end times) give the line.
+    Requests whose prefill is less than `min_share` compute-bound at the probe say little and are
+    left out (a 64-token chunk is a weight read)."""
+    from fidelity.host_overhead import HostOverhead
+    from fidelity.predict import predict_run
+    from sim.latency.roofline import RooflineConstants
+
+    if host_s is None or not len(run.requests) or run.requests["ttft_s"].isna().all():
+        return np.zeros(0)
+    terms = HostOverhead(schedule_s=host_s, schedule_per_seq_s=RooflineConstants().per_seq_overhead_s,
+                         frontend_s=frontend_s)
+    sims = [predict_run(run, terms, gpu_model="aiconfigurator", compute_factor=f).requests for f in (1.0, PROBE_FACTOR)]
+    t = [s.assign(req_id=s["req_id"].astype(str)).set_index("req_id") for s in sims]
+    meas = run.requests.assign(req_id=run.requests["req_id"].astype(str))
+    meas = meas[alone(meas).to_numpy()].set_index("req_id")
+    ids = meas.index.intersection(t[0].index[alone(t[0]).to_numpy()])
+    t1, t2, m = t[0].loc[ids, "ttft_s"], t[1].loc[ids, "ttft_s"], meas.loc[ids, "ttft_s"]
+    slope = (t2 - t1) / (PROBE_FACTOR - 1.0)
+    ok = (slope * (PROBE_FACTOR - 1.0) >= min_share * t1) & np.isfinite(m)
+    return (1.0 + (m[ok] - t1[ok]) / slope[ok]).to_numpy(float)
+
+
+_LAYERS: dict[Path, IdleHostLayer | None] = {}
+
+
+def shipped_layer(path: Path = VLLM_V1_H100) -> IdleHostLayer | None:
+    """The shipped layer (cached), or None when the file is absent."""
+    if path not in _LAYERS:
+        _LAYERS[path] = IdleHostLayer.load(path) if path.is_file() else None
+    return _LAYERS[path]

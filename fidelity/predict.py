@@ -1,0 +1,277 @@
+"""Simulate one real run from its configuration: `predict_run(run, overhead) -> Prediction`.
+
+The pieces: the config `config_dict_for_run` rebuilds; the workload (the recorded requests, or the
+load generator's profile); a GPU step-time model chosen by what measured data exists for the run's
+GPU and model, most specific first:
+
+1. `layer-profile`: LLMServingSim's per-layer vLLM profile of that GPU/model/TP (next to the run);
+2. `distserve`: DistServe's fitted vLLM iteration times on A100 (next to the run);
+3. `aiconfigurator`: calibrate's importer of aiconfigurator's per-op database (H100/H200/A100),
+   when installed;
+4. `roofline`: the config's own latency model (`sim.latency.build_latency_model`).
+
+The GPU model is wrapped in `HostOverheadLatencyModel` (named host terms: a fit's, or `host_prior`). Data-parallel runs
+(`data_parallel_size` > 1) are simulated as that many engines, requests dealt round-robin.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend
+from fidelity.runs import METRICS, RealRun, tpot
+
+GPU_MODEL_KINDS = ("auto", "layer-profile", "distserve", "aiconfigurator", "roofline")
+
+
+@dataclass
+class Prediction:
+    """A simulated run: per-request predictions (one row per recorded request), steps, mean metrics."""
+
+    run: RealRun
+    requests: pd.DataFrame  # req_id, arrival_time, first_token_time, finish_time, ttft_s, e2e_s, tpot_s, ...
+    steps: pd.DataFrame  # start, duration, gpu_s, num_tokens, num_seqs, num_sampled, engine
+    gpu_model: str
+    workload: str
+    overhead: HostOverhead
+    notes: list[str] = field(default_factory=list)
+
+    def means(self) -> dict[str, float]:
+        out = {}
+        for m in METRICS:
+            v = self.requests[m].to_numpy(dtype=float)
+            v = v[np.isfinite(v)]
+            out[m] = float(v.mean()) if v.size else float("nan")
+        return out
+
+
+def layer_profile_folder(run: RealRun) -> Path | None:
+    """LLMServingSim's per-layer profile for the run's GPU, model and TP, if shipped next to the run."""
+    for root in run.path.parents:
+        perf = root / "profiler" / "perf"
+        if perf.is_dir():
+            model = run.server.model.split("/")[-1]
+            for cand in sorted(perf.glob(f"{run.path.parent.name}/*/{model}/bf16/tp{run.server.tensor_parallel_size}")):
+                return cand
+            return None
+    return None
+
+
+def run_link(run: RealRun) -> tuple[float | None, float | None]:
+    """(bytes/s, seconds) of the GPU link the run's own hardware description gives (LLMServingSim's
+    cluster `config.json`: `link_bw` in GB/s, `link_latency` in ns), or (None, None)."""
+    import json
+
+    path = run.path / "config.json"
+    if not path.is_file():
+        return None, None
+    try:
+        cfg = json.loads(path.read_text())
+    except ValueError:
+        return None, None
+    bw, lat = cfg.get("link_bw"), cfg.get("link_latency")
+    return (float(bw) * 1e9 if bw else None), (float(lat) * 1e-9 if lat is not None else None)
+
+
+def distserve_profile(run: RealRun) -> Path | None:
+    for root in run.path.parents:
+        cand = root / "profile_data" / "profiler-a100-80g.vllm.json"
+        if cand.is_file():
+            return cand
+    return None
+
+
+_AICONFIGURATOR: dict[tuple, object] = {}  # (gpu, model, tp) -> Profile, or the exception it raised
+
+
+def _aiconfigurator_profile(gpu: str, spec, tp: int, compute_factor: float = 1.0):
+    """calibrate's import of aiconfigurator's data (optional extra) for a `ModelSpec`, cached with
+    its failures (slow to load)."""
+    key = (gpu, spec, tp, round(compute_factor, 6))
+    if key not in _AICONFIGURATOR:
+        try:
+            from calibrate.importers import dims_of_spec, import_profile
+
+            # kernel time only: the engine's host time is `host_prior`'s named terms (or a fit's)
+            _AICONFIGURATOR[key] = import_profile("aiconfigurator", gpu, dims_of_spec(spec, tp), tp, host="none",
+                                                  compute_factor=compute_factor)
+        except Exception as exc:  # noqa: BLE001 - any failure means "no data": fall back
+            _AICONFIGURATOR[key] = exc
+    hit = _AICONFIGURATOR[key]
+    if isinstance(hit, Exception):
+        raise hit
+    return hit
+
+
+def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = None,
+               measured: bool = True) -> HostOverhead:
+    """The host terms a run is predicted with when no fit is given, by GPU step-time source.
+
+    Per-op kernel databases (`aiconfigurator`) hold no host time, so a step adds the engine's:
+
+    - vLLM v1 (chunked prefill) on an H100, with `measured`: the per-step host time measured on
+      idle engines of the shipped vLLM 0.11 H100 runs and the front-end part of their TTFTs
+      (`fidelity.idle_host`), each the median over the runs other than `run` (never a run's
+      own measurement);
+    - otherwise the project's documented constants (`sim.latency.RooflineConstants`: a per-step
+      and a per-sequence term, not fitted to any run).
+
+    DistServe's coefficients (`distserve`) time vLLM v0's forward pass alone: with `measured`, the
+    v0 engine's host time per running sequence and its front end, read off the timestamps of the
+    *other* DistServe runs (`fidelity.sources.distserve.distserve_host_prior`).
+
+    A fit replaces these terms rather than adding to them. The other sources time whole engine
+    steps or layers (their host time is in the data) and the roofline carries its own: no terms.
+    """
+    if gpu_model == "distserve" and measured and run is not None and distserve_profile(run) is not None:
+        from fidelity.sources.distserve import distserve_host_prior
+
+        return distserve_host_prior(run, distserve_profile(run))
+    if gpu_model != "aiconfigurator":
+        return HostOverhead()
+    from sim.latency.roofline import RooflineConstants
+
+    c = RooflineConstants()
+    step_s, front_s = c.step_overhead_s, 0.0
+    layer = _measured_layer(run, gpu) if measured else None
+    if layer is not None:
+        name = run.name if run is not None else None
+        step_s = layer.host_s_for(name) if layer.host_s_for(name) is not None else step_s
+        front_s = layer.frontend_s_for(name) or 0.0
+    return HostOverhead(schedule_s=step_s, schedule_per_seq_s=c.per_seq_overhead_s, frontend_s=front_s)
+
+
+def _measured_layer(run: RealRun | None, gpu: str | None):
+    """The shipped idle-engine layer when it applies to the run (vLLM v1 on an H100), else None."""
+    gpu = (gpu or (run.server.gpu if run is not None else None) or "H100").upper()
+    v1 = run is None or run.server.enable_chunked_prefill
+    if not (v1 and gpu.startswith("H100")):
+        return None
+    from fidelity.idle_host import shipped_layer
+
+    return shipped_layer()
+
+
+def compute_prior(run: RealRun | None = None, gpu: str | None = None, measured: bool = True) -> float:
+    """How much slower the compute-bound share of a GEMM runs in a busy engine than aiconfigurator
+    timed it alone: measured on idle engines of the other shipped runs (`fidelity.idle_host`)
+    for vLLM v1 on an H100, else 1 (as measured)."""
+    layer = _measured_layer(run, gpu) if measured else None
+    value = layer.compute_factor_for(run.name if run is not None else None) if layer is not None else None
+    return value if value is not None else 1.0
+
+
+def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: float | None = None):
+    """(step-time model, its kind) for the run's GPU and model; `compute_factor` (aiconfigurator):
+    None = `compute_prior`."""
+    if kind not in GPU_MODEL_KINDS:
+        raise ValueError(f"gpu_model: {kind!r} is not allowed; choose one of {', '.join(GPU_MODEL_KINDS)}")
+    spec = config.model.spec()
+    if kind in ("auto", "layer-profile"):
+        folder = layer_profile_folder(run)
+        if folder is not None:
+            from fidelity.sources.llmservingsim import LayerProfileLatencyModel
+
+            gpu = config.hardware.gpu_spec()
+            link, latency = run_link(run)
+            link = link or gpu.nvlink_bandwidth or gpu.pcie_bandwidth
+            kw = {"link_latency": latency} if latency is not None else {}
+            return LayerProfileLatencyModel(folder, spec.num_layers, spec.hidden_size, config.hardware.tp,
+                                            spec.num_experts, spec.num_experts_per_tok, link,
+                                            ep_size=run.server.data_parallel_size if run.server.enable_expert_parallel else 1,
+                                            **kw), "layer-profile"
+        if kind == "layer-profile":
+            raise ValueError(f"gpu_model: no per-layer profile next to run {run.name}")
+    if kind in ("auto", "distserve"):
+        path = distserve_profile(run)
+        if path is not None and run.server.model == "facebook/opt-13b":
+            from fidelity.sources.distserve import DistServeLatencyModel
+
+            return DistServeLatencyModel(path, run.server.model, config.hardware.tp), "distserve"
+        if kind == "distserve":
+            raise ValueError(f"gpu_model: no DistServe coefficients for run {run.name}")
+    if kind in ("auto", "aiconfigurator"):
+        try:
+            from sim.latency.profiled import ProfiledLatencyModel
+
+            factor = compute_prior(run, config.hardware.gpu) if compute_factor is None else compute_factor
+            profile = _aiconfigurator_profile(config.hardware.gpu, spec, config.hardware.tp, factor)
+            return ProfiledLatencyModel(profile, block_size=config.cache.block_size), "aiconfigurator"
+        except Exception as exc:  # not installed, or no data for this GPU/model: fall through
+            if kind == "aiconfigurator":
+                raise ValueError(f"gpu_model: aiconfigurator has no data for {spec.name} on "
+                                 f"{config.hardware.gpu} tp={config.hardware.tp} ({exc})") from None
+    from sim.latency import build_latency_model
+
+    return build_latency_model(config), "roofline"
+
+
+def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
+    from fidelity.sources.inference_perf import SharedPrefixWorkload
+    from fidelity.replay import ReplayWorkload
+
+    if kind == "replay":
+        return ReplayWorkload(requests if requests is not None else run.requests)
+    if kind == "guidellm":
+        from fidelity.sources.guidellm import GuidellmWorkload
+
+        return GuidellmWorkload(run.profile or {})
+    return SharedPrefixWorkload(run.profile)
+
+
+def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: str = "auto",
+                gpu: str | None = None, gpu_model: str = "auto", overrides: tuple[str, ...] = (),
+                record: bool = False, host: str = "measured", compute_factor: float | None = None) -> Prediction:
+    """Simulate `run` from its configuration and return the per-request predictions (`overhead`
+    None: the GPU model's `host_prior`, measured on other runs or, `host="prior"`, documented;
+    `compute_factor` None: `compute_prior` likewise)."""
+    if host not in ("measured", "prior"):
+        raise ValueError(f"host: {host!r} is not allowed; choose one of measured, prior")
+    from sim.config import load_config
+    from fidelity.from_run import config_dict_for_run
+    from sim.runner import simulate
+
+    # a multi-turn chat's turns carry their session's earlier turns (cached in the prefix cache, and
+    # sent only after the previous answer): a replay of the sends knows neither, the generator both
+    from fidelity.runs import shared_prefix_profile
+
+    sp = shared_prefix_profile(run.profile) if workload == "auto" else None
+    chat = sp is not None and sp.enable_multi_turn_chat
+    replayed = workload == "replay" or (workload == "auto" and run.has_per_request and not chat)
+    kind = "replay" if replayed else "profile"
+    data_section = (run.profile or {}).get("data")
+    if kind == "profile" and not (isinstance(data_section, dict) and data_section.get("type") == "shared_prefix"):
+        kind = "guidellm"  # guidellm profiles: its benchmarks, driven by the simulated server
+    placeholder = {"kind": "constant", "rate": 1.0, "num_requests": 1} if kind == "guidellm" else None
+    data = config_dict_for_run(run, gpu=gpu, workload=workload, workload_section=placeholder)
+    config = load_config(data, overrides)
+    dp = max(1, run.server.data_parallel_size)
+    shards = [run.requests.iloc[i::dp] for i in range(dp)] if kind == "replay" else [None] * dp
+    req_tables, step_tables, label = [], [], ""
+    for engine, shard in enumerate(shards):
+        factor = compute_factor if compute_factor is not None else (
+            compute_prior(run, config.hardware.gpu) if host == "measured" else 1.0)
+        base, label = gpu_latency_model(run, config, gpu_model, compute_factor=factor)
+        if overhead is None:
+            overhead = host_prior(label, run, config.hardware.gpu, measured=host == "measured")
+        latency = HostOverheadLatencyModel(base, overhead, record=True)
+        wl = _workload(run, shard, kind)
+        result = simulate(config, latency_model=latency, workload=wl)
+        req = result.requests.copy()
+        req["engine"] = engine
+        req_tables.append(req)
+        steps = result.steps[["start", "duration"]].copy().reset_index(drop=True)
+        log = latency.steps_log()
+        if len(log) == len(steps):
+            steps = pd.concat([steps, log], axis=1)
+        steps["engine"] = engine
+        step_tables.append(steps)
+    requests = pd.concat(req_tables, ignore_index=True)
+    requests["tpot_s"] = tpot(requests["ttft_s"], requests["e2e_s"], requests["num_output_tokens"])
+    requests = apply_frontend(requests, overhead)
+    notes = [f"compute-bound GEMM share x {factor:.3f}"] if label == "aiconfigurator" and factor != 1.0 else []
+    return Prediction(run=run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
+                      workload=kind, overhead=overhead, notes=notes)

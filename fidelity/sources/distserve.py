@@ -1,0 +1,205 @@
+"""Step time of vLLM on A100 from DistServe's fitted per-iteration coefficients (measured there).
+
+DistServe's alignment data ships two profiles of OPT-13B/66B on A100-80GB, in ms per iteration:
+
+- a prefill iteration: `a + b * sum(prompt lens) + c * sum(prompt len ** 2)`;
+- a decode iteration: `a + b * sum(context lens) + c * batch_size`, with one fit for batches below
+  `decoding_large_small_bs_threshold` and another at or above it.
+
+`profiler-a100-80g.vllm.json` is labelled vLLM, `profiler-a100-80g.distserve.json` DistServe's own
+engine. The vLLM runs' own steps choose between them for the prefill
+(`fidelity.runs.distserve_prefill_gaps`): in a
+prefill-only v0 engine, a prompt that was already waiting when the previous prefill step ended is
+prefilled by the very next step, so the gap between the two first tokens bounds that prefill's time
+from above. Over the eight runs these gaps' lower envelope (10th percentile per length band) sits
+22-27% *below* the vllm file's prefill for prompts of 300-2100 tokens (a bound it cannot exceed),
+and within 5% of the distserve file's prefill. So prefill steps take the distserve file's prefill
+fit (found next to the vLLM file; `own_prefill=True` keeps the vLLM file's), and decode steps the
+vLLM file's decode fits: the runs' decode steps are *slower* than either file (host work per
+sequence, `fidelity.host_overhead`), so they do not prefer the cheaper decode fit.
+
+A step mixing both (not produced by the prefill-first engine of that era) costs the sum. Padding
+entries of a prompt (`ScheduledSeq(is_padding=True)`, a padded prefill batch) lengthen their own
+request's prompt: the fit charges what the padded kernel computes, sum(len) and sum(len ** 2) over
+the padded lengths.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from policies import BatchPlan, ConfigError
+
+PREFILL_FILE = "profiler-a100-80g.distserve.json"  # whose prefill fit vLLM's runs follow (module doc)
+
+
+def _coefficients(path: Path, model: str, tp: int) -> dict:
+    data = json.loads(Path(path).read_text())
+    try:
+        return data[model][str(tp)]
+    except KeyError:
+        raise ConfigError(f"hardware.profile: {path} has no coefficients for {model} at tp={tp}") from None
+
+
+class DistServeLatencyModel:
+    """`step_time(plan)` from DistServe's coefficients for one (model, tp)."""
+
+    def __init__(self, path: str | Path, model: str = "facebook/opt-13b", tp: int = 1,
+                 own_prefill: bool = False) -> None:
+        path = Path(path)
+        c = _coefficients(path, model, tp)
+        self.prefill = c["prefill"]
+        self.prefill_source = path.name
+        sibling = path.with_name(PREFILL_FILE)
+        if not own_prefill and sibling != path and sibling.is_file():
+            self.prefill = _coefficients(sibling, model, tp)["prefill"]
+            self.prefill_source = sibling.name
+        self.decode_small = c["decoding_smallbs"]
+        self.decode_large = c["decoding_largebs"]
+        self.threshold = int(c["decoding_large_small_bs_threshold"])
+
+    def prefill_ms(self, lens: list[int]) -> float:
+        """One prefill iteration over prompts of `lens` tokens (padded lengths), in ms."""
+        a, b, c = self.prefill
+        return a + b * sum(lens) + c * sum(n * n for n in lens)
+
+    def decode_ms(self, batch: int, context: int) -> float:
+        """One decode iteration of `batch` sequences attending to `context` tokens in all, in ms."""
+        a, b, c = self.decode_small if batch < self.threshold else self.decode_large
+        return a + b * context + c * batch
+
+    def step_time(self, plan: BatchPlan) -> float:
+        lens: dict = {}  # req_id -> prompt tokens this step, its padding included
+        ctx, batch = 0, 0
+        padding = []
+        for s in plan.seqs:
+            if s.is_padding:
+                padding.append(s)
+            elif s.is_decode:
+                batch += 1
+                ctx += s.context_len
+            else:
+                lens[s.request.req_id] = s.num_tokens
+        for s in padding:  # a prompt's padding lengthens it (even a 1-token one); else a padded decode
+            rid = s.request.req_id
+            if rid in lens:
+                lens[rid] += s.num_tokens
+            elif s.is_decode:
+                batch += 1
+                ctx += s.context_len
+            else:
+                lens[rid] = s.num_tokens
+        ms = 0.0
+        if lens:
+            ms += self.prefill_ms(list(lens.values()))
+        if batch:
+            ms += self.decode_ms(batch, ctx)
+        return max(ms, 1e-3) * 1e-3
+
+
+# --- the v0 engine's host time, measured on the runs' own timestamps ---------------------------------
+# DistServe's coefficients time the forward pass; the runs' requests also wait for the host work of
+# vLLM v0's single process (sampling, detokenizing and streaming every running request's text, per
+# step) and for the API front end before a prompt reaches the engine. Both are read off each run's
+# measured timestamps, without simulating it (`measure_run_host`), and a run is predicted with the
+# median over the *other* runs of its folder (`distserve_host_prior`), as `fidelity.idle_host`
+# does for vLLM v1.
+MIN_DECODE_STEPS = 10  # requests with fewer decode steps say little about a step's time
+NUM_SAMPLES = 24  # points per request's decode window at which the running batch is read
+MAX_IDLE_BATCH = 5  # front end: requests arriving while at most this many decode (little waiting)
+
+
+def _read_exp(path: Path) -> list[dict]:
+    import ast
+
+    return ast.literal_eval(Path(path).read_text().split("\n", 1)[0])
+
+
+def measure_run_host(path: str | Path, model: DistServeLatencyModel) -> tuple[float, float]:
+    """(host seconds per running sequence per decode step, front-end seconds per request) of one
+    DistServe vLLM run (`vllm-N-RATE.exp`), from its measured timestamps alone.
+
+    Per sequence: a request decodes `output_len - 1` steps between its first and last token; the
+    prefill steps of other requests in that window (their first tokens, grouped by step as in
+    `fidelity.runs.distserve_prefill_batches`) take `model.prefill_ms`; the rest, divided by the
+    steps, is its measured decode step. The model's decode step for the batch actually running
+    (requests between first and last token, contexts growing at their own measured rate) is
+    subtracted; the run's value is sum(excess) / sum(running batch), a per-sequence time.
+    Front end: requests that arrive with nothing waiting and at most `MAX_IDLE_BATCH` decoding, and
+    are prefilled by the next step: TTFT - the prefill step - half the decode step in flight
+    (GPU + the per-sequence host time); the median.
+    """
+    import numpy as np
+
+    from fidelity.runs import DISTSERVE_SAME_STEP_S
+
+    recs = _read_exp(path)
+    t0 = min(r["issue_time"] for r in recs)
+    issue = np.array([r["issue_time"] - t0 for r in recs])
+    first = np.array([r["first_token_time"] - t0 for r in recs])
+    done = np.array([r["complete_time"] - t0 for r in recs])
+    lens = np.array([int(r["prompt_len"]) for r in recs])
+    outs = np.array([int(r["output_len"]) for r in recs])
+    per_token = np.where(outs > 1, (done - first) / np.maximum(outs - 1, 1), 1.0)  # s per decode step
+    # prefill steps: first tokens within DISTSERVE_SAME_STEP_S of each other
+    order = np.argsort(first)
+    step_of = np.zeros(len(recs), dtype=int)
+    for k in range(1, len(order)):
+        gap = first[order[k]] - first[order[k - 1]]
+        step_of[order[k]] = step_of[order[k - 1]] + (gap >= DISTSERVE_SAME_STEP_S)
+    num_steps = int(step_of.max()) + 1
+    step_time = np.array([first[step_of == s].min() for s in range(num_steps)])
+    step_ms = np.array([model.prefill_ms(lens[step_of == s].tolist()) for s in range(num_steps)])
+
+    def batch_at(t: float) -> tuple[int, float]:
+        on = (first <= t) & (done > t)
+        return int(on.sum()), float((lens[on] + (t - first[on]) / per_token[on]).sum())
+
+    excess, batch = 0.0, 0.0
+    for i in np.flatnonzero(outs - 1 >= MIN_DECODE_STEPS):
+        a, b = first[i], done[i]
+        stalls = step_ms[(step_time > a + DISTSERVE_SAME_STEP_S) & (step_time <= b + 1e-6)].sum()
+        measured = ((b - a) * 1e3 - stalls) / (outs[i] - 1)
+        points = a + (b - a) * (np.arange(NUM_SAMPLES) + 0.5) / NUM_SAMPLES
+        composition = [batch_at(t) for t in points]
+        excess += measured - np.mean([model.decode_ms(n, c) for n, c in composition])
+        batch += np.mean([n for n, _ in composition])
+    per_seq_ms = max(0.0, excess / batch) if batch else 0.0
+
+    fronts = []
+    for i in range(len(recs)):
+        waiting = ((issue < issue[i]) & (first > issue[i])).sum()
+        between = ((step_time > issue[i]) & (step_time < first[i] - DISTSERVE_SAME_STEP_S)).sum()
+        n, c = batch_at(issue[i])
+        if waiting or between or n > MAX_IDLE_BATCH:
+            continue
+        in_flight = 0.5 * (model.decode_ms(n, c) + per_seq_ms * n) if n else 0.0
+        fronts.append((first[i] - issue[i]) * 1e3 - step_ms[step_of[i]] - in_flight)
+    front_ms = max(0.0, float(np.median(fronts))) if fronts else 0.0
+    return per_seq_ms * 1e-3, front_ms * 1e-3
+
+
+_HOST: dict[tuple, tuple[float, float]] = {}  # (run file, coefficients file) -> measure_run_host
+
+
+def distserve_host_prior(run, coefficients: str | Path):
+    """`HostOverhead` for DistServe vLLM run `run`: the medians of `measure_run_host` over the other
+    `vllm-*.exp` runs in its folder (never the run's own timestamps); no terms without another run."""
+    import numpy as np
+
+    from fidelity.host_overhead import HostOverhead
+    from fidelity.runs import _DISTSERVE_NAME
+
+    model = DistServeLatencyModel(coefficients, run.server.model, run.server.tensor_parallel_size)
+    others = [p for p in sorted(Path(run.path).parent.glob("vllm-*.exp"))
+              if _DISTSERVE_NAME.match(p.name) and p.resolve() != Path(run.path).resolve()]
+    values = []
+    for p in others:
+        key = (str(p.resolve()), str(Path(coefficients).resolve()), model.prefill_source)
+        if key not in _HOST:
+            _HOST[key] = measure_run_host(p, model)
+        values.append(_HOST[key])
+    if not values:
+        return HostOverhead()
+    per_seq, front = np.median(np.array(values), axis=0)
+    return HostOverhead(sample_per_seq_s=float(per_seq), frontend_s=float(front))

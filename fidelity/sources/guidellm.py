@@ -1,0 +1,144 @@
+"""guidellm's `sweep` profile with synthetic data, as a servesim Workload (`start()`, `on_finish()`).
+
+Semantics read from guidellm 0.3 (`benchmark/profile.py`, `scheduler/strategy.py`,
+`dataset/synthetic.py`, `utils/random.py`):
+
+- `rate-type: sweep`, `rate: N`: N benchmarks of `max-requests` requests each, one after the other
+  (the next starts when every request of the previous one has finished): `synchronous` (one request
+  at a time), `throughput` (all at once), then N-2 `constant` ones at the rates
+  `linspace(sync rate, throughput rate, N-1)[1:]`, the two rates being the requests per second the
+  first two benchmarks achieved. A constant benchmark sends `floor(rate)` requests at once (its
+  initial burst) and then one every `1/rate` s.
+- `rate-type: synchronous | throughput | constant | poisson` run that one benchmark.
+- Data: every prompt is the `prefix_tokens` shared prefix followed by `gauss(prompt_tokens,
+  prompt_tokens_stdev)` tokens, rounded and clipped to [prompt_tokens_min, prompt_tokens_max]
+  (unset bounds: mean -/+ 5 stdev, at least 1); outputs likewise with the `output_tokens_*` keys.
+
+The achieved rates come from the simulation itself, so the whole sweep is simulated as guidellm
+would have driven the simulated server.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+
+from policies import ConfigError, Request
+from fidelity.synthetic_prompt import SyntheticPrompt
+
+PREFIX_KEY = 7_000_000
+RATE_TYPES = ("sweep", "synchronous", "throughput", "constant", "poisson")
+
+
+class IntegerSampler:
+    """guidellm's IntegerRangeSampler: gauss(mean, stdev) rounded and clipped (uniform if stdev is 0)."""
+
+    def __init__(self, mean: float, stdev: float | None, lo: int | None, hi: int | None, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.mean, self.stdev = float(mean), float(stdev or 0)
+        self.lo = lo if lo is not None else max(1, int(self.mean - 5 * self.stdev) if self.stdev else int(self.mean))
+        self.hi = hi if hi is not None else (int(self.mean + 5 * self.stdev) if self.stdev else int(self.mean))
+
+    def __call__(self) -> int:
+        if self.lo == self.hi:
+            return int(self.lo)
+        if not self.stdev:
+            return self.rng.randint(self.lo, self.hi)
+        return int(round(max(self.lo, min(self.hi, self.rng.gauss(self.mean, self.stdev)))))
+
+
+class GuidellmWorkload:
+    """A guidellm profile (`rate-type`, `rate`, `max-requests`, `random-seed`, synthetic `data`)."""
+
+    def __init__(self, profile: dict, seed: int | None = None) -> None:
+        rate_type = profile.get("rate-type", profile.get("rate_type"))
+        if rate_type not in RATE_TYPES:
+            raise ConfigError(f"profile.rate-type: {rate_type!r} is not allowed; choose one of {', '.join(RATE_TYPES)}")
+        data = profile.get("data")
+        if not isinstance(data, dict) or "prompt_tokens" not in data or "output_tokens" not in data:
+            raise ConfigError("profile.data: expected guidellm synthetic data with prompt_tokens and output_tokens")
+        self.max_requests = int(profile.get("max-requests") or profile.get("max_requests") or 0)
+        if self.max_requests < 1:
+            raise ConfigError("profile.max-requests: expected a positive integer (requests per benchmark)")
+        rate = profile.get("rate")
+        if rate_type == "sweep":
+            size = int(rate or 10)
+            if size < 2:
+                raise ConfigError(f"profile.rate: a sweep needs at least 2 benchmarks, got {rate!r}")
+            self.phases = ["synchronous", "throughput"] + ["constant"] * (size - 2)
+        else:
+            self.phases = [rate_type]
+            if rate_type in ("constant", "poisson") and not (isinstance(rate, (int, float)) and rate > 0):
+                raise ConfigError(f"profile.rate: expected a positive request rate for {rate_type}, got {rate!r}")
+        self.fixed_rate = float(rate) if rate_type in ("constant", "poisson") else None
+        s = int(profile.get("random-seed", profile.get("random_seed", 42)) if seed is None else seed)
+        self.prefix_tokens = int(data.get("prefix_tokens") or 0)
+        self.prompt = IntegerSampler(data["prompt_tokens"], data.get("prompt_tokens_stdev"),
+                                     data.get("prompt_tokens_min"), data.get("prompt_tokens_max"), s)
+        self.output = IntegerSampler(data["output_tokens"], data.get("output_tokens_stdev"),
+                                     data.get("output_tokens_min"), data.get("output_tokens_max"), s + 1)
+        self._rng = np.random.default_rng(s)
+        self.measured_rates: list[float] = []
+        self._phase = -1
+        self._count = 0
+        self._sent = 0
+        self._left = 0
+        self._t0 = 0.0
+        self._first_start = math.inf
+
+    @property
+    def num_requests(self) -> int:
+        return self.max_requests * len(self.phases)
+
+    def start(self) -> list[Request]:
+        return self._begin(0, 0.0)
+
+    def on_finish(self, request: Request, now: float) -> list[Request]:
+        if request.tags.get("phase") != self._phase:
+            return []
+        self._left -= 1
+        out: list[Request] = []
+        if self.phases[self._phase] == "synchronous" and self._sent < self.max_requests:
+            out.append(self._request(now))
+        if self._left == 0 and self._sent >= self.max_requests:
+            # requests per second this benchmark achieved: what guidellm feeds the next rates
+            self.measured_rates.append(self.max_requests / max(now - self._t0, 1e-9))
+            if self._phase + 1 < len(self.phases):
+                out.extend(self._begin(self._phase + 1, now))
+        return out
+
+    def _rate(self, k: int) -> float:
+        if self.fixed_rate is not None:
+            return self.fixed_rate
+        size = len(self.phases)
+        rates = np.linspace(self.measured_rates[0], self.measured_rates[1], size - 1)[1:]
+        return float(rates[k - 2])
+
+    def _begin(self, k: int, t0: float) -> list[Request]:
+        self._phase, self._t0, self._sent, self._left = k, t0, 0, self.max_requests
+        kind = self.phases[k]
+        n = self.max_requests
+        if kind == "synchronous":
+            return [self._request(t0)]
+        if kind == "throughput":
+            return [self._request(t0) for _ in range(n)]
+        rate = self._rate(k)
+        if kind == "poisson":
+            times = t0 + np.cumsum(self._rng.exponential(1.0 / rate, n))
+        else:  # constant with guidellm's initial burst of floor(rate) requests
+            burst = min(n, math.floor(rate))
+            start = t0 + (1.0 / rate if burst else 0.0)
+            times = np.concatenate([np.full(burst, t0), start + np.arange(n - burst) / rate])
+        return [self._request(float(t)) for t in times]
+
+    def _request(self, arrival: float) -> Request:
+        self._sent += 1
+        self._count += 1
+        n_own = self.prompt()
+        segments = [(PREFIX_KEY, self.prefix_tokens)] if self.prefix_tokens else []
+        segments.append((self._count, n_own))
+        tokens = SyntheticPrompt(segments)
+        return Request(f"b{self._phase}-{self._sent - 1}", arrival, len(tokens), max(1, self.output()),
+                       prompt_token_ids=tokens, ignore_eos=True,
+                       tags={"phase": self._phase, "strategy": self.phases[self._phase]})

@@ -1,0 +1,331 @@
+"""inference-perf's `shared_prefix` workload, as a servesim Workload (`start()`, `on_finish()`).
+
+Semantics read from inference-perf 0.7 (`datagen/synthetic/shared_prefix_datagen.py`,
+`loadgen/load_timer.py`, `loadgen/load_generator.py`, `apis/user_session.py`):
+
+- Lengths: one system-prompt length per group, then per group the question and output lengths of
+  its `num_users_per_system_prompt` prompts; an int is a fixed length, a mapping is a Distribution
+  (normal by default, also fixed / uniform / lognormal / poisson / skew_normal), clipped to [min, max]
+  and rounded. The prompts are shuffled once. A prompt is the group's system prompt + its question.
+- Load stages run one after another: stage k sends `int(rate * duration)` requests; `constant`
+  spaces them by exponential gaps rescaled to sum to `duration`, `poisson` draws a Poisson count per
+  second and spreads each second's requests the same way; `concurrent` sends `num_requests` with at
+  most `concurrency_level` in flight. The next stage starts when every request of the stage has
+  finished, plus `load.interval` seconds (default 1). Every stage restarts at prompt 0.
+- Multi-turn chat (`enable_multi_turn_chat`): prompt i belongs to user session i; the session's
+  context starts as the system prompt and becomes `prompt + answer` after each turn; each turn sends
+  `context + prompt i` (so the system prompt appears again every turn, as inference-perf does), and
+  a session's next turn waits for its previous one to finish. A failed (rejected) turn leaves the
+  context unchanged.
+- `server.ignore_eos` (default true here): every answer is exactly the sampled output length.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import log, sqrt
+
+import numpy as np
+
+from policies import ConfigError, FinishReason, Request
+from fidelity.synthetic_prompt import SyntheticPrompt
+
+DIST_TYPES = ("normal", "fixed", "uniform", "lognormal", "poisson", "skew_normal")
+LOAD_TYPES = ("constant", "poisson", "concurrent")
+
+
+def _num(field: str, value, minimum: float = 0.0, integer: bool = False, strict: bool = False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{field}: expected a number, got {value!r}")
+    if integer and int(value) != value:
+        raise ConfigError(f"{field}: expected an integer, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        raise ConfigError(f"{field}: must be {'>' if strict else '>='} {minimum}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+@dataclass(frozen=True)
+class LengthDistribution:
+    """inference-perf's Distribution: a token count drawn, clipped to [min, max] and rounded."""
+
+    mean: float
+    std_dev: float = 0.0
+    min: int = 1
+    max: int = 1
+    type: str = "normal"
+    skew: float = 0.0
+
+    @classmethod
+    def parse(cls, field: str, value) -> "LengthDistribution":
+        """An int (a fixed length) or a mapping with inference-perf's Distribution fields."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            n = _num(field, value, 0, integer=True)
+            return cls(mean=n, std_dev=0.0, min=n, max=n)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{field}: expected an integer or a distribution mapping, got {value!r}")
+        unknown = set(value) - {"mean", "std_dev", "variance", "min", "max", "type", "skew", "total_count"}
+        if unknown:
+            raise ConfigError(f"{field}: unknown keys {sorted(unknown)}; allowed mean, std_dev, variance, min, max, type, skew")
+        kind = str(value.get("type", "normal"))
+        if kind not in DIST_TYPES:
+            raise ConfigError(f"{field}.type: {kind!r} is not allowed; choose one of {', '.join(DIST_TYPES)}")
+        std = _num(f"{field}.std_dev", value.get("std_dev", 200.0))
+        if value.get("variance") is not None:
+            std = sqrt(_num(f"{field}.variance", value["variance"]))
+        lo = _num(f"{field}.min", value.get("min", 10), 0, integer=True)
+        hi = _num(f"{field}.max", value.get("max", 1024), 0, integer=True)
+        if lo > hi:
+            raise ConfigError(f"{field}.min: {lo} is greater than max {hi}")
+        return cls(mean=_num(f"{field}.mean", value.get("mean", 512)), std_dev=std, min=lo, max=hi, type=kind,
+                   skew=float(value.get("skew", 0.0)))
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """`count` integer lengths, drawn as inference-perf's `sample_from_distribution` draws them."""
+        if self.type == "fixed":
+            return np.full(count, int(self.mean), dtype=int)
+        if self.type == "normal":
+            x = rng.normal(self.mean, self.std_dev, count)
+        elif self.type == "skew_normal":
+            delta = self.skew / sqrt(1.0 + self.skew ** 2)
+            u0, v = rng.standard_normal(count), rng.standard_normal(count)
+            u1 = delta * u0 + sqrt(1.0 - delta ** 2) * v
+            x = self.mean + self.std_dev * np.where(u0 >= 0, u1, -u1)
+        elif self.type == "lognormal":
+            if self.std_dev <= 0:
+                x = np.full(count, self.mean, dtype=float)
+            else:
+                s2 = log(1.0 + (self.std_dev / self.mean) ** 2)
+                x = rng.lognormal(log(self.mean) - s2 / 2.0, sqrt(s2), count)
+        elif self.type == "uniform":
+            x = rng.uniform(self.min, self.max + 1, count)
+        else:  # poisson
+            x = rng.poisson(self.mean if self.mean > 0 else 1.0, count).astype(float)
+        return np.clip(np.round(np.clip(x, self.min, self.max)).astype(int), self.min, self.max)
+
+
+@dataclass(frozen=True)
+class LoadStage:
+    """One stage: `rate` req/s for `duration` s, or (concurrent) `num_requests` at `concurrency_level`."""
+
+    rate: float | None = None
+    duration: float | None = None
+    num_requests: int | None = None
+    concurrency_level: int | None = None
+
+    @property
+    def num_sends(self) -> int:
+        return int(self.num_requests) if self.num_requests is not None else int(self.rate * self.duration)
+
+
+@dataclass(frozen=True)
+class SharedPrefixProfile:
+    """An inference-perf profile with `data.type: shared_prefix`, parsed and validated."""
+
+    num_groups: int
+    num_prompts_per_group: int
+    system_prompt_len: LengthDistribution
+    question_len: LengthDistribution
+    output_len: LengthDistribution
+    enable_multi_turn_chat: bool
+    load_type: str
+    stages: tuple[LoadStage, ...]
+    interval: float = 1.0
+    ignore_eos: bool = True
+    seed: int | None = None
+
+    @classmethod
+    def from_dict(cls, profile: dict) -> "SharedPrefixProfile":
+        data = profile.get("data")
+        if not isinstance(data, dict):
+            raise ConfigError("profile.data: missing; expected a mapping with type: shared_prefix")
+        if data.get("type") != "shared_prefix":
+            raise ConfigError(f"profile.data.type: {data.get('type')!r} is not allowed; choose shared_prefix")
+        sp = data.get("shared_prefix")
+        if not isinstance(sp, dict):
+            raise ConfigError("profile.data.shared_prefix: missing; expected a mapping")
+        f = "profile.data.shared_prefix"
+        groups = _num(f"{f}.num_unique_system_prompts",
+                      sp.get("num_unique_system_prompts", sp.get("num_groups", 10)), 1, integer=True)
+        users = _num(f"{f}.num_users_per_system_prompt",
+                     sp.get("num_users_per_system_prompt", sp.get("num_prompts_per_group", 10)), 1, integer=True)
+        question = sp.get("question_distribution") or sp.get("question_len", 50)
+        output = sp.get("output_distribution") or sp.get("output_len", 50)
+        load = profile.get("load")
+        if not isinstance(load, dict):
+            raise ConfigError("profile.load: missing; expected a mapping with type and stages")
+        load_type = str(load.get("type", "constant"))
+        if load_type not in LOAD_TYPES:
+            raise ConfigError(f"profile.load.type: {load_type!r} is not allowed; choose one of {', '.join(LOAD_TYPES)}")
+        raw_stages = load.get("stages")
+        if not isinstance(raw_stages, list) or not raw_stages:
+            raise ConfigError("profile.load.stages: expected a non-empty list of stages")
+        stages = []
+        for i, st in enumerate(raw_stages):
+            g = f"profile.load.stages[{i}]"
+            if not isinstance(st, dict):
+                raise ConfigError(f"{g}: expected a mapping, got {st!r}")
+            if load_type == "concurrent":
+                stages.append(LoadStage(num_requests=_num(f"{g}.num_requests", st.get("num_requests"), 1, integer=True),
+                                        concurrency_level=_num(f"{g}.concurrency_level", st.get("concurrency_level"),
+                                                               1, integer=True)))
+            else:
+                stages.append(LoadStage(rate=_num(f"{g}.rate", st.get("rate"), 0, strict=True),
+                                        duration=_num(f"{g}.duration", st.get("duration"), 0, strict=True)))
+        server = profile.get("server") or {}
+        seed = sp.get("seed")
+        return cls(
+            num_groups=groups, num_prompts_per_group=users,
+            system_prompt_len=LengthDistribution.parse(f"{f}.system_prompt_len", sp.get("system_prompt_len", 100)),
+            question_len=LengthDistribution.parse(f"{f}.question_len", question),
+            output_len=LengthDistribution.parse(f"{f}.output_len", output),
+            enable_multi_turn_chat=bool(sp.get("enable_multi_turn_chat", False)),
+            load_type=load_type, stages=tuple(stages),
+            interval=_num("profile.load.interval", load.get("interval", 1.0), 0),
+            ignore_eos=bool(server.get("ignore_eos", True)) if isinstance(server, dict) else True,
+            seed=None if seed is None else _num(f"{f}.seed", seed, 0, integer=True),
+        )
+
+    @property
+    def num_requests(self) -> int:
+        """Requests the whole profile sends (over every stage)."""
+        return sum(s.num_sends for s in self.stages)
+
+
+def send_times(stage: LoadStage, load_type: str, rng: np.random.Generator) -> np.ndarray:
+    """Offsets (s from the stage start) at which the load generator sends each request of a stage."""
+    if load_type == "concurrent":
+        # inference-perf runs a concurrent stage as rate=num_requests over 1 s, gated by the semaphore
+        return _constant_times(stage.num_sends, 1.0, rng)
+    if load_type == "constant":
+        return _constant_times(stage.num_sends, float(stage.duration), rng)
+    times: list[float] = []  # poisson: a Poisson count per second, spread like a constant stage
+    t, n = 0.0, stage.num_sends
+    while len(times) < n:
+        k = int(rng.poisson(stage.rate))
+        if k >= 1:
+            times.extend((t + _constant_times(k, 1.0, rng)).tolist())
+        t += 1.0
+    return np.asarray(times[:n])
+
+
+def _constant_times(n: int, duration: float, rng: np.random.Generator) -> np.ndarray:
+    if n <= 0:
+        return np.zeros(0)
+    gaps = rng.exponential(1.0 / (n / duration), n)
+    return np.cumsum(gaps * (duration / gaps.sum()))
+
+
+@dataclass
+class _Send:
+    """One request the load generator will send: its stage, place in the stage, time and prompt."""
+
+    stage: int
+    index: int  # position in the stage
+    time: float  # absolute send time (s)
+    prompt: int  # prompt (= user session) index
+
+
+class SharedPrefixWorkload:
+    """The profile's requests, released as the load generator would release them.
+
+    Requests known before the run starts are returned by `start()`; a multi-turn chat's next turn,
+    a concurrent stage's next request and every later stage are returned by `on_finish()`.
+    `req_id` is `"s{stage}-{index}"`; tags carry group, user, stage and turn.
+    """
+
+    def __init__(self, profile: SharedPrefixProfile | dict, seed: int = 0) -> None:
+        self.profile = profile if isinstance(profile, SharedPrefixProfile) else SharedPrefixProfile.from_dict(profile)
+        p = self.profile
+        rng = np.random.default_rng(p.seed if p.seed is not None else seed)
+        self._arrival_rng = np.random.default_rng([seed, 1])
+        sys_lens = p.system_prompt_len.sample(rng, p.num_groups)
+        prompts = []  # (group, user-in-group, question len, output len), in generation order
+        for g in range(p.num_groups):
+            q = p.question_len.sample(rng, p.num_prompts_per_group)
+            o = p.output_len.sample(rng, p.num_prompts_per_group)
+            prompts.extend((g, u, int(q[u]), int(o[u])) for u in range(p.num_prompts_per_group))
+        order = rng.permutation(len(prompts))
+        self.prompts = [prompts[i] for i in order]
+        self.system_prompt_lens = [int(x) for x in sys_lens]
+        # per session: the context a next turn is sent after (multi-turn), or None
+        self._context: list[SyntheticPrompt] = [
+            SyntheticPrompt([(self._sys_key(g), self.system_prompt_lens[g])]) for g, *_ in self.prompts]
+        self._session_busy = [False] * len(self.prompts)
+        self._pending: list[_Send] = []
+        self._in_flight: dict[str, _Send] = {}
+        self._stage = -1
+        self._stage_left = 0
+        self._turn = [0] * len(self.prompts)
+
+    # keys of the synthetic token segments
+    def _sys_key(self, group: int) -> int:
+        return 1_000_000 + group
+
+    def _question_key(self, prompt: int) -> int:
+        return 2_000_000 + prompt
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.prompts)
+
+    def start(self) -> list[Request]:
+        return self._begin_stage(0, 0.0)
+
+    def on_finish(self, request: Request, now: float) -> list[Request]:
+        send = self._in_flight.pop(str(request.req_id), None)
+        if send is None:
+            return []
+        if self.profile.enable_multi_turn_chat:
+            self._session_busy[send.prompt] = False
+            if request.finish_reason is not FinishReason.REJECTED:
+                # context <- this turn's prompt + its answer (generated text: placeholder ids)
+                self._context[send.prompt] = SyntheticPrompt(request.prompt_token_ids.segments).extended(
+                    (None, request.num_output_tokens))
+        self._stage_left -= 1
+        out = self._release(now)
+        if self._stage_left == 0 and not self._pending and self._stage + 1 < len(self.profile.stages):
+            out.extend(self._begin_stage(self._stage + 1, now + self.profile.interval))
+        return out
+
+    # --- internals --------------------------------------------------------------------------------
+    def _begin_stage(self, k: int, t0: float) -> list[Request]:
+        stage = self.profile.stages[k]
+        self._stage = k
+        offsets = send_times(stage, self.profile.load_type, self._arrival_rng)
+        n = self.num_prompts
+        self._pending = [_Send(k, i, t0 + float(offsets[i]), i % n) for i in range(len(offsets))]
+        self._stage_left = len(self._pending)
+        return self._release(t0)
+
+    def _release(self, now: float) -> list[Request]:
+        """Every pending send whose session and concurrency slot are free, at max(send time, now)."""
+        stage = self.profile.stages[self._stage] if self._stage >= 0 else None
+        limit = stage.concurrency_level if stage is not None and self.profile.load_type == "concurrent" else None
+        out, keep = [], []
+        for send in self._pending:
+            blocked = (self.profile.enable_multi_turn_chat and self._session_busy[send.prompt]) or (
+                limit is not None and len(self._in_flight) >= limit)
+            if blocked:
+                keep.append(send)
+                continue
+            out.append(self._request(send, max(send.time, now)))
+        self._pending = keep
+        return out
+
+    def _request(self, send: _Send, arrival: float) -> Request:
+        group, user, q_len, out_len = self.prompts[send.prompt]
+        if self.profile.enable_multi_turn_chat:
+            # inference-perf sends session context + " " + the prompt, and the prompt itself starts
+            # with the system prompt
+            tokens = self._context[send.prompt].extended(
+                (self._sys_key(group), self.system_prompt_lens[group]), (self._question_key(send.prompt), q_len))
+            self._session_busy[send.prompt] = True
+        else:
+            tokens = SyntheticPrompt([(self._sys_key(group), self.system_prompt_lens[group]),
+                                      (self._question_key(send.prompt), q_len)])
+        turn = self._turn[send.prompt]
+        self._turn[send.prompt] += 1
+        req_id = f"s{send.stage}-{send.index}"
+        self._in_flight[req_id] = send
+        return Request(req_id, arrival, len(tokens), max(1, out_len), prompt_token_ids=tokens,
+                       ignore_eos=self.profile.ignore_eos,
+                       tags={"group": group, "user": user, "stage": send.stage, "turn": turn})

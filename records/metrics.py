@@ -1,0 +1,185 @@
+"""`summarize()`: the summary dict of a run, with vLLM `bench serve` definitions (DESIGN.md).
+
+TTFT = first token - arrival; E2E = last token - arrival; TPOT = (E2E - TTFT) / (output tokens - 1)
+for requests with more than one output token; ITL = every gap between consecutive tokens, pooled;
+max stall = the largest ITL. Latency metrics count completed requests (finish reason length or stop).
+Throughput divides by the run's duration: first arrival to last finish. Goodput counts completed
+requests meeting every SLO given (no SLO given: every completed request counts). Step-weighted
+figures (KV usage, queue lengths) weight each step by its duration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from policies import ConfigError
+from policies.config import check_number
+from records.results import COMPLETED_REASONS
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class SLOConfig:
+    """Latency targets in seconds (None = no target). A request meets the SLO if it meets every one."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "tpot_s", "e2e_s"):
+            value = getattr(self, name)
+            if value is not None:
+                check_number(f"slo.{name}", value, 0.0, strict_min=True)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.ttft_s is None and self.tpot_s is None and self.e2e_s is None
+
+
+def stats(values: Iterable[float]) -> dict | None:
+    """{mean, p50, p90, p99, max} of the finite values (None when there are none)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return None
+    out = {"mean": float(v.mean())}
+    for p, q in zip(PERCENTILES, np.percentile(v, PERCENTILES)):
+        out[f"p{p}"] = float(q)
+    out["max"] = float(v.max())
+    return out
+
+
+def meets_slo(requests: pd.DataFrame, slo: SLOConfig | None) -> pd.Series:
+    """Boolean per row: completed and within every given target (a 1-token answer has no TPOT to miss)."""
+    ok = requests["finish_reason"].isin(COMPLETED_REASONS)
+    if slo is None:
+        return ok
+    if slo.ttft_s is not None:
+        ok &= requests["ttft_s"] <= slo.ttft_s
+    if slo.tpot_s is not None:
+        ok &= requests["tpot_s"].isna() | (requests["tpot_s"] <= slo.tpot_s)
+    if slo.e2e_s is not None:
+        ok &= requests["e2e_s"] <= slo.e2e_s
+    return ok
+
+
+def _time_weighted(steps: pd.DataFrame, column: str) -> float | None:
+    if len(steps) == 0 or steps["duration"].sum() <= 0:
+        return None
+    return float(np.average(steps[column], weights=steps["duration"]))
+
+
+def summarize(requests: pd.DataFrame, steps: pd.DataFrame, itls: np.ndarray | None = None,
+              slo: SLOConfig | None = None) -> dict:
+    """The summary of one run from its two tables.
+
+    `itls` is the pooled inter-token latencies (`records.results.pooled_itls(requests)`); the table
+    alone keeps only each request's largest gap, so without it `itl_s` is None and the max stall
+    falls back to the largest `max_itl_s`.
+    """
+    if slo is not None and not isinstance(slo, SLOConfig):
+        raise ConfigError(f"slo: expected an SLOConfig, got {type(slo).__name__}")
+    n = len(requests)
+    reasons = requests["finish_reason"] if n else pd.Series([], dtype=object)
+    done = requests[reasons.isin(COMPLETED_REASONS)] if n else requests
+    num_finished = len(done)
+    if n:
+        start = float(requests["arrival_time"].min())
+        end = float(np.nanmax(np.r_[requests["finish_time"].to_numpy(dtype=float), start]))
+        if len(steps):
+            end = max(end, float((steps["start"] + steps["duration"]).max()))
+        duration = end - start
+    else:
+        duration = 0.0
+    per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: 0.0)
+    out_tokens = int(done["num_output_tokens"].sum()) if num_finished else 0
+    in_tokens = int(done["num_prompt_tokens"].sum()) if num_finished else 0
+
+    if itls is None:
+        itl_stats = None
+        max_stall = float(done["max_itl_s"].max()) if num_finished and done["max_itl_s"].notna().any() else None
+    else:
+        itl_stats = stats(itls)
+        max_stall = itl_stats["max"] if itl_stats else None
+
+    num_good = int(meets_slo(requests, slo).sum()) if n else 0
+    computed = steps["num_prefill_tokens"].sum() + steps["num_decode_tokens"].sum() + steps["num_padding_tokens"].sum() \
+        if len(steps) else 0
+    prompt_all = requests["num_prompt_tokens"].sum() if n else 0
+    summary = {
+        "num_requests": n,
+        "num_finished": num_finished,
+        "num_rejected": int((reasons == "rejected").sum()),
+        "num_aborted": int((reasons == "aborted").sum()),
+        "num_unfinished": int((reasons == "unfinished").sum()),
+        "duration_s": duration,
+        "throughput": {
+            "requests_per_s": per_s(num_finished),
+            "output_tokens_per_s": per_s(out_tokens),
+            "total_tokens_per_s": per_s(out_tokens + in_tokens),
+        },
+        "ttft_s": stats(done["ttft_s"]) if num_finished else None,
+        "tpot_s": stats(done["tpot_s"]) if num_finished else None,
+        "itl_s": itl_stats,
+        "e2e_s": stats(done["e2e_s"]) if num_finished else None,
+        "queue_s": stats(requests["queue_s"]) if n else None,
+        "max_stall_s": max_stall,
+        "num_preemptions": int(requests["num_preemptions"].sum()) if n else 0,
+        "num_swaps": int(requests["num_swaps"].sum()) if n else 0,
+        "num_recomputes": int(requests["num_recomputes"].sum()) if n else 0,
+        "goodput_requests_per_s": per_s(num_good),
+        "slo_attainment": num_good / num_finished if num_finished else None,
+        "slo": None if slo is None or slo.is_empty else {k: v for k, v in vars(slo).items() if v is not None},
+        "num_steps": len(steps),
+        "padding_fraction": float(steps["num_padding_tokens"].sum() / computed) if computed else 0.0,
+        "prefix_cache_hit_rate": float(requests["num_cached_tokens"].sum() / prompt_all) if prompt_all else 0.0,
+        "kv_usage": {"mean": _time_weighted(steps, "kv_usage"),
+                     "max": float(steps["kv_usage"].max()) if len(steps) else None},
+        "num_waiting": {"mean": _time_weighted(steps, "num_waiting"),
+                        "max": int(steps["num_waiting"].max()) if len(steps) else None},
+        "num_running": {"mean": _time_weighted(steps, "num_running"),
+                        "max": int(steps["num_running"].max()) if len(steps) else None},
+        "step_time_s": stats(steps["duration"]) if len(steps) else None,
+    }
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    """A small human-readable table of the headline figures (the CLI prints it)."""
+    def ms(block: dict | None, key: str) -> str:
+        return f"{block[key] * 1e3:10.1f}" if block else f"{'-':>10}"
+
+    tp = summary["throughput"]
+    lines = [
+        f"requests       {summary['num_requests']} ({summary['num_finished']} finished, "
+        f"{summary['num_rejected']} rejected, {summary.get('num_aborted', 0)} aborted)",
+        f"duration       {summary['duration_s']:.2f} s simulated, {summary['num_steps']} steps",
+        f"throughput     {tp['requests_per_s']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s, "
+        f"{tp['total_tokens_per_s']:.1f} total tok/s",
+        f"goodput        {summary['goodput_requests_per_s']:.2f} req/s"
+        + (f" (SLO {summary['slo']}, attainment {summary['slo_attainment']:.1%})"
+           if summary.get("slo") and summary.get("slo_attainment") is not None else ""),
+        "",
+        f"{'latency (ms)':14} {'mean':>10} {'p50':>10} {'p90':>10} {'p99':>10} {'max':>10}",
+    ]
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"),
+                       ("queue_s", "queue")):
+        block = summary.get(key)
+        lines.append(f"{label:14} " + " ".join(ms(block, k) for k in ("mean", "p50", "p90", "p99", "max")))
+    stall = summary["max_stall_s"]
+    kv = summary["kv_usage"]
+    lines += [
+        "",
+        f"max stall      {stall * 1e3:.1f} ms" if stall is not None else "max stall      -",
+        f"preemptions    {summary['num_preemptions']} ({summary['num_swaps']} swaps, "
+        f"{summary['num_recomputes']} recomputes)",
+        f"KV usage       mean {kv['mean']:.1%}, max {kv['max']:.1%}" if kv["mean"] is not None else "KV usage       -",
+        f"padding        {summary['padding_fraction']:.1%} of computed tokens",
+        f"prefix cache   {summary['prefix_cache_hit_rate']:.1%} of prompt tokens hit",
+    ]
+    return "\n".join(lines)

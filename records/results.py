@@ -1,0 +1,319 @@
+"""The two result tables, built from plain `Request` objects and `StepRecord`s (no SimPy needed).
+
+Both worlds write the same artifacts: the simulator's replicas and the torch engine each append one
+`StepRecord` per iteration to a `Recorder` and hand it every request they see; `requests_table` and
+`steps_table` turn those into DataFrames with the columns docs/architecture.md lists, and
+`write_results` saves them beside `summary.json` (see `records.metrics.summarize`).
+"""
+from __future__ import annotations
+
+import json
+import math
+from itertools import chain
+from dataclasses import dataclass, fields
+from operator import attrgetter, sub
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from policies import FinishReason
+
+if TYPE_CHECKING:
+    from policies import BatchPlan, Request
+
+REQUEST_COLUMNS = (
+    "req_id", "arrival_time", "first_scheduled_time", "first_token_time", "finish_time",
+    "num_prompt_tokens", "num_output_tokens", "max_tokens", "priority", "num_cached_tokens",
+    "num_preemptions", "num_swaps", "num_recomputes", "finish_reason", "reject_reason",
+    "ttft_s", "e2e_s", "tpot_s", "queue_s", "max_itl_s", "replica", "preemption_intervals",
+)
+
+# finish reasons of requests that produced their whole answer (the ones latency metrics count)
+COMPLETED_REASONS = (FinishReason.LENGTH.value, FinishReason.STOP.value)
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One iteration of one replica: when it ran, what it computed and the state around it.
+
+    Queue lengths and KV usage are read right after `schedule()`, i.e. they describe the step
+    while it runs. Padding tokens are the `static` baseline's computed-but-useless tokens.
+    """
+
+    step_id: int
+    start: float
+    duration: float
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_padding_tokens: int
+    num_seqs: int
+    num_swap_out_blocks: int
+    num_swap_in_blocks: int
+    num_preempted: int
+    num_kv_blocks_used: int
+    kv_usage: float
+    num_waiting: int
+    num_running: int
+    num_swapped: int
+    replica: str = "0"
+
+
+STEP_COLUMNS = tuple(f.name for f in fields(StepRecord))
+
+
+def count_tokens(seqs) -> tuple[int, int, int]:
+    """(prefill, decode, padding) tokens of scheduled sequences, as the steps table counts them:
+    a one-token chunk after some context is a decode, every other chunk is prefill."""
+    num_prefill = num_decode = num_padding = 0
+    for _, n, c, _, padding in seqs:  # (request, num_tokens, num_computed, samples, is_padding)
+        if padding:
+            num_padding += n
+        elif n == 1 and c > 0:
+            num_decode += 1
+        else:
+            num_prefill += n
+    return num_prefill, num_decode, num_padding
+
+
+def record_step(plan: "BatchPlan", start: float, duration: float, scheduler, replica: str = "0") -> StepRecord:
+    """Build the `StepRecord` of `plan` (one pass over its sequences) and the scheduler's state."""
+    num_prefill, num_decode, num_padding = count_tokens(plan.seqs)
+    num_seqs = len(plan.seqs)
+    if plan.decodes:  # grouped one-token decodes (see BatchPlan)
+        num_decode += len(plan.decodes)
+        num_seqs += len(plan.decodes)
+    bm = scheduler.block_manager
+    used = bm.num_used_gpu_blocks
+    return StepRecord(
+        plan.step_id, start, duration, num_prefill, num_decode, num_padding, num_seqs,
+        len(plan.swap_out_blocks), len(plan.swap_in_blocks), len(plan.preempted),
+        used, used / bm.num_gpu_blocks,
+        scheduler.num_waiting, scheduler.num_running, scheduler.num_swapped, replica,
+    )
+
+
+class Recorder:
+    """Collects what a run produces: every request submitted (in order) and every step.
+
+    Several replicas may share one recorder; `replica_of` remembers which replica took each
+    request (the last one to claim it, e.g. the decode side of a disaggregated pair).
+    """
+
+    def __init__(self) -> None:
+        self.requests: list["Request"] = []
+        self.steps: list[StepRecord] = []
+        self.replica_of: dict[int | str, str] = {}
+        self._seen: set[int | str] = set()
+
+    def add_request(self, request: "Request", replica: str | None = None) -> None:
+        if request.req_id not in self._seen:
+            self._seen.add(request.req_id)
+            self.requests.append(request)
+        if replica is not None:
+            self.replica_of[request.req_id] = replica
+
+    def add_step(self, record: StepRecord) -> None:
+        self.steps.append(record)
+
+    def add_steps(self, records: list[StepRecord]) -> None:
+        """Several steps at once, in order (a replica's decode run)."""
+        self.steps.extend(records)
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else x
+
+
+def request_row(req: "Request", replica: str = "", max_itl: float | None = None) -> dict:
+    """One row of the `requests` table (vLLM bench-serve definitions; NaN where undefined).
+
+    `max_itl`: the largest gap between two output tokens when the caller already has it.
+    """
+    times = req.token_times
+    reason = req.finish_reason.value if req.finish_reason is not None else "unfinished"
+    completed = reason in COMPLETED_REASONS and len(times) > 0
+    ttft = times[0] - req.arrival_time if completed else math.nan
+    e2e = times[-1] - req.arrival_time if completed else math.nan
+    n = len(times)
+    tpot = (e2e - ttft) / (n - 1) if completed and n > 1 else math.nan
+    if max_itl is None:
+        max_itl = max(map(sub, times[1:], times)) if n > 1 else math.nan  # map: C speed, no generator
+    queue = req.first_scheduled_time - req.arrival_time if req.first_scheduled_time is not None else math.nan
+    row = {
+        "req_id": req.req_id, "arrival_time": req.arrival_time,
+        "first_scheduled_time": _nan(req.first_scheduled_time), "first_token_time": _nan(req.first_token_time),
+        "finish_time": _nan(req.finish_time), "num_prompt_tokens": req.num_prompt_tokens,
+        "num_output_tokens": req.num_output_tokens, "max_tokens": req.max_tokens, "priority": req.priority,
+        "num_cached_tokens": req.num_cached_tokens, "num_preemptions": req.num_preemptions,
+        "num_swaps": req.num_swaps, "num_recomputes": req.num_recomputes, "finish_reason": reason,
+        "reject_reason": req.reject_reason or "", "ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot,
+        "queue_s": queue, "max_itl_s": max_itl, "replica": replica,
+        # JSON [[preempted_at, resumed_at], ...]: one cell, so the table stays one row per request
+        "preemption_intervals": json.dumps(req.preemption_intervals) if req.preemption_intervals else "[]",
+    }
+    for key, value in req.tags.items():  # workload labels (class, group, turn...) become columns
+        row.setdefault(key, value)
+    return row
+
+
+def requests_table(requests: Iterable["Request"], replica_of: Mapping | None = None) -> pd.DataFrame:
+    """The `requests` table: one row per request, finished, rejected or aborted."""
+    replica_of = replica_of or {}
+    requests = requests if isinstance(requests, list) else list(requests)
+    rows = [request_row(r, replica_of.get(r.req_id, ""), itl)
+            for r, itl in zip(requests, max_itls([r.token_times for r in requests]))]
+    if not rows:
+        return pd.DataFrame(columns=list(REQUEST_COLUMNS))
+    return pd.DataFrame(rows)
+
+
+def preemption_table(requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per preemption (req_id, preempted_at, resumed_at) from the `requests` table's JSON
+    `preemption_intervals` column; also for a table read back from CSV, or one without the column."""
+    rows = []
+    if "preemption_intervals" in requests:
+        for req_id, cell in zip(requests["req_id"], requests["preemption_intervals"]):
+            if isinstance(cell, str) and cell not in ("", "[]"):
+                rows.extend((req_id, a, b) for a, b in json.loads(cell))
+    return pd.DataFrame(rows, columns=["req_id", "preempted_at", "resumed_at"])
+
+
+def steps_table(steps: Iterable[StepRecord]) -> pd.DataFrame:
+    """The `steps` table: one row per iteration (per replica)."""
+    # column by column with attrgetter (not dataclasses.astuple, which deep-copies every field), as
+    # arrays where numeric: far faster than pandas inferring dtypes from rows or lists
+    steps = steps if isinstance(steps, list) else list(steps)
+    if not steps:
+        return pd.DataFrame([], columns=list(STEP_COLUMNS))
+    columns = {}
+    for name in STEP_COLUMNS:
+        column = list(map(attrgetter(name), steps))
+        values = np.array(column)
+        # numbers as the int64/float64 array pandas would infer from the list; anything else is left to pandas
+        columns[name] = values if values.dtype.kind in "if" else column
+    return pd.DataFrame(columns)
+
+
+def max_itls(token_times: list[list[float]]) -> list[float]:
+    """The largest gap between consecutive times of each list (NaN for fewer than two times).
+
+    One array of all the times: the gaps across two lists are masked, then one `maximum.reduceat`
+    over the lists with gaps (the same float subtractions as list by list, in a fraction of the time).
+    """
+    lengths = np.fromiter(map(len, token_times), dtype=np.int64, count=len(token_times))
+    out = np.full(len(token_times), np.nan)
+    with_gaps = lengths > 1
+    if with_gaps.any():
+        ends = np.cumsum(lengths)
+        gaps = np.diff(np.fromiter(chain.from_iterable(token_times), dtype=np.float64, count=int(ends[-1])))
+        crossing = ends[(lengths > 0) & (ends < ends[-1])] - 1  # the gap from a list's last time to the next's first
+        gaps[crossing] = -np.inf
+        out[with_gaps] = np.maximum.reduceat(gaps, (ends - lengths)[with_gaps])
+    return out.tolist()
+
+
+def pooled_itls(requests: Iterable["Request"]) -> np.ndarray:
+    """Every gap between consecutive output tokens of every completed request, pooled (vLLM ITL)."""
+    parts = [r.token_times for r in requests
+             if len(r.token_times) > 1 and r.finish_reason is not None
+             and r.finish_reason.value in COMPLETED_REASONS]
+    if not parts:
+        return np.empty(0)
+    # one array of every request's times; the differences across two requests are dropped
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    flat = np.fromiter(chain.from_iterable(parts), dtype=np.float64, count=int(lengths.sum()))
+    gaps = np.diff(flat)
+    return np.delete(gaps, np.cumsum(lengths)[:-1] - 1)
+
+
+def _json_default(obj):
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def json_safe(obj):
+    """A copy of a summary fit for JSON: NaN/inf become null (json.dumps would write invalid NaN)."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+_clean = json_safe  # the earlier private name, still imported by servesim/commands/run.py
+
+
+def write_results(out_dir: str | Path, requests: pd.DataFrame, steps: pd.DataFrame, summary: dict,
+                  config_toml: str | None = None, plot: bool = True) -> Path:
+    """Write summary.json, requests.csv, steps.csv (+ config.toml, parquet, timeline.png when possible)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2, default=_json_default) + "\n")
+    requests.to_csv(out / "requests.csv", index=False)
+    steps.to_csv(out / "steps.csv", index=False)
+    if config_toml is not None:
+        (out / "config.toml").write_text(config_toml)
+    try:  # optional extra: servesim[parquet]
+        import pyarrow  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        requests.to_parquet(out / "requests.parquet", index=False)
+        steps.to_parquet(out / "steps.parquet", index=False)
+    if plot:
+        plot_timeline(steps, requests, out / "timeline.png")
+    return out
+
+
+def plot_timeline(steps: pd.DataFrame, requests: pd.DataFrame, path: str | Path) -> Path | None:
+    """KV usage, queue lengths and batch tokens over time, and the TTFT/TPOT CDFs, in one figure.
+
+    Needs matplotlib (servesim[calibrate]); returns None without it.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    if len(steps):
+        for replica, s in steps.groupby("replica", sort=False):
+            axes[0, 0].step(s["start"], s["kv_usage"], where="post", label=f"replica {replica}")
+            axes[0, 1].step(s["start"], s["num_waiting"], where="post", label=f"waiting ({replica})")
+            axes[0, 1].step(s["start"], s["num_running"], where="post", label=f"running ({replica})")
+            axes[1, 0].plot(s["start"], s["num_prefill_tokens"] + s["num_decode_tokens"], ".", ms=2,
+                            label=f"tokens/step ({replica})")
+    axes[0, 0].set(title="KV cache usage", xlabel="time (s)", ylabel="fraction of GPU blocks", ylim=(0, 1.05))
+    axes[0, 1].set(title="queue lengths", xlabel="time (s)", ylabel="requests")
+    axes[1, 0].set(title="tokens per step", xlabel="time (s)", ylabel="tokens")
+    for col, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        v = np.sort(requests[col].dropna().to_numpy(dtype=float)) if col in requests else np.empty(0)
+        if len(v):
+            axes[1, 1].plot(v, np.arange(1, len(v) + 1) / len(v), label=label)
+    axes[1, 1].set(title="latency CDFs", xlabel="seconds", ylabel="fraction of requests", xscale="log")
+    for ax in axes.flat:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return Path(path)
+
+
+def end_unfinished(scheduler, requests: list[Request], now: float, why: str) -> None:
+    """Abort every request still live, so that it appears in the results with a reason."""
+    for request in requests:
+        if not request.is_finished:
+            scheduler.abort_request(request.req_id, now)
+            if request.finish_reason is None:  # a scheduler that did not know it
+                request.finish(FinishReason.ABORTED, now)
+            request.reject_reason = why

@@ -1,0 +1,137 @@
+"""`servesim calibrate`: measure the engine's ops into a profile, import published per-op data, or fit runs.
+
+    servesim calibrate --model examples/tiny-llama/config.json --device cpu --out PROFILE [--quick]
+    servesim calibrate import --source aiconfigurator|h100-microbench --gpu H100 --model NAME --tp N --out PROFILE
+        [--host graphs|eager|eager-launch|none] [--kernels native|vidur] [--raw-grid]
+        [--calls-per-layer N] [--call-us US] [--host-terms STEP_MS SEQ_MS PREFILL_MS]
+    servesim calibrate fit-runs ...          (fidelity.fit_runs: host-overhead terms from real runs)
+
+Every path prints the per-op fit error table (median / max abs %, and leave-one-out for the
+piecewise-linear curves) and writes the profile file (format: `sim.latency.profiled`).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="HF config.json of the engine's model (measure mode)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device to measure on")
+    parser.add_argument("--out", help="profile file to write (JSON)")
+    parser.add_argument("--quick", action="store_true", help="small grid for CI (< ~1 min on a laptop CPU)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads while measuring (default 1: robust on shared machines; "
+                             "validate uses the same)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    imp = sub.add_parser("import", help="import published per-op data into a profile")
+    imp.add_argument("--source", required=True, help="aiconfigurator or h100-microbench")
+    imp.add_argument("--gpu", required=True, help="H100, H200 or A100 (aiconfigurator); H100 (h100-microbench)")
+    imp.add_argument("--model", required=True, dest="import_model",
+                     help="a Llama-family name (e.g. llama-2-70b) or a HF config.json")
+    imp.add_argument("--tp", type=int, default=1, help="tensor parallelism (per-rank shapes)")
+    imp.add_argument("--data-dir", default=None, help="h100-microbench: the folder (default ../shared/data/...)")
+    imp.add_argument("--host", default="graphs", help="host time per step: graphs (CUDA-graph engine, default), "
+                     "eager (no CUDA graphs, NCCL all-reduce, launches as an additive constant), eager-launch "
+                     "(no CUDA graphs: step = max(kernels, host launch path) + host work outside the forward; "
+                     "simulate then uses sim.latency.eager.EagerLatencyModel), none (kernels only)")
+    imp.add_argument("--kernels", default="native", help="native (the source's kernel tables, default) or vidur "
+                     "(layer GEMMs, elementwise ops and all-reduce from vidur-per-op: eager PyTorch, 2023-era)")
+    imp.add_argument("--raw-grid", action="store_true", help="vidur: continue Vidur's grids beyond 4096 tokens with "
+                     "their last segment's slope (default: in proportion to the tokens, calibrate.importers.beyond_grid)")
+    imp.add_argument("--calls-per-layer", type=int, default=None, help="eager-launch: kernel-issuing op calls a "
+                     "layer (default 14, 12 at TP 1: the eager vLLM 0.1-0.2 Llama layer)")
+    imp.add_argument("--call-us", type=float, default=None, help="eager-launch: host time of one op call in us "
+                     "(default: measured for the GPU's node from aiconfigurator-core, 16.9 us on H100)")
+    imp.add_argument("--host-terms", type=float, nargs=3, default=None, metavar=("STEP_MS", "SEQ_MS", "PREFILL_MS"),
+                     help="eager-launch: host work outside the forward, ms a step, a sequence and a step with prompts "
+                     "(default: the CUDA-graph engine's 1.5 ms + 5 us/seq; benchmarks/splitwise_check.py prints "
+                     "terms fitted for the 2023 vLLM)")
+    imp.add_argument("--out", required=True, dest="import_out", help="profile file to write")
+    fit = sub.add_parser("fit-runs", help="fit host-overhead terms from real runs (fidelity.fit_runs)")
+    try:
+        from fidelity import fit_runs
+
+        fit_runs.configure(fit)
+        fit.set_defaults(fit_runs_module=fit_runs)
+    except ImportError:
+        fit.set_defaults(fit_runs_module=None)
+
+
+def print_fit_table(profile) -> None:
+    def pct(v):
+        return "    -" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:6.1f}%"
+
+    print(f"{'op':<14} {'points':>6} {'median':>8} {'max':>8} {'loo med':>8} {'loo max':>8}  source")
+    for name, op in sorted(profile.ops.items()):
+        e = op.fit_error
+        print(f"{name:<14} {len(op.points):>6} {pct(e.get('median_abs_pct')):>8} {pct(e.get('max_abs_pct')):>8} "
+              f"{pct(e.get('loo_median_abs_pct')):>8} {pct(e.get('loo_max_abs_pct')):>8}  {op.source}")
+    fit = profile.meta.get("engine_step_fit")
+    if fit:
+        scale = profile.meta.get("in_step_scale") or {}
+        print(f"engine steps ({fit['num_steps']} of {', '.join(fit['configurations'])}): step time error "
+              f"median {fit['median_abs_pct']:.1f}% p90 {fit['p90_abs_pct']:.1f}%; each configuration predicted "
+              f"from the others: median {fit['holdout_median_abs_pct']:.1f}% p90 {fit['holdout_p90_abs_pct']:.1f}%")
+        print("in-step scales of the op curves: " + ", ".join(f"{k} {v:.3f}" for k, v in scale.items()))
+        if profile.meta.get("after_idle_s") is not None:
+            print(f"first step after an idle pause: +{profile.meta['after_idle_s'] * 1e3:.3f} ms "
+                  f"({fit.get('num_after_idle_steps', 0)} such steps)")
+
+
+def eager_launch_options(args) -> dict:
+    """`import_profile` keyword arguments of the `--host eager-launch` options, checked with the
+    errors naming the flag the user typed (microseconds and milliseconds on the command line)."""
+    if args.host != "eager-launch":
+        for flag, v in (("--calls-per-layer", args.calls_per_layer), ("--call-us", args.call_us),
+                        ("--host-terms", args.host_terms)):
+            if v is not None:
+                raise ValueError(f"{flag}: only used with --host eager-launch, not --host {args.host}")
+        return {}
+    if args.calls_per_layer is not None and args.calls_per_layer < 1:
+        raise ValueError(f"--calls-per-layer: expected a positive integer, got {args.calls_per_layer}")
+    if args.call_us is not None and not (0 < args.call_us < math.inf):
+        raise ValueError(f"--call-us: expected a positive number of microseconds, got {args.call_us}")
+    terms = None
+    if args.host_terms is not None:
+        if not all(0 <= v < math.inf for v in args.host_terms):
+            raise ValueError(f"--host-terms: expected three milliseconds >= 0, got {args.host_terms}")
+        terms = dict(zip(("step_s", "per_seq_s", "prefill_s"), (v * 1e-3 for v in args.host_terms)))
+    return {"call_s": None if args.call_us is None else args.call_us * 1e-6,
+            "calls_per_layer": args.calls_per_layer, "host_terms": terms}
+
+
+def run(args) -> int:
+    if args.action == "fit-runs":
+        if args.fit_runs_module is None:
+            raise ValueError("calibrate fit-runs: not available in this checkout (fidelity.fit_runs is missing)")
+        return int(args.fit_runs_module.run(args) or 0)
+    if args.action == "import":
+        from calibrate.importers import import_profile
+
+        profile = import_profile(args.source, args.gpu, args.import_model, args.tp, data_dir=args.data_dir,
+                                 host=args.host, kernels=args.kernels, extend_grids=not args.raw_grid,
+                                 **eager_launch_options(args))
+        out = args.import_out
+    else:
+        if not args.model or not args.out:
+            raise ValueError("--model: measure mode needs --model CONFIG.json and --out PROFILE "
+                             "(or use `servesim calibrate import ...`)")
+        import torch
+
+        from calibrate.bench import calibrate
+
+        if args.device == "cpu" and args.threads:
+            torch.set_num_threads(args.threads)
+        profile = calibrate(args.model, args.device, quick=args.quick, progress=not args.no_progress)
+        out = args.out
+    print_fit_table(profile)
+    path = profile.save(out)
+    m = profile.model
+    launch = profile.meta.get("eager_launch")
+    if launch:
+        print(f"eager launch path: {launch['launch_s'] * 1e3:.1f} ms a step = {launch['source']}")
+    print(f"wrote {path}: {profile.meta.get('device')}, {m.get('name')} tp={m['tensor_parallel_size']} "
+          f"{m['dtype']}, source {profile.meta.get('source')}")
+    return 0

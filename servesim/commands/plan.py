@@ -1,0 +1,95 @@
+"""`servesim plan CONFIG.toml --target-rate R --slo-ttft S --slo-tpot S [--gpus ...] [--price GPU=USD]`.
+
+Simulates every candidate layout (GPU type x TP x replicas, colocated or disaggregated, chunk
+budget) at the target rate and prints the fitting layout with the fewest GPUs and the cheapest
+per hour. Prices default to the GPU catalog's rough on-demand figures.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from policies import ConfigError
+from servesim.commands.capacity_args import add_common, executor_from_args, fmt_table, slo_from_args
+from sim.capacity.planner import LAYOUTS, CandidateGrid, plan
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(",") if v.strip())
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--target-rate", type=float, required=True, help="requests per second to serve")
+    parser.add_argument("--gpus", default="H100-SXM", help="GPU types to try, comma-separated")
+    parser.add_argument("--tp", default="1,2", help="tensor-parallel degrees to try")
+    parser.add_argument("--replicas", default="1,2,4", help="colocated replica counts to try")
+    parser.add_argument("--pool-counts", default="1,2,3", help="disaggregated pool sizes to try (each pool)")
+    parser.add_argument("--budgets", default="", help="scheduler.max_num_batched_tokens values to try "
+                        "(default: the config's)")
+    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="colocated,disaggregated")
+    parser.add_argument("--max-gpus", type=int, default=8, help="largest layout to consider")
+    parser.add_argument("--price", action="append", default=[], metavar="GPU=USD",
+                        help="USD per GPU-hour (repeatable; default: the catalog's)")
+    parser.add_argument("--out", help="write plan.csv (every candidate) and plan.png to this folder")
+
+
+def parse_prices(items: list[str]) -> dict[str, float]:
+    prices = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            prices[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise ConfigError(f"--price: expected GPU=USD_PER_HOUR, got {item!r}")
+    return prices
+
+
+def shape(row: dict) -> str:
+    """'2 x H100-SXM tp1' or 'P 1x tp2 + D 2x tp1 on H100-SXM'."""
+    if row.get("layout") == "colocated":
+        return f"{row['replicas']} x {row['gpu']} tp{row['tp']}"
+    return f"P {row['prefill']} + D {row['decode']} on {row['gpu']}"
+
+
+def run(args) -> int:
+    try:
+        grid = CandidateGrid(gpus=tuple(g.strip() for g in args.gpus.split(",") if g.strip()),
+                             tps=_ints(args.tp), replicas=_ints(args.replicas),
+                             budgets=_ints(args.budgets) or (None,),
+                             layouts=tuple(v.strip() for v in args.layouts.split(",") if v.strip()),
+                             pool_counts=_ints(args.pool_counts), max_gpus=args.max_gpus)
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"plan: --tp, --replicas, --pool-counts and --budgets take integers ({exc})") from None
+    slo = slo_from_args(args)
+    result = plan(args.config, args.target_rate, slo, grid, parse_prices(args.price), executor_from_args(args),
+                  args.overrides, progress=not args.no_progress)
+    for row in result.rows:
+        row["shape"] = shape(row)
+    table = result.table()
+    cols = ["layout", "shape", "budget", "num_gpus", "cost_per_hour", "slo_attainment", "ttft_s_p90", "tpot_s_p90",
+            "error"]
+    if "budget" in table and table["budget"].isna().all():
+        cols.remove("budget")
+    if "error" in table and table["error"].isna().all():
+        cols.remove("error")
+    print(fmt_table(table.sort_values(["num_gpus", "point"]) if "num_gpus" in table else table, cols))
+    if result.by_gpus is None:
+        print(f"no candidate serves {args.target_rate} req/s within the SLO; widen --gpus/--tp/--max-gpus")
+    else:
+        for what, row in (("fewest GPUs", result.by_gpus), ("cheapest", result.by_cost)):
+            print(f"{what:>12}: {row['layout']} {row['shape']}: {row['num_gpus']} GPUs, "
+                  f"${row['cost_per_hour']:.2f}/h, {row['slo_attainment']:.1%} within SLO")
+    if args.out:
+        from sim.capacity.plots import plot_plan
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "plan.csv", index=False)
+        png = plot_plan(table, out / "plan.png")
+        print(f"wrote {out / 'plan.csv'}" + (f", {png}" if png else ""))
+    return 0 if result.by_gpus is not None else 1

@@ -1,0 +1,137 @@
+"""`servesim reproduce GROUNDTRUTH_DIR --out REPORT`: simulate every real run found there and score it.
+
+Writes to the REPORT folder: `report.md` (a table per run and metric: measured, predicted, error;
+medians of |error| per source and over all runs), `report.csv` (the same rows), `medians.csv`,
+`fits.json` (the overhead terms each run was predicted with and the runs they were fitted on) and
+`errors.png` (predicted vs measured). With `--fit loo` (default) each run is predicted with terms
+fitted on the other runs of its source only; `--overhead FILE` applies a fitted layer instead and
+leaves the runs it was fitted on out of the score.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from policies import ConfigError
+from fidelity.runs import METRICS
+
+LABELS = {"ttft_s": "mean TTFT", "tpot_s": "mean TPOT", "e2e_s": "mean E2E"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("groundtruth", help="folder of real runs (e.g. ../shared/data/groundtruth) or one run folder")
+    parser.add_argument("--out", required=True, metavar="REPORT", help="folder for report.md, report.csv, fits.json")
+    parser.add_argument("--fit", choices=("loo", "none"), default="loo",
+                        help="loo: host-overhead terms fitted leave-one-run-out within each source (default); "
+                             "none: the GPU model alone")
+    parser.add_argument("--overhead", metavar="FILE", help="a fitted overhead layer (servesim calibrate fit-runs); "
+                        "the runs it was fitted on are excluded from the score")
+    parser.add_argument("--workload", choices=("auto", "replay", "profile"), default="auto",
+                        help="replay the recorded requests, or regenerate them from the profile (auto: replay if known)")
+    parser.add_argument("--gpu", help="GPU for runs that do not name one (default H100)")
+    parser.add_argument("--gpu-model", default="auto",
+                        choices=("auto", "layer-profile", "distserve", "aiconfigurator", "roofline"),
+                        help="which measured data drives the GPU step time (auto: the most specific available)")
+    parser.add_argument("--only", metavar="TEXT", action="append", default=[],
+                        help="only runs whose name or source contains TEXT (repeatable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def load_overhead_layer(path: str | Path) -> tuple:
+    """(HostOverhead, runs it was fitted on) from a `servesim-overhead` file."""
+    from fidelity.host_overhead import HostOverhead
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"--overhead: {p}: no such file")
+    data = json.loads(p.read_text())
+    if data.get("format") != "servesim-overhead":
+        raise ConfigError(f"--overhead: {p} is not a servesim-overhead file (format: {data.get('format')!r})")
+    return HostOverhead.from_dict(data["overhead"]), list(data.get("fitted_on", []))
+
+
+def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[str], title: str) -> str:
+    lines = [f"# {title}", "", "Errors are (predicted - measured) / measured of each run's mean. "
+             "Medians are of |error| over runs.", ""]
+    lines += ["## Medians of |error|", "", "| source | runs | " + " | ".join(LABELS[m] for m in METRICS) + " |",
+              "|---|---:|" + "---:|" * len(METRICS)]
+    for source, row in medians.iterrows():
+        cells = " | ".join(f"{100 * row[m]:.1f}%" if m in row and pd.notna(row[m]) else "-" for m in METRICS)
+        lines.append(f"| {source} | {int(row['num_runs'])} | {cells} |")
+    lines += ["", "## Per run", ""]
+    for metric in METRICS:
+        lines += [f"### {LABELS[metric]} (s)", "", "| source | run | measured | predicted | error | GPU model | host-overhead terms |",
+                  "|---|---|---:|---:|---:|---|---|"]
+        for r in table[table["metric"] == metric].itertuples(index=False):
+            used = r.fit == "leave-one-run-out" and isinstance(r.fitted_on, str) and r.fitted_on
+            fitted = f"terms fitted on {len(r.fitted_on.split(';'))} other runs" if used else r.fit
+            lines.append(f"| {r.source} | {r.run} | {r.measured:.4g} | {r.predicted:.4g} | {100 * r.error:+.1f}% | "
+                         f"{r.gpu_model} | {fitted} |")
+        lines.append("")
+    if excluded:
+        lines += ["Excluded from the score (the given fit was trained on them): " + ", ".join(excluded), ""]
+    return "\n".join(lines)
+
+
+def plot_errors(table: pd.DataFrame, path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(5 * len(METRICS), 4.5))
+    for ax, metric in zip(axes, METRICS):
+        t = table[table["metric"] == metric]
+        for source, g in t.groupby("source"):
+            ax.scatter(g["measured"], g["predicted"], label=source, s=24)
+        lo = float(min(t["measured"].min(), t["predicted"].min())) * 0.8
+        hi = float(max(t["measured"].max(), t["predicted"].max())) * 1.25
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.15, label="±10%")
+        ax.set(xscale="log", yscale="log", xlabel="measured (s)", ylabel="predicted (s)", title=LABELS[metric])
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    from fidelity.reproduce import reproduce
+    from fidelity.runs import find_runs
+
+    runs = find_runs(Path(args.groundtruth))
+    if args.only:
+        runs = [r for r in runs if any(t in r.name or t in r.source for t in args.only)]
+    if not runs:
+        raise FileNotFoundError(f"{args.groundtruth}: no runs found (expected exp-config.yaml folders, "
+                                f"LLMServingSim vllm/requests.jsonl or DistServe vllm-N-RATE.exp files)")
+    excluded: list[str] = []
+    fit = args.fit
+    if args.overhead:
+        fit, fitted_on = load_overhead_layer(args.overhead)
+        excluded = [r.name for r in runs if r.name in fitted_on]
+        runs = [r for r in runs if r.name not in fitted_on]
+        if not runs:
+            raise ConfigError("--overhead: every run found was used to fit it; nothing is left to score")
+    rep = reproduce(runs, fit=fit, workload=args.workload, gpu=args.gpu, gpu_model=args.gpu_model,
+                    progress=not args.quiet)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    med = rep.medians()
+    rep.table.to_csv(out / "report.csv", index=False)
+    med.to_csv(out / "medians.csv", index_label="source")
+    (out / "fits.json").write_text(json.dumps({"per_run": rep.fits, "per_source": rep.group_fits}, indent=2))
+    title = f"servesim reproduce {args.groundtruth} (fit: {'given layer' if args.overhead else args.fit})"
+    (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title))
+    plot_errors(rep.table, out / "errors.png")
+    if not args.quiet:
+        print(med.to_string(float_format=lambda v: f"{100 * v:.1f}%" if v < 10 else f"{v:g}"))
+        print(f"wrote {out}/report.md, report.csv, medians.csv, fits.json, errors.png", file=sys.stderr)
+    return 0

@@ -1,0 +1,161 @@
+"""`servesim serve CONFIG.toml --device cpu|cuda --host 127.0.0.1 --port N [--out DIR]`.
+
+Builds the real `Engine` from the config (its `model.name` a HF config.json, relative to the config
+file), loads the tokenizer from `[serve] tokenizer` (default: the model's folder), and serves the
+OpenAI-compatible API with uvicorn until Ctrl-C / SIGTERM. On shutdown (or POST /admin/dump) the
+engine's requests/steps tables go to `--out` (or `[serve] out_dir`).
+
+`servesim serve CONFIG.toml --calibrate-frontend OUT.json` serves nothing: it times this config's
+front end (HTTP, tokenizer, SSE streaming beside the real engine's steps; see
+`calibrate.frontend`), writes the terms as a front-end profile and prints the
+`[frontend]` section that makes `servesim simulate` charge them.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+from pathlib import Path
+from typing import Mapping
+
+from gpu_backend.serve.config import ServeConfig, build_serve_config
+from policies import ConfigError
+from sim.config import PATH_KEYS
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="a serving config (TOML): engine sections plus an optional [serve] table")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (0 = any free port; the URL is printed)")
+    parser.add_argument("--out", metavar="DIR", help="write requests.csv/steps.csv/summary.json here on shutdown")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (repeatable), e.g. --set serve.max_num_waiting=64")
+    parser.add_argument("--threads", type=int, default=1, metavar="N",
+                        help="torch CPU threads (default 1, as `servesim run` and calibrate: a tiny model gains "
+                             "nothing from more, and on a busy machine spinning threads slow every step)")
+    parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
+    parser.add_argument("--calibrate-frontend", metavar="OUT.json",
+                        help="do not serve: time the HTTP front end (ingress, tokenizer, per-token streaming) on "
+                             "this machine with this config's engine and tokenizer, write a front-end profile, exit")
+    parser.add_argument("--calibrate-repeats", type=int, default=25, metavar="N",
+                        help="--calibrate-frontend: requests per prompt length (default 25)")
+    parser.add_argument("--probe-engine", action="store_true",
+                        help="--calibrate-frontend: a stand-in engine whose steps sleep (the front end alone, no model)")
+
+
+def load_serve_setup(config_path: str | Path, overrides: list[str] = (), out_dir: str | None = None):
+    """(engine Config, ServeConfig, Tokenizer) of a serving config, without building the engine."""
+    from gpu_backend.serve.tokenizer import Tokenizer
+    from sim.config import apply_override, load_config
+
+    data, serve_config, base = split_serve_section(config_path)
+    serve_values = dataclasses.asdict(serve_config)
+    engine_overrides = []
+    for override in overrides:
+        if override.strip().startswith("serve."):
+            apply_override({"serve": serve_values}, override)
+        else:
+            engine_overrides.append(override)
+    if out_dir is not None:
+        serve_values["out_dir"] = out_dir
+    serve_config = build_serve_config(serve_values)
+    config = load_config(data, engine_overrides)
+    model_dir = Path(config.model.name)
+    tokenizer = Tokenizer(serve_config.tokenizer or (model_dir if model_dir.is_dir() else model_dir.parent))
+    return config, serve_config, tokenizer
+
+
+def build_server(config_path: str | Path, device: str = "cpu", overrides: list[str] = (), out_dir: str | None = None):
+    """The engine (not started), tokenizer and `OpenAIServer` a config describes."""
+    from calibrate.engine_config import build_engine
+    from gpu_backend.serve.server import OpenAIServer
+
+    config, serve_config, tokenizer = load_serve_setup(config_path, overrides, out_dir)
+    engine = build_engine(config, device)
+    server = OpenAIServer(engine, tokenizer, serve_config, config.scheduler.max_model_len,
+                          vocab_size=engine.model_config.vocab_size)
+    return server
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gpu_backend.serve.server import build_app
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port: must be in 0..65535, got {args.port}")
+    if args.threads < 1:
+        raise ValueError(f"--threads: must be >= 1, got {args.threads}")
+    if args.device == "cpu" and not args.probe_engine:  # the probe engine has no model
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.calibrate_frontend:
+        return calibrate(args)
+    server = build_server(args.config, args.device, args.overrides, args.out)
+    app = build_app(server)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on",
+                            timeout_graceful_shutdown=10)
+    srv = uvicorn.Server(config)
+
+    # print the bound URL once uvicorn has started (port 0 picks a free one)
+    original_startup = srv.startup
+
+    async def startup(sockets=None):
+        await original_startup(sockets)
+        if srv.servers:
+            host, port = srv.servers[0].sockets[0].getsockname()[:2]
+            print(f"servesim serve: {server.config.model_name} on http://{host}:{port} "
+                  f"(device {args.device}, max_model_len {server.max_model_len})", flush=True)
+
+    srv.startup = startup
+    srv.run()  # SIGINT/SIGTERM: graceful shutdown, then the app's lifespan writes the records
+    return 0
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    """`--calibrate-frontend OUT.json`: time the front end, write the profile, print the [frontend] section."""
+    from calibrate.frontend import calibrate_frontend, probe_server, write_profile
+    from sim.frontend import FrontendConfig
+
+    if args.calibrate_repeats < 3:
+        raise ValueError(f"--calibrate-repeats: must be >= 3, got {args.calibrate_repeats}")
+    if args.probe_engine:
+        _, serve_config, tokenizer = load_serve_setup(args.config, args.overrides)
+        server = probe_server(tokenizer, model_name=serve_config.model_name)
+    else:
+        server = build_server(args.config, args.device, args.overrides)
+    profile = calibrate_frontend(server, num_repeats=args.calibrate_repeats)
+    path = write_profile(profile, args.calibrate_frontend)
+    m, meta = profile["measurements"], profile["metadata"]
+    print(f"front end of {args.config} ({m['engine']}), load average {meta['load_average_before'][0]:.2f} -> "
+          f"{meta['load_average_after'][0]:.2f}")
+    for n, t in zip(m["prompt_tokens"], m["ingress_s_median"]):
+        print(f"  ingress, {n:5d} prompt tokens: {t * 1e3:7.3f} ms (median)")
+    print(f"  tokenizer alone: {m['tokenizer_s_per_token'] * 1e6:.2f} us/token; first chunk egress "
+          f"{m['egress_first_chunk_s_median'] * 1e3:.3f} ms, last {m['egress_last_chunk_s_median'] * 1e3:.3f} ms; "
+          f"token interval streamed {m['token_interval_s_median_streamed'] * 1e3:.3f} ms, bare "
+          f"{m['token_interval_s_median_bare'] * 1e3:.3f} ms (callback {m['engine_callback_s_per_output'] * 1e6:.1f} us)")
+    print(f"wrote {path}; to simulate with it:\n")
+    print(FrontendConfig(**profile["frontend"]).to_toml(), end="")
+    return 0
+
+
+def split_serve_section(path: str | Path) -> tuple[dict, ServeConfig, Path]:
+    """Read a serve TOML: (the engine config as a dict with file paths made absolute, ServeConfig, folder)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config: file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config: {path} is not valid TOML ({exc})") from None
+    base = path.resolve().parent
+    serve = build_serve_config(data.pop("serve", {}), base)
+    # the engine reads model.name as a HF config.json path: make it relative to the file too
+    for section, key in set(PATH_KEYS) | {("model", "name")}:
+        value = data.get(section, {}).get(key) if isinstance(data.get(section), Mapping) else None
+        if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists():
+            data[section][key] = str(base / value)
+    return data, serve, base

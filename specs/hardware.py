@@ -1,0 +1,110 @@
+"""The `model` and `hardware` config sections (frozen, validated on construction).
+
+`ModelConfig` names a catalog model (or a HF `config.json`) and its dtype; `HardwareConfig` names the
+GPU, the tensor-parallel degree, the KV memory knobs and which latency model to use.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.config import ConfigError, check_choice, check_int, check_number
+from specs.gpu_spec import GPUSpec, get_gpu
+from specs.model_catalog import get_model
+from specs.model_spec import DTYPE_BYTES, ModelSpec
+
+DTYPES = ("auto", "float16", "bfloat16", "float32", "fp8")
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8")
+TP_SIZES = (1, 2, 4, 8)
+LATENCY_MODELS = ("roofline", "profiled")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model is served: a catalog name (case-insensitive) or a HF config.json path, and dtypes."""
+
+    name: str = "Llama-2-7B"
+    dtype: str = "auto"  # weights; "auto" = the catalog's (16-bit) or the config.json's torch_dtype
+    kv_cache_dtype: str = "auto"  # "auto" = same as the weights
+
+    def __post_init__(self) -> None:
+        check_choice("model.dtype", self.dtype, DTYPES)
+        check_choice("model.kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
+        get_model(self.name)  # fail early on an unknown name
+
+    def spec(self) -> ModelSpec:
+        """The model's dimensions with this section's dtypes applied."""
+        return get_model(self.name).with_dtype(self.dtype, self.kv_cache_dtype)
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """The serving hardware of one replica: `tp` GPUs of one kind, and how their memory is used.
+
+    `num_gpu_blocks` overrides the block count derived from memory (see `specs.memory`).
+    `swap_space_gb` is CPU swap per GPU in GiB (vLLM's `swap_space`); 0 = no swapping.
+    `pcie_bandwidth_gbps` overrides the GPU's host link (GB/s per direction) for swap copies.
+    `latency` picks the step-time model: "roofline" (datasheet) or "profiled" (needs `profile`).
+    `enforce_eager` (vLLM's flag) models an engine without CUDA graphs.
+    """
+
+    gpu: str = "H100-SXM"
+    tp: int = 1
+    num_gpu_blocks: int | None = None
+    gpu_memory_utilization: float = 0.9
+    swap_space_gb: float = 0.0
+    pcie_bandwidth_gbps: float | None = None
+    latency: str = "roofline"
+    profile: str | None = None
+    price_per_hour: float | None = None  # USD per GPU-hour; None = the catalog's rough price
+    enforce_eager: bool = False  # vLLM's flag: no CUDA graphs (the roofline adds per-layer launch costs)
+
+    def __post_init__(self) -> None:
+        get_gpu(self.gpu)  # fail early on an unknown GPU
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp not in TP_SIZES:
+            raise ConfigError(f"hardware.tp: {self.tp!r} is not allowed; choose one of 1, 2, 4, 8")
+        check_int("hardware.num_gpu_blocks", self.num_gpu_blocks, 1, allow_none=True)
+        check_number("hardware.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, strict_min=True)
+        check_number("hardware.swap_space_gb", self.swap_space_gb, 0.0)
+        if self.pcie_bandwidth_gbps is not None:
+            check_number("hardware.pcie_bandwidth_gbps", self.pcie_bandwidth_gbps, 0.0, strict_min=True)
+        check_choice("hardware.latency", self.latency, LATENCY_MODELS)
+        if self.latency == "profiled" and not self.profile:
+            raise ConfigError("hardware.profile: required when hardware.latency = 'profiled' (a profile file path)")
+        if self.price_per_hour is not None:
+            check_number("hardware.price_per_hour", self.price_per_hour, 0.0)
+        if not isinstance(self.enforce_eager, bool):
+            raise ConfigError(f"hardware.enforce_eager: expected true or false, got {self.enforce_eager!r}")
+
+    def gpu_spec(self) -> GPUSpec:
+        return get_gpu(self.gpu)
+
+    @property
+    def pcie_bandwidth(self) -> float:
+        """Host link bytes/s per direction (the override, else the GPU's)."""
+        if self.pcie_bandwidth_gbps is not None:
+            return self.pcie_bandwidth_gbps * 1e9
+        return self.gpu_spec().pcie_bandwidth
+
+    @property
+    def cost_per_hour(self) -> float:
+        """USD per replica-hour (all `tp` GPUs)."""
+        price = self.price_per_hour if self.price_per_hour is not None else self.gpu_spec().price_per_hour
+        return price * self.tp
+
+
+def check_parallelism(model: ModelSpec, tp: int) -> None:
+    """TP shards attention heads (and MLP columns): `tp` must divide the head count and the MLP width.
+
+    KV heads fewer than `tp` are replicated, as vLLM does, so they need not be divisible.
+    """
+    if model.num_attention_heads % tp:
+        raise ConfigError(f"hardware.tp: {tp} does not divide {model.name}'s num_attention_heads="
+                          f"{model.num_attention_heads}; choose a divisor among 1, 2, 4, 8")
+    if model.intermediate_size % tp:
+        raise ConfigError(f"hardware.tp: {tp} does not divide {model.name}'s intermediate_size="
+                          f"{model.intermediate_size}")
+    if model.num_kv_heads > tp and model.num_kv_heads % tp:
+        raise ConfigError(f"hardware.tp: {tp} does not divide {model.name}'s num_kv_heads={model.num_kv_heads}")
+
+
+__all__ = ["ModelConfig", "HardwareConfig", "check_parallelism", "DTYPE_BYTES"]

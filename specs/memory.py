@@ -1,0 +1,106 @@
+"""KV cache memory: bytes per token and per block, weight bytes, and how many blocks fit.
+
+Everything is PER GPU: with tensor parallelism each GPU holds 1/tp of the weights and of the KV
+heads (KV heads fewer than tp are replicated, as in vLLM), and a "block" is the per-GPU shard of
+`block_size` tokens' K and V; the block COUNT is the same on every GPU of a replica.
+
+GPU blocks follow vLLM's profiling rule::
+
+    kv_bytes = memory_bytes x gpu_memory_utilization - weight_bytes - activation_reserve
+
+The activation reserve stands for what vLLM's profiling forward pass measures and holds back:
+  * peak activations of one forward over `max_num_batched_tokens` tokens: the MLP's gate/up output
+    and activation (3 x intermediate / tp per token) and a few hidden-size buffers (residual, norm
+    output, QKV and attention output: ~6 x hidden), in the weights' dtype;
+  * the sampler's float32 logits for `max_num_seqs` sequences (x2: logits and probabilities);
+  * a fixed non-torch allowance (CUDA context allocations, NCCL/custom all-reduce buffers, CUDA
+    graph pools): `NON_TORCH_BYTES`.
+Checked against real vLLM logs (CodeLlama-34B on an 80 GB GPU) in tests/specs/test_memory.py.
+"""
+from __future__ import annotations
+
+from policies.config import ConfigError
+from specs.hardware import HardwareConfig, check_parallelism
+from specs.model_spec import ModelSpec
+
+GiB = 2**30
+NON_TORCH_BYTES = int(0.25 * GiB)  # CUDA context leftovers + NCCL/all-reduce buffers + graph pool
+ACT_HIDDEN_BUFFERS = 6  # hidden-size activation buffers alive at the MLP peak (see module doc)
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+    return max(1, model.num_kv_heads // tp)
+
+
+def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
+    """K and V of one token on one GPU: 2 x layers x kv_heads/tp x head_dim x dtype bytes.
+
+    The one definition of KV bytes per token, from plain dimensions so that the engine's
+    `gpu_backend.model_config.ModelConfig` (HF names) uses it too; KV heads fewer than `tp` are
+    replicated (one per GPU), as in vLLM.
+    """
+    return 2 * num_layers * max(1, num_kv_heads // tp) * head_dim * dtype_bytes
+
+
+def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
+    """`kv_bytes` of a `ModelSpec` (its KV cache dtype) on one of `tp` GPUs."""
+    return kv_bytes(model.num_layers, model.num_kv_heads, model.head_dim, model.kv_dtype_bytes, tp)
+
+
+def bytes_per_block(model: ModelSpec, tp: int, block_size: int) -> int:
+    """One KV block's bytes on one GPU (what a swap copies per GPU, in parallel on each GPU's link)."""
+    return block_size * kv_bytes_per_token(model, tp)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, tp: int) -> int:
+    """Weights one GPU holds: the sharded matrices / tp; norms (and biases) replicated; vocab sharded."""
+    replicated = model.num_layers * model.norm_params_per_layer + model.hidden_size * (2 if model.bias else 1)
+    return ((model.num_params - replicated) // tp + replicated) * model.dtype_bytes
+
+
+def activation_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int = 2048,
+                             max_num_seqs: int = 256) -> int:
+    """Memory vLLM's profiling run keeps away from the KV cache (see the module docstring)."""
+    per_token = (3 * model.intermediate_size // tp + ACT_HIDDEN_BUFFERS * model.hidden_size) * model.dtype_bytes
+    if model.is_moe:  # the routed experts' gate/up outputs for k experts per token
+        per_token *= model.num_experts_per_tok
+    logits = 2 * max_num_seqs * model.vocab_size * 4 // tp
+    return max_num_batched_tokens * per_token + logits + NON_TORCH_BYTES
+
+
+def kv_cache_bytes(model: ModelSpec, hardware: HardwareConfig, max_num_batched_tokens: int = 2048,
+                   max_num_seqs: int = 256) -> int:
+    """Bytes per GPU left for the KV cache; a clear error when the weights do not fit."""
+    check_parallelism(model, hardware.tp)
+    gpu = hardware.gpu_spec()
+    budget = gpu.memory_bytes * hardware.gpu_memory_utilization
+    weights = weight_bytes_per_gpu(model, hardware.tp)
+    reserve = activation_reserve_bytes(model, hardware.tp, max_num_batched_tokens, max_num_seqs)
+    free = budget - weights - reserve
+    if free <= 0:
+        raise ConfigError(
+            f"hardware.tp: {model.name} needs {weights / GiB:.1f} GiB of weights + {reserve / GiB:.1f} GiB of "
+            f"activations per GPU at tp={hardware.tp}, but {gpu.name} x gpu_memory_utilization="
+            f"{hardware.gpu_memory_utilization} gives {budget / GiB:.1f} GiB; raise hardware.tp, pick a larger "
+            "hardware.gpu or a smaller model.name"
+        )
+    return int(free)
+
+
+def num_gpu_blocks(model: ModelSpec, hardware: HardwareConfig, block_size: int = 16,
+                   max_num_batched_tokens: int = 2048, max_num_seqs: int = 256) -> int:
+    """KV blocks per GPU: `hardware.num_gpu_blocks` when given, else what fits in memory."""
+    if hardware.num_gpu_blocks is not None:
+        check_parallelism(model, hardware.tp)
+        return hardware.num_gpu_blocks
+    free = kv_cache_bytes(model, hardware, max_num_batched_tokens, max_num_seqs)
+    blocks = free // bytes_per_block(model, hardware.tp, block_size)
+    if blocks < 1:
+        raise ConfigError(f"hardware.gpu_memory_utilization: leaves no room for one KV block of {model.name} "
+                          f"on {hardware.gpu}")
+    return int(blocks)
+
+
+def num_cpu_blocks(model: ModelSpec, hardware: HardwareConfig, block_size: int = 16) -> int:
+    """CPU swap blocks: `swap_space_gb` GiB per GPU divided by one block's per-GPU bytes."""
+    return int(hardware.swap_space_gb * GiB // bytes_per_block(model, hardware.tp, block_size))

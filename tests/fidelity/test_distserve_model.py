@@ -1,0 +1,154 @@
+"""DistServe's A100 step-time model, the evidence behind its choices, and the v0 host time read off
+the runs' timestamps (`fidelity.sources.distserve`, `fidelity.runs` DistServe helpers)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from policies import BatchPlan, Request, ScheduledSeq
+from fidelity.sources.distserve import DistServeLatencyModel, distserve_host_prior, measure_run_host
+from fidelity.runs import (DISTSERVE_MAX_NUM_BATCHED_TOKENS, distserve_prefill_batches, distserve_prefill_gaps,
+                               load_distserve_run)
+
+MODEL = "facebook/opt-13b"
+VLLM = {"prefill": [20.0, 0.14, 8e-6], "decoding_smallbs": [23.0, 6e-4, 0.06],
+        "decoding_largebs": [20.0, 5e-4, 0.12], "decoding_large_small_bs_threshold": 95}
+ENGINE = {**VLLM, "prefill": [18.0, 0.10, 7e-6]}
+
+
+def write_profiles(folder: Path, sibling: bool = True) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "profiler-a100-80g.vllm.json"
+    path.write_text(json.dumps({MODEL: {"1": VLLM}}))
+    if sibling:
+        (folder / "profiler-a100-80g.distserve.json").write_text(json.dumps({MODEL: {"1": ENGINE}}))
+    return path
+
+
+def prompt_seq(req_id: int, n: int, padding: bool = False) -> ScheduledSeq:
+    return ScheduledSeq(Request(req_id, arrival_time=0.0, num_prompt_tokens=max(n, 1), max_tokens=4), n, 0, not padding, padding)
+
+
+def test_prefill_takes_the_sibling_engine_fit_unless_told_otherwise(tmp_path):
+    path = write_profiles(tmp_path)
+    plan = BatchPlan(0, (prompt_seq(0, 1000),))
+    a, b, c = ENGINE["prefill"]
+    assert DistServeLatencyModel(path).step_time(plan) == pytest.approx((a + b * 1000 + c * 1e6) * 1e-3)
+    a, b, c = VLLM["prefill"]
+    assert DistServeLatencyModel(path, own_prefill=True).step_time(plan) == pytest.approx((a + b * 1000 + c * 1e6) * 1e-3)
+    lone = write_profiles(tmp_path / "alone", sibling=False)
+    assert DistServeLatencyModel(lone).step_time(plan) == pytest.approx((a + b * 1000 + c * 1e6) * 1e-3)
+
+
+def test_padding_is_charged_as_the_padded_prompt_lengths(tmp_path):
+    """A padded batch of prompts 300 and 700 computes two 700-token prompts: sum(len) = 1400 and
+    sum(len^2) = 2 * 700^2, i.e. the charged padding is sum(max_len - len_i) = 400 tokens."""
+    model = DistServeLatencyModel(write_profiles(tmp_path))
+    padded = BatchPlan(0, (prompt_seq(0, 700), prompt_seq(1, 300), prompt_seq(1, 400, padding=True)))
+    unpadded = BatchPlan(0, (prompt_seq(0, 700), prompt_seq(1, 300)))
+    assert model.step_time(padded) == pytest.approx(model.prefill_ms([700, 700]) * 1e-3)
+    assert model.step_time(padded) > model.step_time(unpadded)
+    assert padded.num_padding_tokens == 700 - 300
+    one = BatchPlan(0, (prompt_seq(0, 700), prompt_seq(1, 699), ScheduledSeq(padded.seqs[1].request, 1, 699, False, True)))
+    assert model.step_time(one) == pytest.approx(model.prefill_ms([700, 700]) * 1e-3)  # not a decode
+
+
+def test_padded_continuous_batches_are_charged_in_the_simulator(tmp_path):
+    """End to end through the scheduler: a padded batch costs the padded prefill."""
+    from policies import CacheConfig, SchedulerConfig, StepResult
+    from policies.scheduler import make_scheduler
+
+    model = DistServeLatencyModel(write_profiles(tmp_path))
+    sched = make_scheduler(SchedulerConfig(policy="continuous", max_num_batched_tokens=4096, max_model_len=2048,
+                                           max_paddings=256), CacheConfig(num_gpu_blocks=1024))
+    for i, n in enumerate((500, 300, 450, 400)):  # padding 200, +50, then +100 > 256: the last waits
+        sched.add_request(Request(i, 0.0, n, 2), 0.0)
+    plan = sched.schedule(0.0)
+    assert plan.num_scheduled_tokens == {0: 500, 1: 300, 2: 450}
+    assert plan.num_padding_tokens == 250
+    assert model.step_time(plan) == pytest.approx(model.prefill_ms([500] * 3) * 1e-3)
+    sched.update(plan, StepResult(model.step_time(plan), None, frozenset()), 0.1)
+
+
+# --- the host time measured on a run's timestamps: synthetic runs with a known truth -------------
+
+def lone_requests(model: DistServeLatencyModel, host_s: float, front_s: float, n: int = 6) -> list[dict]:
+    """Requests far apart (each alone in the engine): TTFT = front end + prefill step; each decode
+    step = the decode fit at its context + the host time of its one sequence."""
+    recs, t = [], 100.0
+    for i in range(n):
+        p, out = 200 + 150 * i, 40 + 10 * i
+        first = t + front_s + model.prefill_ms([p]) * 1e-3
+        steps = [model.decode_ms(1, p + k) * 1e-3 + host_s for k in range(1, out)]
+        done = first + sum(steps)
+        recs.append({"prompt_len": p, "output_len": out, "issue_time": t, "first_token_time": first,
+                     "complete_time": done, "ttft_ms": (first - t) * 1e3,
+                     "tpot_ms": (done - first) / (out - 1) * 1e3, "latency_ms": (done - t) * 1e3})
+        t = done + 5.0
+    return recs
+
+
+def write_exp(path: Path, recs: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(repr(recs) + "\n{\n\tnum_requests: %d\n" % len(recs))
+    return path
+
+
+def test_measure_run_host_recovers_the_per_sequence_host_time_and_front_end(tmp_path):
+    model = DistServeLatencyModel(write_profiles(tmp_path / "profile_data"))
+    path = write_exp(tmp_path / "runs" / "vllm-6-1.exp", lone_requests(model, host_s=4e-4, front_s=0.02))
+    per_seq, front = measure_run_host(path, model)
+    assert per_seq == pytest.approx(4e-4, rel=0.05)
+    assert front == pytest.approx(0.02, rel=0.02)
+
+
+def test_host_prior_never_uses_the_runs_own_timestamps(tmp_path):
+    coefficients = write_profiles(tmp_path / "profile_data")
+    model = DistServeLatencyModel(coefficients)
+    a = write_exp(tmp_path / "runs" / "vllm-6-1.exp", lone_requests(model, host_s=2e-4, front_s=0.01))
+    b = write_exp(tmp_path / "runs" / "vllm-6-2.exp", lone_requests(model, host_s=6e-4, front_s=0.03))
+    prior_a = distserve_host_prior(load_distserve_run(a), coefficients)
+    prior_b = distserve_host_prior(load_distserve_run(b), coefficients)
+    assert prior_a.sample_per_seq_s == pytest.approx(6e-4, rel=0.05)  # run b's, never a's own
+    assert prior_b.sample_per_seq_s == pytest.approx(2e-4, rel=0.05)
+    assert prior_a.frontend_s == pytest.approx(0.03, rel=0.02)
+
+
+# --- the evidence in the shipped runs ----------------------------------------------------------------
+
+def distserve_files(shared_data: Path) -> tuple[list[Path], Path]:
+    root = shared_data / "groundtruth" / "distserve-a100-opt13b"
+    runs = sorted((root / "data-ground-truth" / "opt-13b-sharegpt").glob("vllm-*.exp"))
+    if not runs:
+        pytest.skip(f"no DistServe vLLM runs under {root}")
+    return runs, root / "profile_data" / "profiler-a100-80g.vllm.json"
+
+
+def test_the_runs_prefill_batches_exceed_vllms_default_budget_and_carry_no_padding_cap(shared_data):
+    """The loader's budget is above every co-scheduled prefill and vLLM's default (2048) is below
+    some; some steps pad a prompt by far more than vLLM 0.2.2-0.3's `max_paddings` (256)."""
+    runs, _ = distserve_files(shared_data)
+    batches = [b for path in runs for b in distserve_prefill_batches(path)]
+    assert sum(len(b) for b in batches) == sum(load_distserve_run(p).num_requests for p in runs)
+    largest = max(sum(b) for b in batches)
+    assert 2048 < largest <= DISTSERVE_MAX_NUM_BATCHED_TOKENS
+    assert max(len(b) * max(b) - sum(b) for b in batches) > 256
+
+
+def test_the_runs_back_to_back_prefills_follow_the_chosen_prefill_fit(shared_data):
+    """A back-to-back prefill's gap bounds its step time from above: its lower envelope must not sit
+    above the chosen fit, and sits well below the vLLM file's own prefill (the reason for the choice)."""
+    runs, coefficients = distserve_files(shared_data)
+    chosen = DistServeLatencyModel(coefficients)
+    own = DistServeLatencyModel(coefficients, own_prefill=True)
+    gaps = np.array([g for path in runs for g in distserve_prefill_gaps(path)], dtype=float)
+    for lo, hi in ((300, 600), (600, 1000), (1000, 1500), (1500, 2100)):
+        band = gaps[(gaps[:, 0] >= lo) & (gaps[:, 0] < hi)]
+        assert len(band) >= 30
+        envelope_ms = np.percentile(band[:, 1], 10) * 1e3
+        mid = [int(np.median(band[:, 0]))]
+        assert envelope_ms == pytest.approx(chosen.prefill_ms(mid), rel=0.12)
+        assert envelope_ms < 0.85 * own.prefill_ms(mid)

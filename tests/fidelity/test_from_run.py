@@ -1,0 +1,118 @@
+"""config_from_run and `servesim simulate --from-run`: configs rebuilt from run folders."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+from fidelity_helpers import ISSUE_PROFILE, make_measured_run, write_exp_config
+
+from policies import ConfigError
+from servesim.cli import main
+from fidelity.from_run import config_from_run, load_run
+from fidelity.runs import find_runs
+from sim.workload import build_workload
+
+
+def issue_run(tmp_path, **profile_changes):
+    folder = write_exp_config(tmp_path / "ip-run", max_num_batched_tokens=4096, max_num_seqs=128, max_model_len=8192)
+    profile = copy.deepcopy(ISSUE_PROFILE)
+    profile["load"].update(profile_changes)
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    return folder
+
+
+def test_server_arguments_and_profile_become_the_config(tmp_path):
+    cfg = config_from_run(issue_run(tmp_path), ["hardware.gpu=H100"])
+    assert cfg.hardware.gpu == "H100" and cfg.hardware.tp == 1
+    assert (cfg.scheduler.policy, cfg.scheduler.max_num_batched_tokens, cfg.scheduler.max_num_seqs,
+            cfg.scheduler.max_model_len) == ("vllm", 4096, 128, 8192)
+    assert cfg.model.spec().name == "Llama-2-7B"
+    assert cfg.workload.kind == "inference_perf"
+    # multi-turn chat: only each session's first turn is known up front (8 groups x 3 users), the
+    # rest of the 1200 sends of stage 1 wait for their session's previous answer
+    first = build_workload(cfg.workload).start()
+    assert len(first) == 8 * 3
+    # a session's context starts as its system prompt and each turn adds system prompt + question
+    assert {r.num_prompt_tokens for r in first} == {120 + 120 + 500}
+
+
+def test_simulate_from_run_keeps_multi_turn_sessions(tmp_path):
+    sys_len, q_len, out_len = 16, 40, 8
+    folder = write_exp_config(tmp_path / "chat", max_model_len=4096)
+    profile = {"data": {"type": "shared_prefix", "shared_prefix": {
+        "num_unique_system_prompts": 1, "num_users_per_system_prompt": 2, "system_prompt_len": sys_len,
+        "question_len": q_len, "output_len": out_len, "enable_multi_turn_chat": True}},
+        "load": {"type": "constant", "stages": [{"rate": 2, "duration": 5}]}, "server": {"ignore_eos": True}}
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    out = tmp_path / "out"
+    assert main(["simulate", "--from-run", str(folder), "--set", "hardware.gpu=H100", "--out", str(out), "--quiet"]) == 0
+    import pandas as pd
+
+    req = pd.read_csv(out / "requests.csv").set_index("req_id")
+    assert len(req) == 10 and (req["finish_reason"] != "rejected").all()
+    for i in range(2, 10):  # send i is session i % 2's turn i // 2: after the previous turn, on its context
+        prev, cur = req.loc[f"s0-{i - 2}"], req.loc[f"s0-{i}"]
+        assert cur["arrival_time"] >= prev["finish_time"] - 1e-9
+        assert cur["num_prompt_tokens"] == prev["num_prompt_tokens"] + out_len + sys_len + q_len
+
+
+def test_overrides_win_and_bad_values_name_the_field(tmp_path):
+    run = issue_run(tmp_path)
+    assert config_from_run(run, ["scheduler.max_num_seqs=7"]).scheduler.max_num_seqs == 7
+    with pytest.raises(ConfigError, match="^hardware.gpu"):
+        config_from_run(run, ["hardware.gpu=TPU-v9"])
+
+
+def test_simulate_from_run_end_to_end(tmp_path):
+    run = issue_run(tmp_path, stages=[{"rate": 2, "duration": 10}])
+    out = tmp_path / "out"
+    assert main(["simulate", "--from-run", str(run), "--set", "hardware.gpu=H100", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_requests"] == 20
+    assert summary["num_finished"] + summary["num_rejected"] == 20
+    assert (out / "config.toml").read_text().count("max_num_batched_tokens = 4096") == 1
+
+
+def test_a_run_with_measurements_is_replayed(tmp_path):
+    folder = make_measured_run(tmp_path / "measured", n=12)
+    cfg = config_from_run(folder)
+    assert cfg.workload.kind == "trace"
+    assert load_run(folder).num_requests == 12
+
+
+def test_a_sweep_profile_without_arrivals_is_refused_with_the_field(tmp_path):
+    folder = write_exp_config(tmp_path / "sweep")
+    (folder / "profile.yaml").write_text(yaml.safe_dump({"rate-type": "sweep", "rate": 5, "max-requests": 40,
+                                                         "data": {"prompt_tokens": 100, "output_tokens": 10}}))
+    with pytest.raises(ConfigError, match="^profile.rate-type"):
+        config_from_run(folder)
+
+
+def test_every_shipped_run_rebuilds_with_its_own_limits(shared_data):
+    for run in find_runs(shared_data / "groundtruth"):
+        target = run.path
+        cfg = config_from_run(target) if target.is_dir() else config_from_run(target)
+        s = run.server
+        if s.max_num_batched_tokens:
+            assert cfg.scheduler.max_num_batched_tokens == s.max_num_batched_tokens, run.name
+        if s.max_num_seqs:
+            assert cfg.scheduler.max_num_seqs == s.max_num_seqs, run.name
+        assert cfg.hardware.tp == s.tensor_parallel_size
+        assert cfg.scheduler.policy == ("vllm" if s.enable_chunked_prefill else "continuous")
+
+
+def test_memory_and_kv_dtype_arguments_reach_the_config(tmp_path):
+    folder = make_measured_run(tmp_path / "mem", n=8)
+    import yaml as _yaml
+
+    exp = _yaml.safe_load((folder / "exp-config.yaml").read_text())
+    exp.update(gpu_memory_utilization=0.8, kv_cache_dtype="fp8_e4m3")
+    (folder / "exp-config.yaml").write_text(_yaml.safe_dump(exp))
+    cfg = config_from_run(folder)
+    assert cfg.hardware.gpu_memory_utilization == 0.8 and cfg.model.kv_cache_dtype == "fp8"
+    exp["gpu_memory_utilization"] = 1.5
+    (folder / "exp-config.yaml").write_text(_yaml.safe_dump(exp))
+    with pytest.raises(ValueError, match="^exp-config.gpu_memory_utilization"):
+        config_from_run(folder)

@@ -1,0 +1,150 @@
+"""inference-perf's shared_prefix profile as a Workload: counts, rates, lengths, turns and stages."""
+from __future__ import annotations
+
+import copy
+import heapq
+
+import numpy as np
+import pytest
+from fidelity_helpers import ISSUE_PROFILE
+
+from policies import ConfigError, FinishReason
+from fidelity.sources.inference_perf import LengthDistribution, SharedPrefixProfile, SharedPrefixWorkload
+
+
+def profile(**changes):
+    p = copy.deepcopy(ISSUE_PROFILE)
+    for key, value in changes.items():
+        node = p
+        *path, last = key.split("__")
+        for k in path:
+            node = node[k]
+        node[last] = value
+    return p
+
+
+def drive(workload, service_time=2.0, reject=lambda r: False):
+    """A fake server: every request takes `service_time` s from arrival; returns [(finish time, request)]."""
+    events = [(r.arrival_time + service_time, i, r) for i, r in enumerate(workload.start())]
+    heapq.heapify(events)
+    done, k = [], len(events)
+    while events:
+        t, _, r = heapq.heappop(events)
+        r.output_token_ids = [0] * r.max_tokens
+        r.finish_reason = FinishReason.REJECTED if reject(r) else FinishReason.LENGTH
+        done.append((t, r))
+        for q in workload.on_finish(r, t):
+            assert q.arrival_time >= t - 1e-9 or q.tags["turn"] == 0
+            k += 1
+            heapq.heappush(events, (q.arrival_time + service_time, k, q))
+    return done
+
+
+def test_the_issue_example_sends_every_stage_request_in_stage_order():
+    wl = SharedPrefixWorkload(ISSUE_PROFILE, seed=1)
+    done = drive(wl)
+    stages = [r.tags["stage"] for _, r in done]
+    assert len(done) == 4 * 300 + 9 * 300 == wl.profile.num_requests
+    assert stages.count(0) == 1200 and stages.count(1) == 2700
+    end0 = max(t for t, r in done if r.tags["stage"] == 0)
+    start1 = min(r.arrival_time for _, r in done if r.tags["stage"] == 1)
+    assert start1 >= end0 + 1.0  # the next stage waits for the last request plus load.interval (1 s)
+
+
+def test_multi_turn_context_grows_by_answer_system_prompt_and_question():
+    wl = SharedPrefixWorkload(profile(load__stages=[{"rate": 4, "duration": 30}, {"rate": 9, "duration": 10}]), seed=2)
+    done = drive(wl)
+    by_user = {}
+    for _, r in sorted(done, key=lambda x: x[1].arrival_time):
+        by_user.setdefault((r.tags["group"], r.tags["user"]), []).append(r)
+    sys_len, q_len, out_len = 120, 500, 200
+    for turns in by_user.values():
+        assert turns[0].num_prompt_tokens == 2 * sys_len + q_len  # context (system prompt) + prompt (system + question)
+        for prev, cur in zip(turns, turns[1:]):
+            assert cur.num_prompt_tokens == prev.num_prompt_tokens + out_len + sys_len + q_len
+            # the previous turn (prompt + answer) is a prefix of this one: the prefix cache can hit
+            n = prev.num_prompt_tokens
+            assert list(cur.prompt_token_ids[:n]) == list(prev.prompt_token_ids[:n])
+            assert list(cur.prompt_token_ids[n:n + out_len]) == [0] * out_len
+            assert cur.arrival_time >= prev.arrival_time + 2.0 - 1e-9  # waits for its previous turn
+
+
+def test_single_turn_prompts_share_their_groups_system_prompt():
+    wl = SharedPrefixWorkload(profile(data__shared_prefix__enable_multi_turn_chat=False), seed=3)
+    reqs = wl.start()
+    assert len(reqs) == 1200  # no follow-ups needed before stage 1: all of stage 0 is known up front
+    by_group = {}
+    for r in reqs:
+        assert r.num_prompt_tokens == 620
+        by_group.setdefault(r.tags["group"], set()).add(tuple(r.prompt_token_ids[:120]))
+    assert len(by_group) == 8 and all(len(s) == 1 for s in by_group.values())
+    assert len({next(iter(s)) for s in by_group.values()}) == 8  # groups differ
+
+
+def test_constant_stage_is_poisson_conditioned_on_count_and_duration():
+    p = profile(data__shared_prefix__enable_multi_turn_chat=False, load__stages=[{"rate": 50, "duration": 200}])
+    t = np.sort([r.arrival_time for r in SharedPrefixWorkload(p, seed=4).start()])
+    assert len(t) == 10000 and t[-1] == pytest.approx(200.0)  # gaps rescaled to sum to the duration
+    gaps = np.diff(np.concatenate([[0.0], t]))
+    assert gaps.mean() == pytest.approx(1 / 50, rel=1e-6)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.05)  # exponential gaps: CV 1
+    counts = np.histogram(t, bins=200, range=(0, 200))[0]
+    assert counts.var() / counts.mean() == pytest.approx(1.0, abs=0.25)  # Poisson counts per second
+
+
+def test_poisson_load_counts_per_second():
+    p = profile(data__shared_prefix__enable_multi_turn_chat=False, load__type="poisson",
+                load__stages=[{"rate": 20, "duration": 300}])
+    t = np.array([r.arrival_time for r in SharedPrefixWorkload(p, seed=5).start()])
+    assert len(t) == 6000
+    counts = np.histogram(t, bins=int(np.ceil(t.max())), range=(0, np.ceil(t.max())))[0]
+    assert counts.mean() == pytest.approx(20, rel=0.05)
+    assert counts.var() / counts.mean() == pytest.approx(1.0, abs=0.25)
+
+
+def test_length_distributions_follow_inference_perf():
+    dist = {"mean": 500, "std_dev": 100, "min": 350, "max": 900}
+    p = profile(data__shared_prefix__enable_multi_turn_chat=False, data__shared_prefix__num_users_per_system_prompt=500,
+                data__shared_prefix__question_len=dist, data__shared_prefix__output_len={**dist, "type": "uniform"})
+    wl = SharedPrefixWorkload(p, seed=6)
+    q = np.array([x[2] for x in wl.prompts])
+    o = np.array([x[3] for x in wl.prompts])
+    assert len(q) == 4000 and q.min() >= 350 and q.max() <= 900
+    # a normal clipped at 350 (1.5 sd below): mean shifts up by sd * (phi(1.5) - 1.5 * Phi(-1.5)) ~ 2.9
+    assert q.mean() == pytest.approx(502.9, abs=4.0)
+    assert (q == 350).mean() == pytest.approx(0.0668, abs=0.015)  # P(Z < -1.5): clipped to min
+    assert o.min() >= 350 and o.max() <= 900 and o.mean() == pytest.approx(625, abs=8)
+
+
+def test_concurrent_stage_never_exceeds_its_concurrency():
+    p = profile(data__shared_prefix__enable_multi_turn_chat=False, load__type="concurrent",
+                load__stages=[{"num_requests": 60, "concurrency_level": 4}])
+    done = drive(SharedPrefixWorkload(p, seed=7), service_time=1.0)
+    assert len(done) == 60
+    events = sorted([(r.arrival_time, 1) for _, r in done] + [(t, -1) for t, _ in done], key=lambda e: (e[0], e[1]))
+    level = np.cumsum([d for _, d in events])
+    assert level.max() == 4
+
+
+def test_a_rejected_turn_leaves_the_context_unchanged():
+    wl = SharedPrefixWorkload(profile(load__stages=[{"rate": 1, "duration": 72}]), seed=8)
+    done = drive(wl, reject=lambda r: r.tags["turn"] == 0)
+    second = [r for _, r in done if r.tags["turn"] == 1]
+    assert second and all(r.num_prompt_tokens == 2 * 120 + 500 for r in second)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"data__type": "random"}, "profile.data.type"),
+    ({"load__type": "sweep"}, "profile.load.type"),
+    ({"load__stages": []}, "profile.load.stages"),
+    ({"load__stages": [{"rate": -1, "duration": 10}]}, r"profile.load.stages\[0\].rate"),
+    ({"data__shared_prefix__question_len": {"mean": 10, "type": "zipf"}}, "profile.data.shared_prefix.question_len.type"),
+])
+def test_bad_profiles_name_the_field(change, field):
+    with pytest.raises(ConfigError, match=f"^{field}"):
+        SharedPrefixProfile.from_dict(profile(**change))
+
+
+def test_fixed_length_is_exact():
+    d = LengthDistribution.parse("x", 77)
+    assert (d.sample(np.random.default_rng(0), 5) == 77).all()

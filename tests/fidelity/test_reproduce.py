@@ -1,0 +1,144 @@
+"""servesim reproduce: leave-one-run-out really leaves the scored run out; the report is complete."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from fidelity_helpers import make_measured_run
+
+from servesim.cli import main
+from fidelity import reproduce as reproduce_module
+from fidelity.host_overhead import HostOverhead
+from fidelity.reproduce import reproduce
+from fidelity.runs import find_runs
+
+TRUTH = HostOverhead(compute_scale=1.1, schedule_s=2e-3, sample_per_seq_s=5e-5, frontend_s=0.01)
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gt") / "hand-made"
+    for i, rate in enumerate((3.0, 6.0, 12.0)):
+        make_measured_run(root / f"run{i}", TRUTH, n=24, rate=rate, seed=i)
+    return root
+
+
+def scaled(runs, name, factor):
+    """The same runs, with run `name`'s measurements multiplied by `factor`."""
+    out = []
+    for r in runs:
+        if r.name == name:
+            r = type(r)(**{**r.__dict__, "requests": r.requests.assign(
+                ttft_s=r.requests["ttft_s"] * factor, e2e_s=r.requests["e2e_s"] * factor,
+                tpot_s=r.requests["tpot_s"] * factor)})
+        out.append(r)
+    return out
+
+
+def test_no_run_is_predicted_with_a_fit_that_saw_it(three_runs, monkeypatch):
+    seen = []
+    real_fit = reproduce_module.fit_overhead
+
+    def spy(systems):
+        seen.append({s.name for s in systems})
+        return real_fit(systems)
+
+    monkeypatch.setattr(reproduce_module, "fit_overhead", spy)
+    rep = reproduce(find_runs(three_runs), gpu_model="roofline", progress=False)
+    for name, fit in rep.fits.items():
+        assert name not in fit["fitted_on"] and len(fit["fitted_on"]) == 2
+    assert all(set(row.fitted_on.split(";")) == set(rep.fits[row.run]["fitted_on"])
+               for row in rep.table.itertuples())
+    # per-run fits used 2 systems each, never the run they scored (the group fit uses all 3 and scores
+    # nothing); the nested model-selection fits use 1 of a run's 2 others
+    assert sorted(len(s) for s in seen if len(s) > 1) == [2, 2, 2, 3]
+    assert sum(1 for s in seen if len(s) == 1) == 3 * 2
+    assert all(fit["used"] for fit in rep.fits.values())  # the measurements have real overhead: the fit helps
+
+
+def test_a_runs_own_measurements_cannot_move_its_prediction(three_runs):
+    # if leave-one-out leaked, tripling run0's measured latencies would change run0's prediction
+    runs = find_runs(three_runs)
+    def predicted(rs):
+        return reproduce(rs, gpu_model="roofline", progress=False).table.set_index(["run", "metric"])["predicted"]
+
+    base, moved = predicted(runs), predicted(scaled(runs, "run0", 3.0))
+    pd.testing.assert_series_equal(base.loc["run0"], moved.loc["run0"])
+    # ...while the other runs, whose fits did see run0, do move
+    assert not base.loc["run1"].equals(moved.loc["run1"])
+
+
+def test_cli_writes_markdown_csv_and_fits(three_runs, tmp_path):
+    out = tmp_path / "report"
+    assert main(["reproduce", str(three_runs.parent), "--out", str(out), "--quiet", "--gpu-model", "roofline"]) == 0
+    table = pd.read_csv(out / "report.csv")
+    assert len(table) == 3 * 3 and set(table["metric"]) == {"ttft_s", "tpot_s", "e2e_s"}
+    assert (table["error"] == (table["predicted"] - table["measured"]) / table["measured"]).all()
+    md = (out / "report.md").read_text()
+    assert "Medians of |error|" in md and "run0" in md and "mean TPOT" in md
+    medians = pd.read_csv(out / "medians.csv", index_col=0)
+    assert medians.loc["all runs", "ttft_s"] == pytest.approx(table[table.metric == "ttft_s"]["error"].abs().median())
+
+
+def test_cli_with_a_given_layer_leaves_its_training_runs_out(three_runs, tmp_path):
+    import json
+
+    layer = tmp_path / "layer.json"
+    layer.write_text(json.dumps({"format": "servesim-overhead", "version": 1, "overhead": TRUTH.to_dict(),
+                                 "fitted_on": ["run0", "run1"]}))
+    out = tmp_path / "given"
+    assert main(["reproduce", str(three_runs), "--overhead", str(layer), "--out", str(out), "--quiet",
+                 "--gpu-model", "roofline"]) == 0
+    table = pd.read_csv(out / "report.csv")
+    assert set(table["run"]) == {"run2"}
+    # the measurements were made with TRUTH: the given terms predict them
+    assert table["error"].abs().max() < 0.02
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert main(["reproduce", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    assert "no runs found" in capsys.readouterr().err
+
+
+def test_a_run_described_only_by_its_profile_and_summary_is_simulated(tmp_path):
+    import copy
+    import json
+
+    import yaml
+    from fidelity_helpers import ISSUE_PROFILE, write_exp_config
+
+    folder = write_exp_config(tmp_path / "gt" / "ip" / "h100-run", gpu="H100")
+    profile = copy.deepcopy(ISSUE_PROFILE)
+    profile["load"]["stages"] = [{"rate": 2, "duration": 6}, {"rate": 4, "duration": 4}]
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    (folder / "summary_lifecycle_metrics.json").write_text(json.dumps({"successes": {"latency": {
+        "time_to_first_token": {"mean": 0.05}, "time_per_output_token": {"mean": 0.01},
+        "request_latency": {"mean": 2.0}}}}))
+    rep = reproduce(find_runs(tmp_path / "gt"), fit="none", gpu_model="roofline", progress=False)
+    assert list(rep.table["workload"].unique()) == ["profile"]
+    pred = rep.predictions["h100-run"]
+    assert len(pred.requests) == 12 + 16  # every request of both stages, multi-turn follow-ups included
+    assert rep.table.set_index("metric").loc["ttft_s", "measured"] == 0.05
+
+
+def test_the_gate_judges_a_fit_by_re_simulating_each_held_in_run():
+    import numpy as np
+
+    from fidelity.overhead_fit import TERMS, RunSystem
+    from fidelity.reproduce import fit_helps
+    from fidelity.runs import METRICS
+
+    names = ("a", "b", "c")
+    systems = [RunSystem(n, {m: np.zeros((0, len(TERMS))) for m in METRICS}, {m: np.zeros(0) for m in METRICS})
+               for n in names]
+    measured = {n: {"ttft_s": 1.0, "tpot_s": 0.1, "e2e_s": 2.0} for n in names}
+    none = {n: {"ttft_s": 0.5, "tpot_s": 0.05, "e2e_s": 1.0} for n in names}  # 50% low without overhead
+    calls = []
+
+    def closer(name, overhead):
+        calls.append(name)
+        return {"ttft_s": 0.9, "tpot_s": 0.09, "e2e_s": 1.8}
+
+    assert fit_helps(systems, closer, measured, none)
+    assert sorted(calls) == list(names)  # each held-in run once, with the fit on the other two
+    assert not fit_helps(systems, lambda name, overhead: {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 0.4},
+                         measured, none)

@@ -1,0 +1,67 @@
+"""The fast table builders of records.results equal the plain row-by-row constructions they replace."""
+from __future__ import annotations
+
+import math
+import random
+from operator import attrgetter, sub
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.config import load_config
+from records.results import STEP_COLUMNS, max_itls, pooled_itls, request_row, requests_table, steps_table
+from sim.runner import simulate
+
+
+@pytest.fixture(scope="module")
+def run():
+    """A run with tags (classes), rejections (too long) and aborts (time limit)."""
+    config = load_config({
+        "model": {"name": "Llama-2-7B"},
+        "hardware": {"num_gpu_blocks": 200},
+        "scheduler": {"max_model_len": 1024, "queue": "priority"},
+        "workload": {"kind": "poisson", "rate": 20.0, "num_requests": 120, "too_long": "keep",
+                     "prompt_len": {"kind": "lognormal", "median": 200, "sigma": 1.2, "max": 2000},
+                     "output_len": {"kind": "lognormal", "median": 20, "sigma": 1.0, "max": 200},
+                     "classes": [{"name": "a", "priority": 0, "fraction": 0.5},
+                                 {"name": "b", "priority": 1, "fraction": 0.5}]},
+        "sim": {"max_sim_time_s": 4.0},
+    })
+    return simulate(config)
+
+
+def test_requests_table_is_the_row_by_row_table(run):
+    reqs = run.raw_requests
+    reasons = {r.finish_reason.value for r in reqs}
+    assert {"length", "rejected", "aborted"} <= reasons  # every kind of row is exercised
+    rows = []
+    for r in reqs:  # the reference: each request's largest gap computed on its own
+        t = r.token_times
+        rows.append(request_row(r, "0", max(map(sub, t[1:], t)) if len(t) > 1 else math.nan))
+    pd.testing.assert_frame_equal(requests_table(reqs, {r.req_id: "0" for r in reqs}), pd.DataFrame(rows),
+                                  check_exact=True)
+
+
+def test_steps_table_is_the_row_by_row_table(run):
+    steps = [s for s in run.steps.itertuples(index=False)]  # any objects with the fields will do
+    reference = pd.DataFrame([attrgetter(*STEP_COLUMNS)(s) for s in steps], columns=list(STEP_COLUMNS))
+    pd.testing.assert_frame_equal(steps_table(steps), reference, check_exact=True)
+    assert steps_table([]).columns.tolist() == list(STEP_COLUMNS)
+
+
+def test_pooled_itls_is_every_requests_gaps_in_order(run):
+    parts = [np.diff(np.asarray(r.token_times)) for r in run.raw_requests
+             if len(r.token_times) > 1 and r.finish_reason.value in ("length", "stop")]
+    assert np.array_equal(pooled_itls(run.raw_requests), np.concatenate(parts))
+
+
+def test_max_itls_matches_each_list_on_its_own():
+    rnd = random.Random(0)
+    for _ in range(300):
+        lists = [sorted(rnd.random() * 10 for _ in range(rnd.choice([0, 0, 1, 1, 2, 3, rnd.randint(0, 40)])))
+                 for _ in range(rnd.randint(0, 25))]
+        want = [max(map(sub, t[1:], t)) if len(t) > 1 else math.nan for t in lists]
+        got = max_itls(lists)
+        assert len(got) == len(want)
+        assert all((math.isnan(g) and math.isnan(w)) or g == w for g, w in zip(got, want))
