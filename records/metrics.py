@@ -18,6 +18,7 @@ import pandas as pd
 from policies import ConfigError
 from policies.config import check_number
 from records.results import COMPLETED_REASONS
+from records.saturation import saturation
 
 PERCENTILES = (50, 90, 99)
 
@@ -146,7 +147,20 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, itls: np.ndarray | No
                         "max": int(steps["num_running"].max()) if len(steps) else None},
         "step_time_s": stats(steps["duration"]) if len(steps) else None,
     }
+    summary.update(_saturation(requests, reasons, start + duration if n else 0.0))
     return summary
+
+
+def _saturation(requests: pd.DataFrame, reasons: pd.Series, end: float) -> dict:
+    """`saturated`, `offered_rate`, `sustainable_rate` (req/s), `backlog_growth` (records.saturation)."""
+    queued = requests[reasons != "rejected"] if len(requests) else requests
+    if len(queued) == 0:
+        sat = saturation(np.empty(0), np.empty(0), end)
+    else:
+        sat = saturation(queued["arrival_time"].to_numpy(dtype=float),
+                         queued["first_token_time"].to_numpy(dtype=float), end)
+    return {"saturated": sat["saturated"], "offered_rate": sat["offered_rate_per_s"],
+            "sustainable_rate": sat["sustainable_rate_per_s"], "backlog_growth": sat["backlog_growth"]}
 
 
 def format_summary(summary: dict) -> str:
@@ -182,4 +196,20 @@ def format_summary(summary: dict) -> str:
         f"padding        {summary['padding_fraction']:.1%} of computed tokens",
         f"prefix cache   {summary['prefix_cache_hit_rate']:.1%} of prompt tokens hit",
     ]
+    load = saturation_line(summary)
+    if load:
+        lines.append(load)
     return "\n".join(lines)
+
+
+def saturation_line(summary: dict) -> str | None:
+    """One line on whether the run kept up with its offered load (None when it cannot tell)."""
+    offered = summary.get("offered_rate")
+    if offered is None:
+        return None
+    if not summary.get("saturated"):
+        return f"load           kept up with the offered {offered:.3g} req/s (queues did not grow)"
+    sustainable = summary.get("sustainable_rate")
+    about = f"~{sustainable:.3g} req/s" if sustainable is not None else "less"
+    return (f"SATURATED      offered {offered:.3g} req/s, sustains {about}: queues grew through the run, "
+            "so the latency figures describe a growing backlog, not a steady state")
