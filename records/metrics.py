@@ -69,6 +69,13 @@ def meets_slo(requests: pd.DataFrame, slo: SLOConfig | None) -> pd.Series:
     return ok
 
 
+def completed_output_tokens(requests: pd.DataFrame) -> int:
+    """Output tokens of the requests that produced their whole answer (what throughput counts)."""
+    if len(requests) == 0:
+        return 0
+    return int(requests.loc[requests["finish_reason"].isin(COMPLETED_REASONS), "num_output_tokens"].sum())
+
+
 def _time_weighted(steps: pd.DataFrame, column: str) -> float | None:
     if len(steps) == 0 or steps["duration"].sum() <= 0:
         return None
@@ -196,6 +203,12 @@ def format_summary(summary: dict) -> str:
         f"padding        {summary['padding_fraction']:.1%} of computed tokens",
         f"prefix cache   {summary['prefix_cache_hit_rate']:.1%} of prompt tokens hit",
     ]
+    if summary.get("cost_per_million_output_tokens") is not None:
+        lines.append(f"cost           ${summary['cost_per_million_output_tokens']:.3g} per 1M output tokens "
+                     f"({summary['gpu_hours']:.3g} GPU-hours, ${summary['cost_usd']:.3g})")
+    if summary.get("energy_j_per_output_token") is not None:
+        lines.append(f"energy         {summary['energy_j_per_output_token']:.3g} J per output token "
+                     f"(mean {summary['mean_power_w']:.0f} W per GPU)")
     load = saturation_line(summary)
     if load:
         lines.append(load)

@@ -23,8 +23,9 @@ from tqdm import tqdm
 
 from policies import CacheConfig, ConfigError, FinishReason, Request
 from sim.config import Config, config_to_toml
+from sim.cost import replica_costs, run_cost
 from sim.frontend import FrontendConfig
-from records.metrics import summarize
+from records.metrics import completed_output_tokens, summarize
 from sim.replica import Replica, paused_gc
 from records.results import Recorder, end_unfinished, pooled_itls, requests_table, steps_table, write_results
 
@@ -172,4 +173,5 @@ def tabulate(recorder: Recorder, config: Config) -> SimResult:
     requests = requests_table(recorder.requests, recorder.replica_of)
     steps = steps_table(recorder.steps)
     summary = summarize(requests, steps, pooled_itls(recorder.requests), config.slo)
+    summary.update(run_cost(replica_costs(config), steps, summary["duration_s"], completed_output_tokens(requests)))
     return SimResult(requests, steps, summary, config, recorder.requests)

@@ -1,8 +1,9 @@
 """`servesim plan CONFIG.toml --target-rate R --slo-ttft S --slo-tpot S [--gpus ...] [--price GPU=USD]`.
 
 Simulates every candidate layout (GPU type x TP x replicas, colocated or disaggregated, chunk
-budget) at the target rate and prints the fitting layout with the fewest GPUs and the cheapest
-per hour. Prices default to the GPU catalog's rough on-demand figures.
+budget) at the target rate and prints the fitting layout with the fewest GPUs, the cheapest per
+hour, the cheapest per million output tokens and the one using the least energy per output token.
+Prices default to the GPU catalog's rough on-demand figures.
 """
 from __future__ import annotations
 
@@ -71,8 +72,8 @@ def run(args) -> int:
     for row in result.rows:
         row["shape"] = shape(row)
     table = result.table()
-    cols = ["layout", "shape", "budget", "num_gpus", "cost_per_hour", "slo_attainment", "ttft_s_p90", "tpot_s_p90",
-            "error"]
+    cols = ["layout", "shape", "budget", "num_gpus", "cost_per_hour", "cost_per_million_output_tokens",
+            "energy_j_per_output_token", "slo_attainment", "ttft_s_p90", "tpot_s_p90", "error"]
     if "budget" in table and table["budget"].isna().all():
         cols.remove("budget")
     if "error" in table and table["error"].isna().all():
@@ -81,9 +82,14 @@ def run(args) -> int:
     if result.by_gpus is None:
         print(f"no candidate serves {args.target_rate} req/s within the SLO; widen --gpus/--tp/--max-gpus")
     else:
-        for what, row in (("fewest GPUs", result.by_gpus), ("cheapest", result.by_cost)):
+        for what, row in (("fewest GPUs", result.by_gpus), ("cheapest", result.by_cost),
+                          ("$/1M tokens", result.by_token_cost), ("least energy", result.by_energy)):
+            per_m, joules = row.get("cost_per_million_output_tokens"), row.get("energy_j_per_output_token")
             print(f"{what:>12}: {row['layout']} {row['shape']}: {row['num_gpus']} GPUs, "
-                  f"${row['cost_per_hour']:.2f}/h, {row['slo_attainment']:.1%} within SLO")
+                  f"${row['cost_per_hour']:.2f}/h"
+                  + (f", ${per_m:.3g} per 1M output tokens" if per_m is not None else "")
+                  + (f", {joules:.3g} J per output token" if joules is not None else "")
+                  + f", {row['slo_attainment']:.1%} within SLO")
     if args.out:
         from sim.capacity.plots import plot_plan
 

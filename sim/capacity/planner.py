@@ -4,7 +4,8 @@ Candidates are layouts built from a base config: colocated (`replicas` copies of
 with a chunk budget) and disaggregated (a prefill pool and a decode pool, each `count` x `tp` of
 one GPU type). Each is simulated at the target rate; a layout *fits* when at least
 `slo.min_attainment` of its requests meet the SLO. The plan reports the fitting layout with the
-fewest GPUs (ties: cheaper) and the one with the lowest cost per hour (ties: fewer GPUs).
+fewest GPUs (ties: cheaper), the one with the lowest cost per hour (ties: fewer GPUs), and the ones
+with the lowest cost per million output tokens and the lowest energy per output token (`sim.cost`).
 Prices are USD per GPU-hour by GPU name (defaults: the GPU catalog's rough prices). Each candidate
 sees the base workload's arrival window (n0 requests at rate r0 -> n0 * target / r0 requests).
 """
@@ -82,6 +83,8 @@ class Plan:
     rows: list[dict[str, Any]] = field(default_factory=list)
     by_gpus: dict[str, Any] | None = None
     by_cost: dict[str, Any] | None = None
+    by_token_cost: dict[str, Any] | None = None  # lowest cost_per_million_output_tokens
+    by_energy: dict[str, Any] | None = None  # lowest energy_j_per_output_token
 
     def table(self):
         import pandas as pd
@@ -115,9 +118,18 @@ def plan(base: Any, target_rate: float, slo: SLO, grid: CandidateGrid = Candidat
                 row[k] = v
         if "error" not in row:
             row["cost_per_hour"] = cost_per_hour(load_point_config(spec), prices)
+            tokens_per_s = row.get("throughput_output_tokens_per_s") or 0.0
+            # at the given prices: dollars an hour over the output tokens of an hour
+            row["cost_per_million_output_tokens"] = (row["cost_per_hour"] / (3600.0 * tokens_per_s) * 1e6
+                                                     if tokens_per_s > 0 else None)
     result = Plan(rows=rows)
     fitting = [r for r in rows if r.get("slo_met")]
     if fitting:
         result.by_gpus = min(fitting, key=lambda r: (r["num_gpus"], r["cost_per_hour"], r["point"]))
         result.by_cost = min(fitting, key=lambda r: (r["cost_per_hour"], r["num_gpus"], r["point"]))
+        inf = float("inf")
+        result.by_token_cost = min(fitting, key=lambda r: (r.get("cost_per_million_output_tokens") or inf,
+                                                           r["num_gpus"], r["point"]))
+        result.by_energy = min(fitting, key=lambda r: (r.get("energy_j_per_output_token") or inf,
+                                                       r["num_gpus"], r["point"]))
     return result

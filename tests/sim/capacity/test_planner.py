@@ -89,3 +89,18 @@ def test_plan_cli_prints_both_winners(tmp_path, capsys):
         pass
     rc = main(["plan", str(cfg), "--target-rate", "10", "--slo-ttft", "0.5", "--price", "H100", "--no-progress"])
     assert rc == 2 and "--price" in capsys.readouterr().err
+
+
+def test_plan_ranks_layouts_by_cost_per_token_and_energy_per_token_across_vendors():
+    base = small_config(num_requests=30)
+    grid = CandidateGrid(gpus=("H100-SXM", "A100-80GB", "MI300X"), tps=(1,), replicas=(1, 2), layouts=("colocated",),
+                         max_gpus=2)
+    result = plan(base, 8.0, SLO(ttft_s=1.0, tpot_s=0.05), grid, executor=SerialExecutor(), progress=False)
+    fitting = [r for r in result.rows if r.get("slo_met")]
+    assert fitting and result.by_energy is not None and result.by_token_cost is not None
+    assert result.by_energy["energy_j_per_output_token"] == min(r["energy_j_per_output_token"] for r in fitting)
+    assert result.by_token_cost["cost_per_million_output_tokens"] == min(
+        r["cost_per_million_output_tokens"] for r in fitting)
+    for row in fitting:  # at the planner's prices: $/h over the tokens of an hour
+        tokens_per_hour = row["throughput_output_tokens_per_s"] * 3600
+        assert row["cost_per_million_output_tokens"] == pytest.approx(row["cost_per_hour"] / tokens_per_hour * 1e6)

@@ -1,0 +1,82 @@
+"""What a run costs: GPU-hours, dollars and joules, in total and per output token.
+
+GPU-hours are each replica's GPUs times the time it was provisioned (the run's span, first arrival
+to last finish, unless an autoscaler says otherwise); dollars are GPU-hours times each GPU's price.
+Energy: a GPU draws its idle power while it has nothing to run and, during a step,
+idle + (board - idle) x activity. Activity runs from `MEMORY_BOUND_ACTIVITY` for a step whose
+GEMMs are memory-bound (few tokens: decodes) to 1 for one whose GEMMs are compute-bound (tokens at
+or past the GPU's ridge point, the roofline's knee: peak FLOP/s x bytes per weight / (2 x HBM
+bandwidth)). Measured LLM serving shows that shape: token generation draws about half of a GPU's
+dynamic power range, prompt processing reaches the board limit (Patel et al., ISCA 2024; Samsi et
+al., HPEC 2023). Energy therefore always lies between idle and board power times GPU-seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from sim.cluster.layout import all_replica_configs
+
+MEMORY_BOUND_ACTIVITY = 0.5  # share of (board - idle) power a memory-bound step draws
+
+
+@dataclass(frozen=True)
+class ReplicaCost:
+    """One replica's hardware for costing: its GPU's power and price, its TP degree, when it was up."""
+
+    name: str
+    tp: int
+    price_per_gpu_hour: float
+    idle_power_w: float
+    board_power_w: float
+    ridge_tokens: float  # tokens a step needs for its GEMMs to be compute-bound
+    provisioned_s: float | None = None  # seconds it was up; None = the run's whole span
+
+    def activity(self, tokens: np.ndarray) -> np.ndarray:
+        compute = np.minimum(1.0, np.asarray(tokens, dtype=float) / self.ridge_tokens)
+        return MEMORY_BOUND_ACTIVITY + (1.0 - MEMORY_BOUND_ACTIVITY) * compute
+
+
+def replica_costs(config) -> list[ReplicaCost]:
+    """The replicas a config's layout runs (colocated or disaggregated), as `ReplicaCost`s."""
+    out = []
+    for name, c in all_replica_configs(config):
+        gpu = c.hardware.gpu_spec()
+        spec = c.model.spec()
+        ridge = gpu.peak_flops(spec.dtype_bytes) * spec.dtype_bytes / (2.0 * gpu.hbm_bandwidth)
+        out.append(ReplicaCost(name, int(c.hardware.tp), c.hardware.cost_per_hour / c.hardware.tp,
+                               gpu.idle_power_w, gpu.board_power_w, ridge))
+    return out
+
+
+def run_cost(replicas: list[ReplicaCost], steps: pd.DataFrame, span_s: float, output_tokens: int) -> dict:
+    """Summary keys: gpu_hours, cost_usd, cost_per_million_output_tokens, energy_j,
+    energy_j_per_output_token, mean_power_w (per GPU, over the GPU-seconds provisioned)."""
+    gpu_s = cost = energy = 0.0
+    by_replica = {}
+    if len(steps):
+        tokens = steps["num_prefill_tokens"] + steps["num_decode_tokens"] + steps["num_padding_tokens"]
+        by_replica = {str(k): g for k, g in pd.DataFrame({"replica": steps["replica"].astype(str),
+                                                          "duration": steps["duration"],
+                                                          "tokens": tokens}).groupby("replica")}
+    for r in replicas:
+        up = max(span_s if r.provisioned_s is None else r.provisioned_s, 0.0)
+        mine = by_replica.get(r.name)
+        busy = float(mine["duration"].sum()) if mine is not None else 0.0
+        up = max(up, busy)  # a replica is up at least while it computes
+        step_energy = float((mine["duration"] * (r.idle_power_w + (r.board_power_w - r.idle_power_w)
+                                                 * r.activity(mine["tokens"]))).sum()) if mine is not None else 0.0
+        energy += r.tp * (step_energy + (up - busy) * r.idle_power_w)
+        gpu_s += r.tp * up
+        cost += r.tp * up / 3600.0 * r.price_per_gpu_hour
+    per_token = (lambda x: x / output_tokens) if output_tokens > 0 else (lambda x: None)
+    return {
+        "gpu_hours": gpu_s / 3600.0,
+        "cost_usd": cost,
+        "cost_per_million_output_tokens": None if output_tokens <= 0 else cost / output_tokens * 1e6,
+        "energy_j": energy,
+        "energy_j_per_output_token": per_token(energy),
+        "mean_power_w": energy / gpu_s if gpu_s > 0 else None,
+    }
