@@ -40,7 +40,7 @@ NAME = re.compile(r"^(vllm|distserve)(?:-c(\d)(\d)d(\d)(\d))?-(\d+)-([\d.]+)\.ex
 
 def read_run(path: Path) -> pd.DataFrame:
     """Per-request measured table: arrival (s from the first), lengths, ttft_s, tpot_s (vLLM definition)."""
-    from fidelity.runs import load_distserve_run
+    from fidelity.sources.distserve import load_distserve_run
 
     req = load_distserve_run(path).requests.copy()
     req["arrival_time"] -= req["arrival_time"].min()

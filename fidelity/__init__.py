@@ -1,9 +1,11 @@
 """Fidelity: replay real serving runs, rebuild their configs, simulate them and score the predictions.
 
-- `runs`: real runs (vLLM 0.11 server spans, LLMServingSim's vLLM 0.19 replays, DistServe's vLLM runs)
-  in one common form (`RealRun`: server arguments, requests, measured TTFT/TPOT/E2E).
-- `inference_perf`: inference-perf's `shared_prefix` profile as a Workload.
-- `guidellm`: guidellm's sweep (synchronous, throughput, constant rates between) as a Workload.
+- `runs`: real runs in one common form (`RealRun`: server arguments, requests, measured TTFT/TPOT/E2E);
+  `run_folders.find_runs` reads every run of a folder with its source's loader.
+- `sources/<source>`: one module per source of measurements, its readers, constants and models
+  (`vllm_server` vLLM 0.11 server runs, `llmservingsim` vLLM 0.19 replays and per-layer profiles,
+  `distserve` DistServe's vLLM runs and A100 coefficients, `inference_perf`'s `shared_prefix` profile
+  and `guidellm`'s sweep as Workloads with their request readers, `splitwise`, `guidellm_client`).
 - `replay`: a run's recorded requests as a Workload.
 - `host_overhead`: the engine's per-step host work as named terms around a GPU step-time model;
   `layer_profile` (LLMServingSim per-layer vLLM profiles) and `distserve_model` (DistServe's A100

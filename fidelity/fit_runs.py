@@ -89,7 +89,7 @@ def fit_runs(train: list, iterations: int = 2, gpu: str | None = None, gpu_model
 
 def run(args: argparse.Namespace) -> int:
     from fidelity.predict import predict_run
-    from fidelity.runs import find_runs
+    from fidelity.run_folders import find_runs
 
     runs = [r for d in args.runs for r in find_runs(Path(d))]
     if not runs:

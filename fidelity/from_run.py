@@ -3,7 +3,7 @@
 The folder's `exp-config.yaml` gives vLLM's server arguments (`model`, `tensor_parallelism`,
 `max_model_len`, `max_num_batched_tokens`, `max_num_seqs`; optional `gpu`), and `profile.yaml` the
 load generator's profile (inference-perf `data.type: shared_prefix` + `load.stages`, or guidellm's).
-LLMServingSim and DistServe run folders are read too (see `fidelity.runs`). Unset limits take
+LLMServingSim and DistServe run folders are read too (see `fidelity.run_folders`). Unset limits take
 the `vllm` preset's defaults for the run's vLLM version; the GPU comes from the run or from
 `--set hardware.gpu=...` (runs that name none default to `DEFAULT_GPU`).
 
@@ -25,7 +25,11 @@ from pathlib import Path
 from typing import Sequence
 
 from policies import ConfigError
-from fidelity.runs import RealRun, ServerArgs, find_runs, load_server_run
+from fidelity.run_folders import find_runs
+from fidelity.runs import RealRun, ServerArgs
+from fidelity.sources.distserve import load_distserve_run
+from fidelity.sources.inference_perf import shared_prefix_profile
+from fidelity.sources.vllm_server import load_server_run
 
 DEFAULT_GPU = "H100"  # the vLLM 0.11 runs' README: an 80 GB card, most likely H100; the target fleet
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -281,8 +285,6 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         # one in), so that an admission does not at once force a decode preemption (ENGINE-SEMANTICS
         # §1.3); v1 has no watermark
         data["cache"]["watermark"] = V0_WATERMARK
-    from fidelity.runs import shared_prefix_profile
-
     # a multi-turn chat is simulated by its generator even when its sends were measured: a replay
     # would know neither the sessions' earlier turns in each prompt nor that a turn waits for the last
     sp = shared_prefix_profile(run.profile) if workload == "auto" and (run.path / "profile.yaml").is_file() else None
@@ -316,8 +318,6 @@ def load_run(run_dir: str | Path) -> RealRun:
     if not p.exists():
         raise FileNotFoundError(f"--from-run: {p}: no such folder")
     if p.is_file() and p.suffix == ".exp":
-        from fidelity.runs import load_distserve_run
-
         return load_distserve_run(p)
     if (p / "exp-config.yaml").is_file():
         return load_server_run(p, require_measurements=False)

@@ -236,7 +236,7 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
 
     # a multi-turn chat's turns carry their session's earlier turns (cached in the prefix cache, and
     # sent only after the previous answer): a replay of the sends knows neither, the generator both
-    from fidelity.runs import shared_prefix_profile
+    from fidelity.sources.inference_perf import shared_prefix_profile
 
     sp = shared_prefix_profile(run.profile) if workload == "auto" else None
     chat = sp is not None and sp.enable_multi_turn_chat

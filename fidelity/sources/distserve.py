@@ -8,7 +8,7 @@ DistServe's alignment data ships two profiles of OPT-13B/66B on A100-80GB, in ms
 
 `profiler-a100-80g.vllm.json` is labelled vLLM, `profiler-a100-80g.distserve.json` DistServe's own
 engine. The vLLM runs' own steps choose between them for the prefill
-(`fidelity.runs.distserve_prefill_gaps`): in a
+(`distserve_prefill_gaps`): in a
 prefill-only v0 engine, a prompt that was already waiting when the previous prefill step ended is
 prefilled by the very next step, so the gap between the two first tokens bounds that prefill's time
 from above. Over the eight runs these gaps' lower envelope (10th percentile per length band) sits
@@ -25,11 +25,107 @@ the padded lengths.
 """
 from __future__ import annotations
 
+import ast
 import json
+import math
+import re
 from pathlib import Path
 
-from policies import BatchPlan, ConfigError
+import numpy as np
 
+from policies import BatchPlan, ConfigError
+from fidelity.runs import RealRun, ServerArgs, measured_table
+
+
+# --- DistServe's vLLM runs ----------------------------------------------------------------------
+DISTSERVE_RUN_NAME = re.compile(r"^vllm-(\d+)-([\d.]+)\.exp$")
+
+# The vLLM baseline's `--max-num-batched-tokens`, which DistServe's files do not record. What the
+# runs show (`distserve_prefill_batches`): prompts whose first tokens arrive within 0.6 ms of each
+# other were prefilled in one step (a v0 step is prefill-only; the next step is >= 20 ms away), and
+# five of the eight runs co-schedule 1699 + 1728 = 3427 prompt tokens in one step (3456 padded), so
+# the budget was raised above vLLM's default of 2048 (a prefill batch never exceeds it). Those same
+# steps pad a 323-token prompt to 1728 (1405 padding tokens): vLLM 0.2.2-0.3's `max_paddings=256`
+# cap was not in force. The exact value is not observable from the batches (the engine is
+# KV-bound whenever a queue forms); 16384 is the power of two whose activation reserve, under
+# vLLM's profiling rule (`specs.memory`), leaves the KV capacity the loaded runs plateau at
+# (up to 55.9k tokens of prompts + outputs in flight while requests queue, ~57k counting partly
+# filled blocks and the 1% watermark; the rule gives 57.8k at 16384, 61k at vLLM's default 2048).
+DISTSERVE_MAX_NUM_BATCHED_TOKENS = 16384
+# first tokens closer than this were sampled by the same step (the gap between steps is >= 20 ms)
+DISTSERVE_SAME_STEP_S = 0.002
+
+
+def distserve_prefill_steps(path: Path) -> list[list[dict]]:
+    """The request records of each prefill step of one DistServe vLLM run, in order, read off its
+    measured first tokens (vLLM v0 runs prefill-only steps: requests whose first tokens arrive
+    within `DISTSERVE_SAME_STEP_S` of each other were prefilled together)."""
+    recs = ast.literal_eval(Path(path).read_text().split("\n", 1)[0])
+    recs = sorted(recs, key=lambda r: r["first_token_time"])
+    steps: list[list[dict]] = []
+    last = -math.inf
+    for r in recs:
+        if r["first_token_time"] - last >= DISTSERVE_SAME_STEP_S:
+            steps.append([])
+        steps[-1].append(r)
+        last = r["first_token_time"]
+    return steps
+
+
+def distserve_prefill_batches(path: Path) -> list[list[int]]:
+    """The prompt lengths of each prefill step of one DistServe vLLM run (`distserve_prefill_steps`).
+    Evidence for the server arguments the files do not record."""
+    return [[int(r["prompt_len"]) for r in step] for step in distserve_prefill_steps(path)]
+
+
+def distserve_prefill_gaps(path: Path) -> list[tuple[int, float]]:
+    """(prompt tokens, seconds) for each one-prompt prefill step of one DistServe vLLM run whose
+    request was already waiting when the previous prefill step ended: prefill-first, the v0 engine
+    prefills it in the very next step, so the gap between the two steps' first tokens is that
+    prefill's time plus any host time between steps (an upper bound on the prefill itself)."""
+    steps = distserve_prefill_steps(path)
+    gaps = []
+    for prev, cur in zip(steps, steps[1:]):
+        end = prev[0]["first_token_time"]
+        if len(cur) == 1 and cur[0]["issue_time"] < end:
+            gaps.append((int(cur[0]["prompt_len"]), cur[0]["first_token_time"] - end))
+    return gaps
+
+
+def load_distserve_run(path: Path) -> RealRun:
+    """One DistServe alignment file `vllm-N-RATE.exp`: vLLM serving OPT-13B on one A100-80GB.
+
+    The file's first line is a Python literal list of per-request records (times in seconds of a
+    monotonic clock, latencies in ms). vLLM of early 2024 (the v0 engine): no chunked prefill, no
+    prefix caching, its default `gpu_memory_utilization=0.9`. The KV capacity is left to vLLM's own
+    profiling rule (`specs.memory`): `profile_data/max_num_tokens.csv` next to the runs is the
+    capacity of DistServe's *own* engine (its simulator's input for DistServe instances), not of the
+    vLLM baseline, whose block pool is what 0.9 x 80 GB less weights and activations leaves.
+    """
+    path = Path(path)
+    first_line = path.read_text().split("\n", 1)[0]
+    recs = ast.literal_eval(first_line)
+    if not isinstance(recs, list) or not recs:
+        raise ValueError(f"{path}: expected a list of per-request records on the first line")
+    issue = np.array([r["issue_time"] for r in recs], dtype=float)
+    requests = measured_table({
+        "arrival_time": issue,
+        "num_prompt_tokens": [int(r["prompt_len"]) for r in recs],
+        "num_output_tokens": [int(r["output_len"]) for r in recs],
+        "ttft_s": np.array([r["ttft_ms"] for r in recs]) / 1e3,
+        "e2e_s": np.array([r["latency_ms"] for r in recs]) / 1e3,
+    })
+    # the v0 engine (no chunked prefill), release not recorded: no padding cap, so not 0.2.2-0.3's
+    # padded batches (policies.presets.VLLM_V0_VERSIONS); 256 seqs: vLLM v0's default. The token budget is not vLLM's default (max(max_model_len, 2048) =
+    # 2048 for OPT-13B) but inferred from the runs themselves, see DISTSERVE_MAX_NUM_BATCHED_TOKENS
+    server = ServerArgs(model="facebook/opt-13b", gpu="A100", tensor_parallel_size=1, max_model_len=2048,
+                        max_num_batched_tokens=DISTSERVE_MAX_NUM_BATCHED_TOKENS, max_num_seqs=256,
+                        enable_chunked_prefill=False,
+                        enable_prefix_caching=False, engine_version=None, gpu_memory_utilization=0.9)
+    return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests)
+
+
+# --- DistServe's fitted coefficients ------------------------------------------------------------
 PREFILL_FILE = "profiler-a100-80g.distserve.json"  # whose prefill fit vLLM's runs follow (module doc)
 
 
@@ -121,7 +217,7 @@ def measure_run_host(path: str | Path, model: DistServeLatencyModel) -> tuple[fl
 
     Per sequence: a request decodes `output_len - 1` steps between its first and last token; the
     prefill steps of other requests in that window (their first tokens, grouped by step as in
-    `fidelity.runs.distserve_prefill_batches`) take `model.prefill_ms`; the rest, divided by the
+    `distserve_prefill_batches`) take `model.prefill_ms`; the rest, divided by the
     steps, is its measured decode step. The model's decode step for the batch actually running
     (requests between first and last token, contexts growing at their own measured rate) is
     subtracted; the run's value is sum(excess) / sum(running batch), a per-sequence time.
@@ -130,8 +226,6 @@ def measure_run_host(path: str | Path, model: DistServeLatencyModel) -> tuple[fl
     (GPU + the per-sequence host time); the median.
     """
     import numpy as np
-
-    from fidelity.runs import DISTSERVE_SAME_STEP_S
 
     recs = _read_exp(path)
     t0 = min(r["issue_time"] for r in recs)
@@ -188,11 +282,10 @@ def distserve_host_prior(run, coefficients: str | Path):
     import numpy as np
 
     from fidelity.host_overhead import HostOverhead
-    from fidelity.runs import _DISTSERVE_NAME
 
     model = DistServeLatencyModel(coefficients, run.server.model, run.server.tensor_parallel_size)
     others = [p for p in sorted(Path(run.path).parent.glob("vllm-*.exp"))
-              if _DISTSERVE_NAME.match(p.name) and p.resolve() != Path(run.path).resolve()]
+              if DISTSERVE_RUN_NAME.match(p.name) and p.resolve() != Path(run.path).resolve()]
     values = []
     for p in others:
         key = (str(p.resolve()), str(Path(coefficients).resolve()), model.prefill_source)

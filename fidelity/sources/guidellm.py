@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from policies import ConfigError, Request
 from fidelity.synthetic_prompt import SyntheticPrompt
+from fidelity.runs import measured_table
+
 
 PREFIX_KEY = 7_000_000
 RATE_TYPES = ("sweep", "synchronous", "throughput", "constant", "poisson")
@@ -142,3 +146,30 @@ class GuidellmWorkload:
         return Request(f"b{self._phase}-{self._sent - 1}", arrival, len(tokens), max(1, self.output()),
                        prompt_token_ids=tokens, ignore_eos=True,
                        tags={"phase": self._phase, "strategy": self.phases[self._phase]})
+
+
+# --- a run's measurements ------------------------------------------------------------------------
+def read_guidellm_requests(path: Path) -> pd.DataFrame:
+    """guidellm's per-request CSV (client side). guidellm's ITL is vLLM's TPOT (ENGINE-SEMANTICS §8)."""
+    df = pd.read_csv(path)
+    if "status" in df:
+        df = df[df["status"].astype(str).str.startswith("success")]
+    ttft = df["ttft_ms"].astype(float) / 1e3
+    return measured_table({
+        "req_id": df["response_id"].astype(str) if "response_id" in df else range(len(df)),
+        "arrival_time": df["request_start_time"].astype(float),
+        "num_prompt_tokens": df["prompt_tokens"], "num_output_tokens": df["output_tokens"],
+        "ttft_s": ttft, "e2e_s": df["request_latency_s"].astype(float),
+        "tpot_s": (df["itl_ms"].astype(float) / 1e3).where(df["output_tokens"] > 1),
+    })
+
+
+def prefix_from_guidellm(requests: pd.DataFrame, profile: dict | None) -> pd.DataFrame:
+    """guidellm's synthetic `prefix_tokens`: one prefix shared by every request of the run."""
+    data = (profile or {}).get("data")
+    n_prefix = int(data.get("prefix_tokens") or 0) if isinstance(data, dict) else 0
+    if n_prefix > 0 and len(requests):
+        requests = requests.copy()
+        requests["prefix_group"] = 0
+        requests["num_prefix_tokens"] = np.minimum(n_prefix, requests["num_prompt_tokens"] - 1).clip(lower=0)
+    return requests

@@ -21,13 +21,19 @@ Semantics read from inference-perf 0.7 (`datagen/synthetic/shared_prefix_datagen
 """
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from math import log, sqrt
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from policies import ConfigError, FinishReason, Request
 from fidelity.synthetic_prompt import SyntheticPrompt
+from fidelity.runs import measured_table
+
 
 DIST_TYPES = ("normal", "fixed", "uniform", "lognormal", "poisson", "skew_normal")
 LOAD_TYPES = ("constant", "poisson", "concurrent")
@@ -329,3 +335,84 @@ class SharedPrefixWorkload:
         return Request(req_id, arrival, len(tokens), max(1, out_len), prompt_token_ids=tokens,
                        ignore_eos=self.profile.ignore_eos,
                        tags={"group": group, "user": user, "stage": send.stage, "turn": turn})
+
+
+# --- a run's measurements ------------------------------------------------------------------------
+def read_inference_perf_requests(path: Path) -> pd.DataFrame:
+    """inference-perf's `per_request_lifecycle_metrics.json` (failures dropped).
+
+    Each entry has `start_time`, `end_time` and `error`; `computed_metrics` (TTFT, TPOT, token
+    counts) only when the report config asks for them (off by default), so without them the same
+    quantities come from `info` as inference-perf computes them: input tokens from
+    `info.request_metrics.text.input_tokens` (or the older top-level `info.input_tokens`), output
+    tokens from `info.response_metrics.output_tokens`, TTFT = first output token time - start,
+    TPOT = (last - first output token time) / (output tokens - 1), E2E = end - start.
+    """
+    with open(path) as f:
+        entries = json.load(f)
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a JSON list of per-request entries")
+    rows = []
+    for e in entries:
+        if not isinstance(e, dict) or e.get("error"):
+            continue
+        c = e.get("computed_metrics")
+        if c:
+            rows.append({
+                "arrival_time": float(e["start_time"]), "num_prompt_tokens": int(c["input_tokens"]),
+                "num_output_tokens": int(c["output_tokens"]),
+                "ttft_s": float(c["time_to_first_token"]) if c.get("time_to_first_token") is not None else math.nan,
+                "e2e_s": float(c["request_latency"]),
+                # inference-perf's own TPOT: (last token - first token) / (output tokens - 1), as vLLM's
+                "tpot_s": float(c["time_per_output_token"]) if c.get("time_per_output_token") is not None else math.nan,
+            })
+            continue
+        info = e.get("info") or {}
+        req = info.get("request_metrics") or {}
+        n_in = (req.get("text") or {}).get("input_tokens", info.get("input_tokens"))
+        resp = info.get("response_metrics") or {}
+        n_out = resp.get("output_tokens")
+        if n_in is None or n_out is None or e.get("start_time") is None or e.get("end_time") is None:
+            continue
+        start, times = float(e["start_time"]), resp.get("output_token_times") or []
+        ttft = float(times[0]) - start if len(times) > 1 else math.nan
+        tpot = (float(times[-1]) - float(times[0])) / (int(n_out) - 1) if len(times) > 1 and int(n_out) > 1 else math.nan
+        rows.append({"arrival_time": start, "num_prompt_tokens": int(n_in), "num_output_tokens": int(n_out),
+                     "ttft_s": ttft, "e2e_s": float(e["end_time"]) - start, "tpot_s": tpot})
+    if not rows:
+        raise ValueError(f"{path}: no successful request with token counts (computed_metrics or info)")
+    return measured_table({k: [r[k] for r in rows] for k in rows[0]})
+
+
+def read_summary_means(path: Path) -> dict[str, float]:
+    """Mean TTFT/TPOT/E2E from inference-perf's `summary_lifecycle_metrics.json` (successes only)."""
+    with open(path) as f:
+        data = json.load(f)
+    lat = (data.get("successes") or {}).get("latency") or data.get("latency") or {}
+    names = {"ttft_s": "time_to_first_token", "tpot_s": "time_per_output_token", "e2e_s": "request_latency"}
+    return {k: float(lat[v]["mean"]) for k, v in names.items() if isinstance(lat.get(v), dict) and "mean" in lat[v]}
+
+
+def shared_prefix_profile(profile: dict | None):
+    """The run's inference-perf `shared_prefix` profile (`SharedPrefixProfile`), or None."""
+    data = (profile or {}).get("data")
+    if not (isinstance(data, dict) and data.get("type") == "shared_prefix"):
+        return None
+    return SharedPrefixProfile.from_dict(profile)
+
+
+def prefix_from_shared_prefix(requests: pd.DataFrame, profile: dict | None) -> pd.DataFrame:
+    """inference-perf `shared_prefix` (single turn): each prompt starts with its group's system
+    prompt. Which group a measured request belonged to is not recorded, so requests are dealt to the
+    groups in turn (the generator cycles its shuffled prompts over all groups; what the prefix cache
+    sees is that each group's system prompt recurs, which dealing keeps)."""
+    sp = shared_prefix_profile(profile)
+    if sp is None or not len(requests) or sp.enable_multi_turn_chat:
+        return requests
+    n_sys = int(round(sp.system_prompt_len.mean))
+    if n_sys <= 0:
+        return requests
+    requests = requests.copy()
+    requests["prefix_group"] = np.arange(len(requests)) % sp.num_groups
+    requests["num_prefix_tokens"] = np.minimum(n_sys, requests["num_prompt_tokens"] - 1).clip(lower=0)
+    return requests

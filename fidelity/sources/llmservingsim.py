@@ -22,6 +22,7 @@ interpolated; beyond the grid, the last segment's slope extends them.
 """
 from __future__ import annotations
 
+import json
 from bisect import bisect_right
 from pathlib import Path
 
@@ -29,6 +30,8 @@ import numpy as np
 import pandas as pd
 
 from policies import BatchPlan, ConfigError
+from fidelity.runs import RealRun, ServerArgs, canonical_gpu, measured_table
+
 
 PER_LAYER_OPS = ("layernorm", "qkv_proj", "rotary_emb", "o_proj", "qk_norm", "gate_up_proj", "act_fn", "down_proj")
 PER_STEP_OPS = ("embedding", "final_layernorm")
@@ -225,3 +228,38 @@ class LayerProfileLatencyModel:
 
     def step_time(self, plan: BatchPlan) -> float:
         return float(sum(self.breakdown(plan).values()))
+
+
+# --- LLMServingSim's vLLM 0.19 runs ---------------------------------------------------------------
+def load_llmservingsim_run(path: Path) -> RealRun:
+    """An LLMServingSim bench example: vLLM 0.19 offline engine, engine-side timestamps per request."""
+    path = Path(path)
+    meta = json.loads((path / "vllm" / "meta.json").read_text())
+    kw = meta.get("engine_kwargs", {})
+    kv = meta.get("kv_cache") or {}
+    device = (meta.get("hardware") or {}).get("device_name")
+    gpu = canonical_gpu(device) if device else canonical_gpu(path.parent.name)
+    server = ServerArgs(
+        model=str(kw.get("model", meta.get("model"))), gpu=gpu,
+        tensor_parallel_size=int(kw.get("tensor_parallel_size") or 1),
+        data_parallel_size=int(kw.get("data_parallel_size") or 1),
+        enable_expert_parallel=bool(kw.get("enable_expert_parallel", False)),
+        max_model_len=kw.get("max_model_len"), max_num_batched_tokens=kw.get("max_num_batched_tokens"),
+        max_num_seqs=kw.get("max_num_seqs"),
+        enable_prefix_caching=bool(kv.get("enable_prefix_caching", True)),
+        block_size=int(kv.get("block_size") or 16), num_gpu_blocks=kv.get("num_gpu_blocks"),
+        engine_version=".".join(str(meta.get("vllm_version", "0.19")).split(".")[:2]),
+    )
+    recs = [json.loads(line) for line in (path / "vllm" / "requests.jsonl").read_text().splitlines() if line.strip()]
+    queued = np.array([r["queued_ts"] for r in recs], dtype=float)
+    first = np.array([r["first_token_ts"] for r in recs], dtype=float)
+    last = np.array([r["last_token_ts"] for r in recs], dtype=float)
+    # the README's definitions (they reproduce LLMServingSim's summary.txt): times from queued_ts
+    requests = measured_table({
+        "req_id": [str(r["request_id"]) for r in recs], "arrival_time": queued,
+        "num_prompt_tokens": [int(r["input_toks"]) for r in recs],
+        "num_output_tokens": [int(r["output_toks"]) for r in recs],
+        "ttft_s": first - queued, "e2e_s": last - queued,
+    })
+    name = f"{path.parent.name}/{path.name}"
+    return RealRun(name=name, source="llmservingsim-vllm-0.19", path=path, server=server, requests=requests)

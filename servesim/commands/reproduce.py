@@ -104,7 +104,7 @@ def plot_errors(table: pd.DataFrame, path: Path) -> Path | None:
 
 def run(args: argparse.Namespace) -> int:
     from fidelity.reproduce import reproduce
-    from fidelity.runs import find_runs
+    from fidelity.run_folders import find_runs
 
     runs = find_runs(Path(args.groundtruth))
     if args.only:

@@ -13,7 +13,7 @@ from fidelity_helpers import make_measured_run  # noqa: E402
 
 from fidelity import fit_runs  # noqa: E402
 from fidelity.host_overhead import HostOverhead  # noqa: E402
-from fidelity.runs import find_runs  # noqa: E402
+from fidelity.run_folders import find_runs  # noqa: E402
 
 TRUTH = HostOverhead(compute_scale=1.1, schedule_s=2e-3, sample_per_seq_s=5e-5, frontend_s=0.01)
 

@@ -11,7 +11,7 @@ from fidelity_helpers import ISSUE_PROFILE, make_measured_run, write_exp_config
 from policies import ConfigError
 from servesim.cli import main
 from fidelity.from_run import config_from_run, load_run
-from fidelity.runs import find_runs
+from fidelity.run_folders import find_runs
 from sim.workload import build_workload
 
 

@@ -9,7 +9,9 @@ from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel
 from fidelity.idle_host import (VLLM_V1_H100, IdleHostLayer, alone, frontend_gaps, idle_host_times,
                                     measure_layer)
 from fidelity.predict import compute_prior, host_prior, predict_run
-from fidelity.runs import RealRun, ServerArgs, find_runs, load_server_run
+from fidelity.run_folders import find_runs
+from fidelity.runs import RealRun, ServerArgs
+from fidelity.sources.vllm_server import load_server_run
 
 
 class NoHost:

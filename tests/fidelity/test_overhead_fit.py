@@ -8,7 +8,8 @@ from fidelity_helpers import make_measured_run, make_requests
 from fidelity.host_overhead import HostOverhead
 from fidelity.overhead_fit import fit_overhead, run_system, theta_of
 from fidelity.predict import predict_run
-from fidelity.runs import RealRun, ServerArgs, load_server_run
+from fidelity.runs import RealRun, ServerArgs
+from fidelity.sources.vllm_server import load_server_run
 
 TRUTH = HostOverhead(compute_scale=1.15, schedule_s=3e-3, sample_per_seq_s=8e-5, frontend_s=0.02)
 

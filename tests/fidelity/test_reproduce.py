@@ -9,7 +9,7 @@ from servesim.cli import main
 from fidelity import reproduce as reproduce_module
 from fidelity.host_overhead import HostOverhead
 from fidelity.reproduce import reproduce
-from fidelity.runs import find_runs
+from fidelity.run_folders import find_runs
 
 TRUTH = HostOverhead(compute_scale=1.1, schedule_s=2e-3, sample_per_seq_s=5e-5, frontend_s=0.01)
 

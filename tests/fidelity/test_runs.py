@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from fidelity_helpers import make_requests, write_exp_config, write_spans
 
-from fidelity.runs import find_runs, load_server_run, read_yaml, server_args_from_exp_config
+from fidelity.run_folders import find_runs
+from fidelity.sources.vllm_server import load_server_run, read_yaml, server_args_from_exp_config
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +107,7 @@ def test_missing_model_names_the_field():
 def test_guidellm_client_timings_agree_with_the_server_spans(groundtruth_runs):
     # the same run measured at the client (guidellm) and at the server (vLLM spans): the client sees
     # at least the server's latency, and TPOT (guidellm's ITL) nearly equal
-    from fidelity.runs import read_guidellm_requests
+    from fidelity.sources.guidellm import read_guidellm_requests
 
     run = groundtruth_runs["jan20-codellama-prefill-1"]
     client = read_guidellm_requests(run.path / "guidellm_per_request.csv").set_index("req_id")

@@ -19,7 +19,8 @@ from fidelity_helpers import ISSUE_PROFILE, write_exp_config, write_spans
 
 from servesim.cli import main
 from fidelity.predict import predict_run
-from fidelity.runs import RealRun, ServerArgs, load_server_run
+from fidelity.runs import RealRun, ServerArgs
+from fidelity.sources.vllm_server import load_server_run
 
 LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
 MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"

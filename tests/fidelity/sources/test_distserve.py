@@ -1,5 +1,5 @@
 """DistServe's A100 step-time model, the evidence behind its choices, and the v0 host time read off
-the runs' timestamps (`fidelity.sources.distserve`, `fidelity.runs` DistServe helpers)."""
+the runs' timestamps (`fidelity.sources.distserve`, its run readers)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ import pytest
 
 from policies import BatchPlan, Request, ScheduledSeq
 from fidelity.sources.distserve import DistServeLatencyModel, distserve_host_prior, measure_run_host
-from fidelity.runs import (DISTSERVE_MAX_NUM_BATCHED_TOKENS, distserve_prefill_batches, distserve_prefill_gaps,
-                               load_distserve_run)
+from fidelity.sources.distserve import (DISTSERVE_MAX_NUM_BATCHED_TOKENS, distserve_prefill_batches,
+                                        distserve_prefill_gaps, load_distserve_run)
 
 MODEL = "facebook/opt-13b"
 VLLM = {"prefill": [20.0, 0.14, 8e-6], "decoding_smallbs": [23.0, 6e-4, 0.06],

@@ -1,0 +1,160 @@
+"""vLLM server runs: a folder with the server's arguments, the load generator's profile and measurements.
+
+The layout of ../shared/data/groundtruth/vllm-0.11-jan2026 (and of any folder laid out the same way):
+`exp-config.yaml` (vLLM server arguments, inference-sim naming), `profile.yaml` (the load
+generator's profile), `vllm.log` (the engine's reported KV capacity and version) and per-request
+timings in `per_request_server_spans.csv` (vLLM OTLP spans), `per_request_lifecycle_metrics.json`
+(inference-perf), `guidellm_per_request.csv` (guidellm) or `requests.csv` (servesim's own table);
+a `summary_lifecycle_metrics.json` alone gives means only.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, measured_table
+from fidelity.sources.guidellm import prefix_from_guidellm, read_guidellm_requests
+from fidelity.sources.inference_perf import prefix_from_shared_prefix, read_inference_perf_requests, read_summary_means
+
+
+# --- YAML / profiles -----------------------------------------------------------------------------
+def read_yaml(path: Path) -> dict:
+    """A YAML (or JSON) mapping; an empty file is an empty mapping."""
+    import yaml  # a base dependency; imported here so that `import sim` stays light
+
+    with open(path) as f:
+        data = yaml.safe_load(f)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def server_args_from_exp_config(exp: dict, gpu: str | None = None) -> ServerArgs:
+    """`ServerArgs` from an `exp-config.yaml` mapping (vLLM server arguments, inference-sim naming)."""
+    if "model" not in exp:
+        raise ValueError("exp-config.model: missing; the run's model name (e.g. meta-llama/Llama-3.1-8B) is required")
+
+    def opt_int(key: str, *aliases: str) -> int | None:
+        for k in (key, *aliases):
+            if exp.get(k) is not None:
+                v = exp[k]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 1:
+                    raise ValueError(f"exp-config.{k}: expected a positive integer, got {v!r}")
+                return int(v)
+        return None
+
+    return ServerArgs(
+        model=str(exp["model"]),
+        gpu=canonical_gpu(exp.get("gpu") or exp.get("hardware") or gpu),
+        tensor_parallel_size=opt_int("tensor_parallelism", "tensor_parallel_size", "tp") or 1,
+        data_parallel_size=opt_int("data_parallel_size", "dp") or 1,
+        enable_expert_parallel=bool(exp.get("enable_expert_parallel", False)),
+        max_model_len=opt_int("max_model_len"),
+        max_num_batched_tokens=opt_int("max_num_batched_tokens"),
+        max_num_seqs=opt_int("max_num_seqs"),
+        enable_chunked_prefill=bool(exp.get("enable_chunked_prefill", True)),
+        enable_prefix_caching=bool(exp.get("enable_prefix_caching", True)),
+        block_size=opt_int("block_size") or 16,
+        num_gpu_blocks=opt_int("num_gpu_blocks"),
+        engine_version=str(exp["vllm_version"]) if exp.get("vllm_version") else None,
+        gpu_memory_utilization=_fraction(exp.get("gpu_memory_utilization")),
+        kv_cache_dtype=str(exp["kv_cache_dtype"]) if exp.get("kv_cache_dtype") else None,
+    )
+
+
+def _fraction(value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"exp-config.gpu_memory_utilization: expected a fraction in (0, 1], got {value!r}")
+    return float(value)
+
+
+_KV_LINE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_VERSION_LINE = re.compile(r"V1 LLM engine \(v(\d+\.\d+)")
+
+
+def scan_vllm_log(path: Path) -> dict:
+    """The last reported KV cache size (tokens) and engine version in a vLLM server log, if any."""
+    out: dict = {}
+    if not path.is_file():
+        return out
+    with open(path, errors="replace") as f:
+        for line in f:
+            if m := _KV_LINE.search(line):
+                out["num_kv_tokens"] = int(m.group(1).replace(",", ""))
+            elif m := _VERSION_LINE.search(line):
+                out["engine_version"] = m.group(1)
+    return out
+
+
+# --- per-request measurement files --------------------------------------------------------------
+def read_vllm_spans(path: Path) -> pd.DataFrame:
+    """vLLM's OTLP `llm_request` spans as CSV: the server arrival is the span start."""
+    df = pd.read_csv(path)
+    return measured_table({
+        "req_id": df["request_id"].astype(str),
+        "arrival_time": df["start_unix_ns"].astype("float64") / 1e9,
+        "num_prompt_tokens": df["prompt_tokens"], "num_output_tokens": df["completion_tokens"],
+        "ttft_s": df["ttft_s"].astype(float), "e2e_s": df["e2e_s"].astype(float),
+    })
+
+
+def read_servesim_requests(path: Path) -> pd.DataFrame:
+    """A servesim `requests.csv` (sim or engine results) used as a measurement."""
+    df = pd.read_csv(path)
+    return measured_table({
+        "req_id": df["req_id"], "arrival_time": df["arrival_time"].astype(float),
+        "num_prompt_tokens": df["num_prompt_tokens"], "num_output_tokens": df["num_output_tokens"],
+        "ttft_s": df["ttft_s"].astype(float), "e2e_s": df["e2e_s"].astype(float),
+    })
+
+
+# in order of preference: server-side timings first (what the engine itself did)
+MEASUREMENT_FILES = (
+    ("per_request_server_spans.csv", read_vllm_spans),
+    ("per_request_lifecycle_metrics.json", read_inference_perf_requests),
+    ("guidellm_per_request.csv", read_guidellm_requests),
+    ("requests.csv", read_servesim_requests),
+)
+
+
+# --- one folder per run ---------------------------------------------------------------------------
+def load_server_run(path: Path, source: str = "vllm-server", require_measurements: bool = True) -> RealRun:
+    """A folder with `exp-config.yaml`, `profile.yaml` and per-request (or summary) measurements.
+
+    With `require_measurements=False` a folder holding only the configuration loads too (to simulate it).
+    """
+    path = Path(path)
+    exp_file = path / "exp-config.yaml"
+    if not exp_file.is_file():
+        raise FileNotFoundError(f"{path}: no exp-config.yaml (the run's vLLM server arguments)")
+    exp = read_yaml(exp_file)
+    profile = read_yaml(path / "profile.yaml") if (path / "profile.yaml").is_file() else None
+    log = scan_vllm_log(path / "vllm.log")
+    server = server_args_from_exp_config(exp)
+    if log.get("engine_version") and server.engine_version is None:
+        server = replace(server, engine_version=log["engine_version"])
+    if log.get("num_kv_tokens") and server.num_gpu_blocks is None:
+        server = replace(server, num_gpu_blocks=log["num_kv_tokens"] // server.block_size)
+    requests = pd.DataFrame(columns=list(REQUEST_COLUMNS))
+    summary: dict = {}
+    for name, reader in MEASUREMENT_FILES:
+        if (path / name).is_file():
+            requests = reader(path / name)
+            break
+    if (path / "summary_lifecycle_metrics.json").is_file():
+        summary = read_summary_means(path / "summary_lifecycle_metrics.json")
+    if not len(requests) and not summary and require_measurements:
+        raise FileNotFoundError(
+            f"{path}: no measurements; expected one of "
+            f"{', '.join(n for n, _ in MEASUREMENT_FILES)} or summary_lifecycle_metrics.json")
+    requests = prefix_from_guidellm(requests, profile)
+    requests = prefix_from_shared_prefix(requests, profile)
+    return RealRun(name=path.name, source=source, path=path, server=server, requests=requests,
+                   profile=profile, summary=summary)
