@@ -209,6 +209,11 @@ def format_summary(summary: dict) -> str:
     if summary.get("energy_j_per_output_token") is not None:
         lines.append(f"energy         {summary['energy_j_per_output_token']:.3g} J per output token "
                      f"(mean {summary['mean_power_w']:.0f} W per GPU)")
+    scaling = summary.get("autoscaling")
+    if scaling:
+        lines.append(f"autoscaling    up to {scaling['max_replicas_up']} replicas (mean {scaling['mean_replicas_up']:.3g}) "
+                     f"on {scaling['metric']} (target {scaling['target']:g}); {scaling['num_scale_ups']} scale-ups, "
+                     f"{scaling['num_scale_downs']} scale-downs, {scaling['provisioning_delay_s']:.3g} s to provision")
     load = saturation_line(summary)
     if load:
         lines.append(load)

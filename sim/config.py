@@ -12,6 +12,7 @@ Sections (each a frozen dataclass validated on construction, errors naming `sect
 - `sim`       the run itself: a simulated-time limit            -> SimSection
 - `cluster`, `disaggregation`  several replicas behind a router, prefill/decode pools -> sim.cluster.config
 - `frontend`  the HTTP front end's delays (ingress, per-token egress); off by default -> sim.frontend.FrontendConfig
+- `autoscaling`  replicas added and drained as a load metric moves; off by default -> sim.cluster.autoscaler
 
 `load_config(path_or_dict, overrides)` reads TOML (or a dict), applies `--set section.key=value`
 overrides (values parsed as TOML scalars; a bare word is a string), rejects unknown sections and keys
@@ -68,6 +69,7 @@ class SimSection:
 
 def section_types() -> dict[str, type]:
     """Section name -> dataclass. model/hardware/workload types live in their own packages."""
+    from sim.cluster.autoscaler import AutoscalingConfig
     from sim.cluster.config import ClusterConfig, DisaggregationConfig
     from specs import HardwareConfig, ModelConfig
     from sim.workload import WorkloadConfig
@@ -76,7 +78,7 @@ def section_types() -> dict[str, type]:
         "model": ModelConfig, "hardware": HardwareConfig, "scheduler": SchedulerConfig,
         "cache": CacheSection, "workload": WorkloadConfig, "slo": SLOConfig, "sim": SimSection,
         "cluster": ClusterConfig, "disaggregation": DisaggregationConfig,
-        "frontend": FrontendConfig,
+        "frontend": FrontendConfig, "autoscaling": AutoscalingConfig,
     }
 
 
@@ -94,11 +96,12 @@ class Config:
     cluster: Any = None  # sim.cluster.config.ClusterConfig (several replicas behind a router)
     disaggregation: Any = None  # sim.cluster.config.DisaggregationConfig (prefill/decode pools)
     frontend: FrontendConfig = field(default_factory=FrontendConfig)  # HTTP front-end delays (zero: off)
+    autoscaling: Any = None  # sim.cluster.autoscaler.AutoscalingConfig (replicas that follow the load)
 
     def __post_init__(self) -> None:
         # sections left out get their defaults (model/hardware/workload types are imported lazily)
         types = section_types()
-        for name in ("model", "hardware", "workload", "cluster", "disaggregation"):
+        for name in ("model", "hardware", "workload", "cluster", "disaggregation", "autoscaling"):
             value = getattr(self, name)
             if value is None:
                 object.__setattr__(self, name, types[name]())

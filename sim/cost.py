@@ -39,15 +39,17 @@ class ReplicaCost:
         return MEMORY_BOUND_ACTIVITY + (1.0 - MEMORY_BOUND_ACTIVITY) * compute
 
 
-def replica_costs(config) -> list[ReplicaCost]:
-    """The replicas a config's layout runs (colocated or disaggregated), as `ReplicaCost`s."""
+def replica_costs(config, provisioned_s: dict[str, float] | None = None) -> list[ReplicaCost]:
+    """The replicas a config's layout runs (colocated or disaggregated), as `ReplicaCost`s;
+    `provisioned_s` (replica name -> seconds up) replaces the run's span where given."""
     out = []
     for name, c in all_replica_configs(config):
         gpu = c.hardware.gpu_spec()
         spec = c.model.spec()
         ridge = gpu.peak_flops(spec.dtype_bytes) * spec.dtype_bytes / (2.0 * gpu.hbm_bandwidth)
+        up = provisioned_s.get(name) if provisioned_s else None
         out.append(ReplicaCost(name, int(c.hardware.tp), c.hardware.cost_per_hour / c.hardware.tp,
-                               gpu.idle_power_w, gpu.board_power_w, ridge))
+                               gpu.idle_power_w, gpu.board_power_w, ridge, up))
     return out
 
 

@@ -55,7 +55,12 @@ class Arrivals:
     def start(self) -> None:
         requests = sorted(self.workload.start(), key=self.reach_time)
         self.num_generated += len(requests)
-        self.env.process(self._feed(requests))
+        self.feeding = self.env.process(self._feed(requests))
+
+    def done(self) -> bool:
+        """Nothing more to send and every request sent has ended (follow-ups included)."""
+        feeding = getattr(self, "feeding", None)
+        return feeding is not None and not feeding.is_alive and self.num_ended >= self.num_generated
 
     def reach_time(self, request: Request) -> float:
         """When the request reaches the scheduler: its arrival, plus the front end's ingress if any."""
@@ -102,11 +107,16 @@ class SimResult:
     summary: dict
     config: Config
     raw_requests: list[Request] = field(default_factory=list, repr=False)
+    replicas: pd.DataFrame | None = None  # with autoscaling: the replica counts over time
 
     def save(self, out_dir: str | Path, plot: bool = True) -> Path:
-        """Write summary.json, requests.csv, steps.csv and config.toml (+ parquet, timeline.png)."""
-        return write_results(out_dir, self.requests, self.steps, self.summary, config_to_toml(self.config),
-                             plot=plot)
+        """Write summary.json, requests.csv, steps.csv and config.toml (+ parquet, timeline.png;
+        replicas.csv with autoscaling)."""
+        out = write_results(out_dir, self.requests, self.steps, self.summary, config_to_toml(self.config),
+                            plot=plot)
+        if self.replicas is not None:
+            self.replicas.to_csv(Path(out) / "replicas.csv", index=False)
+        return out
 
 
 def build_cache_config(config: Config) -> CacheConfig:
@@ -168,10 +178,11 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
         return tabulate(recorder, config)
 
 
-def tabulate(recorder: Recorder, config: Config) -> SimResult:
-    """Turn a recorder into the result tables and summary."""
+def tabulate(recorder: Recorder, config: Config, provisioned_s: dict[str, float] | None = None) -> SimResult:
+    """Turn a recorder into the result tables and summary (`provisioned_s`: an autoscaler's replica times)."""
     requests = requests_table(recorder.requests, recorder.replica_of)
     steps = steps_table(recorder.steps)
     summary = summarize(requests, steps, pooled_itls(recorder.requests), config.slo)
-    summary.update(run_cost(replica_costs(config), steps, summary["duration_s"], completed_output_tokens(requests)))
+    summary.update(run_cost(replica_costs(config, provisioned_s), steps, summary["duration_s"],
+                            completed_output_tokens(requests)))
     return SimResult(requests, steps, summary, config, recorder.requests)

@@ -106,3 +106,19 @@ def predicted_vs_measured(metrics: dict) -> go.Figure:
     fig = go.Figure([go.Bar(x=names, y=predicted, name="predicted"), go.Bar(x=names, y=measured, name="measured")])
     fig.update_layout(barmode="group", height=380, yaxis_type="log", margin=dict(l=40, r=10, t=30, b=80))
     return fig
+
+
+def replica_timeline(replicas: pd.DataFrame, requests: pd.DataFrame) -> go.Figure:
+    """An autoscaled run: replicas serving / provisioning / draining over time, and each request's
+    TTFT at its arrival time beneath (how the ramp felt to users)."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("replicas", "TTFT by arrival time"))
+    for col, label in (("num_serving", "serving"), ("num_provisioning", "provisioning (loading the model)"),
+                       ("num_draining", "draining")):
+        fig.add_trace(go.Scatter(x=replicas["time"], y=replicas[col], name=label, mode="lines",
+                                 line_shape="hv", stackgroup="replicas"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=requests["arrival_time"], y=requests["ttft_s"], name="TTFT (s)", mode="markers",
+                             marker=dict(size=3)), row=2, col=1)
+    fig.update_layout(height=460, margin=dict(l=40, r=10, t=40, b=40))
+    fig.update_xaxes(title_text="simulated time (s)", row=2, col=1)
+    return fig

@@ -12,8 +12,29 @@ def _ms(block: dict | None, key: str) -> str:
     return f"{block[key] * 1000:.3g}"
 
 
+def load_banner(summary: dict) -> None:
+    """Say out loud when the offered load exceeded what the configuration sustains."""
+    if summary.get("saturated"):
+        sustainable = summary.get("sustainable_rate")
+        st.warning(f"Saturated: the offered {summary.get('offered_rate', 0):.3g} req/s exceeds what this "
+                   f"configuration sustains (about {sustainable:.3g} req/s). Queues grew through the run, so "
+                   "the latency figures describe a growing backlog, not a steady state." if sustainable is not None
+                   else "Saturated: queues grew through the run; the latency figures describe a growing backlog.")
+
+
+def cost_cards(summary: dict) -> None:
+    """Cost and energy per output token, GPU-hours."""
+    c = st.columns(3)
+    per_m = summary.get("cost_per_million_output_tokens")
+    joules = summary.get("energy_j_per_output_token")
+    c[0].metric("Cost per 1M output tokens", "-" if per_m is None else f"${per_m:,.3g}")
+    c[1].metric("Energy per output token", "-" if joules is None else f"{joules:.3g} J")
+    c[2].metric("GPU-hours", f"{summary.get('gpu_hours', 0):.3g}")
+
+
 def cards(summary: dict) -> None:
-    """Headline figures as metric cards."""
+    """Headline figures as metric cards (and a warning when the run was saturated)."""
+    load_banner(summary)
     thr = summary.get("throughput", {})
     c = st.columns(4)
     c[0].metric("TTFT p50 / p99 (ms)", f"{_ms(summary.get('ttft_s'), 'p50')} / {_ms(summary.get('ttft_s'), 'p99')}")

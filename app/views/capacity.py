@@ -98,13 +98,19 @@ else:
         if result.by_gpus is None:
             st.warning("No candidate layout meets the SLO at this rate. Try more GPUs, larger TP or looser targets.")
         else:
-            c = st.columns(2)
-            for col, (title, row) in zip(c, (("Fewest GPUs", result.by_gpus), ("Lowest cost", result.by_cost))):
+            c = st.columns(4)
+            winners = (("Fewest GPUs", result.by_gpus), ("Lowest cost", result.by_cost),
+                       ("Lowest cost per 1M tokens", result.by_token_cost), ("Least energy per token", result.by_energy))
+            for col, (title, row) in zip(c, winners):
                 desc = (f"{row['replicas']} x {row['gpu']} TP{row['tp']}" if row["layout"] == "colocated"
                         else f"{row['gpu']}: prefill {row['prefill']}, decode {row['decode']}")
                 col.metric(title, f"{row['num_gpus']} GPUs, ${row['cost_per_hour']:.2f}/h", help=desc)
-                col.caption(f"{row['layout']}: {desc}; SLO attainment {row['slo_attainment']:.0%}")
+                per_m, joules = row.get("cost_per_million_output_tokens"), row.get("energy_j_per_output_token")
+                col.caption(f"{row['layout']}: {desc}; SLO attainment {row['slo_attainment']:.0%}"
+                            + (f"; ${per_m:.3g} per 1M output tokens" if per_m is not None else "")
+                            + (f"; {joules:.3g} J per output token" if joules is not None else ""))
         show = [k for k in ("layout", "gpu", "tp", "replicas", "prefill", "decode", "num_gpus", "cost_per_hour",
+                            "cost_per_million_output_tokens", "energy_j_per_output_token",
                             "slo_attainment", "slo_met", "ttft_s_p90", "tpot_s_p90", "error") if k in table]
         st.dataframe(table[show].sort_values(["slo_met", "num_gpus"], ascending=[False, True]),
                      use_container_width=True, hide_index=True)
@@ -121,3 +127,48 @@ else:
                 "Latency vs load (cheapest layout)"), use_container_width=True)
             st.plotly_chart(charts.load_curves(curve, "workload.rate", {"slo_attainment": "SLO attainment"},
                                                "SLO attainment vs load"), use_container_width=True)
+
+st.divider()
+st.subheader("Autoscaling")
+st.caption("Traffic that rises and falls: replicas added as a metric crosses its target (each serves once its "
+           "model has loaded) and drained away as it falls. GPU-hours count every replica while it is up.")
+c = st.columns(4)
+low_rate = c[0].number_input("Low rate (req/s)", value=1.0, step=0.5, key="auto.low")
+high_rate = c[1].number_input("Peak rate (req/s)", value=8.0, step=0.5, key="auto.high")
+stage_s = c[2].number_input("Seconds per stage", value=60.0, step=10.0, key="auto.stage")
+metric = c[3].selectbox("Metric", ["queue", "kv_usage", "ttft_p90"], key="auto.metric")
+c = st.columns(4)
+auto_target = c[0].number_input("Target", value=4.0, step=0.5, key="auto.target",
+                                help="queue: requests waiting per replica; kv_usage: 0-1; ttft_p90: seconds")
+min_r = c[1].number_input("Min replicas", value=1, min_value=1, step=1, key="auto.min")
+max_r = c[2].number_input("Max replicas", value=4, min_value=1, step=1, key="auto.max")
+delay = c[3].number_input("Provisioning delay (s, 0 = weights / load bandwidth)", value=20.0, step=5.0,
+                          key="auto.delay")
+auto_slot = st.empty()
+if st.button("Simulate the autoscaled fleet", key="auto.run"):
+    auto = ["workload.kind=staged",
+            f"workload.stages=[[{low_rate}, {stage_s}], [{high_rate}, {stage_s}], [{low_rate}, {stage_s}]]",
+            "workload.num_requests=100000", "autoscaling.enabled=true", f"autoscaling.min_replicas={int(min_r)}",
+            f"autoscaling.max_replicas={int(max_r)}", f'autoscaling.metric="{metric}"',
+            f"autoscaling.target={auto_target}", f"autoscaling.interval_s={max(stage_s / 12, 1.0)}"]
+    if delay > 0:
+        auto.append(f"autoscaling.provisioning_delay_s={delay}")
+    scaled, field, message = validate(base, list(overrides) + auto)
+    if message:
+        auto_slot.error(message)
+    else:
+        from sim.config import load_config
+        from sim.runner import simulate
+
+        with st.spinner("Simulating the stepped load with autoscaling..."):
+            run = simulate(load_config(scaled))
+        from ui.summary import cost_cards, load_banner
+
+        load_banner(run.summary)
+        scaling = run.summary["autoscaling"]
+        c = st.columns(3)
+        c[0].metric("Replicas up (max / mean)", f"{scaling['max_replicas_up']} / {scaling['mean_replicas_up']:.2f}")
+        c[1].metric("Scale-ups / downs", f"{scaling['num_scale_ups']} / {scaling['num_scale_downs']}")
+        c[2].metric("Provisioning delay", f"{scaling['provisioning_delay_s']:.3g} s")
+        cost_cards(run.summary)
+        st.plotly_chart(charts.replica_timeline(run.replicas, run.requests), use_container_width=True)

@@ -23,6 +23,7 @@ elif clicked or st.session_state.get("sim.last") == resolved:
     out = run_with_status(resolved)
     if out is not None:
         summary.cards(out.summary)
+        summary.cost_cards(out.summary)
         if out.summary.get("padding_fraction"):
             st.info(f"Padding: {out.summary['padding_fraction']:.1%} of computed tokens were wasted on padding.")
         tabs = st.tabs(["Latency CDFs", "Step timeline", "Request timeline", "Tables", "Download"])

@@ -12,8 +12,10 @@ from typing import Any
 import simpy
 
 from policies import Request
-from sim.cluster.layout import cluster_section, replica_configs
+from sim.cluster.autoscaler import Autoscaler, Slot
+from sim.cluster.layout import autoscaling_section, cluster_section, replica_configs
 from sim.cluster.router import Router, make_router
+from specs import weight_bytes_per_gpu
 
 
 def resolve_latency_model(latency_model, config: Any):
@@ -39,19 +41,37 @@ def build_replica(env: simpy.Environment, config: Any, recorder, name: str, late
 
 
 class ColocatedCluster:
-    """Replicas that each run prefill and decode, and the router in front of them."""
+    """Replicas that each run prefill and decode, and the router in front of them.
+
+    With `[autoscaling]` enabled the replicas are positions of one replica type; the router sees
+    only those the `Autoscaler` has serving (`start_autoscaler` starts it once arrivals exist).
+    """
 
     def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None) -> None:
         self.env = env
+        self.config = config
         self.replicas = [build_replica(env, c, recorder, name, latency_model) for name, c in replica_configs(config)]
         cluster = cluster_section(config)
         self.router: Router = make_router(
             cluster.router, seed=cluster.seed, block_size=config.cache.block_size,
             capacity_blocks=[r.scheduler.block_manager.num_gpu_blocks for r in self.replicas],
             max_imbalance=cluster.max_imbalance)
+        self.autoscaler: Autoscaler | None = None
+
+    def start_autoscaler(self, done) -> Autoscaler | None:
+        """Start resizing (when the config enables it); `done()` tells when the workload has ended."""
+        scaling = autoscaling_section(self.config)
+        if not scaling.enabled:
+            return None
+        first = replica_configs(self.config)[0][1]
+        delay = scaling.delay_s(weight_bytes_per_gpu(first.model.spec(), first.hardware.tp))
+        self.autoscaler = Autoscaler(self.env, scaling, [Slot(r) for r in self.replicas], delay, done)
+        self.add_finish_hook(self.autoscaler.on_finish)
+        return self.autoscaler
 
     def submit(self, request: Request) -> None:
-        self.replicas[self.router.choose(request, self.replicas)].submit(request)
+        replicas = self.replicas if self.autoscaler is None else self.autoscaler.serving()
+        replicas[self.router.choose(request, replicas)].submit(request)
 
     def add_finish_hook(self, hook) -> None:
         for r in self.replicas:

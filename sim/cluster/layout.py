@@ -26,9 +26,11 @@ def is_disaggregated(config: Any) -> bool:
 
 
 def is_cluster(config: Any) -> bool:
-    """True when `simulate` must run more than one replica (or a disaggregated pair of pools)."""
+    """True when `simulate` must run more than one replica (or a disaggregated pair of pools, or an
+    autoscaled set)."""
     cluster = cluster_section(config)
-    return is_disaggregated(config) or cluster.num_replicas > 1 or bool(cluster.replicas)
+    return (is_disaggregated(config) or cluster.num_replicas > 1 or bool(cluster.replicas)
+            or autoscaling_section(config).enabled)
 
 
 def apply_pool(config: Any, pool: PoolConfig, where: str) -> Any:
@@ -46,10 +48,24 @@ def apply_pool(config: Any, pool: PoolConfig, where: str) -> Any:
     return dataclasses.replace(config, **changes) if changes else config
 
 
+def autoscaling_section(config: Any):
+    from sim.cluster.autoscaler import AutoscalingConfig
+
+    return getattr(config, "autoscaling", None) or AutoscalingConfig()
+
+
 def replica_configs(config: Any) -> list[tuple[str, Any]]:
-    """(name, config) of every colocated replica: '0', '1', ... in group order."""
+    """(name, config) of every colocated replica: '0', '1', ... in group order (with autoscaling:
+    `max_replicas` copies of the one replica type, of which the autoscaler runs some)."""
     out: list[tuple[str, Any]] = []
     cluster = cluster_section(config)
+    scaling = autoscaling_section(config)
+    if scaling.enabled:
+        groups = cluster.groups()
+        if len(groups) > 1:
+            raise ConfigError(f"autoscaling: scales one replica type; cluster.replicas has {len(groups)} groups")
+        resolved = apply_pool(config, groups[0], "cluster.replicas[0]")
+        return [(str(i), resolved) for i in range(scaling.max_replicas)]
     for g, group in enumerate(cluster.groups()):
         resolved = apply_pool(config, group, f"cluster.replicas[{g}]")
         out.extend((str(len(out)), resolved) for _ in range(group.count))

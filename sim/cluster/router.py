@@ -115,15 +115,15 @@ class PrefixAwareRouter(Router):
         self.block_size = block_size
         self.capacity_blocks = capacity_blocks
         self.max_imbalance = max_imbalance
-        self._cached: list[OrderedDict[int, None]] = []
+        # per replica (by its name where it has one: an autoscaler changes which replicas are offered)
+        self._cached: dict[object, OrderedDict[int, None]] = {}
 
     def _capacity(self, i: int) -> int:
         c = self.capacity_blocks
         return int(c if isinstance(c, int) else c[i])
 
     def choose(self, request: Request, replicas: Sequence[ReplicaLike]) -> int:
-        while len(self._cached) < len(replicas):
-            self._cached.append(OrderedDict())
+        caches = [self._cached.setdefault(getattr(r, "name", i), OrderedDict()) for i, r in enumerate(replicas)]
         hashes = block_hashes(request, self.block_size)
         loads = [r.num_outstanding_tokens() for r in replicas]
         limit = self.max_imbalance * min(loads) + request.num_prompt_tokens + request.max_tokens
@@ -132,13 +132,13 @@ class PrefixAwareRouter(Router):
         def matched(i: int) -> int:
             n = 0
             for h in hashes:
-                if h not in self._cached[i]:
+                if h not in caches[i]:
                     break
                 n += 1
             return n
 
         best = min(allowed, key=lambda i: (-matched(i), loads[i], i))
-        cache = self._cached[best]
+        cache = caches[best]
         for h in hashes:  # the replica will now hold these blocks; refresh their LRU position
             cache.pop(h, None)
             cache[h] = None

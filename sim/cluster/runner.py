@@ -35,6 +35,7 @@ def simulate_cluster(config: Any, progress: bool = False, latency_model=None, wo
     arrivals = Arrivals(env, workload, cluster.submit)
     cluster.add_finish_hook(arrivals.on_finish)
     arrivals.start()
+    autoscaler = None if is_disaggregated(config) else cluster.start_autoscaler(arrivals.done)
     bar = None
     if progress and arrivals.num_generated >= PROGRESS_MIN_REQUESTS:
         bar = arrivals.progress = tqdm(total=arrivals.num_generated, desc="simulate", unit="req",
@@ -52,7 +53,14 @@ def simulate_cluster(config: Any, progress: bool = False, latency_model=None, wo
         for replica in cluster.replicas:
             mine = [r for r in recorder.requests if recorder.replica_of.get(r.req_id) == replica.name]
             end_unfinished(replica.scheduler, mine, env.now, why)
-    result = tabulate(recorder, config)
+    provisioned = None
+    if autoscaler is not None:
+        autoscaler.finish(env.now)
+        provisioned = autoscaler.provisioned_s(env.now)
+    result = tabulate(recorder, config, provisioned)
+    if autoscaler is not None:
+        result.summary["autoscaling"] = autoscaler.summary()
+        result.replicas = autoscaler.timeline_table()
     if is_disaggregated(config):
         result.summary["kv_transfer_s"] = cluster.transfer_stats()
     return result

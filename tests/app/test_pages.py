@@ -151,3 +151,28 @@ def test_validate_page_names_a_missing_report(tmp_path):
     (tmp_path / "validation.json").write_text('{"metrics": {}}')
     at.text_input(key="val.folder").input(str(tmp_path)).run()
     assert any("step_time_abs_pct_error" in e.value for e in at.error)
+
+
+def test_capacity_page_simulates_an_autoscaled_fleet_under_a_stepped_load():
+    at = page("capacity")
+    at.number_input(key="auto.low").set_value(1.0)
+    at.number_input(key="auto.high").set_value(30.0)
+    at.number_input(key="auto.stage").set_value(40.0)
+    at.number_input(key="auto.target").set_value(2.0)
+    at.number_input(key="auto.delay").set_value(10.0)
+    at.button(key="auto.run").click().run()
+    assert not at.exception and not at.error, ([e.value for e in at.exception], [e.value for e in at.error])
+    up = next(m.value for m in at.metric if m.label == "Replicas up (max / mean)")
+    assert int(up.split("/")[0]) > 1  # the peak made it scale up
+    labels = {m.label for m in at.metric}
+    assert {"Cost per 1M output tokens", "Energy per output token", "GPU-hours"} <= labels
+    assert len(plotly_charts(at)) >= 1
+
+
+def test_simulate_page_says_when_the_run_is_saturated():
+    at = page("simulate")
+    at.number_input(key="sim.n").set_value(300)
+    at.number_input(key="sim.rate").set_value(200.0)
+    at.button(key="sim.run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Saturated" in w.value for w in at.warning), [w.value for w in at.warning]
