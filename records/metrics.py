@@ -21,6 +21,8 @@ from records.results import COMPLETED_REASONS
 from records.saturation import saturation
 
 PERCENTILES = (50, 90, 99)
+COST_KEYS = ("gpu_hours", "cost_usd", "cost_per_million_output_tokens", "energy_j", "energy_j_per_output_token",
+             "mean_power_w")
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,8 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, itls: np.ndarray | No
         "step_time_s": stats(steps["duration"]) if len(steps) else None,
     }
     summary.update(_saturation(requests, reasons, start + duration if n else 0.0))
+    # what the run cost: the simulator knows the hardware and fills these (sim.cost); an engine run does not
+    summary.update(dict.fromkeys(COST_KEYS))
     return summary
 
 
