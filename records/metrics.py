@@ -10,15 +10,17 @@ figures (KV usage, queue lengths) weight each step by its duration.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
-import pandas as pd
 
 from policies import ConfigError
 from policies.config import check_number
 from records.results import COMPLETED_REASONS
 from records.saturation import saturation
+
+if TYPE_CHECKING:  # pandas on demand: a streamed run (records.stream) never builds a DataFrame
+    import pandas as pd
 
 PERCENTILES = (50, 90, 99)
 COST_KEYS = ("gpu_hours", "cost_usd", "cost_per_million_output_tokens", "energy_j", "energy_j_per_output_token",
@@ -57,7 +59,7 @@ def stats(values: Iterable[float]) -> dict | None:
     return out
 
 
-def meets_slo(requests: pd.DataFrame, slo: SLOConfig | None) -> pd.Series:
+def meets_slo(requests: "pd.DataFrame", slo: SLOConfig | None) -> "pd.Series":
     """Boolean per row: completed and within every given target (a 1-token answer has no TPOT to miss)."""
     ok = requests["finish_reason"].isin(COMPLETED_REASONS)
     if slo is None:
@@ -71,20 +73,20 @@ def meets_slo(requests: pd.DataFrame, slo: SLOConfig | None) -> pd.Series:
     return ok
 
 
-def completed_output_tokens(requests: pd.DataFrame) -> int:
+def completed_output_tokens(requests: "pd.DataFrame") -> int:
     """Output tokens of the requests that produced their whole answer (what throughput counts)."""
     if len(requests) == 0:
         return 0
     return int(requests.loc[requests["finish_reason"].isin(COMPLETED_REASONS), "num_output_tokens"].sum())
 
 
-def _time_weighted(steps: pd.DataFrame, column: str) -> float | None:
+def _time_weighted(steps: "pd.DataFrame", column: str) -> float | None:
     if len(steps) == 0 or steps["duration"].sum() <= 0:
         return None
     return float(np.average(steps[column], weights=steps["duration"]))
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame, itls: np.ndarray | None = None,
+def summarize(requests: "pd.DataFrame", steps: "pd.DataFrame", itls: np.ndarray | None = None,
               slo: SLOConfig | None = None) -> dict:
     """The summary of one run from its two tables.
 
@@ -92,6 +94,8 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, itls: np.ndarray | No
     alone keeps only each request's largest gap, so without it `itl_s` is None and the max stall
     falls back to the largest `max_itl_s`.
     """
+    import pandas as pd
+
     if slo is not None and not isinstance(slo, SLOConfig):
         raise ConfigError(f"slo: expected an SLOConfig, got {type(slo).__name__}")
     n = len(requests)

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
-import pandas as pd
 
 from policies import FinishReason
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas on demand: a streamed run (records.stream) never builds a DataFrame
+    import pandas as pd
+
     from policies import BatchPlan, Request
 
 REQUEST_COLUMNS = (
@@ -158,8 +159,70 @@ def request_row(req: "Request", replica: str = "", max_itl: float | None = None)
     return row
 
 
+def request_columns(requests: list["Request"], replica_of: Mapping | None = None) -> dict[str, list | np.ndarray]:
+    """The `requests` table's rows of `requests` as columns (arrays where numeric, lists otherwise).
+
+    The values of `request_row`, built column by column for a streamed run's batches; workload tag
+    columns follow the fixed ones, in the order first seen, None where a request lacks one.
+    """
+    replica_of = replica_of or {}
+    n = len(requests)
+    times = [r.token_times for r in requests]
+    lengths = np.fromiter(map(len, times), dtype=np.int64, count=n)
+    reasons = [r.finish_reason.value if r.finish_reason is not None else "unfinished" for r in requests]
+    completed = np.fromiter((x in COMPLETED_REASONS for x in reasons), dtype=bool, count=n) & (lengths > 0)
+    arrival = np.fromiter((r.arrival_time for r in requests), dtype=np.float64, count=n)
+    first = np.fromiter((t[0] if t else math.nan for t in times), dtype=np.float64, count=n)
+    last = np.fromiter((t[-1] if t else math.nan for t in times), dtype=np.float64, count=n)
+    ttft = np.where(completed, first - arrival, math.nan)
+    e2e = np.where(completed, last - arrival, math.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(completed & (lengths > 1), (e2e - ttft) / (lengths - 1), math.nan)
+    scheduled = np.fromiter((_nan(r.first_scheduled_time) for r in requests), dtype=np.float64, count=n)
+
+    def ints(name: str) -> np.ndarray:
+        return np.fromiter(map(attrgetter(name), requests), dtype=np.int64, count=n)
+
+    columns: dict[str, list | np.ndarray] = {
+        "req_id": [r.req_id for r in requests], "arrival_time": arrival, "first_scheduled_time": scheduled,
+        "first_token_time": np.fromiter((_nan(r.first_token_time) for r in requests), dtype=np.float64, count=n),
+        "finish_time": np.fromiter((_nan(r.finish_time) for r in requests), dtype=np.float64, count=n),
+        "num_prompt_tokens": ints("num_prompt_tokens"), "num_output_tokens": ints("num_output_tokens"),
+        "max_tokens": ints("max_tokens"), "priority": ints("priority"), "num_cached_tokens": ints("num_cached_tokens"),
+        "num_preemptions": ints("num_preemptions"), "num_swaps": ints("num_swaps"),
+        "num_recomputes": ints("num_recomputes"), "finish_reason": reasons,
+        "reject_reason": [r.reject_reason or "" for r in requests], "ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot,
+        "queue_s": scheduled - arrival, "max_itl_s": np.array(max_itls(times), dtype=np.float64),
+        "replica": [replica_of.get(r.req_id, "") for r in requests],
+        "preemption_intervals": [json.dumps(r.preemption_intervals) if r.preemption_intervals else "[]"
+                                 for r in requests],
+    }
+    tag_keys: dict[str, None] = {}
+    for r in requests:
+        if r.tags:
+            tag_keys.update(dict.fromkeys(r.tags))
+    for key in tag_keys:
+        if key not in columns:
+            columns[key] = [r.tags.get(key) for r in requests]
+    return columns
+
+
+def steps_columns(steps: list[StepRecord]) -> dict[str, list | np.ndarray]:
+    """The `steps` table's rows of `steps` as columns: numbers as the int64/float64 arrays pandas would
+    infer from the lists, anything else as lists (column by column with attrgetter, not
+    dataclasses.astuple, which deep-copies every field: far faster than pandas inferring from rows)."""
+    columns = {}
+    for name in STEP_COLUMNS:
+        column = list(map(attrgetter(name), steps))
+        values = np.array(column)
+        columns[name] = values if values.dtype.kind in "if" else column
+    return columns
+
+
 def requests_table(requests: Iterable["Request"], replica_of: Mapping | None = None) -> pd.DataFrame:
     """The `requests` table: one row per request, finished, rejected or aborted."""
+    import pandas as pd
+
     replica_of = replica_of or {}
     requests = requests if isinstance(requests, list) else list(requests)
     rows = [request_row(r, replica_of.get(r.req_id, ""), itl)
@@ -172,6 +235,8 @@ def requests_table(requests: Iterable["Request"], replica_of: Mapping | None = N
 def preemption_table(requests: pd.DataFrame) -> pd.DataFrame:
     """One row per preemption (req_id, preempted_at, resumed_at) from the `requests` table's JSON
     `preemption_intervals` column; also for a table read back from CSV, or one without the column."""
+    import pandas as pd
+
     rows = []
     if "preemption_intervals" in requests:
         for req_id, cell in zip(requests["req_id"], requests["preemption_intervals"]):
@@ -182,18 +247,12 @@ def preemption_table(requests: pd.DataFrame) -> pd.DataFrame:
 
 def steps_table(steps: Iterable[StepRecord]) -> pd.DataFrame:
     """The `steps` table: one row per iteration (per replica)."""
-    # column by column with attrgetter (not dataclasses.astuple, which deep-copies every field), as
-    # arrays where numeric: far faster than pandas inferring dtypes from rows or lists
+    import pandas as pd
+
     steps = steps if isinstance(steps, list) else list(steps)
     if not steps:
         return pd.DataFrame([], columns=list(STEP_COLUMNS))
-    columns = {}
-    for name in STEP_COLUMNS:
-        column = list(map(attrgetter(name), steps))
-        values = np.array(column)
-        # numbers as the int64/float64 array pandas would infer from the list; anything else is left to pandas
-        columns[name] = values if values.dtype.kind in "if" else column
-    return pd.DataFrame(columns)
+    return pd.DataFrame(steps_columns(steps))
 
 
 def max_itls(token_times: list[list[float]]) -> list[float]:
@@ -272,10 +331,15 @@ def write_results(out_dir: str | Path, requests: pd.DataFrame, steps: pd.DataFra
     return out
 
 
+PLOT_STEPS = 4000  # points per replica in timeline.png
+
+
 def plot_timeline(steps: pd.DataFrame, requests: pd.DataFrame, path: str | Path) -> Path | None:
     """KV usage, queue lengths and batch tokens over time, and the TTFT/TPOT CDFs, in one figure.
 
-    Needs matplotlib (servesim[calibrate]); returns None without it.
+    Needs matplotlib (servesim[calibrate]); returns None without it. A replica's steps are thinned
+    to every k-th (at most `PLOT_STEPS` points): a 1,000-pixel-wide panel cannot show more, and
+    drawing 100,000 steps took seconds; short spikes between the points drawn do not show.
     """
     try:
         import matplotlib
@@ -287,6 +351,7 @@ def plot_timeline(steps: pd.DataFrame, requests: pd.DataFrame, path: str | Path)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     if len(steps):
         for replica, s in steps.groupby("replica", sort=False):
+            s = s.iloc[::max(1, -(-len(s) // PLOT_STEPS))]
             axes[0, 0].step(s["start"], s["kv_usage"], where="post", label=f"replica {replica}")
             axes[0, 1].step(s["start"], s["num_waiting"], where="post", label=f"waiting ({replica})")
             axes[0, 1].step(s["start"], s["num_running"], where="post", label=f"running ({replica})")

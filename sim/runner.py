@@ -13,21 +13,20 @@ engine thread's share of streaming its outputs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import pandas as pd
 import simpy
-from tqdm import tqdm
 
 from policies import CacheConfig, ConfigError, FinishReason, Request
 from sim.config import Config, config_to_toml
-from sim.cost import replica_costs, run_cost
 from sim.frontend import FrontendConfig
-from records.metrics import completed_output_tokens, summarize
 from sim.replica import Replica, paused_gc
-from records.results import Recorder, end_unfinished, pooled_itls, requests_table, steps_table, write_results
+from records.results import Recorder, end_unfinished, write_results
+
+if TYPE_CHECKING:  # pandas and tqdm on demand: a streamed CLI run never imports pandas (start-up)
+    import pandas as pd
+    from tqdm import tqdm
 
 PROGRESS_MIN_REQUESTS = 2000  # below this a run takes well under a second: no bar
 
@@ -50,11 +49,20 @@ class Arrivals:
         self.frontend = frontend if frontend is not None and frontend.enabled else None
         self.num_generated = 0  # requests known so far (initial + follow-ups)
         self.num_ended = 0
-        self.progress: tqdm | None = None
+        self.progress: "tqdm | None" = None
 
     def start(self) -> None:
-        requests = sorted(self.workload.start(), key=self.reach_time)
-        self.num_generated += len(requests)
+        # an open-loop workload's requests one at a time, in arrival order (`Workload.stream`):
+        # made as they arrive, they never all wait in memory; with a front end, the order of reach
+        # times may differ from arrivals', so those are sorted up front
+        stream = getattr(self.workload, "stream", None) if self.frontend is None else None
+        streamed = stream() if stream is not None else None
+        if streamed is not None:
+            count, requests = streamed
+        else:
+            requests = sorted(self.workload.start(), key=self.reach_time)
+            count = len(requests)
+        self.num_generated += count
         self.feeding = self.env.process(self._feed(requests))
 
     def done(self) -> bool:
@@ -98,25 +106,80 @@ class Arrivals:
             self.schedule(follow_up)
 
 
-@dataclass
 class SimResult:
-    """What one simulation produced: the two tables, the summary and the resolved config."""
+    """What one simulation produced: the two tables, the summary and the resolved config.
 
-    requests: pd.DataFrame
-    steps: pd.DataFrame
-    summary: dict
-    config: Config
-    raw_requests: list[Request] = field(default_factory=list, repr=False)
-    replicas: pd.DataFrame | None = None  # with autoscaling: the replica counts over time
+    An in-memory run holds its tables (and `raw_requests`, the Request objects). A streamed run
+    (`simulate(..., out=DIR)` or `stream=True`) holds only the summary; with an `out_dir` its
+    `requests` / `steps` are read back from the files written there on first access.
+    """
+
+    def __init__(self, requests: "pd.DataFrame | None", steps: "pd.DataFrame | None", summary: dict,
+                 config: Config, raw_requests: list[Request] | None = None, replicas: "pd.DataFrame | None" = None,
+                 out_dir: Path | None = None) -> None:
+        self._tables = {"requests": requests, "steps": steps}
+        self.summary = summary
+        self.config = config
+        self.raw_requests = raw_requests if raw_requests is not None else []
+        self.replicas = replicas  # with autoscaling: the replica counts over time
+        self.out_dir = out_dir
+        self.streamed = requests is None
+        self.sketched_metrics: list[str] = []  # streamed: metrics whose percentiles come from a sketch
+
+    def __repr__(self) -> str:
+        return f"SimResult(num_requests={self.summary.get('num_requests')}, streamed={self.streamed})"
+
+    @property
+    def requests(self) -> "pd.DataFrame":
+        return self._table("requests")
+
+    @property
+    def steps(self) -> "pd.DataFrame":
+        return self._table("steps")
+
+    def _table(self, name: str) -> "pd.DataFrame":
+        table = self._tables[name]
+        if table is None:
+            table = self._tables[name] = read_table(self.out_dir, name)
+        return table
 
     def save(self, out_dir: str | Path, plot: bool = True) -> Path:
         """Write summary.json, requests.csv, steps.csv and config.toml (+ parquet, timeline.png;
-        replicas.csv with autoscaling)."""
+        replicas.csv with autoscaling).
+
+        A streamed result has its files already: they are copied (without a plot it did not make).
+        """
+        if self.streamed:
+            import shutil
+
+            if self.out_dir is None:
+                raise ValueError("save: this run was streamed without an out directory; its tables were not "
+                                 "kept (simulate(config, out=DIR) writes them as it runs)")
+            out = Path(out_dir)
+            if out.resolve() != self.out_dir.resolve():
+                out.mkdir(parents=True, exist_ok=True)
+                for path in self.out_dir.iterdir():
+                    if path.is_file():
+                        shutil.copy2(path, out / path.name)
+            return out
         out = write_results(out_dir, self.requests, self.steps, self.summary, config_to_toml(self.config),
                             plot=plot)
         if self.replicas is not None:
             self.replicas.to_csv(Path(out) / "replicas.csv", index=False)
         return out
+
+
+def read_table(out_dir: Path | None, name: str) -> "pd.DataFrame":
+    """A streamed run's table from its out directory (Parquet when there, else CSV)."""
+    import pandas as pd
+
+    if out_dir is None:
+        raise ValueError(f"{name}: this run was streamed without an out directory; its tables were not kept "
+                         "(simulate(config, out=DIR) writes them as it runs)")
+    parquet = Path(out_dir) / f"{name}.parquet"
+    if parquet.is_file():
+        return pd.read_parquet(parquet)
+    return pd.read_csv(Path(out_dir) / f"{name}.csv", keep_default_na=False, na_values=[""])
 
 
 def build_cache_config(config: Config) -> CacheConfig:
@@ -132,10 +195,15 @@ def build_cache_config(config: Config) -> CacheConfig:
                        enable_prefix_caching=config.cache.enable_prefix_caching)
 
 
-def simulate(config: Config, progress: bool = False, latency_model=None, workload=None) -> SimResult:
+def simulate(config: Config, progress: bool = False, latency_model=None, workload=None,
+             out: str | Path | None = None, stream: bool | None = None, plot: bool = False) -> SimResult:
     """Run one replica under `config`'s workload until every request has ended.
 
     `latency_model` / `workload` replace the ones the config would build (tests, calibrated models).
+    In memory by default: the result holds both tables. With `out` (a directory) the run streams
+    (`records.stream.StreamingRecorder`): finished requests and steps are written there as the run
+    goes and leave memory, and the result holds the summary (its tables read back from the files);
+    `stream=True` streams without files (summary only). `plot` (streamed runs): timeline.png too.
     """
     from policies.scheduler import make_scheduler
     from sim.cluster.layout import is_cluster
@@ -148,7 +216,7 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
                               "remove [frontend] or use one replica without disaggregation")
         from sim.cluster.runner import simulate_cluster
 
-        return simulate_cluster(config, progress, latency_model, workload)
+        return simulate_cluster(config, progress, latency_model, workload, out=out, stream=stream, plot=plot)
     if latency_model is None:
         latency_model = build_latency_model(config)
     latency_model = config.frontend.charge(latency_model)  # the engine thread's share of streaming, if any
@@ -156,16 +224,15 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
         workload = build_workload(config.workload, config.scheduler.max_model_len)
     scheduler = make_scheduler(config.scheduler, build_cache_config(config))
     env = simpy.Environment()
-    recorder = Recorder()
+    recorder = make_recorder(config, out, stream, plot)
     replica = Replica(env, scheduler, latency_model, recorder, name="0")
     arrivals = Arrivals(env, workload, replica.submit, config.frontend)
     replica.on_finish.append(arrivals.on_finish)
+    if not isinstance(recorder, Recorder):  # last: a request's times are final when its row is built
+        replica.on_finish.append(recorder.on_finish)
     arrivals.start()
 
-    bar = None
-    if progress and arrivals.num_generated >= PROGRESS_MIN_REQUESTS:
-        bar = arrivals.progress = tqdm(total=arrivals.num_generated, desc="simulate", unit="req",
-                                       mininterval=0.5)
+    bar = progress_bar(arrivals) if progress else None
     with paused_gc():  # the run and its tables: see sim.replica.paused_gc
         try:
             env.run(until=config.sim.max_sim_time_s)
@@ -175,11 +242,72 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
         end_unfinished(scheduler, recorder.requests, env.now,
                        "the simulation ended (sim.max_sim_time_s)" if config.sim.max_sim_time_s is not None
                        else "the scheduler could not place it and nothing else was left to run")
-        return tabulate(recorder, config)
+        return finish_run(recorder, config)
+
+
+def make_recorder(config: Config, out: str | Path | None = None, stream: bool | None = None, plot: bool = False):
+    """An in-memory `Recorder`, or a `StreamingRecorder` when `out` is given or `stream` is true."""
+    if out is None and not stream:
+        return Recorder()
+    from records.stream import StreamingRecorder
+    from sim.cost import CostMeter, replica_costs
+
+    return StreamingRecorder(out, slo=config.slo, plot=plot and out is not None,
+                             step_meters=(CostMeter(replica_costs(config)),))
+
+
+def progress_bar(arrivals: Arrivals, leave: bool = True):
+    """A tqdm bar over the run's requests (None for a run too small to need one)."""
+    if arrivals.num_generated < PROGRESS_MIN_REQUESTS:
+        return None
+    from tqdm import tqdm
+
+    bar = arrivals.progress = tqdm(total=arrivals.num_generated, desc="simulate", unit="req", mininterval=0.5,
+                                   leave=leave)
+    return bar
+
+
+def finish_run(recorder, config: Config, extra: dict | None = None, provisioned_s: dict | None = None,
+               replicas: "pd.DataFrame | None" = None) -> SimResult:
+    """The result of a run that has ended: tabulated (in memory), or closed and written (streamed).
+
+    `extra`: summary entries a layout adds (an autoscaler's, a disaggregated cluster's KV transfer
+    statistics); `provisioned_s` and `replicas`: an autoscaler's replica times and replica counts.
+    """
+    if isinstance(recorder, Recorder):
+        result = tabulate(recorder, config, provisioned_s)
+        result.summary.update(extra or {})
+        result.replicas = replicas
+        return result
+    import json
+
+    from records.results import _json_default, json_safe
+    from sim.cost import replica_costs
+
+    summary = recorder.close()
+    for meter in recorder.step_meters:  # the cost meter: its keys follow summarize's, as in tabulate
+        summary.update(meter.summary(summary["duration_s"], recorder.running.out_tokens,
+                                     replica_costs(config, provisioned_s)))
+    summary.update(extra or {})
+    out = recorder.out_dir
+    if out is not None:
+        (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2, default=_json_default) + "\n")
+        (out / "config.toml").write_text(config_to_toml(config))
+        if replicas is not None:
+            replicas.to_csv(out / "replicas.csv", index=False)
+        if recorder.wants_plot:
+            recorder.plot(out / "timeline.png")
+    result = SimResult(None, None, summary, config, replicas=replicas, out_dir=out)
+    result.sketched_metrics = recorder.sketched_metrics
+    return result
 
 
 def tabulate(recorder: Recorder, config: Config, provisioned_s: dict[str, float] | None = None) -> SimResult:
     """Turn a recorder into the result tables and summary (`provisioned_s`: an autoscaler's replica times)."""
+    from records.metrics import completed_output_tokens, summarize
+    from records.results import pooled_itls, requests_table, steps_table
+    from sim.cost import replica_costs, run_cost
+
     requests = requests_table(recorder.requests, recorder.replica_of)
     steps = steps_table(recorder.steps)
     summary = summarize(requests, steps, pooled_itls(recorder.requests), config.slo)

@@ -9,21 +9,21 @@ from __future__ import annotations
 from typing import Any
 
 import simpy
-from tqdm import tqdm
 
 from sim.cluster.layout import is_disaggregated
 
 
-def simulate_cluster(config: Any, progress: bool = False, latency_model=None, workload=None):
+def simulate_cluster(config: Any, progress: bool = False, latency_model=None, workload=None, out=None,
+                     stream: bool | None = None, plot: bool = False):
     from records.results import Recorder
     from records.results import end_unfinished
-    from sim.runner import PROGRESS_MIN_REQUESTS, Arrivals, tabulate
+    from sim.runner import Arrivals, finish_run, make_recorder, progress_bar
     from sim.workload import build_workload
 
     if workload is None:
         workload = build_workload(config.workload, config.scheduler.max_model_len)
     env = simpy.Environment()
-    recorder = Recorder()
+    recorder = make_recorder(config, out, stream, plot)
     if is_disaggregated(config):
         from sim.cluster.disaggregated import DisaggregatedCluster
 
@@ -36,10 +36,9 @@ def simulate_cluster(config: Any, progress: bool = False, latency_model=None, wo
     cluster.add_finish_hook(arrivals.on_finish)
     arrivals.start()
     autoscaler = None if is_disaggregated(config) else cluster.start_autoscaler(arrivals.done)
-    bar = None
-    if progress and arrivals.num_generated >= PROGRESS_MIN_REQUESTS:
-        bar = arrivals.progress = tqdm(total=arrivals.num_generated, desc="simulate", unit="req",
-                                       mininterval=0.5, leave=False)
+    if not isinstance(recorder, Recorder):  # last: a request's times are final when its row is built
+        cluster.add_finish_hook(recorder.on_finish)
+    bar = progress_bar(arrivals, leave=False) if progress else None
     try:
         env.run(until=config.sim.max_sim_time_s)
     finally:
@@ -53,14 +52,12 @@ def simulate_cluster(config: Any, progress: bool = False, latency_model=None, wo
         for replica in cluster.replicas:
             mine = [r for r in recorder.requests if recorder.replica_of.get(r.req_id) == replica.name]
             end_unfinished(replica.scheduler, mine, env.now, why)
-    provisioned = None
+    provisioned, extra, timeline = None, {}, None
     if autoscaler is not None:
         autoscaler.finish(env.now)
         provisioned = autoscaler.provisioned_s(env.now)
-    result = tabulate(recorder, config, provisioned)
-    if autoscaler is not None:
-        result.summary["autoscaling"] = autoscaler.summary()
-        result.replicas = autoscaler.timeline_table()
+        extra["autoscaling"] = autoscaler.summary()
+        timeline = autoscaler.timeline_table()
     if is_disaggregated(config):
-        result.summary["kv_transfer_s"] = cluster.transfer_stats()
-    return result
+        extra["kv_transfer_s"] = cluster.transfer_stats()
+    return finish_run(recorder, config, extra, provisioned, timeline)

@@ -23,6 +23,8 @@ requests, bit for bit.
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 
 from policies import ConfigError, Request
@@ -74,7 +76,8 @@ class Workload:
         return [] if nxt is None else [nxt]
 
     # --- open loop ----------------------------------------------------------------------------------
-    def _open_rows(self) -> list[tuple]:
+    def _open_columns(self) -> tuple:
+        """Arrival times, prompt/output lengths, priorities, class and user indices (or None): arrays."""
         cfg, rng = self.cfg, self.rng
         cls_idx = None
         if cfg.kind == "trace":
@@ -105,15 +108,46 @@ class Workload:
         idx = np.arange(n)
         prompt, output, priority = self._lengths(idx, cls_idx)
         users = rng.integers(cfg.num_prefix_groups * cfg.users_per_group, size=n) if cfg.num_prefix_groups else None
-        rows = []
-        for i in range(n):
-            user = None if users is None else int(users[i])
-            row = self._make(i, float(t[i]), int(prompt[i]), int(output[i]), int(priority[i]),
-                             None if cls_idx is None else int(cls_idx[i]), user,
-                             None if user is None else user // cfg.users_per_group)
-            if row is not None:
-                rows.append(row)
-        return rows
+        return t, prompt, output, priority, cls_idx, users
+
+    def _open_row(self, columns, i: int) -> tuple | None:
+        """Row i of the open-loop columns, through `_make` (None when filtered out)."""
+        t, prompt, output, priority, cls_idx, users = columns
+        user = None if users is None else int(users[i])
+        return self._make(i, float(t[i]), int(prompt[i]), int(output[i]), int(priority[i]),
+                          None if cls_idx is None else int(cls_idx[i]), user,
+                          None if user is None else user // self.cfg.users_per_group)
+
+    def _open_rows(self) -> list[tuple]:
+        columns = self._open_columns()
+        return [row for i in range(len(columns[0])) if (row := self._open_row(columns, i)) is not None]
+
+    def stream(self) -> tuple[int, Iterator[Request]] | None:
+        """Open-loop kinds: (how many requests, the requests in arrival order), each Request made
+        only when the iterator reaches it, so a long run does not hold a million waiting objects.
+
+        The same requests as `start()` sorted by arrival (ids, lengths, tags: bit for bit); None
+        for a closed loop (its requests come from `on_finish`). Use one of `start` and `stream`."""
+        if self.cfg.kind == "closed_loop":
+            return None
+        columns = self._open_columns()
+        t, prompt, output = columns[0], columns[1], columns[2]
+        keep = np.ones(len(t), dtype=bool)
+        limit = self.max_model_len
+        if limit is not None and self.cfg.too_long == "filter":
+            prefix = self.cfg.prefix_len if self.cfg.num_prefix_groups else 0
+            keep = (prompt + prefix + output) <= limit
+        ids = np.cumsum(keep) - 1
+        order = np.arange(len(t)) if np.all(t[1:] >= t[:-1]) else np.argsort(t, kind="stable")
+        self.num_issued = int(keep.sum())
+
+        def requests() -> Iterator[Request]:
+            for i in order.tolist():
+                row = self._open_row(columns, i)
+                if row is not None:
+                    a, p, o, pr, tok, tags = row
+                    yield Request(int(ids[i]), a, p, o, priority=pr, prompt_token_ids=tok, tags=tags)
+        return self.num_issued, requests()
 
     def _lengths(self, idx: np.ndarray, cls_idx: np.ndarray | None):
         """Prompt, output and priority arrays for request indices `idx` (trace rows or samples)."""

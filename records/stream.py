@@ -1,0 +1,187 @@
+"""`StreamingRecorder`: a `Recorder` whose finished requests and steps leave memory as the run goes.
+
+The in-memory `records.results.Recorder` keeps every request and step until the run ends, so its
+memory grows with the run (about 15 MiB per 1,000 requests). This one keeps only what is live:
+a request from its submit to its end, then in a batch of finished ones; steps in a buffer of
+`step_batch`. Each full batch becomes table columns (`request_columns` / `steps_columns`, the
+values of the in-memory tables), goes to the `RunningSummary` and, with an `out_dir`, to
+requests.csv/.parquet and steps.csv/.parquet (`TableWriter`), and is dropped. `close()` writes
+what is left and returns the summary (`records.metrics.summarize`'s dict; see RunningSummary for
+how it compares).
+
+It has the Recorder's interface (`add_request`, `add_step`, `add_steps`, `steps`, `replica_of`,
+`requests`: here the live requests only), plus `on_finish(request, now)`, which the runner
+registers as a finish hook after every other hook (so a request's times are final when its row
+is built). Rows come in the order requests ended, not in submission order.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from records.results import REQUEST_COLUMNS, STEP_COLUMNS, pooled_itls, request_columns, steps_columns
+from records.running_summary import RunningSummary
+from records.sketch import DEFAULT_EXACT_LIMIT, DEFAULT_RELATIVE_ACCURACY
+
+if TYPE_CHECKING:
+    from policies import Request
+    from records.metrics import SLOConfig
+    from records.results import StepRecord
+
+REQUEST_BATCH = 8192
+STEP_BATCH = 65536
+PLOT_POINTS = 8192  # steps kept for timeline.png (every k-th, k doubling as the run grows)
+_PLOT_COLUMNS = ("start", "kv_usage", "num_waiting", "num_running", "num_prefill_tokens", "num_decode_tokens")
+
+
+class StreamingRecorder:
+    """Records a run into running aggregates and (with `out_dir`) table files, batch by batch."""
+
+    def __init__(self, out_dir: str | Path | None = None, slo: "SLOConfig | None" = None,
+                 request_batch: int = REQUEST_BATCH, step_batch: int = STEP_BATCH, plot: bool = False,
+                 parquet: bool | None = None, exact_limit: int = DEFAULT_EXACT_LIMIT,
+                 relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY, step_meters: tuple = ()) -> None:
+        from records.table_writer import TableWriter
+
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.running = RunningSummary(slo, exact_limit, relative_accuracy)
+        self.request_batch = max(int(request_batch), 1)
+        self.step_batch = max(int(step_batch), 1)
+        self.steps: list["StepRecord"] = []  # the buffer; disaggregated pools append to it directly
+        self.replica_of: dict = {}  # live requests only
+        self._live: dict = {}  # req_id -> (request, submission number)
+        self._ended: list[tuple["Request", int]] = []
+        # more aggregates fed every step batch: `add_steps(columns)`, `summary(span_s, output_tokens)`
+        self.step_meters = tuple(step_meters)
+        self.num_requests = 0
+        self._writers = None
+        if self.out_dir is not None:
+            self._writers = (TableWriter(self.out_dir, "requests", parquet), TableWriter(self.out_dir, "steps", parquet))
+        self._plot = {c: [] for c in _PLOT_COLUMNS + ("replica",)} if plot else None
+        self._plot_stride, self._num_steps_seen = 1, 0
+        self.summary: dict | None = None
+
+    # --- the Recorder interface -------------------------------------------------------------------
+    @property
+    def requests(self) -> list["Request"]:
+        """The requests submitted and not yet written out (live, or ended since the last batch)."""
+        return [r for r, _ in self._live.values()]
+
+    def add_request(self, request: "Request", replica: str | None = None) -> None:
+        if request.req_id not in self._live:
+            self._live[request.req_id] = (request, self.num_requests)
+            self.num_requests += 1
+        if replica is not None:
+            self.replica_of[request.req_id] = replica
+
+    def add_step(self, record: "StepRecord") -> None:
+        steps = self.steps
+        steps.append(record)
+        if len(steps) >= self.step_batch:
+            self._flush_steps()
+
+    def add_steps(self, records: list["StepRecord"]) -> None:
+        self.steps.extend(records)
+        if len(self.steps) >= self.step_batch:
+            self._flush_steps()
+
+    def on_finish(self, request: "Request", now: float) -> None:
+        """A finish hook: the request has ended; it is written with the next batch."""
+        entry = self._live.pop(request.req_id, None)
+        if entry is None:
+            return  # written already, or never recorded
+        self._ended.append(entry)
+        if len(self._ended) >= self.request_batch:
+            self._flush_requests(self._ended)
+            self._ended = []
+        if len(self.steps) >= self.step_batch:  # steps appended straight to the list (disaggregation)
+            self._flush_steps()
+
+    # --- batches ----------------------------------------------------------------------------------
+    def _flush_requests(self, entries: list[tuple["Request", int]]) -> None:
+        if not entries:
+            return
+        requests = [r for r, _ in entries]
+        replica_of = self.replica_of
+        columns = request_columns(requests, replica_of)
+        for r in requests:
+            replica_of.pop(r.req_id, None)
+        order = np.fromiter((k for _, k in entries), dtype=np.int64, count=len(entries))
+        self.running.add_requests(columns, pooled_itls(requests), order)
+        if self._writers is not None:
+            self._writers[0].write(columns)
+
+    def _flush_steps(self) -> None:
+        if not self.steps:
+            return
+        columns = steps_columns(self.steps)
+        self.steps.clear()  # in place: disaggregated pools hold this list
+        self.running.add_steps(columns)
+        for meter in self.step_meters:
+            meter.add_steps(columns)
+        if self._writers is not None:
+            self._writers[1].write(columns)
+        if self._plot is not None:
+            self._sample(columns)
+
+    def _sample(self, columns: dict) -> None:
+        n = len(columns["start"])
+        first = (-self._num_steps_seen) % self._plot_stride
+        self._num_steps_seen += n
+        keep = np.arange(first, n, self._plot_stride)
+        for c in self._plot:
+            values = columns[c]
+            self._plot[c].extend(np.asarray(values)[keep].tolist() if c != "replica" else [values[i] for i in keep])
+        if len(self._plot["start"]) > 2 * PLOT_POINTS:
+            for c in self._plot:
+                self._plot[c] = self._plot[c][::2]
+            self._plot_stride *= 2
+
+    # --- the end ----------------------------------------------------------------------------------
+    def close(self) -> dict:
+        """Write what is left (ended or still live requests, buffered steps), close the files and
+        return the summary (also kept as `self.summary`)."""
+        if self.summary is not None:
+            return self.summary
+        self._flush_requests(self._ended + list(self._live.values()))
+        self._ended, self._live = [], {}
+        self._flush_steps()
+        if self._writers is not None:
+            self._writers[0].close({c: [] for c in REQUEST_COLUMNS})
+            self._writers[1].close({c: [] for c in STEP_COLUMNS})
+        self.summary = self.running.summary()
+        return self.summary
+
+    @property
+    def exact(self) -> bool:
+        """True while every percentile of the summary is exact (see records.sketch)."""
+        return self.running.exact
+
+    @property
+    def sketched_metrics(self) -> list[str]:
+        """The summary's metrics whose percentiles come from a sketch (more values than its exact limit)."""
+        return [name for name, s in self.running.sketches.items() if not s.exact]
+
+    @property
+    def wants_plot(self) -> bool:
+        return self._plot is not None
+
+    def plot(self, path: str | Path) -> Path | None:
+        """timeline.png from the sampled steps and the latency values (needs plot=True, matplotlib)."""
+        if self._plot is None:
+            raise ValueError("plot: the recorder was made without plot=True")
+        import pandas as pd
+
+        from records.results import plot_timeline
+
+        steps = pd.DataFrame(self._plot)
+        latency = {}
+        for name in ("ttft_s", "tpot_s", "e2e_s"):
+            sketch = self.running.sketches[name]
+            if sketch.exact:
+                latency[name] = pd.Series(sketch.values())
+            else:  # the CDF through 1,000 of its percentiles
+                latency[name] = pd.Series([sketch.percentile(p) for p in np.linspace(0, 100, 1001)])
+        return plot_timeline(steps, pd.DataFrame(latency), path)
