@@ -127,7 +127,14 @@ class Workload:
         only when the iterator reaches it, so a long run does not hold a million waiting objects.
 
         The same requests as `start()` sorted by arrival (ids, lengths, tags: bit for bit); None
-        for a closed loop (its requests come from `on_finish`). Use one of `start` and `stream`."""
+        for a closed loop (its requests come from `on_finish`). Use one of `start`, `stream` and
+        `stream_parts` on a workload."""
+        parts = self.stream_parts(1)
+        return None if parts is None else parts[0]
+
+    def stream_parts(self, num_parts: int) -> list[tuple[int, Iterator[Request]]] | None:
+        """`stream()` dealt round-robin into `num_parts` streams: request j of the arrival order goes
+        to part j mod num_parts (what a round-robin router does), each made only when reached."""
         if self.cfg.kind == "closed_loop":
             return None
         columns = self._open_columns()
@@ -139,15 +146,15 @@ class Workload:
             keep = (prompt + prefix + output) <= limit
         ids = np.cumsum(keep) - 1
         order = np.arange(len(t)) if np.all(t[1:] >= t[:-1]) else np.argsort(t, kind="stable")
-        self.num_issued = int(keep.sum())
+        kept = order[keep[order]]  # the requests, in the order they arrive
+        self.num_issued = int(kept.size)
+        self.num_filtered = int(len(t) - kept.size)
 
-        def requests() -> Iterator[Request]:
-            for i in order.tolist():
-                row = self._open_row(columns, i)
-                if row is not None:
-                    a, p, o, pr, tok, tags = row
-                    yield Request(int(ids[i]), a, p, o, priority=pr, prompt_token_ids=tok, tags=tags)
-        return self.num_issued, requests()
+        def requests(rows: np.ndarray) -> Iterator[Request]:
+            for i in rows.tolist():
+                a, p, o, pr, tok, tags = self._open_row(columns, i)
+                yield Request(int(ids[i]), a, p, o, priority=pr, prompt_token_ids=tok, tags=tags)
+        return [(int(kept[k::num_parts].size), requests(kept[k::num_parts])) for k in range(num_parts)]
 
     def _lengths(self, idx: np.ndarray, cls_idx: np.ndarray | None):
         """Prompt, output and priority arrays for request indices `idx` (trace rows or samples)."""
