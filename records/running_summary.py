@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from records.metrics import SLOConfig
+from records.metrics import COST_KEYS, SLOConfig
 from records.results import COMPLETED_REASONS
 from records.saturation import saturation
 from records.sketch import DEFAULT_EXACT_LIMIT, DEFAULT_RELATIVE_ACCURACY, QuantileSketch
@@ -196,4 +196,5 @@ class RunningSummary:
             "step_time_s": self.sketches["step_time_s"].stats() if self.num_steps else None,
         }
         summary.update(self._saturation(start + duration if n else 0.0))
+        summary.update(dict.fromkeys(COST_KEYS))  # as summarize: filled by the simulator's cost meter
         return summary
