@@ -194,7 +194,8 @@ def format_summary(summary: dict) -> str:
         + (f" (SLO {summary['slo']}, attainment {summary['slo_attainment']:.1%})"
            if summary.get("slo") and summary.get("slo_attainment") is not None else ""),
         "",
-        f"{'latency (ms)':14} {'mean':>10} {'p50':>10} {'p90':>10} {'p99':>10} {'max':>10}",
+        f"{'latency (ms)':14} {'mean':>10} {'p50':>10} {'p90':>10} {'p99':>10} {'max':>10}"
+        + ("   (saturated run: a growing backlog, not a steady state)" if summary.get("saturated") else ""),
     ]
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"),
                        ("queue_s", "queue")):
