@@ -1,91 +1,15 @@
 """Profiled latency model: step times from measured per-op latency curves (profile files).
 
-A *profile* is a JSON file written by `calibrate` (micro-benchmarks of the engine's own ops, or an
-importer of published per-op data). It loads here without torch or scipy: the curves are evaluated
-in plain Python, so a planner can simulate with measured data on a laptop.
-
-File format (``"format": "servesim-profile"``, ``"version": 1``)::
-
-    {
-      "format": "servesim-profile", "version": 1,
-      "meta":  {"device": "NVIDIA H100 80GB HBM3" | "cpu: <processor>", "torch_version": "2.13.0" | null,
-                "driver": "<cuda driver / runtime>" | null, "dtype": "bfloat16", "date": "<ISO-8601 UTC>",
-                "source": "calibrate" | "aiconfigurator:<framework>-<version>" | "h100-microbench", ...},
-      "model": {"name": ..., "num_hidden_layers": L, "hidden_size": H, "num_attention_heads": ...,
-                "num_key_value_heads": ..., "head_dim": ..., "intermediate_size": ..., "vocab_size": ...,
-                "tensor_parallel_size": TP, "dtype": "bfloat16"},
-      "ops": {
-        "<op>": {"inputs": ["num_tokens"],                 # names of the curve's inputs
-                 "points": [[x, seconds], ...],            # raw measurements (repeats kept)
-                 "curve": {"kind": "pwl", "x": [...], "y": [...]}
-                        | {"kind": "bilinear", "coef": [c0, cx, cy, cxy]}
-                        | {"kind": "grid", "x": [...], "y": [...], "z": [[...], ...], "y_minus_x": bool},
-                 "fit_error": {"median_abs_pct": ..., "max_abs_pct": ...},
-                 "source": "measured" | "<where the points came from>"},
-        ...
-      }
-    }
-
-Ops, all per device (one tensor-parallel rank) and in seconds:
-
-====================  =====================================  ==================================
-op                    inputs                                 where in a step
-====================  =====================================  ==================================
-qkv_proj, o_proj,     num_tokens (all tokens of the step)    x num_hidden_layers
-gate_up_proj,
-down_proj, act,
-input_norm (x2),
-rotary, kv_write,
-residual_add (x2)
-attn_prefill          num_tokens (chunk), context_len        per prefill/chunk sequence, x layers
-attn_decode           batch_size, kv_len (mean)              once for all decode sequences, x layers
-all_reduce            bytes                                  2 x layers when tensor_parallel_size > 1
-embed, input_norm     num_tokens                             once (embedding, final norm)
-lm_head, sampler      num_tokens (sampled sequences)         once (final norm folded into lm_head)
-swap_out, swap_in     bytes                                  once per step (GPU->CPU, CPU->GPU)
-step_overhead         num_seqs                               once (host work of the engine)
-prefill_overhead      num_seqs (prefill/chunk sequences)     once, extra host work of a step with chunks
-====================  =====================================  ==================================
-
-Required ops: qkv_proj, o_proj, gate_up_proj, down_proj, attn_prefill, attn_decode, lm_head; the
-others count as zero when absent (`ProfiledLatencyModel.missing_ops` lists them).
-
-Two `meta` keys describe how the profiled engine's attention behaves:
-
-- ``attn_decode_kv``: ``"mean"`` (default; paged kernels read each sequence's own KV, so work goes
-  with the total) or ``"max"`` (a padded batch: every decode is padded to the longest context, as
-  the engine's torch backend does).
-- ``attention_includes_kv_write``: true when the attention curves were timed through a backend
-  that also scatters the new K/V into the cache; `kv_write` is then not added again.
-
-An optional ``meta.in_step_scale`` ``{"dense": s, "attn_prefill": s, "attn_decode": s}`` (absent:
-all 1) multiplies the op curves inside a step: ``dense`` the GEMMs, norms, rotary, KV writes,
-embedding, LM head and sampler, the others the attention curves. `calibrate` fits it, with the host
-overhead, on the engine's own steps (`calibrate.engine_steps`): ops timed in isolation run in
-other cache conditions than inside a step, and the difference is a factor, not a constant.
-An optional ``meta.executor_skips_padding`` (absent: false) says the profiled engine leaves the
-static policy's padding entries out of its forward pass (servesim's torch engine runs ragged
-batches, so `calibrate` sets it): the model then charges only live sequences and tokens. Absent,
-padding is charged as computed, as a padded static-batching engine does.
-An optional ``meta.after_idle_s`` (seconds, absent: 0) is what the first step after the engine sat
-idle costs on top (cold caches); the simulator's replica adds it to such a step (`after_idle_s`).
-
-Curves:
-
-- ``pwl``: monotone piecewise-linear through knots (isotonic fit of the per-x medians). Between
-  knots: linear interpolation. Below the first knot: the first knot's value (the launch floor of
-  a kernel does not shrink for fewer tokens). Beyond the last knot: the last segment's slope (ops
-  are compute- or bandwidth-bound at the top of the grid, so time grows linearly). At x <= 0 the
-  op does not run: 0 s.
-- ``bilinear``: ``c0 + cx*x + cy*y + cxy*x*y`` with non-negative coefficients (monotone in both
-  inputs by construction). For attention, ``x*y`` is the FLOP term (chunk x context) or the KV
-  bytes read (batch x KV length).
-- ``grid``: bilinear interpolation in a rectangular grid of measured medians ``z[i][j]`` at
-  ``(x[i], y[j])``, made non-decreasing along both axes; the ends behave like ``pwl`` (hold below
-  the grid, continue the last cell's slopes above it). With ``y_minus_x`` the second axis is
-  ``y - x`` (for prefill attention: the context cached before the chunk), which keeps a grid of
-  chunk x cached-context rectangular and separates a first chunk (causal, no cached context) from
-  later chunks.
+A *profile* is a JSON file (`"format": "servesim-profile"`, documented in docs/formats.md) written
+by `calibrate`: micro-benchmarks of the engine's own ops, or an importer of published per-op data.
+It loads here without torch or scipy and its curves are evaluated in plain Python, so a planner
+can simulate with measured data on a laptop. A step is composed as the engine runs it: per layer
+the GEMMs, norms, rotary, KV writes and residual adds over all tokens of the step, prefill
+attention per chunk over (chunk, context), decode attention once over (batch, mean KV length),
+two all-reduces when TP > 1; once per step the embedding, final norm, LM head and sampler, the swap
+copies and the engine's host overhead. `meta.in_step_scale` multiplies the op curves inside a step
+(ops timed alone run in other cache conditions), `meta.after_idle_s` is charged to the first step
+after an idle wait, and `meta.executor_skips_padding` leaves static batching's padding uncharged.
 """
 from __future__ import annotations
 
