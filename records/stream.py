@@ -56,6 +56,7 @@ class StreamingRecorder:
         # more aggregates fed every step batch: `add_steps(columns)`, `summary(span_s, output_tokens)`
         self.step_meters = tuple(step_meters)
         self.num_requests = 0
+        self.next_order: int | None = None  # the next request's submission number, when the runner knows it
         self._writers = None
         if self.out_dir is not None:
             self._writers = (TableWriter(self.out_dir, "requests", parquet), TableWriter(self.out_dir, "steps", parquet))
@@ -71,7 +72,9 @@ class StreamingRecorder:
 
     def add_request(self, request: "Request", replica: str | None = None) -> None:
         if request.req_id not in self._live:
-            self._live[request.req_id] = (request, self.num_requests)
+            order = self.num_requests if self.next_order is None else self.next_order
+            self.next_order = None
+            self._live[request.req_id] = (request, order)
             self.num_requests += 1
         if replica is not None:
             self.replica_of[request.req_id] = replica

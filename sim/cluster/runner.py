@@ -3,6 +3,9 @@
 Builds the colocated cluster or the disaggregated pools, feeds the workload through the same
 `Arrivals` as a single replica, runs until every request has ended (or `sim.max_sim_time_s`),
 aborts what is still live so that no request goes missing, and tabulates the shared recorder.
+A streamed run whose replicas cannot affect one another (round robin, an open loop) runs each
+replica in an environment of its own instead (`sim.cluster.independent`): the same results, with
+its decode runs whole.
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from typing import Any
 
 import simpy
 
+from sim.cluster.independent import independent_parts, simulate_independent
 from sim.cluster.layout import is_disaggregated
 
 
@@ -22,8 +26,13 @@ def simulate_cluster(config: Any, progress: bool = False, latency_model=None, wo
 
     if workload is None:
         workload = build_workload(config.workload, config.scheduler.max_model_len)
-    env = simpy.Environment()
     recorder = make_recorder(config, out, stream, plot)
+    if not isinstance(recorder, Recorder):  # streamed: replicas that cannot affect one another run alone
+        parts = independent_parts(config, workload)
+        if parts is not None:
+            simulate_independent(config, parts, recorder, latency_model, progress)
+            return finish_run(recorder, config)
+    env = simpy.Environment()
     if is_disaggregated(config):
         from sim.cluster.disaggregated import DisaggregatedCluster
 
