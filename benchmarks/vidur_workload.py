@@ -128,51 +128,75 @@ def vidur_command(out_dir: str, checkout: Path, lengths: Path | None) -> list[st
 
 # --- where the time goes ----------------------------------------------------------------------------
 PROFILE_CHILD = r"""
-import cProfile, pstats, sys, time
-t0 = time.perf_counter()
-prof = cProfile.Profile()
-prof.enable()
-import servesim.cli
+import builtins, sys, time
+t_start = time.process_time()
+clock = {"imports": 0.0, "batches": 0.0, "batches_at_close": 0.0, "writing": 0.0, "closing": 0.0}
+depth, in_close = [0], [False]
+real_import = builtins.__import__
+def timed_import(*args, **kwargs):  # outermost imports only: their time includes what they import
+    depth[0] += 1
+    t = time.process_time()
+    try:
+        return real_import(*args, **kwargs)
+    finally:
+        depth[0] -= 1
+        if depth[0] == 0:
+            clock["imports"] += time.process_time() - t
+builtins.__import__ = timed_import
+import servesim.cli, records.stream, records.table_writer, sim.runner
+def timer(owner, name, key, flag=None):
+    real = getattr(owner, name)
+    def wrapped(*args, **kwargs):
+        if flag is not None:
+            flag[0] = True
+        t = time.process_time()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            dt = time.process_time() - t
+            clock[key] += dt
+            if key == "batches" and in_close[0]:
+                clock["batches_at_close"] += dt
+            if flag is not None:
+                flag[0] = False
+    setattr(owner, name, wrapped)
+timer(records.stream.StreamingRecorder, "_flush_requests", "batches")
+timer(records.stream.StreamingRecorder, "_flush_steps", "batches")
+timer(records.table_writer.TableWriter, "write", "writing")
+timer(records.table_writer.TableWriter, "close", "writing")
+timer(sim.runner, "finish_run", "closing", in_close)
 code = servesim.cli.main(sys.argv[1:])
-prof.disable()
-total = time.perf_counter() - t0
-st = pstats.Stats(prof)
-cum = {(file, name): ct for (file, line, name), (cc, nc, tt, ct, callers) in st.stats.items()}
-def c(path, name):
-    return sum(v for (f, n), v in cum.items() if f.endswith(path) and n == name)
-imports = max([v for (f, n), v in cum.items() if n == "_find_and_load"] or [0.0])
-figures = dict(total=total, imports=imports, run=c("simpy/core.py", "run"),
-               write=c("records/table_writer.py", "write") + c("records/table_writer.py", "close"),
-               rows=c("records/stream.py", "_flush_requests") + c("records/stream.py", "_flush_steps"),
-               finish=c("sim/runner.py", "finish_run"), plot=c("records/stream.py", "plot"))
-print("PROFILE " + " ".join(f"{k}={v}" for k, v in figures.items()))
-st.sort_stats("tottime").print_stats(18)
+clock["total"] = time.process_time() - t_start
+print("PROFILE " + " ".join(f"{k}={v}" for k, v in clock.items()))
 sys.exit(code)
 """
 
 
 def profile(num_requests: int, plot: bool) -> None:
-    """One run under cProfile in a fresh process: imports, simulation, tables, writing (cProfile's own
-    overhead inflates the Python-heavy parts, so the shares, not the seconds, are the figure)."""
+    """One run with CPU timers around its phases, in a fresh process (no profiler, so the seconds are
+    what the phases cost; CPU, not wall, as the machine is shared):
+    imports (wherever they happen), the simulation, the request/step batches (rows, summary
+    aggregates), writing the files (inside the batches and at the end), and closing."""
     with tempfile.TemporaryDirectory() as tmp:
         args = servesim_command(tmp, num_requests, plot)[3:]
+        interpreter = timed([sys.executable, "-c", "pass"])[1]
         done = subprocess.run([sys.executable, "-c", PROFILE_CHILD] + args, capture_output=True, text=True,
                               env=child_env(), cwd=REPO)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
     line = next(x for x in done.stdout.splitlines() if x.startswith("PROFILE "))
     f = {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
-    sim = f["run"] - f["rows"]  # batches are turned into rows and written from inside the run
-    other = f["total"] - f["imports"] - f["run"] - (f["finish"] - f["plot"]) - f["plot"]
-    print(f"\nwhere the time goes (one run under cProfile, {f['total']:.2f} s in all):")
-    for label, v in (("imports (start-up)", f["imports"]), ("simulation", sim),
-                     ("request/step rows + summary batches", f["rows"] - f["write"]),
-                     ("  of which writing files", f["write"]),
-                     ("closing: last batches, summary.json, config.toml", f["finish"] - f["plot"]),
-                     ("timeline.png", f["plot"]), ("the rest (config, workload, CLI)", other)):
-        print(f"  {label:50} {v:6.2f} s  {v / f['total']:5.1%}")
-    print("\ntop functions by own time:")
-    print("\n".join(done.stdout.splitlines()[done.stdout.splitlines().index(line) + 1:][:40]))
+    batches_in_run = f["batches"] - f["batches_at_close"]
+    rows = [("interpreter start (python -c pass)", interpreter),
+            ("imports (start-up; the lazy ones included)", f["imports"]),
+            ("simulation", f["total"] - f["imports"] - batches_in_run - f["closing"]),
+            ("request/step batches: rows and summary aggregates", f["batches"] - f["writing"]),
+            ("writing requests/steps CSV + Parquet", f["writing"]),
+            ("closing: summary, summary.json, config.toml, plot", f["closing"] - f["batches_at_close"])]
+    total = interpreter + f["total"]
+    print(f"\nwhere the time goes (one run, CPU seconds, {total:.2f} s in all):")
+    for label, v in rows:
+        print(f"  {label:52} {v:6.2f} s  {v / total:5.1%}")
 
 
 def main(argv: list[str] | None = None) -> int:
