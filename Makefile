@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test test-slow test-all setup-sim setup-test setup-browser clean
+.PHONY: demo test test-slow test-all setup-sim setup-test setup-browser clean wheels gpu-check gpu-check-dry
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,28 @@ test-slow: setup-test
 
 test-all: setup-test
 	$(BIN)/python -m pytest -m 'not gpu'
+
+# The prepared GPU check (benchmarks/gpu_check.py): on a CUDA machine with torch and triton but no
+# network, `make gpu-check` installs what else it needs from $(WHEELS) and runs the gpu tests, a CUDA
+# calibration and two validate runs in <= 8 minutes; report under $(GPU_CHECK_OUT).
+# `make wheels` (with network) downloads those wheels for the GPU machine's Python ($(GPU_PYTHON),
+# default this one's) and Linux x86-64; `make gpu-check-dry` is the same check on this CPU, tiny.
+WHEELS ?= wheels
+GPU_CHECK_OUT ?= runs/gpu-check
+GPU_PY ?= python3
+GPU_PYTHON ?= $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+wheels:
+	$(PY) -m pip download --quiet --only-binary=:all: --dest $(WHEELS) --python-version $(GPU_PYTHON) \
+	  --implementation cp --abi cp$(subst .,,$(GPU_PYTHON)) --platform manylinux_2_28_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -r benchmarks/gpu_check_requirements.txt
+	@echo "wheels for Python $(GPU_PYTHON) in $(WHEELS)/: hand the folder to the GPU machine with the repository"
+
+gpu-check:
+	$(GPU_PY) benchmarks/gpu_check.py --wheels $(WHEELS) --out $(GPU_CHECK_OUT)
+
+gpu-check-dry: setup-test
+	$(BIN)/python benchmarks/gpu_check.py --dry-run --out runs/gpu-check-dry
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,7 +1,15 @@
-"""The CPU acceptance protocol of issue 5: `servesim validate` of every shipped workload, each with a
-quick profile made in its own run (as `servesim validate CONFIG --device cpu` does).
+"""The CPU acceptance protocol (issues 5 and 15): `servesim validate` of fresh random workloads and of
+every shipped one, each with a quick profile made in its own run (as `servesim validate CONFIG
+--device cpu` does).
 
-    .venv/bin/python benchmarks/validate_cpu.py [--out runs/validate-cpu] [--full] [--one-profile]
+    .venv/bin/python benchmarks/validate_cpu.py [--random N] [--seed S] [--no-shipped] [--out runs/validate-cpu]
+                                                [--full] [--one-profile]
+
+`--random N` first draws N workloads nobody tuned anything on (`calibrate.random_workloads`: Poisson,
+bursty gamma and on/off arrivals, heavy-tailed prompts, chunked at small and large budgets,
+continuous, recompute and swap preemption in a small KV pool; seed `--seed`, default a new one each
+run, printed) and reports them FIRST, then the shipped examples/validate-*.toml. Their TOML files
+are written beside the reports, so any of them reruns with `servesim validate FILE`.
 
 Each run calibrates the engine for examples/tiny-llama (quick grid, one torch thread) around the
 engine's run of the workload (half the calibration's engine steps before it, half after), then
@@ -18,7 +26,10 @@ the last-level cache, so compare runs at similar load.
 "detrend" is the per-step median error after taking out the drift of the machine's speed over
 the run (each step's signed error minus the median of its 51 neighbours'): the model's own error.
 "drift" is how much slower the calibration's engine steps ran after the run than before it (the
-machine changing speed around the run; see `calibrate.bench.bracket_drift_pct`).
+machine changing speed around the run; see `calibrate.bench.bracket_drift_pct`). "held" is the
+calibration's own held-out error (its engine-step fit, each scheduler configuration predicted from
+the others); a workload whose calibration clamped a fit or missed that check says "(calibration
+warned)", and the warnings are listed after the table.
 """
 from __future__ import annotations
 
@@ -27,6 +38,7 @@ import datetime as _dt
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,38 +62,75 @@ def main(argv=None) -> int:
     import torch
 
     from calibrate.bench import calibrate
+    from calibrate.fit_checks import CalibrationWarning
     from calibrate.validate import validate
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "runs" / "validate-cpu"))
     ap.add_argument("--full", action="store_true", help="calibrate on the full grid")
+    ap.add_argument("--grid", choices=("smoke", "quick", "full"), default=None,
+                    help="the calibration grid (default quick; smoke: seconds, for trying the machinery only)")
     ap.add_argument("--one-profile", action="store_true", help="one profile made first for every workload")
+    ap.add_argument("--random", type=int, default=0, metavar="N", help="also validate N fresh random workloads, first")
+    ap.add_argument("--seed", type=int, default=None, help="their seed (default: a new one, printed)")
+    ap.add_argument("--no-shipped", action="store_true", help="leave out the shipped examples/validate-*.toml")
     args = ap.parse_args(argv)
+    if args.random < 0:
+        raise SystemExit(f"--random: expected a count >= 0, got {args.random}")
+    grid = args.grid or ("full" if args.full else "quick")
     out = Path(args.out)
     torch.set_num_threads(1)
     print(f"load average before: {os.getloadavg()[0]:.2f}")
+    groups = []
+    if args.random:
+        from calibrate.random_workloads import write
+
+        seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "little")
+        paths = write(seed, args.random, out / f"random-{seed}")
+        groups.append((f"fresh random workloads (seed {seed}; rerun: --random {args.random} --seed {seed})", paths))
+    if not args.no_shipped:
+        groups.append(("shipped workloads (examples/validate-*.toml)", sorted((REPO / "examples").glob("validate-*.toml"))))
     prof_path = None
     if args.one_profile:
-        profile = calibrate(REPO / "examples/tiny-llama/config.json", "cpu", quick=not args.full, progress=True)
+        profile = calibrate(REPO / "examples/tiny-llama/config.json", "cpu", quick=grid, progress=True)
         prof_path = profile.save(out / "profile.json")
-    print(f"{'workload':<26} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} {'detrend':>8} {'drift':>6} {'load':>5}")
-    ok = True
-    for toml in sorted((REPO / "examples").glob("validate-*.toml")):
-        report = validate(toml, "cpu", profile=prof_path, out_dir=out / toml.stem, quick=not args.full, progress=False)
-        details = json.loads((out / toml.stem / "details.json").read_text())
-        st, m = report["step_time_abs_pct_error"], report["metrics"]
-        errs = [m[k]["mean"]["abs_pct_error"] for k in ("ttft_s", "tpot_s", "e2e_s")]
-        ok &= st["median"] <= 5.0 and all(e is not None and e <= 10.0 for e in errs)
-        cpu = details["step_time_abs_pct_error_vs_cpu_time"]["median"]
-        print(f"{toml.stem:<26} {st['median']:>7.1f}% {st['p90']:>7.1f}% " + " ".join(f"{e:>6.1f}%" for e in errs)
-              + f" {cpu:>7.1f}% {details['step_time_abs_pct_error_detrended']['median'] or float('nan'):>7.1f}%"
-              + f" {details.get('bracket_drift_pct') if details.get('bracket_drift_pct') is not None else float('nan'):>+5.1f}%"
-              f" {details['load_avg_1m'][1]:>5.2f}")
-    print(f"bar (step <= 5%, TTFT/TPOT/E2E <= 10%): {'met' if ok else 'not met'}; reports under {out}")
+    ok, warned, width = True, [], max([26] + [len(p.stem) for _, paths in groups for p in paths])
+    for title, paths in groups:
+        print(f"\n{title}")
+        print(f"{'workload':<{width}} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} "
+              f"{'detrend':>8} {'drift':>6} {'held':>5} {'load':>5} bar")
+        met = 0
+        for toml in paths:
+            with warnings.catch_warnings():  # counted in the table and listed after it
+                warnings.simplefilter("ignore", CalibrationWarning)
+                report = validate(toml, "cpu", profile=prof_path, out_dir=out / toml.stem, quick=grid,
+                                  progress=False)
+            details = json.loads((out / toml.stem / "details.json").read_text())
+            st, m = report["step_time_abs_pct_error"], report["metrics"]
+            errs = [m[k]["mean"]["abs_pct_error"] for k in ("ttft_s", "tpot_s", "e2e_s")]
+            this = st["median"] <= 5.0 and all(e is not None and e <= 10.0 for e in errs)
+            ok &= this
+            met += this
+            cpu = details["step_time_abs_pct_error_vs_cpu_time"]["median"]
+            held = (details.get("engine_step_fit") or {}).get("holdout_median_abs_pct")
+            drift = details.get("bracket_drift_pct")
+            if details.get("calibration_warnings"):
+                warned.append((toml.stem, details["calibration_warnings"]))
+            print(f"{toml.stem:<{width}} {st['median']:>7.1f}% {st['p90']:>7.1f}% "
+                  + " ".join(f"{e:>6.1f}%" if e is not None else f"{'-':>7}" for e in errs)
+                  + f" {cpu:>7.1f}% {details['step_time_abs_pct_error_detrended']['median'] or float('nan'):>7.1f}%"
+                  + f" {drift if drift is not None else float('nan'):>+5.1f}% {held if held is not None else float('nan'):>4.1f}%"
+                  f" {details['load_avg_1m'][1]:>5.2f} {'met' if this else 'MISSED'}"
+                  + (" (calibration warned)" if details.get("calibration_warnings") else ""))
+        print(f"  {met} of {len(paths)} met the bar")
+    print(f"\nbar (step <= 5%, TTFT/TPOT/E2E <= 10%): {'met' if ok else 'not met'}; reports under {out}")
+    for stem, msgs in warned:
+        for msg in msgs:
+            print(f"WARNING: {stem}: calibration: {msg}")
     print(f"load average after: {os.getloadavg()[0]:.2f}  ({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
           f"{os.cpu_count()} CPUs)")
     print("\nmedian signed error vs engine CPU time by step kind (steps):")
-    for toml in sorted((REPO / "examples").glob("validate-*.toml")):
+    for toml in [p for _, paths in groups for p in paths]:
         print(f"  {toml.stem:<24} " + "  ".join(f"{k} {v}" for k, v in by_kind(out / toml.stem / "steps.csv").items()))
     return 0
 

@@ -34,6 +34,7 @@ import torch
 
 from calibrate.engine_steps import ENGINE_GROUPS, fit_engine_steps, measure_engine_steps, split_after_idle
 from calibrate.fit import fit_op
+from calibrate.fit_checks import check_profile, warn
 from gpu_backend.heap import pin_heap
 from policies import BatchPlan, ConfigError, Request, ScheduledSeq
 from sim.latency.profiled import OpProfile, PiecewiseLinear, Profile, ProfiledLatencyModel
@@ -51,16 +52,28 @@ class Grid:
     warmup: int
     repeats: int
     engine_groups: tuple[int, ...] = ENGINE_GROUPS  # request groups of the engine-step calibration
+    engine_max_prompt: int = 1000  # the longest prompt of the engine-step calibration workload
+    engine_max_output: int = 40  # ... and its longest output
 
     @classmethod
-    def make(cls, quick: bool, max_len: int = 2048, max_seqs: int = 256) -> "Grid":
+    def make(cls, quick: bool | str, max_len: int = 2048, max_seqs: int = 256) -> "Grid":
+        """The grid of a mode: `quick` True or "quick", False or "full", or "smoke" (a handful of shapes
+        and one engine group: seconds on a CPU, for dry runs of the machinery; fits nothing well)."""
+        if quick == "smoke":
+            return cls((1, 2, 3, 8, 64, 256), (1, 2, 3, 8), _pairs((4, 64, 256), (0, 16, 64), max_len),
+                       _grid((1, 2, 4, 8), (16, 64, 256), max_len), (1, 4), 1, 2, (1, 3, 2, 4), 128, 8)
+        if quick not in (True, False, "quick", "full"):
+            raise ValueError(f"grid: {quick!r} is not allowed; choose one of smoke, quick, full")
+        quick = quick in (True, "quick")
         if quick:
             # every count of 1-8 tokens: small-M GEMM kernels are not monotone there (calibrate.fit._pwl)
             tokens = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
             sampled = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
             # cached context 0 (a first chunk: SDPA's causal kernel) and 16 (a later chunk: the
             # explicit-mask kernel, ~2x the cost) bracket the jump between the two regimes tightly
-            chunks, extra = (4, 16, 64, 128, 256, 512, 1024), (0, 16, 64, 128, 256, 512)
+            # first chunks up to the model length: a whole prompt (continuous, static) runs as one chunk,
+            # and beyond the grid a curve continues linearly where attention grows with the square
+            chunks, extra = _to_max_len((4, 16, 64, 128, 256, 512, 1024), max_len), (0, 16, 64, 128, 256, 512)
             # decode attention on CPU is far from bilinear between coarse knots (inside engine steps,
             # batches of 3-4 at 128-256 tokens ran 1.5x what a 1/2/4 x 16/128/512 grid interpolated):
             # the grid is dense where most decode steps of a light load fall, and cheap to time
@@ -70,11 +83,19 @@ class Grid:
         tokens = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
                   2048, 3072, 4096)
         sampled = tuple(s for s in (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256) if s <= max_seqs)
-        chunks, extra = (2, 4, 16, 64, 128, 256, 512, 1024), (0, 16, 64, 128, 256, 512, 1024)
+        chunks, extra = _to_max_len((2, 4, 16, 64, 128, 256, 512, 1024), max_len), (0, 16, 64, 128, 256, 512, 1024)
         batches, kvs = ((1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128),
                         (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048))
         return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
                    (1, 4, 16, 64, 256), 3, 11, ENGINE_GROUPS * 2)
+
+
+def _to_max_len(chunks: tuple[int, ...], max_len: int) -> tuple[int, ...]:
+    """`chunks` continued by doublings up to `max_len`, which ends them (a whole prompt of the model's length)."""
+    out = [c for c in chunks if c < max_len]
+    while out and out[-1] * 2 < max_len:
+        out.append(out[-1] * 2)
+    return tuple(out) + (max_len,)
 
 
 def _pairs(chunks, extra, max_len):
@@ -399,10 +420,15 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
 
 
-def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, progress: bool = True,
+def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = False, progress: bool = True,
               seed: int = 0, grid: Grid | None = None, between: Callable[[], object] | None = None,
-              model=None) -> Profile:
+              model=None, max_len: int | None = None) -> Profile:
     """Measure and fit a profile of the engine running `model_path` (a HF config.json) on `device`.
+
+    `quick`: the grid's mode (`Grid.make`: True / "quick", False / "full", "smoke"). `max_len`: the
+    longest sequence the grid covers (default and at most the model's `max_position_embeddings`;
+    `validate` passes its config's `max_model_len`). The fits' own checks (`calibrate.fit_checks`)
+    go to `meta.warnings`, each also issued as a `CalibrationWarning`.
 
     `between`, when given, runs after the op timings and the first half of the engine's calibration
     steps and before the second half (`validate` runs its engine workload there): the calibration
@@ -421,7 +447,9 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
     t0 = time.perf_counter()
     mc = ModelConfig.from_json(model_path)
     bench = OpBench(mc, device, seed=seed, model=model)
-    grid = grid or Grid.make(quick, max_len=mc.max_position_embeddings)
+    mode = "smoke" if quick == "smoke" else "quick" if quick in (True, "quick") else "full"
+    grid = grid or Grid.make(mode, max_len=min(max_len or mc.max_position_embeddings, mc.max_position_embeddings))
+    max_call_s = 2.0 if mode == "full" else 0.25
     # the engine's own steps in two halves. Alone: one half before the op timings and one after,
     # so that a slow stretch of a shared machine does not fall on one side of the in-step fit only.
     # Around a `between` run: op timings first, then the halves hug that run, since the host
@@ -429,23 +457,24 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
     # the engine's Python-heavy steps moved by 10-20% from one minute to the next (a fixed loop of
     # the same ops: within 0.5%). Each engine phase starts on a settled heap (`_settle`).
     first, second = grid.engine_groups[0::2], grid.engine_groups[1::2]
+    workload = {"max_prompt": grid.engine_max_prompt, "max_output": grid.engine_max_output}
     t_between = 0.0
     try:
         if between is None:
             _settle()
-            steps = measure_engine_steps(bench, first, progress=progress, seed=seed)
-            points = measure_ops(bench, grid, progress, max_call_s=0.25 if quick else 2.0)
+            steps = measure_engine_steps(bench, first, progress=progress, seed=seed, **workload)
+            points = measure_ops(bench, grid, progress, max_call_s=max_call_s)
         else:
-            points = measure_ops(bench, grid, progress, max_call_s=0.25 if quick else 2.0)
+            points = measure_ops(bench, grid, progress, max_call_s=max_call_s)
             _settle()
-            steps = measure_engine_steps(bench, first, progress=progress, seed=seed)
+            steps = measure_engine_steps(bench, first, progress=progress, seed=seed, **workload)
             _settle()
             t = time.perf_counter()
             between()
             t_between = time.perf_counter() - t
         num_first = len(steps)
         _settle()
-        steps += measure_engine_steps(bench, second, progress=progress, seed=seed + 1)
+        steps += measure_engine_steps(bench, second, progress=progress, seed=seed + 1, **workload)
     finally:
         gc.unfreeze()
     # every small token count timed: keep the measured medians there (calibrate.fit._pwl)
@@ -457,7 +486,7 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
         "dtype": _dtype_name(bench.dtype), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "source": "calibrate", "attention_backend": bench.backend.name,
         "attn_decode_kv": "max" if bench.backend.name == "torch" else "mean",
-        "attention_includes_kv_write": True, "grid": "quick" if quick else "full",
+        "attention_includes_kv_write": True, "grid": mode,
         # the engine's ragged batches leave the static policy's padding entries out (input_batch)
         "executor_skips_padding": True,
         "num_threads": torch.get_num_threads(), "python": platform.python_version(),
@@ -472,4 +501,6 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool = False, 
         profile.meta["bracketed_s"] = round(t_between, 1)  # the run measured between the two halves
         profile.meta["bracket_drift_pct"] = bracket_drift_pct(profile, steps[:num_first], steps[num_first:])
     profile.meta["load_avg_1m_at_end"] = round(os.getloadavg()[0], 2)
+    profile.meta["warnings"] = check_profile(profile.meta)
+    warn(profile.meta["warnings"])
     return profile

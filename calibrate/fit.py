@@ -129,13 +129,20 @@ def fit_grid(points: list) -> Grid2D | None:
     """A `Grid2D` if the points cover a rectangle in (x, y) or in (x, y - x), else None.
 
     Rows of the largest x that are incomplete (a grid capped at the model's maximum length) are
-    left out; the curve continues the last full row's slope there.
+    left out; the curve continues the last full row's slope there. In (x, y - x) (chunk x cached
+    context) such a row that has its first column is kept instead (a whole prompt of the model's
+    length: no cached context fits beside it): its missing cells, shapes beyond the maximum length,
+    are filled from the row below as attention work grows, the part that grows with the cached
+    context in proportion to the chunk (`_fill_capped_rows`), so that interpolation towards them
+    stays physical.
     """
     keys, med = _medians(points)
     for offset in (False, True):
         cells = {(k[0], k[1] - k[0] if offset else k[1]): m for k, m in zip(keys, med)}
         xs = sorted({c[0] for c in cells})
         ys = sorted({c[1] for c in cells})
+        if offset:
+            _fill_capped_rows(cells, xs, ys)
         # a grid capped by a maximum length misses its top corner: drop the incomplete largest-x rows
         while xs and any((xs[-1], y) not in cells for y in ys):
             xs.pop()
@@ -145,6 +152,22 @@ def fit_grid(points: list) -> Grid2D | None:
         z = np.maximum.accumulate(np.maximum.accumulate(z, axis=0), axis=1)  # non-decreasing both ways
         return Grid2D(tuple(map(float, xs)), tuple(map(float, ys)), tuple(tuple(map(float, r)) for r in z), offset)
     return None
+
+
+def _fill_capped_rows(cells: dict, xs: list, ys: list) -> None:
+    """Fill, in place, the missing cells of the top rows of a chunk x cached-context grid that have
+    their first (least cached context) cell: z(x, c) = z(x, c0) + (z(x', c) - z(x', c0)) * x / x',
+    x' the largest complete row (attention over cached context c costs ~ chunk x c)."""
+    complete = [x for x in xs if all((x, y) in cells for y in ys)]
+    if not complete:
+        return
+    base = complete[-1]
+    for x in xs:
+        if x <= base or (x, ys[0]) not in cells:
+            continue
+        for y in ys:
+            if (x, y) not in cells:
+                cells[(x, y)] = cells[(x, ys[0])] + max(cells[(base, y)] - cells[(base, ys[0])], 0.0) * x / base
 
 
 def grid_loo_error(curve: Grid2D) -> dict[str, float]:

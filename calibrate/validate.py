@@ -126,9 +126,13 @@ def _warm_up(engine) -> None:
 
 
 def validate(config_path: str | Path, device: str = "cpu", profile: str | Path | None = None,
-             out_dir: str | Path | None = None, quick: bool = True, overrides=(), progress: bool = True,
+             out_dir: str | Path | None = None, quick: bool | str = True, overrides=(), progress: bool = True,
              threads: int | None = 1) -> dict:
-    """Run the whole check (see module docstring); returns the `validation.json` dict."""
+    """Run the whole check (see module docstring); returns the `validation.json` dict.
+
+    `quick`: the calibration grid's mode (`calibrate.bench.Grid.make`); the grid covers the config's
+    `max_model_len`. The calibration's checks of its own fits (`calibrate.fit_checks`) go to
+    details.json (`calibration_warnings`), the report page, and as `CalibrationWarning`s."""
     import torch
 
     from calibrate.bench import calibrate
@@ -179,7 +183,7 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
 
         model = build_engine_model(engine_cfg, device)
         prof = calibrate(model_path, device, quick=quick, progress=progress, model=model,
-                         between=lambda: run_measured_engine(model))
+                         between=lambda: run_measured_engine(model), max_len=config.scheduler.max_model_len)
         t_cal = prof.meta["calibration_s"]
     lm = ProfiledLatencyModel(prof, model=resolve_model(model_path, 1, prof.model["dtype"]),
                               block_size=config.cache.block_size)
@@ -226,6 +230,12 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
                    "wall_over_cpu_median": float((steps.measured_s / steps.measured_cpu_s).median()) if len(steps)
                    else None,
                    "missing_ops": list(lm.missing_ops),
+                   # the calibration's checks of its own fits: a clamped scale or a missed held-out check
+                   # (a loaded profile made before the checks existed is checked now)
+                   "calibration_warnings": calibration_warnings(prof.meta),
+                   "engine_step_fit": {k: (prof.meta.get("engine_step_fit") or {}).get(k) for k in
+                                       ("median_abs_pct", "holdout_median_abs_pct", "holdout_p90_abs_pct")},
+                   "in_step_scale": prof.meta.get("in_step_scale"),
                    "fit_error": {n: op.fit_error for n, op in prof.ops.items()},
                    "engine_summary": measured.summary, "sim_summary": predicted.summary}
         write_json(out / "details.json", details, default=str)
@@ -237,9 +247,16 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
             "measured": {"ttft_s": measured.requests["ttft_s"], "tpot_s": measured.requests["tpot_s"],
                          "e2e_s": measured.requests["e2e_s"], "itl_s": pooled_itls(measured.raw_requests)},
         }
-        write_plots(out, steps, dists)
-        write_html(out, report, config_path, prof, details)
+        plots = write_plots(out, steps, dists)
+        write_html(out, report, config_path, prof, details, plots)
     return report
+
+
+def calibration_warnings(meta: dict) -> list[str]:
+    """The fit checks of a profile's meta: as stored by `calibrate`, or made now for an older profile."""
+    from calibrate.fit_checks import check_profile
+
+    return list(meta["warnings"]) if "warnings" in meta else check_profile(meta)
 
 
 def detrended_error(steps: pd.DataFrame, window: int = 51) -> dict:
@@ -267,12 +284,20 @@ def diagnostics(details: dict) -> list[str]:
                      "after the run than before it")
     if details.get("load_avg_1m"):
         notes.append(f"load average {details['load_avg_1m'][0]}-{details['load_avg_1m'][1]}")
+    held = (details.get("engine_step_fit") or {}).get("holdout_median_abs_pct")
+    if held is not None:
+        notes.append(f"calibration's engine-step fit held out: {held:.1f}%")
     return notes
 
 
-def write_plots(out: Path, steps: pd.DataFrame, dists: dict) -> None:
-    """cdfs.png (TTFT/TPOT/ITL/E2E, predicted vs measured) and steps.png (step time over the run)."""
-    import matplotlib
+def write_plots(out: Path, steps: pd.DataFrame, dists: dict) -> bool:
+    """cdfs.png (TTFT/TPOT/ITL/E2E, predicted vs measured) and steps.png (step time over the run);
+    False, and no plots, without matplotlib (the GPU check's machine may lack it: the figures are
+    in validation.json and steps.csv all the same)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -310,9 +335,11 @@ def write_plots(out: Path, steps: pd.DataFrame, dists: dict) -> None:
     fig.tight_layout()
     fig.savefig(out / "steps.png", dpi=110)
     plt.close(fig)
+    return True
 
 
-def write_html(out: Path, report: dict, config_path, prof: Profile, details: dict | None = None) -> None:
+def write_html(out: Path, report: dict, config_path, prof: Profile, details: dict | None = None,
+               plots: bool = True) -> None:
     """index.html: the figures, a table of predicted vs measured, and the machine diagnostics of `details`."""
     def fmt(v, scale=1.0, unit=""):
         return "-" if v is None else f"{v * scale:.4g}{unit}"
@@ -325,15 +352,21 @@ def write_html(out: Path, report: dict, config_path, prof: Profile, details: dic
                         f"<td>{fmt(c['measured'], scale, unit)}</td><td>{fmt(c['abs_pct_error'], 1, '%')}</td></tr>")
     st = report["step_time_abs_pct_error"]
     notes = diagnostics(details or {})
+
+    def img(name: str) -> str:
+        return f'<img src="{name}" width="100%">' if plots else "<p>(no plot: matplotlib is not installed)</p>"
+
     note = f"<p>{html.escape('; '.join(notes))}</p>" if notes else ""
+    for w in (details or {}).get("calibration_warnings") or []:
+        note += f'<p style="color:#b00020"><b>calibration warning:</b> {html.escape(w)}</p>'
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>servesim validate</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}</style>
 </head><body><h1>servesim validate: {html.escape(str(config_path))}</h1>
 <p>Profile: {html.escape(str(prof.meta.get('device')))}, {html.escape(str(prof.meta.get('source')))},
 {html.escape(str(prof.meta.get('date')))}</p>
 <h2>Per-step time (each measured step re-predicted from its own plan)</h2>
-<p>median abs error {fmt(st['median'], 1, '%')}, p90 {fmt(st['p90'], 1, '%')}</p>{note}<img src="steps.png" width="100%">
-<h2>Request metrics</h2><img src="cdfs.png" width="100%">
+<p>median abs error {fmt(st['median'], 1, '%')}, p90 {fmt(st['p90'], 1, '%')}</p>{note}{img("steps.png")}
+<h2>Request metrics</h2>{img("cdfs.png")}
 <table><tr><th>metric</th><th>stat</th><th>predicted</th><th>measured</th><th>abs error</th></tr>{''.join(rows)}</table>
 </body></html>"""
     (out / "index.html").write_text(page)

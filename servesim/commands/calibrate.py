@@ -20,6 +20,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device to measure on")
     parser.add_argument("--out", help="profile file to write (JSON)")
     parser.add_argument("--quick", action="store_true", help="small grid for CI (< ~1 min on a laptop CPU)")
+    parser.add_argument("--grid", default=None, choices=("smoke", "quick", "full"),
+                        help="the grid (default full, quick with --quick; smoke: a handful of shapes, seconds, "
+                             "for dry runs of the machinery, not for accuracy)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads while measuring (default 1: robust on shared machines; "
                              "validate uses the same)")
@@ -74,7 +77,10 @@ def print_fit_table(profile) -> None:
         print(f"engine steps ({fit['num_steps']} of {', '.join(fit['configurations'])}): step time error "
               f"median {fit['median_abs_pct']:.1f}% p90 {fit['p90_abs_pct']:.1f}%; each configuration predicted "
               f"from the others: median {fit['holdout_median_abs_pct']:.1f}% p90 {fit['holdout_p90_abs_pct']:.1f}%")
-        print("in-step scales of the op curves: " + ", ".join(f"{k} {v:.3f}" for k, v in scale.items()))
+        from calibrate.engine_steps import SCALE_BOUNDS
+
+        print("in-step scales of the op curves: " + ", ".join(f"{k} {v:.3f}" for k, v in scale.items())
+              + f" (bounds {SCALE_BOUNDS[0]}-{SCALE_BOUNDS[1]})")
         if profile.meta.get("after_idle_s") is not None:
             print(f"first step after an idle pause: +{profile.meta['after_idle_s'] * 1e3:.3f} ms "
                   f"({fit.get('num_after_idle_steps', 0)} such steps)")
@@ -124,7 +130,16 @@ def run(args) -> int:
 
         if args.device == "cpu" and args.threads:
             torch.set_num_threads(args.threads)
-        profile = calibrate(args.model, args.device, quick=args.quick, progress=not args.no_progress)
+        import warnings
+
+        from calibrate.fit_checks import CalibrationWarning
+
+        if args.quick and args.grid not in (None, "quick"):
+            raise ValueError(f"--quick: contradicts --grid {args.grid}; give one of them")
+        with warnings.catch_warnings():  # printed after the fit table
+            warnings.simplefilter("ignore", CalibrationWarning)
+            profile = calibrate(args.model, args.device, quick=args.grid or ("quick" if args.quick else "full"),
+                                progress=not args.no_progress)
         out = args.out
     print_fit_table(profile)
     path = profile.save(out)
@@ -134,4 +149,7 @@ def run(args) -> int:
         print(f"eager launch path: {launch['launch_s'] * 1e3:.1f} ms a step = {launch['source']}")
     print(f"wrote {path}: {profile.meta.get('device')}, {m.get('name')} tp={m['tensor_parallel_size']} "
           f"{m['dtype']}, source {profile.meta.get('source')}")
+    from calibrate.fit_checks import print_warnings
+
+    print_warnings(profile.meta)
     return 0

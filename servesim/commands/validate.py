@@ -15,6 +15,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default=None, help="use this profile instead of calibrating now")
     parser.add_argument("--out", default=None, help="report folder (default: runs/validate-<config name>)")
     parser.add_argument("--full", action="store_true", help="calibrate on the full grid (default: the quick grid)")
+    parser.add_argument("--grid", default=None, choices=("smoke", "quick", "full"),
+                        help="the calibration grid (default quick; smoke: a handful of shapes, seconds, for dry "
+                             "runs of the machinery, not for accuracy)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, as calibrate)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config value (repeatable)")
@@ -26,9 +29,18 @@ def run(args) -> int:
 
     from calibrate.validate import validate
 
+    import warnings
+
+    from calibrate.fit_checks import CalibrationWarning, held_out_line, print_warnings
+
+    if args.full and args.grid not in (None, "full"):
+        raise ValueError(f"--full: contradicts --grid {args.grid}; give one of them")
+    grid = args.grid or ("full" if args.full else "quick")
     out = args.out or f"runs/validate-{Path(args.config).stem}"
-    report = validate(args.config, args.device, args.profile, out, quick=not args.full, overrides=args.set,
-                      progress=not args.no_progress, threads=args.threads)
+    with warnings.catch_warnings():  # printed below, after the figures they qualify
+        warnings.simplefilter("ignore", CalibrationWarning)
+        report = validate(args.config, args.device, args.profile, out, quick=grid, overrides=args.set,
+                          progress=not args.no_progress, threads=args.threads)
     st = report["step_time_abs_pct_error"]
     print(f"per-step time abs error: median {st['median']:.1f}%  p90 {st['p90']:.1f}%")
     print(f"{'metric':<10} {'stat':<20} {'predicted':>12} {'measured':>12} {'error':>8}")
@@ -58,5 +70,10 @@ def run(args) -> int:
                 " run again on a quieter machine)" if abs(drift) > 5.0 else "")
         how = f"{drift:.1f}% slower" if drift >= 0 else f"{-drift:.1f}% faster"
         print(f"diagnostic: the calibration's engine steps ran {how} after the run than before it{note}")
+    meta = details.get("profile_meta") or {}
+    line = held_out_line(meta)
+    if line:
+        print(line)
     print(f"report: {out}/index.html")
+    print_warnings({**meta, "warnings": details.get("calibration_warnings") or []})
     return 0

@@ -85,13 +85,31 @@ def test_a_full_rectangle_of_points_gets_a_grid_curve():
     assert op.curve(4, 256) == pytest.approx(f(4, 256))
 
 
+def f_attention(q, e):
+    """Attention seconds of a chunk of q tokens after e cached ones: a later chunk's kernel costs twice a
+    first chunk's per token, and the work grows with q x context."""
+    return 1e-5 * q * (1 + (e > 0)) + 1e-8 * q * (q + e)
+
+
 def test_a_prefill_grid_over_cached_context_is_recognised():
     # chunks x cached context (0 = a first chunk); the top corner beyond a max length is missing
-    pts = [[q, q + e, 1e-5 * q * (1 + (e > 0)) + 1e-8 * q * (q + e)] for q in (16, 64, 256) for e in (0, 64, 256)
-           if q + e <= 330]
+    pts = [[q, q + e, f_attention(q, e)] for q in (16, 64, 256) for e in (0, 64, 256) if q + e <= 200]
     g = fit_grid(pts)
-    assert isinstance(g, Grid2D) and g.y_minus_x and g.x == (16.0, 64.0)  # the incomplete 256 row is dropped
+    assert isinstance(g, Grid2D) and g.y_minus_x and g.x == (16.0, 64.0)  # the 256 row has no cell: dropped
     assert g(64, 64) < g(64, 128)  # a later chunk costs more than a first one of the same size
+
+
+def test_a_whole_prompt_row_cut_by_the_max_length_is_kept_and_filled_as_attention_grows():
+    # the grid's last chunk is the model length (a whole prompt): only its first cell fits
+    pts = [[q, q + e, f_attention(q, e)] for q in (16, 64, 256) for e in (0, 64, 256) if q + e <= 320]
+    g = fit_grid(pts)
+    assert g.x == (16.0, 64.0, 256.0)
+    assert g(256, 256) == pytest.approx(f_attention(256, 0))  # measured
+    assert g(256, 256 + 64) == pytest.approx(f_attention(256, 64))  # measured
+    # beyond the max length: z(256, c) = z(256, 0) + (z(64, c) - z(64, 0)) * 256 / 64, exact for q x c work
+    assert g(256, 256 + 256) == pytest.approx(f_attention(256, 256))
+    # so a chunk between the rows interpolates towards a physical value, not the last row's flat slope
+    assert g(160, 160 + 256) == pytest.approx((f_attention(64, 256) + f_attention(256, 256)) / 2)
 
 
 def test_scattered_two_input_points_fall_back_to_bilinear():
