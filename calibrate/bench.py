@@ -317,8 +317,12 @@ TOKEN_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act", "input_no
 SAMPLED_OPS = ("lm_head", "sampler")
 
 
-def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: float = 1.0) -> dict[str, list]:
-    """Raw points per op: {op: [[x..., seconds], ...]} (see module docstring)."""
+def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: float = 1.0, passes=(0, 1),
+                points: dict | None = None, too_slow: set | None = None) -> dict[str, list]:
+    """Raw points per op: {op: [[x..., seconds], ...]} (see module docstring).
+
+    `passes`: which of the two passes to run (0 forward, 1 in reverse); a caller running them apart
+    (`calibrate` around a bracketed run) hands the same `points` and `too_slow` to both calls."""
     from tqdm import tqdm
 
     cases: list[tuple[str, tuple, Callable[[], tuple[Callable, tuple]]]] = []
@@ -339,15 +343,15 @@ def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: f
                 return fn, (nbytes,)
             cases.append((direction, (n,), case))
 
-    points: dict[str, list] = {}
-    too_slow: set[str] = set()
+    points = {} if points is None else points
+    too_slow = set() if too_slow is None else too_slow
     # two passes, the second in reverse order, each with half the repeats: a burst of load from
     # other processes then lands on different shapes in each pass instead of on one stretch of a grid
     reps = (grid.repeats + 1) // 2, grid.repeats // 2
     order = list(enumerate(cases))
-    with torch.inference_mode(), tqdm(total=len(cases) * 2, desc="calibrate ops", unit="shape",
+    with torch.inference_mode(), tqdm(total=len(cases) * len(passes), desc="calibrate ops", unit="shape",
                                       disable=not progress, mininterval=0.5) as bar:
-        for pass_, seq_ in enumerate((order, order[::-1])):
+        for pass_, seq_ in ((p, (order, order[::-1])[p]) for p in passes):
             for i, (op, _, make) in seq_:
                 bar.update(1)
                 if (op, i) in too_slow or reps[pass_] == 0:
@@ -430,9 +434,9 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
     `validate` passes its config's `max_model_len`). The fits' own checks (`calibrate.fit_checks`)
     go to `meta.warnings`, each also issued as a `CalibrationWarning`.
 
-    `between`, when given, runs after the op timings and the first half of the engine's calibration
-    steps and before the second half (`validate` runs its engine workload there): the calibration
-    then brackets that run, so a machine whose speed drifts (other tenants of a shared host) is
+    `between`, when given, runs after the first op pass and the first half of the engine's calibration
+    steps and before the second half and the second op pass (`validate` runs its engine workload
+    there): the calibration then brackets that run, so a machine whose speed drifts (other tenants of a shared host) is
     measured in the state the run saw on average. Its time is not counted in `calibration_s`.
 
     `model`, when given, is the model (a `gpu_backend.model.LlamaModel` of `model_path`'s dims) the
@@ -452,10 +456,10 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
     max_call_s = 2.0 if mode == "full" else 0.25
     # the engine's own steps in two halves. Alone: one half before the op timings and one after,
     # so that a slow stretch of a shared machine does not fall on one side of the in-step fit only.
-    # Around a `between` run: op timings first, then the halves hug that run, since the host
-    # overhead and in-step scales come from the engine steps and on a shared 2-core VM the speed of
-    # the engine's Python-heavy steps moved by 10-20% from one minute to the next (a fixed loop of
-    # the same ops: within 0.5%). Each engine phase starts on a settled heap (`_settle`).
+    # Around a `between` run: the halves hug that run, since the host overhead and in-step scales
+    # come from the engine steps and on a shared 2-core VM the speed of the engine's Python-heavy
+    # steps moved by 10-20% from one minute to the next (a fixed loop of the same ops: within 0.5%),
+    # and the two op passes go on either side of them. Each engine phase starts on a settled heap.
     first, second = grid.engine_groups[0::2], grid.engine_groups[1::2]
     workload = {"max_prompt": grid.engine_max_prompt, "max_output": grid.engine_max_output}
     t_between = 0.0
@@ -465,7 +469,12 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
             steps = measure_engine_steps(bench, first, progress=progress, seed=seed, **workload)
             points = measure_ops(bench, grid, progress, max_call_s=max_call_s)
         else:
-            points = measure_ops(bench, grid, progress, max_call_s=max_call_s)
+            # symmetric around the run: op pass 1, engine half 1, the run, engine half 2, op pass 2 (in
+            # reverse), so that the op curves and the engine steps both see the machine of the run on
+            # average (with both op passes first, the op curves were centred ~half a calibration
+            # before the run, and a machine drifting by minutes put that into the in-step scales)
+            points, too_slow = {}, set()
+            measure_ops(bench, grid, progress, max_call_s=max_call_s, passes=(0,), points=points, too_slow=too_slow)
             _settle()
             steps = measure_engine_steps(bench, first, progress=progress, seed=seed, **workload)
             _settle()
@@ -475,6 +484,8 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
         num_first = len(steps)
         _settle()
         steps += measure_engine_steps(bench, second, progress=progress, seed=seed + 1, **workload)
+        if between is not None:
+            measure_ops(bench, grid, progress, max_call_s=max_call_s, passes=(1,), points=points, too_slow=too_slow)
     finally:
         gc.unfreeze()
     # every small token count timed: keep the measured medians there (calibrate.fit._pwl)
