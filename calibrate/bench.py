@@ -61,7 +61,8 @@ class Grid:
         and one engine group: seconds on a CPU, for dry runs of the machinery; fits nothing well)."""
         if quick == "smoke":
             return cls((1, 2, 3, 8, 64, 256), (1, 2, 3, 8), _pairs((4, 64, 256), (0, 16, 64), max_len),
-                       _grid((1, 2, 4, 8), (16, 64, 256), max_len), (1, 4), 1, 2, (1, 3, 2, 4), 128, 8)
+                       tuple((b, L) for b in (1, 2, 4, 8) for L in (16, 64, 256) if L <= max_len), (1, 4), 1, 2,
+                       (1, 3, 2, 4), 128, 8)
         if quick not in (True, False, "quick", "full"):
             raise ValueError(f"grid: {quick!r} is not allowed; choose one of smoke, quick, full")
         quick = quick in (True, "quick")
@@ -103,7 +104,8 @@ def _pairs(chunks, extra, max_len):
 
 
 def _grid(batches, kvs, max_len):
-    return tuple((b, L) for b in batches for L in kvs if L <= max_len)
+    """(batch, KV length) pairs, the KV lengths continued by doublings up to `max_len` (`_to_max_len`)."""
+    return tuple((b, L) for b in batches for L in _to_max_len(kvs, max_len))
 
 
 def clock_for(device: torch.device) -> tuple[Callable[[], float], str]:
