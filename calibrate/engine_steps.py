@@ -107,8 +107,9 @@ def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, 
             last[0], keep[0] = engine.schedule_time_s, True
         # group by group, each through every configuration in turn: a stretch of the machine running
         # slower (other processes, other tenants of a shared host) then lands on every configuration
-        # alike instead of on one, which the fit would read as that configuration's own cost
-        for g, n in enumerate(groups):
+        # alike instead of on one, which the fit would read as that configuration's own cost; and small
+        # and large groups alternate (`interleave`), so that it lands on small and large steps alike
+        for g, n in enumerate(interleave(groups)):
             group = []
             for i in range(min(n, max_seqs)):
                 p = int(np.exp(rng.uniform(np.log(4), np.log(max_prompt))))
@@ -124,6 +125,20 @@ def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, 
                 engine.run_until_done()
                 bar.update(1)
     return out
+
+
+def interleave(groups) -> tuple[int, ...]:
+    """`groups` smallest, largest, second smallest, second largest, ...: the order the calibration
+    runs them in. In ascending order a machine drifting over the calibration (a shared host's speed
+    moved 10-20% from one minute to the next) put more of its slow stretch on the large steps than
+    on the small ones, which the fit cannot tell from the dense scale and the per-step constant
+    trading against each other (the fit's weakest direction)."""
+    ordered, out = sorted(groups), []
+    while ordered:
+        out.append(ordered.pop(0))
+        if ordered:
+            out.append(ordered.pop())
+    return tuple(out)
 
 
 def _features(model, plan: BatchPlan) -> np.ndarray:

@@ -121,3 +121,14 @@ def test_a_bad_after_idle_time_is_named(bad):
     d["meta"]["after_idle_s"] = bad
     with pytest.raises(ConfigError, match=r"profile\.meta\.after_idle_s"):
         ProfiledLatencyModel(Profile.from_dict(d))
+
+
+def test_the_calibration_alternates_small_and_large_groups():
+    from calibrate.engine_steps import ENGINE_GROUPS, interleave
+
+    for groups in (ENGINE_GROUPS[0::2], ENGINE_GROUPS[1::2], ENGINE_GROUPS):
+        order = interleave(groups)
+        assert sorted(order) == sorted(groups)
+        # a drift in time is nearly uncorrelated with the group size (ascending order: exactly 1)
+        assert abs(np.corrcoef(np.arange(len(order)), np.argsort(np.argsort(order)))[0, 1]) <= 0.3
+    assert interleave((1, 2, 4, 8, 16, 32)) == (1, 32, 2, 16, 4, 8)
