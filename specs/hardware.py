@@ -45,6 +45,13 @@ class HardwareConfig:
     `pcie_bandwidth_gbps` overrides the GPU's host link (GB/s per direction) for swap copies.
     `latency` picks the step-time model: "roofline" (datasheet) or "profiled" (needs `profile`).
     `enforce_eager` (vLLM's flag) models an engine without CUDA graphs.
+    `ep` spreads a MoE model's routed experts over `ep` expert-parallel groups (1 = every expert
+    sharded over the `tp` GPUs). With ep <= tp (ep divides tp) the replica's tp GPUs form ep groups,
+    each holding E/ep experts sharded tp/ep ways (SGLang's moe_tp = tp/ep). With ep > tp (tp divides
+    ep) the experts span ep GPUs: this replica and ep/tp - 1 more data-parallel engines like it
+    (vLLM's data_parallel_size x tp with enable_expert_parallel), each GPU holding E/ep whole experts
+    and serving every engine's tokens. Tokens reach their experts by an all-to-all over the GPUs'
+    link (NVLink, else PCIe); see `sim.latency.roofline`.
     """
 
     gpu: str = "H100-SXM"
@@ -57,11 +64,18 @@ class HardwareConfig:
     profile: str | None = None
     price_per_hour: float | None = None  # USD per GPU-hour; None = the catalog's rough price
     enforce_eager: bool = False  # vLLM's flag: no CUDA graphs (the roofline adds per-layer launch costs)
+    ep: int = 1  # expert-parallel degree of a MoE model (see the class docstring)
+    ep_link_bandwidth_gbps: float | None = None  # the all-to-all's GB/s per GPU per direction (None: see roofline)
 
     def __post_init__(self) -> None:
         get_gpu(self.gpu)  # fail early on an unknown GPU
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp not in TP_SIZES:
             raise ConfigError(f"hardware.tp: {self.tp!r} is not allowed; choose one of 1, 2, 4, 8")
+        check_int("hardware.ep", self.ep, 1)
+        if self.ep % self.tp and self.tp % self.ep:
+            raise ConfigError(f"hardware.ep: {self.ep} must divide hardware.tp = {self.tp} or be a multiple of it")
+        if self.ep_link_bandwidth_gbps is not None:
+            check_number("hardware.ep_link_bandwidth_gbps", self.ep_link_bandwidth_gbps, 0.0, strict_min=True)
         check_int("hardware.num_gpu_blocks", self.num_gpu_blocks, 1, allow_none=True)
         check_number("hardware.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, strict_min=True)
         check_number("hardware.swap_space_gb", self.swap_space_gb, 0.0)
@@ -92,18 +106,28 @@ class HardwareConfig:
         return price * self.tp
 
 
-def check_parallelism(model: ModelSpec, tp: int) -> None:
+def check_parallelism(model: ModelSpec, tp: int, ep: int = 1) -> None:
     """TP shards attention heads (and MLP columns): `tp` must divide the head count and the MLP width.
 
-    KV heads fewer than `tp` are replicated, as vLLM does, so they need not be divisible.
+    KV heads fewer than `tp` are replicated, as vLLM does, so they need not be divisible. Expert
+    parallelism needs a MoE model whose routed experts `ep` divides, and experts sharded tp/ep ways.
     """
+    if ep > 1:
+        if not model.is_moe:
+            raise ConfigError(f"hardware.ep: {ep} needs a mixture-of-experts model; {model.name} is dense (set 1)")
+        if model.num_experts % ep:
+            raise ConfigError(f"hardware.ep: {ep} does not divide {model.name}'s {model.num_experts} routed experts")
+    moe_tp = max(1, tp // ep)
+    if model.is_moe and model.moe_intermediate_size % moe_tp:
+        raise ConfigError(f"hardware.tp: {tp} (experts sharded {moe_tp} ways) does not divide {model.name}'s "
+                          f"moe_intermediate_size={model.moe_intermediate_size}")
     if model.num_attention_heads % tp:
         raise ConfigError(f"hardware.tp: {tp} does not divide {model.name}'s num_attention_heads="
                           f"{model.num_attention_heads}; choose a divisor among 1, 2, 4, 8")
     if model.intermediate_size % tp:
         raise ConfigError(f"hardware.tp: {tp} does not divide {model.name}'s intermediate_size="
                           f"{model.intermediate_size}")
-    if model.num_kv_heads > tp and model.num_kv_heads % tp:
+    if not model.is_mla and model.num_kv_heads > tp and model.num_kv_heads % tp:
         raise ConfigError(f"hardware.tp: {tp} does not divide {model.name}'s num_kv_heads={model.num_kv_heads}")
 
 

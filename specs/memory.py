@@ -2,7 +2,10 @@
 
 Everything is PER GPU: with tensor parallelism each GPU holds 1/tp of the weights and of the KV
 heads (KV heads fewer than tp are replicated, as in vLLM), and a "block" is the per-GPU shard of
-`block_size` tokens' K and V; the block COUNT is the same on every GPU of a replica.
+`block_size` tokens' K and V; the block COUNT is the same on every GPU of a replica. Multi-head
+latent attention (MLA) caches one latent per token (`kv_lora_rank + qk_rope_head_dim` values per
+layer), which has no heads to shard: every TP rank holds all of it (vLLM replicates it). MoE routed
+experts are spread over max(tp, ep) GPUs (`hardware.ep`, see `specs.hardware`).
 
 GPU blocks follow vLLM's profiling rule::
 
@@ -42,8 +45,16 @@ def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int
     return 2 * num_layers * max(1, num_kv_heads // tp) * head_dim * dtype_bytes
 
 
+def mla_kv_bytes(num_layers: int, kv_lora_rank: int, qk_rope_head_dim: int, dtype_bytes: int) -> int:
+    """MLA's cache of one token: (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes, on every
+    TP rank (the latent has no heads to shard). DeepSeek-V3 in bf16: (512 + 64) x 61 x 2 = 70,272."""
+    return num_layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes
+
+
 def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
-    """`kv_bytes` of a `ModelSpec` (its KV cache dtype) on one of `tp` GPUs."""
+    """KV cache bytes of one token of a `ModelSpec` (its KV cache dtype) on one of `tp` GPUs."""
+    if model.is_mla:
+        return mla_kv_bytes(model.num_layers, model.kv_lora_rank, model.qk_rope_head_dim, model.kv_dtype_bytes)
     return kv_bytes(model.num_layers, model.num_kv_heads, model.head_dim, model.kv_dtype_bytes, tp)
 
 
@@ -52,29 +63,44 @@ def bytes_per_block(model: ModelSpec, tp: int, block_size: int) -> int:
     return block_size * kv_bytes_per_token(model, tp)
 
 
-def weight_bytes_per_gpu(model: ModelSpec, tp: int) -> int:
-    """Weights one GPU holds: the sharded matrices / tp; norms (and biases) replicated; vocab sharded."""
-    replicated = model.num_layers * model.norm_params_per_layer + model.hidden_size * (2 if model.bias else 1)
-    return ((model.num_params - replicated) // tp + replicated) * model.dtype_bytes
+def routed_expert_params(model: ModelSpec) -> int:
+    """All routed experts' weights (0 for a dense model)."""
+    return model.num_moe_layers * model.num_experts * model.expert_params
+
+
+def weight_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1, extra_params: int = 0) -> int:
+    """Weights one GPU holds: the sharded matrices / tp, the routed experts / max(tp, ep); norms (and
+    biases) and MLA's down-projections replicated; vocab sharded. `extra_params`: more weights sharded
+    the same way (a speculative proposer's: the MTP module)."""
+    replicated = (model.num_layers * (model.norm_params_per_layer + model.mla_replicated_params)
+                  + model.hidden_size * (2 if model.bias else 1))
+    routed = routed_expert_params(model)
+    sharded = model.num_params + extra_params - replicated - routed
+    return (sharded // tp + routed // max(tp, ep) + replicated) * model.dtype_bytes
 
 
 def activation_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int = 2048,
                              max_num_seqs: int = 256) -> int:
     """Memory vLLM's profiling run keeps away from the KV cache (see the module docstring)."""
-    per_token = (3 * model.intermediate_size // tp + ACT_HIDDEN_BUFFERS * model.hidden_size) * model.dtype_bytes
-    if model.is_moe:  # the routed experts' gate/up outputs for k experts per token
-        per_token *= model.num_experts_per_tok
+    act, h = model.act_dtype_bytes, model.hidden_size
+    per_token = (3 * model.intermediate_size // tp + ACT_HIDDEN_BUFFERS * h) * act
+    if model.is_moe:  # the experts' gate/up outputs for the k routed (+ shared) experts of a token
+        moe = (3 * model.moe_intermediate_size // tp + ACT_HIDDEN_BUFFERS * h) * act
+        moe *= model.num_experts_per_tok + model.num_shared_experts
+        per_token = max(moe, per_token) if model.num_dense_layers else moe
     logits = 2 * max_num_seqs * model.vocab_size * 4 // tp
     return max_num_batched_tokens * per_token + logits + NON_TORCH_BYTES
 
 
 def kv_cache_bytes(model: ModelSpec, hardware: HardwareConfig, max_num_batched_tokens: int = 2048,
-                   max_num_seqs: int = 256) -> int:
-    """Bytes per GPU left for the KV cache; a clear error when the weights do not fit."""
-    check_parallelism(model, hardware.tp)
+                   max_num_seqs: int = 256, extra_params: int = 0) -> int:
+    """Bytes per GPU left for the KV cache; a clear error when the weights do not fit.
+    `extra_params`: weights served beside the model (a speculative proposer's)."""
+    ep = getattr(hardware, "ep", 1)
+    check_parallelism(model, hardware.tp, ep)
     gpu = hardware.gpu_spec()
     budget = gpu.memory_bytes * hardware.gpu_memory_utilization
-    weights = weight_bytes_per_gpu(model, hardware.tp)
+    weights = weight_bytes_per_gpu(model, hardware.tp, ep, extra_params)
     reserve = activation_reserve_bytes(model, hardware.tp, max_num_batched_tokens, max_num_seqs)
     free = budget - weights - reserve
     if free <= 0:
@@ -88,12 +114,12 @@ def kv_cache_bytes(model: ModelSpec, hardware: HardwareConfig, max_num_batched_t
 
 
 def num_gpu_blocks(model: ModelSpec, hardware: HardwareConfig, block_size: int = 16,
-                   max_num_batched_tokens: int = 2048, max_num_seqs: int = 256) -> int:
+                   max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, extra_params: int = 0) -> int:
     """KV blocks per GPU: `hardware.num_gpu_blocks` when given, else what fits in memory."""
     if hardware.num_gpu_blocks is not None:
-        check_parallelism(model, hardware.tp)
+        check_parallelism(model, hardware.tp, getattr(hardware, "ep", 1))
         return hardware.num_gpu_blocks
-    free = kv_cache_bytes(model, hardware, max_num_batched_tokens, max_num_seqs)
+    free = kv_cache_bytes(model, hardware, max_num_batched_tokens, max_num_seqs, extra_params)
     blocks = free // bytes_per_block(model, hardware.tp, block_size)
     if blocks < 1:
         raise ConfigError(f"hardware.gpu_memory_utilization: leaves no room for one KV block of {model.name} "

@@ -41,6 +41,18 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
     # LayerNorm, LM head tied to the embeddings
     _llama("OPT-13B", 40, 5120, 40, 40, 20480, 50272, 2048, mlp_kind="plain", position_embedding="learned",
            bias=True, tie_word_embeddings=True),
+    # deepseek-ai/DeepSeek-V3 (also DeepSeek-R1's shape): MLA (q_lora_rank 1536, kv_lora_rank 512, rope 64,
+    # nope 128, v 128), 256 routed experts of 2048 (top 8) + 1 shared, the first 3 layers dense (18432),
+    # one MTP module; the published checkpoint is FP8 (quantization_config fp8, e4m3), served as such
+    _llama("DeepSeek-V3", 61, 7168, 128, 128, 18432, 129280, 163840, num_experts=256, num_experts_per_tok=8,
+           moe_intermediate_size=2048, num_shared_experts=1, first_k_dense_replace=3, kv_lora_rank=512,
+           q_lora_rank=1536, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+           num_nextn_predict_layers=1, dtype_bytes=1),
+    # deepseek-ai/DeepSeek-V2-Lite (bf16): MLA without the query bottleneck, 64 routed experts of 1408
+    # (top 6) + 2 shared, the first layer dense (10944); fits one 80 GB GPU
+    _llama("DeepSeek-V2-Lite", 27, 2048, 16, 16, 10944, 102400, 163840, num_experts=64, num_experts_per_tok=6,
+           moe_intermediate_size=1408, num_shared_experts=2, first_k_dense_replace=1, kv_lora_rank=512,
+           qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
 )}
 
 # extra spellings (compared after lower-casing and dropping '-', '_', ' ', '.')
@@ -55,6 +67,8 @@ _ALIASES = {
     "mistralai/mixtral-8x7b-v0.1": "Mixtral-8x7B", "mixtral": "Mixtral-8x7B",
     "deepseek-ai/deepseek-llm-67b-base": "DeepSeek-67B", "deepseek-llm-67b": "DeepSeek-67B",
     "facebook/opt-13b": "OPT-13B",
+    "deepseek-ai/deepseek-v3": "DeepSeek-V3", "deepseek-v3-0324": "DeepSeek-V3", "deepseek-ai/deepseek-r1": "DeepSeek-V3",
+    "deepseek-r1": "DeepSeek-V3", "deepseek-ai/deepseek-v2-lite": "DeepSeek-V2-Lite",
 }
 
 

@@ -2,6 +2,18 @@
 
 Only what the simulator needs: no weights, no tokenizer. Specs come from the catalog
 (`specs.model_catalog`) or from a Hugging Face `config.json` (`ModelSpec.from_hf_config`).
+
+Two families beyond the Llama shape, both DeepSeek's (HF names):
+- multi-head latent attention (MLA, `kv_lora_rank > 0`): K and V are one compressed latent of
+  `kv_lora_rank` values per token plus a shared rotary key of `qk_rope_head_dim`, so the KV cache
+  holds `kv_lora_rank + qk_rope_head_dim` values per token and layer (no separate K and V, no KV
+  heads); queries go through a `q_lora_rank` bottleneck when it is set;
+- fine-grained MoE: `num_experts` routed experts of `moe_intermediate_size` (top
+  `num_experts_per_tok`), `num_shared_experts` that every token runs, and the first
+  `first_k_dense_replace` layers dense (an MLP of `intermediate_size`).
+Precision: `dtype_bytes` is the weights' element size; activations are 16-bit when the weights are
+FP8 (vLLM's W8A8 FP8 keeps bf16 activations) and the KV cache defaults to the activation dtype,
+as vLLM's `kv_cache_dtype="auto"` does: FP8 weights and FP8 KV are independent choices.
 """
 from __future__ import annotations
 
@@ -12,7 +24,7 @@ from policies.config import ConfigError, check_choice, check_int, read_json_obje
 
 MLP_KINDS = ("gated", "plain")  # gated: SwiGLU gate/up/down (Llama); plain: fc1 -> ReLU -> fc2 (OPT)
 POSITION_KINDS = ("rope", "learned")
-HF_MODEL_TYPES = ("llama", "mistral", "mixtral", "opt")
+HF_MODEL_TYPES = ("llama", "mistral", "mixtral", "opt", "deepseek_v2", "deepseek_v3")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 
 
@@ -21,8 +33,12 @@ class ModelSpec:
     """A decoder-only transformer's shape (names follow Hugging Face configs).
 
     `num_experts == 0` means a dense MLP; otherwise every token goes through `num_experts_per_tok`
-    of `num_experts` experts, each an MLP of `intermediate_size`. `dtype_bytes` is the weights'
-    element size; `kv_dtype_bytes` the KV cache's (None = same as the weights).
+    of `num_experts` routed experts, each an MLP of `moe_intermediate_size` (None = `intermediate_size`),
+    plus `num_shared_experts` shared ones; the first `first_k_dense_replace` layers stay dense.
+    `kv_lora_rank > 0` makes attention MLA (see the module docstring). `dtype_bytes` is the weights'
+    element size; `kv_dtype_bytes` the KV cache's (None = the activations', `act_dtype_bytes`).
+    `num_nextn_predict_layers`: DeepSeek's multi-token-prediction modules shipped beside the model
+    (speculative decoding's "mtp" proposer), not counted in `num_params`.
     """
 
     name: str
@@ -42,6 +58,17 @@ class ModelSpec:
     bias: bool = False  # linear layers and norms carry biases (OPT)
     dtype_bytes: int = 2
     kv_dtype_bytes: int | None = None
+    # fine-grained MoE (DeepSeek)
+    moe_intermediate_size: int | None = None  # None = intermediate_size
+    num_shared_experts: int = 0
+    first_k_dense_replace: int = 0  # leading dense layers of a MoE model
+    # multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0: ordinary multi-head attention
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0  # 0: queries projected directly from the hidden state
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    num_nextn_predict_layers: int = 0
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "intermediate_size",
@@ -62,8 +89,23 @@ class ModelSpec:
         check_choice("model.position_embedding", self.position_embedding, POSITION_KINDS)
         check_choice("model.dtype_bytes", self.dtype_bytes, (1, 2, 4))
         if self.kv_dtype_bytes is None:
-            object.__setattr__(self, "kv_dtype_bytes", self.dtype_bytes)
+            object.__setattr__(self, "kv_dtype_bytes", self.act_dtype_bytes)
         check_choice("model.kv_dtype_bytes", self.kv_dtype_bytes, (1, 2, 4))
+        if self.moe_intermediate_size is None:
+            object.__setattr__(self, "moe_intermediate_size", self.intermediate_size)
+        check_int("model.moe_intermediate_size", self.moe_intermediate_size, 1)
+        for f in ("num_shared_experts", "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+                  "qk_rope_head_dim", "v_head_dim", "num_nextn_predict_layers"):
+            check_int(f"model.{f}", getattr(self, f), 0)
+        if (self.num_shared_experts or self.first_k_dense_replace) and not self.num_experts:
+            raise ConfigError("model.num_shared_experts: shared experts and first_k_dense_replace need num_experts > 0")
+        if self.first_k_dense_replace >= self.num_layers and self.num_experts:
+            raise ConfigError(f"model.first_k_dense_replace: {self.first_k_dense_replace} leaves no MoE layer "
+                              f"of num_layers={self.num_layers}")
+        if self.kv_lora_rank:
+            for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, f) < 1:
+                    raise ConfigError(f"model.{f}: multi-head latent attention (kv_lora_rank > 0) needs {f} >= 1")
 
     # --- per-layer shapes ---------------------------------------------------------------------------
     @property
@@ -71,26 +113,97 @@ class ModelSpec:
         return self.num_experts > 0
 
     @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek): the KV cache holds one latent per token and layer."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def act_dtype_bytes(self) -> int:
+        """Activations' element size: 16-bit under FP8 weights (W8A8 keeps bf16 activations)."""
+        return 2 if self.dtype_bytes == 1 else self.dtype_bytes
+
+    @property
+    def q_head_dim(self) -> int:
+        """Query (and key) width per head: nope + rope parts under MLA, else `head_dim`."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def o_head_dim(self) -> int:
+        """Value (attention output) width per head."""
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    @property
     def q_size(self) -> int:
-        return self.num_attention_heads * self.head_dim
+        return self.num_attention_heads * self.q_head_dim
 
     @property
     def kv_size(self) -> int:
-        """Width of K (and of V) over all KV heads."""
+        """Width of K (and of V) over all KV heads (MHA/GQA)."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def kv_cache_width(self) -> int:
+        """Values cached per token and layer: K and V of every KV head, or MLA's latent + rotary key."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_size
 
     @property
     def num_mlp_matrices(self) -> int:
         return 3 if self.mlp_kind == "gated" else 2
 
     @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_k_dense_replace if self.is_moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
     def expert_params(self) -> int:
-        """Weights of one MLP (one expert for MoE)."""
-        return self.num_mlp_matrices * self.hidden_size * self.intermediate_size
+        """Weights of one routed expert (of the MLP for a dense model)."""
+        return self.num_mlp_matrices * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def shared_expert_params(self) -> int:
+        """Weights of a MoE layer's shared experts (all of them)."""
+        return self.num_shared_experts * self.num_mlp_matrices * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def dense_mlp_params(self) -> int:
+        """Weights of a dense layer's MLP (biases included)."""
+        n = self.num_mlp_matrices * self.hidden_size * self.intermediate_size
+        if self.bias:
+            n += self.intermediate_size + self.hidden_size
+        return n
+
+    @property
+    def moe_mlp_params(self) -> int:
+        """Weights of a MoE layer's MLP: every routed expert, the shared ones and the router."""
+        return (self.num_experts * self.expert_params + self.shared_expert_params
+                + self.hidden_size * self.num_experts)
+
+    @property
+    def mla_replicated_params(self) -> int:
+        """MLA weights every tensor-parallel rank holds whole (vLLM's replicated down-projections:
+        q_a_proj with its norm, kv_a_proj_with_mqa with its norm); 0 without MLA."""
+        if not self.is_mla:
+            return 0
+        h, ql = self.hidden_size, self.q_lora_rank
+        n = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+        if ql:
+            n += h * ql + ql
+        return n
 
     @property
     def attn_params_per_layer(self) -> int:
         h = self.hidden_size
+        if self.is_mla:
+            heads, ql = self.num_attention_heads, self.q_lora_rank
+            q_up = (ql or h) * heads * self.q_head_dim  # q_b_proj (or q_proj)
+            kv_up = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)  # kv_b_proj
+            return self.mla_replicated_params + q_up + kv_up + heads * self.v_head_dim * h  # + o_proj
         n = h * (self.q_size + 2 * self.kv_size) + self.q_size * h  # QKV + O
         if self.bias:
             n += self.q_size + 2 * self.kv_size + h
@@ -98,13 +211,9 @@ class ModelSpec:
 
     @property
     def mlp_params_per_layer(self) -> int:
-        """All MLP weights of a layer (every expert plus the router for MoE)."""
-        if self.is_moe:
-            return self.num_experts * self.expert_params + self.hidden_size * self.num_experts
-        n = self.expert_params
-        if self.bias:
-            n += self.intermediate_size + self.hidden_size
-        return n
+        """MLP weights of one layer on average (dense and MoE layers mixed as the model mixes them)."""
+        total = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_mlp_params
+        return total // self.num_layers
 
     @property
     def norm_params_per_layer(self) -> int:
@@ -120,19 +229,32 @@ class ModelSpec:
 
     @property
     def num_params(self) -> int:
-        """Total parameters (all experts counted), derived from the dimensions."""
-        per_layer = self.attn_params_per_layer + self.mlp_params_per_layer + self.norm_params_per_layer
+        """Total parameters (all experts counted), derived from the dimensions (MTP modules excluded)."""
+        per_layer = self.attn_params_per_layer + self.norm_params_per_layer
+        mlps = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_mlp_params
         final_norm = self.hidden_size * (2 if self.bias else 1)
         lm_head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
-        return self.embedding_params + self.num_layers * per_layer + final_norm + lm_head
+        return self.embedding_params + self.num_layers * per_layer + mlps + final_norm + lm_head
 
     @property
     def num_active_params(self) -> int:
-        """Parameters one token goes through (MoE: only its experts)."""
+        """Parameters one token goes through (MoE: only its routed experts, plus the shared ones)."""
         if not self.is_moe:
             return self.num_params
         unused = self.num_experts - self.num_experts_per_tok
-        return self.num_params - self.num_layers * unused * self.expert_params
+        return self.num_params - self.num_moe_layers * unused * self.expert_params
+
+    @property
+    def mtp_params(self) -> int:
+        """Weights of the multi-token-prediction modules (DeepSeek-V3's `num_nextn_predict_layers`):
+        each one decoder layer like the last, two norms and a 2h -> h projection; the embedding and
+        the LM head are shared with the model."""
+        if not self.num_nextn_predict_layers:
+            return 0
+        h = self.hidden_size
+        layer = (self.attn_params_per_layer + self.norm_params_per_layer
+                 + (self.moe_mlp_params if self.is_moe else self.dense_mlp_params))
+        return self.num_nextn_predict_layers * (layer + 3 * h + 2 * h * h)
 
     @property
     def weight_bytes(self) -> int:
@@ -140,7 +262,7 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of one token over all layers, unsharded (`specs.memory.kv_bytes_per_token`)."""
+        """KV cache bytes of one token over all layers, unsharded (`specs.memory.kv_bytes_per_token`)."""
         from specs.memory import kv_bytes_per_token  # memory imports this module
 
         return kv_bytes_per_token(self, 1)
@@ -160,6 +282,9 @@ class ModelSpec:
                               f"choose one of {', '.join(HF_MODEL_TYPES)}")
         name = name or cfg.get("_name_or_path") or p.parent.name or model_type
         dtype_bytes = DTYPE_BYTES.get(str(cfg.get("torch_dtype", "float16")), 2)
+        quant = cfg.get("quantization_config") or {}
+        if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
+            dtype_bytes = 1  # an FP8 checkpoint (DeepSeek-V3): vLLM serves its weights in FP8
 
         def need(key: str):
             if key not in cfg:
@@ -180,6 +305,21 @@ class ModelSpec:
                     position_embedding="learned", bias=cfg.get("enable_bias", True), dtype_bytes=dtype_bytes,
                 )
             heads = need("num_attention_heads")
+            if model_type in ("deepseek_v2", "deepseek_v3"):
+                return cls(
+                    name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),
+                    num_attention_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+                    intermediate_size=need("intermediate_size"), vocab_size=need("vocab_size"),
+                    max_position_embeddings=need("max_position_embeddings"),
+                    num_experts=cfg.get("n_routed_experts") or 0, num_experts_per_tok=cfg.get("num_experts_per_tok") or 0,
+                    moe_intermediate_size=cfg.get("moe_intermediate_size"),
+                    num_shared_experts=(cfg.get("n_shared_experts") or 0) if cfg.get("n_routed_experts") else 0,
+                    first_k_dense_replace=(cfg.get("first_k_dense_replace") or 0) if cfg.get("n_routed_experts") else 0,
+                    kv_lora_rank=need("kv_lora_rank"), q_lora_rank=cfg.get("q_lora_rank") or 0,
+                    qk_nope_head_dim=need("qk_nope_head_dim"), qk_rope_head_dim=need("qk_rope_head_dim"),
+                    v_head_dim=need("v_head_dim"), num_nextn_predict_layers=cfg.get("num_nextn_predict_layers", 0),
+                    tie_word_embeddings=cfg.get("tie_word_embeddings", False), dtype_bytes=dtype_bytes,
+                )
             return cls(
                 name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),
                 num_attention_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
@@ -196,9 +336,13 @@ class ModelSpec:
             raise ConfigError(f"model.name: {p}: {e}") from None
 
     def with_dtype(self, dtype: str, kv_cache_dtype: str = "auto") -> "ModelSpec":
-        """A copy with weights (and KV cache) stored in `dtype` ("auto" keeps the current one)."""
+        """A copy with weights stored in `dtype` and the KV cache in `kv_cache_dtype` ("auto" keeps the
+        spec's weights; an "auto" KV cache follows the activations, as vLLM's does: FP8 weights keep a
+        16-bit cache unless `kv_cache_dtype = "fp8"`)."""
         from dataclasses import replace
 
         wb = self.dtype_bytes if dtype == "auto" else DTYPE_BYTES[dtype]
-        kb = wb if kv_cache_dtype == "auto" else DTYPE_BYTES[kv_cache_dtype]
+        kb = None if kv_cache_dtype == "auto" else DTYPE_BYTES[kv_cache_dtype]
+        if kb is None and dtype == "auto":
+            kb = self.kv_dtype_bytes  # nothing asked: keep the spec's own cache dtype
         return replace(self, dtype_bytes=wb, kv_dtype_bytes=kb)

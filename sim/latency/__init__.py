@@ -48,5 +48,7 @@ def build_latency_model(model, hardware=None, cache_block_size: int | None = Non
         return lm
     if constants is None and getattr(hardware, "enforce_eager", False):
         constants = RooflineConstants.eager()
+    ep_link = getattr(hardware, "ep_link_bandwidth_gbps", None)
     return RooflineLatencyModel(spec, hardware.gpu_spec(), hardware.tp, block_size, constants,
-                                pcie_bandwidth=hardware.pcie_bandwidth)
+                                pcie_bandwidth=hardware.pcie_bandwidth, ep=getattr(hardware, "ep", 1),
+                                ep_link_bandwidth=ep_link * 1e9 if ep_link is not None else None)

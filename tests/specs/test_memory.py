@@ -114,3 +114,44 @@ def test_blocks_match_vllm_0_19_on_rtx4090(shared_data):
     print(f"RTX 4090 Llama-3.1-8B: vLLM {kv['num_gpu_blocks']} blocks, ours {ours}")
     # a newer vLLM also reserves CUDA-graph memory we do not model: looser bound
     assert ours == pytest.approx(kv["num_gpu_blocks"], rel=0.15)
+
+
+def test_fp8_kv_doubles_the_blocks_of_the_same_memory():
+    """Same weights, same memory left for the cache: half the bytes per block, twice the blocks (+ rounding)."""
+    from specs import ModelConfig
+
+    for name, hw in (("Llama-3-8B", make_hardware()), ("DeepSeek-V3", make_hardware(gpu="H200", tp=8)),
+                     ("DeepSeek-V2-Lite", make_hardware())):
+        bf16, fp8 = ModelConfig(name=name).spec(), ModelConfig(name=name, kv_cache_dtype="fp8").spec()
+        assert kv_cache_bytes(bf16, hw) == kv_cache_bytes(fp8, hw)
+        assert num_gpu_blocks(fp8, hw) in (2 * num_gpu_blocks(bf16, hw), 2 * num_gpu_blocks(bf16, hw) + 1)
+
+
+def test_fp8_weights_free_their_bytes_for_the_cache():
+    from specs import ModelConfig
+
+    hw = make_hardware()
+    bf16, w8 = ModelConfig(name="Llama-3-8B").spec(), ModelConfig(name="Llama-3-8B", dtype="fp8").spec()
+    freed = weight_bytes_per_gpu(bf16, 1) - weight_bytes_per_gpu(w8, 1)
+    assert freed == pytest.approx(bf16.num_params, rel=1e-6)  # one byte per parameter
+    assert kv_cache_bytes(w8, hw) - kv_cache_bytes(bf16, hw) == pytest.approx(freed, rel=0.01)
+
+
+def test_mla_cache_is_whole_on_every_tp_rank():
+    m = get_model("DeepSeek-V3")
+    assert all(kv_bytes_per_token(m, tp) == 70_272 for tp in (1, 2, 4, 8))
+    assert bytes_per_block(m, 8, 16) == 16 * 70_272
+
+
+def test_expert_parallelism_spreads_only_the_routed_experts():
+    """ep <= tp keeps E/tp of the experts per GPU; ep > tp holds E/ep, the rest (attention, shared and
+    dense MLPs, vocab) stays sharded over tp."""
+    m = get_model("DeepSeek-V3")
+    routed = m.num_moe_layers * m.num_experts * m.expert_params
+    assert weight_bytes_per_gpu(m, 8, 2) == weight_bytes_per_gpu(m, 8, 8) == weight_bytes_per_gpu(m, 8)
+    saved = weight_bytes_per_gpu(m, 8) - weight_bytes_per_gpu(m, 8, 32)
+    assert saved == pytest.approx(routed * (1 / 8 - 1 / 32), rel=1e-6)  # FP8: one byte a weight
+    # DeepSeek-V3 in FP8 fits 8 x H200 (not 8 x H100); wider EP leaves each GPU more room for the cache
+    assert num_gpu_blocks(m, make_hardware(gpu="H200", tp=8, ep=32)) > num_gpu_blocks(m, make_hardware(gpu="H200", tp=8))
+    with pytest.raises(ConfigError, match=r"^hardware\.tp: DeepSeek-V3 needs"):
+        num_gpu_blocks(m, make_hardware(gpu="H100-SXM", tp=8))

@@ -102,3 +102,59 @@ def test_spec_validation_names_fields():
         ModelSpec("x", 2, 64, 8, 3, 128, 100, 128)
     with pytest.raises(ConfigError, match=r"^model\.num_experts_per_tok"):
         ModelSpec("x", 2, 64, 8, 8, 128, 100, 128, num_experts=4, num_experts_per_tok=5)
+
+
+# DeepSeek's published figures (the DeepSeek-V3 model card and README_WEIGHTS.md; DeepSeek-V2 paper for
+# V2-Lite): total parameters, activated parameters (embedding excluded, output head included) and the
+# MTP module's unique parameters (embedding and head shared with the model)
+DEEPSEEK_PUBLISHED_B = {"DeepSeek-V3": (671.0, 36.6), "DeepSeek-V2-Lite": (15.7, 2.4)}
+
+
+@pytest.mark.parametrize("name", sorted(DEEPSEEK_PUBLISHED_B))
+def test_deepseek_total_and_activated_params_match_published(name):
+    m = get_model(name)
+    total, active = DEEPSEEK_PUBLISHED_B[name]
+    assert m.num_params / 1e9 == pytest.approx(total, rel=0.005)
+    assert (m.num_active_params - m.embedding_params) / 1e9 == pytest.approx(active, rel=0.03)
+
+
+def test_deepseek_v3_mtp_module_is_the_published_size():
+    assert get_model("DeepSeek-V3").mtp_params / 1e9 == pytest.approx(11.5, rel=0.02)
+    assert get_model("Llama-2-7B").mtp_params == 0
+
+
+def test_mla_kv_bytes_per_token_is_the_latent_formula():
+    """(kv_lora_rank + qk_rope_head_dim) x layers x bytes: DeepSeek-V3 in bf16 caches 70,272 bytes a token."""
+    v3 = get_model("DeepSeek-V3")
+    assert v3.dtype_bytes == 1 and v3.kv_dtype_bytes == 2  # FP8 checkpoint, 16-bit cache (vLLM's "auto")
+    assert v3.kv_bytes_per_token == 70_272 == (512 + 64) * 61 * 2
+    assert get_model("DeepSeek-V2-Lite").kv_bytes_per_token == (512 + 64) * 27 * 2
+    # a Llama-shaped model of V3's width would cache 2 x 128 heads x 128 x 61 x 2 = 57x more
+    assert 2 * 128 * 128 * 61 * 2 / v3.kv_bytes_per_token > 50
+
+
+DEEPSEEK_V3_HF = dict(
+    model_type="deepseek_v3", hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+    num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128, n_shared_experts=1,
+    n_routed_experts=256, num_experts_per_tok=8, first_k_dense_replace=3, kv_lora_rank=512, q_lora_rank=1536,
+    qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, vocab_size=129280, max_position_embeddings=163840,
+    num_nextn_predict_layers=1, torch_dtype="bfloat16", tie_word_embeddings=False,
+    quantization_config={"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]})
+
+
+def test_from_hf_config_reads_deepseek_v3_as_the_catalog(tmp_path):
+    spec = ModelSpec.from_hf_config(make_hf_config(tmp_path, **DEEPSEEK_V3_HF))
+    v3 = get_model("DeepSeek-V3")
+    assert (spec.num_params, spec.kv_bytes_per_token, spec.dtype_bytes, spec.mtp_params) == \
+        (v3.num_params, v3.kv_bytes_per_token, 1, v3.mtp_params)
+    bf16 = {k: v for k, v in DEEPSEEK_V3_HF.items() if k != "quantization_config"}
+    assert ModelSpec.from_hf_config(make_hf_config(tmp_path, **bf16)).dtype_bytes == 2
+
+
+def test_mla_and_moe_fields_are_validated():
+    with pytest.raises(ConfigError, match=r"^model\.qk_rope_head_dim"):
+        ModelSpec("x", 2, 64, 8, 8, 128, 100, 128, kv_lora_rank=32, qk_nope_head_dim=8, v_head_dim=8)
+    with pytest.raises(ConfigError, match=r"^model\.num_shared_experts"):
+        ModelSpec("x", 2, 64, 8, 8, 128, 100, 128, num_shared_experts=1)
+    with pytest.raises(ConfigError, match=r"^model\.first_k_dense_replace"):
+        ModelSpec("x", 2, 64, 8, 8, 128, 100, 128, num_experts=4, num_experts_per_tok=2, first_k_dense_replace=2)

@@ -216,3 +216,119 @@ def test_splitwise_llama2_70b_static_batches_within_2x(shared_data):
         # decode at tp=8 on A100 is the worst: ~45 ms measured for ~9 GB of weights per GPU (4.4 ms at
         # full bandwidth): that engine's fixed overheads dominate, and the roofline is ~2x under
         assert 0.4 <= med_d <= 2.0, key
+
+
+def make_spec_model(name="Llama-3-8B", gpu="H100-SXM", tp=1, dtype="auto", kv_cache_dtype="auto", **kw):
+    return RooflineLatencyModel(ModelConfig(name=name, dtype=dtype, kv_cache_dtype=kv_cache_dtype).spec(),
+                                get_gpu(gpu), tp, **kw)
+
+
+def test_fp8_weights_halve_the_gemms_and_leave_attention_alone():
+    """FP8 weights: the datasheet's FP8 peak for compute-bound GEMMs and half the weight bytes for
+    memory-bound ones; attention (16-bit activations, the same cache) does not change."""
+    bf16, w8 = make_spec_model(), make_spec_model(dtype="fp8")
+    prefill, decode = make_plan(make_seq(8192, 0)), make_plan(*decodes(8, 2048))
+    g = get_gpu("H100-SXM")
+    assert w8.breakdown(prefill)["linear"] == pytest.approx(bf16.breakdown(prefill)["linear"] * g.flops_bf16 / g.flops_fp8)
+    assert w8.breakdown(decode)["linear"] < 0.55 * bf16.breakdown(decode)["linear"]  # weight reads halve
+    for part in ("attn_prefill", "attn_decode", "elementwise"):
+        for plan in (prefill, decode):
+            assert w8.breakdown(plan)[part] == bf16.breakdown(plan)[part]
+    # a GPU without FP8 tensor cores (A100) gains only the bytes
+    a100, a100_w8 = make_spec_model(gpu="A100-80G"), make_spec_model(gpu="A100-80G", dtype="fp8")
+    assert a100_w8.breakdown(prefill)["linear"] == pytest.approx(a100.breakdown(prefill)["linear"], rel=0.02)
+
+
+def test_fp8_kv_halves_the_cache_reads_and_leaves_the_gemms_alone():
+    bf16, kv8 = make_spec_model(), make_spec_model(kv_cache_dtype="fp8")
+    decode = make_plan(*decodes(64, 4096))
+    a, b = bf16.breakdown(decode), kv8.breakdown(decode)
+    assert b["attn_decode"] == pytest.approx(a["attn_decode"] / 2)
+    assert b["linear"] == a["linear"] and b["lm_head"] == a["lm_head"]
+    assert kv8.block_bytes * 2 == bf16.block_bytes  # swaps move half the bytes
+
+
+def test_mla_decode_reads_the_latent_and_prefill_expands_it():
+    """DeepSeek-V3 (tp 8, H200): decode attention is memory bound on the 576-value latent per token
+    and layer, whole on every rank; a prefill chunk after a cached context pays the expansion of
+    that context (kv_b_proj, a GEMM) on top of the causal pairs."""
+    m = make_spec_model("DeepSeek-V3", "H200", 8)
+    g, c = get_gpu("H200"), m.constants
+    t1, t2 = (m.breakdown(make_plan(*decodes(32, ctx)))["attn_decode"] for ctx in (2048, 4096))
+    slope = (t2 - t1) / (32 * 2048)
+    assert slope == pytest.approx(70_272 / (g.hbm_bandwidth * c.attn_hbm_eff), rel=1e-6)
+    fresh, cached = (m.breakdown(make_plan(make_seq(4096, c0)))["attn_prefill"] for c0 in (0, 4096))
+    heads = 128 // 8
+    pairs = 4096 * 4096 + 4096 * 4097 // 2
+    expected = (pairs * 61 * 2 * heads * (192 + 128) / (g.flops_bf16 * c.attn_flops_eff)
+                + 4096 * 61 * 2 * 512 * heads * 256 / (g.flops_fp8 * c.gemm_flops_eff))
+    assert cached == pytest.approx(expected, rel=1e-9) and cached > 2 * fresh
+
+
+def test_moe_with_shared_experts_and_dense_layers_reads_what_it_touches():
+    m = make_spec_model("DeepSeek-V3", "H200", 8)
+    g, c = get_gpu("H200"), m.constants
+    # one routed expert's weights on a GPU over the 58 MoE layers: 3 x 7168 x 2048 / 8, one FP8 byte each
+    expert_bytes = 58 * 3 * 7168 * 2048 // 8
+    for n, touched in ((1, 8), (512, 256 * (1 - (1 - 8 / 256) ** 512))):  # 512 tokens touch nearly all 256
+        moe = m.breakdown(make_plan(*decodes(n, 100)))["moe"]
+        act = n * 8 * 58 * (2 * 7168 + 3 * 2048 // 8) * 2  # the routed tokens' activations in and out
+        assert moe == pytest.approx((touched * expert_bytes + act) / (g.hbm_bandwidth * c.hbm_eff), rel=1e-9)
+    # the shared expert and the 3 dense layers are dense linears: read whole whatever the batch
+    lin = m.breakdown(make_plan(*decodes(1, 100)))["linear"]
+    dense = (3 * 3 * 7168 * 18432 // 8 + 58 * 3 * 7168 * 2048 // 8) / (g.hbm_bandwidth * c.hbm_eff)
+    assert lin > dense
+
+
+def test_expert_parallel_all_to_all_replaces_the_moe_all_reduce():
+    """ep = tp: the same expert bytes per GPU (E/tp of them); the MoE layers' routed output
+    travels by dispatch + combine all-to-all: each GPU sends its T/tp tokens to the (ep - 1)(1 - (1 - 1/ep)^k)
+    other groups expected to hold one of their k experts."""
+    tp_only, ep8 = (make_spec_model("DeepSeek-V3", "H200", 8, ep=e) for e in (1, 8))
+    plan = make_plan(*decodes(64, 1000))
+    a, b = tp_only.breakdown(plan), ep8.breakdown(plan)
+    assert a["all_to_all"] == 0 and b["all_to_all"] > 0
+    # the same expert weights read per GPU (32 whole experts vs 256 eighths), fewer activations moved
+    # (a GPU runs 1/8 of the assignments whole instead of every assignment's eighth)
+    assert ep8._touched_experts(64) * ep8._expert_bytes == pytest.approx(
+        tp_only._touched_experts(64) * tp_only._expert_bytes)
+    assert b["moe"] < a["moe"] and b["linear"] == a["linear"]
+    # the shared expert is tensor parallel: its output keeps the all-reduce the routed output drops
+    assert b["all_reduce"] == a["all_reduce"]
+    mixtral = [make_spec_model("Mixtral-8x7B", "H100-SXM", 8, ep=e).breakdown(plan)["all_reduce"] for e in (1, 8)]
+    assert mixtral[1] == pytest.approx(mixtral[0] / 2)  # no shared experts: one all-reduce a layer left
+    g, c = get_gpu("H200"), ep8.constants
+    remote = 7 * (1 - (7 / 8) ** 8)
+    per_token = 2 * 58 * remote * 7168 * 2 / 8 / (g.nvlink_bandwidth * c.link_eff)
+    assert b["all_to_all"] == pytest.approx(2 * 58 * c.allreduce_latency_s + 64 * per_token)
+    # a slower configured link slows the all-to-all alone
+    slow = make_spec_model("DeepSeek-V3", "H200", 8, ep=8, ep_link_bandwidth=50e9).breakdown(plan)
+    assert slow["all_to_all"] > b["all_to_all"] and slow["moe"] == b["moe"]
+
+
+def test_wide_expert_parallelism_batches_more_tokens_per_expert():
+    """ep > tp: each GPU holds E/ep whole experts and serves ep/tp engines' tokens: expected experts
+    touched (E/ep)(1 - (1 - k/E)^(T ep/tp)), never more expert bytes per step than E/tp eighths touched
+    by T tokens (the touched fraction is concave in the tokens); the expert FLOPs per GPU stay the same."""
+    narrow, wide = make_spec_model("DeepSeek-V3", "H200", 8), make_spec_model("DeepSeek-V3", "H200", 8, ep=32)
+    for n in (1, 4, 64, 1024):
+        assert wide._touched_experts(n) == pytest.approx(8 * (1 - (1 - 8 / 256) ** (4 * n)))
+        assert wide._touched_experts(n) * wide._expert_bytes <= narrow._touched_experts(n) * narrow._expert_bytes
+    assert wide._expert_flops_per_token == pytest.approx(narrow._expert_flops_per_token)
+
+
+def test_build_latency_model_reads_ep_and_its_link():
+    m = build_latency_model(ModelConfig(name="DeepSeek-V3"), HardwareConfig(gpu="H200", tp=8, ep=8,
+                                                                            ep_link_bandwidth_gbps=100), 16)
+    ref = make_spec_model("DeepSeek-V3", "H200", 8, ep=8, ep_link_bandwidth=100e9)
+    plan = make_plan(*decodes(16, 500))
+    assert m.ep == 8 and m.step_time(plan) == ref.step_time(plan)
+
+
+def test_new_models_keep_the_fast_path_exact():
+    for m in (make_spec_model("DeepSeek-V3", "H200", 8, ep=8), make_spec_model("DeepSeek-V2-Lite"),
+              make_spec_model(dtype="fp8", kv_cache_dtype="fp8")):
+        times = m.decode_step_times(6, 6 * 300, 3)
+        for j, t in enumerate(times):
+            plan = make_plan(*decodes(6, 299 + j))
+            assert t == m.step_time(plan) == sum(m.breakdown(plan).values())
