@@ -22,7 +22,7 @@ def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[
 
     The model section must name a HF config.json (file or folder); safetensors beside it are loaded,
     else weights are seeded random. KV blocks: `hardware.num_gpu_blocks`, else what fits the device;
-    CPU swap blocks from `hardware.swap_space_gb`.
+    CPU swap blocks from `hardware.swap_space_gb`; KV offload-tier blocks from `cache.offload_size_gb`.
     """
     if is_disaggregated(config):
         raise ConfigError("disaggregation.enabled: the engine serves one replica; simulate prefill/decode "
@@ -45,8 +45,14 @@ def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[
         model_config, block_size, torch_dtype, device)
     block_bytes = model_config.kv_bytes_per_token(torch.tensor([], dtype=torch_dtype).element_size()) * block_size
     num_cpu_blocks = int(config.hardware.swap_space_gb * 2**30) // block_bytes
+    # the KV offload tier: real host blocks, real copies (their time is measured, not modelled)
+    offload = {}
+    if config.cache.offload_size_gb:
+        offload = {"num_offload_blocks": int(config.cache.offload_size_gb * 2**30) // block_bytes,
+                   "offload_backend": config.cache.offload_backend, "offload_block_bytes": block_bytes}
     cache = CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks,
-                        watermark=config.cache.watermark, enable_prefix_caching=config.cache.enable_prefix_caching)
+                        watermark=config.cache.watermark, enable_prefix_caching=config.cache.enable_prefix_caching,
+                        **offload)
     engine_config = EngineConfig(model=model_config, scheduler=config.scheduler, cache=cache, weights=weights,
                                  dtype=dtype, seed=getattr(config.workload, "seed", 0) or 0, slo=config.slo,
                                  max_time_s=config.sim.max_sim_time_s)

@@ -154,7 +154,7 @@ class Engine:
         self.model_config = model.config
         dtype = next(model.parameters()).dtype
         self.kv_cache = KVCache(self.model_config, config.cache.num_gpu_blocks, config.cache.block_size,
-                                config.cache.num_cpu_blocks, dtype, self.device)
+                                config.cache.num_cpu_blocks, dtype, self.device, config.cache.num_offload_blocks)
         self.backend = select_backend(self.device, config.attention_backend)
         self.runner = ModelRunner(self.model, self.kv_cache, self.backend, config.seed)
         self.scheduler = make_scheduler(config.scheduler, config.cache)

@@ -7,6 +7,9 @@ a swap copies every layer's blocks in one indexed copy. Token slot `s` of a laye
 
 CPU swap space has the same layout with `num_cpu_blocks` blocks (pinned memory on CUDA so the
 copies can be asynchronous). `swap_out`/`swap_in` take the `(src, dst)` block pairs of a `BatchPlan`.
+The KV offload tier (`policies.kv_offload`) is a third buffer of the same layout, `num_offload_blocks`
+blocks in host memory: `offload_load` / `offload_store` take a plan's `offload_load_blocks` and
+`offload_store_blocks` pairs.
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ class KVCache:
     """Per-layer paged K and V tensors on the device, plus the CPU swap space."""
 
     def __init__(self, config: ModelConfig, num_blocks: int, block_size: int, num_cpu_blocks: int = 0,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                 num_offload_blocks: int = 0) -> None:
         if num_blocks < 1:
             raise ValueError(f"cache.num_gpu_blocks: must be >= 1, got {num_blocks}")
         self.num_blocks, self.block_size, self.num_cpu_blocks = num_blocks, block_size, num_cpu_blocks
@@ -31,6 +35,9 @@ class KVCache:
         cpu_shape = shape[:2] + (num_cpu_blocks,) + shape[3:]
         pin = self.device.type == "cuda"
         self.cpu_buffer = torch.zeros(cpu_shape, dtype=dtype, pin_memory=pin)  # [L, 2, Ncpu, B, Hkv, D]
+        self.num_offload_blocks = num_offload_blocks
+        offload_shape = shape[:2] + (num_offload_blocks,) + shape[3:]
+        self.offload_buffer = torch.zeros(offload_shape, dtype=dtype, pin_memory=pin)  # [L, 2, Noff, B, Hkv, D]
 
     @property
     def bytes_per_block(self) -> int:
@@ -40,6 +47,7 @@ class KVCache:
         """Overwrite every slot (tests fill NaN sentinels to catch stray reads and writes)."""
         self.buffer.fill_(value)
         self.cpu_buffer.fill_(value)
+        self.offload_buffer.fill_(value)
 
     def swap_out(self, pairs) -> None:
         """Copy GPU blocks to CPU swap space: `pairs` of (gpu_block, cpu_block)."""
@@ -56,6 +64,25 @@ class KVCache:
         src = torch.tensor([p[0] for p in pairs])
         dst = torch.tensor([p[1] for p in pairs], device=self.device)
         blocks = self.cpu_buffer[:, :, src]
+        if self.device.type == "cuda":
+            blocks = blocks.pin_memory().to(self.device, non_blocking=True)
+        self.buffer[:, :, dst] = blocks
+
+    def offload_store(self, pairs) -> None:
+        """Copy GPU blocks to the offload tier: `pairs` of (gpu_block, offload_block)."""
+        if not pairs:
+            return
+        src = torch.tensor([p[0] for p in pairs], device=self.device)
+        dst = torch.tensor([p[1] for p in pairs])
+        self.offload_buffer[:, :, dst] = self.buffer[:, :, src].to("cpu")
+
+    def offload_load(self, pairs) -> None:
+        """Copy offload-tier blocks into GPU blocks: `pairs` of (offload_block, gpu_block)."""
+        if not pairs:
+            return
+        src = torch.tensor([p[0] for p in pairs])
+        dst = torch.tensor([p[1] for p in pairs], device=self.device)
+        blocks = self.offload_buffer[:, :, src]
         if self.device.type == "cuda":
             blocks = blocks.pin_memory().to(self.device, non_blocking=True)
         self.buffer[:, :, dst] = blocks

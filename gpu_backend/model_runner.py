@@ -1,8 +1,9 @@
 """`ModelRunner`: the engine's executor. Turns a `BatchPlan` into a real forward pass and a `StepResult`.
 
-Per step, in order: the plan's swap-in copies (CPU -> GPU), swap-out copies (GPU -> CPU) and block
-copies, batch assembly (`input_batch`), the forward pass over the paged cache, the LM head on the
-sampling rows only, and sampling. `StepResult.duration` is the measured wall time of all of it
+Per step, in order: the plan's swap-in copies (CPU -> GPU), swap-out copies (GPU -> CPU), block
+copies and loads from the KV offload tier, batch assembly (`input_batch`), the forward pass over the
+paged cache, the LM head on the sampling rows only, sampling, and the stores of the blocks the step
+filled to the offload tier (vLLM's worker: start_load_kv before the forward, the save after it). `StepResult.duration` is the measured wall time of all of it
 (after a CUDA synchronize). Recompute preemption needs nothing here: the scheduler freed the blocks
 and reset `num_computed_tokens`, so the request's next chunks re-prefill prompt + generated tokens.
 """
@@ -46,6 +47,7 @@ class ModelRunner:
         self.kv_cache.swap_in(plan.swap_in_blocks)
         self.kv_cache.swap_out(plan.swap_out_blocks)
         self.kv_cache.copy_blocks(plan.blocks_to_copy)
+        self.kv_cache.offload_load(plan.offload_load_blocks)
         t1 = time.perf_counter()
         batch = build_input_batch(plan, self.kv_cache.block_size, self.device)
         self.last_batch = batch
@@ -65,6 +67,7 @@ class ModelRunner:
                     sampled[r.req_id] = tok
                     if tok in p.stop_token_ids or (tok in self.eos_token_ids and not r.ignore_eos):
                         stopped.add(r.req_id)
+        self.kv_cache.offload_store(plan.offload_store_blocks)  # after the forward: this step's blocks
         self._sync()
         t3 = time.perf_counter()
         self.last_timings = {"swap": t1 - t0, "prepare": t2 - t1, "forward": t3 - t2}

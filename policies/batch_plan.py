@@ -58,6 +58,10 @@ class BatchPlan:
     Padding entries (`is_padding=True`, static batching) point at their batch member's Request,
     which may be finished and hold no blocks: an engine may skip them; a latency model charges them.
 
+    `offload_load_blocks` are (cpu_block, gpu_block) copies from the KV offload tier into GPU blocks,
+    applied before the forward pass; `offload_store_blocks` are (gpu_block, cpu_block) copies of the
+    blocks this step fills, applied after it (the data is this step's). See `policies.kv_offload`.
+
     `decodes` (the simulator's grouped form, only when the scheduler's `group_decodes` is set:
     never for an engine) stands for leading sequences, before `seqs`, each a one-token decode that
     samples: the request's `num_computed_tokens` already counts the token, and `decode_context_sum`
@@ -76,10 +80,18 @@ class BatchPlan:
     blocks_to_copy: tuple[tuple[int, int], ...] = ()  # copy-on-write (unused by v1-style prefix caching)
     decodes: tuple["Request", ...] = ()  # grouped leading one-token decodes (see the class docstring)
     decode_context_sum: int = 0
+    offload_load_blocks: tuple[tuple[int, int], ...] = ()  # (cpu, gpu) from the KV offload tier
+    offload_store_blocks: tuple[tuple[int, int], ...] = ()  # (gpu, cpu) to the KV offload tier
 
     @property
     def is_empty(self) -> bool:
-        return not self.seqs and not self.decodes and not self.swap_out_blocks and not self.swap_in_blocks
+        return (not self.seqs and not self.decodes and not self.swap_out_blocks and not self.swap_in_blocks
+                and not self.offload_load_blocks and not self.offload_store_blocks)
+
+    @property
+    def has_compute(self) -> bool:
+        """True when the step runs a forward pass or a swap (not only offload copies)."""
+        return bool(self.seqs or self.decodes or self.swap_out_blocks or self.swap_in_blocks)
 
     @property
     def all_seqs(self) -> tuple[ScheduledSeq, ...]:

@@ -18,6 +18,9 @@ Semantics follow vLLM v1's KV cache manager and block pool (ENGINE-SEMANTICS.md 
   not keep duplicate blocks under one hash: a second block with the same content stays unhashed.
 - The watermark (vLLM v0, 1% there, 0 in v1) only guards admissions and swap-ins, never the
   growth of a running request.
+- An optional CPU tier of the prefix cache (`offload`, a `policies.kv_offload.OffloadTier`, vLLM's KV
+  offloading) holds copies of full blocks by the same hashes; `offload_lookup`, `offload_load` and
+  `offload_stores` are the block side of its loads and stores (the scheduler drives them).
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ class BlockManager:
     __slots__ = (
         "block_size", "num_gpu_blocks", "num_cpu_blocks", "watermark_blocks", "enable_prefix_caching",
         "ref_counts", "block_hash", "free_queue", "cached", "free_cpu", "holders", "cpu_holders",
-        "num_prefix_queried_tokens", "num_prefix_hit_tokens",
+        "num_prefix_queried_tokens", "num_prefix_hit_tokens", "offload",
     )
 
     def __init__(self, num_gpu_blocks: int, block_size: int = 16, num_cpu_blocks: int = 0,
@@ -63,13 +66,23 @@ class BlockManager:
         self.cpu_holders: dict = {}  # req_id -> Request holding CPU blocks
         self.num_prefix_queried_tokens = 0
         self.num_prefix_hit_tokens = 0
+        self.offload = None  # policies.kv_offload.OffloadTier when the cache has a CPU tier
 
     @classmethod
     def from_config(cls, cache: "CacheConfig", enable_prefix_caching: bool | None = None) -> "BlockManager":
         if enable_prefix_caching is None:
             enable_prefix_caching = bool(cache.enable_prefix_caching)
-        return cls(cache.num_gpu_blocks, cache.block_size, cache.num_cpu_blocks, cache.watermark,
-                   enable_prefix_caching)
+        bm = cls(cache.num_gpu_blocks, cache.block_size, cache.num_cpu_blocks, cache.watermark,
+                 enable_prefix_caching)
+        if cache.num_offload_blocks:
+            from policies.kv_offload import OffloadTier
+
+            if not enable_prefix_caching:
+                raise ConfigError("cache.offload_size_gb: the CPU tier is a prefix cache found by block hash; "
+                                  "turn prefix caching on (cache.enable_prefix_caching = true, or policy 'vllm')")
+            bm.offload = OffloadTier(cache.num_offload_blocks, cache.block_size, cache.offload_backend,
+                                     cache.offload_s_per_block, cache.offload_block_bytes)
+        return bm
 
     # --- counts -------------------------------------------------------------------------------
     @property
@@ -191,9 +204,11 @@ class BlockManager:
         return self.num_blocks_to_allocate(req, num_new_tokens, computed_blocks) <= len(self.free_queue) - reserve
 
     def allocate_slots(self, req: "Request", num_new_tokens: int, computed_blocks: list[int] = (),
-                       use_watermark: bool = False) -> bool:
+                       use_watermark: bool = False, delay_cache: bool = False) -> bool:
         """Grow `req`'s block table to hold its computed tokens, `computed_blocks` (prefix hits, only for
         a request with an empty table) and `num_new_tokens` more. False (and no change) if short of blocks.
+        `delay_cache`: do not offer the new full blocks to the prefix cache yet (their KV is still being
+        loaded from the CPU tier; `cache_loaded_blocks` offers them once it has landed).
         """
         table = req.block_table
         bs = self.block_size
@@ -228,9 +243,14 @@ class BlockManager:
                     rc[b] = 1
                     append(b)
             self.holders[req.req_id] = req
-        if self.enable_prefix_caching and req.prompt_token_ids is not None:
+        if self.enable_prefix_caching and req.prompt_token_ids is not None and not delay_cache:
             self._cache_full_blocks(req, total)
         return True
+
+    def cache_loaded_blocks(self, req: "Request") -> None:
+        """Offer `req`'s computed full blocks to the prefix cache (after a delayed-cache allocation)."""
+        if self.enable_prefix_caching and req.prompt_token_ids is not None:
+            self._cache_full_blocks(req, req.num_computed_tokens)
 
     def allocate(self, req: "Request", num_new_tokens: int, computed_blocks: list[int] = ()) -> None:
         """`allocate_slots` that must succeed (raises RuntimeError otherwise)."""
@@ -314,6 +334,50 @@ class BlockManager:
             self._cache_full_blocks(req, req.num_computed_tokens)
         return pairs
 
+    # --- the CPU offload tier ----------------------------------------------------------------------
+    def offload_lookup(self, req: "Request", num_gpu_hit_blocks: int, now: float) -> int:
+        """Blocks of `req`'s prefix, after its `num_gpu_hit_blocks` GPU hits, that the CPU tier can load
+        (never the block of the last known token, as for GPU hits)."""
+        if self.offload is None or req.prompt_token_ids is None:
+            return 0
+        max_hit_blocks = (req.num_tokens - 1) // self.block_size
+        if max_hit_blocks <= num_gpu_hit_blocks:
+            return 0
+        self._update_hashes(req, max_hit_blocks * self.block_size)
+        return self.offload.lookup(req.block_hashes[:max_hit_blocks], num_gpu_hit_blocks, now)
+
+    def offload_load(self, req: "Request", first_block: int, num_blocks: int, now: float
+                     ) -> tuple[list[tuple[int, int]], list[int], float]:
+        """Start loading blocks [first_block, first_block + num_blocks) of `req` (its GPU blocks already
+        allocated) from the CPU tier: (cpu, gpu) copy pairs, their hashes, and when the load lands."""
+        hashes = req.block_hashes[first_block:first_block + num_blocks]
+        cpu_blocks, ready_at = self.offload.start_load(hashes, now)
+        gpu_blocks = req.block_table[first_block:first_block + num_blocks]
+        return list(zip(cpu_blocks, gpu_blocks)), hashes, ready_at
+
+    def offload_stores(self, req: "Request", prompt_only: bool = False) -> tuple[list[tuple[int, int]], list[int]]:
+        """Offer `req`'s full blocks computed by now (known tokens only, never unverified drafts) that
+        it has not offered yet to the CPU tier: (gpu, cpu) copy pairs of the ones to copy and their
+        hashes. `prompt_only`: stop at the prompt (LMCache saves no decode KV); the tier's backend
+        also rounds down to whole chunks."""
+        tier = self.offload
+        if tier is None or req.prompt_token_ids is None:
+            return [], []
+        tokens = min(req.num_computed_tokens, req.num_tokens)
+        if prompt_only:
+            tokens = min(tokens, req.num_prompt_tokens)
+        n_full = min(tokens // self.block_size, len(req.block_table))
+        n_full -= n_full % tier.chunk_blocks
+        start = req.num_offloaded_blocks
+        if n_full <= start:
+            return [], []
+        self._update_hashes(req, n_full * self.block_size)
+        hashes = req.block_hashes[start:n_full]
+        req.num_offloaded_blocks = n_full
+        picked = tier.start_store(hashes)
+        table = req.block_table
+        return [(table[start + i], cpu) for i, cpu in picked], [hashes[i] for i, _ in picked]
+
     # --- checks -----------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """Raise AssertionError if the bookkeeping is inconsistent (tests call this after every step)."""
@@ -337,3 +401,5 @@ class BlockManager:
         assert len(held_cpu) == len(set(held_cpu)), "a CPU block is held twice"
         assert not set(held_cpu) & set(self.free_cpu), "a held CPU block is also free"
         assert len(held_cpu) + len(self.free_cpu) == self.num_cpu_blocks, "CPU blocks lost"
+        if self.offload is not None:
+            self.offload.check_invariants()

@@ -96,19 +96,30 @@ def check_number(field: str, value: object, minimum: float | None = None, maximu
 
 
 POLICIES = ("static", "continuous", "chunked", "vllm")
+OFFLOAD_BACKENDS = ("native", "lmcache")  # vLLM's kv_offloading_backend
 QUEUES = ("fcfs", "priority")
 PREEMPTIONS = ("recompute", "swap", "hybrid")
 
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """Paged KV cache geometry: how many blocks of how many tokens, on GPU and in CPU swap space."""
+    """Paged KV cache geometry: how many blocks of how many tokens, on GPU and in CPU swap space.
+
+    `num_offload_blocks` > 0 adds a CPU tier of the prefix cache (`policies.kv_offload.OffloadTier`,
+    vLLM's KV offloading): `offload_backend` "native" or "lmcache", `offload_s_per_block` the host
+    link's seconds per block (0 for an engine, whose copies are real), `offload_block_bytes` one
+    block's bytes over the replica's GPUs (for the records).
+    """
 
     block_size: int = 16
     num_gpu_blocks: int = 4096
     num_cpu_blocks: int = 0
     watermark: float = 0.0  # fraction of GPU blocks kept free when admitting new requests (vLLM v0: 0.01)
     enable_prefix_caching: bool | None = None  # None: the policy's default (on for 'vllm', off otherwise)
+    num_offload_blocks: int = 0
+    offload_backend: str = "native"
+    offload_s_per_block: float = 0.0
+    offload_block_bytes: int = 0
 
     def __post_init__(self) -> None:
         check_int("cache.block_size", self.block_size, 1)
@@ -117,6 +128,10 @@ class CacheConfig:
         check_number("cache.watermark", self.watermark, 0.0, 0.5)
         if self.enable_prefix_caching is not None and not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError(f"cache.enable_prefix_caching: expected true or false, got {self.enable_prefix_caching!r}")
+        check_int("cache.num_offload_blocks", self.num_offload_blocks, 0)
+        check_choice("cache.offload_backend", self.offload_backend, OFFLOAD_BACKENDS)
+        check_number("cache.offload_s_per_block", self.offload_s_per_block, 0.0)
+        check_int("cache.offload_block_bytes", self.offload_block_bytes, 0)
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "CacheConfig":

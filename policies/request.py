@@ -70,6 +70,7 @@ class Request:
         "first_scheduled_time", "first_token_time", "token_times", "finish_time",
         "num_preemptions", "num_swaps", "num_recomputes", "finish_reason", "reject_reason", "is_swapped",
         "block_hashes", "num_registered_blocks", "cpu_block_table", "preemption_intervals", "preempted_at",
+        "num_cpu_cached_tokens", "num_offloaded_blocks",
     )
 
     def __init__(
@@ -126,6 +127,10 @@ class Request:
         self.block_hashes: list[int] = []  # chained hashes of this request's full blocks (content only)
         self.num_registered_blocks = 0  # leading blocks of block_table already offered to the prefix cache
         self.cpu_block_table: list[int] = []  # CPU block ids while swapped out
+        # the KV offload tier (policies/kv_offload.py): tokens first admitted from it, and how many of
+        # this request's full blocks were offered to it (write-through, in token order)
+        self.num_cpu_cached_tokens = 0
+        self.num_offloaded_blocks = 0
 
     # --- derived counts -------------------------------------------------------------------------
     @property

@@ -19,6 +19,12 @@ Admission (`add_request`) rejects at once, with a reason, a request that could n
   more blocks than the GPU has, minus the watermark.
 A request that passes is never rejected later: a lone request can always grow to its full length.
 
+With a KV offload tier (`policies.kv_offload`), admission looks a prompt up in the GPU prefix cache,
+then in the CPU tier for the blocks after the GPU hit. The "native" backend holds the request apart
+(`loading`, counted as waiting) with its GPU blocks allocated until its load has landed, then puts it
+back at the head of the waiting queue with the loaded tokens computed; "lmcache" loads in the step
+that admits it. Every step's newly full blocks are stored to the tier (`offload_store_blocks`).
+
 Whole-prompt policies (`continuous`, `static`) use a step budget of at least `max_model_len`: vLLM v0
 without chunked prefill requires max_num_batched_tokens >= max_model_len (and defaults to
 max(max_model_len, 2048)). Rather than refuse a smaller setting we raise the floor, so every
@@ -76,11 +82,19 @@ class Scheduler:
         self.max_num_seqs = config.max_num_seqs
         self.long_prefill_token_threshold = config.long_prefill_token_threshold
         self.max_paddings = config.max_paddings  # 0 = unpadded prompt batches (see `_padded_fits`)
+        # the KV offload tier: requests whose prefix is being loaded (native backend), req_id ->
+        # [request, hashes, when the load lands, step id of the plan that carries it]; the loads of the
+        # schedule() call in progress; per step id, the (store hashes, synchronous load hashes) to settle
+        self.loading: dict = {}
+        self._offload_loads: list[tuple[int, int]] = []
+        self._pending_sync_loads: list = []
+        self._offload_transfers: dict = {}
 
     # --- queue sizes ------------------------------------------------------------------------------
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        """Waiting requests, those waiting for a KV load from the offload tier included (as vLLM counts)."""
+        return len(self.waiting) + len(self.loading)
 
     @property
     def num_running(self) -> int:
@@ -91,7 +105,7 @@ class Scheduler:
         return len(self.swapped)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped)
+        return bool(self.waiting or self.running or self.swapped or self.loading)
 
     # --- admission --------------------------------------------------------------------------------
     def reject_reason(self, req: "Request") -> str | None:
@@ -127,6 +141,9 @@ class Scheduler:
             self.running.remove(req)
         elif req.is_swapped:
             self.swapped.remove(req)
+        elif req_id in self.loading:  # its load may still be in flight: the tier's entries are released
+            entry = self.loading.pop(req_id)
+            self.block_manager.offload.finish_load(entry[1])
         else:
             self.waiting.remove(req)
         self._finish(req, FinishReason.ABORTED, now)
@@ -147,12 +164,16 @@ class Scheduler:
         caller would read as "idle until the next arrival".
         """
         self.now = now
+        if self.loading:
+            self._land_loads(now)
         step = StepBuilder(self.token_budget)
         self._schedule_pass(step, now)
         while step.is_idle and step.preempted and self.has_unfinished():
             step.restart()
             self._schedule_pass(step, now)
         plan = step.finish(self.step_id, now, self.group_decodes)
+        if self.block_manager.offload is not None:
+            plan = self._with_offload(plan)
         if not plan.is_empty:
             self.step_id += 1
         return plan
@@ -253,26 +274,46 @@ class Scheduler:
         """Admit waiting requests in queue order while budget, seats and blocks (with watermark) allow."""
         bm = self.block_manager
         waiting = self.waiting
+        offload = bm.offload
         while waiting and step.budget > 0:
             req = waiting.peek()
             if len(self.running) >= self.max_num_seqs:
                 if self._preempt_for(req, step):
                     continue
                 break
-            blocks, hit = bm.get_computed_blocks(req)
-            n = self._chunk(req.num_tokens - hit, step.budget)
+            # a request back from a native CPU-tier load holds its blocks and its loaded tokens
+            loaded = req.num_computed_tokens
+            cpu = 0
+            if loaded:
+                blocks, hit = [], 0
+            else:
+                blocks, hit = bm.get_computed_blocks(req)
+                if offload is not None:
+                    cpu = bm.offload_lookup(req, len(blocks), self.now) * bm.block_size
+            if cpu and not offload.synchronous:  # native: allocate for the hits, compute once loaded
+                first = len(blocks)
+                if offload.is_busy(req.block_hashes[first:first + cpu // bm.block_size]):
+                    break  # another request is loading these blocks: they will be GPU hits soon
+                if not bm.allocate_slots(req, cpu, blocks, use_watermark=True, delay_cache=True):
+                    if self._preempt_for(req, step):
+                        continue
+                    break
+                waiting.pop()
+                self._admitted(req, hit, cpu)
+                self._start_load(req, len(blocks), cpu)
+                continue
+            n = self._chunk(req.num_tokens - loaded - hit - cpu, step.budget)
             if n <= 0 or (self.max_paddings and not self._padded_fits(step, n)):
                 break
-            if not bm.allocate_slots(req, n, blocks, use_watermark=True):
+            if not bm.allocate_slots(req, cpu + n, blocks, use_watermark=True):
                 if self._preempt_for(req, step):
                     continue
                 break
             waiting.pop()
-            if bm.enable_prefix_caching:
-                bm.record_prefix_lookup(req.num_tokens, hit)
-            if req.first_scheduled_time is None:
-                req.num_cached_tokens = hit
-            req.num_computed_tokens = hit
+            if not loaded:
+                self._admitted(req, hit, cpu)
+                if cpu:  # lmcache: loaded in this step, before its forward pass
+                    self._start_load(req, len(blocks), cpu)
             req.transition(_CTX)
             if req.preempted_at is not None:  # back after a recompute preemption
                 req.mark_resumed(self.now)
@@ -281,6 +322,94 @@ class Scheduler:
             step.add(req, n)
         if self.max_paddings:
             self._pad_prompts(step)
+
+    def _admitted(self, req: "Request", hit: int, cpu: int) -> None:
+        """Count an admission's prefix hits (GPU `hit` and CPU-tier `cpu` tokens), now computed."""
+        bm = self.block_manager
+        if bm.enable_prefix_caching:
+            bm.record_prefix_lookup(req.num_tokens, hit)
+        if req.first_scheduled_time is None:
+            req.num_cached_tokens = hit
+            req.num_cpu_cached_tokens = cpu
+        req.num_computed_tokens = hit + cpu
+
+    # --- the KV offload tier ------------------------------------------------------------------------
+    def _start_load(self, req: "Request", first_block: int, num_tokens: int) -> None:
+        """Load `num_tokens` tokens of `req` (blocks from `first_block`) from the CPU tier: the copies go
+        into this step's plan; a native load holds the request in `loading` until it lands."""
+        bm = self.block_manager
+        pairs, hashes, ready_at = bm.offload_load(req, first_block, num_tokens // bm.block_size, self.now)
+        self._offload_loads.extend(pairs)
+        if bm.offload.synchronous:
+            self._pending_sync_loads.append(hashes)
+        else:
+            self.loading[req.req_id] = [req, hashes, ready_at, None]
+
+    def _land_loads(self, now: float) -> None:
+        """Requests whose native load has landed (its plan executed, its time come) wait again, at the
+        head of the queue in arrival order, their loaded blocks now in the GPU prefix cache."""
+        bm = self.block_manager
+        landed = [e for e in self.loading.values() if e[3] is not None and e[2] <= now]
+        if not landed:
+            return
+        landed.sort(key=lambda e: (e[0].arrival_time, e[3]))
+        for req, hashes, _, _ in reversed(landed):
+            del self.loading[req.req_id]
+            bm.offload.finish_load(hashes)
+            bm.cache_loaded_blocks(req)
+            self.waiting.prepend(req)
+
+    def next_wakeup(self) -> float | None:
+        """When the earliest native load in flight lands (None when none is): an idle replica sleeps
+        until then or the next arrival."""
+        times = [e[2] for e in self.loading.values() if e[3] is not None]
+        return min(times) if times else None
+
+    def _with_offload(self, plan: "BatchPlan") -> "BatchPlan":
+        """`plan` with this step's offload copies: the loads admitted into it, and the stores of the
+        full blocks its sequences fill (lmcache: prompt chunks only)."""
+        from dataclasses import replace
+
+        bm = self.block_manager
+        loads, self._offload_loads = self._offload_loads, []
+        sync_loads, self._pending_sync_loads = self._pending_sync_loads, []
+        stores, store_hashes = [], []
+        prompt_only = bm.offload.synchronous
+        requests = [seq.request for seq in plan.seqs if not seq.is_padding]
+        if plan.decodes:
+            requests = list(plan.decodes) + requests
+        for req in requests:
+            pairs, hashes = bm.offload_stores(req, prompt_only)
+            if pairs:
+                stores.extend(pairs)
+                store_hashes.extend(hashes)
+        if not loads and not stores:
+            return plan
+        if store_hashes or sync_loads:
+            self._offload_transfers[plan.step_id] = (store_hashes, sync_loads)
+        for entry in self.loading.values():
+            if entry[3] is None:
+                entry[3] = plan.step_id
+        return replace(plan, offload_load_blocks=tuple(loads), offload_store_blocks=tuple(stores))
+
+    def _settle_offload(self, plan: "BatchPlan", now: float) -> None:
+        """After the step of `plan` (ended at `now`): its stores are queued and findable once copied, its
+        synchronous loads done."""
+        done = self._offload_transfers.pop(plan.step_id, None)
+        if done is None:
+            return
+        tier = self.block_manager.offload
+        store_hashes, sync_loads = done
+        tier.finish_store(store_hashes, now)
+        for hashes in sync_loads:
+            tier.finish_load(hashes)
+
+    def offload_seconds(self, plan: "BatchPlan") -> float:
+        """Seconds the plan's offload copies add to its step (lmcache's synchronous copies; 0 for native)."""
+        tier = self.block_manager.offload
+        if tier is None:
+            return 0.0
+        return tier.step_seconds(len(plan.offload_load_blocks), len(plan.offload_store_blocks))
 
     def _padded_fits(self, step: StepBuilder, n: int) -> bool:
         """Padded prompt batches (`max_paddings`, `continuous` only, where a step's admissions are all
@@ -336,6 +465,8 @@ class Scheduler:
     def update(self, plan: "BatchPlan", result: "StepResult", now: float) -> list["Request"]:
         """Record one token per sampling sequence at `now`; finish and free the finished ones."""
         finished = []
+        if self._offload_transfers:
+            self._settle_offload(plan, now)
         if plan.decodes:  # the grouped leading decodes (simulator only): each samples, see BatchPlan
             self._record_tokens(plan.decodes, result, now, finished)
         if plan.seqs:
@@ -408,7 +539,7 @@ class Scheduler:
         """
         running = self.running
         n = len(running)
-        if not self.decode_runs or not n or self.swapped or n > self.token_budget:
+        if not self.decode_runs or not n or self.swapped or n > self.token_budget or self.loading:
             return 0, 0
         if running[-1].state is not _GEN:  # the newest request is the likeliest to be prefilling
             return 0, 0

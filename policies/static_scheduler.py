@@ -35,6 +35,7 @@ class StaticScheduler(Scheduler):
     def __init__(self, config: "SchedulerConfig", cache: "CacheConfig") -> None:
         super().__init__(config, cache)
         self.block_manager.enable_prefix_caching = False  # padded batches recompute everything
+        self.block_manager.offload = None  # nor do they load prefixes from a CPU tier
         size = config.static_max_batch_size or config.max_num_seqs
         self.batch_size = min(size, config.max_num_seqs)
         self.batch: list[Request] = []  # every member of the current batch, finished ones included

@@ -152,6 +152,7 @@ def summarize(requests: "pd.DataFrame", steps: "pd.DataFrame", itls: np.ndarray 
         "num_steps": len(steps),
         "padding_fraction": float(steps["num_padding_tokens"].sum() / computed) if computed else 0.0,
         "prefix_cache_hit_rate": float(requests["num_cached_tokens"].sum() / prompt_all) if prompt_all else 0.0,
+        **offload_summary(requests, steps, prompt_all),
         "kv_usage": {"mean": _time_weighted(steps, "kv_usage"),
                      "max": float(steps["kv_usage"].max()) if len(steps) else None},
         "num_waiting": {"mean": _time_weighted(steps, "num_waiting"),
@@ -176,6 +177,26 @@ def _saturation(requests: pd.DataFrame, reasons: pd.Series, end: float) -> dict:
                          queued["first_token_time"].to_numpy(dtype=float), end)
     return {"saturated": sat["saturated"], "offered_rate": sat["offered_rate_per_s"],
             "sustainable_rate": sat["sustainable_rate_per_s"], "backlog_growth": sat["backlog_growth"]}
+
+
+def offload_summary(requests: pd.DataFrame, steps: pd.DataFrame, prompt_all) -> dict:
+    """The KV offload tier's part of the summary: the share of prompt tokens its loads served
+    (`cpu_prefix_cache_hit_rate`; the GPU tier's is `prefix_cache_hit_rate`) and the blocks and bytes
+    moved each way, from the steps table. Empty for a run that moved nothing to or from a tier."""
+    if "num_offload_load_blocks" not in steps or "num_cpu_cached_tokens" not in requests:
+        return {}
+    cpu = int(requests["num_cpu_cached_tokens"].sum())
+    if not cpu and not steps["num_offload_store_blocks"].sum() and not steps["num_offload_load_blocks"].sum():
+        return {}
+    return {
+        "cpu_prefix_cache_hit_rate": float(cpu / prompt_all) if prompt_all else 0.0,
+        "offload": {
+            "num_load_blocks": int(steps["num_offload_load_blocks"].sum()),
+            "num_store_blocks": int(steps["num_offload_store_blocks"].sum()),
+            "load_bytes": int(steps["offload_load_bytes"].sum()),
+            "store_bytes": int(steps["offload_store_bytes"].sum()),
+        },
+    }
 
 
 def format_summary(summary: dict) -> str:
@@ -212,6 +233,10 @@ def format_summary(summary: dict) -> str:
         f"padding        {summary['padding_fraction']:.1%} of computed tokens",
         f"prefix cache   {summary['prefix_cache_hit_rate']:.1%} of prompt tokens hit",
     ]
+    if "offload" in summary:
+        o = summary["offload"]
+        lines.append(f"CPU KV tier    {summary['cpu_prefix_cache_hit_rate']:.1%} of prompt tokens loaded; "
+                     f"{o['load_bytes'] / 2**30:.2f} GiB in, {o['store_bytes'] / 2**30:.2f} GiB out")
     if summary.get("cost_per_million_output_tokens") is not None:
         lines.append(f"cost           ${summary['cost_per_million_output_tokens']:.3g} per 1M output tokens "
                      f"({summary['gpu_hours']:.3g} GPU-hours, ${summary['cost_usd']:.3g})")

@@ -29,6 +29,7 @@ REQUEST_COLUMNS = (
     "num_prompt_tokens", "num_output_tokens", "max_tokens", "priority", "num_cached_tokens",
     "num_preemptions", "num_swaps", "num_recomputes", "finish_reason", "reject_reason",
     "ttft_s", "e2e_s", "tpot_s", "queue_s", "max_itl_s", "replica", "preemption_intervals",
+    "num_cpu_cached_tokens",
 )
 
 # finish reasons of requests that produced their whole answer (the ones latency metrics count)
@@ -40,7 +41,9 @@ class StepRecord:
     """One iteration of one replica: when it ran, what it computed and the state around it.
 
     Queue lengths and KV usage are read right after `schedule()`, i.e. they describe the step
-    while it runs. Padding tokens are the `static` baseline's computed-but-useless tokens.
+    while it runs. Padding tokens are the `static` baseline's computed-but-useless tokens. The
+    offload columns count the step's copies from and to the KV offload tier, in blocks and in bytes
+    over the replica's GPUs (`policies.kv_offload`; 0 without a tier).
     """
 
     step_id: int
@@ -59,6 +62,10 @@ class StepRecord:
     num_running: int
     num_swapped: int
     replica: str = "0"
+    num_offload_load_blocks: int = 0
+    num_offload_store_blocks: int = 0
+    offload_load_bytes: int = 0
+    offload_store_bytes: int = 0
 
 
 STEP_COLUMNS = tuple(f.name for f in fields(StepRecord))
@@ -87,12 +94,19 @@ def record_step(plan: "BatchPlan", start: float, duration: float, scheduler, rep
         num_seqs += len(plan.decodes)
     bm = scheduler.block_manager
     used = bm.num_used_gpu_blocks
-    return StepRecord(
+    record = StepRecord(
         plan.step_id, start, duration, num_prefill, num_decode, num_padding, num_seqs,
         len(plan.swap_out_blocks), len(plan.swap_in_blocks), len(plan.preempted),
         used, used / bm.num_gpu_blocks,
         scheduler.num_waiting, scheduler.num_running, scheduler.num_swapped, replica,
     )
+    if plan.offload_load_blocks or plan.offload_store_blocks:
+        block_bytes = bm.offload.block_bytes
+        record.num_offload_load_blocks = n_load = len(plan.offload_load_blocks)
+        record.num_offload_store_blocks = n_store = len(plan.offload_store_blocks)
+        record.offload_load_bytes = n_load * block_bytes
+        record.offload_store_bytes = n_store * block_bytes
+    return record
 
 
 class Recorder:
@@ -153,6 +167,7 @@ def request_row(req: "Request", replica: str = "", max_itl: float | None = None)
         "queue_s": queue, "max_itl_s": max_itl, "replica": replica,
         # JSON [[preempted_at, resumed_at], ...]: one cell, so the table stays one row per request
         "preemption_intervals": json.dumps(req.preemption_intervals) if req.preemption_intervals else "[]",
+        "num_cpu_cached_tokens": req.num_cpu_cached_tokens,
     }
     for key, value in req.tags.items():  # workload labels (class, group, turn...) become columns
         row.setdefault(key, value)

@@ -31,25 +31,39 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from policies import ConfigError, SchedulerConfig
-from policies.config import check_int, check_keys, check_number
+from policies.config import OFFLOAD_BACKENDS, check_choice, check_int, check_keys, check_number
 from sim.frontend import FrontendConfig
 from records.metrics import SLOConfig
 
 
 @dataclass(frozen=True)
 class CacheSection:
-    """The paged KV cache knobs a user sets; block counts come from `hardware` (memory or given)."""
+    """The paged KV cache knobs a user sets; block counts come from `hardware` (memory or given).
+
+    `offload_size_gb` > 0 adds a CPU tier of the prefix cache of that many GiB over the replica's
+    GPUs (vLLM's `kv_offloading_size`; `policies.kv_offload`), `offload_backend` "native" (vLLM's
+    OffloadingConnector: asynchronous copies) or "lmcache" (synchronous, 256-token chunks),
+    `offload_bandwidth_gbps` the host link's GB/s per direction per GPU (None: the GPU's PCIe,
+    `hardware.pcie_bandwidth_gbps` if set).
+    """
 
     block_size: int = 16
     watermark: float = 0.0  # fraction of GPU blocks kept free when admitting (vLLM v0 used 0.01)
     # None: the policy's default (policies.CacheConfig: on for 'vllm', off for the others)
     enable_prefix_caching: bool | None = None
+    offload_size_gb: float = 0.0
+    offload_backend: str = "native"
+    offload_bandwidth_gbps: float | None = None
 
     def __post_init__(self) -> None:
         check_int("cache.block_size", self.block_size, 1)
         check_number("cache.watermark", self.watermark, 0.0, 0.5)
         if self.enable_prefix_caching is not None and not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError(f"cache.enable_prefix_caching: expected true or false, got {self.enable_prefix_caching!r}")
+        check_number("cache.offload_size_gb", self.offload_size_gb, 0.0)
+        check_choice("cache.offload_backend", self.offload_backend, OFFLOAD_BACKENDS)
+        if self.offload_bandwidth_gbps is not None:
+            check_number("cache.offload_bandwidth_gbps", self.offload_bandwidth_gbps, 0.0, strict_min=True)
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,9 @@ class Replica:
         # what the first step after an idle wait costs on top (a latency model's `after_idle_s`,
         # e.g. a calibrated profile's: the engine's caches went cold while it slept)
         after_idle, was_idle = float(getattr(self.latency_model, "after_idle_s", 0.0) or 0.0), False
+        # the KV offload tier: the copy time synchronous backends add to a step, and when a load lands
+        offload_seconds = getattr(scheduler, "offload_seconds", None) or (lambda plan: 0.0)
+        next_wakeup = getattr(scheduler, "next_wakeup", None)
         while True:
             now = env.now
             if decode_runs:
@@ -147,15 +150,28 @@ class Replica:
             plan = scheduler.schedule(now)
             if live is None or len(live) != len(own):  # _sweep's own test, without the call
                 self._sweep(now)
-            if plan.is_empty:
+            if plan.is_empty or not (plan.has_compute or offload_seconds(plan)):
                 # nothing can run: sleep until the next submit (a scheduler that holds waiting
-                # requests it cannot place gets another chance then; the runner reports any leftovers)
+                # requests it cannot place gets another chance then; the runner reports any leftovers),
+                # or until a KV load from the offload tier lands; a plan of asynchronous offload copies
+                # alone is issued at once (recorded as a step of no duration: its copies run beside)
+                if not plan.is_empty:
+                    add_step(record_step(plan, now, 0.0, scheduler, name))
+                    scheduler.update(plan, StepResult(0.0), now)
+                wake_at = next_wakeup() if next_wakeup is not None else None
+                if wake_at is not None and wake_at <= now:
+                    continue
                 self._wakeup = env.event()
-                yield self._wakeup
+                if wake_at is not None:
+                    yield self._wakeup | env.timeout(wake_at - now)
+                else:
+                    yield self._wakeup
                 self._wakeup = None
                 was_idle = env.now > now
                 continue
             duration = float(step_time(plan))
+            if plan.offload_load_blocks or plan.offload_store_blocks:
+                duration += offload_seconds(plan)
             if not duration > 0.0:
                 raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
             if was_idle:

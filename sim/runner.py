@@ -192,7 +192,32 @@ def build_cache_config(config: Config) -> CacheConfig:
     return CacheConfig(block_size=block_size, num_gpu_blocks=gpu_blocks,
                        num_cpu_blocks=num_cpu_blocks(spec, config.hardware, block_size),
                        watermark=config.cache.watermark,
-                       enable_prefix_caching=config.cache.enable_prefix_caching)
+                       enable_prefix_caching=config.cache.enable_prefix_caching,
+                       **offload_settings(config))
+
+
+def offload_settings(config: Config) -> dict:
+    """The KV offload tier's `CacheConfig` fields from the `cache` section: its blocks (GiB over the
+    replica's GPUs, each holding its shard of a block), the host link's seconds per block (each GPU
+    copies its shard over its own link, at the achieved fraction of PCIe swaps also get) and one
+    block's bytes over the replica."""
+    cache = config.cache
+    if not cache.offload_size_gb:
+        return {}
+    from policies.kv_offload import offload_blocks
+    from sim.latency import RooflineConstants
+    from specs import bytes_per_block
+
+    hw = config.hardware
+    per_gpu = bytes_per_block(config.model.spec(), hw.tp, cache.block_size)
+    bandwidth = cache.offload_bandwidth_gbps * 1e9 if cache.offload_bandwidth_gbps is not None else hw.pcie_bandwidth
+    num_blocks = offload_blocks(cache.offload_size_gb, per_gpu * hw.tp)
+    if num_blocks < 1:
+        raise ConfigError(f"cache.offload_size_gb: {cache.offload_size_gb} GiB holds no KV block of "
+                          f"{per_gpu * hw.tp} bytes; give more")
+    return {"num_offload_blocks": num_blocks, "offload_backend": cache.offload_backend,
+            "offload_s_per_block": per_gpu / (bandwidth * RooflineConstants().pcie_eff),
+            "offload_block_bytes": per_gpu * hw.tp}
 
 
 def simulate(config: Config, progress: bool = False, latency_model=None, workload=None,

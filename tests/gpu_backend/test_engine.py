@@ -18,11 +18,12 @@ from policies import CacheConfig, SchedulerConfig
 
 
 def make_engine(model, policy="chunked", num_gpu_blocks=256, num_cpu_blocks=0, block_size=16, prefix=False,
-                **sched) -> Engine:
+                num_offload_blocks=0, offload_backend="native", **sched) -> Engine:
     sched.setdefault("max_model_len", 512)
     config = EngineConfig(model=model.config, scheduler=SchedulerConfig(policy=policy, **sched),
                           cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks,
-                                            num_cpu_blocks=num_cpu_blocks, enable_prefix_caching=prefix))
+                                            num_cpu_blocks=num_cpu_blocks, enable_prefix_caching=prefix,
+                                            num_offload_blocks=num_offload_blocks, offload_backend=offload_backend))
     engine = Engine(config, "cpu", model=model)
     engine.kv_cache.fill_(float("nan"))
     engine.expected_slots = set()  # (block, offset) the plans allot; filled by the wrapper below
@@ -32,6 +33,7 @@ def make_engine(model, policy="chunked", num_gpu_blocks=256, num_cpu_blocks=0, b
     def recording_execute(plan):
         bs = engine.kv_cache.block_size
         engine.swapped_in_blocks.update(dst for _, dst in plan.swap_in_blocks)
+        engine.swapped_in_blocks.update(dst for _, dst in plan.offload_load_blocks)  # whole blocks too
         for s in plan.seqs:
             if not s.is_padding:
                 table = s.request.block_table
@@ -150,6 +152,45 @@ def test_shared_prefix_with_prefix_caching(tiny_model, hf_ref):
     check_against_reference(hf_ref, reqs, prompts)
     assert all(r.num_cached_tokens >= 32 for r in rest), [r.num_cached_tokens for r in rest]
     check_invariants(engine, reqs)
+
+
+@pytest.mark.parametrize("backend, prefix_len, block_size", [("native", 40, 8), ("lmcache", 264, 8)])
+def test_cpu_offload_tier_loads_evicted_prefixes_token_exact(tiny_model, hf_ref, backend, prefix_len, block_size):
+    """Two prefixes take turns on a GPU pool too small to keep both cached: each comes back from the
+    CPU tier (loaded into fresh GPU blocks, native after its load lands, lmcache in the step), and the
+    greedy tokens still equal the reference's."""
+    a, b = make_prompt(prefix_len, seed=11), make_prompt(prefix_len, seed=12)
+    prompts = [a + make_prompt(5, seed=301), b + make_prompt(7, seed=302), a + make_prompt(4, seed=303),
+               b + make_prompt(6, seed=304), a + make_prompt(9, seed=305)]
+    per_request = -(-(prefix_len + 9 + 8) // block_size)
+    engine = make_engine(tiny_model, "chunked", num_gpu_blocks=per_request + 3, block_size=block_size, prefix=True,
+                         num_offload_blocks=4 * per_request, offload_backend=backend)
+    reqs = []
+    for i, p in enumerate(prompts):  # one at a time: each evicts the other prefix from the GPU cache
+        reqs += serve_one(engine, i, p, 8)
+    check_against_reference(hf_ref, reqs, prompts)
+    loaded = [r.num_cpu_cached_tokens for r in reqs]
+    assert loaded[:2] == [0, 0] and all(n > 0 for n in loaded[2:]), loaded
+    # the prefix's full blocks come back whole across the two tiers (lmcache: its whole 256-token chunk)
+    whole = 256 if backend == "lmcache" else prefix_len // block_size * block_size
+    assert all(r.num_cached_tokens + r.num_cpu_cached_tokens == whole for r in reqs[2:]), \
+        [(r.num_cached_tokens, r.num_cpu_cached_tokens) for r in reqs]
+    tier = engine.scheduler.block_manager.offload
+    assert tier.num_loaded_blocks * block_size == sum(loaded)
+    stored = sum(len(s) for s in engine.offload_stores)
+    assert stored == tier.num_stored_blocks > 0
+    tier.check_invariants()
+    check_invariants(engine, reqs)
+
+
+def serve_one(engine, req_id, prompt, max_tokens):
+    if not hasattr(engine, "offload_stores"):
+        engine.offload_stores = []
+        engine.step_hooks.append(lambda plan, result: engine.offload_stores.append(plan.offload_store_blocks))
+    r = make_request(req_id, prompt, max_tokens)
+    engine.add_request(r)
+    engine.run_until_done()
+    return [r]
 
 
 def test_static_policy(tiny_model, hf_ref):

@@ -1,0 +1,161 @@
+"""The KV offload tier: LRU and pins, the two transfer queues, and the scheduler's loads and stores
+(native: the request waits for its load; lmcache: it loads in the step that admits it)."""
+from __future__ import annotations
+
+import pytest
+
+from policies import ConfigError, StepResult
+from policies.kv_offload import OffloadTier, offload_blocks
+from policy_factories import make_requests, make_scheduler, run, step
+
+
+def make_tier(num_blocks=4, backend="native", s_per_block=0.0, block_size=4):
+    return OffloadTier(num_blocks, block_size, backend, s_per_block)
+
+
+def test_lookup_counts_the_landed_consecutive_run_after_the_gpu_hit():
+    tier = make_tier(s_per_block=1.0)
+    picked = tier.start_store([11, 12, 13])
+    assert [i for i, _ in picked] == [0, 1, 2]
+    assert tier.lookup([11, 12, 13], 0, now=100.0) == 0  # not landed before its step ended
+    done = tier.finish_store([11, 12, 13], now=5.0)
+    assert done == 8.0  # three blocks of 1 s queued on the device -> host link
+    assert tier.lookup([11, 12, 13], 0, now=7.9) == 0 and tier.lookup([11, 12, 13], 0, now=8.0) == 3
+    assert tier.lookup([11, 12, 13], 1, now=8.0) == 2  # after one GPU hit
+    assert tier.lookup([11, 99, 13], 0, now=8.0) == 1  # the run stops at the first miss
+    tier.check_invariants()
+
+
+def test_stores_skip_present_blocks_and_evict_the_least_recently_used_unpinned():
+    tier = make_tier(num_blocks=3)
+    tier.finish_store([1, 2, 3], 0.0) if tier.start_store([1, 2, 3]) else None
+    tier.start_load([1], 0.0)  # pinned by a load in flight: never evicted
+    tier.lookup([2], 0, 0.0)
+    picked = tier.start_store([2, 4])  # 2 is present (touched); 4 evicts the LRU unpinned one: 3
+    assert [i for i, _ in picked] == [1]
+    assert set(tier.entries) == {1, 2, 4} and tier.num_evicted_blocks == 1
+    tier.finish_store([4], 0.0)
+    assert tier.start_store([5, 6, 7]) and tier.num_evicted_blocks <= 3
+    assert 1 in tier.entries  # still pinned
+    tier.finish_load([1])
+    tier.finish_store([h for h in (5, 6, 7) if h in tier.entries], 0.0)
+    tier.check_invariants()
+
+
+def test_full_of_pinned_blocks_stores_nothing():
+    tier = make_tier(num_blocks=2)
+    tier.start_store([1, 2])  # pinned until finish_store
+    assert tier.start_store([3]) == []
+    tier.check_invariants()
+
+
+def test_loads_queue_on_the_host_to_device_link_and_lmcache_loads_in_the_step():
+    native, lm = make_tier(s_per_block=0.5), make_tier(backend="lmcache", s_per_block=0.5, block_size=64)
+    for tier in (native, lm):
+        tier.start_store([1, 2, 3, 4])
+        tier.finish_store([1, 2, 3, 4], 0.0)
+    assert native.start_load([1, 2], 10.0)[1] == 11.0
+    assert native.start_load([3], 10.5)[1] == 11.5  # behind the first load
+    assert lm.start_load([1, 2], 10.0)[1] == 10.0  # its copy time is the step's
+    assert lm.step_seconds(2, 1) == 1.5 and native.step_seconds(2, 1) == 0.0
+
+
+def test_lmcache_hits_whole_chunks_only():
+    tier = OffloadTier(64, 64, "lmcache")  # 256-token chunks = 4 blocks of 64
+    hashes = list(range(1, 9))
+    tier.start_store(hashes[:6])
+    tier.finish_store(hashes[:6], 0.0)
+    assert tier.chunk_blocks == 4
+    assert tier.lookup(hashes, 0, 1.0) == 4  # 6 present: one whole chunk
+    assert tier.lookup(hashes, 1, 1.0) == 3  # the GPU hit one block: the rest of the chunk
+
+
+def test_size_in_gib_and_bad_settings():
+    assert offload_blocks(1.0, 2**20) == 1024 and offload_blocks(0, 2**20) == 0
+    with pytest.raises(ConfigError, match=r"^cache\.offload_backend"):
+        OffloadTier(4, 16, "disk")
+    with pytest.raises(ConfigError, match=r"^cache\.offload_size_gb: the CPU tier is a prefix cache"):
+        make_scheduler(num_offload_blocks=8, enable_prefix_caching=False)
+
+
+PREFIX = list(range(1, 33))  # 8 blocks of 4 tokens
+
+
+def evicting_workload():
+    """Two prefixes in turn, one request at a time, on a GPU pool that holds one prompt: the first
+    prefix's cached blocks are gone when it comes back."""
+    other = [1000 + t for t in PREFIX]
+    return (make_requests(1, prompt=36, max_tokens=3, prefix=PREFIX, start_id=0)
+            + make_requests(1, prompt=36, max_tokens=3, prefix=other, start_id=1, arrival=1.0)
+            + make_requests(1, prompt=36, max_tokens=3, prefix=PREFIX, start_id=2, arrival=2.0))
+
+
+@pytest.mark.parametrize("backend", ["native", "lmcache"])
+def test_an_evicted_prefix_is_loaded_back_from_the_cpu_tier(backend):
+    block_size = 4 if backend == "native" else 64
+    # a pool of exactly one request's blocks: the second prompt evicts every block of the first
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=10 if backend == "native" else 5, block_size=block_size,
+                           num_offload_blocks=32, offload_backend=backend, max_num_batched_tokens=64,
+                           max_model_len=512)
+    reqs = evicting_workload() if backend == "native" else [
+        *make_requests(1, prompt=300, max_tokens=3, prefix=list(range(1, 300)), start_id=0),
+        *make_requests(1, prompt=300, max_tokens=3, prefix=list(range(5000, 5300)), start_id=1, arrival=1.0),
+        *make_requests(1, prompt=300, max_tokens=3, prefix=list(range(1, 300)), start_id=2, arrival=2.0)]
+    plans = run(sched, reqs, on_step=lambda plan, now: sched.block_manager.check_invariants())
+    first, _, again = reqs
+    assert first.num_cpu_cached_tokens == 0 and again.num_cached_tokens == 0  # the GPU cache lost it
+    whole = 32 if backend == "native" else 256
+    assert again.num_cpu_cached_tokens == whole
+    loads = [p for p in plans if p.offload_load_blocks]
+    assert sum(len(p.offload_load_blocks) for p in loads) * block_size == whole
+    if backend == "native":  # the load is issued in a plan of its own; the request computes after it
+        assert not any(s.request is again for p in loads for s in p.seqs)
+    else:  # loaded and computed in one step
+        assert any(s.request is again and s.num_computed_tokens == whole for p in loads for s in p.seqs)
+    stored = sum(len(p.offload_store_blocks) for p in plans)
+    assert stored == sched.block_manager.offload.num_stored_blocks > 0
+    assert all(r.finish_reason.value == "length" for r in reqs)
+
+
+def test_a_native_load_holds_the_request_until_it_lands():
+    """With 1 s a block on the link a load of n blocks lands n s after it starts: the request waits
+    (counted as waiting, holding its GPU blocks), the scheduler says when to wake up, and the other
+    requests are not held up."""
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=11, block_size=4, num_offload_blocks=32,
+                           offload_s_per_block=1.0, max_num_batched_tokens=64)
+    a, b, again = evicting_workload()
+    run(sched, [a, b])
+    sched.add_request(again, 100.0)
+    plan = sched.schedule(100.0)
+    gpu_hit = again.num_cached_tokens // 4
+    n = len(plan.offload_load_blocks)
+    assert n == 8 - gpu_hit > 0 and not plan.seqs  # the prefix's 8 blocks, over the two tiers
+    assert sched.num_waiting == 1 and sched.num_running == 0 and len(again.block_table) == 8
+    sched.update(plan, StepResult(0.0), 100.0)
+    assert sched.next_wakeup() == 100.0 + n
+    bystander = make_requests(1, prompt=8, max_tokens=3, start_id=9)[0]
+    sched.add_request(bystander, 100.0)
+    now = 100.0
+    while now + 0.5 < 100.0 + n:
+        plan, _ = step(sched, now, duration=0.5)
+        assert again not in [s.request for s in plan.seqs]
+        now += 0.5
+    assert bystander.finish_reason.value == "length" and sched.num_waiting == 1
+    plan = sched.schedule(100.0 + n)
+    assert [s.request for s in plan.seqs] == [again] and plan.seqs[0].num_computed_tokens == 32
+    assert again.num_cpu_cached_tokens == 4 * n
+    sched.block_manager.check_invariants()
+
+
+def test_abort_while_loading_frees_its_blocks():
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=10, block_size=4, num_offload_blocks=32,
+                           offload_s_per_block=1.0, max_num_batched_tokens=64)
+    a, b, again = evicting_workload()
+    run(sched, [a, b])
+    sched.add_request(again, 100.0)
+    step(sched, 100.0, duration=0.0)
+    assert again.req_id in sched.loading
+    sched.abort_request(again.req_id, 101.0)
+    assert not sched.loading and again.finish_reason.value == "aborted" and not again.block_table
+    assert not sched.block_manager.offload.pins and not sched.has_unfinished()
+    sched.block_manager.check_invariants()
