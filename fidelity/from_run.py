@@ -280,6 +280,9 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         "scheduler": scheduler_section(s, gpu, usage),
         "cache": {"block_size": s.block_size, "enable_prefix_caching": bool(s.enable_prefix_caching)},
     }
+    if s.kv_offloading_size:  # vLLM's KV offloading: a CPU tier of the prefix cache (policies.kv_offload)
+        data["cache"]["offload_size_gb"] = float(s.kv_offloading_size)
+        data["cache"]["offload_backend"] = s.kv_offloading_backend or "native"
     if not s.enable_chunked_prefill:
         # the v0 block manager keeps 1% of the GPU blocks free when admitting a prompt (or swapping
         # one in), so that an admission does not at once force a decode preemption (ENGINE-SEMANTICS

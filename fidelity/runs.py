@@ -60,6 +60,8 @@ class ServerArgs:
     engine_version: str | None = None  # "0.11", "0.19", ... (None: unknown)
     gpu_memory_utilization: float | None = None
     kv_cache_dtype: str | None = None  # vLLM's --kv-cache-dtype ("auto", "fp8", ...)
+    kv_offloading_size: float | None = None  # vLLM's --kv-offloading-size (GiB over the TP ranks; None: off)
+    kv_offloading_backend: str | None = None  # vLLM's --kv-offloading-backend ("native", "lmcache")
 
 
 @dataclass

@@ -239,6 +239,8 @@ def load_llmservingsim_run(path: Path) -> RealRun:
     kv = meta.get("kv_cache") or {}
     device = (meta.get("hardware") or {}).get("device_name")
     gpu = canonical_gpu(device) if device else canonical_gpu(path.parent.name)
+    resolved_cache = (meta.get("resolved_config") or {}).get("cache_config") or {}
+    offload_size = kw.get("kv_offloading_size", resolved_cache.get("kv_offloading_size"))
     server = ServerArgs(
         model=str(kw.get("model", meta.get("model"))), gpu=gpu,
         tensor_parallel_size=int(kw.get("tensor_parallel_size") or 1),
@@ -249,6 +251,8 @@ def load_llmservingsim_run(path: Path) -> RealRun:
         enable_prefix_caching=bool(kv.get("enable_prefix_caching", True)),
         block_size=int(kv.get("block_size") or 16), num_gpu_blocks=kv.get("num_gpu_blocks"),
         engine_version=".".join(str(meta.get("vllm_version", "0.19")).split(".")[:2]),
+        kv_offloading_size=float(offload_size) if offload_size else None,
+        kv_offloading_backend=kw.get("kv_offloading_backend", resolved_cache.get("kv_offloading_backend")),
     )
     recs = [json.loads(line) for line in (path / "vllm" / "requests.jsonl").read_text().splitlines() if line.strip()]
     queued = np.array([r["queued_ts"] for r in recs], dtype=float)

@@ -64,6 +64,8 @@ def server_args_from_exp_config(exp: dict, gpu: str | None = None) -> ServerArgs
         engine_version=str(exp["vllm_version"]) if exp.get("vllm_version") else None,
         gpu_memory_utilization=_fraction(exp.get("gpu_memory_utilization")),
         kv_cache_dtype=str(exp["kv_cache_dtype"]) if exp.get("kv_cache_dtype") else None,
+        kv_offloading_size=float(exp["kv_offloading_size"]) if exp.get("kv_offloading_size") else None,
+        kv_offloading_backend=str(exp["kv_offloading_backend"]) if exp.get("kv_offloading_backend") else None,
     )
 
 

@@ -116,3 +116,21 @@ def test_memory_and_kv_dtype_arguments_reach_the_config(tmp_path):
     (folder / "exp-config.yaml").write_text(_yaml.safe_dump(exp))
     with pytest.raises(ValueError, match="^exp-config.gpu_memory_utilization"):
         config_from_run(folder)
+
+
+def test_kv_offloading_arguments_become_the_cpu_tier(tmp_path):
+    """vLLM's --kv-offloading-size / --kv-offloading-backend are the cache section's offload tier; the
+    shipped runs that record them (LLMServingSim's vLLM 0.19 meta) have it off."""
+    import yaml as _yaml
+
+    folder = make_measured_run(tmp_path / "offload", n=8)
+    assert config_from_run(folder).cache.offload_size_gb == 0
+    exp = _yaml.safe_load((folder / "exp-config.yaml").read_text())
+    exp.update(kv_offloading_size=64, kv_offloading_backend="lmcache")
+    (folder / "exp-config.yaml").write_text(_yaml.safe_dump(exp))
+    cfg = config_from_run(folder)
+    assert (cfg.cache.offload_size_gb, cfg.cache.offload_backend) == (64.0, "lmcache")
+    exp["kv_offloading_backend"] = "disk"
+    (folder / "exp-config.yaml").write_text(_yaml.safe_dump(exp))
+    with pytest.raises(ConfigError, match=r"^cache\.offload_backend"):
+        config_from_run(folder)
