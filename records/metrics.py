@@ -179,22 +179,29 @@ def _saturation(requests: pd.DataFrame, reasons: pd.Series, end: float) -> dict:
             "sustainable_rate": sat["sustainable_rate_per_s"], "backlog_growth": sat["backlog_growth"]}
 
 
+OFFLOAD_STEP_COLUMNS = ("num_offload_load_blocks", "num_offload_store_blocks", "offload_load_bytes",
+                        "offload_store_bytes")
+
+
 def offload_summary(requests: pd.DataFrame, steps: pd.DataFrame, prompt_all) -> dict:
-    """The KV offload tier's part of the summary: the share of prompt tokens its loads served
-    (`cpu_prefix_cache_hit_rate`; the GPU tier's is `prefix_cache_hit_rate`) and the blocks and bytes
-    moved each way, from the steps table. Empty for a run that moved nothing to or from a tier."""
+    """The KV offload tier's part of the summary (`offload_totals`) from the two tables."""
     if "num_offload_load_blocks" not in steps or "num_cpu_cached_tokens" not in requests:
         return {}
-    cpu = int(requests["num_cpu_cached_tokens"].sum())
-    if not cpu and not steps["num_offload_store_blocks"].sum() and not steps["num_offload_load_blocks"].sum():
+    return offload_totals(int(requests["num_cpu_cached_tokens"].sum()),
+                          {name: int(steps[name].sum()) for name in OFFLOAD_STEP_COLUMNS}, prompt_all)
+
+
+def offload_totals(cpu_cached_tokens: int, sums: dict, prompt_all) -> dict:
+    """The share of prompt tokens the KV offload tier's loads served (`cpu_prefix_cache_hit_rate`; the
+    GPU tier's is `prefix_cache_hit_rate`) and the blocks and bytes moved each way (`offload`), from
+    the steps' offload columns summed (`sums`). Empty for a run that moved nothing to or from a tier."""
+    if not cpu_cached_tokens and not sums["num_offload_store_blocks"] and not sums["num_offload_load_blocks"]:
         return {}
     return {
-        "cpu_prefix_cache_hit_rate": float(cpu / prompt_all) if prompt_all else 0.0,
+        "cpu_prefix_cache_hit_rate": float(cpu_cached_tokens / prompt_all) if prompt_all else 0.0,
         "offload": {
-            "num_load_blocks": int(steps["num_offload_load_blocks"].sum()),
-            "num_store_blocks": int(steps["num_offload_store_blocks"].sum()),
-            "load_bytes": int(steps["offload_load_bytes"].sum()),
-            "store_bytes": int(steps["offload_store_bytes"].sum()),
+            "num_load_blocks": sums["num_offload_load_blocks"], "num_store_blocks": sums["num_offload_store_blocks"],
+            "load_bytes": sums["offload_load_bytes"], "store_bytes": sums["offload_store_bytes"],
         },
     }
 

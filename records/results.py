@@ -211,6 +211,7 @@ def request_columns(requests: list["Request"], replica_of: Mapping | None = None
         "replica": [replica_of.get(r.req_id, "") for r in requests],
         "preemption_intervals": [json.dumps(r.preemption_intervals) if r.preemption_intervals else "[]"
                                  for r in requests],
+        "num_cpu_cached_tokens": ints("num_cpu_cached_tokens"),
     }
     tag_keys: dict[str, None] = {}
     for r in requests:

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from records.metrics import COST_KEYS, SLOConfig
+from records.metrics import COST_KEYS, OFFLOAD_STEP_COLUMNS, SLOConfig, offload_totals
 from records.results import COMPLETED_REASONS
 from records.saturation import saturation
 from records.sketch import DEFAULT_EXACT_LIMIT, DEFAULT_RELATIVE_ACCURACY, QuantileSketch
@@ -41,6 +41,8 @@ class RunningSummary:
         self.first_arrival = math.inf
         self.last_finish = -math.inf
         self.out_tokens = self.in_tokens = self.prompt_tokens_all = self.cached_tokens = 0
+        self.cpu_cached_tokens = 0  # the KV offload tier's (records.metrics.offload_summary)
+        self.offload = dict.fromkeys(OFFLOAD_STEP_COLUMNS, 0)
         self.num_preemptions = self.num_swaps = self.num_recomputes = 0
         self.num_good = 0
         self.num_steps = 0
@@ -80,6 +82,8 @@ class RunningSummary:
         self.in_tokens += int(prompt[done].sum())
         self.prompt_tokens_all += int(prompt.sum())
         self.cached_tokens += int(np.asarray(columns["num_cached_tokens"], dtype=np.int64).sum())
+        if "num_cpu_cached_tokens" in columns:
+            self.cpu_cached_tokens += int(np.asarray(columns["num_cpu_cached_tokens"], dtype=np.int64).sum())
         self.num_preemptions += int(np.asarray(columns["num_preemptions"], dtype=np.int64).sum())
         self.num_swaps += int(np.asarray(columns["num_swaps"], dtype=np.int64).sum())
         self.num_recomputes += int(np.asarray(columns["num_recomputes"], dtype=np.int64).sum())
@@ -120,6 +124,9 @@ class RunningSummary:
             top = values.max().item()
             self.maxima[name] = top if self.maxima[name] is None else max(self.maxima[name], top)
         self.sketches["step_time_s"].add(duration)
+        for name in OFFLOAD_STEP_COLUMNS:
+            if name in columns:
+                self.offload[name] += int(np.asarray(columns[name]).sum())
 
     # --- the result -------------------------------------------------------------------------------
     @property
@@ -194,6 +201,7 @@ class RunningSummary:
             "num_running": {"mean": self._time_weighted("num_running"),
                             "max": int(maxima["num_running"]) if self.num_steps else None},
             "step_time_s": self.sketches["step_time_s"].stats() if self.num_steps else None,
+            **offload_totals(self.cpu_cached_tokens, self.offload, self.prompt_tokens_all),
         }
         summary.update(self._saturation(start + duration if n else 0.0))
         summary.update(dict.fromkeys(COST_KEYS))  # as summarize: filled by the simulator's cost meter

@@ -27,6 +27,8 @@ LAYOUTS = {
                 '{name = "batch", priority = 1, fraction = 0.3}]', "scheduler.queue=priority"],
     "prefix groups": ["workload.num_prefix_groups=3", "workload.prefix_len=256", "workload.users_per_group=4",
                       "cache.enable_prefix_caching=true"],
+    "KV offload tier": ["workload.num_prefix_groups=8", "workload.prefix_len=1024", "workload.users_per_group=4",
+                        "cache.enable_prefix_caching=true", "hardware.num_gpu_blocks=500", "cache.offload_size_gb=4"],
     "closed loop": ["workload.kind=closed_loop", "workload.num_users=12", "workload.think_time=0.1"],
     "front end": ["frontend.request_overhead_s=0.002", "frontend.stream_overhead_s=0.0005"],
     "three replicas": ["cluster.num_replicas=3", "cluster.router=least_tokens", "workload.rate=30"],
