@@ -77,6 +77,8 @@ def held_out_line(meta: dict) -> str | None:
         return None
     held = fit.get("holdout_median_abs_pct")
     held_s = "-" if held is None else f"{held:.1f}%"
+    by = fit.get("holdout_median_abs_pct_by_configuration") or {}
+    each = (", ".join(f"{k} {v:.1f}%" for k, v in by.items()) if by
+            else f"each of {', '.join(fit.get('configurations') or [])}")
     return (f"calibration: engine-step fit in-sample {fit['median_abs_pct']:.1f}%, held out {held_s} median "
-            f"(each of {', '.join(fit.get('configurations') or [])} predicted from the others; "
-            f"limit {HELD_OUT_LIMIT_PCT:.0f}%)")
+            f"({each}, each predicted from the others; limit {HELD_OUT_LIMIT_PCT:.0f}%)")

@@ -234,7 +234,8 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
                    # (a loaded profile made before the checks existed is checked now)
                    "calibration_warnings": calibration_warnings(prof.meta),
                    "engine_step_fit": {k: (prof.meta.get("engine_step_fit") or {}).get(k) for k in
-                                       ("median_abs_pct", "holdout_median_abs_pct", "holdout_p90_abs_pct")},
+                                       ("median_abs_pct", "holdout_median_abs_pct", "holdout_p90_abs_pct",
+                                        "holdout_median_abs_pct_by_configuration")},
                    "in_step_scale": prof.meta.get("in_step_scale"),
                    "fit_error": {n: op.fit_error for n, op in prof.ops.items()},
                    "engine_summary": measured.summary, "sim_summary": predicted.summary}

@@ -77,6 +77,9 @@ def print_fit_table(profile) -> None:
         print(f"engine steps ({fit['num_steps']} of {', '.join(fit['configurations'])}): step time error "
               f"median {fit['median_abs_pct']:.1f}% p90 {fit['p90_abs_pct']:.1f}%; each configuration predicted "
               f"from the others: median {fit['holdout_median_abs_pct']:.1f}% p90 {fit['holdout_p90_abs_pct']:.1f}%")
+        by = fit.get("holdout_median_abs_pct_by_configuration")
+        if by:
+            print("  held out, by configuration: " + ", ".join(f"{k} {v:.1f}%" for k, v in by.items()))
         from calibrate.engine_steps import SCALE_BOUNDS
 
         print("in-step scales of the op curves: " + ", ".join(f"{k} {v:.3f}" for k, v in scale.items())

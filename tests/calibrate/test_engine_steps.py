@@ -70,6 +70,8 @@ def test_known_overhead_and_scales_are_recovered_and_a_burst_does_not_bend_them(
     stats = fit["stats"]
     assert stats["num_steps"] == len(steps) and stats["configurations"] == ["cfg0", "cfg1", "cfg2"]
     assert stats["median_abs_pct"] < 2.0 and stats["holdout_median_abs_pct"] < 3.0
+    by = stats["holdout_median_abs_pct_by_configuration"]
+    assert set(by) == {"cfg0", "cfg1", "cfg2"} and min(by.values()) <= stats["holdout_median_abs_pct"] <= max(by.values())
 
 
 def test_scales_multiply_the_op_groups_and_leave_overhead_alone():
