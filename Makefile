@@ -50,18 +50,21 @@ test-all: setup-test
 WHEELS ?= wheels
 GPU_CHECK_OUT ?= runs/gpu-check
 GPU_PY ?= python3
+# distributions the GPU machine already has, left out of $(WHEELS) (e.g. WHEELS_SKIP=numpy: ~68 MB -> ~51 MB)
+WHEELS_SKIP ?=
 GPU_PYTHON ?= $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 wheels:
 	$(PY) -m pip download --quiet --only-binary=:all: --dest $(WHEELS) --python-version $(GPU_PYTHON) \
 	  --implementation cp --abi cp$(subst .,,$(GPU_PYTHON)) --platform manylinux_2_28_x86_64 \
 	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -r benchmarks/gpu_check_requirements.txt
-	@echo "wheels for Python $(GPU_PYTHON) in $(WHEELS)/: hand the folder to the GPU machine with the repository"
+	@for d in $(WHEELS_SKIP); do rm -f $(WHEELS)/$$d-*.whl; done
+	@echo "wheels for Python $(GPU_PYTHON) in $(WHEELS)/ ($$(du -sh $(WHEELS) | cut -f1)): hand the folder to the GPU machine"
 
 gpu-check:
 	$(GPU_PY) benchmarks/gpu_check.py --wheels $(WHEELS) --out $(GPU_CHECK_OUT)
 
-gpu-check-dry: setup-test
+gpu-check-dry: $(BIN)/python
 	$(BIN)/python benchmarks/gpu_check.py --dry-run --out runs/gpu-check-dry
 
 clean:
