@@ -207,19 +207,21 @@ def offload_totals(cpu_cached_tokens: int, sums: dict, prompt_all) -> dict:
 
 
 def format_summary(summary: dict) -> str:
-    """A small human-readable table of the headline figures (the CLI prints it)."""
-    def ms(block: dict | None, key: str) -> str:
-        return f"{block[key] * 1e3:10.1f}" if block else f"{'-':>10}"
+    """A small human-readable table of the headline figures (the CLI prints it; `records.display`)."""
+    from records.display import ms, number, percent
+
+    def cell(block: dict | None, key: str) -> str:
+        return f"{ms(block.get(key)) if block else '-':>10}"
 
     tp = summary["throughput"]
     lines = [
-        f"requests       {summary['num_requests']} ({summary['num_finished']} finished, "
-        f"{summary['num_rejected']} rejected, {summary.get('num_aborted', 0)} aborted)",
-        f"duration       {summary['duration_s']:.2f} s simulated, {summary['num_steps']} steps",
-        f"throughput     {tp['requests_per_s']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s, "
-        f"{tp['total_tokens_per_s']:.1f} total tok/s",
-        f"goodput        {summary['goodput_requests_per_s']:.2f} req/s"
-        + (f" (SLO {summary['slo']}, attainment {summary['slo_attainment']:.1%})"
+        f"requests       {number(summary['num_requests'])} ({number(summary['num_finished'])} finished, "
+        f"{number(summary['num_rejected'])} rejected, {number(summary.get('num_aborted', 0))} aborted)",
+        f"duration       {number(summary['duration_s'])} s simulated, {number(summary['num_steps'])} steps",
+        f"throughput     {number(tp['requests_per_s'])} req/s, {number(tp['output_tokens_per_s'])} output tok/s, "
+        f"{number(tp['total_tokens_per_s'])} total tok/s",
+        f"goodput        {number(summary['goodput_requests_per_s'])} req/s"
+        + (f" (SLO {summary['slo']}, attainment {percent(summary['slo_attainment'])})"
            if summary.get("slo") and summary.get("slo_attainment") is not None else ""),
         "",
         f"{'latency (ms)':14} {'mean':>10} {'p50':>10} {'p90':>10} {'p99':>10} {'max':>10}"
@@ -228,33 +230,36 @@ def format_summary(summary: dict) -> str:
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"),
                        ("queue_s", "queue")):
         block = summary.get(key)
-        lines.append(f"{label:14} " + " ".join(ms(block, k) for k in ("mean", "p50", "p90", "p99", "max")))
+        lines.append(f"{label:14} " + " ".join(cell(block, k) for k in ("mean", "p50", "p90", "p99", "max")))
     stall = summary["max_stall_s"]
     kv = summary["kv_usage"]
     lines += [
         "",
-        f"max stall      {stall * 1e3:.1f} ms" if stall is not None else "max stall      -",
-        f"preemptions    {summary['num_preemptions']} ({summary['num_swaps']} swaps, "
-        f"{summary['num_recomputes']} recomputes)",
-        f"KV usage       mean {kv['mean']:.1%}, max {kv['max']:.1%}" if kv["mean"] is not None else "KV usage       -",
-        f"padding        {summary['padding_fraction']:.1%} of computed tokens",
-        f"prefix cache   {summary['prefix_cache_hit_rate']:.1%} of prompt tokens hit",
+        f"max stall      {ms(stall)} ms" if stall is not None else "max stall      -",
+        f"preemptions    {number(summary['num_preemptions'])} ({number(summary['num_swaps'])} swaps, "
+        f"{number(summary['num_recomputes'])} recomputes)",
+        f"KV usage       mean {percent(kv['mean'])}, max {percent(kv['max'])}" if kv["mean"] is not None
+        else "KV usage       -",
+        f"padding        {percent(summary['padding_fraction'])} of computed tokens",
+        f"prefix cache   {percent(summary['prefix_cache_hit_rate'])} of prompt tokens hit",
     ]
     if "offload" in summary:
         o = summary["offload"]
         lines.append(f"CPU KV tier    {summary['cpu_prefix_cache_hit_rate']:.1%} of prompt tokens loaded; "
                      f"{o['load_bytes'] / 2**30:.2f} GiB in, {o['store_bytes'] / 2**30:.2f} GiB out")
     if summary.get("cost_per_million_output_tokens") is not None:
-        lines.append(f"cost           ${summary['cost_per_million_output_tokens']:.3g} per 1M output tokens "
-                     f"({summary['gpu_hours']:.3g} GPU-hours, ${summary['cost_usd']:.3g})")
+        lines.append(f"cost           ${number(summary['cost_per_million_output_tokens'])} per 1M output tokens "
+                     f"({number(summary['gpu_hours'])} GPU-hours, ${number(summary['cost_usd'])})")
     if summary.get("energy_j_per_output_token") is not None:
-        lines.append(f"energy         {summary['energy_j_per_output_token']:.3g} J per output token "
-                     f"(mean {summary['mean_power_w']:.0f} W per GPU)")
+        lines.append(f"energy         {number(summary['energy_j_per_output_token'])} J per output token "
+                     f"(mean {number(summary['mean_power_w'])} W per GPU)")
     scaling = summary.get("autoscaling")
     if scaling:
-        lines.append(f"autoscaling    up to {scaling['max_replicas_up']} replicas (mean {scaling['mean_replicas_up']:.3g}) "
-                     f"on {scaling['metric']} (target {scaling['target']:g}); {scaling['num_scale_ups']} scale-ups, "
-                     f"{scaling['num_scale_downs']} scale-downs, {scaling['provisioning_delay_s']:.3g} s to provision")
+        lines.append(f"autoscaling    up to {number(scaling['max_replicas_up'])} replicas (mean "
+                     f"{number(scaling['mean_replicas_up'])}) on {scaling['metric']} (target "
+                     f"{number(scaling['target'], trim=True)}); {number(scaling['num_scale_ups'])} scale-ups, "
+                     f"{number(scaling['num_scale_downs'])} scale-downs, "
+                     f"{number(scaling['provisioning_delay_s'])} s to provision")
     load = saturation_line(summary)
     if load:
         lines.append(load)
@@ -263,12 +268,14 @@ def format_summary(summary: dict) -> str:
 
 def saturation_line(summary: dict) -> str | None:
     """One line on whether the run kept up with its offered load (None when it cannot tell)."""
+    from records.display import number
+
     offered = summary.get("offered_rate")
     if offered is None:
         return None
     if not summary.get("saturated"):
-        return f"load           kept up with the offered {offered:.3g} req/s (queues did not grow)"
+        return f"load           kept up with the offered {number(offered)} req/s (queues did not grow)"
     sustainable = summary.get("sustainable_rate")
-    about = f"~{sustainable:.3g} req/s" if sustainable is not None else "less"
-    return (f"SATURATED      offered {offered:.3g} req/s, sustains {about}: queues grew through the run, "
+    about = f"~{number(sustainable)} req/s" if sustainable is not None else "less"
+    return (f"SATURATED      offered {number(offered)} req/s, sustains {about}: queues grew through the run, "
             "so the latency figures describe a growing backlog, not a steady state")

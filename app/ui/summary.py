@@ -4,12 +4,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from records.display import ms, number
+
 
 def _ms(block: dict | None, key: str) -> str:
-    """Milliseconds, short enough for a card (3 significant digits)."""
-    if not block or block.get(key) is None:
-        return "-"
-    return f"{block[key] * 1000:.3g}"
+    """Milliseconds, short enough for a card (3 significant digits, thousands separated)."""
+    return ms(block.get(key)) if block else "-"
 
 
 def load_banner(summary: dict) -> None:
@@ -40,13 +40,13 @@ def cards(summary: dict) -> None:
     c[0].metric("TTFT p50 / p99 (ms)", f"{_ms(summary.get('ttft_s'), 'p50')} / {_ms(summary.get('ttft_s'), 'p99')}")
     c[1].metric("TPOT p50 / p99 (ms)", f"{_ms(summary.get('tpot_s'), 'p50')} / {_ms(summary.get('tpot_s'), 'p99')}")
     c[2].metric("E2E p50 / p99 (ms)", f"{_ms(summary.get('e2e_s'), 'p50')} / {_ms(summary.get('e2e_s'), 'p99')}")
-    c[3].metric("Output tokens/s", f"{thr.get('output_tokens_per_s', 0):,.0f}")
+    c[3].metric("Output tokens/s", number(thr.get("output_tokens_per_s", 0)))
     c = st.columns(4)
-    c[0].metric("Requests/s", f"{thr.get('requests_per_s', 0):.2f}")
-    goodput = summary.get("goodput_requests_per_s")
-    c[1].metric("Goodput (req/s in SLO)", "-" if goodput is None else f"{goodput:.2f}")
-    c[2].metric("Preemptions", f"{summary.get('num_preemptions', 0)}")
-    c[3].metric("Finished / rejected", f"{summary.get('num_finished', 0)} / {summary.get('num_rejected', 0)}")
+    c[0].metric("Requests/s", number(thr.get("requests_per_s", 0)))
+    c[1].metric("Goodput (req/s in SLO)", number(summary.get("goodput_requests_per_s")))
+    c[2].metric("Preemptions", number(summary.get("num_preemptions", 0)))
+    c[3].metric("Finished / rejected", f"{number(summary.get('num_finished', 0))} / "
+                f"{number(summary.get('num_rejected', 0))}")
 
 
 def comparison_table(summaries: dict[str, dict]) -> pd.DataFrame:

@@ -13,6 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from records.display import percent
 from ui import charts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,13 +55,18 @@ def diagnostics(folder: Path | None) -> str | None:
     return "; ".join(phrases(details)) or None
 
 
+def _pct(v) -> str:
+    """A percentage figure of a report (already in %) for a card."""
+    return percent(None if v is None else v / 100)
+
+
 def show(report: dict, folder: Path | None) -> None:
     st_err = report["step_time_abs_pct_error"]
     c = st.columns(3)
-    c[0].metric("Per-step error, median", f"{st_err.get('median', float('nan')):.1f}%")
-    c[1].metric("Per-step error, p90", f"{st_err.get('p90', float('nan')):.1f}%")
+    c[0].metric("Per-step error, median", _pct(st_err.get("median")))
+    c[1].metric("Per-step error, p90", _pct(st_err.get("p90")))
     e2e = report["metrics"].get("e2e_s", {}).get("mean", {})
-    c[2].metric("Mean E2E error", "-" if e2e.get("abs_pct_error") is None else f"{e2e['abs_pct_error']:.1f}%")
+    c[2].metric("Mean E2E error", _pct(e2e.get("abs_pct_error")))
     st.dataframe(metrics_table(report), use_container_width=True, hide_index=True)
     note = diagnostics(folder)
     if note:
