@@ -16,8 +16,11 @@ Sections (each a frozen dataclass validated on construction, errors naming `sect
 
 `load_config(path_or_dict, overrides)` reads TOML (or a dict), applies `--set section.key=value`
 overrides (values parsed as TOML scalars; a bare word is a string), rejects unknown sections and keys
-with the allowed ones listed, and builds the sections. `config_to_toml` writes the resolved config
-back (saved beside every result). Sweeps use `dataclasses.replace` or more overrides.
+with the allowed ones listed, and builds the sections. Sections of other commands (`[serve]`) are
+accepted and left alone, so one file serves `simulate`, `run`, `serve` and `validate`; a note says so.
+`Config.notes` holds such lines (what one setting did to another), and `config_to_toml` writes the
+resolved config back (saved beside every result) with its notes as comments. Sweeps use
+`dataclasses.replace` or more overrides.
 """
 from __future__ import annotations
 
@@ -111,6 +114,9 @@ class Config:
     disaggregation: Any = None  # sim.cluster.config.DisaggregationConfig (prefill/decode pools)
     frontend: FrontendConfig = field(default_factory=FrontendConfig)  # HTTP front-end delays (zero: off)
     autoscaling: Any = None  # sim.cluster.autoscaler.AutoscalingConfig (replicas that follow the load)
+    # what one setting did to another, one line each (printed by the commands, kept in config.toml
+    # as comments); not a setting: configs that differ only in notes are equal
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         # sections left out get their defaults (model/hardware/workload types are imported lazily)
@@ -164,6 +170,10 @@ def _read(source: str | Path | Mapping) -> tuple[dict, Path | None]:
         raise ConfigError(f"config: {path} is not a UTF-8 TOML file") from None
 
 
+# sections other commands read from the same file: accepted, not used here (section -> its command)
+OTHER_COMMANDS_SECTIONS = {"serve": "servesim serve"}
+
+
 # keys holding file paths: relative paths in a config file are relative to that file
 PATH_KEYS = {("workload", "trace"), ("model", "name"), ("hardware", "profile")}
 
@@ -185,9 +195,12 @@ def load_config(source: str | Path | Mapping, overrides: Sequence[str] = ()) -> 
     for override in overrides:
         apply_override(data, override)
     types = section_types()
-    unknown = [k for k in data if k not in types]
+    unknown = [k for k in data if k not in types and k not in OTHER_COMMANDS_SECTIONS]
     if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown section; allowed sections: {', '.join(types)}")
+        allowed = ", ".join([*types, *OTHER_COMMANDS_SECTIONS])
+        raise ConfigError(f"{unknown[0]}: unknown section; allowed sections: {allowed}")
+    notes = tuple(f"[{k}] is read by `{OTHER_COMMANDS_SECTIONS[k]}` only; this command does not use it"
+                  for k in data if k in OTHER_COMMANDS_SECTIONS)
     if base is not None:
         for section, key in PATH_KEYS:
             value = data.get(section, {}).get(key) if isinstance(data.get(section), Mapping) else None
@@ -201,7 +214,7 @@ def load_config(source: str | Path | Mapping, overrides: Sequence[str] = ()) -> 
         model_len = getattr(sections["model"].spec(), "max_position_embeddings", None)
         if isinstance(model_len, int) and model_len >= 2:
             sections["scheduler"] = dataclasses.replace(sections["scheduler"], max_model_len=model_len)
-    return Config(**sections)
+    return Config(**sections, notes=notes)
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -262,10 +275,13 @@ def _as_dict(obj: Any, top: bool = True) -> dict:
 def config_to_toml(config: Config) -> str:
     """The resolved config as TOML text that `load_config` reads back to an equal Config.
 
-    None values are left out (they mean "default / derived").
+    None values are left out (they mean "default / derived"); `config.notes` become comment lines.
     """
     lines = ["# servesim resolved configuration"]
+    lines += [f"# note: {n}" for n in config.notes]
     for f in fields(config):
+        if f.name == "notes":
+            continue
         section = getattr(config, f.name)
         lines.append(f"\n[{f.name}]")
         for key, value in _as_dict(section).items():

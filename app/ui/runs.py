@@ -22,6 +22,7 @@ class RunOutput:
     steps: pd.DataFrame
     summary: dict
     config_toml: str
+    notes: tuple[str, ...] = ()  # what one setting did to another (sim.notes), shown above the results
 
 
 def validate(config_dict: dict, overrides: list[str] = ()) -> tuple[dict | None, str | None, str | None]:
@@ -50,11 +51,16 @@ def canonical(config_dict: dict) -> str:
 def run_simulation(config_json: str) -> RunOutput:
     """Simulate a config given as canonical JSON (the cache key). Raises on bad input."""
     from sim.config import config_to_toml
+    from sim.notes import outcome_notes, setting_notes, with_notes
     from sim.runner import simulate
+    from sim.workload import build_workload
 
     config = load_config(json.loads(config_json))
-    result = simulate(config)
-    return RunOutput(result.requests, result.steps, result.summary, config_to_toml(config))
+    workload = build_workload(config.workload, config.scheduler.max_model_len)
+    config = with_notes(config, setting_notes(config, workload))
+    result = simulate(config, workload=workload)
+    config = with_notes(config, outcome_notes(workload))
+    return RunOutput(result.requests, result.steps, result.summary, config_to_toml(config), config.notes)
 
 
 def run_with_status(config_dict: dict, label: str = "Simulating") -> RunOutput | None:

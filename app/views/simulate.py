@@ -22,6 +22,8 @@ elif clicked or st.session_state.get("sim.last") == resolved:
     st.session_state["sim.last"] = resolved
     out = run_with_status(resolved)
     if out is not None:
+        for line in out.notes:
+            st.info(line)
         summary.cards(out.summary)
         summary.cost_cards(out.summary)
         if out.summary.get("padding_fraction"):

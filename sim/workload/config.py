@@ -16,7 +16,7 @@ TOML shape (every key optional)::
     stages = [[2.0, 60], [8.0, 60]]   # staged: [rate, duration] pairs, one after another
     num_users = 32            # closed_loop: concurrent users; each sends again `think_time` s after
     think_time = 0.0          #   its previous request ends
-    trace = "examples/traces/azure_conv_slice.csv"   # requests (lengths; arrivals for kind = trace)
+    trace = "examples/traces/azure_conv_2023_slice.csv"   # requests (lengths; arrivals for kind = trace)
     trace_format = "auto"     # auto | csv | azure | mooncake | vidur (lengths only, no arrivals)
     time_scale = 1.0          # trace: multiply recorded arrival times (0.5 = twice as fast)
     prompt_len = { kind = "lognormal", median = 512, sigma = 1.0, max = 4096 }

@@ -1,0 +1,94 @@
+"""What one setting of a config did to another, one line each: the `Config.notes` of a run.
+
+Some settings change what others mean without an error: a rate rescales a trace's recorded
+arrivals (and makes `time_scale` moot), a trace under generated arrivals gives its lengths only, a
+whole-prompt policy raises the step budget to max_model_len, `workload.max_model_len` bounds the
+lengths instead of the scheduler's, and lengths over max_model_len are clipped or dropped. A user
+who is not told reads the results of a run they did not mean, so the commands print these lines
+and keep them in the resolved config (comments in config.toml). `setting_notes` speaks of the
+config and its built workload before the run; `outcome_notes` of what the workload did during it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from records.display import number
+from sim.workload.config import WorkloadConfig
+
+GENERATED_ARRIVALS = ("poisson", "gamma", "constant", "staged", "closed_loop")
+
+
+def _fmt(v: float) -> str:
+    return number(v, trim=True)
+
+
+def setting_notes(config, workload=None) -> list[str]:
+    """Lines for the settings of `config` that change another (`workload`: its built workload, for the trace)."""
+    return workload_notes(config, workload) + scheduler_notes(config)
+
+
+def scheduler_notes(config) -> list[str]:
+    """The scheduler's part: a whole-prompt policy's step budget (what `servesim serve` has to say too)."""
+    from policies.scheduler import scheduler_class
+
+    sched = config.scheduler
+    if scheduler_class(sched.policy).whole_prompts and sched.max_num_batched_tokens < sched.max_model_len:
+        return [f"scheduler.policy = {sched.policy} schedules whole prompts: its step budget is "
+                f"max_model_len = {sched.max_model_len} tokens, not scheduler.max_num_batched_tokens = "
+                f"{sched.max_num_batched_tokens}"]
+    return []
+
+
+def workload_notes(config, workload=None) -> list[str]:
+    """The workload's part: how its trace, rate and lengths bounds combine."""
+    notes: list[str] = []
+    w, sched = config.workload, config.scheduler
+    trace = getattr(workload, "trace", None)
+    if w.trace and w.kind == "trace" and w.rate is not None:
+        mean = trace.mean_rate if trace is not None else float("nan")
+        if np.isfinite(mean):
+            factor = mean / w.rate
+            notes.append(f"workload.rate = {_fmt(w.rate)} req/s rescales the trace's recorded arrivals "
+                         f"(mean {_fmt(mean)} req/s): every arrival time x {_fmt(factor)}; leave workload.rate "
+                         "unset to replay them as recorded")
+        if w.time_scale != 1.0:
+            notes.append(f"workload.time_scale = {_fmt(w.time_scale)} is not used: workload.rate sets the pace")
+    if w.trace and w.kind in GENERATED_ARRIVALS:
+        pace = f" at {_fmt(w.rate)} req/s" if w.rate is not None and w.kind != "closed_loop" else ""
+        unused = [k for k in ("prompt_len", "output_len")
+                  if getattr(w, k) != getattr(WorkloadConfig, k)]  # set in the config, yet the trace's win
+        notes.append(f"workload.trace gives the prompt and output lengths only (its rows in order, reused "
+                     f"cyclically); the arrivals are generated (workload.kind = {w.kind}{pace})"
+                     + (f"; {' and '.join('workload.' + k for k in unused)} not used" if unused else "")
+                     + ("" if trace is not None and trace.format == "vidur"
+                        else "; set workload.kind = trace to replay its recorded arrivals"))
+    if w.max_model_len is not None and w.max_model_len != sched.max_model_len and w.kind != "inference_perf":
+        notes.append(f"workload.max_model_len = {w.max_model_len} bounds the request lengths, not "
+                     f"scheduler.max_model_len = {sched.max_model_len}")
+    return notes
+
+
+def outcome_notes(workload) -> list[str]:
+    """Lines for what the workload did to its requests during the run (clipped or dropped as too long)."""
+    clipped, filtered = getattr(workload, "num_clipped", 0), getattr(workload, "num_filtered", 0)
+    limit = getattr(workload, "max_model_len", None)
+    notes = []
+    if clipped:
+        notes.append(f"workload.too_long = clip: {clipped} requests had prompt + output over "
+                     f"max_model_len = {limit} tokens and were shortened to fit")
+    if filtered:
+        notes.append(f"workload.too_long = filter: {filtered} requests had prompt + output over "
+                     f"max_model_len = {limit} tokens and were left out of the workload")
+    return notes
+
+
+def with_notes(config, notes) -> object:
+    """`config` with `notes` appended to its own (each line once, in order)."""
+    merged = list(config.notes)
+    for line in notes:
+        line = " ".join(str(line).split())  # one line each: a config.toml comment
+        if line not in merged:
+            merged.append(line)
+    return dataclasses.replace(config, notes=tuple(merged))

@@ -1,0 +1,111 @@
+"""`sim.notes`: each setting that changes another says so, and what it says is what the run does."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from policies import CacheConfig
+from policies.scheduler import make_scheduler
+from records.display import number
+from sim.config import config_to_toml, load_config
+from sim.notes import outcome_notes, setting_notes, with_notes
+from sim.workload import build_workload
+from sim.workload.traces import read_trace
+
+REPO = Path(__file__).resolve().parents[2]
+TRACE = REPO / "examples" / "traces" / "azure_conv_2023_slice.csv"
+
+
+def config(**sections):
+    data = {"model": {"name": "Llama-2-7B"}, "workload": {"num_requests": 50}}
+    for name, values in sections.items():
+        data.setdefault(name, {}).update(values)
+    return load_config(data)
+
+
+def notes_of(cfg):
+    workload = build_workload(cfg.workload, cfg.scheduler.max_model_len)
+    return setting_notes(cfg, workload), workload
+
+
+def test_a_plain_config_has_no_notes():
+    notes, workload = notes_of(config())
+    workload.start()
+    assert notes == [] and outcome_notes(workload) == []
+
+
+def test_a_rate_on_a_trace_says_it_rescales_the_recorded_arrivals_by_what_it_does():
+    cfg = config(workload={"kind": "trace", "trace": str(TRACE), "rate": 12.0, "time_scale": 2.0})
+    notes, workload = notes_of(cfg)
+    recorded = read_trace(str(TRACE)).arrival_time[:50]
+    arrivals = np.array([r.arrival_time for r in workload.start()])
+    factor = arrivals[1:] / recorded[1:]
+    np.testing.assert_allclose(factor, factor[0], rtol=1e-9)  # one factor for every arrival
+    (rescale,) = [n for n in notes if "rescales" in n]
+    assert "workload.rate = 12 " in rescale and f"x {number(factor[0], trim=True)};" in rescale
+    assert any("workload.time_scale = 2 is not used" in n for n in notes)
+    # without the rate: replayed as recorded (times time_scale), and nothing to say
+    plain = config(workload={"kind": "trace", "trace": str(TRACE)})
+    notes, workload = notes_of(plain)
+    np.testing.assert_allclose([r.arrival_time for r in workload.start()], recorded)
+    assert notes == []
+
+
+def test_a_trace_under_generated_arrivals_says_only_its_lengths_are_used():
+    cfg = config(workload={"kind": "poisson", "rate": 5.0, "trace": str(TRACE),
+                           "prompt_len": {"kind": "constant", "value": 77}})
+    notes, workload = notes_of(cfg)
+    trace = read_trace(str(TRACE))
+    requests = workload.start()
+    assert [r.num_prompt_tokens for r in requests] == list(trace.prompt_tokens[:50])  # its lengths...
+    assert not np.allclose([r.arrival_time for r in requests], trace.arrival_time[:50])  # ...not its arrivals
+    (note,) = notes
+    assert "lengths only" in note and "workload.kind = poisson at 5 req/s" in note
+    assert "workload.prompt_len not used" in note
+
+
+def test_a_whole_prompt_policy_says_its_budget_is_max_model_len_as_the_scheduler_runs():
+    for policy in ("static", "continuous", "chunked"):
+        cfg = config(scheduler={"policy": policy, "max_num_batched_tokens": 512, "max_model_len": 4096})
+        notes, _ = notes_of(cfg)
+        scheduler = make_scheduler(cfg.scheduler, CacheConfig(block_size=16, num_gpu_blocks=1000))
+        said = [n for n in notes if "step budget" in n]
+        if scheduler.token_budget != cfg.scheduler.max_num_batched_tokens:
+            assert said == [f"scheduler.policy = {policy} schedules whole prompts: its step budget is max_model_len"
+                            f" = {scheduler.token_budget} tokens, not scheduler.max_num_batched_tokens = 512"]
+        else:
+            assert said == [], policy
+    assert policy == "chunked" and said == []
+
+
+def test_clipped_lengths_are_counted_as_the_workload_clipped_them():
+    cfg = config(workload={"kind": "trace", "trace": str(TRACE), "num_requests": 200},
+                 scheduler={"max_model_len": 1024})
+    _, workload = notes_of(cfg)
+    trace = read_trace(str(TRACE))
+    over = int(((trace.prompt_tokens[:200] + trace.output_tokens[:200]) > 1024).sum())
+    requests = workload.start()
+    assert over > 0 and all(r.num_prompt_tokens + r.max_tokens <= 1024 for r in requests)
+    assert outcome_notes(workload) == [f"workload.too_long = clip: {over} requests had prompt + output over "
+                                       "max_model_len = 1024 tokens and were shortened to fit"]
+
+
+def test_notes_are_kept_in_the_resolved_config_and_do_not_change_it():
+    cfg = with_notes(config(), ["one thing", "another", "one thing"])
+    assert cfg.notes == ("one thing", "another")
+    text = config_to_toml(cfg)
+    assert "# note: one thing\n# note: another\n" in text
+    again = load_config_text(text)
+    assert again == cfg and again.notes == ()
+
+
+def test_a_section_of_another_command_is_accepted_and_noted():
+    cfg = load_config({"model": {"name": "Llama-2-7B"}, "serve": {"model_name": "x"}})
+    assert cfg.notes == ("[serve] is read by `servesim serve` only; this command does not use it",)
+
+
+def load_config_text(text: str):
+    import tomllib
+
+    return load_config(tomllib.loads(text))
