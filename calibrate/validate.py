@@ -133,16 +133,25 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
     `quick`: the calibration grid's mode (`calibrate.bench.Grid.make`); the grid covers the config's
     `max_model_len`. The calibration's checks of its own fits (`calibrate.fit_checks`) go to
     details.json (`calibration_warnings`), the report page, and as `CalibrationWarning`s."""
+    return run_validation(config_path, device, profile, out_dir, quick, overrides, progress, threads)[0]
+
+
+def run_validation(config_path: str | Path, device: str = "cpu", profile: str | Path | None = None,
+                   out_dir: str | Path | None = None, quick: bool | str = True, overrides=(), progress: bool = True,
+                   threads: int | None = 1, notes=()) -> tuple[dict, dict]:
+    """`validate`, returning (the `validation.json` dict, the `details.json` dict); `notes` join the
+    config's (`sim.notes`), kept in both runs' config.toml."""
     import torch
 
     from calibrate.bench import calibrate
     from calibrate.model_dims import resolve_model
     from sim.config import load_config
+    from sim.notes import with_notes
     from sim.runner import build_cache_config, simulate
 
     if threads is not None and torch.device(device).type == "cpu":
         torch.set_num_threads(threads)
-    config = load_config(config_path, list(overrides))
+    config = with_notes(load_config(config_path, list(overrides)), notes)
     model_path = str(config.model.name)
     engine_cfg, _ = engine_config_for(config, device)
     # the simulator must see the engine's KV geometry (block counts derive from dtype and memory)
@@ -203,6 +212,33 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
     steps = pd.DataFrame(rows)
     report = compare(predicted.summary, measured.summary, steps["abs_pct_error"].to_numpy() if len(steps) else [])
 
+    details = {"config": str(config_path), "device": device, "profile_meta": prof.meta,
+               "profile_path": str(profile) if profile else None, "calibration_s": round(t_cal, 1),
+               "num_steps": len(steps), "torch_threads": torch.get_num_threads(),
+               "load_avg_1m": [round(load_before, 2), round(load_after, 2)],  # before/after the engine run
+               # the same per-step comparison against the engine thread's CPU time: separates model
+               # error from time spent waiting for a core on a shared machine
+               "step_time_abs_pct_error_vs_cpu_time": {
+                   "median": float(steps.abs_pct_error_vs_cpu.median()) if len(steps) else None,
+                   "p90": float(steps.abs_pct_error_vs_cpu.quantile(0.9)) if len(steps) else None},
+               # each step's signed error minus the median of its 51 neighbours': what is left when
+               # the machine's speed drifting over the run (other tenants of a shared host) is taken out
+               "step_time_abs_pct_error_detrended": detrended_error(steps),
+               # the machine's speed change across the run, seen by the calibration's engine steps
+               # before and after it (calibrate.bench.bracket_drift_pct); None with --profile
+               "bracket_drift_pct": prof.meta.get("bracket_drift_pct") if profile is None else None,
+               "wall_over_cpu_median": float((steps.measured_s / steps.measured_cpu_s).median()) if len(steps)
+               else None,
+               "missing_ops": list(lm.missing_ops),
+               # the calibration's checks of its own fits: a clamped scale or a missed held-out check
+               # (a loaded profile made before the checks existed is checked now)
+               "calibration_warnings": calibration_warnings(prof.meta),
+               "engine_step_fit": {k: (prof.meta.get("engine_step_fit") or {}).get(k) for k in
+                                   ("median_abs_pct", "holdout_median_abs_pct", "holdout_p90_abs_pct",
+                                    "holdout_median_abs_pct_by_configuration")},
+               "in_step_scale": prof.meta.get("in_step_scale"),
+               "fit_error": {n: op.fit_error for n, op in prof.ops.items()},
+               "engine_summary": measured.summary, "sim_summary": predicted.summary}
     if out_dir is not None:
         from records.results import pooled_itls
 
@@ -212,33 +248,6 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
         steps.to_csv(out / "steps.csv", index=False)
         measured.save(out / "engine", plot=False)
         predicted.save(out / "sim", plot=False)
-        details = {"config": str(config_path), "device": device, "profile_meta": prof.meta,
-                   "profile_path": str(profile) if profile else None, "calibration_s": round(t_cal, 1),
-                   "num_steps": len(steps), "torch_threads": torch.get_num_threads(),
-                   "load_avg_1m": [round(load_before, 2), round(load_after, 2)],  # before/after the engine run
-                   # the same per-step comparison against the engine thread's CPU time: separates model
-                   # error from time spent waiting for a core on a shared machine
-                   "step_time_abs_pct_error_vs_cpu_time": {
-                       "median": float(steps.abs_pct_error_vs_cpu.median()) if len(steps) else None,
-                       "p90": float(steps.abs_pct_error_vs_cpu.quantile(0.9)) if len(steps) else None},
-                   # each step's signed error minus the median of its 51 neighbours': what is left when
-                   # the machine's speed drifting over the run (other tenants of a shared host) is taken out
-                   "step_time_abs_pct_error_detrended": detrended_error(steps),
-                   # the machine's speed change across the run, seen by the calibration's engine steps
-                   # before and after it (calibrate.bench.bracket_drift_pct); None with --profile
-                   "bracket_drift_pct": prof.meta.get("bracket_drift_pct") if profile is None else None,
-                   "wall_over_cpu_median": float((steps.measured_s / steps.measured_cpu_s).median()) if len(steps)
-                   else None,
-                   "missing_ops": list(lm.missing_ops),
-                   # the calibration's checks of its own fits: a clamped scale or a missed held-out check
-                   # (a loaded profile made before the checks existed is checked now)
-                   "calibration_warnings": calibration_warnings(prof.meta),
-                   "engine_step_fit": {k: (prof.meta.get("engine_step_fit") or {}).get(k) for k in
-                                       ("median_abs_pct", "holdout_median_abs_pct", "holdout_p90_abs_pct",
-                                        "holdout_median_abs_pct_by_configuration")},
-                   "in_step_scale": prof.meta.get("in_step_scale"),
-                   "fit_error": {n: op.fit_error for n, op in prof.ops.items()},
-                   "engine_summary": measured.summary, "sim_summary": predicted.summary}
         write_json(out / "details.json", details, default=str)
         if profile is None:
             prof.save(out / "profile.json")
@@ -250,7 +259,7 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
         }
         plots = write_plots(out, steps, dists)
         write_html(out, report, config_path, prof, details, plots)
-    return report
+    return report, details
 
 
 def calibration_warnings(meta: dict) -> list[str]:
@@ -342,8 +351,10 @@ def write_plots(out: Path, steps: pd.DataFrame, dists: dict) -> bool:
 def write_html(out: Path, report: dict, config_path, prof: Profile, details: dict | None = None,
                plots: bool = True) -> None:
     """index.html: the figures, a table of predicted vs measured, and the machine diagnostics of `details`."""
+    from records.display import number
+
     def fmt(v, scale=1.0, unit=""):
-        return "-" if v is None else f"{v * scale:.4g}{unit}"
+        return "-" if v is None else f"{number(v * scale)}{unit}"
 
     rows = []
     for name, block in report["metrics"].items():

@@ -1,4 +1,4 @@
-"""`servesim calibrate fit-runs RUN_DIR... --out overhead.json`: fit host-overhead terms to real runs.
+"""Host-overhead terms fitted to real runs (`servesim calibrate fit-runs RUN_DIR... --out overhead.json`).
 
 BLIS-style: the engine's per-step host work (scheduling, sampling) and per-request front end are
 named terms (`fidelity.host_overhead`), fitted by bounded least squares to the runs' measured
@@ -14,30 +14,14 @@ reported, and the fitted terms are saved as a profile layer that names the runs 
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 from pathlib import Path
 
 import numpy as np
 
 from policies import ConfigError
-from policies.config import write_json
 
 FORMAT = "servesim-overhead"
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (or folders holding several runs)")
-    parser.add_argument("--out", required=True, metavar="FILE", help="where to write the fitted layer (JSON)")
-    parser.add_argument("--test", nargs="*", default=None, metavar="RUN_DIR",
-                        help="held-out runs (folders); default: every --test-every-th run by name")
-    parser.add_argument("--test-every", type=int, default=4, metavar="K",
-                        help="hold out every K-th training candidate when --test is not given (default 4; 0 = none)")
-    parser.add_argument("--iterations", type=int, default=2, help="simulate -> fit rounds (default 2)")
-    parser.add_argument("--gpu", help="GPU for runs that do not name one (default H100)")
-    parser.add_argument("--gpu-model", default="auto",
-                        choices=("auto", "layer-profile", "distserve", "aiconfigurator", "roofline"))
-    parser.add_argument("--quiet", action="store_true")
 
 
 def split_runs(runs: list, test: list | None, every: int) -> tuple[list, list]:
@@ -87,20 +71,23 @@ def fit_runs(train: list, iterations: int = 2, gpu: str | None = None, gpu_model
     return overhead, preds
 
 
-def run(args: argparse.Namespace) -> int:
+def fit_layer(run_dirs: list, test_dirs: list | None = None, test_every: int = 4, iterations: int = 2,
+              gpu: str | None = None, gpu_model: str = "auto", progress: bool = True) -> dict:
+    """The overhead layer (the `servesim-overhead` dict above) fitted to the runs under `run_dirs`,
+    scored on `test_dirs` (default: every `test_every`-th run by name held out)."""
     from fidelity.predict import predict_run
     from fidelity.run_folders import find_runs
 
-    runs = [r for d in args.runs for r in find_runs(Path(d))]
+    runs = [r for d in run_dirs for r in find_runs(Path(d))]
     if not runs:
-        raise FileNotFoundError(f"runs: no runs found in {', '.join(args.runs)}")
-    test = [r for d in args.test for r in find_runs(Path(d))] if args.test is not None else None
-    train, held = split_runs(runs, test, args.test_every)
+        raise FileNotFoundError(f"runs: no runs found in {', '.join(map(str, run_dirs))}")
+    test = [r for d in test_dirs for r in find_runs(Path(d))] if test_dirs is not None else None
+    train, held = split_runs(runs, test, test_every)
     if not train:
         raise ConfigError("runs: every run is in the test set; nothing is left to fit on")
-    overhead, train_preds = fit_runs(train, args.iterations, args.gpu, args.gpu_model, progress=not args.quiet)
-    test_preds = [predict_run(r, overhead, gpu=args.gpu, gpu_model=args.gpu_model) for r in held]
-    layer = {
+    overhead, train_preds = fit_runs(train, iterations, gpu, gpu_model, progress=progress)
+    test_preds = [predict_run(r, overhead, gpu=gpu, gpu_model=gpu_model) for r in held]
+    return {
         "format": FORMAT, "version": 1,
         "overhead": overhead.to_dict(),
         "fitted_on": [r.name for r in train], "tested_on": [r.name for r in held],
@@ -109,12 +96,3 @@ def run(args: argparse.Namespace) -> int:
         "train_error": errors(train_preds), "test_error": errors(test_preds) if test_preds else None,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    out = write_json(args.out, layer)
-    if not args.quiet:
-        print("fitted terms: " + ", ".join(f"{k}={v:.4g}" for k, v in overhead.to_dict().items()))
-        for label, e in (("train", layer["train_error"]), ("test", layer["test_error"])):
-            if e:
-                print(f"{label} ({len(e['per_run'])} runs) median |error|: "
-                      + ", ".join(f"{k} {100 * v:.1f}%" for k, v in e["median_abs"].items()))
-        print(f"wrote {out}")
-    return 0

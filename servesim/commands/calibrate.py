@@ -4,7 +4,8 @@
     servesim calibrate import --source aiconfigurator|h100-microbench --gpu H100 --model NAME --tp N --out PROFILE
         [--host graphs|eager|eager-launch|none] [--kernels native|vidur] [--raw-grid]
         [--calls-per-layer N] [--call-us US] [--host-terms STEP_MS SEQ_MS PREFILL_MS]
-    servesim calibrate fit-runs ...          (fidelity.fit_runs: host-overhead terms from real runs)
+    servesim calibrate fit-runs RUN_DIR... --out overhead.json [--test RUN_DIR...]
+                                              (fidelity.fit_runs: host-overhead terms from real runs)
 
 Every path prints the per-op fit error table (median / max abs %, and leave-one-out for the
 piecewise-linear curves) and writes the profile file (format: `sim.latency.profiled`).
@@ -14,21 +15,25 @@ from __future__ import annotations
 import argparse
 import math
 
+from records.display import number, percent
+from servesim.commands import options
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="HF config.json of the engine's model (measure mode)")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device to measure on")
-    parser.add_argument("--out", help="profile file to write (JSON)")
+    options.add_device(parser)
+    options.add_out(parser, "the profile (JSON)", metavar="FILE")
     parser.add_argument("--quick", action="store_true", help="small grid for CI (< ~1 min on a laptop CPU)")
     parser.add_argument("--grid", default=None, choices=("smoke", "quick", "full"),
                         help="the grid (default full, quick with --quick; smoke: a handful of shapes, seconds, "
                              "for dry runs of the machinery, not for accuracy)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads while measuring (default 1: robust on shared machines; "
-                             "validate uses the same)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    options.add_threads(parser)
+    options.add_json(parser, "the per-op fit errors")
+    options.add_quiet(parser)
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     imp = sub.add_parser("import", help="import published per-op data into a profile")
+    options.add_json(imp, "the per-op fit errors", subcommand=True)  # also after the action
+    options.add_quiet(imp, progress=False, subcommand=True)
     imp.add_argument("--source", required=True, help="aiconfigurator or h100-microbench")
     imp.add_argument("--gpu", required=True, help="H100, H200 or A100 (aiconfigurator); H100 (h100-microbench)")
     imp.add_argument("--model", required=True, dest="import_model",
@@ -51,42 +56,83 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="eager-launch: host work outside the forward, ms a step, a sequence and a step with prompts "
                      "(default: the CUDA-graph engine's 1.5 ms + 5 us/seq; benchmarks/splitwise_check.py prints "
                      "terms fitted for the 2023 vLLM)")
-    imp.add_argument("--out", required=True, dest="import_out", help="profile file to write")
+    options.add_out(imp, "the profile (JSON)", required=True, metavar="FILE", dest="import_out")
     fit = sub.add_parser("fit-runs", help="fit host-overhead terms from real runs (fidelity.fit_runs)")
-    try:
-        from fidelity import fit_runs
-
-        fit_runs.configure(fit)
-        fit.set_defaults(fit_runs_module=fit_runs)
-    except ImportError:
-        fit.set_defaults(fit_runs_module=None)
+    configure_fit_runs(fit)
 
 
-def print_fit_table(profile) -> None:
+def configure_fit_runs(parser: argparse.ArgumentParser) -> None:
+    """`calibrate fit-runs RUN_DIR... --out FILE`: host-overhead terms fitted to real runs (fidelity.fit_runs)."""
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (or folders holding several runs)")
+    options.add_out(parser, "the fitted layer (JSON)", required=True, metavar="FILE", dest="fit_out")
+    parser.add_argument("--test", nargs="*", default=None, metavar="RUN_DIR",
+                        help="held-out runs (folders); default: every --test-every-th run by name")
+    parser.add_argument("--test-every", type=int, default=4, metavar="K",
+                        help="hold out every K-th training candidate when --test is not given (default 4; 0 = none)")
+    parser.add_argument("--iterations", type=int, default=2, help="simulate -> fit rounds (default 2)")
+    parser.add_argument("--gpu", help="GPU for runs that do not name one (default H100)")
+    parser.add_argument("--gpu-model", default="auto",
+                        choices=("auto", "layer-profile", "distserve", "aiconfigurator", "roofline"))
+    options.add_json(parser, "the fitted layer", subcommand=True)
+    options.add_quiet(parser, subcommand=True)
+
+
+def fit_runs(args) -> int:
+    """Fit the layer, write it to --out, print its terms and errors (from the layer in memory)."""
+    from fidelity.fit_runs import fit_layer
+    from policies.config import write_json
+
+    layer = fit_layer(args.runs, args.test, args.test_every, args.iterations, args.gpu, args.gpu_model,
+                      progress=options.progress(args))
+    out = write_json(args.fit_out, layer)
+    if args.json:
+        options.print_json(layer)
+    options.say(args, "fitted terms: " + ", ".join(f"{k}={number(v, 4)}" for k, v in layer["overhead"].items()))
+    for label, e in (("train", layer["train_error"]), ("test", layer["test_error"])):
+        if e:
+            options.say(args, f"{label} ({len(e['per_run'])} runs) median |error|: "
+                        + ", ".join(f"{k} {percent(v)}" for k, v in e["median_abs"].items()))
+    options.say(args, f"wrote {out}")
+    return 0
+
+
+def fit_table_lines(profile) -> list[str]:
+    """The per-op fit error table (median / max abs %, leave-one-out) and the engine-step fit, as lines."""
+    from records.display import percent
+
     def pct(v):
-        return "    -" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:6.1f}%"
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else percent(v / 100)
 
-    print(f"{'op':<14} {'points':>6} {'median':>8} {'max':>8} {'loo med':>8} {'loo max':>8}  source")
+    lines = [f"{'op':<14} {'points':>6} {'median':>8} {'max':>8} {'loo med':>8} {'loo max':>8}  source"]
     for name, op in sorted(profile.ops.items()):
         e = op.fit_error
-        print(f"{name:<14} {len(op.points):>6} {pct(e.get('median_abs_pct')):>8} {pct(e.get('max_abs_pct')):>8} "
-              f"{pct(e.get('loo_median_abs_pct')):>8} {pct(e.get('loo_max_abs_pct')):>8}  {op.source}")
+        lines.append(f"{name:<14} {len(op.points):>6} {pct(e.get('median_abs_pct')):>8} {pct(e.get('max_abs_pct')):>8} "
+                     f"{pct(e.get('loo_median_abs_pct')):>8} {pct(e.get('loo_max_abs_pct')):>8}  {op.source}")
     fit = profile.meta.get("engine_step_fit")
     if fit:
         scale = profile.meta.get("in_step_scale") or {}
-        print(f"engine steps ({fit['num_steps']} of {', '.join(fit['configurations'])}): step time error "
-              f"median {fit['median_abs_pct']:.1f}% p90 {fit['p90_abs_pct']:.1f}%; each configuration predicted "
-              f"from the others: median {fit['holdout_median_abs_pct']:.1f}% p90 {fit['holdout_p90_abs_pct']:.1f}%")
+        lines.append(f"engine steps ({fit['num_steps']} of {', '.join(fit['configurations'])}): step time error "
+                     f"median {fit['median_abs_pct']:.1f}% p90 {fit['p90_abs_pct']:.1f}%; each configuration "
+                     f"predicted from the others: median {fit['holdout_median_abs_pct']:.1f}% "
+                     f"p90 {fit['holdout_p90_abs_pct']:.1f}%")
         by = fit.get("holdout_median_abs_pct_by_configuration")
         if by:
-            print("  held out, by configuration: " + ", ".join(f"{k} {v:.1f}%" for k, v in by.items()))
+            lines.append("  held out, by configuration: " + ", ".join(f"{k} {v:.1f}%" for k, v in by.items()))
         from calibrate.engine_steps import SCALE_BOUNDS
 
-        print("in-step scales of the op curves: " + ", ".join(f"{k} {v:.3f}" for k, v in scale.items())
-              + f" (bounds {SCALE_BOUNDS[0]}-{SCALE_BOUNDS[1]})")
+        lines.append("in-step scales of the op curves: " + ", ".join(f"{k} {v:.3f}" for k, v in scale.items())
+                     + f" (bounds {SCALE_BOUNDS[0]}-{SCALE_BOUNDS[1]})")
         if profile.meta.get("after_idle_s") is not None:
-            print(f"first step after an idle pause: +{profile.meta['after_idle_s'] * 1e3:.3f} ms "
-                  f"({fit.get('num_after_idle_steps', 0)} such steps)")
+            lines.append(f"first step after an idle pause: +{profile.meta['after_idle_s'] * 1e3:.3f} ms "
+                         f"({fit.get('num_after_idle_steps', 0)} such steps)")
+    return lines
+
+
+def fit_errors(profile, path) -> dict:
+    """What `--json` prints: the profile written, each op's points, source and fit error, the step fit."""
+    return {"profile": str(path), "ops": {name: {"points": len(op.points), "source": op.source,
+                                                 "fit_error": op.fit_error} for name, op in sorted(profile.ops.items())},
+            "engine_step_fit": profile.meta.get("engine_step_fit")}
 
 
 def eager_launch_options(args) -> dict:
@@ -113,9 +159,7 @@ def eager_launch_options(args) -> dict:
 
 def run(args) -> int:
     if args.action == "fit-runs":
-        if args.fit_runs_module is None:
-            raise ValueError("calibrate fit-runs: not available in this checkout (fidelity.fit_runs is missing)")
-        return int(args.fit_runs_module.run(args) or 0)
+        return fit_runs(args)
     if args.action == "import":
         from calibrate.importers import import_profile
 
@@ -131,28 +175,40 @@ def run(args) -> int:
 
         from calibrate.bench import calibrate
 
-        if args.device == "cpu" and args.threads:
-            torch.set_num_threads(args.threads)
         import warnings
 
         from calibrate.fit_checks import CalibrationWarning
 
+        if args.device == "cpu":
+            torch.set_num_threads(options.check_threads(args))
         if args.quick and args.grid not in (None, "quick"):
             raise ValueError(f"--quick: contradicts --grid {args.grid}; give one of them")
+        grid = small_grid(args, args.grid or ("quick" if args.quick else "full"))
         with warnings.catch_warnings():  # printed after the fit table
             warnings.simplefilter("ignore", CalibrationWarning)
-            profile = calibrate(args.model, args.device, quick=args.grid or ("quick" if args.quick else "full"),
-                                progress=not args.no_progress)
+            profile = calibrate(args.model, args.device, quick=grid, progress=options.progress(args))
         out = args.out
-    print_fit_table(profile)
     path = profile.save(out)
+    if args.json:
+        options.print_json(fit_errors(profile, path))
+    options.say(args, *fit_table_lines(profile))
     m = profile.model
     launch = profile.meta.get("eager_launch")
     if launch:
-        print(f"eager launch path: {launch['launch_s'] * 1e3:.1f} ms a step = {launch['source']}")
-    print(f"wrote {path}: {profile.meta.get('device')}, {m.get('name')} tp={m['tensor_parallel_size']} "
-          f"{m['dtype']}, source {profile.meta.get('source')}")
+        options.say(args, f"eager launch path: {launch['launch_s'] * 1e3:.1f} ms a step = {launch['source']}")
+    options.say(args, f"wrote {path}: {profile.meta.get('device')}, {m.get('name')} tp={m['tensor_parallel_size']} "
+                f"{m['dtype']}, source {profile.meta.get('source')}")
     from calibrate.fit_checks import print_warnings
 
-    print_warnings(profile.meta)
+    print_warnings(profile.meta)  # on stderr, --quiet or not
     return 0
+
+
+def small_grid(args, grid: str) -> str:
+    """The calibration grid to use: `grid`, or the smoke grid under SERVESIM_SMALL (said in a note)."""
+    from servesim.commands import small
+
+    if small.enabled() and grid != "smoke":
+        options.note(args, f"{small.ENV}=1: the smoke calibration grid (was {grid}): the machinery, not accuracy")
+        return "smoke"
+    return grid

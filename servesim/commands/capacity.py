@@ -12,7 +12,9 @@ import argparse
 from pathlib import Path
 
 from policies import ConfigError
-from servesim.commands.capacity_args import add_common, executor_from_args, fmt_table, slo_from_args
+from records.display import number
+from servesim.commands import options
+from servesim.commands.capacity_args import add_common, executor_from_args, load_base, show_table, slo_from_args
 from sim.capacity.search import DEFAULT_RATE_KEY, find_max_rate
 
 LAYOUT_CHOICES = ("as-is", "colocated", "disaggregated")
@@ -52,13 +54,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fixed-count", action="store_true",
                         help="keep workload.num_requests at every rate (default: scale it with the rate so "
                              "every probe spans the same arrival window)")
-    parser.add_argument("--out", help="write search.csv (every rate tried) and search.png to this folder")
+    options.add_out(parser, "search.csv (every rate tried) and search.png")
 
 
 def run(args) -> int:
-    from sim.config import load_config
-
-    base = load_config(args.config, args.overrides)
+    base = load_base(args)
     slo = slo_from_args(args, base)
     layouts = args.layout or ["as-is"]
     start = args.start_rate
@@ -66,24 +66,24 @@ def run(args) -> int:
         section, _, key = args.rate_key.partition(".")
         start = float(getattr(getattr(base, section, None), key, None) or 1.0)
     executor = executor_from_args(args)
-    print(f"SLO: ttft<={slo.ttft_s} tpot<={slo.tpot_s} e2e<={slo.e2e_s} s for >= {slo.min_attainment:.0%} "
-          f"of requests; tolerance {args.tol:.1%}")
+    options.say(args, f"SLO: ttft<={slo.ttft_s} tpot<={slo.tpot_s} e2e<={slo.e2e_s} s for >= "
+                f"{slo.min_attainment:.0%} of requests; tolerance {args.tol:.1%}")
     gpus = reference_gpus(base, layouts)
     tables = []
     for layout in layouts:
         overrides = list(args.overrides) + layout_overrides(base, layout, gpus)
         res = find_max_rate(args.config, slo, args.rate_key, start, args.tol, executor, overrides,
-                            progress=not args.no_progress, hold_window=not args.fixed_count)
-        print(f"{layout:>13}: {res.rate:.4g} req/s sustained ({res.rate_per_gpu:.4g} per GPU, "
-              f"{res.num_gpus} GPUs); {res.upper:.4g} req/s is not")
+                            progress=options.progress(args), hold_window=not args.fixed_count)
+        options.say(args, f"{layout:>13}: {number(res.rate)} req/s sustained ({number(res.rate_per_gpu)} per GPU, "
+                    f"{res.num_gpus} GPUs); {number(res.upper)} req/s is not")
         table = res.table()
         table.insert(0, "layout", layout)
         tables.append(table)
     import pandas as pd
 
     table = pd.concat(tables, ignore_index=True)
-    print(fmt_table(table, ["layout", "rate", "num_gpus", "slo_attainment", "ttft_s_p90", "tpot_s_p90",
-                            "goodput_rps"]))
+    show_table(args, table, ["layout", "rate", "num_gpus", "slo_attainment", "ttft_s_p90", "tpot_s_p90",
+                             "goodput_rps"])
     if args.out:
         from sim.capacity.plots import plot_search
 
@@ -91,5 +91,5 @@ def run(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "search.csv", index=False)
         png = plot_search(table, slo.min_attainment, out / "search.png", per_gpu=len(layouts) > 1)
-        print(f"wrote {out / 'search.csv'}" + (f", {png}" if png else ""))
+        options.say(args, f"wrote {out / 'search.csv'}" + (f", {png}" if png else ""))
     return 0

@@ -1,16 +1,21 @@
-"""Arguments the three capacity commands share: config, --set, SLO targets, executor."""
+"""Arguments the three capacity commands share: config, --set, SLO targets, executor, output flags.
+
+The flags every command has (`--set`, `--quiet`, `--no-progress`, `--json`) come from
+`servesim.commands.options`; `--set` applies to every point, and `--json` prints the table's
+rows as a JSON list.
+"""
 from __future__ import annotations
 
 import argparse
 
+from servesim.commands import options
 from sim.capacity.executor import EXECUTORS, make_executor
 from sim.capacity.slo import SLO
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="base configuration (TOML)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key for every point (repeatable), e.g. workload.num_requests=500")
+    options.add_config(parser, help="base configuration (TOML)")
+    options.add_set(parser)  # every point gets the overrides
     slo = parser.add_argument_group("SLO (seconds; defaults: the config's [slo] section)")
     slo.add_argument("--slo-ttft", type=float, help="time-to-first-token target (s)")
     slo.add_argument("--slo-tpot", type=float, help="time-per-output-token target (s)")
@@ -22,7 +27,19 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                     help="local processes (default), serial, or ray (the optional ray extra)")
     ex.add_argument("--workers", type=int, help="parallel points (default: CPU count)")
     ex.add_argument("--address", help="Ray cluster address (ray://host:10001 or auto); default: a local Ray")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    options.add_json(parser, "the table's rows")
+    options.add_quiet(parser)
+
+
+def load_base(args):
+    """The base config (SERVESIM_SMALL's caps joining `args.overrides`, so every point gets them); its
+    notes printed."""
+    from sim.notes import setting_notes
+    from sim.workload import build_workload
+
+    base = options.load_config_args(args)
+    options.note(args, *base.notes, *setting_notes(base, build_workload(base.workload, base.scheduler.max_model_len)))
+    return base
 
 
 def slo_from_args(args, base=None) -> SLO:
@@ -40,5 +57,14 @@ def executor_from_args(args):
 
 
 def fmt_table(df, columns) -> str:
+    from records.display import number
+
     cols = [c for c in columns if c in df]
-    return df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    return df[cols].to_string(index=False, float_format=number)
+
+
+def show_table(args, df, columns) -> None:
+    """The table's `columns` (those it has): printed for people, or every column as JSON with --json."""
+    if args.json:
+        options.print_json(df.to_dict(orient="records"))
+    options.say(args, fmt_table(df, columns))

@@ -11,7 +11,9 @@ import argparse
 from pathlib import Path
 
 from policies import ConfigError
-from servesim.commands.capacity_args import add_common, executor_from_args, fmt_table, slo_from_args
+from records.display import number
+from servesim.commands import options
+from servesim.commands.capacity_args import add_common, executor_from_args, load_base, show_table, slo_from_args
 from sim.capacity.planner import LAYOUTS, CandidateGrid, plan
 
 
@@ -32,7 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-gpus", type=int, default=8, help="largest layout to consider")
     parser.add_argument("--price", action="append", default=[], metavar="GPU=USD",
                         help="USD per GPU-hour (repeatable; default: the catalog's)")
-    parser.add_argument("--out", help="write plan.csv (every candidate) and plan.png to this folder")
+    options.add_out(parser, "plan.csv (every candidate) and plan.png")
 
 
 def parse_prices(items: list[str]) -> dict[str, float]:
@@ -66,9 +68,9 @@ def run(args) -> int:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"plan: --tp, --replicas, --pool-counts and --budgets take integers ({exc})") from None
-    slo = slo_from_args(args)
+    slo = slo_from_args(args, load_base(args))
     result = plan(args.config, args.target_rate, slo, grid, parse_prices(args.price), executor_from_args(args),
-                  args.overrides, progress=not args.no_progress)
+                  args.overrides, progress=options.progress(args))
     for row in result.rows:
         row["shape"] = shape(row)
     table = result.table()
@@ -78,18 +80,18 @@ def run(args) -> int:
         cols.remove("budget")
     if "error" in table and table["error"].isna().all():
         cols.remove("error")
-    print(fmt_table(table.sort_values(["num_gpus", "point"]) if "num_gpus" in table else table, cols))
+    show_table(args, table.sort_values(["num_gpus", "point"]) if "num_gpus" in table else table, cols)
     if result.by_gpus is None:
-        print(f"no candidate serves {args.target_rate} req/s within the SLO; widen --gpus/--tp/--max-gpus")
+        options.say(args, f"no candidate serves {args.target_rate} req/s within the SLO; widen --gpus/--tp/--max-gpus")
     else:
         for what, row in (("fewest GPUs", result.by_gpus), ("cheapest", result.by_cost),
                           ("$/1M tokens", result.by_token_cost), ("least energy", result.by_energy)):
             per_m, joules = row.get("cost_per_million_output_tokens"), row.get("energy_j_per_output_token")
-            print(f"{what:>12}: {row['layout']} {row['shape']}: {row['num_gpus']} GPUs, "
-                  f"${row['cost_per_hour']:.2f}/h"
-                  + (f", ${per_m:.3g} per 1M output tokens" if per_m is not None else "")
-                  + (f", {joules:.3g} J per output token" if joules is not None else "")
-                  + f", {row['slo_attainment']:.1%} within SLO")
+            options.say(args, f"{what:>12}: {row['layout']} {row['shape']}: {row['num_gpus']} GPUs, "
+                        f"${row['cost_per_hour']:.2f}/h"
+                        + (f", ${number(per_m)} per 1M output tokens" if per_m is not None else "")
+                        + (f", {number(joules)} J per output token" if joules is not None else "")
+                        + f", {row['slo_attainment']:.1%} within SLO")
     if args.out:
         from sim.capacity.plots import plot_plan
 
@@ -97,5 +99,5 @@ def run(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "plan.csv", index=False)
         png = plot_plan(table, out / "plan.png")
-        print(f"wrote {out / 'plan.csv'}" + (f", {png}" if png else ""))
+        options.say(args, f"wrote {out / 'plan.csv'}" + (f", {png}" if png else ""))
     return 0 if result.by_gpus is not None else 1

@@ -16,15 +16,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from policies import ConfigError
 from fidelity.runs import METRICS
+from policies import ConfigError
+from records.display import number, percent
+from servesim.commands import options
 
 LABELS = {"ttft_s": "mean TTFT", "tpot_s": "mean TPOT", "e2e_s": "mean E2E"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("groundtruth", help="folder of real runs (e.g. ../shared/data/groundtruth) or one run folder")
-    parser.add_argument("--out", required=True, metavar="REPORT", help="folder for report.md, report.csv, fits.json")
+    options.add_out(parser, "report.md, report.csv, medians.csv, fits.json and errors.png", required=True,
+                    metavar="REPORT")
     parser.add_argument("--fit", choices=("loo", "none"), default="loo",
                         help="loo: host-overhead terms fitted leave-one-run-out within each source (default); "
                              "none: the GPU model alone")
@@ -38,7 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="which measured data drives the GPU step time (auto: the most specific available)")
     parser.add_argument("--only", metavar="TEXT", action="append", default=[],
                         help="only runs whose name or source contains TEXT (repeatable)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    options.add_json(parser, "the medians of |error| per source")
+    options.add_quiet(parser)
 
 
 def load_overhead_layer(path: str | Path) -> tuple:
@@ -69,7 +73,7 @@ def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[s
         for r in table[table["metric"] == metric].itertuples(index=False):
             used = r.fit == "leave-one-run-out" and isinstance(r.fitted_on, str) and r.fitted_on
             fitted = f"terms fitted on {len(r.fitted_on.split(';'))} other runs" if used else r.fit
-            lines.append(f"| {r.source} | {r.run} | {r.measured:.4g} | {r.predicted:.4g} | {100 * r.error:+.1f}% | "
+            lines.append(f"| {r.source} | {r.run} | {number(r.measured)} | {number(r.predicted)} | {100 * r.error:+.1f}% | "
                          f"{r.gpu_model} | {fitted} |")
         lines.append("")
     if excluded:
@@ -121,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         if not runs:
             raise ConfigError("--overhead: every run found was used to fit it; nothing is left to score")
     rep = reproduce(runs, fit=fit, workload=args.workload, gpu=args.gpu, gpu_model=args.gpu_model,
-                    progress=not args.quiet)
+                    progress=options.progress(args))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     med = rep.medians()
@@ -131,7 +135,10 @@ def run(args: argparse.Namespace) -> int:
     title = f"servesim reproduce {args.groundtruth} (fit: {'given layer' if args.overhead else args.fit})"
     (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title))
     plot_errors(rep.table, out / "errors.png")
-    if not args.quiet:
-        print(med.to_string(float_format=lambda v: f"{100 * v:.1f}%" if v < 10 else f"{v:g}"))
+    if args.json:
+        options.print_json({source: row.to_dict() for source, row in med.iterrows()})
+    else:
+        options.say(args, med.to_string(float_format=lambda v: percent(v) if v < 10 else number(v, trim=True)))
+    if not options.quiet(args):
         print(f"wrote {out}/report.md, report.csv, medians.csv, fits.json, errors.png", file=sys.stderr)
     return 0

@@ -14,26 +14,31 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import tomllib
 from pathlib import Path
 from typing import Mapping
 
 from gpu_backend.serve.config import ServeConfig, build_serve_config
 from policies import ConfigError
+from servesim.commands import options, small
 from sim.config import PATH_KEYS
+
+# sections of the shared config file that serving does not read: requests come from HTTP clients,
+# and the front end is the real one (section -> what reads it instead)
+NOT_SERVED = {"workload": "`servesim simulate`, `run` and `validate`", "frontend": "`servesim simulate`"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="a serving config (TOML): engine sections plus an optional [serve] table")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    options.add_config(parser, help="a serving config (TOML): engine sections plus an optional [serve] table")
+    options.add_device(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="port (0 = any free port; the URL is printed)")
-    parser.add_argument("--out", metavar="DIR", help="write requests.csv/steps.csv/summary.json here on shutdown")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a config value (repeatable), e.g. --set serve.max_num_waiting=64")
-    parser.add_argument("--threads", type=int, default=1, metavar="N",
-                        help="torch CPU threads (default 1, as `servesim run` and calibrate: a tiny model gains "
-                             "nothing from more, and on a busy machine spinning threads slow every step)")
+    options.add_out(parser, "requests.csv, steps.csv, summary.json and config.toml "
+                    "(on shutdown and on POST /admin/dump)")
+    options.add_set(parser)
+    options.add_threads(parser)
+    options.add_quiet(parser, progress=False)
     parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
     parser.add_argument("--calibrate-frontend", metavar="OUT.json",
                         help="do not serve: time the HTTP front end (ingress, tokenizer, per-token streaming) on "
@@ -48,6 +53,7 @@ def load_serve_setup(config_path: str | Path, overrides: list[str] = (), out_dir
     """(engine Config, ServeConfig, Tokenizer) of a serving config, without building the engine."""
     from gpu_backend.serve.tokenizer import Tokenizer
     from sim.config import apply_override, load_config
+    from sim.notes import scheduler_notes, with_notes
 
     data, serve_config, base = split_serve_section(config_path)
     serve_values = dataclasses.asdict(serve_config)
@@ -61,6 +67,9 @@ def load_serve_setup(config_path: str | Path, overrides: list[str] = (), out_dir
         serve_values["out_dir"] = out_dir
     serve_config = build_serve_config(serve_values)
     config = load_config(data, engine_overrides)
+    unused = [f"[{k}] is not used by `servesim serve` (requests come from HTTP clients); {NOT_SERVED[k]} read it"
+              for k in NOT_SERVED if k in data]
+    config = with_notes(config, [*unused, *scheduler_notes(config)])
     model_dir = Path(config.model.name)
     tokenizer = Tokenizer(serve_config.tokenizer or (model_dir if model_dir.is_dir() else model_dir.parent))
     return config, serve_config, tokenizer
@@ -68,10 +77,14 @@ def load_serve_setup(config_path: str | Path, overrides: list[str] = (), out_dir
 
 def build_server(config_path: str | Path, device: str = "cpu", overrides: list[str] = (), out_dir: str | None = None):
     """The engine (not started), tokenizer and `OpenAIServer` a config describes."""
+    return server_of(*load_serve_setup(config_path, overrides, out_dir), device)
+
+
+def server_of(config, serve_config, tokenizer, device: str = "cpu"):
+    """The `OpenAIServer` (engine not started) of a loaded serving setup."""
     from calibrate.engine_config import build_engine
     from gpu_backend.serve.server import OpenAIServer
 
-    config, serve_config, tokenizer = load_serve_setup(config_path, overrides, out_dir)
     engine = build_engine(config, device)
     server = OpenAIServer(engine, tokenizer, serve_config, config.scheduler.max_model_len,
                           vocab_size=engine.model_config.vocab_size)
@@ -85,15 +98,16 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port: must be in 0..65535, got {args.port}")
-    if args.threads < 1:
-        raise ValueError(f"--threads: must be >= 1, got {args.threads}")
+    options.check_threads(args)
     if args.device == "cpu" and not args.probe_engine:  # the probe engine has no model
         import torch
 
         torch.set_num_threads(args.threads)
     if args.calibrate_frontend:
         return calibrate(args)
-    server = build_server(args.config, args.device, args.overrides, args.out)
+    config, serve_config, tokenizer = load_serve_setup(args.config, args.overrides, args.out)
+    options.note(args, *config.notes)
+    server = server_of(config, serve_config, tokenizer, args.device)
     app = build_app(server)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on",
                             timeout_graceful_shutdown=10)
@@ -106,8 +120,9 @@ def run(args: argparse.Namespace) -> int:
         await original_startup(sockets)
         if srv.servers:
             host, port = srv.servers[0].sockets[0].getsockname()[:2]
-            print(f"servesim serve: {server.config.model_name} on http://{host}:{port} "
-                  f"(device {args.device}, max_model_len {server.max_model_len})", flush=True)
+            options.say(args, f"servesim serve: {server.config.model_name} on http://{host}:{port} "
+                        f"(device {args.device}, max_model_len {server.max_model_len})")
+            sys.stdout.flush()
 
     srv.startup = startup
     srv.run()  # SIGINT/SIGTERM: graceful shutdown, then the app's lifespan writes the records
@@ -121,6 +136,9 @@ def calibrate(args: argparse.Namespace) -> int:
 
     if args.calibrate_repeats < 3:
         raise ValueError(f"--calibrate-repeats: must be >= 3, got {args.calibrate_repeats}")
+    if small.enabled() and args.calibrate_repeats > 3:
+        options.note(args, f"{small.ENV}=1: --calibrate-repeats 3 (was {args.calibrate_repeats})")
+        args.calibrate_repeats = 3
     if args.probe_engine:
         _, serve_config, tokenizer = load_serve_setup(args.config, args.overrides)
         server = probe_server(tokenizer, model_name=serve_config.model_name)
@@ -129,16 +147,17 @@ def calibrate(args: argparse.Namespace) -> int:
     profile = calibrate_frontend(server, num_repeats=args.calibrate_repeats)
     path = write_profile(profile, args.calibrate_frontend)
     m, meta = profile["measurements"], profile["metadata"]
-    print(f"front end of {args.config} ({m['engine']}), load average {meta['load_average_before'][0]:.2f} -> "
-          f"{meta['load_average_after'][0]:.2f}")
+    options.say(args, f"front end of {args.config} ({m['engine']}), load average "
+                f"{meta['load_average_before'][0]:.2f} -> {meta['load_average_after'][0]:.2f}")
     for n, t in zip(m["prompt_tokens"], m["ingress_s_median"]):
-        print(f"  ingress, {n:5d} prompt tokens: {t * 1e3:7.3f} ms (median)")
-    print(f"  tokenizer alone: {m['tokenizer_s_per_token'] * 1e6:.2f} us/token; first chunk egress "
-          f"{m['egress_first_chunk_s_median'] * 1e3:.3f} ms, last {m['egress_last_chunk_s_median'] * 1e3:.3f} ms; "
-          f"token interval streamed {m['token_interval_s_median_streamed'] * 1e3:.3f} ms, bare "
-          f"{m['token_interval_s_median_bare'] * 1e3:.3f} ms (callback {m['engine_callback_s_per_output'] * 1e6:.1f} us)")
-    print(f"wrote {path}; to simulate with it:\n")
-    print(FrontendConfig(**profile["frontend"]).to_toml(), end="")
+        options.say(args, f"  ingress, {n:5d} prompt tokens: {t * 1e3:7.3f} ms (median)")
+    options.say(args, f"  tokenizer alone: {m['tokenizer_s_per_token'] * 1e6:.2f} us/token; first chunk egress "
+                f"{m['egress_first_chunk_s_median'] * 1e3:.3f} ms, last {m['egress_last_chunk_s_median'] * 1e3:.3f} ms; "
+                f"token interval streamed {m['token_interval_s_median_streamed'] * 1e3:.3f} ms, bare "
+                f"{m['token_interval_s_median_bare'] * 1e3:.3f} ms (callback "
+                f"{m['engine_callback_s_per_output'] * 1e6:.1f} us)")
+    options.say(args, f"wrote {path}; to simulate with it:\n")
+    options.say(args, FrontendConfig(**profile["frontend"]).to_toml().rstrip("\n"))
     return 0
 
 

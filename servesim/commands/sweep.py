@@ -11,7 +11,8 @@ import argparse
 import shutil
 from pathlib import Path
 
-from servesim.commands.capacity_args import add_common, executor_from_args, fmt_table, slo_from_args
+from servesim.commands import options
+from servesim.commands.capacity_args import add_common, executor_from_args, load_base, show_table, slo_from_args
 from sim.capacity.sweep import (combine, expand_grid, expand_list, hold_window, parse_assignment, run_sweep,
                                 write_table)
 
@@ -29,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="keep workload.num_requests when sweeping workload.rate (default: scale it with the "
                              "rate so every point spans the same arrival window)")
     parser.add_argument("--x", help="the plots' x axis (default: the first swept key)")
-    parser.add_argument("--out", default="runs/sweep", help="output folder (default runs/sweep)")
+    options.add_out(parser, "sweep.csv, base_config.toml and sweep.png", default="runs/sweep")
     parser.add_argument("--no-plot", action="store_true", help="skip sweep.png")
 
 
@@ -38,12 +39,13 @@ def run(args) -> int:
     lists = dict(parse_assignment(item, "--list") for item in args.lists)
     if not grid and not lists:
         raise ValueError("--grid: give at least one --grid or --list KEY=V1,V2,...")
+    base = load_base(args)
     points = combine(expand_grid(grid), expand_list(lists))
     if not args.fixed_count:
         points = hold_window(args.config, points, args.overrides)
-    slo = slo_from_args(args)
+    slo = slo_from_args(args, base)
     df = run_sweep(args.config, points, slo, executor_from_args(args), args.overrides,
-                   progress=not args.no_progress)
+                   progress=options.progress(args))
     keys = list(grid) + list(lists)
     shown = list(keys)
     if any("workload.num_requests" in p for p in points) and "workload.num_requests" not in keys:
@@ -51,7 +53,7 @@ def run(args) -> int:
     out = Path(args.out)
     paths = write_table(df, out)
     shutil.copyfile(args.config, out / "base_config.toml")
-    print(fmt_table(df, ["point", *shown, *SHOWN[1:]]))
+    show_table(args, df, ["point", *shown, *SHOWN[1:]])
     x = args.x or keys[0]
     if not args.no_plot and x in df and df[x].dtype.kind in "if":
         from sim.capacity.plots import plot_sweep
@@ -59,5 +61,5 @@ def run(args) -> int:
         png = plot_sweep(df, x, keys, out / "sweep.png", title=f"{Path(args.config).name}: sweep over {x}")
         if png:
             paths.append(png)
-    print("wrote " + ", ".join(str(p) for p in paths))
+    options.say(args, "wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -27,9 +27,11 @@ def runs_root(tmp_path_factory):
 
 
 def cli(*argv):
+    from servesim.commands import calibrate
+
     parser = argparse.ArgumentParser()
-    fit_runs.configure(parser)
-    return fit_runs.run(parser.parse_args([str(a) for a in argv]))
+    calibrate.configure(parser)
+    return calibrate.run(parser.parse_args(["fit-runs", *(str(a) for a in argv)]))
 
 
 def test_default_split_holds_out_every_kth_run_deterministically(runs_root):
