@@ -25,13 +25,14 @@ import math
 from pathlib import Path
 
 from calibrate.fit import fit_op
+from calibrate.importers.shared_data import shared_data_dir
 from calibrate.importers.derived import derived_ops
 from calibrate.model_dims import per_rank_shapes, resolve_model
 from policies import ConfigError
 from sim.latency.profiled import Profile
 
 US = 1e-6
-DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "profiles" / "h100-kernel-microbench"
+DEFAULT_DIR = shared_data_dir() / "profiles" / "h100-kernel-microbench"
 H100_MEM_BW = 3.35e12  # bytes/s, HBM3 datasheet
 NVLINK_BW = 450e9  # bytes/s per direction per GPU (NVLink 4, DGX H100 datasheet)
 NVLINK_LATENCY_S = 10e-6

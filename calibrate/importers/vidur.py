@@ -29,10 +29,11 @@ import csv
 from pathlib import Path
 
 from calibrate.fit import fit_op
+from calibrate.importers.shared_data import shared_data_dir
 from policies import ConfigError
 from sim.latency.profiled import Profile
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "profiles" / "vidur-per-op"
+DEFAULT_DIR = shared_data_dir() / "profiles" / "vidur-per-op"
 GPUS = {"H100": "h100", "A100": "a100"}
 # Vidur op name -> servesim op (post_attention_layernorm has the same shape as input_layernorm;
 # servesim counts input_norm twice a layer and residual_add twice)

@@ -53,7 +53,7 @@ def rows(shared_data):
 
 
 @pytest.fixture(scope="module")
-def vidur_kernels():
+def vidur_kernels(shared_data):  # Vidur's kernels: ../shared/data/profiles/vidur-per-op, the importer's default
     """TP -> kernel-only profile with Vidur's eager kernels on their raw grids (last-segment slope beyond)."""
     return {tp: import_profile("aiconfigurator", "H100", "llama-2-70b", tp, host="none", kernels="vidur",
                                extend_grids=False) for tp in TPS}
@@ -66,7 +66,7 @@ def vidur_rows(shared_data, vidur_kernels):
 
 
 @pytest.fixture(scope="module")
-def launch_kernels():
+def launch_kernels(shared_data):
     """Vidur kernels continued in proportion beyond their grid, with the eager launch path, as the CLI's
     `--host eager-launch --kernels vidur` imports them (held_out_check drops its default host work)."""
     return {tp: import_profile("aiconfigurator", "H100", "llama-2-70b", tp, host="eager-launch", kernels="vidur")
