@@ -3,8 +3,9 @@
 tests/servesim/test_docs_commands.py runs each command line of README.md and docs/*.md as written,
 with this variable set (as `SERVESIM_NOTEBOOK_SMALL` shortens the notebooks): a command caps its
 workload at `NUM_REQUESTS` requests (sweeps, searches and plans: at every point, before a held
-arrival window scales the count with the rate) and says so in a note, which the resolved config
-records like any other. Nothing else changes, so the short run goes down the same code paths.
+arrival window scales the count with the rate), `calibrate` and `validate` calibrate on the smoke
+grid, and `serve --calibrate-frontend` times 3 requests a length; each says so in a note, which
+the resolved config records like any other. The short run goes down the same code paths.
 """
 from __future__ import annotations
 

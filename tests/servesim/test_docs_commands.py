@@ -1,11 +1,11 @@
-"""Every command line of README.md and docs/*.md works as written, and every path the docs name exists.
+"""Every command line of README.md and docs/*.md works as written, and every path README.md names exists.
 
 The commands are the lines of the docs' ```bash blocks (continuations joined, comments dropped).
-Each runs with `SERVESIM_SMALL=1` (every command caps its workload: `servesim.commands.small`),
-from a scratch folder laid out like a clone (the repository's top-level entries linked in, and
-`../shared/data` beside it when the data is there), so that what it writes lands in the scratch
-folder; afterwards every path it names exists, outputs included. `servesim serve` runs as a server
-with the `curl` lines that follow it sent to it, then Ctrl-C. A line with placeholders
+Each runs with `SERVESIM_SMALL=1` (every command caps its workload and calibrates on the smoke
+grid: `servesim.commands.small`) from a scratch folder laid out like a clone (the repository's
+top-level entries linked in, `../shared/data` beside it when the data is there), so that what it
+writes lands there; afterwards every path it names exists, outputs included. `servesim serve` runs
+as a server with the `curl` lines that follow it sent to it, then Ctrl-C. A line with placeholders
 (`CONFIG.toml`, `[--set ...]`, `...`) is a synopsis: its paths are checked, it is not run. A line
 that installs packages, needs ../shared (when absent) or a GPU, or runs for minutes even when
 small, is skipped or marked slow with its reason (`REASONS`). Paths in README.md's inline code
@@ -42,10 +42,6 @@ REASONS: dict[str, tuple[str, str]] = {
     r"benchmarks/splitwise_check\.py": ("slow", "imports and fits Vidur's per-op tables at three TPs (minutes)"),
     r"^servesim reproduce\b": ("slow", "simulates every real run it finds (minutes)"),
     r"^servesim calibrate fit-runs\b": ("slow", "re-simulates real runs for every fit round (minutes)"),
-    r"^servesim calibrate --model\b": ("slow", "times the engine's ops on the quick grid (minutes on a busy "
-                                              "machine; tests/calibrate times a micro grid by default)"),
-    r"^servesim validate\b": ("slow", "calibrates on the quick grid, then runs the engine (minutes on a busy "
-                                     "machine; tests/calibrate validates with a shipped profile by default)"),
     r"--kernels vidur": ("shared", "reads ../shared/data/profiles/vidur-per-op (the importer's default folder)"),
     r"--source aiconfigurator": ("module aiconfigurator_core", "needs the aiconfigurator extra"),
 }
