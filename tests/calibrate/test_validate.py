@@ -58,7 +58,7 @@ max_num_seqs = 8
 max_model_len = 512
 [workload]
 kind = "poisson"
-rate = 20.0
+rate = 5.0
 num_requests = {num_requests}
 prompt_len = {{ kind = "uniform", low = 8, high = 160 }}
 output_len = {{ kind = "uniform", low = 4, high = 16 }}
@@ -98,7 +98,7 @@ def test_validate_writes_the_report(tmp_path):
     steps = pd.read_csv(out / "steps.csv")
     assert (steps.predicted_s > 0).all() and (steps.measured_s > 0).all()
     assert math.isfinite(report["step_time_abs_pct_error"]["median"])
-    # 8 Poisson arrivals at 20/s to an engine whose steps take milliseconds: it sits idle between
+    # 8 Poisson arrivals at 5/s to an engine whose steps take milliseconds: it sits idle between
     # some of them, and never before its first step; a step after idleness is predicted with the
     # profile's after-idle cost on top of its plan's time
     engine_steps = pd.read_csv(out / "engine" / "steps.csv")
