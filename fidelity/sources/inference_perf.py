@@ -18,6 +18,10 @@ Semantics read from inference-perf 0.7 (`datagen/synthetic/shared_prefix_datagen
   a session's next turn waits for its previous one to finish. A failed (rejected) turn leaves the
   context unchanged.
 - `server.ignore_eos` (default true here): every answer is exactly the sampled output length.
+
+Importing this module registers `workload.kind = "inference_perf"` (a profile file run by this
+generator) with `sim.workload.registry`; the module also reads the per-request and summary files
+inference-perf leaves in a run folder.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ import pandas as pd
 from policies import ConfigError, FinishReason, Request
 from fidelity.synthetic_prompt import SyntheticPrompt
 from fidelity.runs import measured_table
+from sim.workload.registry import ProfileKind, register_kind
 
 
 DIST_TYPES = ("normal", "fixed", "uniform", "lognormal", "poisson", "skew_normal")
@@ -416,3 +421,10 @@ def prefix_from_shared_prefix(requests: pd.DataFrame, profile: dict | None) -> p
     requests["prefix_group"] = np.arange(len(requests)) % sp.num_groups
     requests["num_prefix_tokens"] = np.minimum(n_sys, requests["num_prompt_tokens"] - 1).clip(lower=0)
     return requests
+
+
+# --- `workload.kind = "inference_perf"` ----------------------------------------------------------
+WORKLOAD_KIND = ProfileKind(name="inference_perf", check=SharedPrefixProfile.from_dict,
+                            build=lambda profile, seed: SharedPrefixWorkload(profile, seed=seed),
+                            needs="an inference-perf profile YAML/JSON with data.type: shared_prefix")
+register_kind(WORKLOAD_KIND)

@@ -3,12 +3,12 @@
 TOML shape (every key optional)::
 
     [workload]
-    kind = "poisson"          # poisson | gamma | constant | staged | closed_loop | trace | inference_perf
-                              # (default: trace when `trace` is set, inference_perf when `profile` is,
-                              # else poisson)
-    profile = "profile.yaml"  # inference_perf: an inference-perf profile (YAML/JSON, data.type shared_prefix
-                              #   + load.stages), run by the exact generator (fidelity.sources.inference_perf):
-                              #   multi-turn sessions wait for their previous turn, stages drain
+    kind = "poisson"          # poisson | gamma | constant | staged | closed_loop | trace | a registered kind
+                              # (default: trace when `trace` is set, the first registered kind when
+                              # `profile` is, else poisson)
+    profile = "profile.yaml"  # a registered kind's profile file (YAML/JSON), run by that kind's own
+                              #   generator (`sim.workload.registry`; fidelity registers its load
+                              #   generators': sessions wait for their previous turn, stages drain)
     rate = 4.0                # requests/s (poisson, gamma, constant; trace: rescale to this mean rate)
     cv = 2.0                  # gamma: coefficient of variation of inter-arrival gaps (1 = Poisson)
     num_requests = 1000       # stop after this many requests
@@ -17,7 +17,7 @@ TOML shape (every key optional)::
     num_users = 32            # closed_loop: concurrent users; each sends again `think_time` s after
     think_time = 0.0          #   its previous request ends
     trace = "examples/traces/azure_conv_2023_slice.csv"   # requests (lengths; arrivals for kind = trace)
-    trace_format = "auto"     # auto | csv | azure | mooncake | vidur (lengths only, no arrivals)
+    trace_format = "auto"     # auto | csv | azure | mooncake | a registered format (some: lengths only)
     time_scale = 1.0          # trace: multiply recorded arrival times (0.5 = twice as fast)
     prompt_len = { kind = "lognormal", median = 512, sigma = 1.0, max = 4096 }
     output_len = { kind = "constant", value = 128 }
@@ -37,11 +37,23 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from policies.config import ConfigError, check_choice, check_int, check_number
+from sim.workload import registry
 
-WORKLOAD_KINDS = ("poisson", "gamma", "constant", "staged", "closed_loop", "trace", "inference_perf")
-TRACE_FORMATS = ("auto", "csv", "azure", "mooncake", "vidur")
+# sim's own; `workload_kinds()` and `trace_formats()` add the registered ones (`sim.workload.registry`)
+WORKLOAD_KINDS = ("poisson", "gamma", "constant", "staged", "closed_loop", "trace")
+TRACE_FORMATS = ("auto", "csv", "azure", "mooncake")
 LENGTH_KINDS = ("constant", "uniform", "lognormal", "empirical")
 TOO_LONG = ("clip", "filter", "keep")
+
+
+def workload_kinds() -> tuple[str, ...]:
+    """Every allowed `workload.kind`: sim's own, then the registered ones in order."""
+    return (*WORKLOAD_KINDS, *registry.KINDS)
+
+
+def trace_formats() -> tuple[str, ...]:
+    """Every allowed `workload.trace_format`: sim's own, then the registered ones in order."""
+    return (*TRACE_FORMATS, *registry.TRACE_FORMATS)
 
 
 def _from_dict(cls, field: str, value):
@@ -159,8 +171,9 @@ class WorkloadConfig:
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen: normalise in place)
         if self.kind is None:
-            s("kind", "trace" if self.trace else "inference_perf" if self.profile else "poisson")
-        check_choice("workload.kind", self.kind, WORKLOAD_KINDS)
+            profile_kind = next(iter(registry.KINDS), None) if self.profile else None
+            s("kind", "trace" if self.trace else profile_kind or "poisson")
+        check_choice("workload.kind", self.kind, workload_kinds())
         self._check_profile()
         if self.rate is not None:
             check_number("workload.rate", self.rate, 0.0, strict_min=True)
@@ -180,7 +193,7 @@ class WorkloadConfig:
                 raise ConfigError(f"workload.trace: no such file {self.trace!r}")
         elif self.kind == "trace":
             raise ConfigError("workload.trace: required for kind = 'trace' (a CSV or JSONL trace file)")
-        check_choice("workload.trace_format", self.trace_format, TRACE_FORMATS)
+        check_choice("workload.trace_format", self.trace_format, trace_formats())
         check_number("workload.time_scale", self.time_scale, 0.0, strict_min=True)
         s("prompt_len", _from_dict(LengthDist, "workload.prompt_len", self.prompt_len))
         s("output_len", _from_dict(LengthDist, "workload.output_len", self.output_len))
@@ -199,17 +212,17 @@ class WorkloadConfig:
             s("num_requests", 1000)
 
     def _check_profile(self) -> None:
-        """`profile` goes with kind = 'inference_perf' (and only with it); the generator checks its contents."""
-        if self.kind != "inference_perf":
+        """`profile` goes with a registered kind (and only with one); its generator checks the contents."""
+        kind = registry.KINDS.get(self.kind)
+        if kind is None:
             if self.profile is not None:
-                raise ConfigError(f"workload.profile: only used with kind = 'inference_perf', not {self.kind!r}")
+                kinds = " or ".join(repr(k) for k in registry.KINDS) or "a registered kind"
+                raise ConfigError(f"workload.profile: only used with kind = {kinds}, not {self.kind!r}")
             return
         if not isinstance(self.profile, str) or not Path(self.profile).is_file():
-            raise ConfigError(f"workload.profile: no such file {self.profile!r} (kind = 'inference_perf' needs an "
-                              "inference-perf profile YAML/JSON with data.type: shared_prefix)")
-        from fidelity.sources.inference_perf import SharedPrefixProfile
-
-        SharedPrefixProfile.from_dict(read_profile(self.profile))  # field errors name profile.<key>
+            raise ConfigError(f"workload.profile: no such file {self.profile!r} (kind = {kind.name!r} needs "
+                              f"{kind.needs})")
+        kind.check(registry.read_profile(self.profile))  # field errors name profile.<key>
 
     def _class_rates(self) -> bool:
         return any((c.get("rate") if isinstance(c, dict) else c.rate) is not None for c in self.classes or ())
@@ -248,14 +261,3 @@ class WorkloadConfig:
     @property
     def stage_duration(self) -> float:
         return sum(d for _, d in self.stages)
-
-
-def read_profile(path: str) -> dict:
-    """An inference-perf profile file (YAML or JSON) as a mapping."""
-    import yaml
-
-    with open(path) as f:
-        data = yaml.safe_load(f)
-    if not isinstance(data, dict):
-        raise ConfigError(f"workload.profile: {path} must hold a mapping (inference-perf's data/load/server)")
-    return data

@@ -1,4 +1,4 @@
-"""Trace readers: our CSV, the Azure LLM inference trace 2023 CSV, and the Mooncake JSONL.
+"""Trace readers: our CSV, the Azure LLM inference trace 2023 CSV, the Mooncake JSONL, and registered ones.
 
 Formats (detected from the suffix and header when `trace_format = "auto"`):
 
@@ -6,14 +6,15 @@ Formats (detected from the suffix and header when `trace_format = "auto"`):
   origin; extra columns are ignored.
 * ``azure``: as published (Azure/AzurePublicDataset, CC-BY 4.0): ``TIMESTAMP,ContextTokens,
   GeneratedTokens`` with wall-clock timestamps like ``2023-11-16 18:17:03.9799600``.
-* ``vidur``: a length table without arrival times (Vidur's processed traces, e.g. the arXiv
-  summarization lengths): ``num_prefill_tokens,num_decode_tokens[,...]``. Usable for lengths only
-  (with an arrival process, or as an empirical length distribution), not for `kind = "trace"`.
+* a registered format (`sim.workload.registry.TraceFormat`, e.g. fidelity's length tables without
+  arrival times: usable for lengths only, with an arrival process or as an empirical length
+  distribution, not for `kind = "trace"`), detected from its CSV header.
 * ``mooncake``: one JSON object a line: ``timestamp`` (ms), ``input_length``, ``output_length``,
   ``hash_ids`` (prefix-block hashes, one per 512-token block; equal ids = shareable prefix).
 
 Arrival times are shifted so that the first request arrives at 0 and sorted (stably). Every
-malformed line raises one `ConfigError` naming the field, the file and the line number.
+malformed line raises one `ConfigError` naming the field, the file and the line number
+(`csv_rows` and `parse_int` do it for registered readers too).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from policies.config import ConfigError
+from sim.workload import registry
 
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per Mooncake hash id (their README)
 
@@ -54,6 +56,11 @@ class Trace:
         return (len(self) - 1) / span if span > 0 else float("inf")
 
 
+def has_arrivals(fmt: str) -> bool:
+    """Whether traces of format `fmt` record arrival times (a length table does not)."""
+    return fmt not in registry.TRACE_FORMATS or registry.TRACE_FORMATS[fmt].has_arrivals
+
+
 def detect_format(path: str | Path, field: str = "workload.trace") -> str:
     p = Path(path)
     if p.suffix.lower() in (".jsonl", ".json"):
@@ -65,16 +72,17 @@ def detect_format(path: str | Path, field: str = "workload.trace") -> str:
         return "azure"
     if "arrival_time" in cols:
         return "csv"
-    if "num_prefill_tokens" in cols and "num_decode_tokens" in cols:
-        return "vidur"
+    for fmt in registry.TRACE_FORMATS.values():
+        if fmt.detect(cols):
+            return fmt.name
     if header.startswith("{"):
         return "mooncake"
     if not header:
         raise ConfigError(f"{field}: {p} is empty")
+    expected = ["arrival_time,prompt_tokens,output_tokens (csv)", "TIMESTAMP,ContextTokens,GeneratedTokens (azure)",
+                *(f"{fmt.header} ({fmt.name})" for fmt in registry.TRACE_FORMATS.values())]
     raise ConfigError(f"{field}: cannot tell the format of {p} from its first line {header[:80]!r}; expected a "
-                      "header arrival_time,prompt_tokens,output_tokens (csv), TIMESTAMP,ContextTokens,"
-                      "GeneratedTokens (azure), num_prefill_tokens,num_decode_tokens (vidur) or JSON lines (mooncake), "
-                      "or set workload.trace_format")
+                      f"header {', '.join(expected)} or JSON lines (mooncake), or set workload.trace_format")
 
 
 def read_trace(path: str | Path, fmt: str = "auto", field: str = "workload.trace") -> Trace:
@@ -89,10 +97,12 @@ def read_trace(path: str | Path, fmt: str = "auto", field: str = "workload.trace
 
 @lru_cache(maxsize=8)
 def _read_cached(path: str, fmt: str, _mtime: int, field: str) -> Trace:
-    reader = {"csv": _read_ours, "azure": _read_azure, "mooncake": _read_mooncake, "vidur": _read_vidur}.get(fmt)
+    readers = {"csv": _read_ours, "azure": _read_azure, "mooncake": _read_mooncake,
+               **{name: f.read for name, f in registry.TRACE_FORMATS.items()}}
+    reader = readers.get(fmt)
     if reader is None:
-        raise ConfigError(f"workload.trace_format: {fmt!r} is not allowed; choose one of auto, csv, azure, "
-                          "mooncake, vidur")
+        raise ConfigError(f"workload.trace_format: {fmt!r} is not allowed; choose one of "
+                          f"{', '.join(['auto', *readers])}")
     rows = reader(Path(path), field)
     if not rows[0]:
         raise ConfigError(f"{field}: {path} has no requests")
@@ -104,7 +114,7 @@ def _read_cached(path: str, fmt: str, _mtime: int, field: str) -> Trace:
     return Trace(path, fmt, t, pick(rows[1]), pick(rows[2]), pick(rows[3]), hashes)
 
 
-def _int(value: str, what: str, where: str, minimum: int = 0) -> int:
+def parse_int(value: str, what: str, where: str, minimum: int = 0) -> int:
     try:
         x = int(value)
     except (TypeError, ValueError):
@@ -114,7 +124,7 @@ def _int(value: str, what: str, where: str, minimum: int = 0) -> int:
     return x
 
 
-def _csv_rows(path: Path, field: str, required: tuple[str, ...]):
+def csv_rows(path: Path, field: str, required: tuple[str, ...]):
     """Yield (line number, row dict, where) after checking the header has the `required` columns."""
     with path.open("r", encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
@@ -139,42 +149,34 @@ def _csv_rows(path: Path, field: str, required: tuple[str, ...]):
 def _read_ours(path: Path, field: str):
     t, p, o, pr = [], [], [], []
     has_priority = None
-    for row, where in _csv_rows(path, field, ("arrival_time", "prompt_tokens", "output_tokens")):
+    for row, where in csv_rows(path, field, ("arrival_time", "prompt_tokens", "output_tokens")):
         try:
             t.append(float(row["arrival_time"]))
         except ValueError:
             raise ConfigError(f"{where}: arrival_time must be a number, got {row['arrival_time']!r}") from None
         if not np.isfinite(t[-1]) or t[-1] < 0:
             raise ConfigError(f"{where}: arrival_time must be a finite number >= 0, got {row['arrival_time']!r}")
-        p.append(_int(row["prompt_tokens"], "prompt_tokens", where, 1))
-        o.append(_int(row["output_tokens"], "output_tokens", where, 1))
+        p.append(parse_int(row["prompt_tokens"], "prompt_tokens", where, 1))
+        o.append(parse_int(row["output_tokens"], "output_tokens", where, 1))
         if has_priority is None:
             has_priority = "priority" in row
         if has_priority:
-            pr.append(_int(row["priority"], "priority", where, -(2**31)))
+            pr.append(parse_int(row["priority"], "priority", where, -(2**31)))
     return t, p, o, (pr if has_priority else None), None
 
 
 def _read_azure(path: Path, field: str):
     t, p, o = [], [], []
-    for row, where in _csv_rows(path, field, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+    for row, where in csv_rows(path, field, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
         try:
             t.append(datetime.fromisoformat(row["TIMESTAMP"]).timestamp())
         except ValueError:
             raise ConfigError(f"{where}: TIMESTAMP must look like 2023-11-16 18:17:03.9799600, "
                               f"got {row['TIMESTAMP']!r}") from None
         # the published trace has no zero counts, but a request needs >= 1 prompt and output token
-        p.append(max(1, _int(row["ContextTokens"], "ContextTokens", where)))
-        o.append(max(1, _int(row["GeneratedTokens"], "GeneratedTokens", where)))
+        p.append(max(1, parse_int(row["ContextTokens"], "ContextTokens", where)))
+        o.append(max(1, parse_int(row["GeneratedTokens"], "GeneratedTokens", where)))
     return t, p, o, None, None
-
-
-def _read_vidur(path: Path, field: str):
-    p, o = [], []
-    for row, where in _csv_rows(path, field, ("num_prefill_tokens", "num_decode_tokens")):
-        p.append(_int(row["num_prefill_tokens"], "num_prefill_tokens", where, 1))
-        o.append(max(1, _int(row["num_decode_tokens"], "num_decode_tokens", where)))
-    return [0.0] * len(p), p, o, None, None
 
 
 def _read_mooncake(path: Path, field: str):
@@ -196,9 +198,9 @@ def _read_mooncake(path: Path, field: str):
             if isinstance(d["timestamp"], bool) or not isinstance(d["timestamp"], (int, float)) or d["timestamp"] < 0:
                 raise ConfigError(f"{where}: timestamp must be a number of ms >= 0, got {d['timestamp']!r}")
             t.append(d["timestamp"] / 1000.0)
-            n_in = _int(d["input_length"], "input_length", where, 1)
+            n_in = parse_int(d["input_length"], "input_length", where, 1)
             p.append(n_in)
-            o.append(max(1, _int(d["output_length"], "output_length", where)))
+            o.append(max(1, parse_int(d["output_length"], "output_length", where)))
             ids = d.get("hash_ids")
             if ids is None:  # no prefix information: the prompt shares nothing
                 h.append(None)

@@ -3,10 +3,10 @@
 Open-loop kinds (poisson, gamma, constant, staged, trace) know every request up front: `start()`
 returns them all and `on_finish` returns []. `closed_loop` starts `num_users` requests at t = 0 and
 `on_finish` sends the finishing user's next request `think_time` seconds later, until
-`num_requests` have been sent or `duration` has passed. `inference_perf` hands the profile file to
-inference-perf's own generator (`fidelity.sources.inference_perf.SharedPrefixWorkload`): sessions'
-next turns and later stages come from `on_finish`; too-long prompts go to the scheduler, which
-rejects them as vLLM answers them (its lengths are the profile's, not `too_long`'s).
+`num_requests` have been sent or `duration` has passed. A registered kind (`sim.workload.registry`)
+hands the profile file to its own generator: with fidelity's load generators, sessions' next turns
+and later stages come from `on_finish`; too-long prompts go to the scheduler, which rejects them as
+vLLM answers them (its lengths are the profile's, not `too_long`'s).
 
 Lengths come from the trace when `workload.trace` is set (row i for request i; for arrival kinds
 other than `trace` the rows are reused cyclically), else from `prompt_len` / `output_len` (or a
@@ -29,10 +29,11 @@ import numpy as np
 
 from policies import ConfigError, Request
 from sim.workload.arrivals import arrival_times, staged_arrival_times
+from sim.workload import registry
 from sim.workload.config import WorkloadConfig
 from sim.workload.lengths import sample_lengths
 from sim.workload.synthetic_tokens import SyntheticTokens
-from sim.workload.traces import MOONCAKE_BLOCK_TOKENS, Trace, read_trace
+from sim.workload.traces import MOONCAKE_BLOCK_TOKENS, Trace, has_arrivals, read_trace
 
 # seed namespaces for SyntheticTokens segments, so prefixes, unique parts and hash ids never collide
 _NS = 10**15
@@ -48,7 +49,7 @@ class Workload:
         self.max_model_len = cfg.max_model_len or max_model_len
         self.rng = np.random.default_rng(cfg.seed)
         self.trace: Trace | None = read_trace(cfg.trace, cfg.trace_format) if cfg.trace else None
-        if self.trace is not None and self.trace.format == "vidur" and cfg.kind == "trace":
+        if self.trace is not None and not has_arrivals(self.trace.format) and cfg.kind == "trace":
             raise ConfigError(f"workload.kind: {cfg.trace} is a length table without arrival times; choose "
                               "poisson, gamma, constant, staged or closed_loop to use its lengths")
         self.num_clipped = 0
@@ -254,9 +255,7 @@ class Workload:
 def build_workload(cfg: WorkloadConfig, max_model_len: int | None = None) -> Workload:
     """The workload `cfg` describes; `max_model_len` (usually scheduler.max_model_len) bounds lengths
     unless `cfg.max_model_len` is set."""
-    if cfg.kind == "inference_perf":  # the load generator's own semantics (sessions, stage draining)
-        from fidelity.sources.inference_perf import SharedPrefixWorkload
-        from sim.workload.config import read_profile
-
-        return SharedPrefixWorkload(read_profile(cfg.profile), seed=cfg.seed)
+    kind = registry.KINDS.get(cfg.kind)
+    if kind is not None:  # a load generator's own semantics (sessions, stage draining)
+        return kind.build(registry.read_profile(cfg.profile), cfg.seed)
     return Workload(cfg, max_model_len)

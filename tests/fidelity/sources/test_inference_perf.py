@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import heapq
+import json
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from fidelity_helpers import ISSUE_PROFILE
 
 from policies import ConfigError, FinishReason
 from fidelity.sources.inference_perf import LengthDistribution, SharedPrefixProfile, SharedPrefixWorkload
+from sim.workload import WorkloadConfig, build_workload
 
 
 def profile(**changes):
@@ -148,3 +150,45 @@ def test_bad_profiles_name_the_field(change, field):
 def test_fixed_length_is_exact():
     d = LengthDistribution.parse("x", 77)
     assert (d.sample(np.random.default_rng(0), 5) == 77).all()
+
+
+# --- kind = "inference_perf": the load generator's own semantics, through sim.workload ------------
+def make_workload(max_model_len=4096, **overrides):
+    return build_workload(WorkloadConfig(**overrides), max_model_len)
+
+
+def write_profile(tmp_path, multi_turn=True, stages=({"rate": 2, "duration": 3},)):
+    profile = {"data": {"type": "shared_prefix", "shared_prefix": {
+        "num_unique_system_prompts": 2, "num_users_per_system_prompt": 2, "system_prompt_len": 32,
+        "question_len": 64, "output_len": 8, "enable_multi_turn_chat": multi_turn}},
+        "load": {"type": "constant", "stages": list(stages)}}
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile))
+    return path
+
+
+def test_inference_perf_kind_runs_the_generator_with_its_sessions(tmp_path):
+    from policies import FinishReason
+
+    wl = make_workload(profile=str(write_profile(tmp_path)), seed=3)  # kind defaults to inference_perf
+    first = wl.start()
+    assert len(first) == 4  # 6 sends over 4 sessions: sends 4 and 5 wait for sessions 0 and 1
+    done = first[0]
+    done.output_token_ids = [0] * done.max_tokens
+    done.finish_reason = FinishReason.LENGTH
+    follow = wl.on_finish(done, 10.0)
+    assert [r.req_id for r in follow] == ["s0-4"] and follow[0].arrival_time == 10.0
+    # the next turn is sent on the session's context: previous prompt + answer, then system prompt + question
+    assert follow[0].num_prompt_tokens == done.num_prompt_tokens + 8 + 32 + 64
+
+
+def test_inference_perf_kind_checks_its_profile(tmp_path):
+    with pytest.raises(ConfigError, match="^workload.profile"):
+        WorkloadConfig(kind="inference_perf")
+    with pytest.raises(ConfigError, match="^workload.profile"):
+        WorkloadConfig(kind="poisson", profile=str(write_profile(tmp_path)))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"data": {"type": "shared_prefix", "shared_prefix": {}},
+                               "load": {"type": "sometimes", "stages": [{"rate": 1, "duration": 1}]}}))
+    with pytest.raises(ConfigError, match="^profile.load.type"):
+        WorkloadConfig(profile=str(bad))

@@ -110,16 +110,3 @@ def test_shipped_example_slices_parse():
     assert (conv.format, len(conv), code.format, len(code), mc.format, len(mc)) == (
         "azure", 300, "azure", 200, "mooncake", 200)
     assert 60 < conv.arrival_time[-1] < 120
-
-
-def test_vidur_length_table(tmp_path):
-    p = write(tmp_path, "lens.csv", "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n3772,54,3826,69.8\n"
-                                    "2015,156,2171,12.9\n")
-    tr = read_trace(p)
-    assert tr.format == "vidur" and tr.prompt_tokens.tolist() == [3772, 2015] and tr.output_tokens.tolist() == [54, 156]
-
-
-def test_real_arxiv_length_table(shared_data):
-    tr = read_trace(shared_data / "traces/arxiv-summarization/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv")
-    assert tr.format == "vidur" and len(tr) == 28_257
-    assert np.median(tr.prompt_tokens) > 1000  # "long-prompt length distribution"
