@@ -11,7 +11,7 @@ import argparse
 import time
 
 from policies import CacheConfig, Request, SchedulerConfig, StepResult
-from policies.scheduler import make_scheduler
+from policies.schedulers import make_scheduler
 
 
 def decode_speed(policy: str, num_seqs: int, steps: int, prefix_caching: bool) -> tuple[float, float]:

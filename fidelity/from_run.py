@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from policies import ConfigError
+from policies import ConfigError, SchedulerConfig
 from fidelity.run_folders import find_runs
 from fidelity.runs import RealRun, ServerArgs
 from fidelity.sources.distserve import load_distserve_run
@@ -110,9 +110,7 @@ def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
         section = {"policy": "continuous", "max_num_batched_tokens": server.max_num_batched_tokens or 2048,
                    "max_num_seqs": server.max_num_seqs or 256, "preemption": "recompute"}
     else:
-        from policies.presets import scheduler_preset
-
-        preset = scheduler_preset("vllm", version=engine_version(server), usage=usage, large_gpu=_large_gpu(gpu))
+        preset = SchedulerConfig.preset("vllm", version=engine_version(server), usage=usage, large_gpu=_large_gpu(gpu))
         section = {"policy": "vllm", "max_num_batched_tokens": server.max_num_batched_tokens or preset.max_num_batched_tokens,
                    "max_num_seqs": server.max_num_seqs or preset.max_num_seqs, "preemption": "recompute"}
     if server.max_model_len:

@@ -135,7 +135,7 @@ class Engine:
     """The real engine: one scheduler, one model runner, the one loop in wall-clock time."""
 
     def __init__(self, config, device: str | torch.device = "cpu", model: LlamaModel | None = None) -> None:
-        from policies.scheduler import make_scheduler
+        from policies.schedulers import make_scheduler
         from records.results import Recorder
 
         if not isinstance(config, EngineConfig):

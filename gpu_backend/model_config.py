@@ -11,6 +11,7 @@ from pathlib import Path
 
 from policies import ConfigError
 from policies.config import check_int, check_number, read_json_object
+from specs.model_spec import kv_bytes
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,7 @@ class ModelConfig:
         return self.num_key_value_heads * self.head_dim
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """K and V of every layer for one token (the simulator's formula, `specs.memory.kv_bytes`)."""
-        from specs.memory import kv_bytes
-
+        """K and V of every layer for one token (the simulator's formula, `specs.model_spec.kv_bytes`)."""
         return kv_bytes(self.num_hidden_layers, self.num_key_value_heads, self.head_dim, dtype_bytes)
 
     def to_hf_dict(self) -> dict:

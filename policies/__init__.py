@@ -7,7 +7,8 @@ from policies.batch_plan import BatchPlan, ScheduledSeq, StepResult
 from policies.config import CacheConfig, ConfigError, SchedulerConfig
 from policies.request import FinishReason, IllegalTransition, Request, RequestState
 from policies.block_manager import BlockManager
-from policies.scheduler import Scheduler, make_scheduler
+from policies.scheduler import Scheduler
+from policies.schedulers import make_scheduler
 
 __all__ = [
     "BatchPlan", "ScheduledSeq", "StepResult", "CacheConfig", "ConfigError", "SchedulerConfig",

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 
+from policies.presets import DEFAULT_VLLM_VERSION, USAGES, VLLM_CACHE, VLLM_V0_VERSIONS, VLLM_VERSIONS
+
 
 class ConfigError(ValueError):
     """A config field holds a value that is not allowed. The message names the field."""
@@ -95,6 +97,13 @@ def check_number(field: str, value: object, minimum: float | None = None, maximu
         raise ConfigError(f"{field}: must be <= {maximum}, got {value}")
 
 
+def _check_overrides(section: str, cls, overrides: dict) -> None:
+    names = {f.name for f in fields(cls)}
+    for key in overrides:
+        if key not in names:
+            raise ConfigError(f"{section}.{key}: unknown field; choose one of {', '.join(sorted(names))}")
+
+
 POLICIES = ("static", "continuous", "chunked", "vllm")
 OFFLOAD_BACKENDS = ("native", "lmcache")  # vLLM's kv_offloading_backend
 QUEUES = ("fcfs", "priority")
@@ -135,10 +144,12 @@ class CacheConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "CacheConfig":
-        """A named engine's cache defaults (`vllm`: block 16, prefix caching on, no watermark)."""
-        from policies.presets import cache_preset
-
-        return cache_preset(name, **overrides)
+        """A named engine's cache defaults (`vllm`: block 16, prefix caching on, no watermark);
+        pass `num_gpu_blocks` etc. as overrides."""
+        if name != "vllm":
+            raise ConfigError(f"cache.preset: {name!r} is not allowed; choose one of vllm")
+        _check_overrides("cache", cls, overrides)
+        return cls(**{**VLLM_CACHE, **overrides})
 
 
 @dataclass(frozen=True)
@@ -177,14 +188,40 @@ class SchedulerConfig:
                               "(vLLM v1 only recomputes); choose recompute, or policy 'chunked' for swap/hybrid")
 
     @classmethod
-    def preset(cls, name: str, version: str | None = None, **overrides) -> "SchedulerConfig":
-        """A named engine's scheduler defaults, e.g. `SchedulerConfig.preset("vllm", version="0.11")`.
+    def preset(cls, name: str, version: str | None = None, usage: str = "api_server", large_gpu: bool = False,
+               **overrides) -> "SchedulerConfig":
+        """A named engine's scheduler defaults, e.g. `SchedulerConfig.preset("vllm", version="0.11")`
+        (only 'vllm' so far; its v0 versions give the `continuous` policy).
 
         See `policies.presets` for the table of versions and usage contexts.
         """
-        from policies.presets import scheduler_preset
+        if name != "vllm":
+            raise ConfigError(f"scheduler.preset: {name!r} is not allowed; choose one of vllm")
+        version = DEFAULT_VLLM_VERSION if version is None else str(version)
+        if version in VLLM_V0_VERSIONS:
+            return cls._v0_preset(version, overrides)
+        if version not in VLLM_VERSIONS:
+            allowed = ", ".join([*VLLM_V0_VERSIONS, *VLLM_VERSIONS])
+            raise ConfigError(f"scheduler.version: {version!r} is not allowed; choose one of {allowed}")
+        if usage not in USAGES:
+            raise ConfigError(f"scheduler.usage: {usage!r} is not allowed; choose one of {', '.join(USAGES)}")
+        _check_overrides("scheduler", cls, overrides)
+        row = VLLM_VERSIONS[version]
+        values = {key: row[key][usage][1 if large_gpu else 0] for key in row}
+        values.update(policy="vllm", queue="fcfs", preemption="recompute", long_prefill_token_threshold=0)
+        values.update(overrides)
+        return cls(**values)
 
-        return scheduler_preset(name, version=version, **overrides)
+    @classmethod
+    def _v0_preset(cls, version: str, overrides: dict) -> "SchedulerConfig":
+        """vLLM v0 (no chunked prefill) as the `continuous` policy, from `VLLM_V0_VERSIONS`."""
+        _check_overrides("scheduler", cls, overrides)
+        values = dict(VLLM_V0_VERSIONS[version], policy="continuous", queue="fcfs", preemption="recompute")
+        values.update(overrides)
+        max_model_len = values.get("max_model_len", cls.max_model_len)
+        if "max_num_batched_tokens" not in overrides:  # v0's default: max(max_model_len, 2048)
+            values["max_num_batched_tokens"] = max(values["max_num_batched_tokens"], max_model_len)
+        return cls(**values)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

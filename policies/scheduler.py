@@ -670,21 +670,3 @@ class Scheduler:
                 num_used += 1
             used_per_step.append(num_used)
         return k, used_per_step
-
-
-def scheduler_class(policy: str) -> type[Scheduler]:
-    """The Scheduler subclass of `policy` ('static', 'continuous', 'chunked' or 'vllm')."""
-    from policies.chunked_scheduler import ChunkedScheduler, VllmScheduler
-    from policies.continuous_scheduler import ContinuousScheduler
-    from policies.static_scheduler import StaticScheduler
-
-    classes = {"static": StaticScheduler, "continuous": ContinuousScheduler,
-               "chunked": ChunkedScheduler, "vllm": VllmScheduler}
-    if policy not in classes:
-        raise ValueError(f"scheduler.policy: {policy!r} is not allowed; choose one of {', '.join(classes)}")
-    return classes[policy]
-
-
-def make_scheduler(config: "SchedulerConfig", cache: "CacheConfig") -> Scheduler:
-    """The scheduler for `config.policy` ('static', 'continuous', 'chunked' or 'vllm')."""
-    return scheduler_class(config.policy)(config, cache)

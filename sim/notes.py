@@ -31,7 +31,7 @@ def setting_notes(config, workload=None) -> list[str]:
 
 def scheduler_notes(config) -> list[str]:
     """The scheduler's part: a whole-prompt policy's step budget (what `servesim serve` has to say too)."""
-    from policies.scheduler import scheduler_class
+    from policies.schedulers import scheduler_class
 
     sched = config.scheduler
     if scheduler_class(sched.policy).whole_prompts and sched.max_num_batched_tokens < sched.max_model_len:

@@ -230,7 +230,7 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     goes and leave memory, and the result holds the summary (its tables read back from the files);
     `stream=True` streams without files (summary only). `plot` (streamed runs): timeline.png too.
     """
-    from policies.scheduler import make_scheduler
+    from policies.schedulers import make_scheduler
     from sim.cluster.layout import is_cluster
     from sim.latency import build_latency_model
     from sim.workload import build_workload

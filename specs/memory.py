@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from policies.config import ConfigError
 from specs.hardware import HardwareConfig, check_parallelism
-from specs.model_spec import ModelSpec
+from specs.model_spec import ModelSpec, kv_bytes, mla_kv_bytes
 
 GiB = 2**30
 NON_TORCH_BYTES = int(0.25 * GiB)  # CUDA context leftovers + NCCL/all-reduce buffers + graph pool
@@ -33,22 +33,6 @@ ACT_HIDDEN_BUFFERS = 6  # hidden-size activation buffers alive at the MLP peak (
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     return max(1, model.num_kv_heads // tp)
-
-
-def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
-    """K and V of one token on one GPU: 2 x layers x kv_heads/tp x head_dim x dtype bytes.
-
-    The one definition of KV bytes per token, from plain dimensions so that the engine's
-    `gpu_backend.model_config.ModelConfig` (HF names) uses it too; KV heads fewer than `tp` are
-    replicated (one per GPU), as in vLLM.
-    """
-    return 2 * num_layers * max(1, num_kv_heads // tp) * head_dim * dtype_bytes
-
-
-def mla_kv_bytes(num_layers: int, kv_lora_rank: int, qk_rope_head_dim: int, dtype_bytes: int) -> int:
-    """MLA's cache of one token: (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes, on every
-    TP rank (the latent has no heads to shard). DeepSeek-V3 in bf16: (512 + 64) x 61 x 2 = 70,272."""
-    return num_layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes
 
 
 def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:

@@ -17,7 +17,7 @@ as vLLM's `kv_cache_dtype="auto"` does: FP8 weights and FP8 KV are independent c
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from policies.config import ConfigError, check_choice, check_int, read_json_object
@@ -26,6 +26,23 @@ MLP_KINDS = ("gated", "plain")  # gated: SwiGLU gate/up/down (Llama); plain: fc1
 POSITION_KINDS = ("rope", "learned")
 HF_MODEL_TYPES = ("llama", "mistral", "mixtral", "opt", "deepseek_v2", "deepseek_v3")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
+
+
+def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
+    """K and V of one token on one GPU: 2 x layers x kv_heads/tp x head_dim x dtype bytes.
+
+    The one definition of KV bytes per token, from plain dimensions so that the engine's
+    `gpu_backend.model_config.ModelConfig` (HF names) uses it too; KV heads fewer than `tp` are
+    replicated (one per GPU), as in vLLM.
+    """
+    return 2 * num_layers * max(1, num_kv_heads // tp) * head_dim * dtype_bytes
+
+
+
+def mla_kv_bytes(num_layers: int, kv_lora_rank: int, qk_rope_head_dim: int, dtype_bytes: int) -> int:
+    """MLA's cache of one token: (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes, on every
+    TP rank (the latent has no heads to shard). DeepSeek-V3 in bf16: (512 + 64) x 61 x 2 = 70,272."""
+    return num_layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -263,9 +280,9 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> int:
         """KV cache bytes of one token over all layers, unsharded (`specs.memory.kv_bytes_per_token`)."""
-        from specs.memory import kv_bytes_per_token  # memory imports this module
-
-        return kv_bytes_per_token(self, 1)
+        if self.is_mla:
+            return mla_kv_bytes(self.num_layers, self.kv_lora_rank, self.qk_rope_head_dim, self.kv_dtype_bytes)
+        return kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, self.kv_dtype_bytes)
 
     # --- construction -------------------------------------------------------------------------------
     @classmethod
@@ -339,8 +356,6 @@ class ModelSpec:
         """A copy with weights stored in `dtype` and the KV cache in `kv_cache_dtype` ("auto" keeps the
         spec's weights; an "auto" KV cache follows the activations, as vLLM's does: FP8 weights keep a
         16-bit cache unless `kv_cache_dtype = "fp8"`)."""
-        from dataclasses import replace
-
         wb = self.dtype_bytes if dtype == "auto" else DTYPE_BYTES[dtype]
         kb = None if kv_cache_dtype == "auto" else DTYPE_BYTES[kv_cache_dtype]
         if kb is None and dtype == "auto":

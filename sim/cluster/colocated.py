@@ -32,7 +32,7 @@ def resolve_latency_model(latency_model, config: Any):
 
 def build_replica(env: simpy.Environment, config: Any, recorder, name: str, latency_model=None):
     """A `Replica` for `config` (scheduler + KV geometry + latency model from that config)."""
-    from policies.scheduler import make_scheduler
+    from policies.schedulers import make_scheduler
     from sim.replica import Replica
     from sim.runner import build_cache_config
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from policies import CacheConfig, Request, SchedulerConfig, StepResult
-from policies.scheduler import make_scheduler as _make_scheduler
+from policies.schedulers import make_scheduler as _make_scheduler
 
 _SCHED_FIELDS = {f.name for f in fields(SchedulerConfig)}
 _CACHE_FIELDS = {f.name for f in fields(CacheConfig)}

@@ -5,7 +5,7 @@ import pytest
 from policy_factories import make_requests, make_scheduler, run, step
 
 from policies import CacheConfig, ConfigError, FinishReason, Request, RequestState, SchedulerConfig, StepResult
-from policies.scheduler import make_scheduler as real_make_scheduler
+from policies.schedulers import make_scheduler as real_make_scheduler
 
 
 @pytest.mark.parametrize("policy", ["static", "continuous", "chunked", "vllm"])

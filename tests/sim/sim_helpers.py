@@ -22,7 +22,7 @@ def make_sched(policy: str = "chunked", num_gpu_blocks: int = 4096, block_size: 
                **overrides):
     """A real scheduler from `policies` with small defaults (`overrides` go to SchedulerConfig)."""
     from policies import CacheConfig, SchedulerConfig
-    from policies.scheduler import make_scheduler
+    from policies.schedulers import make_scheduler
 
     overrides.setdefault("max_model_len", 1 << 16)
     return make_scheduler(SchedulerConfig(policy=policy, **overrides),

@@ -6,7 +6,7 @@ import tomllib
 import pytest
 
 from policies import ConfigError
-from policies.scheduler import make_scheduler
+from policies.schedulers import make_scheduler
 from sim.config import CacheSection, config_to_toml, load_config
 from sim.runner import build_cache_config
 

@@ -165,7 +165,7 @@ def test_zero_frontend_equals_the_replica_fed_at_arrival_times():
 
 def _sched_like(config):
     """The scheduler `simulate` builds for `config`."""
-    from policies.scheduler import make_scheduler
+    from policies.schedulers import make_scheduler
     from sim.runner import build_cache_config
 
     return make_scheduler(config.scheduler, build_cache_config(config))

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from policies import CacheConfig
-from policies.scheduler import make_scheduler
+from policies.schedulers import make_scheduler
 from records.display import number
 from sim.config import config_to_toml, load_config
 from sim.notes import outcome_notes, setting_notes, with_notes

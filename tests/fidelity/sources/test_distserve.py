@@ -59,7 +59,7 @@ def test_padding_is_charged_as_the_padded_prompt_lengths(tmp_path):
 def test_padded_continuous_batches_are_charged_in_the_simulator(tmp_path):
     """End to end through the scheduler: a padded batch costs the padded prefill."""
     from policies import CacheConfig, SchedulerConfig, StepResult
-    from policies.scheduler import make_scheduler
+    from policies.schedulers import make_scheduler
 
     model = DistServeLatencyModel(write_profiles(tmp_path))
     sched = make_scheduler(SchedulerConfig(policy="continuous", max_num_batched_tokens=4096, max_model_len=2048,
