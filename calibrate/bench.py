@@ -275,7 +275,7 @@ class OpBench:
             x, f = self.rand(T, c.hidden_size), self.cold(self.model.lm_head)
             return lambda: f(x).float()  # as LlamaModel.compute_logits
         if name == "sampler":
-            from gpu_backend.sampler import GREEDY
+            from gpu_backend.sampling_params import GREEDY
 
             logits = self.rand(T, c.vocab_size).float()
             params, zeros = [GREEDY] * T, [0] * T

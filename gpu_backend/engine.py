@@ -46,6 +46,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import torch
+from tqdm import tqdm
 
 from gpu_backend.attention import select_backend
 from gpu_backend.heap import pin_heap
@@ -53,10 +54,13 @@ from gpu_backend.kv_cache import KVCache
 from gpu_backend.model import LlamaModel, build_model
 from gpu_backend.model_config import ModelConfig
 from gpu_backend.model_runner import ModelRunner
-from gpu_backend.sampler import GREEDY, request_seed
-from policies import CacheConfig, ConfigError, FinishReason, Request, SchedulerConfig
+from gpu_backend.sampling_params import GREEDY, request_seed
+from policies import BatchPlan, CacheConfig, ConfigError, FinishReason, Request, ScheduledSeq, SchedulerConfig
 from policies.config import check_choice, check_int
-from records.results import end_unfinished
+from policies.schedulers import make_scheduler
+from records.metrics import summarize
+from records.results import (Recorder, end_unfinished, pooled_itls, record_step, requests_table, steps_table,
+                             write_results)
 
 STUCK = "the scheduler could not place it and nothing else was left to run"  # the simulator's words too
 DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -126,8 +130,6 @@ class EngineResult:
 
     def save(self, out_dir: str | Path, plot: bool = True) -> Path:
         """Write summary.json, requests.csv, steps.csv (+ config.toml, timeline.png) like `simulate`."""
-        from records.results import write_results
-
         return write_results(out_dir, self.requests, self.steps, self.summary, self.config_toml, plot=plot)
 
 
@@ -135,9 +137,6 @@ class Engine:
     """The real engine: one scheduler, one model runner, the one loop in wall-clock time."""
 
     def __init__(self, config, device: str | torch.device = "cpu", model: LlamaModel | None = None) -> None:
-        from policies.schedulers import make_scheduler
-        from records.results import Recorder
-
         if not isinstance(config, EngineConfig):
             raise ConfigError(f"engine config: expected an EngineConfig, got {type(config).__name__}; build one "
                               "from a servesim config with calibrate.engine_config.engine_config_from_sim")
@@ -263,8 +262,6 @@ class Engine:
             return self._step()
 
     def _step(self) -> bool:
-        from records.results import record_step
-
         self._admit()
         start = self.now()
         t = time.perf_counter()
@@ -325,8 +322,6 @@ class Engine:
         """Run a throwaway prefill and decode outside the scheduler, so that one-time costs (lazy
         kernel init, allocator growth) do not land in the first measured step. Writes only KV slots of
         block 0..1, which no request owns yet; records nothing."""
-        from policies import BatchPlan, ScheduledSeq
-
         bs = self.kv_cache.block_size
         n = min(2 * bs, self.kv_cache.num_blocks * bs, self.config.scheduler.max_model_len) - 1
         if n < 1:
@@ -391,8 +386,6 @@ class Engine:
 
     def run_workload(self, workload, progress: bool = True, max_time_s: float | None = None) -> "EngineResult":
         """Replay `workload` in real time on this thread and return the results (see module docstring)."""
-        from tqdm import tqdm
-
         if self._thread is not None:
             raise RuntimeError("run_workload: the engine is running on its background thread; stop() it first")
         max_time_s = max_time_s if max_time_s is not None else self.config.max_time_s
@@ -452,9 +445,6 @@ class Engine:
 
     def result(self) -> EngineResult:
         """The `requests`/`steps` tables and summary of everything this engine has seen."""
-        from records.metrics import summarize
-        from records.results import pooled_itls, requests_table, steps_table
-
         with self._state_lock:  # not while a step changes them (the engine thread may be running)
             raw = list(self.recorder.requests)
             requests = requests_table(raw, self.recorder.replica_of)

@@ -21,7 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpu_backend.attention import select_backend
 from gpu_backend.model_config import ModelConfig
+from gpu_backend.sampler import Sampler
 
 
 class RMSNorm(nn.Module):
@@ -259,9 +261,6 @@ def op_registry(model: LlamaModel, backend=None, layer: int = 0) -> dict[str, Ca
       down(x [T, I]) -> [T, hidden];  lm_head(x [S, hidden]) -> [S, vocab]
       sampling(logits [S, vocab], params list, steps list) -> [S] token ids (gpu_backend.sampler.Sampler)
     """
-    from gpu_backend.attention import select_backend
-    from gpu_backend.sampler import Sampler
-
     if backend is None:  # what the engine would pick on the model's device
         backend = select_backend(next(model.parameters()).device)
     block = model.layers[layer]

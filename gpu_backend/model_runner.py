@@ -16,7 +16,8 @@ import torch
 from gpu_backend.input_batch import InputBatch, build_input_batch
 from gpu_backend.kv_cache import KVCache
 from gpu_backend.model import LlamaModel
-from gpu_backend.sampler import GREEDY, Sampler, request_seed
+from gpu_backend.sampler import Sampler
+from gpu_backend.sampling_params import GREEDY, request_seed
 from policies import BatchPlan, StepResult
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from gpu_backend.attention.flash_backend import FlashAttentionBackend
+from gpu_backend.attention.torch_backend import TorchAttentionBackend
 from policies import ConfigError
 
 BACKENDS = ("auto", "torch", "flash")
@@ -36,9 +38,5 @@ def select_backend(device: str | torch.device, name: str = "auto"):
     if name == "flash":
         if device.type != "cuda" or not flash_available():
             raise ConfigError("engine.attention_backend: 'flash' needs a CUDA device and the flash-attn package")
-        from gpu_backend.attention.flash_backend import FlashAttentionBackend
-
         return FlashAttentionBackend()
-    from gpu_backend.attention.torch_backend import TorchAttentionBackend
-
     return TorchAttentionBackend()

@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from gpu_backend.serve.server import OpenAIServer
-    from policies import Request
+from gpu_backend.serve.metrics import ServerMetrics
+from policies import Request
+
+
+class StreamOwner(Protocol):
+    """What a stream reports to: the server's metrics and its two hooks (`OpenAIServer` is one)."""
+
+    metrics: ServerMetrics
+
+    def on_first_token(self) -> None: ...
+
+    def on_closed(self, stream: "RequestStream", got_first: bool) -> None: ...
 
 
 def reason_name(reason: object) -> str:
@@ -26,7 +35,7 @@ def reason_name(reason: object) -> str:
 class RequestStream:
     """Queue of engine outputs for one request, plus its first-token / finish accounting."""
 
-    def __init__(self, server: "OpenAIServer", request: "Request", loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, server: StreamOwner, request: Request, loop: asyncio.AbstractEventLoop) -> None:
         self.server = server
         self.request = request
         self.loop = loop

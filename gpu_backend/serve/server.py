@@ -32,6 +32,7 @@ from gpu_backend.serve.metrics import ServerMetrics
 from gpu_backend.serve.protocol import CompletionParams, RequestError, parse_request
 from gpu_backend.serve.request_stream import RequestStream
 from gpu_backend.serve.tokenizer import Tokenizer
+from gpu_backend.sampling_params import SamplingParams
 
 
 MAX_BODY_BYTES = 32 * 2**20  # far above any prompt the model can take; refuses memory abuse
@@ -52,9 +53,7 @@ async def read_body(http) -> bytes:
 
 
 def to_sampling_params(params: CompletionParams):
-    """The engine's SamplingParams for a request (imported here: it lives beside torch code)."""
-    from gpu_backend.sampler import SamplingParams
-
+    """The engine's SamplingParams for a request."""
     return SamplingParams(temperature=params.temperature, top_p=params.top_p, seed=params.seed,
                           stop_token_ids=params.stop_token_ids)
 

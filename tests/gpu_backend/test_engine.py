@@ -13,7 +13,7 @@ import torch
 
 from engine_factories import make_prompt, make_request
 from gpu_backend.engine import Engine, EngineConfig
-from gpu_backend.sampler import SamplingParams
+from gpu_backend.sampling_params import SamplingParams
 from policies import CacheConfig, SchedulerConfig
 
 

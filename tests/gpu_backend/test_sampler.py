@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from gpu_backend.sampler import GREEDY, Sampler, SamplingParams, top_p_filter
+from gpu_backend.sampler import Sampler, top_p_filter
+from gpu_backend.sampling_params import GREEDY, SamplingParams
 from policies import ConfigError
 
 
