@@ -11,17 +11,20 @@ identical, so one layer's op times x num_hidden_layers is a layer stack):
   attention backend (which also writes the chunk's K/V, so `attention_includes_kv_write`);
 - decode attention over (batch size, KV length), all decodes of equal length;
 - swap copies GPU->CPU and CPU->GPU over bytes (`KVCache.swap_out` / `swap_in`);
-- the engine's own steps on a fixed calibration workload (`calibrate.engine_steps`): the host
-  overhead per step, per sequence and per prefill sequence, and the in-step scales of the op
-  curves, fitted on those steps (nothing here shares anything with a validation workload).
+- the engine's own steps on a fixed calibration workload (`measure_engine_steps`; the fit is
+  `calibrate.engine_steps`): the host overhead per step, per sequence and per prefill sequence,
+  and the in-step scales of the op curves, fitted on those steps (nothing here shares anything
+  with a validation workload).
 
 Each point: `warmup` untimed calls, then `repeats` timed calls (synchronized on CUDA); every timed
 call is kept as a raw point and the fit uses per-x medians. `quick` is a small grid for CI.
 """
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import gc
+import itertools
 import os
 import platform
 import time
@@ -31,12 +34,23 @@ from typing import Callable
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from calibrate.engine_steps import ENGINE_GROUPS, fit_engine_steps, measure_engine_steps, split_after_idle
+from calibrate.engine_steps import (ENGINE_GROUPS, ENGINE_POLICIES, IDLE_S, fit_engine_steps, interleave,
+                                    split_after_idle)
 from calibrate.fit import fit_op
 from calibrate.fit_checks import check_profile, warn
+from calibrate.model_dims import resolve_model
+from gpu_backend.attention import select_backend
+from gpu_backend.attention.torch_backend import write_kv
+from gpu_backend.engine import Engine, EngineConfig, resolve_dtype
 from gpu_backend.heap import pin_heap
-from policies import BatchPlan, ConfigError, Request, ScheduledSeq
+from gpu_backend.input_batch import build_input_batch
+from gpu_backend.kv_cache import KVCache
+from gpu_backend.model import build_model, op_registry
+from gpu_backend.model_config import ModelConfig
+from gpu_backend.sampling_params import GREEDY
+from policies import BatchPlan, CacheConfig, ConfigError, Request, ScheduledSeq, SchedulerConfig
 from sim.latency.profiled import OpProfile, PiecewiseLinear, Profile, ProfiledLatencyModel
 
 
@@ -174,11 +188,6 @@ class OpBench:
 
     def __init__(self, model_config, device: str = "cpu", dtype: torch.dtype | None = None, seed: int = 0,
                  model=None) -> None:
-        from gpu_backend.attention import select_backend
-        from gpu_backend.engine import resolve_dtype
-        from gpu_backend.kv_cache import KVCache
-        from gpu_backend.model import build_model, op_registry
-
         self.device = torch.device(device)
         # the engine runs with it too: time ops as they run there (gpu_backend.heap)
         self.heap_pinned = pin_heap() if self.device.type == "cpu" else None
@@ -219,9 +228,6 @@ class OpBench:
         this CPU the decode GEMMs of the tiny model then measure ~3x faster than inside a step.
         Rotating over copies reproduces the step's reuse distance.
         """
-        import copy
-        import itertools
-
         own = sum(p.numel() * p.element_size() for p in module.parameters())
         total = min(self.weight_bytes, COLD_BYTES_CAP)
         n = max(1, min(-(-total // max(own, 1)), 256))
@@ -265,8 +271,6 @@ class OpBench:
             ids = torch.randint(0, c.vocab_size, (T,), generator=self.gen).to(self.device)
             return lambda: ops["embed"](ids)
         if name == "kv_write":
-            from gpu_backend.attention.torch_backend import write_kv
-
             kv = self.kv_cache(-(-T // self.block_size))
             slots = torch.arange(T, device=self.device)
             k, v = self.rand(T, c.num_key_value_heads, c.head_dim), self.rand(T, c.num_key_value_heads, c.head_dim)
@@ -275,16 +279,12 @@ class OpBench:
             x, f = self.rand(T, c.hidden_size), self.cold(self.model.lm_head)
             return lambda: f(x).float()  # as LlamaModel.compute_logits
         if name == "sampler":
-            from gpu_backend.sampling_params import GREEDY
-
             logits = self.rand(T, c.vocab_size).float()
             params, zeros = [GREEDY] * T, [0] * T
             return lambda: self.ops["sampling"](logits, params, zeros, zeros)
         raise ValueError(f"op: {name!r} is not a token op")
 
     def attention(self, seqs: list[ScheduledSeq]) -> Callable[[], object]:
-        from gpu_backend.input_batch import build_input_batch
-
         c = self.config
         num_blocks = max(b for s in seqs for b in s.request.block_table) + 1
         kv = self.kv_cache(num_blocks)
@@ -325,8 +325,6 @@ def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: f
 
     `passes`: which of the two passes to run (0 forward, 1 in reverse); a caller running them apart
     (`calibrate` around a bracketed run) hands the same `points` and `too_slow` to both calls."""
-    from tqdm import tqdm
-
     cases: list[tuple[str, tuple, Callable[[], tuple[Callable, tuple]]]] = []
     for op in TOKEN_OPS:
         for T in grid.tokens:
@@ -364,6 +362,75 @@ def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: f
                 if pass_ == 0 and float(np.median(times)) > max_call_s:  # grids ascend: skip larger shapes
                     too_slow.update((op, j) for j, (o, _, _) in order if o == op and j > i)
     return points
+
+
+def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, max_prompt: int = 1000,
+                         max_output: int = 40, progress: bool = True, seed: int = 0) -> list[tuple[str, BatchPlan, float, bool]]:
+    """[(configuration, plan, seconds, after_idle)] of every step of the calibration workload (module
+    docstring); after_idle marks a group's first step, which follows the idle pause."""
+    mc = bench.config
+    max_len = mc.max_position_embeddings
+    max_prompt = max(4, min(max_prompt, max_len // 2))
+    clock, _ = clock_for(bench.device)
+    rng = np.random.default_rng(seed + 11)
+    out: list[tuple[str, BatchPlan, float, bool]] = []
+    max_seqs = max(groups)
+    blocks = max_seqs * -(-(max_prompt + max_output) // bench.block_size) + 16
+    # (name, engine, last schedule time, [record steps, next step follows the pause]): one engine per
+    # scheduler configuration, all on the same model weights
+    runs = []
+    for policy, budget in policies:
+        name = f"{policy}-{budget or max_len}"
+        cfg = EngineConfig(model=mc, scheduler=SchedulerConfig(
+            policy=policy, max_num_batched_tokens=budget or max_len, max_num_seqs=max_seqs, max_model_len=max_len),
+            cache=CacheConfig(block_size=bench.block_size, num_gpu_blocks=blocks), dtype=_dtype_name(bench.dtype))
+        engine = Engine(cfg, bench.device, model=bench.model)
+        execute, spent, last, keep = engine.runner.execute, [0.0], [0.0], [False, False]
+
+        def timed_execute(plan, execute=execute, spent=spent):
+            t = clock()
+            result = execute(plan)
+            spent[0] = clock() - t
+            return result
+
+        def hook(plan, result, engine=engine, name=name, spent=spent, last=last, keep=keep):
+            sched = engine.schedule_time_s - last[0]
+            last[0] = engine.schedule_time_s
+            if keep[0]:
+                out.append((name, plan, spent[0] + sched, keep[1]))
+                keep[1] = False  # only a group's first step follows the idle pause
+
+        engine.runner.execute = timed_execute
+        engine.step_hooks.append(hook)
+        runs.append((name, engine, last, keep))
+    with torch.inference_mode(), tqdm(total=len(policies) * len(groups), desc="calibrate engine steps", unit="group",
+                                      disable=not progress, mininterval=0.5) as bar:
+        for name, engine, last, keep in runs:
+            # a throwaway request first: first calls of each shape pay allocations the engine's
+            # steady state does not
+            engine.add_request(Request(f"{name}-warm", 0.0, 40, 4, prompt_token_ids=[5] * 40))
+            engine.run_until_done()
+            last[0], keep[0] = engine.schedule_time_s, True
+        # group by group, each through every configuration in turn: a stretch of the machine running
+        # slower (other processes, other tenants of a shared host) then lands on every configuration
+        # alike instead of on one, which the fit would read as that configuration's own cost; and small
+        # and large groups alternate (`interleave`), so that it lands on small and large steps alike
+        for g, n in enumerate(interleave(groups)):
+            group = []
+            for i in range(min(n, max_seqs)):
+                p = int(np.exp(rng.uniform(np.log(4), np.log(max_prompt))))
+                group.append((p, int(rng.integers(2, max_output + 1)),
+                              rng.integers(3, min(mc.vocab_size, 200), p).tolist()))
+            for name, engine, _, keep in runs:
+                # the engine sits idle first, as a server between arrivals does: its next step finds
+                # cold caches (measured: 11-16% over the model on a validation run's post-idle steps)
+                time.sleep(IDLE_S)
+                keep[1] = True
+                for i, (p, o, ids) in enumerate(group):
+                    engine.add_request(Request(f"{name}-{g}-{i}", 0.0, p, o, prompt_token_ids=list(ids)))
+                engine.run_until_done()
+                bar.update(1)
+    return out
 
 
 def add_engine_fit(profile: Profile, steps: list) -> dict:
@@ -447,9 +514,6 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
     of one process ran single decodes -2..+18% apart (four processes; repeats of one model moved too,
     by up to 15%), and a profile cannot carry where its weights lay over to another model.
     """
-    from calibrate.model_dims import resolve_model
-    from gpu_backend.model_config import ModelConfig
-
     t0 = time.perf_counter()
     mc = ModelConfig.from_json(model_path)
     bench = OpBench(mc, device, seed=seed, model=model)

@@ -3,9 +3,10 @@
 Op curves are timed in isolation; a real engine step also pays host work no op accounts for
 (scheduling, batch assembly, module calls, Python glue, sampling bookkeeping) and runs its ops in
 other cache conditions (between two steps the scheduler, sampler and bookkeeping evict the
-caches; sequences have real, uneven block tables). Both are measured here on the real `Engine`:
+caches; sequences have real, uneven block tables). Both are measured on the real `Engine` (by
+`calibrate.bench.measure_engine_steps`, which runs it); this module holds the workload and the fit:
 
-1. `measure_engine_steps`: a fixed calibration workload (groups of 1 to 32 requests arriving
+1. the calibration workload: a fixed one (groups of 1 to 32 requests arriving
    together, prompts log-uniform over 4 to ~1,000 tokens, 2 to 40 output tokens; seeded, and
    sharing nothing with any validation workload) runs through the engine under three scheduler
    configurations (chunked at 64 and 256 tokens, continuous), so that single decodes, decode
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies import BatchPlan, Request
+from policies import BatchPlan
 
 #: (policy, max_num_batched_tokens or None for the model length) of the calibration runs
 ENGINE_POLICIES = (("chunked", 64), ("chunked", 256), ("continuous", None))
@@ -48,83 +49,6 @@ SCALE_BOUNDS = (0.67, 1.5)
 IDLE_S = 0.03
 PARAMS = ("step_s", "per_seq_s", "per_prefill_seq_s", "dense", "attn_prefill", "attn_decode")
 
-
-def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, max_prompt: int = 1000,
-                         max_output: int = 40, progress: bool = True, seed: int = 0) -> list[tuple[str, BatchPlan, float, bool]]:
-    """[(configuration, plan, seconds, after_idle)] of every step of the calibration workload (module
-    docstring); after_idle marks a group's first step, which follows the idle pause."""
-    import time
-
-    import torch
-    from tqdm import tqdm
-
-    from calibrate.bench import _dtype_name, clock_for
-    from gpu_backend.engine import Engine, EngineConfig
-    from policies import CacheConfig, SchedulerConfig
-
-    mc = bench.config
-    max_len = mc.max_position_embeddings
-    max_prompt = max(4, min(max_prompt, max_len // 2))
-    clock, _ = clock_for(bench.device)
-    rng = np.random.default_rng(seed + 11)
-    out: list[tuple[str, BatchPlan, float, bool]] = []
-    max_seqs = max(groups)
-    blocks = max_seqs * -(-(max_prompt + max_output) // bench.block_size) + 16
-    # (name, engine, last schedule time, [record steps, next step follows the pause]): one engine per
-    # scheduler configuration, all on the same model weights
-    runs = []
-    for policy, budget in policies:
-        name = f"{policy}-{budget or max_len}"
-        cfg = EngineConfig(model=mc, scheduler=SchedulerConfig(
-            policy=policy, max_num_batched_tokens=budget or max_len, max_num_seqs=max_seqs, max_model_len=max_len),
-            cache=CacheConfig(block_size=bench.block_size, num_gpu_blocks=blocks), dtype=_dtype_name(bench.dtype))
-        engine = Engine(cfg, bench.device, model=bench.model)
-        execute, spent, last, keep = engine.runner.execute, [0.0], [0.0], [False, False]
-
-        def timed_execute(plan, execute=execute, spent=spent):
-            t = clock()
-            result = execute(plan)
-            spent[0] = clock() - t
-            return result
-
-        def hook(plan, result, engine=engine, name=name, spent=spent, last=last, keep=keep):
-            sched = engine.schedule_time_s - last[0]
-            last[0] = engine.schedule_time_s
-            if keep[0]:
-                out.append((name, plan, spent[0] + sched, keep[1]))
-                keep[1] = False  # only a group's first step follows the idle pause
-
-        engine.runner.execute = timed_execute
-        engine.step_hooks.append(hook)
-        runs.append((name, engine, last, keep))
-    with torch.inference_mode(), tqdm(total=len(policies) * len(groups), desc="calibrate engine steps", unit="group",
-                                      disable=not progress, mininterval=0.5) as bar:
-        for name, engine, last, keep in runs:
-            # a throwaway request first: first calls of each shape pay allocations the engine's
-            # steady state does not
-            engine.add_request(Request(f"{name}-warm", 0.0, 40, 4, prompt_token_ids=[5] * 40))
-            engine.run_until_done()
-            last[0], keep[0] = engine.schedule_time_s, True
-        # group by group, each through every configuration in turn: a stretch of the machine running
-        # slower (other processes, other tenants of a shared host) then lands on every configuration
-        # alike instead of on one, which the fit would read as that configuration's own cost; and small
-        # and large groups alternate (`interleave`), so that it lands on small and large steps alike
-        for g, n in enumerate(interleave(groups)):
-            group = []
-            for i in range(min(n, max_seqs)):
-                p = int(np.exp(rng.uniform(np.log(4), np.log(max_prompt))))
-                group.append((p, int(rng.integers(2, max_output + 1)),
-                              rng.integers(3, min(mc.vocab_size, 200), p).tolist()))
-            for name, engine, _, keep in runs:
-                # the engine sits idle first, as a server between arrivals does: its next step finds
-                # cold caches (measured: 11-16% over the model on a validation run's post-idle steps)
-                time.sleep(IDLE_S)
-                keep[1] = True
-                for i, (p, o, ids) in enumerate(group):
-                    engine.add_request(Request(f"{name}-{g}-{i}", 0.0, p, o, prompt_token_ids=list(ids)))
-                engine.run_until_done()
-                bar.update(1)
-    return out
 
 
 def interleave(groups) -> tuple[int, ...]:

@@ -39,8 +39,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-from scipy.optimize import isotonic_regression, nnls
-from scipy.stats import theilslopes
 
 from sim.latency.profiled import OP_INPUTS, Bilinear, Grid2D, OpProfile, PiecewiseLinear
 
@@ -74,6 +72,8 @@ def _exact_prefix(x: np.ndarray) -> int:
 
 
 def _pwl(x: np.ndarray, med: np.ndarray, counts: np.ndarray, exact_prefix: bool = False) -> PiecewiseLinear:
+    from scipy.optimize import isotonic_regression  # an extra (calibrate): imported where the fit runs
+
     # with `exact_prefix`, where every count from 1 up was timed (our grids time 1-8 tokens), the medians stand as
     # measured: small-M GEMM kernels differ by M (on the CPU: gate/up 284 us at 2 tokens, 239 us
     # at 4; down 109 us at 3, 84 us at 4), and inside engine steps decodes of 2-3 sequences paid
@@ -96,6 +96,8 @@ def fit_pwl(points: list, exact_prefix: bool = False) -> PiecewiseLinear:
 
 def fit_robust_line(points: list) -> PiecewiseLinear:
     """Theil-Sen line through [x, seconds] rows (slope and intercept >= 0), as a two-knot curve."""
+    from scipy.stats import theilslopes  # an extra (calibrate): imported where the fit runs
+
     x = np.array([float(r[0]) for r in points])
     y = np.array([float(r[-1]) for r in points])
     if len(np.unique(x)) < 2:
@@ -108,6 +110,8 @@ def fit_robust_line(points: list) -> PiecewiseLinear:
 
 def fit_bilinear(points: list) -> Bilinear:
     """Non-negative least squares of ``c0 + cx*x + cy*y + cxy*x*y`` on relative error."""
+    from scipy.optimize import nnls  # an extra (calibrate): imported where the fit runs
+
     keys, med = _medians(points)
     if len(keys) < 2:
         raise ValueError("points: need at least two distinct [x, y, seconds] rows for a 2-input fit")

@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from calibrate.importers.aiconfigurator import import_aiconfigurator
+from calibrate.importers.derived import host_overhead_op
+from calibrate.importers.eager_launch import add_eager_launch, host_work_ops
+from calibrate.importers.h100_microbench import import_h100_microbench
+from calibrate.importers.vidur import vidur_overlay
 from policies import ConfigError
 from sim.latency.profiled import Profile
 
@@ -66,8 +71,6 @@ def import_profile(source: str, gpu: str, model, tp: int = 1, data_dir: str | Pa
     (aiconfigurator): the compute-bound share of each GEMM slowed by it (the clock a busy engine
     sustains).
     """
-    from calibrate.importers.derived import host_overhead_op
-
     if source not in SOURCES:
         raise ConfigError(f"source: {source!r} is not allowed; choose one of {', '.join(SOURCES)}")
     if host not in HOSTS:
@@ -84,21 +87,13 @@ def import_profile(source: str, gpu: str, model, tp: int = 1, data_dir: str | Pa
             raise ConfigError(f"host_terms: expected an object with exactly {', '.join(want)} (seconds), "
                               f"got {host_terms!r}")
     if source == "aiconfigurator":
-        from calibrate.importers.aiconfigurator import import_aiconfigurator
-
         profile = import_aiconfigurator(gpu, model, tp, nccl_only=host == "eager", compute_factor=compute_factor)
     else:
-        from calibrate.importers.h100_microbench import import_h100_microbench
-
         profile = import_h100_microbench(gpu, model, tp, data_dir=data_dir)
     if kernels == "vidur":
-        from calibrate.importers.vidur import vidur_overlay
-
         profile.meta.setdefault("gpu", gpu.upper().replace("-SXM", "").replace("_SXM", ""))
         vidur_overlay(profile, extend=extend_grids)
     if host == "eager-launch":
-        from calibrate.importers.eager_launch import add_eager_launch, host_work_ops
-
         add_eager_launch(profile, gpu, call_s=call_s, calls_per_layer=calls_per_layer)
         if host_terms is None:
             profile.ops["step_overhead"] = host_overhead_op(profile.model, "graphs")

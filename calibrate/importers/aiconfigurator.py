@@ -29,9 +29,14 @@ from __future__ import annotations
 import datetime as _dt
 import importlib.util
 import math
+from importlib.metadata import version as _pkg_version
 from pathlib import Path
 
-from calibrate.fit import fit_op
+import numpy as np
+import pandas as pd
+import yaml
+
+from calibrate.fit import fit_op, fit_pwl
 from calibrate.importers.derived import derived_ops
 from calibrate.model_dims import per_rank_shapes, resolve_model
 from policies import ConfigError
@@ -73,8 +78,6 @@ def _table(system_dir: Path, op: str, filename: str, frameworks=FRAMEWORKS) -> t
 
 def _interp_gemm(df, k: int, n: int) -> list[list[float]]:
     """[[m, seconds]] for a (k, n) GEMM, bilinear in (n, k) between the bracketing grid shapes."""
-    import numpy as np
-
     ns, ks = np.array(sorted(df.n.unique())), np.array(sorted(df.k.unique()))
 
     def bracket(grid, v):
@@ -124,8 +127,6 @@ def attention_rows(df, heads: int, kv_heads: int):
 
     Returns (None, "") when no rule applies. `batch_size` of the rows is float under rule 3.
     """
-    import pandas as pd
-
     if df.empty:
         return None, ""
     kernel = sorted(df.kernel_source.unique())[0]  # one kernel (fa3 before fa4)
@@ -168,8 +169,6 @@ def complete_decode_grid(points: list) -> list:
     reads each sequence's KV once: at a fixed batch its time is linear in KV length, so each
     batch's missing long lengths continue the line through its two longest measured ones.
     """
-    import numpy as np
-
     by_batch: dict[float, dict[float, list]] = {}
     for b, s, t in points:
         by_batch.setdefault(b, {}).setdefault(s, []).append(t)
@@ -204,10 +203,6 @@ def chunked_prefill_points(full: list, decode_curve) -> list:
     chunk and context terms: a 64-token chunk over 3000 cached tokens came out at half the time of
     a whole 2048-token prefill.)
     """
-    import numpy as np
-
-    from calibrate.fit import fit_pwl
-
     isl_curve = fit_pwl([[x, t] for x, t in full])
     chunks = sorted({x for x, _ in full})
     fixed = decode_curve(1, 1)
@@ -249,8 +244,6 @@ def moe_ops(system_dir: Path, dims: dict, gemm, gemm_src: str, peak_flops: float
     all. It takes the place of the dense MLP: ``gate_up_proj`` is the whole MoE block, and
     ``down_proj`` the router's (hidden x num_experts) gate GEMM.
     """
-    import pandas as pd
-
     path, src = _table(system_dir, "moe", "moe_perf.parquet")
     df = pd.read_parquet(path)
     tp = dims["tensor_parallel_size"]
@@ -288,9 +281,6 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
     """
     if isinstance(compute_factor, bool) or not isinstance(compute_factor, (int, float)) or not 0.5 <= compute_factor <= 2:
         raise ConfigError(f"compute_factor: expected a number in [0.5, 2], got {compute_factor!r}")
-    import pandas as pd
-    import yaml
-
     key = gpu.upper().replace("-SXM", "").replace("_SXM", "")
     if key not in SYSTEMS:
         raise ConfigError(f"gpu: {gpu!r} is not allowed; choose one of {', '.join(SYSTEMS)}")
@@ -392,8 +382,6 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
     if dims.get("num_experts"):
         ops.pop("act", None)  # silu(gate) x up runs inside the fused MoE kernel, timed with it
     try:
-        from importlib.metadata import version as _pkg_version
-
         pkg = _pkg_version("aiconfigurator-core")
     except Exception:  # noqa: BLE001 - metadata is nice-to-have
         pkg = None

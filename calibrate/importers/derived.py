@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from calibrate.fit import fit_op
 from calibrate.model_dims import per_rank_shapes
+from policies import ConfigError
 from sim.latency.profiled import DTYPE_BYTES, OpProfile
+from sim.latency.roofline import RooflineConstants
 
 TOKEN_GRID = (1, 16, 256, 4096, 65536)
 
@@ -54,11 +56,7 @@ def host_overhead_op(dims: dict, host: str) -> OpProfile | None:
       layer_overhead_s x layers (~12 kernel launches a layer at ~8 us of Python + launch each);
     - ``none``: kernel time only.
     """
-    from sim.latency.roofline import RooflineConstants
-
     if host not in HOSTS:
-        from policies import ConfigError
-
         raise ConfigError(f"host: {host!r} is not allowed; choose one of {', '.join(HOSTS)}")
     if host == "none":
         return None

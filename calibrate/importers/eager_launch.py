@@ -34,6 +34,10 @@ into the profile's `step_overhead` and `prefill_overhead` (`fidelity.sources.spl
 """
 from __future__ import annotations
 
+import pandas as pd
+
+from calibrate.fit import fit_op
+from calibrate.importers.aiconfigurator import SYSTEMS, package_dir
 from policies import ConfigError
 from sim.latency.profiled import Profile
 
@@ -46,10 +50,6 @@ SMALL_MESSAGE_BYTES = 65536
 def eager_call_host_s(gpu: str) -> tuple[float, str]:
     """(seconds, source) of host time per eager op call on `gpu`'s node, from aiconfigurator-core:
     the median of (eager - CUDA graph) latency of vLLM's custom all-reduce over messages <= 64 KB."""
-    import pandas as pd
-
-    from calibrate.importers.aiconfigurator import SYSTEMS, package_dir
-
     key = gpu.upper().replace("-SXM", "").replace("_SXM", "")
     if key not in SYSTEMS:
         raise ConfigError(f"gpu: {gpu!r} is not allowed; choose one of {', '.join(SYSTEMS)}")
@@ -106,8 +106,6 @@ def add_eager_launch(profile: Profile, gpu: str | None = None, call_s: float | N
 def host_work_ops(step_s: float, per_seq_s: float, prefill_s: float, source: str) -> dict:
     """`step_overhead` (step_s + per_seq_s x sequences) and `prefill_overhead` (prefill_s a step with
     prompts): the engine's host work outside the forward pass, during which the GPU idles."""
-    from calibrate.fit import fit_op
-
     for name, v in (("step_s", step_s), ("per_seq_s", per_seq_s), ("prefill_s", prefill_s)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
             raise ConfigError(f"host_terms.{name}: expected seconds >= 0, got {v!r}")

@@ -29,6 +29,7 @@ import csv
 from pathlib import Path
 
 from calibrate.fit import fit_op
+from calibrate.importers.beyond_grid import extend_dense_grids
 from calibrate.importers.shared_data import shared_data_dir
 from policies import ConfigError
 from sim.latency.profiled import Profile
@@ -93,8 +94,6 @@ def vidur_overlay(profile: Profile, data_dir: str | Path | None = None, extend: 
                                            source=f"vidur-per-op {ar_path.relative_to(root)} (torch.distributed "
                                                   "NCCL called from Python)")
     if extend:
-        from calibrate.importers.beyond_grid import extend_dense_grids
-
         extend_dense_grids(profile, source_prefix="vidur-per-op")
     profile.meta["kernels"] = "vidur"
     profile.meta["notes"] = (str(profile.meta.get("notes", "")) + "; layer GEMMs, elementwise ops and all-reduce from "
