@@ -17,9 +17,11 @@ from typing import Any, Sequence
 
 from policies import ConfigError
 from policies.config import check_choice, check_int
+from sim.capacity.executor import LocalExecutor
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import (DEFAULT_SIMULATE, PointSpec, evaluate_point, format_override, hold_window,
                                  load_point_config)
+from sim.cluster.layout import cost_per_hour
 
 LAYOUTS = ("colocated", "disaggregated")
 
@@ -96,9 +98,6 @@ def plan(base: Any, target_rate: float, slo: SLO, grid: CandidateGrid = Candidat
          prices: dict[str, float] | None = None, executor=None, base_overrides: Sequence[str] = (),
          rate_key: str = "workload.rate", simulate: str = DEFAULT_SIMULATE, progress: bool = True) -> Plan:
     """Simulate every candidate at `target_rate` and pick the cheapest fitting ones."""
-    from sim.capacity.executor import LocalExecutor
-    from sim.cluster.layout import cost_per_hour
-
     slo.require_targets()
     if not target_rate > 0:
         raise ConfigError(f"target_rate: must be > 0, got {target_rate}")

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from policies import ConfigError
+from sim.capacity.executor import SerialExecutor
 from sim.capacity.slo import SLO
-from sim.capacity.sweep import DEFAULT_SIMULATE, evaluate_point, hold_window_of, make_specs
+from sim.capacity.sweep import DEFAULT_SIMULATE, evaluate_point, hold_window_of, load_point_config, make_specs
+from sim.cluster.layout import num_gpus
 
 DEFAULT_RATE_KEY = "workload.rate"
 
@@ -54,15 +56,10 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
         raise ConfigError(f"rel_tol: must be > 0, got {rel_tol}")
     if not start_rate > 0:
         raise ConfigError(f"start_rate: must be > 0, got {start_rate}")
-    from sim.capacity.executor import SerialExecutor
-
     executor = executor or SerialExecutor()
     width = max(1, getattr(executor, "max_workers", 1) or 1)
     rows: list[dict[str, Any]] = []
     tested: dict[float, bool] = {}
-
-    from sim.capacity.sweep import load_point_config
-    from sim.cluster.layout import num_gpus
 
     config = load_point_config(make_specs(base, [{}], slo, base_overrides, simulate)[0])
 

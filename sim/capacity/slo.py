@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from policies import ConfigError
 
 
@@ -62,8 +64,6 @@ class SLO:
 
 def attainment(requests, slo: SLO) -> float:
     """Fraction of rows of a `requests` table (DataFrame) that meet every target of `slo`."""
-    import numpy as np
-
     n = len(requests)
     if n == 0:
         return 0.0

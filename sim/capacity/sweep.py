@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from policies import ConfigError
+from sim.capacity.executor import LocalExecutor
 from sim.capacity.slo import SLO, attainment
+from sim.cluster.layout import all_replica_configs, num_gpus
+from sim.config import load_config
 
 DEFAULT_SIMULATE = "sim.runner.simulate"
 
@@ -73,8 +76,6 @@ def hold_window(base: Any, points: list[dict], base_overrides: Sequence[str] = (
     window (as DistServe's runs do: N = 100 x rate) keeps points comparable. Points that set
     `workload.num_requests` themselves, and duration-bounded workloads, are left alone.
     """
-    from sim.config import load_config
-
     return hold_window_of(load_config(base, list(base_overrides)).workload, points, rate_key)
 
 
@@ -143,15 +144,11 @@ def flatten_summary(summary: Mapping[str, Any], prefix: str = "") -> dict[str, A
 
 
 def load_point_config(spec: PointSpec):
-    from sim.config import load_config
-
     return load_config(spec.base, spec.overrides)
 
 
 def evaluate_point(spec: PointSpec) -> dict[str, Any]:
     """Simulate one point and return its table row."""
-    from sim.cluster.layout import num_gpus
-
     config = load_point_config(spec)
     result = resolve(spec.simulate)(config)
     row: dict[str, Any] = {"point": spec.index}
@@ -179,14 +176,10 @@ def run_sweep(base: Any, points: list[dict], slo: SLO = SLO(), executor=None, ba
     """Evaluate every point (in parallel on `executor`) and return the table, one row per point."""
     import pandas as pd
 
-    from sim.capacity.executor import LocalExecutor
-
     if isinstance(base, Path):
         base = str(base)
     specs = make_specs(base, points, slo, base_overrides, simulate)
     # fail fast on a bad key or value (pools included), before starting workers
-    from sim.cluster.layout import all_replica_configs
-
     for spec in specs:
         all_replica_configs(load_point_config(spec))
     executor = executor or LocalExecutor()

@@ -8,8 +8,12 @@ from `hardware.latency`.
 """
 from __future__ import annotations
 
+from policies import ConfigError
 from sim.latency.base import ConstantLatencyModel, LatencyModel
+from sim.latency.eager import EagerLatencyModel
+from sim.latency.profiled import ProfiledLatencyModel
 from sim.latency.roofline import RooflineConstants, RooflineLatencyModel
+from specs import ModelConfig
 
 __all__ = ["LatencyModel", "ConstantLatencyModel", "RooflineConstants", "RooflineLatencyModel",
            "build_latency_model"]
@@ -23,8 +27,6 @@ def build_latency_model(model, hardware=None, cache_block_size: int | None = Non
     sections) or `build_latency_model(model, hardware, cache_block_size)` with a `ModelSpec` or
     `ModelConfig` and a `HardwareConfig`.
     """
-    from specs import ModelConfig
-
     if hardware is None:  # a whole Config
         config = model
         model, hardware = config.model, config.hardware
@@ -33,16 +35,10 @@ def build_latency_model(model, hardware=None, cache_block_size: int | None = Non
     spec = model.spec() if isinstance(model, ModelConfig) else model
     block_size = cache_block_size or 16
     if hardware.latency == "profiled":
-        from sim.latency.profiled import ProfiledLatencyModel  # written by the calibration package
-
         lm = ProfiledLatencyModel.from_file(hardware.profile, model=spec, block_size=block_size)
         if "eager_launch" in lm.profile.meta:  # an eager engine: kernels overlap the host's launch path
-            from sim.latency.eager import EagerLatencyModel
-
             lm = EagerLatencyModel(lm.profile, block_size=block_size)
         if lm.tp != hardware.tp:  # a profile times one rank of one TP layout: its GEMM shards and all-reduces
-            from policies import ConfigError
-
             raise ConfigError(f"hardware.tp: the profile {hardware.profile} was made for tensor parallel "
                               f"{lm.tp}, but hardware.tp = {hardware.tp}; import or calibrate one for tp={hardware.tp}")
         return lm

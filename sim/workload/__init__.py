@@ -6,13 +6,7 @@ trace formats of other packages (a load generator's own, a dataset's layout) are
 `sim.workload.registry`.
 """
 from sim.workload.config import LengthDist, PriorityClass, WorkloadConfig
+from sim.workload.workload import Workload, build_workload
 
 __all__ = ["LengthDist", "PriorityClass", "WorkloadConfig", "Workload", "build_workload"]
 
-
-def __getattr__(name):  # the builder imports numpy; keep `import sim.workload` light for configs
-    if name in ("Workload", "build_workload"):
-        from sim.workload import workload
-
-        return getattr(workload, name)
-    raise AttributeError(name)

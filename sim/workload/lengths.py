@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from sim.workload.config import LengthDist
+from sim.workload.traces import read_trace
 
 
 def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, column: str = "prompt") -> np.ndarray:
@@ -19,8 +20,6 @@ def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, column: s
         mu = math.log(dist.median) if dist.median is not None else math.log(dist.mean) - dist.sigma**2 / 2
         x = np.rint(rng.lognormal(mu, dist.sigma, size=n)).astype(np.int64)
     elif dist.kind == "empirical":
-        from sim.workload.traces import read_trace
-
         trace = read_trace(dist.path, field=f"{dist.field}.path")
         values = trace.prompt_tokens if column == "prompt" else trace.output_tokens
         x = rng.choice(values, size=n, replace=True)
