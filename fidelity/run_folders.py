@@ -13,6 +13,10 @@ from fidelity.sources.distserve import DISTSERVE_RUN_NAME, load_distserve_run
 from fidelity.sources.llmservingsim import load_llmservingsim_run
 from fidelity.sources.vllm_server import load_server_run
 
+#: what `find_runs` recognises, for the commands' help and errors
+FOLDER_HELP = "folder of real runs (e.g. ../shared/data/groundtruth) or one run folder"
+LAYOUTS = "exp-config.yaml folders, LLMServingSim vllm/requests.jsonl or DistServe vllm-N-RATE.exp files"
+
 
 def find_runs(root: Path) -> list[RealRun]:
     """Every run under `root`, in a stable order (a run folder itself is accepted too)."""

@@ -11,8 +11,8 @@ longest prompt, (number of prompts) x (longest), fits `max_num_batched_tokens` a
 sum(longest - len_i), stays within `max_paddings` (`Scheduler._padded_fits`). The padding is
 explicit in the plan, as the `static` policy writes it: each shorter prompt gets a
 `ScheduledSeq(is_padding=True)` of the missing tokens, so a latency model charges the padded batch.
-0 (the default) keeps the unpadded budget of later v0 releases. DistServe's vLLM runs show no such
-cap (`fidelity.runs.DISTSERVE_MAX_NUM_BATCHED_TOKENS`).
+0 (the default) keeps the unpadded budget of later v0 releases (a run of a release that was not
+recorded may show no cap at all: its limits come from the run, not from this policy).
 """
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from records.results import preemption_table
+
 METRIC_LABELS = {"ttft_s": "TTFT (s)", "tpot_s": "TPOT (s)", "e2e_s": "E2E latency (s)"}
 
 
@@ -58,8 +60,6 @@ def request_timeline(requests: pd.DataFrame, start: int = 0, count: int = 40) ->
     that preempted it to the one that ran it again: the `preemption_intervals` column) is drawn
     over its bar in red.
     """
-    from records.results import preemption_table
-
     window = requests.sort_values("arrival_time").iloc[start:start + count]
     fig = go.Figure()
     labels = window["req_id"].astype(str)

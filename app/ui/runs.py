@@ -11,7 +11,10 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from sim.config import apply_override, load_config
+from sim.config import apply_override, config_to_toml, load_config
+from sim.notes import outcome_notes, setting_notes, with_notes
+from sim.runner import simulate
+from sim.workload import build_workload
 
 
 @dataclass(frozen=True)
@@ -50,11 +53,6 @@ def canonical(config_dict: dict) -> str:
 @st.cache_data(show_spinner=False, max_entries=64)
 def run_simulation(config_json: str) -> RunOutput:
     """Simulate a config given as canonical JSON (the cache key). Raises on bad input."""
-    from sim.config import config_to_toml
-    from sim.notes import outcome_notes, setting_notes, with_notes
-    from sim.runner import simulate
-    from sim.workload import build_workload
-
     config = load_config(json.loads(config_json))
     workload = build_workload(config.workload, config.scheduler.max_model_len)
     config = with_notes(config, setting_notes(config, workload))

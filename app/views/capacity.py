@@ -10,19 +10,20 @@ import json
 import pandas as pd
 import streamlit as st
 
+from policies import ConfigError
 from specs import get_gpu, gpu_names
 from ui import charts
 from ui.forms import config_form
 from ui.runs import canonical, validate
+from sim.capacity.executor import SerialExecutor
+from sim.capacity.planner import CandidateGrid, plan
+from sim.capacity.slo import SLO
+from sim.capacity.sweep import run_sweep
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def run_plan(config_json: str, rate: float, slo_targets: tuple, grid_items: tuple, price_items: tuple):
     """`sim.capacity.planner.plan`, cached by its inputs (every widget change reruns the page)."""
-    from sim.capacity.executor import SerialExecutor
-    from sim.capacity.planner import CandidateGrid, plan
-    from sim.capacity.slo import SLO
-
     return plan(json.loads(config_json), rate, SLO(*slo_targets), CandidateGrid(**dict(grid_items)),
                 prices=dict(price_items), executor=SerialExecutor(), progress=False)
 
@@ -30,10 +31,6 @@ def run_plan(config_json: str, rate: float, slo_targets: tuple, grid_items: tupl
 @st.cache_data(show_spinner=False, max_entries=16)
 def run_curve(config_json: str, rates: tuple, slo_targets: tuple, overrides: tuple) -> pd.DataFrame:
     """A rate sweep of one layout (its overrides), cached by its inputs."""
-    from sim.capacity.executor import SerialExecutor
-    from sim.capacity.slo import SLO
-    from sim.capacity.sweep import run_sweep
-
     return run_sweep(json.loads(config_json), [{"workload.rate": r} for r in rates], slo=SLO(*slo_targets),
                      executor=SerialExecutor(), base_overrides=list(overrides), progress=False)
 
@@ -71,10 +68,6 @@ if message:
 elif target_rate <= 0:
     problem = target_slot.error("target rate: must be > 0 requests per second")
 else:
-    from policies import ConfigError
-    from sim.capacity.planner import CandidateGrid
-    from sim.capacity.slo import SLO
-
     try:
         slo = SLO(ttft_s=slo_ttft or None, tpot_s=slo_tpot or None, e2e_s=slo_e2e or None)
         if slo.is_empty:

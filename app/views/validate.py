@@ -15,6 +15,7 @@ import streamlit as st
 
 from records.display import percent
 from ui import charts
+from calibrate.validate import diagnostics as phrases
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -50,8 +51,6 @@ def diagnostics(folder: Path | None) -> str | None:
         details = json.loads((folder / "details.json").read_text())
     except (json.JSONDecodeError, OSError):
         return None
-    from calibrate.validate import diagnostics as phrases
-
     return "; ".join(phrases(details)) or None
 
 

@@ -25,6 +25,17 @@ SOURCES = ("aiconfigurator", "h100-microbench")
 KERNELS = ("native", "vidur")
 #: `calibrate.importers.derived.HOSTS` (additive host time) plus "eager-launch" (`sim.latency.eager`)
 HOSTS = ("graphs", "eager", "eager-launch", "none")
+#: help of `servesim calibrate import`'s options that name these sources (the command takes them from here)
+HELP = {
+    "data_dir": "h100-microbench: the folder (default ../shared/data/...)",
+    "kernels": "native (the source's kernel tables, default) or vidur (layer GEMMs, elementwise ops and "
+               "all-reduce from vidur-per-op: eager PyTorch, 2023-era)",
+    "raw_grid": "vidur: continue Vidur's grids beyond 4096 tokens with their last segment's slope (default: in "
+                "proportion to the tokens, calibrate.importers.beyond_grid)",
+    "host_terms": "eager-launch: host work outside the forward, ms a step, a sequence and a step with prompts "
+                  "(default: the CUDA-graph engine's 1.5 ms + 5 us/seq; benchmarks/splitwise_check.py prints "
+                  "terms fitted for the 2023 vLLM)",
+}
 
 
 def dims_of_spec(spec, tp: int = 1, dtype: str = "bfloat16") -> dict:

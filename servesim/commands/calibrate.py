@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from calibrate.importers import HELP as IMPORT_HELP
+from fidelity.predict import GPU_MODEL_KINDS
 from records.display import number, percent
 from servesim.commands import options
 
@@ -39,23 +41,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("--model", required=True, dest="import_model",
                      help="a Llama-family name (e.g. llama-2-70b) or a HF config.json")
     imp.add_argument("--tp", type=int, default=1, help="tensor parallelism (per-rank shapes)")
-    imp.add_argument("--data-dir", default=None, help="h100-microbench: the folder (default ../shared/data/...)")
+    imp.add_argument("--data-dir", default=None, help=IMPORT_HELP["data_dir"])
     imp.add_argument("--host", default="graphs", help="host time per step: graphs (CUDA-graph engine, default), "
                      "eager (no CUDA graphs, NCCL all-reduce, launches as an additive constant), eager-launch "
                      "(no CUDA graphs: step = max(kernels, host launch path) + host work outside the forward; "
                      "simulate then uses sim.latency.eager.EagerLatencyModel), none (kernels only)")
-    imp.add_argument("--kernels", default="native", help="native (the source's kernel tables, default) or vidur "
-                     "(layer GEMMs, elementwise ops and all-reduce from vidur-per-op: eager PyTorch, 2023-era)")
-    imp.add_argument("--raw-grid", action="store_true", help="vidur: continue Vidur's grids beyond 4096 tokens with "
-                     "their last segment's slope (default: in proportion to the tokens, calibrate.importers.beyond_grid)")
+    imp.add_argument("--kernels", default="native", help=IMPORT_HELP["kernels"])
+    imp.add_argument("--raw-grid", action="store_true", help=IMPORT_HELP["raw_grid"])
     imp.add_argument("--calls-per-layer", type=int, default=None, help="eager-launch: kernel-issuing op calls a "
                      "layer (default 14, 12 at TP 1: the eager vLLM 0.1-0.2 Llama layer)")
     imp.add_argument("--call-us", type=float, default=None, help="eager-launch: host time of one op call in us "
                      "(default: measured for the GPU's node from aiconfigurator-core, 16.9 us on H100)")
     imp.add_argument("--host-terms", type=float, nargs=3, default=None, metavar=("STEP_MS", "SEQ_MS", "PREFILL_MS"),
-                     help="eager-launch: host work outside the forward, ms a step, a sequence and a step with prompts "
-                     "(default: the CUDA-graph engine's 1.5 ms + 5 us/seq; benchmarks/splitwise_check.py prints "
-                     "terms fitted for the 2023 vLLM)")
+                     help=IMPORT_HELP["host_terms"])
     options.add_out(imp, "the profile (JSON)", required=True, metavar="FILE", dest="import_out")
     fit = sub.add_parser("fit-runs", help="fit host-overhead terms from real runs (fidelity.fit_runs)")
     configure_fit_runs(fit)
@@ -72,7 +70,7 @@ def configure_fit_runs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iterations", type=int, default=2, help="simulate -> fit rounds (default 2)")
     parser.add_argument("--gpu", help="GPU for runs that do not name one (default H100)")
     parser.add_argument("--gpu-model", default="auto",
-                        choices=("auto", "layer-profile", "distserve", "aiconfigurator", "roofline"))
+                        choices=GPU_MODEL_KINDS)
     options.add_json(parser, "the fitted layer", subcommand=True)
     options.add_quiet(parser, subcommand=True)
 

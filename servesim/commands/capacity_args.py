@@ -21,7 +21,7 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     slo.add_argument("--slo-tpot", type=float, help="time-per-output-token target (s)")
     slo.add_argument("--slo-e2e", type=float, help="end-to-end latency target (s)")
     slo.add_argument("--slo-attainment", type=float, default=0.9,
-                     help="fraction of requests that must meet every target (default 0.9, DistServe)")
+                     help="fraction of requests that must meet every target (default 0.9, the usual goodput bar)")
     ex = parser.add_argument_group("execution")
     ex.add_argument("--executor", choices=EXECUTORS, default="local",
                     help="local processes (default), serial, or ray (the optional ray extra)")

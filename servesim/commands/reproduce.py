@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from fidelity.predict import GPU_MODEL_KINDS
+from fidelity.run_folders import FOLDER_HELP, LAYOUTS
 from fidelity.runs import METRICS
 from policies import ConfigError
 from records.display import number, percent
@@ -25,7 +27,7 @@ LABELS = {"ttft_s": "mean TTFT", "tpot_s": "mean TPOT", "e2e_s": "mean E2E"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("groundtruth", help="folder of real runs (e.g. ../shared/data/groundtruth) or one run folder")
+    parser.add_argument("groundtruth", help=FOLDER_HELP)
     options.add_out(parser, "report.md, report.csv, medians.csv, fits.json and errors.png", required=True,
                     metavar="REPORT")
     parser.add_argument("--fit", choices=("loo", "none"), default="loo",
@@ -37,7 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="replay the recorded requests, or regenerate them from the profile (auto: replay if known)")
     parser.add_argument("--gpu", help="GPU for runs that do not name one (default H100)")
     parser.add_argument("--gpu-model", default="auto",
-                        choices=("auto", "layer-profile", "distserve", "aiconfigurator", "roofline"),
+                        choices=GPU_MODEL_KINDS,
                         help="which measured data drives the GPU step time (auto: the most specific available)")
     parser.add_argument("--only", metavar="TEXT", action="append", default=[],
                         help="only runs whose name or source contains TEXT (repeatable)")
@@ -114,8 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if args.only:
         runs = [r for r in runs if any(t in r.name or t in r.source for t in args.only)]
     if not runs:
-        raise FileNotFoundError(f"{args.groundtruth}: no runs found (expected exp-config.yaml folders, "
-                                f"LLMServingSim vllm/requests.jsonl or DistServe vllm-N-RATE.exp files)")
+        raise FileNotFoundError(f"{args.groundtruth}: no runs found (expected {LAYOUTS})")
     excluded: list[str] = []
     fit = args.fit
     if args.overhead:

@@ -85,7 +85,7 @@ class RooflineConstants:
     # flash attention forward (FA2 on A100, FA3 on H100) reaches ~40-60% of peak on long causal chunks
     attn_flops_eff: float = 0.45
     # streaming weights: ~85% of HBM peak (matches the ~26 ms/token of CodeLlama-34B at batch 1 on an
-    # 80 GB H100 in ../shared vLLM 0.11 logs)
+    # 80 GB H100 in measured vLLM 0.11 server logs)
     hbm_eff: float = 0.85
     # paged decode attention reads scattered 16-token blocks: lower achieved bandwidth
     attn_hbm_eff: float = 0.7
