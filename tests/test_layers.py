@@ -58,8 +58,7 @@ DATASET_HOMES = ("fidelity/", "calibrate/importers/")
 PENDING = frozenset({
     "calibrate/frontend.py", "calibrate/validate.py",
     "fidelity/fit_runs.py", "fidelity/from_run.py", "fidelity/idle_host.py", "fidelity/predict.py",
-    "fidelity/reproduce.py", "fidelity/sources/distserve.py", "fidelity/sources/splitwise.py",
-    "fidelity/sources/vllm_server.py",
+    "fidelity/reproduce.py",
     "records/stream.py",
     "servesim/commands/calibrate.py", "servesim/commands/capacity.py", "servesim/commands/capacity_args.py",
     "servesim/commands/plan.py", "servesim/commands/reproduce.py", "servesim/commands/run.py",

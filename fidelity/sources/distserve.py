@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from policies import BatchPlan, ConfigError
+from fidelity.host_overhead import HostOverhead
 from fidelity.runs import RealRun, ServerArgs, measured_table
+from policies import BatchPlan, ConfigError
 
 
 # --- DistServe's vLLM runs ----------------------------------------------------------------------
@@ -206,8 +207,6 @@ MAX_IDLE_BATCH = 5  # front end: requests arriving while at most this many decod
 
 
 def _read_exp(path: Path) -> list[dict]:
-    import ast
-
     return ast.literal_eval(Path(path).read_text().split("\n", 1)[0])
 
 
@@ -225,8 +224,6 @@ def measure_run_host(path: str | Path, model: DistServeLatencyModel) -> tuple[fl
     are prefilled by the next step: TTFT - the prefill step - half the decode step in flight
     (GPU + the per-sequence host time); the median.
     """
-    import numpy as np
-
     recs = _read_exp(path)
     t0 = min(r["issue_time"] for r in recs)
     issue = np.array([r["issue_time"] - t0 for r in recs])
@@ -279,10 +276,6 @@ _HOST: dict[tuple, tuple[float, float]] = {}  # (run file, coefficients file) ->
 def distserve_host_prior(run, coefficients: str | Path):
     """`HostOverhead` for DistServe vLLM run `run`: the medians of `measure_run_host` over the other
     `vllm-*.exp` runs in its folder (never the run's own timestamps); no terms without another run."""
-    import numpy as np
-
-    from fidelity.host_overhead import HostOverhead
-
     model = DistServeLatencyModel(coefficients, run.server.model, run.server.tensor_parallel_size)
     others = [p for p in sorted(Path(run.path).parent.glob("vllm-*.exp"))
               if DISTSERVE_RUN_NAME.match(p.name) and p.resolve() != Path(run.path).resolve()]

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from calibrate.importers.eager_launch import host_work_ops
 from policies import BatchPlan, Request, ScheduledSeq
+from sim.latency.eager import EagerLatencyModel
 from sim.latency.profiled import Profile, ProfiledLatencyModel
 
 CSV = Path("groundtruth/splitwise-static-batches/data/perf_model.csv")
@@ -81,8 +83,6 @@ HOST_TERMS = ("step_s", "per_seq_s", "prefill_s")
 def host_ops(step_s: float, per_seq_s: float, prefill_s: float, source: str) -> dict:
     """`step_overhead` and `prefill_overhead` ops of the host work outside the forward pass
     (`calibrate.importers.eager_launch.host_work_ops`; `servesim calibrate import --host-terms` writes the same)."""
-    from calibrate.importers.eager_launch import host_work_ops
-
     return host_work_ops(step_s, per_seq_s, prefill_s, source)
 
 
@@ -126,8 +126,6 @@ def held_out_check(shared_data: Path, kernels: dict[int, Profile], hardware: str
     """
     import pandas as pd
 
-    from sim.latency.eager import EagerLatencyModel
-
     base = check(shared_data, {tp: EagerLatencyModel(eager_profile(p)) for tp, p in kernels.items()}, hardware)
     parts, terms = [], {}
     for tp, p in kernels.items():
@@ -142,8 +140,6 @@ def other_hardware_check(shared_data: Path, kernels: dict[int, Profile], hardwar
                          fit_kernels: dict[int, Profile], fit_hardware: str):
     """(rows, terms): `hardware`'s points predicted with host terms fitted on every TP of `fit_hardware`
     (the same engine on another machine): no step time of `hardware` is fitted at all."""
-    from sim.latency.eager import EagerLatencyModel
-
     if fit_hardware == hardware:
         raise ValueError(f"fit_hardware: must differ from the scored hardware {hardware!r}")
     base = check(shared_data, {tp: EagerLatencyModel(eager_profile(p)) for tp, p in fit_kernels.items()}, fit_hardware)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, measured_table
 from fidelity.sources.guidellm import prefix_from_guidellm, read_guidellm_requests
@@ -23,8 +24,6 @@ from fidelity.sources.inference_perf import prefix_from_shared_prefix, read_infe
 # --- YAML / profiles -----------------------------------------------------------------------------
 def read_yaml(path: Path) -> dict:
     """A YAML (or JSON) mapping; an empty file is an empty mapping."""
-    import yaml  # a base dependency; imported here so that `import sim` stays light
-
     with open(path) as f:
         data = yaml.safe_load(f)
     if data is None:
