@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas where a table is built: importing a source (its workload kind) stays light
+    import pandas as pd
 
 REQUEST_COLUMNS = (
     "req_id", "arrival_time", "num_prompt_tokens", "num_output_tokens", "prefix_group", "num_prefix_tokens",
@@ -87,6 +90,8 @@ class RealRun:
 
     def measured(self) -> dict[str, float]:
         """Mean TTFT, TPOT and E2E in seconds (vLLM bench-serve definitions)."""
+        import pandas as pd
+
         out = {}
         for m in METRICS:
             col = self.requests[m] if m in self.requests else pd.Series(dtype=float)
@@ -96,7 +101,10 @@ class RealRun:
 
 
 def measured_table(rows: dict[str, list | np.ndarray]) -> pd.DataFrame:
-    """The common requests table (missing columns take their defaults), sorted by arrival, arrival times relative to the first one."""
+    """The common requests table (missing columns take their defaults), sorted by arrival, arrival
+    times relative to the first one."""
+    import pandas as pd
+
     df = pd.DataFrame(rows)
     n = len(df)
     defaults = {"req_id": list(range(n)), "prefix_group": -1, "num_prefix_tokens": 0}

@@ -30,14 +30,17 @@ import math
 from dataclasses import dataclass
 from math import log, sqrt
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from policies import ConfigError, FinishReason, Request
 from fidelity.synthetic_prompt import SyntheticPrompt
 from fidelity.runs import measured_table
 from sim.workload.registry import ProfileKind, register_kind
+
+if TYPE_CHECKING:  # the run readers' tables; registering the workload kind stays without pandas
+    import pandas as pd
 
 
 DIST_TYPES = ("normal", "fixed", "uniform", "lognormal", "poisson", "skew_normal")
