@@ -17,6 +17,7 @@ Checks:
 from __future__ import annotations
 
 import warnings
+import sys
 
 from calibrate.engine_steps import SCALE_BOUNDS
 
@@ -59,8 +60,6 @@ def warn(messages: list[str]) -> None:
 def print_warnings(meta: dict, file=None) -> None:
     """Print `meta.warnings` as 'WARNING: ...' lines (stderr by default), with the load during the
     calibration, which is the usual cause on a shared machine."""
-    import sys
-
     file = file or sys.stderr
     messages = meta.get("warnings") or []
     for m in messages:

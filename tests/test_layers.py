@@ -64,7 +64,8 @@ PENDING = frozenset({
     "servesim/commands/plan.py", "servesim/commands/reproduce.py", "servesim/commands/run.py",
     "servesim/commands/serve.py", "servesim/commands/simulate.py", "servesim/commands/sweep.py",
     "servesim/commands/validate.py",
-    "sim/cluster/colocated.py", "sim/cluster/disaggregated.py", "sim/cluster/layout.py", "sim/cluster/runner.py",
+    "sim/cluster/colocated.py", "sim/cluster/disaggregated.py", "sim/cluster/independent.py", "sim/cluster/layout.py",
+    "sim/cluster/runner.py",
     "sim/config.py", "sim/runner.py",
 })
 _DATASET = re.compile("|".join(re.escape(n) for n in DATASET_NAMES), re.IGNORECASE)
