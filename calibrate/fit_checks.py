@@ -16,8 +16,8 @@ Checks:
 """
 from __future__ import annotations
 
-import warnings
 import sys
+import warnings
 
 from calibrate.engine_steps import SCALE_BOUNDS
 
