@@ -28,6 +28,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from policies.config import ConfigError
+from policies.kv_offload import OffloadTier
 
 if TYPE_CHECKING:
     from policies.config import CacheConfig
@@ -75,8 +76,6 @@ class BlockManager:
         bm = cls(cache.num_gpu_blocks, cache.block_size, cache.num_cpu_blocks, cache.watermark,
                  enable_prefix_caching)
         if cache.num_offload_blocks:
-            from policies.kv_offload import OffloadTier
-
             if not enable_prefix_caching:
                 raise ConfigError("cache.offload_size_gb: the CPU tier is a prefix cache found by block hash; "
                                   "turn prefix caching on (cache.enable_prefix_caching = true, or policy 'vllm')")

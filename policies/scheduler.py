@@ -32,6 +32,7 @@ admissible prompt, and every recompute of prompt + generated tokens, fits in one
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from policies.batch_plan import ScheduledSeq
@@ -368,8 +369,6 @@ class Scheduler:
     def _with_offload(self, plan: "BatchPlan") -> "BatchPlan":
         """`plan` with this step's offload copies: the loads admitted into it, and the stores of the
         full blocks its sequences fill (lmcache: prompt chunks only)."""
-        from dataclasses import replace
-
         bm = self.block_manager
         loads, self._offload_loads = self._offload_loads, []
         sync_loads, self._pending_sync_loads = self._pending_sync_loads, []
