@@ -18,6 +18,7 @@ from policies import ConfigError
 from policies.config import check_number
 from records.results import COMPLETED_REASONS
 from records.saturation import saturation
+from records.display import ms, number, percent
 
 if TYPE_CHECKING:  # pandas on demand: a streamed run (records.stream) never builds a DataFrame
     import pandas as pd
@@ -208,8 +209,6 @@ def offload_totals(cpu_cached_tokens: int, sums: dict, prompt_all) -> dict:
 
 def format_summary(summary: dict) -> str:
     """A small human-readable table of the headline figures (the CLI prints it; `records.display`)."""
-    from records.display import ms, number, percent
-
     def cell(block: dict | None, key: str) -> str:
         return f"{ms(block.get(key)) if block else '-':>10}"
 
@@ -268,8 +267,6 @@ def format_summary(summary: dict) -> str:
 
 def saturation_line(summary: dict) -> str | None:
     """One line on whether the run kept up with its offered load (None when it cannot tell)."""
-    from records.display import number
-
     offered = summary.get("offered_rate")
     if offered is None:
         return None

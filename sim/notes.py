@@ -15,7 +15,10 @@ import dataclasses
 import numpy as np
 
 from records.display import number
+from sim.workload import registry
 from sim.workload.config import WorkloadConfig
+from sim.workload.traces import has_arrivals
+from policies.schedulers import scheduler_class
 
 GENERATED_ARRIVALS = ("poisson", "gamma", "constant", "staged", "closed_loop")
 
@@ -31,8 +34,6 @@ def setting_notes(config, workload=None) -> list[str]:
 
 def scheduler_notes(config) -> list[str]:
     """The scheduler's part: a whole-prompt policy's step budget (what `servesim serve` has to say too)."""
-    from policies.schedulers import scheduler_class
-
     sched = config.scheduler
     if scheduler_class(sched.policy).whole_prompts and sched.max_num_batched_tokens < sched.max_model_len:
         return [f"scheduler.policy = {sched.policy} schedules whole prompts: its step budget is "
@@ -62,9 +63,9 @@ def workload_notes(config, workload=None) -> list[str]:
         notes.append(f"workload.trace gives the prompt and output lengths only (its rows in order, reused "
                      f"cyclically); the arrivals are generated (workload.kind = {w.kind}{pace})"
                      + (f"; {' and '.join('workload.' + k for k in unused)} not used" if unused else "")
-                     + ("" if trace is not None and trace.format == "vidur"
+                     + ("" if trace is not None and not has_arrivals(trace.format)
                         else "; set workload.kind = trace to replay its recorded arrivals"))
-    if w.max_model_len is not None and w.max_model_len != sched.max_model_len and w.kind != "inference_perf":
+    if w.max_model_len is not None and w.max_model_len != sched.max_model_len and w.kind not in registry.KINDS:
         notes.append(f"workload.max_model_len = {w.max_model_len} bounds the request lengths, not "
                      f"scheduler.max_model_len = {sched.max_model_len}")
     return notes

@@ -19,6 +19,11 @@ import json
 import os
 import sys
 
+from records.results import json_safe
+from servesim.commands import small
+from sim.config import load_config
+from sim.notes import with_notes
+
 SET_HELP = ("override one config value (repeatable): a TOML scalar, a bare word is a string, "
             "e.g. --set scheduler.policy=continuous")
 QUIET_HELP = "print nothing but errors and warnings: no progress bar, tables or notes"
@@ -106,8 +111,6 @@ def note(args: argparse.Namespace, *notes: str) -> None:
 
 def print_json(obj) -> None:
     """`obj` as JSON on stdout (NaN/inf and numpy values made JSON-safe)."""
-    from records.results import json_safe
-
     def plain(v):  # numpy scalars (table cells), paths
         return v.item() if hasattr(v, "item") else str(v)
 
@@ -130,10 +133,6 @@ def load_config_args(args: argparse.Namespace, source=None):
     command which loads the config again (sweep points, validate) sees them; their notes are the
     config's, beside the loader's own (sections of other commands).
     """
-    from servesim.commands import small
-    from sim.config import load_config
-    from sim.notes import with_notes
-
     source = args.config if source is None else source
     config = load_config(source, args.overrides)
     extra, notes = small.caps(config)

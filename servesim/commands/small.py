@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from sim.workload import registry
+
 ENV = "SERVESIM_SMALL"
 NUM_REQUESTS = 40
 
@@ -24,8 +26,8 @@ def caps(config) -> tuple[list[str], list[str]]:
     if not enabled():
         return [], []
     w = config.workload
-    if w.kind == "inference_perf":
-        return [], [f"{ENV}=1: the inference-perf profile (workload.kind = inference_perf) runs as given"]
+    if w.kind in registry.KINDS:  # a load generator's own profile (fidelity registers them)
+        return [], [f"{ENV}=1: the workload.profile (workload.kind = {w.kind}) runs as given"]
     if w.num_requests is not None and w.num_requests <= NUM_REQUESTS:
         return [], []
     was = "unset" if w.num_requests is None else f"{w.num_requests:,}"
