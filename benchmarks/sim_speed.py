@@ -9,7 +9,7 @@ examples/azure_conv_fit.toml. Saturation is measured first: the same replica und
     python benchmarks/sim_speed.py                      # speed at 10,000 + memory at 2,500/5,000/10,000
     python benchmarks/sim_speed.py --profile            # + where the time goes (cProfile, top functions)
     python benchmarks/sim_speed.py --sizes 1000 2000    # other memory sizes
-    python benchmarks/sim_speed.py --no-fast-decode     # the step-by-step loop (SERVESIM_FAST_DECODE=0)
+    python benchmarks/sim_speed.py --no-fast-decode     # the step-by-step loop (simulate(fast_decode=False))
 
 Timing runs on one core (a single Python thread); CPU seconds are printed beside wall seconds because
 on a shared machine the wall clock also counts time spent waiting for the core. The timed run is repeated
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -52,15 +51,16 @@ def make_config(num_requests: int, rate: float):
     return load_config(FIT, base_overrides() + [f"workload.num_requests={num_requests}", f"workload.rate={rate}"])
 
 
-def saturation_rate(num_requests: int = 2000) -> float:
+def saturation_rate(num_requests: int = 2000, fast_decode: bool = True) -> float:
     """Requests/s the replica sustains: an overload run's completions per second."""
     from sim.runner import simulate
 
-    s = simulate(make_config(num_requests, num_requests)).summary  # all arrive within ~1 s
+    s = simulate(make_config(num_requests, num_requests), fast_decode=fast_decode).summary  # all arrive within ~1 s
     return s["throughput"]["requests_per_s"]
 
 
-def timed_run(num_requests: int, rate: float, profile: bool = False, repeat: int = 1) -> dict:
+def timed_run(num_requests: int, rate: float, profile: bool = False, repeat: int = 1,
+              fast_decode: bool = True) -> dict:
     from sim.runner import simulate
 
     config = make_config(num_requests, rate)
@@ -70,7 +70,7 @@ def timed_run(num_requests: int, rate: float, profile: bool = False, repeat: int
 
         prof = cProfile.Profile()
         prof.enable()
-        simulate(config)
+        simulate(config, fast_decode=fast_decode)
         prof.disable()
         stats = pstats.Stats(prof).sort_stats("tottime")
         print("\nprofile (top 25 by own time):")
@@ -80,7 +80,7 @@ def timed_run(num_requests: int, rate: float, profile: bool = False, repeat: int
     for _ in range(max(repeat, 1)):
         gc.collect()  # start from a clean heap, as a fresh process would: no earlier run's leftovers
         t0, c0 = time.perf_counter(), time.process_time()
-        summary = simulate(config).summary
+        summary = simulate(config, fast_decode=fast_decode).summary
         gc.collect()  # timed too: simulate() pauses the collector, so its work comes due here
         runs.append((time.process_time() - c0, time.perf_counter() - t0))
     cpu, wall = min(runs)
@@ -93,7 +93,7 @@ def timed_run(num_requests: int, rate: float, profile: bool = False, repeat: int
             "ttft_p50_s": s["ttft_s"]["p50"], "all_cpu_s": [c for c, _ in runs]}
 
 
-def memory_run(num_requests: int, rate: float) -> dict:
+def memory_run(num_requests: int, rate: float, fast_decode: bool = True) -> dict:
     """In this (fresh) process: peak traced Python memory during simulate(), and max RSS."""
     import tracemalloc
 
@@ -101,7 +101,7 @@ def memory_run(num_requests: int, rate: float) -> dict:
 
     config = make_config(num_requests, rate)
     tracemalloc.start()
-    simulate(config)
+    simulate(config, fast_decode=fast_decode)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -115,22 +115,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs; the least CPU time is reported")
     parser.add_argument("--no-fast-decode", action="store_true",
-                        help="the step-by-step loop (sets SERVESIM_FAST_DECODE=0, also for the memory runs)")
+                        help="the step-by-step loop (simulate(fast_decode=False), also for the memory runs)")
     parser.add_argument("--memory-child", nargs=2, type=float, metavar=("N", "RATE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_child:
-        print(json.dumps(memory_run(int(args.memory_child[0]), args.memory_child[1])))
+        print(json.dumps(memory_run(int(args.memory_child[0]), args.memory_child[1], not args.no_fast_decode)))
         return 0
 
-    if args.no_fast_decode:
-        os.environ["SERVESIM_FAST_DECODE"] = "0"  # inherited by the memory subprocesses
+    fast = not args.no_fast_decode
     source = f"trace {TRACE.name}" if TRACE.is_file() else f"lognormal fit {FIT.name}"
-    sat = saturation_rate()
+    sat = saturation_rate(fast_decode=fast)
     rate = UTILIZATION * sat
     print(f"Llama-2-7B on H100-SXM, chunked, budget 512; lengths: {source}")
     print(f"saturation {sat:.2f} req/s; running Poisson at {rate:.2f} req/s ({UTILIZATION:.0%}); "
           f"fast decode {'off' if args.no_fast_decode else 'on'}")
-    r = timed_run(args.num_requests, rate, args.profile, args.repeat)
+    r = timed_run(args.num_requests, rate, args.profile, args.repeat, fast)
     print(f"\n{r['num_requests']} requests ({r['num_finished']} finished), {r['num_steps']} iterations, "
           f"{r['simulated_s']:.0f} s simulated in {r['wall_s']:.2f} s wall ({r['cpu_s']:.2f} s CPU; "
           f"best of {len(r['all_cpu_s'])}: {', '.join(f'{c:.2f}' for c in r['all_cpu_s'])} s CPU)")
@@ -142,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\npeak memory (fresh process per size):")
     print(f"{'requests':>10} {'traced MiB':>12} {'MiB/1k req':>12} {'max RSS MiB':>12}")
     for n in args.sizes:
-        out = subprocess.run([sys.executable, __file__, "--memory-child", str(n), str(rate)], capture_output=True,
-                             text=True, check=True)
+        child = [sys.executable, __file__, "--memory-child", str(n), str(rate)] + ([] if fast else ["--no-fast-decode"])
+        out = subprocess.run(child, capture_output=True, text=True, check=True)
         m = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{n:>10} {m['peak_traced_mib']:>12.1f} {m['peak_traced_mib'] / n * 1000:>12.2f} "
               f"{m['max_rss_mib']:>12.1f}")

@@ -1,14 +1,19 @@
 """What one step computes: the immutable `BatchPlan` and the executor's `StepResult`.
 
 The scheduler produces a plan; the executor (the simulator's latency model or the real engine)
-turns it into a duration and sampled tokens; the scheduler's `update` consumes both.
+turns it into a duration and sampled tokens; the scheduler's `update` consumes both. A plan's
+sequences are one list (`seqs`) that every executor reads alike, with its sums (`totals`) beside
+it; the scheduler keeps a step's opening decodes compact in it (`ScheduledSeqs`), since a
+simulated step of many decodes would otherwise spend most of its time building their entries.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from policies.request import Request
 
 
@@ -46,11 +51,119 @@ class ScheduledSeq(NamedTuple):
         return self.num_computed_tokens + self.num_tokens
 
 
+class PlanTotals(NamedTuple):
+    """A plan's sums, read by the step records and latency models (`BatchPlan.totals`).
+
+    Counts of live work (`num_prefill_tokens`, `num_decode_tokens`: one per decode, `num_outputs`:
+    live sequences that sample) leave padding out; the attention sums count work by its shape as
+    the device computes it, padding included: `decode_context` (keys/values read by the one-token
+    decodes after some context), `prefill_tokens`, `prefill_pairs` (causal query-key pairs,
+    n x c + n (n + 1) / 2 for a chunk of n after c) and `prefill_context` (keys/values the other
+    chunks read).
+    """
+
+    num_tokens: int
+    num_seqs: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_padding_tokens: int
+    num_padding_seqs: int
+    num_outputs: int
+    decode_context: int
+    prefill_tokens: int
+    prefill_pairs: int
+    prefill_context: int
+
+
+class ScheduledSeqs:
+    """A step's sequences in pack order, as the scheduler builds them: one list of `ScheduledSeq`.
+
+    The running decodes that open a step (each computes one token after `contexts[i]` cached ones
+    and samples: the most common entries of a step) are held as their requests and contexts, and
+    the other entries as `ScheduledSeq`s. Iterating, indexing and len() see one list of
+    `ScheduledSeq` (the leading ones built on first use), equal to the tuple of the same entries;
+    `BatchPlan.totals` and `BatchPlan.sampling_requests` count the compact ones without building
+    them, which is what keeps a simulated step of many decodes cheap. (A plain class rather than a
+    `collections.abc.Sequence`: the plan's readers test its type once per step.)
+    """
+
+    __slots__ = ("decodes", "contexts", "rest", "_entries")
+
+    def __init__(self, decodes: list, contexts: list, rest: tuple[ScheduledSeq, ...]) -> None:
+        self.decodes = decodes  # requests, each decoding one token that samples
+        self.contexts = contexts  # their num_computed_tokens before the step
+        self.rest = rest
+        self._entries: tuple[ScheduledSeq, ...] | None = None
+
+    def entries(self) -> tuple[ScheduledSeq, ...]:
+        """Every sequence as a tuple of `ScheduledSeq`."""
+        if self._entries is None:
+            new = tuple.__new__
+            self._entries = tuple(new(ScheduledSeq, (r, 1, c, True, False))
+                                  for r, c in zip(self.decodes, self.contexts)) + self.rest
+        return self._entries
+
+    def __len__(self) -> int:
+        return len(self.decodes) + len(self.rest)
+
+    def __getitem__(self, index):
+        return self.entries()[index]
+
+    def __iter__(self):
+        return iter(self.entries())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, ScheduledSeqs):
+            other = other.entries()
+        return isinstance(other, tuple) and self.entries() == other
+
+    def __hash__(self) -> int:
+        return hash(self.entries())
+
+    def __repr__(self) -> str:
+        return repr(self.entries())
+
+
+def plan_totals(seqs: "Sequence[ScheduledSeq]") -> PlanTotals:
+    """The `PlanTotals` of a step's sequences (a `ScheduledSeqs` or any sequence of entries)."""
+    num_tokens = num_seqs = num_prefill = num_decode = num_padding = padding_seqs = num_outputs = 0
+    dec_ctx = pf_tokens = pf_pairs = pf_ctx = 0
+    if type(seqs) is ScheduledSeqs:  # the leading decodes, counted without their entries
+        m = len(seqs.decodes)
+        num_tokens = num_seqs = num_decode = num_outputs = m
+        dec_ctx = sum(seqs.contexts) + m
+        seqs = seqs.rest
+    for _, n, c, samples, padding in seqs:  # (request, num_tokens, num_computed, samples, is_padding)
+        num_tokens += n
+        num_seqs += 1
+        if padding:
+            num_padding += n
+            padding_seqs += 1
+        elif samples:
+            num_outputs += 1
+        if n == 1 and c > 0:  # decode: one query over the context
+            dec_ctx += c + 1
+            if not padding:
+                num_decode += 1
+        else:
+            pf_tokens += n
+            pf_pairs += n * c + n * (n + 1) // 2
+            pf_ctx += c + n
+            if not padding:
+                num_prefill += n
+    return tuple.__new__(PlanTotals, (num_tokens, num_seqs, num_prefill, num_decode, num_padding, padding_seqs,
+                                      num_outputs, dec_ctx, pf_tokens, pf_pairs, pf_ctx))
+
+
 @dataclass(frozen=True, slots=True)
 class BatchPlan:
     """One step's work: who computes how many tokens, and which KV blocks move.
 
-    `seqs` is in the order the engine packs them (vLLM v1 order: running first, then new). Block
+    `seqs` is in the order the engine packs them (vLLM v1 order: running first, then new): one
+    list of `ScheduledSeq`, decodes included, which every executor (the engine, the simulator's
+    latency models and its step records) reads the same way: the scheduler builds it as a
+    `ScheduledSeqs` when running decodes open the step, a tuple otherwise (so may a hand-made
+    plan); `totals` has its sums. Block
     moves are `(src_block, dst_block)` pairs: swap-in copies CPU->GPU, swap-out copies GPU->CPU.
     Apply them in that order (swap-in first, as vLLM v0's worker does: a CPU block a swap-in frees
     may be the destination of a swap-out in the same step), both before the step's forward pass.
@@ -61,74 +174,77 @@ class BatchPlan:
     `offload_load_blocks` are (cpu_block, gpu_block) copies from the KV offload tier into GPU blocks,
     applied before the forward pass; `offload_store_blocks` are (gpu_block, cpu_block) copies of the
     blocks this step fills, applied after it (the data is this step's). See `policies.kv_offload`.
-
-    `decodes` (the simulator's grouped form, only when the scheduler's `group_decodes` is set:
-    never for an engine) stands for leading sequences, before `seqs`, each a one-token decode that
-    samples: the request's `num_computed_tokens` already counts the token, and `decode_context_sum`
-    is the sum of their context lengths (new token included). The properties below count them; a
-    consumer reading `seqs` itself must handle them (the simulator enables the grouped form only
-    with latency models that declare `grouped_decodes`).
     """
 
     step_id: int
-    seqs: tuple[ScheduledSeq, ...] = ()
+    seqs: "Sequence[ScheduledSeq]" = ()
     preempted: tuple[int | str, ...] = ()
     swapped_out: tuple[int | str, ...] = ()
     swapped_in: tuple[int | str, ...] = ()
     swap_out_blocks: tuple[tuple[int, int], ...] = ()
     swap_in_blocks: tuple[tuple[int, int], ...] = ()
     blocks_to_copy: tuple[tuple[int, int], ...] = ()  # copy-on-write (unused by v1-style prefix caching)
-    decodes: tuple["Request", ...] = ()  # grouped leading one-token decodes (see the class docstring)
-    decode_context_sum: int = 0
     offload_load_blocks: tuple[tuple[int, int], ...] = ()  # (cpu, gpu) from the KV offload tier
     offload_store_blocks: tuple[tuple[int, int], ...] = ()  # (gpu, cpu) to the KV offload tier
+    _totals: PlanTotals | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def totals(self) -> PlanTotals:
+        """`plan_totals(seqs)`, computed once."""
+        t = self._totals
+        if t is None:
+            t = plan_totals(self.seqs)
+            object.__setattr__(self, "_totals", t)
+        return t
+
+    def sampling_requests(self) -> list["Request"]:
+        """The requests of the sequences that sample, in plan order (a list not to be changed)."""
+        seqs = self.seqs
+        if type(seqs) is ScheduledSeqs:
+            rest = seqs.rest
+            return seqs.decodes + [s[0] for s in rest if s[3]] if rest else seqs.decodes
+        return [s[0] for s in seqs if s[3]]
 
     @property
     def is_empty(self) -> bool:
-        return (not self.seqs and not self.decodes and not self.swap_out_blocks and not self.swap_in_blocks
+        return (not self.seqs and not self.swap_out_blocks and not self.swap_in_blocks
                 and not self.offload_load_blocks and not self.offload_store_blocks)
 
     @property
     def has_compute(self) -> bool:
         """True when the step runs a forward pass or a swap (not only offload copies)."""
-        return bool(self.seqs or self.decodes or self.swap_out_blocks or self.swap_in_blocks)
-
-    @property
-    def all_seqs(self) -> tuple[ScheduledSeq, ...]:
-        """`seqs` with the grouped decodes written out as `ScheduledSeq`s (in plan order)."""
-        if not self.decodes:
-            return self.seqs
-        return tuple(ScheduledSeq(r, 1, r.num_computed_tokens - 1, True) for r in self.decodes) + self.seqs
+        return bool(self.seqs or self.swap_out_blocks or self.swap_in_blocks)
 
     @property
     def num_scheduled_tokens(self) -> dict[int | str, int]:
         """`{req_id: num_tokens}` for the live (non-padding) sequences."""
-        return {s.request.req_id: s.num_tokens for s in self.all_seqs if not s.is_padding}
+        return {s.request.req_id: s.num_tokens for s in self.seqs if not s.is_padding}
 
     @property
     def num_tokens(self) -> int:
         """All tokens the forward pass computes, padding included."""
-        return sum(s.num_tokens for s in self.seqs) + len(self.decodes)
+        return self.totals.num_tokens
 
     @property
     def num_live_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.seqs if not s.is_padding) + len(self.decodes)
+        t = self.totals
+        return t.num_tokens - t.num_padding_tokens
 
     @property
     def num_padding_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.seqs if s.is_padding)
+        return self.totals.num_padding_tokens
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.seqs if not s.is_decode and not s.is_padding)
+        return self.totals.num_prefill_tokens
 
     @property
     def num_decode_tokens(self) -> int:
-        return sum(1 for s in self.seqs if s.is_decode and not s.is_padding) + len(self.decodes)
+        return self.totals.num_decode_tokens
 
     @property
     def num_seqs(self) -> int:
-        return len(self.seqs) + len(self.decodes)
+        return len(self.seqs)
 
     def swap_bytes(self, bytes_per_block: int) -> tuple[int, int]:
         """(bytes out to CPU, bytes in to GPU) this step, for a KV block of `bytes_per_block`."""

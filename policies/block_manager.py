@@ -263,6 +263,22 @@ class BlockManager:
     def append_slot(self, req: "Request") -> bool:
         return self.allocate_slots(req, 1)
 
+    def append_blocks(self, requests: "list[Request]") -> None:
+        """One more GPU block at the end of each of `requests`' tables, in the order given (a request
+        may come several times): the LRU head each time, its cached content evicted.
+
+        For running requests growing past block boundaries several steps ahead, the blocks counted
+        by the caller (a multi-step executor; the simulator's decode replay, `sim.decode_replay`,
+        hands them out in the order step-by-step `allocate_slots` calls would). Registers nothing in
+        the prefix cache. Raises RuntimeError, changing nothing, if fewer blocks are free.
+        """
+        if len(requests) > len(self.free_queue):
+            raise RuntimeError(f"append_blocks: {len(requests)} blocks asked for, {len(self.free_queue)} free")
+        pop, holders = self._pop_free, self.holders
+        for req in requests:
+            req.block_table.append(pop())
+            holders[req.req_id] = req
+
     def free(self, req: "Request") -> None:
         """Release `req`'s GPU blocks (in reverse order) and its CPU blocks, if any."""
         table = req.block_table

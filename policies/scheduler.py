@@ -61,8 +61,6 @@ class Scheduler:
     whole_prompts = False  # True: a prompt (or recompute) is scheduled in one piece, never chunked
     priority_admission_preemption = True  # priority queue: a waiting request may preempt lower ones
     default_prefix_caching = False  # used when CacheConfig.enable_prefix_caching is None
-    # the simulator's grouped plans (BatchPlan.decodes); set by sim.replica.Replica, never by an engine
-    group_decodes = False
 
     def __init__(self, config: "SchedulerConfig", cache: "CacheConfig") -> None:
         self.config = config
@@ -135,6 +133,15 @@ class Scheduler:
 
     def abort_request(self, req_id, now: float) -> "Request | None":
         """Cancel a live request: its blocks are freed at once; it ends FINISHED / ABORTED."""
+        return self.finish_request(req_id, FinishReason.ABORTED, now)
+
+    def finish_request(self, req_id, reason: FinishReason, now: float) -> "Request | None":
+        """End a live request now for `reason`: off its queue, its blocks freed, FINISHED (None if
+        `req_id` is not live here).
+
+        For requests that end outside `update`: a client gone (`abort_request`), or the simulator's
+        replayed decode steps (`sim.decode_replay`), whose requests reach max_tokens (LENGTH).
+        """
         req = self.requests.get(req_id)
         if req is None:
             return None
@@ -147,7 +154,7 @@ class Scheduler:
             self.block_manager.offload.finish_load(entry[1])
         else:
             self.waiting.remove(req)
-        self._finish(req, FinishReason.ABORTED, now)
+        self._finish(req, reason, now)
         return req
 
     def _finish(self, req: "Request", reason: FinishReason, now: float, why: str | None = None) -> None:
@@ -172,7 +179,7 @@ class Scheduler:
         while step.is_idle and step.preempted and self.has_unfinished():
             step.restart()
             self._schedule_pass(step, now)
-        plan = step.finish(self.step_id, now, self.group_decodes)
+        plan = step.finish(self.step_id, now)
         if self.block_manager.offload is not None:
             plan = self._with_offload(plan)
         if not plan.is_empty:
@@ -200,21 +207,19 @@ class Scheduler:
         allocate = bm.allocate_slots
         bs, caching, scheduled = bm.block_size, bm.enable_prefix_caching, step.scheduled
         i = 0
-        if self.group_decodes and not scheduled:
-            # grouped plans (the simulator): the first stretch of hot decodes opens the plan; it is
-            # kept as one list (StepBuilder.leading), not entered request by request in `scheduled`
-            budget, num_running, context = step.budget, len(running), 0
+        if not scheduled:
+            # the first stretch of hot decodes opens the plan: kept as one slice of `running`
+            # (StepBuilder.leading), not entered request by request in `scheduled`
+            budget, num_running = step.budget, len(running)
             while i < num_running and i < budget:
                 req = running[i]
                 c = req.num_computed_tokens
                 if (req.num_prompt_tokens + len(req.output_token_ids) - c != 1 or c >= len(req.block_table) * bs
                         or (caching and (c + 1) % bs == 0)):
                     break
-                context += c
                 i += 1
             if i:
                 step.leading = running[:i]  # running decodes: c > 0 and first_scheduled_time set
-                step.leading_context = context + i
                 step.budget = budget - i
         while i < len(running) and step.budget > 0:
             # hot path: a stretch of decodes whose token fits the last block and completes no block
@@ -375,8 +380,6 @@ class Scheduler:
         stores, store_hashes = [], []
         prompt_only = bm.offload.synchronous
         requests = [seq.request for seq in plan.seqs if not seq.is_padding]
-        if plan.decodes:
-            requests = list(plan.decodes) + requests
         for req in requests:
             pairs, hashes = bm.offload_stores(req, prompt_only)
             if pairs:
@@ -466,10 +469,8 @@ class Scheduler:
         finished = []
         if self._offload_transfers:
             self._settle_offload(plan, now)
-        if plan.decodes:  # the grouped leading decodes (simulator only): each samples, see BatchPlan
-            self._record_tokens(plan.decodes, result, now, finished)
         if plan.seqs:
-            self._record_tokens([s.request for s in plan.seqs if s.samples], result, now, finished)
+            self._record_tokens(plan.sampling_requests(), result, now, finished)
         if finished:
             self.running = [r for r in self.running if r.state is not _FINISHED]
             self._on_finished(finished)
@@ -515,157 +516,53 @@ class Scheduler:
     def _on_finished(self, finished: list["Request"]) -> None:
         """Hook for policies that track finished requests (static batching)."""
 
-    # --- decode runs: the simulator's fast path ---------------------------------------------------
-    # A stretch of steps in which every running request decodes one token and nothing else can
-    # happen differs from step to step only by each context growing by one. The simulator replays
-    # such a stretch in one go (sim.replica.Replica) instead of calling schedule()/update() per step;
-    # the two methods below say how long the stretch is and apply it. The result is identical to
-    # the step-by-step loop (tests/sim/test_fast_path.py compares both). The engine never uses them.
-    decode_runs = False  # True where schedule() of an all-decode state is exactly the steps replayed here
+    # --- stretches of decode steps ----------------------------------------------------------------
+    decode_runs = False  # True where schedule() of an all-decode state is the steps decode_horizon counts
 
-    def decode_run_horizon(self) -> tuple[int, int]:
-        """(num_steps, context_sum): the next `num_steps` steps are certainly all-decode steps.
+    def decode_horizon(self) -> int:
+        """How many of the next steps are certainly plain decode steps (0 when not known).
 
-        Each of them schedules one token for every running request, in `running` order, preempts
-        nobody and admits nobody, and only the last one may finish requests (reaching max_tokens).
-        `context_sum` is the first step's sum of context lengths (it grows by `num_running` per step).
-        (0, 0) when this state is not such a stretch: the policy does not support it, some running
-        request is still prefilling, something is swapped out, a waiting request might be admitted
-        (it is not when every seat is taken and admissions cannot preempt), or the budget is short.
-        Block allocations at block boundaries are allowed inside (`advance_decode_run` does them and
-        ends the stretch before the free blocks run out). With prefix caching, a request with token
-        ids stops the stretch before it allocates or registers a full block (those steps hash content).
+        Each of those steps schedules one token for every running request, in `running` order,
+        preempts nobody and admits nobody, and only the last one may finish requests (reaching
+        max_tokens); block allocations at block boundaries may happen inside (the free blocks may
+        run out: that step preempts). 0 when the policy does not schedule such steps
+        (`decode_runs`), some running request is still prefilling, something is swapped out, a
+        waiting request might be admitted (it is not when every seat is taken and admissions
+        cannot preempt), or the budget is short. With prefix caching, a request with token ids
+        ends the stretch before it allocates or registers a full block (those steps hash content).
+        A multi-step executor may run that many decode steps from one look at the state; the
+        simulator replays them in one go (`sim.decode_replay`).
         """
         running = self.running
         n = len(running)
         if not self.decode_runs or not n or self.swapped or n > self.token_budget or self.loading:
-            return 0, 0
+            return 0
         if running[-1].state is not _GEN:  # the newest request is the likeliest to be prefilling
-            return 0, 0
+            return 0
         if self.waiting and (n < self.max_num_seqs
                              or (self.priority_admission_preemption and self.config.queue == "priority")):
-            return 0, 0
+            return 0
         bm = self.block_manager
         bs, caching = bm.block_size, bm.enable_prefix_caching
         horizon = 1 << 62
-        context_sum = 0
         for req in running:
             if req.state is not _GEN:
-                return 0, 0
+                return 0
             num_out = len(req.output_token_ids)
             num_tokens = req.num_prompt_tokens + num_out
             c = req.num_computed_tokens
             if num_tokens - c != 1:
-                return 0, 0
-            context_sum += num_tokens
+                return 0
             left = req.max_tokens - num_out  # the step at which it finishes (1 = the next one)
             if caching and req.prompt_token_ids is not None:
                 left = min(left, (-num_tokens) % bs, len(req.block_table) * bs - c)
             if left < horizon:
                 horizon = left
-        if horizon <= 0:
-            return 0, 0
-        return horizon, context_sum
+        return horizon if horizon > 0 else 0
 
-    def advance_decode_run(self, end_times: list[float]) -> tuple[int, list[int], list["Request"]]:
-        """Apply up to `len(end_times)` all-decode steps (at most `decode_run_horizon()[0]`) at once.
-
-        `end_times[j]` is when step j ends. Exactly what that many schedule()/update() rounds would
-        do: `num_computed_tokens`, step ids, one placeholder token per request per step, new blocks
-        popped in step-then-running order at block boundaries, and the requests that reach max_tokens
-        at the last step finished (in running order). Fewer steps are applied when the free blocks
-        run out first (the step that would preempt is left to schedule()). Returns (steps applied,
-        GPU blocks in use during each of them, the requests finished).
-        """
-        k, used = self._decode_run_blocks(len(end_times))
-        if k <= 0:
-            return 0, [], []
-        self.step_id += k
-        times = end_times[:k] if k < len(end_times) else end_times
-        zeros = [0] * k
-        now = times[-1]
-        running = self.running
-        finished = []
-        for req in running:  # schedule()'s and update()'s per-token work, k tokens at a time
-            req.num_computed_tokens += k
-            out = req.output_token_ids
-            out += zeros
-            req.token_times += times
-            if len(out) >= req.max_tokens:
-                self._finish(req, FinishReason.LENGTH, now)
-                finished.append(req)
-        if finished:
-            self.running = [r for r in running if r.state is not _FINISHED]
-            self._on_finished(finished)
-        return k, used, finished
-
-    def start_decode_step(self) -> "tuple[list[Request], int] | None":
-        """The schedule() half of one all-decode step (`decode_run_horizon()[0]` >= 1).
-
-        For a step whose update must wait for other events (it spans an arrival): returns (the
-        requests it decodes, GPU blocks in use during it), or None when a block is short (then
-        schedule() must preempt). `finish_decode_step` is its update().
-        """
-        k, used = self._decode_run_blocks(1)
-        if k <= 0:
-            return None
-        self.step_id += 1
-        requests = list(self.running)
-        for req in requests:
-            req.num_computed_tokens += 1
-        return requests, used[0]
-
-    def finish_decode_step(self, requests: list["Request"], now: float) -> list["Request"]:
-        """update() of a step `start_decode_step` began: one placeholder token each at `now`."""
-        finished = []
-        for req in requests:
-            if req.state is not _GEN:
-                continue  # aborted (or otherwise gone) since the step began
-            out = req.output_token_ids
-            out.append(0)
-            req.token_times.append(now)
-            if len(out) >= req.max_tokens:
-                self._finish(req, FinishReason.LENGTH, now)
-                finished.append(req)
-        if finished:
-            self.running = [r for r in self.running if r.state is not _FINISHED]
-            self._on_finished(finished)
-        return finished
-
-    def _decode_run_blocks(self, k: int) -> tuple[int, list[int]]:
-        """Allocate the blocks the next `k` all-decode steps cross into, in schedule()'s order.
-
-        Returns (steps whose blocks all fit, at most k; GPU blocks in use during each of them).
-        """
-        running = self.running
-        n = len(running)
-        bm = self.block_manager
-        bs = bm.block_size
-        # each block boundary crossed, as step * n + position: the order schedule() pops blocks in
-        events = []
-        for i, req in enumerate(running):
-            j = len(req.block_table) * bs - req.num_computed_tokens
-            while j < k:
-                events.append(j * n + i)
-                j += bs
-        num_free = len(bm.free_queue)
-        num_used = bm.num_gpu_blocks - num_free
-        if not events:
-            return k, [num_used] * k
-        events.sort()
-        if len(events) > num_free:  # the step of the first allocation that fails is schedule()'s to do
-            k = events[num_free] // n
-            events = events[:num_free]
-            while events and events[-1] >= k * n:
-                events.pop()
-        used_per_step = []
-        pop_free = bm._pop_free
-        it, num_events = 0, len(events)
-        for j in range(1, k + 1):
-            limit = j * n
-            while it < num_events and events[it] < limit:
-                running[events[it] % n].block_table.append(pop_free())
-                it += 1
-                num_used += 1
-            used_per_step.append(num_used)
-        return k, used_per_step
+    def skip_step_ids(self, num_steps: int) -> int:
+        """Take the ids of `num_steps` steps run without `schedule()` (the later steps of a stretch
+        `decode_horizon` counted, run from one look at the state); returns the first of them."""
+        first = self.step_id
+        self.step_id = first + num_steps
+        return first

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from policies.batch_plan import BatchPlan, ScheduledSeq
+from operator import attrgetter
+
+from policies.batch_plan import BatchPlan, ScheduledSeq, ScheduledSeqs
 
 if TYPE_CHECKING:
     from policies.request import Request
+
+
+_num_computed = attrgetter("num_computed_tokens")
 
 
 class StepBuilder:
@@ -20,7 +25,7 @@ class StepBuilder:
 
     __slots__ = ("budget", "scheduled", "padding", "preempted", "swapped_out", "swapped_in",
                  "swap_out_blocks", "swap_in_blocks", "resumed", "token_budget", "carried_preempted",
-                 "leading", "leading_context")
+                 "leading")
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
@@ -34,10 +39,9 @@ class StepBuilder:
         self.swap_out_blocks: list[tuple[int, int]] = []
         self.swap_in_blocks: list[tuple[int, int]] = []
         self.resumed: set = set()  # req_ids admitted or swapped in this step (never victims of admission)
-        # grouped plans (Scheduler.group_decodes): running decodes that open the plan, one token each,
-        # kept apart from `scheduled`, and the sum of their context lengths after the step
+        # the running decodes that open the plan, one token each that samples (see
+        # Scheduler._schedule_running): a slice of `running`, cheaper than entries in `scheduled`
         self.leading: list | tuple = ()
-        self.leading_context = 0
 
     @property
     def num_preempted(self) -> int:
@@ -57,7 +61,6 @@ class StepBuilder:
         self.budget = self.token_budget
         self.resumed = set()
         self.leading = ()
-        self.leading_context = 0
 
     def add(self, req: "Request", num_new_tokens: int) -> None:
         self.scheduled[req.req_id] = (req, num_new_tokens)
@@ -71,41 +74,35 @@ class StepBuilder:
         elif self.leading and req in self.leading:
             self.leading.remove(req)
             self.budget += 1
-            self.leading_context -= req.num_computed_tokens + 1
 
-    def finish(self, step_id: int, now: float, group_decodes: bool = False) -> BatchPlan:
+    def finish(self, step_id: int, now: float) -> BatchPlan:
         """Advance every scheduled request's `num_computed_tokens` and freeze the plan.
 
-        `group_decodes` (the simulator only): the leading one-token decodes go into the plan's
-        `decodes` instead of one `ScheduledSeq` each (see `BatchPlan`).
+        The running decodes that open the step (`leading`, then any entries that are decodes that
+        sample, up to the first other entry) go into the plan's `ScheduledSeqs` as requests and
+        contexts; the rest as `ScheduledSeq` entries.
         """
-        entries = iter(self.scheduled.values())
-        decodes = []
-        context_sum = 0
-        if self.leading:  # known decodes that open the plan (see `leading`; grouped plans only)
-            decodes = self.leading
-            for req in decodes:
-                req.num_computed_tokens += 1
-            context_sum = self.leading_context
+        new, cls = tuple.__new__, ScheduledSeq  # the cheapest way to build one per sequence per step
+        decodes = self.leading or []  # the step's opening decodes, kept compact (see ScheduledSeqs)
+        contexts = list(map(_num_computed, decodes))
+        for req in decodes:
+            req.num_computed_tokens += 1
         seqs = []
         append = seqs.append
-        new, cls = tuple.__new__, ScheduledSeq  # the cheapest way to build one per sequence per step
-        if group_decodes:
-            add_decode = decodes.append
-            for req, n in entries:
-                c = req.num_computed_tokens + n
-                if (n == 1 and c > 1 and c == req.num_prompt_tokens + len(req.output_token_ids)
-                        and req.first_scheduled_time is not None):
-                    req.num_computed_tokens = c
-                    context_sum += c
-                    add_decode(req)
-                    continue
-                c -= n  # the first other sequence: it and all after it are written out
-                append(new(cls, (req, n, c, c + n == req.num_prompt_tokens + len(req.output_token_ids), False)))
-                req.num_computed_tokens = c + n
-                if req.first_scheduled_time is None:
-                    req.first_scheduled_time = now
-                break
+        entries = iter(self.scheduled.values())
+        for req, n in entries:
+            c = req.num_computed_tokens
+            if (n == 1 and c > 0 and c + 1 == req.num_prompt_tokens + len(req.output_token_ids)
+                    and req.first_scheduled_time is not None):  # one more decode that samples
+                decodes.append(req)
+                contexts.append(c)
+                req.num_computed_tokens = c + 1
+                continue
+            append(new(cls, (req, n, c, c + n == req.num_prompt_tokens + len(req.output_token_ids), False)))
+            req.num_computed_tokens = c + n
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
+            break  # this entry and all after it are written out
         for req, n in entries:
             c = req.num_computed_tokens
             append(new(cls, (req, n, c, c + n == req.num_prompt_tokens + len(req.output_token_ids), False)))
@@ -114,19 +111,16 @@ class StepBuilder:
                 req.first_scheduled_time = now
         if self.padding:
             seqs.extend(self.padding)
+        seqs = ScheduledSeqs(decodes, contexts, tuple(seqs)) if decodes else tuple(seqs)
         if not (self.carried_preempted or self.preempted or self.swapped_out or self.swapped_in
                 or self.swap_out_blocks or self.swap_in_blocks):  # the usual step: no preemption, no swap
-            if decodes:
-                return BatchPlan(step_id, tuple(seqs), decodes=tuple(decodes), decode_context_sum=context_sum)
-            return BatchPlan(step_id, tuple(seqs))
+            return BatchPlan(step_id, seqs)
         return BatchPlan(
             step_id=step_id,
-            seqs=tuple(seqs),
+            seqs=seqs,
             preempted=tuple(self.carried_preempted + self.preempted),
             swapped_out=tuple(self.swapped_out),
             swapped_in=tuple(self.swapped_in),
             swap_out_blocks=tuple(self.swap_out_blocks),
             swap_in_blocks=tuple(self.swap_in_blocks),
-            decodes=tuple(decodes),
-            decode_context_sum=context_sum,
         )

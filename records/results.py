@@ -87,15 +87,11 @@ def count_tokens(seqs) -> tuple[int, int, int]:
 
 def record_step(plan: "BatchPlan", start: float, duration: float, scheduler, replica: str = "0") -> StepRecord:
     """Build the `StepRecord` of `plan` (one pass over its sequences) and the scheduler's state."""
-    num_prefill, num_decode, num_padding = count_tokens(plan.seqs)
-    num_seqs = len(plan.seqs)
-    if plan.decodes:  # grouped one-token decodes (see BatchPlan)
-        num_decode += len(plan.decodes)
-        num_seqs += len(plan.decodes)
+    t = plan.totals
     bm = scheduler.block_manager
     used = bm.num_used_gpu_blocks
     record = StepRecord(
-        plan.step_id, start, duration, num_prefill, num_decode, num_padding, num_seqs,
+        plan.step_id, start, duration, t.num_prefill_tokens, t.num_decode_tokens, t.num_padding_tokens, t.num_seqs,
         len(plan.swap_out_blocks), len(plan.swap_in_blocks), len(plan.preempted),
         used, used / bm.num_gpu_blocks,
         scheduler.num_waiting, scheduler.num_running, scheduler.num_swapped, replica,

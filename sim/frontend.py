@@ -43,6 +43,7 @@ from pathlib import Path
 
 from policies import ConfigError
 from policies.config import check_number, read_json_object
+from sim.latency.base import LatencyModel
 
 PROFILE_FORMAT = "servesim-frontend"
 
@@ -99,8 +100,7 @@ class FrontendConfig:
         that streams one (itself when both are 0)."""
         if not (self.engine_s_per_output or self.engine_s_per_step):
             return latency_model
-        inner = type(latency_model)
-        pure = getattr(inner, "pure_step_time", False) or getattr(inner, "decode_step_times", None)
+        pure = isinstance(latency_model, LatencyModel) and latency_model.is_pure()
         return (PureOutputChargedLatency if pure else OutputChargedLatency)(latency_model, self.engine_s_per_output,
                                                                             self.engine_s_per_step)
 
@@ -125,16 +125,16 @@ class FrontendConfig:
 
 
 def num_outputs(plan) -> int:
-    """Output tokens a step produces: its sampling, non-padding sequences (grouped decodes included)."""
-    return len(plan.decodes) + sum(1 for s in plan.seqs if s.samples and not s.is_padding)
+    """Output tokens a step produces: its sampling, non-padding sequences."""
+    return plan.totals.num_outputs
 
 
-class OutputChargedLatency:
+class OutputChargedLatency(LatencyModel):
     """A latency model whose every step costs `s_per_output` more per output token it produces, and
     `s_per_step` more once when it produces at least one.
 
-    Everything else is the inner model's (attributes are forwarded). The simulator's fast-path
-    declarations are looked up on the class, so this wrapper has none: steps go one by one
+    Everything else is the inner model's (attributes are forwarded), except what it tells the
+    simulator's fast path: `LatencyModel`'s defaults, so steps go one by one
     (`PureOutputChargedLatency` keeps the decode fast path for an inner model whose step time
     depends on the plan alone).
     """
@@ -155,6 +155,7 @@ class OutputChargedLatency:
 
 class PureOutputChargedLatency(OutputChargedLatency):
     """`OutputChargedLatency` over a model whose step time depends on the plan alone: so is this one's,
-    and the simulator may replay decode runs with it (`sim.replica.decode_time_function`)."""
+    and the simulator may replay decode stretches with it (`sim.decode_replay`)."""
 
-    pure_step_time = True
+    def is_pure(self) -> bool:
+        return True

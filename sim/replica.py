@@ -10,27 +10,22 @@ Arrivals come from outside (a runner, or a router for several replicas in one en
 Every step is recorded as a `StepRecord`; finished requests go to the `on_finish` hooks, which is
 where closed-loop workloads and routers react.
 
-Decode runs (the fast path): when the scheduler says the next steps are certainly all-decode steps
-(`Scheduler.decode_run_horizon`: every running request decodes, nothing can be admitted, only the
-last step may finish requests), the replica replays as many of them as end strictly before the next
-event of the SimPy environment (an arrival, another replica's step, the time limit), in one go:
-step times from the latency model's `decode_step_times` (or `step_time` on the exact plans when the
-model declares `pure_step_time`), one `StepRecord` each, the scheduler's state advanced by
-`Scheduler.advance_decode_run`, and one timeout to the last step's end. Nothing else can happen in
-between, so the tables are identical to the step-by-step loop's (tests/sim/test_fast_path.py).
-`Replica(fast_decode=False)` or the environment variable `SERVESIM_FAST_DECODE=0` turns it off.
+The decode fast path (`sim.decode_replay`): when the scheduler says the next steps are certainly
+all-decode steps (`Scheduler.decode_horizon`) and the latency model can time them without their
+plans, the replica replays those that end before the environment's next event in one go; the
+tables are the step-by-step loop's. `Replica(fast_decode=False)` runs every step through schedule().
 """
 from __future__ import annotations
 
 import gc
-import os
 from contextlib import contextmanager
 from typing import Callable
 
 import simpy
 
-from policies import BatchPlan, Request, ScheduledSeq, StepResult
-from records.results import Recorder, StepRecord, record_step
+from policies import Request, StepResult
+from records.results import Recorder, record_step
+from sim.decode_replay import DecodeReplay
 
 FinishHook = Callable[[Request, float], None]
 
@@ -40,11 +35,13 @@ class Replica:
 
     `latency_model` is anything with `step_time(plan) -> seconds`. `recorder` collects requests
     and steps (several replicas may share one). `on_finish` hooks are called as `hook(request, now)`
-    for every request that ends, including those rejected at submit time.
+    for every request that ends, including those rejected at submit time. `fast_decode` (on by
+    default) lets a latency model that can time decode stretches skip their plans
+    (`sim.decode_replay`): the same results, faster.
     """
 
     def __init__(self, env: simpy.Environment, scheduler, latency_model, recorder: Recorder | None = None,
-                 name: str = "0", on_finish: FinishHook | None = None, fast_decode: bool | None = None) -> None:
+                 name: str = "0", on_finish: FinishHook | None = None, fast_decode: bool = True) -> None:
         self.env = env
         self.scheduler = scheduler
         self.latency_model = latency_model
@@ -56,11 +53,8 @@ class Replica:
         self.busy_time = 0.0  # seconds spent in steps (utilization = busy_time / elapsed)
         self._wakeup: simpy.Event | None = None  # set while idle, triggered by wake() (submit calls it)
         self._live: dict = {}  # req_id -> submitted request not yet seen to end
-        if fast_decode is None:
-            fast_decode = os.environ.get("SERVESIM_FAST_DECODE", "1") not in ("0", "false", "no", "off")
-        self._decode_time = decode_time_function(latency_model) if fast_decode else None
-        if fast_decode and _declared(latency_model, "grouped_decodes") and getattr(type(scheduler), "decode_runs", False):
-            scheduler.group_decodes = True  # plans give leading decodes as a group (BatchPlan.decodes)
+        self._replay = DecodeReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
+            if fast_decode else None
         self.process = env.process(self._loop())
 
     # --- for routers ----------------------------------------------------------------------------
@@ -132,7 +126,7 @@ class Replica:
     def _loop(self):
         env, scheduler, step_time = self.env, self.scheduler, self.latency_model.step_time
         recorder, name = self.recorder, self.name
-        decode_runs = self._decode_time is not None and hasattr(scheduler, "decode_run_horizon")
+        replay = self._replay
         live, own = getattr(scheduler, "requests", None), self._live
         add_step, timeout = recorder.add_step, env.timeout
         # what the first step after an idle wait costs on top (a latency model's `after_idle_s`,
@@ -143,10 +137,20 @@ class Replica:
         next_wakeup = getattr(scheduler, "next_wakeup", None)
         while True:
             now = env.now
-            if decode_runs:
-                num_steps, context_sum = scheduler.decode_run_horizon()
-                if num_steps and (yield from self._decode_run(now, num_steps, context_sum)):
-                    continue
+            if replay is not None:
+                num_steps = scheduler.decode_horizon()
+                if num_steps:
+                    replayed = yield from replay.run(now, num_steps)
+                    if replayed is not None:  # else the first step would preempt: schedule() runs it
+                        durations, finished, now = replayed
+                        busy = self.busy_time
+                        for duration in durations:
+                            busy += duration
+                        self.busy_time = busy
+                        for request in finished:
+                            self._finished(request, now)
+                        self._sweep(now)
+                        continue
             plan = scheduler.schedule(now)
             if live is None or len(live) != len(own):  # _sweep's own test, without the call
                 self._sweep(now)
@@ -187,116 +191,6 @@ class Replica:
                 self._finished(request, now)
             if live is None or len(live) != len(own):
                 self._sweep(now)
-
-    def _decode_run(self, now: float, max_steps: int, context_sum: int):
-        """Replay up to `max_steps` all-decode steps that end before the next event (or, when the first
-        one does not, that one step with its update after the event); False to fall back on schedule()."""
-        env, scheduler = self.env, self.scheduler
-        next_event = env.peek()  # nothing else happens before it, so nothing can interfere
-        n = len(scheduler.running)
-        decode_time = self._decode_time
-        durations, end_times = [], []
-        t = now
-        first, chunk = 0, 4  # step times are asked for in growing chunks: most runs are short
-        while first < max_steps:
-            count = min(chunk, max_steps - first)
-            for duration in decode_time(scheduler, n, context_sum, first, count):
-                duration = float(duration)
-                if not duration > 0.0:
-                    raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
-                end = t + duration  # as SimPy adds a timeout's delay to its clock
-                if not end < next_event:
-                    break
-                durations.append(duration)
-                end_times.append(end)
-                t = end
-            else:
-                first += count
-                chunk *= 4
-                continue
-            break
-        step_id, num_waiting = scheduler.step_id, scheduler.num_waiting
-        if not end_times:  # the first step spans the next event: its update comes after that event
-            started = scheduler.start_decode_step()
-            if started is None:
-                return False
-            requests, used = started
-            record = StepRecord(step_id, now, duration, 0, n, 0, n, 0, 0, 0, used,
-                                used / scheduler.block_manager.num_gpu_blocks, num_waiting, n, 0, self.name)
-            yield env.timeout(duration)
-            self.busy_time += duration
-            now = env.now
-            finished = scheduler.finish_decode_step(requests, now)
-            self.recorder.add_step(record)
-            for request in finished:
-                self._finished(request, now)
-            self._sweep(now)
-            return True
-        num_steps, used, finished = scheduler.advance_decode_run(end_times)
-        if not num_steps:
-            return False
-        end = end_times[num_steps - 1]
-        delay = end - now
-        if now + delay == end:
-            yield env.timeout(delay)
-        else:  # rounding: one timeout per step lands on exactly the clock the steps would
-            for duration in durations[:num_steps]:
-                yield env.timeout(duration)
-        num_gpu_blocks = scheduler.block_manager.num_gpu_blocks
-        name, start, busy = self.name, now, self.busy_time
-        records = []
-        for j in range(num_steps):
-            duration = durations[j]
-            u = used[j]
-            records.append(StepRecord(step_id + j, start, duration, 0, n, 0, n, 0, 0, 0, u, u / num_gpu_blocks,
-                                      num_waiting, n, 0, name))
-            busy += duration
-            start = end_times[j]
-        self.busy_time = busy
-        self.recorder.add_steps(records)
-        for request in finished:
-            self._finished(request, end)
-        self._sweep(end)
-        return True
-
-
-def decode_time_function(latency_model):
-    """`f(scheduler, num_seqs, context_sum, first, count) -> [seconds, ...]`: the times of steps
-    `first .. first + count - 1` of a decode run whose step 0 has contexts summing to `context_sum`;
-    or None when the model cannot time runs.
-
-    The model's `decode_step_times` when its class has one (and it belongs with the class's
-    `step_time`: a subclass overriding `step_time` alone does not qualify); else, for a model whose
-    class declares `pure_step_time`, `step_time` of the exact plans those steps would have. See
-    `sim.latency.base.LatencyModel`.
-    """
-    if _declared(latency_model, "decode_step_times"):
-        times = latency_model.decode_step_times
-        return lambda scheduler, num_seqs, context_sum, first, count: \
-            times(num_seqs, context_sum + first * num_seqs, count)
-    if getattr(type(latency_model), "pure_step_time", False):
-        step_time = latency_model.step_time
-
-        def plan_times(scheduler, num_seqs, context_sum, first, count):
-            new, running, step_id = tuple.__new__, scheduler.running, scheduler.step_id
-            return [step_time(BatchPlan(step_id=step_id + j, seqs=tuple(
-                        new(ScheduledSeq, (r, 1, r.num_computed_tokens + j, True, False)) for r in running)))
-                    for j in range(first, first + count)]
-        return plan_times
-    return None
-
-
-def _declared(latency_model, name: str) -> bool:
-    """True if the model's class has `name` (set, truthy) and the `step_time` it was written for.
-
-    Looked up on the class, so a wrapper forwarding attributes to an inner model does not inherit
-    it; and a subclass that overrides `step_time` alone does not qualify.
-    """
-    cls = type(latency_model)
-    if not getattr(cls, name, None):
-        return False
-    owner = next(c for c in cls.__mro__ if name in c.__dict__)
-    return getattr(cls, "step_time", None) is getattr(owner, "step_time", None)
 
 
 @contextmanager

@@ -221,7 +221,8 @@ def offload_settings(config: Config) -> dict:
 
 
 def simulate(config: Config, progress: bool = False, latency_model=None, workload=None,
-             out: str | Path | None = None, stream: bool | None = None, plot: bool = False) -> SimResult:
+             out: str | Path | None = None, stream: bool | None = None, plot: bool = False,
+             fast_decode: bool = True) -> SimResult:
     """Run one replica under `config`'s workload until every request has ended.
 
     `latency_model` / `workload` replace the ones the config would build (tests, calibrated models).
@@ -229,6 +230,7 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     (`records.stream.StreamingRecorder`): finished requests and steps are written there as the run
     goes and leave memory, and the result holds the summary (its tables read back from the files);
     `stream=True` streams without files (summary only). `plot` (streamed runs): timeline.png too.
+    `fast_decode=False` runs every step through the scheduler (`sim.decode_replay`: same results).
     """
     from policies.schedulers import make_scheduler
     from sim.cluster.layout import is_cluster
@@ -241,7 +243,8 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
                               "remove [frontend] or use one replica without disaggregation")
         from sim.cluster.runner import simulate_cluster
 
-        return simulate_cluster(config, progress, latency_model, workload, out=out, stream=stream, plot=plot)
+        return simulate_cluster(config, progress, latency_model, workload, out=out, stream=stream, plot=plot,
+                                fast_decode=fast_decode)
     if latency_model is None:
         latency_model = build_latency_model(config)
     latency_model = config.frontend.charge(latency_model)  # the engine thread's share of streaming, if any
@@ -250,7 +253,7 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     scheduler = make_scheduler(config.scheduler, build_cache_config(config))
     env = simpy.Environment()
     recorder = make_recorder(config, out, stream, plot)
-    replica = Replica(env, scheduler, latency_model, recorder, name="0")
+    replica = Replica(env, scheduler, latency_model, recorder, name="0", fast_decode=fast_decode)
     arrivals = Arrivals(env, workload, replica.submit, config.frontend)
     replica.on_finish.append(arrivals.on_finish)
     if not isinstance(recorder, Recorder):  # last: a request's times are final when its row is built

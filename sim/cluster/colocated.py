@@ -30,14 +30,16 @@ def resolve_latency_model(latency_model, config: Any):
     return latency_model
 
 
-def build_replica(env: simpy.Environment, config: Any, recorder, name: str, latency_model=None):
+def build_replica(env: simpy.Environment, config: Any, recorder, name: str, latency_model=None,
+                  fast_decode: bool = True):
     """A `Replica` for `config` (scheduler + KV geometry + latency model from that config)."""
     from policies.schedulers import make_scheduler
     from sim.replica import Replica
     from sim.runner import build_cache_config
 
     scheduler = make_scheduler(config.scheduler, build_cache_config(config))
-    return Replica(env, scheduler, resolve_latency_model(latency_model, config), recorder, name=name)
+    return Replica(env, scheduler, resolve_latency_model(latency_model, config), recorder, name=name,
+                   fast_decode=fast_decode)
 
 
 class ColocatedCluster:
@@ -47,10 +49,12 @@ class ColocatedCluster:
     only those the `Autoscaler` has serving (`start_autoscaler` starts it once arrivals exist).
     """
 
-    def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None) -> None:
+    def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None,
+                 fast_decode: bool = True) -> None:
         self.env = env
         self.config = config
-        self.replicas = [build_replica(env, c, recorder, name, latency_model) for name, c in replica_configs(config)]
+        self.replicas = [build_replica(env, c, recorder, name, latency_model, fast_decode)
+                         for name, c in replica_configs(config)]
         cluster = cluster_section(config)
         self.router: Router = make_router(
             cluster.router, seed=cluster.seed, block_size=config.cache.block_size,

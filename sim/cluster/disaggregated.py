@@ -142,7 +142,8 @@ def _hold(block_manager, req_id: str, now: float, num_tokens: int) -> Request | 
 class DisaggregatedCluster:
     """Prefill replicas `p0..`, decode replicas `d0..`, routers for each pool, and the KV link."""
 
-    def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None) -> None:
+    def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None,
+                 fast_decode: bool = True) -> None:
         from specs import kv_bytes_per_token
 
         self.env = env
@@ -151,7 +152,7 @@ class DisaggregatedCluster:
         halves.steps = recorder.steps
         d = disagg_section(config)
         prefill_cfgs, decode_cfgs = pool_configs(config)
-        self.prefill = [build_replica(env, c, halves, name, latency_model) for name, c in prefill_cfgs]
+        self.prefill = [build_replica(env, c, halves, name, latency_model, fast_decode) for name, c in prefill_cfgs]
         self.preloaded: dict = {}
         self.decode = []
         for j, (name, c) in enumerate(decode_cfgs):
@@ -165,7 +166,8 @@ class DisaggregatedCluster:
             # each step start is a chance to pull more KV: the scheduler has just admitted its waiting
             pull = lambda j=j: self._start_transfers(j, env.now)
             latency = PreloadedKVLatency(inner, self.preloaded, pull)
-            self.decode.append(build_replica(env, c, _ComputedSteps(recorder.steps, latency), name, latency))
+            self.decode.append(build_replica(env, c, _ComputedSteps(recorder.steps, latency), name, latency,
+                                             fast_decode))
         for i, r in enumerate(self.prefill):
             r.on_finish.append(lambda req, now, i=i: self._prefill_done(req, now, i))
         for j, r in enumerate(self.decode):

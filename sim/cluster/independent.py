@@ -4,7 +4,7 @@ Behind a round-robin router an open-loop workload's requests go to replica j mod
 whatever the replicas are doing, and nothing a replica does reaches another: the router reads no
 replica, no request's end sends a follow-up (`Workload.stream_parts` deals the requests out).
 Each replica then sees the same events in the same order alone as in the shared environment, so
-its requests and steps are the same; but alone, its decode runs (`sim.replica`'s fast path,
+its requests and steps are the same; but alone, its decode runs (`sim.decode_replay`'s fast path,
 replayed up to the next event of its environment) are no longer cut at every step of the other
 replicas, which in a shared environment of 16 replicas left them one step long.
 
@@ -34,7 +34,8 @@ def independent_parts(config: Any, workload) -> list | None:
     return parts(len(replica_configs(config))) if parts is not None else None
 
 
-def simulate_independent(config: Any, parts: list, recorder, latency_model=None, progress: bool = False):
+def simulate_independent(config: Any, parts: list, recorder, latency_model=None, progress: bool = False,
+                         fast_decode: bool = True):
     """Run each replica alone on its part of the workload, into the one (streaming) recorder."""
     from records.results import end_unfinished
     from sim.cluster.colocated import build_replica
@@ -53,7 +54,7 @@ def simulate_independent(config: Any, parts: list, recorder, latency_model=None,
         with paused_gc():
             for k, ((name, replica_config), (_, requests)) in enumerate(zip(replica_configs(config), parts)):
                 env = simpy.Environment()
-                replica = build_replica(env, replica_config, recorder, name, latency_model)
+                replica = build_replica(env, replica_config, recorder, name, latency_model, fast_decode)
                 replica.on_finish.append(recorder.on_finish)
                 if bar is not None:
                     replica.on_finish.append(lambda request, now: bar.update(1))

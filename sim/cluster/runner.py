@@ -18,7 +18,7 @@ from sim.cluster.layout import is_disaggregated
 
 
 def simulate_cluster(config: Any, progress: bool = False, latency_model=None, workload=None, out=None,
-                     stream: bool | None = None, plot: bool = False):
+                     stream: bool | None = None, plot: bool = False, fast_decode: bool = True):
     from records.results import Recorder
     from records.results import end_unfinished
     from sim.runner import Arrivals, finish_run, make_recorder, progress_bar
@@ -30,17 +30,17 @@ def simulate_cluster(config: Any, progress: bool = False, latency_model=None, wo
     if not isinstance(recorder, Recorder):  # streamed: replicas that cannot affect one another run alone
         parts = independent_parts(config, workload)
         if parts is not None:
-            simulate_independent(config, parts, recorder, latency_model, progress)
+            simulate_independent(config, parts, recorder, latency_model, progress, fast_decode)
             return finish_run(recorder, config)
     env = simpy.Environment()
     if is_disaggregated(config):
         from sim.cluster.disaggregated import DisaggregatedCluster
 
-        cluster = DisaggregatedCluster(env, config, recorder, latency_model)
+        cluster = DisaggregatedCluster(env, config, recorder, latency_model, fast_decode)
     else:
         from sim.cluster.colocated import ColocatedCluster
 
-        cluster = ColocatedCluster(env, config, recorder, latency_model)
+        cluster = ColocatedCluster(env, config, recorder, latency_model, fast_decode)
     arrivals = Arrivals(env, workload, cluster.submit)
     cluster.add_finish_hook(arrivals.on_finish)
     arrivals.start()

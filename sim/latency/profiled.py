@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from policies import BatchPlan, ConfigError
 from policies.config import read_json_object, write_json
+from sim.latency.base import LatencyModel
 
 FORMAT = "servesim-profile"
 VERSION = 1
@@ -322,7 +323,7 @@ def _get_dim(model: Any, dim: str) -> Any:
 
 
 # --- the latency model --------------------------------------------------------------------------
-class ProfiledLatencyModel:
+class ProfiledLatencyModel(LatencyModel):
     """`step_time(plan) -> seconds` from a profile's per-op curves (one TP rank; ranks run in lock-step).
 
     Per layer: the four GEMMs, activation, two norms, rotary and KV writes over all tokens of the
@@ -331,8 +332,6 @@ class ProfiledLatencyModel:
     hidden states. Once per step: embedding, LM head and sampler over sampled sequences, swap copies
     over the plan's bytes, and the engine's host overhead over the number of sequences.
     """
-
-    pure_step_time = True  # step_time depends on the plan alone: the replica's decode runs may use it
 
     def __init__(self, profile: Profile, model: Any = None, block_size: int = 16) -> None:
         if model is not None:
@@ -419,3 +418,6 @@ class ProfiledLatencyModel:
     def step_time(self, plan: BatchPlan) -> float:
         """Seconds one step of `plan` takes on the profiled device."""
         return float(sum(self.breakdown(plan).values()))
+
+    def is_pure(self) -> bool:
+        return True  # step_time depends on the plan alone: the simulator's decode stretches may use it

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from policies import BatchPlan
 from policies.config import check_number
+from sim.latency.base import LatencyModel
 from specs.gpu_spec import GPUSpec
 from specs.hardware import check_parallelism
 from specs.memory import bytes_per_block, kv_heads_per_gpu
@@ -51,28 +52,12 @@ EP_INTERNODE_BANDWIDTH = 50e9
 
 
 def plan_totals(plan: BatchPlan) -> tuple[int, int, int, int, int, int, int]:
-    """The sums the roofline reads from a plan, in one pass: (tokens, sequences, sampled sequences,
-    prefill query-key pairs, prefill context tokens, prefill tokens, decode context tokens)."""
-    num_tokens = num_seqs = num_sampled = 0
-    pf_pairs = pf_ctx = pf_tokens = dec_ctx = 0
-    for _, n, c0, samples, padding in plan.seqs:  # (request, num_tokens, num_computed, samples, is_padding)
-        num_tokens += n
-        num_seqs += 1
-        if samples or padding:
-            num_sampled += 1
-        if n == 1 and c0 > 0:  # decode: one query over the context
-            dec_ctx += c0 + 1
-        else:
-            pf_pairs += n * c0 + n * (n + 1) // 2
-            pf_ctx += c0 + n
-            pf_tokens += n
-    if plan.decodes:  # grouped one-token decodes that sample (see BatchPlan)
-        m = len(plan.decodes)
-        num_tokens += m
-        num_seqs += m
-        num_sampled += m
-        dec_ctx += plan.decode_context_sum
-    return num_tokens, num_seqs, num_sampled, pf_pairs, pf_ctx, pf_tokens, dec_ctx
+    """The sums the roofline reads from a plan (`BatchPlan.totals`): (tokens, sequences, sequences
+    charged an LM head row: the sampling ones and the padding slots, prefill query-key pairs,
+    prefill context tokens, prefill tokens, decode context tokens), padding computed like live work."""
+    t = plan.totals
+    return (t.num_tokens, t.num_seqs, t.num_outputs + t.num_padding_seqs, t.prefill_pairs, t.prefill_context,
+            t.prefill_tokens, t.decode_context)
 
 
 @dataclass(frozen=True)
@@ -120,13 +105,10 @@ class RooflineConstants:
         return cls(**{"layer_overhead_s": 12 * 8e-6, "allreduce_latency_s": 25e-6, **overrides})
 
 
-class RooflineLatencyModel:
+class RooflineLatencyModel(LatencyModel):
     """Analytic step time of a `BatchPlan` for `model` on `tp` x `gpu`, experts over `ep` groups (see
     the module docstring); `ep_link_bandwidth` (bytes/s per GPU per direction) carries the
     all-to-all: None = the GPUs' NVLink (PCIe without it) within a node, InfiniBand beyond 8 GPUs."""
-
-    grouped_decodes = True  # step_time reads BatchPlan.decodes (the simulator's grouped plans)
-    pure_step_time = True  # step_time depends on the plan alone (see sim.latency.base.LatencyModel)
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int = 1, block_size: int = 16,
                  constants: RooflineConstants | None = None, pcie_bandwidth: float | None = None,
@@ -338,6 +320,9 @@ class RooflineLatencyModel:
             t += c.step_overhead_s + num_seqs * c.per_seq_overhead_s + self.model.num_layers * c.layer_overhead_s
         return t
 
+    def is_pure(self) -> bool:
+        return True  # step_time depends on the plan alone (see sim.latency.base.LatencyModel)
+
     def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
         """`step_time` of a step in which `num_seqs` sequences each decode one token, their contexts
         (including the new token) summing to `context_sum` (see `decode_step_times`)."""
@@ -346,7 +331,7 @@ class RooflineLatencyModel:
     def decode_step_times(self, num_seqs: int, context_sum: int, num_steps: int) -> list[float]:
         """`step_time` of `num_steps` consecutive all-decode steps of `num_seqs` sequences, the
         first with contexts (new token included) summing to `context_sum`, each next one with
-        `num_seqs` more: the simulator's decode runs (`sim.replica`). Bit-identical to `step_time`
+        `num_seqs` more: the simulator's decode stretches (`sim.decode_replay`). Bit-identical to `step_time`
         of those plans: the same terms summed in the same order as `breakdown`'s keys (its zero
         terms left out, which adding 0.0 would not change); the terms that do not depend on the
         context are computed once.

@@ -177,3 +177,33 @@ def test_a_freed_requests_tail_block_is_evicted_first():
     again = make_req(2, 13, list(range(12)) + [99])
     assert bm.get_computed_blocks(again)[1] == 8  # the first two blocks survived
     bm.check_invariants()
+
+
+def test_append_blocks_gives_the_blocks_step_by_step_allocation_would():
+    """One block per entry, in the order given, the same blocks one-token `allocate_slots` calls
+    take (the LRU head; cached content evicted); short of blocks it raises and changes nothing."""
+    def prepared():
+        bm = make_bm(num_gpu_blocks=8, prefix=True)
+        a, b, c = make_req(0, prompt=4), make_req(1, prompt=6), make_req(2, prompt=8, ids=list(range(8)))
+        for r in (a, b, c):
+            assert bm.allocate_slots(r, r.num_prompt_tokens)
+            r.num_computed_tokens = r.num_prompt_tokens
+        bm.free(c)  # two cached blocks at the tail of the free queue, evictable
+        return bm, a, b
+
+    bm, a, b = prepared()
+    ref, ra, rb = prepared()
+    assert bm.num_cached_blocks == 2
+    order = [0, 1, 0, 0]
+    bm.append_blocks([(a, b)[i] for i in order])
+    for i in order:
+        r = (ra, rb)[i]
+        assert ref.allocate_slots(r, len(r.block_table) * ref.block_size - r.num_computed_tokens + 1)
+    assert (a.block_table, b.block_table) == (ra.block_table, rb.block_table)
+    assert list(bm.free_queue) == list(ref.free_queue) and bm.ref_counts == ref.ref_counts
+    assert bm.num_cached_blocks == ref.num_cached_blocks == 1  # one cached block handed out: evicted
+    bm.check_invariants()
+    with pytest.raises(RuntimeError, match="2 blocks asked for, 1 free"):
+        bm.append_blocks([a, b])
+    assert len(a.block_table) == 4 and bm.num_free_gpu_blocks == 1
+    bm.check_invariants()

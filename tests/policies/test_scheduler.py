@@ -118,3 +118,72 @@ def test_abort_between_schedule_and_update_records_nothing():
     sched.abort_request(0, 0.005)
     assert sched.update(plan, StepResult(0.01), 0.01) == []
     assert r.num_output_tokens == 0 and r.finish_reason is FinishReason.ABORTED and not sched.has_unfinished()
+
+
+def test_finish_request_ends_a_live_request_wherever_it_is():
+    sched = make_scheduler(max_num_seqs=1)
+    a, b = make_requests(2, prompt=20, max_tokens=50)
+    sched.add_request(a, 0.0)
+    sched.add_request(b, 0.0)
+    step(sched)  # a runs, b waits (one seat)
+    free = sched.block_manager.num_free_gpu_blocks
+    assert sched.finish_request(0, FinishReason.LENGTH, 1.0) is a
+    assert a.finish_reason is FinishReason.LENGTH and a.finish_time == 1.0 and a.block_table == []
+    assert sched.num_running == 0 and sched.block_manager.num_free_gpu_blocks > free
+    assert sched.finish_request(1, FinishReason.ABORTED, 1.0) is b and sched.num_waiting == 0
+    assert sched.finish_request(0, FinishReason.LENGTH, 2.0) is None  # no longer live
+    assert not sched.has_unfinished()
+    sched.block_manager.check_invariants()
+
+
+def test_skipped_step_ids_are_not_reused():
+    sched = make_scheduler()
+    sched.add_request(make_requests(1, prompt=8, max_tokens=20)[0], 0.0)
+    first, _ = step(sched)
+    assert sched.skip_step_ids(3) == first.step_id + 1
+    assert step(sched, 0.1)[0].step_id == first.step_id + 4
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_decode_horizon_promises_plain_decode_steps_only(seed):
+    """Each of the `decode_horizon()` steps (no arrival in between) schedules exactly every running
+    request for one sampled token, admits nobody, and only the last one finishes requests; a step
+    may preempt only when the free blocks ran out, which ends the promise."""
+    import random
+
+    rnd = random.Random(seed)
+    policy = rnd.choice(["chunked", "vllm", "continuous"])
+    sched = make_scheduler(policy=policy, num_gpu_blocks=rnd.choice([30, 256]), max_num_seqs=rnd.choice([2, 4, 8]),
+                           queue=rnd.choice(["fcfs", "priority"]),
+                           preemption="recompute" if policy == "vllm" else rnd.choice(["recompute", "swap"]),
+                           num_cpu_blocks=64, enable_prefix_caching=rnd.random() < 0.5)
+    n = 30
+    reqs = make_requests(n, prompt=[rnd.randint(1, 40) for _ in range(n)],
+                         max_tokens=[rnd.randint(1, 30) for _ in range(n)], spacing=0.05,
+                         priority=[rnd.randint(0, 1) for _ in range(n)],
+                         prefix=[7] * 9 if rnd.random() < 0.5 else None)
+    pending, now, promised, checked = list(reqs), 0.0, 0, 0
+    for _ in range(20_000):
+        while pending and pending[0].arrival_time <= now:
+            sched.add_request(pending.pop(0), now)
+            promised = 0  # the promise holds only while nothing arrives
+        if not sched.has_unfinished():
+            if not pending:
+                break
+            now = pending[0].arrival_time
+            continue
+        if not promised:
+            promised = sched.decode_horizon()
+        running = [r.req_id for r in sched.running]
+        plan, finished = step(sched, now)
+        now += 0.01
+        if promised:
+            if plan.preempted or plan.swapped_out:
+                promised = 0
+                continue
+            assert [s.req_id for s in plan.seqs] == running
+            assert all(s.num_tokens == 1 and s.samples and s.is_decode for s in plan.seqs)
+            promised -= 1
+            assert not finished or promised == 0, "a request finished before the last promised step"
+            checked += 1
+    assert not sched.has_unfinished() and checked >= 10  # 11-252 promised steps per seed

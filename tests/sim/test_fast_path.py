@@ -1,6 +1,7 @@
-"""Decode runs (the replica's fast path) give exactly the step-by-step loop's results.
+"""Decode stretches replayed (`sim.decode_replay`, the replica's fast path) give exactly the
+step-by-step loop's results.
 
-Every comparison runs the same simulation twice, `SERVESIM_FAST_DECODE=0` and `=1`, and requires
+Every comparison runs the same simulation twice, `fast_decode=False` and `True`, and requires
 the `requests` and `steps` tables to be equal bit for bit (no tolerance), plus the summary. The
 workloads are drawn at random over policies, queues, preemption modes, memory pressure, budgets
 smaller than the batch, closed loops, shared prefixes (prefix caching with token ids), time limits
@@ -17,12 +18,12 @@ import pytest
 import simpy
 
 from policies import BatchPlan, ScheduledSeq
-from policies.scheduler import Scheduler
+from records.results import Recorder, requests_table, steps_table
 from sim.config import load_config
-from sim.latency import ConstantLatencyModel, RooflineLatencyModel
+from sim.decode_replay import DecodeReplay, decode_time_function
+from sim.latency import ConstantLatencyModel, LatencyModel, RooflineLatencyModel
+from sim.replica import Replica
 from specs import get_gpu, get_model
-from sim.replica import Replica, decode_time_function
-from records.results import requests_table, steps_table
 from sim.runner import simulate
 from sim_helpers import make_requests, make_sched
 
@@ -30,19 +31,18 @@ from sim_helpers import make_requests, make_sched
 def run_both(monkeypatch, config, latency_model=None):
     """(step-by-step result, fast result, number of steps the fast one replayed in runs)."""
     replayed = []
-    original = Scheduler.advance_decode_run
+    original = DecodeReplay.advance
 
     def counting(self, end_times):
         out = original(self, end_times)
         replayed.append(out[0])
         return out
 
-    monkeypatch.setattr(Scheduler, "advance_decode_run", counting)
+    monkeypatch.setattr(DecodeReplay, "advance", counting)
     results = []
-    for flag in ("0", "1"):
-        monkeypatch.setenv("SERVESIM_FAST_DECODE", flag)
-        results.append(simulate(config, latency_model=latency_model))
-        if flag == "0":
+    for fast in (False, True):
+        results.append(simulate(config, latency_model=latency_model, fast_decode=fast))
+        if not fast:
             assert not replayed, "the fast path ran although it was turned off"
     return results[0], results[1], sum(replayed)
 
@@ -132,13 +132,14 @@ def test_memory_pressure_preemptions_inside_decode_stretches(monkeypatch):
     assert slow.summary["num_preemptions"] > 0 and replayed > 0
 
 
-class MaxContextLatency:
+class MaxContextLatency(LatencyModel):
     """A pure latency model without `decode_step_times`: the replica times runs on their exact plans.
 
     It depends on each sequence's own context (not only their sum), so a wrong plan shows.
     """
 
-    pure_step_time = True
+    def is_pure(self) -> bool:
+        return True
 
     def step_time(self, plan: BatchPlan) -> float:
         longest = max((s.num_computed_tokens + s.num_tokens for s in plan.seqs), default=0)
@@ -166,7 +167,7 @@ def test_the_profiled_model_is_identical(monkeypatch):
 
 
 class Recording:
-    """Neither `decode_step_times` nor `pure_step_time`: every step must reach `step_time`."""
+    """Not a `LatencyModel` (so it declares nothing): every step must reach `step_time`."""
 
     def __init__(self) -> None:
         self.plans = []
@@ -177,13 +178,12 @@ class Recording:
 
 
 def test_a_model_that_does_not_opt_in_sees_every_plan(monkeypatch):
-    monkeypatch.setenv("SERVESIM_FAST_DECODE", "1")
     model = Recording()
-    result = simulate(azure_like(40), latency_model=model)
+    result = simulate(azure_like(40), latency_model=model, fast_decode=True)
     assert model.plans == list(range(len(result.steps)))
 
 
-def test_decode_time_function_looks_at_the_class_only():
+def test_decode_time_function_takes_only_what_a_model_declares():
     class Wrapper:  # forwards attributes like sim.cluster.disaggregated.PreloadedKVLatency
         def __init__(self, inner):
             self.inner = inner
@@ -194,17 +194,24 @@ def test_decode_time_function_looks_at_the_class_only():
         def step_time(self, plan):
             return self.inner.step_time(plan) * 2
 
-    class Slower(ConstantLatencyModel):  # overrides step_time but inherits decode_step_times
+    class ModelWrapper(Wrapper, LatencyModel):  # a LatencyModel's defaults win over the forwarding
+        pass
+
+    class Slower(ConstantLatencyModel):  # changes step_time, so gives up the inherited formula
         def step_time(self, plan):
             return 2 * super().step_time(plan)
 
+        def decode_step_times(self, num_seqs, context_sum, num_steps):
+            return None
+
     assert decode_time_function(Wrapper(ConstantLatencyModel())) is None
-    assert decode_time_function(Slower()) is not None  # pure_step_time: timed on exact plans
+    assert decode_time_function(ModelWrapper(ConstantLatencyModel())) is None
+    assert decode_time_function(Slower()) is not None  # pure: timed on exact plans
     sched = make_sched("chunked")
     for r in make_requests(2, prompt=5, max_tokens=9):
         sched.add_request(r)
     sched.update(sched.schedule(0.0), _Result(), 0.1)
-    assert decode_time_function(Slower(0.01))(sched, 2, 12, 0, 3) == [0.02] * 3
+    assert decode_time_function(Slower(0.01))(sched.running, sched.step_id, 2, 12, 0, 3) == [0.02] * 3
 
 
 class _Result:
@@ -243,40 +250,47 @@ def test_roofline_step_time_is_the_sum_of_its_breakdown_bit_for_bit(model, tp):
 
 
 @pytest.mark.parametrize("policy", ["chunked", "continuous"])
-def test_grouped_plans_are_the_same_steps(policy):
-    """With `group_decodes` the leading decodes come as `BatchPlan.decodes`: same sequences, same counts."""
-    def scheduler(group):
-        sched = make_sched(policy, num_gpu_blocks=400, block_size=4, max_num_batched_tokens=64, max_model_len=2048)
-        sched.group_decodes = group
-        return sched
+def test_every_consumer_reads_the_plans_alike(policy):
+    """One `seqs` list per plan: the plan's counts, the steps table's and the roofline's agree on it,
+    and each entry is the share of the step its request was advanced by."""
+    from policies.batch_plan import ScheduledSeqs
+    from policies.batch_plan import plan_totals as totals_of
+    from records.results import count_tokens, record_step
+    from sim.latency.roofline import plan_totals
 
-    plain, grouped = scheduler(False), scheduler(True)
+    sched = make_sched(policy, num_gpu_blocks=400, block_size=4, max_num_batched_tokens=64, max_model_len=2048)
     rnd = random.Random(3)
     prompts, outputs = [rnd.randint(1, 90) for _ in range(40)], [rnd.randint(1, 60) for _ in range(40)]
-    reqs = [make_requests(40, arrivals=[0.01 * i for i in range(40)], prompt=prompts, max_tokens=outputs)
-            for _ in range(2)]
+    reqs = make_requests(40, arrivals=[0.01 * i for i in range(40)], prompt=prompts, max_tokens=outputs)
     model = RooflineLatencyModel(get_model("Llama-2-7B"), get_gpu("H100-SXM"), block_size=4)
-    num_grouped, now, i = 0, 0.0, 0
-    while plain.has_unfinished() or i < 40:
-        while i < 40 and reqs[0][i].arrival_time <= now:
-            plain.add_request(reqs[0][i], now)
-            grouped.add_request(reqs[1][i], now)
+    num_decodes, num_compact, now, i = 0, 0, 0.0, 0
+    while sched.has_unfinished() or i < 40:
+        while i < 40 and reqs[i].arrival_time <= now:
+            sched.add_request(reqs[i], now)
             i += 1
-        a, b = plain.schedule(now), grouped.schedule(now)
-        num_grouped += len(b.decodes)
-        assert not a.decodes
-        assert [(s.req_id, s.num_tokens, s.num_computed_tokens, s.samples) for s in a.seqs] == \
-            [(s.req_id, s.num_tokens, s.num_computed_tokens, s.samples) for s in b.all_seqs]
-        for prop in ("num_tokens", "num_seqs", "num_decode_tokens", "num_prefill_tokens", "num_live_tokens",
-                     "num_scheduled_tokens", "is_empty"):
-            assert getattr(a, prop) == getattr(b, prop), prop
-        assert model.step_time(a) == model.step_time(b) == sum(model.breakdown(b).values())
-        assert b.decode_context_sum == sum(r.num_computed_tokens for r in b.decodes)
+        plan = sched.schedule(now)
+        decodes = [s for s in plan.seqs if s.is_decode]
+        num_decodes += len(decodes)
+        entries = tuple(plan.seqs)  # the compact leading decodes written out
+        num_compact += isinstance(plan.seqs, ScheduledSeqs)
+        assert plan.seqs == entries and len(plan.seqs) == len(entries)
+        assert plan.totals == totals_of(entries)
+        assert plan.sampling_requests() == [s.request for s in entries if s.samples]
+        assert count_tokens(entries) == (plan.num_prefill_tokens, plan.num_decode_tokens, plan.num_padding_tokens)
+        record = record_step(plan, now, 0.01, sched)
+        assert (record.num_prefill_tokens, record.num_decode_tokens, record.num_seqs) == \
+            (plan.num_prefill_tokens, plan.num_decode_tokens, plan.num_seqs)
+        assert plan.num_decode_tokens == len(decodes)
+        assert plan_totals(plan)[6] == sum(s.context_len for s in decodes)
+        assert model.step_time(plan) == sum(model.breakdown(plan).values())
+        for s in plan.seqs:
+            assert s.request.num_computed_tokens == s.num_computed_tokens + s.num_tokens
+            assert s.samples == (s.request.num_computed_tokens == s.request.num_tokens)
+        assert [s.req_id for s in plan.seqs] == [r.req_id for r in sched.running if r.req_id in
+                                                  plan.num_scheduled_tokens]  # running order
         now += 0.01
-        done_a, done_b = plain.update(a, _Result(), now), grouped.update(b, _Result(), now)
-        assert [r.req_id for r in done_a] == [r.req_id for r in done_b]
-    assert num_grouped > 100
-    assert [r.token_times for r in reqs[0]] == [r.token_times for r in reqs[1]]
+        sched.update(plan, _Result(), now)
+    assert num_decodes > 100 and num_compact > 10
 
 
 def _state(sched):
@@ -287,7 +301,7 @@ def _state(sched):
 
 
 @pytest.mark.parametrize("num_gpu_blocks", [20, 24, 1000])
-def test_advance_decode_run_is_the_step_by_step_state(num_gpu_blocks):
+def test_advance_is_the_step_by_step_state(num_gpu_blocks):
     """The scheduler alone: a replayed stretch leaves the state step-by-step leaves (blocks included)."""
     def prepared():
         sched = make_sched("chunked", num_gpu_blocks=num_gpu_blocks, block_size=4, max_num_batched_tokens=512)
@@ -297,11 +311,11 @@ def test_advance_decode_run_is_the_step_by_step_state(num_gpu_blocks):
         return sched
 
     fast, slow = prepared(), prepared()
-    horizon, context_sum = fast.decode_run_horizon()
+    horizon = fast.decode_horizon()
     assert horizon == 8  # the request with max_tokens 9 finishes at the 8th step from here
-    assert context_sum == sum(r.num_tokens for r in fast.running)
     ends = [0.1 + 0.01 * (j + 1) for j in range(horizon)]
-    k, used, finished = fast.advance_decode_run(ends)
+    replay = DecodeReplay(simpy.Environment(), fast, decode_time_function(ConstantLatencyModel()), Recorder(), "0")
+    k, used, finished = replay.advance(ends)
     usage = []
     for j in range(k):
         plan = slow.schedule(ends[j] - 0.01)
@@ -323,15 +337,15 @@ def test_no_run_while_someone_prefills_or_could_be_admitted():
     sched = make_sched("chunked", max_num_seqs=2)
     a, b, c = make_requests(3, prompt=8, max_tokens=20)
     sched.add_request(a)
-    assert sched.decode_run_horizon() == (0, 0)  # waiting, seat free
+    assert sched.decode_horizon() == 0  # waiting, seat free
     sched.update(sched.schedule(0.0), _Result(), 0.1)
-    assert sched.decode_run_horizon()[0] == 19
+    assert sched.decode_horizon() == 19
     sched.add_request(b)
-    assert sched.decode_run_horizon() == (0, 0)
+    assert sched.decode_horizon() == 0
     sched.update(sched.schedule(0.1), _Result(), 0.2)
     sched.add_request(c)  # every seat taken, fcfs: c cannot get in, the decodes run on
-    assert sched.decode_run_horizon()[0] == 18
-    assert make_sched("static").decode_run_horizon() == (0, 0)
+    assert sched.decode_horizon() == 18
+    assert make_sched("static").decode_horizon() == 0
 
 
 @pytest.mark.parametrize("durations", [(0.01, 0.013), (0.01, 0.01)])

@@ -107,7 +107,7 @@ def test_zero_engine_terms_leave_the_latency_model_itself():
 
 
 @pytest.mark.parametrize("latency", ["roofline", "constant"])
-def test_the_charged_model_keeps_the_fast_path_exact(monkeypatch, latency):
+def test_the_charged_model_keeps_the_fast_path_exact(latency):
     """The decode fast path over a charged model gives the step-by-step loop's tables."""
     fe = {"request_overhead_s": 0.001, "stream_overhead_s": 0.0005, "engine_s_per_output": 4e-5,
           "engine_s_per_step": 3e-4}
@@ -116,18 +116,18 @@ def test_the_charged_model_keeps_the_fast_path_exact(monkeypatch, latency):
                                     "output_len": {"kind": "uniform", "low": 1, "high": 120}},
                        "frontend": fe})
 
-    def once(fast: str):
-        monkeypatch.setenv("SERVESIM_FAST_DECODE", fast)
-        return simulate(cfg, latency_model=ConstantLatency(STEP_S, PER_TOKEN_S) if latency == "constant" else None)
-    fast, slow = once("1"), once("0")
+    def once(fast: bool):
+        return simulate(cfg, latency_model=ConstantLatency(STEP_S, PER_TOKEN_S) if latency == "constant" else None,
+                        fast_decode=fast)
+    fast, slow = once(True), once(False)
     pd.testing.assert_frame_equal(fast.requests, slow.requests)
     pd.testing.assert_frame_equal(fast.steps, slow.steps)
     from sim.latency import build_latency_model
-    from sim.replica import decode_time_function
+    from sim.decode_replay import decode_time_function
 
     assert decode_time_function(FrontendConfig(**fe).charge(build_latency_model(cfg))) is not None  # fast path on
     charged = FrontendConfig(**fe).charge(ConstantLatency(1.0))
-    assert not hasattr(type(charged), "pure_step_time")  # an unknown model is not assumed pure
+    assert not charged.is_pure()  # an unknown model is not assumed pure
 
 
 def test_ingress_and_egress_leave_step_durations_alone():
