@@ -12,23 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.importers.shared_data import ENV, shared_data_dir
+from calibrate.importers.shared_data import ENV, shared_data_dir, shared_data_present
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = shared_data_dir()
-NO_SHARED_DATA = f"shared data not found at {SHARED_DATA} (set {ENV} to enable)"
+HAS_SHARED_DATA = shared_data_present()
+NO_SHARED_DATA = f"shared data not found at {SHARED_DATA} (absent or empty; set {ENV} to enable)"
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The read-only public data folder; tests that need it skip with a reason when it is absent."""
-    if not SHARED_DATA.is_dir():
+    if not HAS_SHARED_DATA:
         pytest.skip(NO_SHARED_DATA)
     return SHARED_DATA
 
 
 def pytest_collection_modifyitems(config, items):
-    if not SHARED_DATA.is_dir():
+    if not HAS_SHARED_DATA:
         skip_data = pytest.mark.skip(reason=NO_SHARED_DATA)
         for item in items:
             if item.get_closest_marker("shared_data") is not None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.importers.shared_data import shared_data_dir
+from calibrate.importers.shared_data import shared_data_dir, shared_data_present
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = shared_data_dir()
@@ -175,7 +175,7 @@ def clone(tmp_path_factory) -> Path:
     work.mkdir()
     for name in TOP_LEVEL:
         (work / name).symlink_to(REPO / name)
-    if SHARED_DATA.is_dir():
+    if shared_data_present():
         (root / "shared").mkdir()
         (root / "shared" / "data").symlink_to(SHARED_DATA)
     return work
@@ -234,7 +234,7 @@ def run_server(cmd: DocCommand, cwd: Path) -> str:
 @pytest.mark.parametrize("cmd", [pytest.param(c, id=c.id, marks=marks(c)) for c in COMMANDS])
 def test_documented_command_works_as_written(cmd: DocCommand, clone: Path):
     how = treatments(cmd)
-    no_data = any(kind == "shared" for kind, _ in how) and not SHARED_DATA.is_dir()
+    no_data = any(kind == "shared" for kind, _ in how) and not shared_data_present()
     reads, writes = named_paths(cmd)
     for path in reads:
         if path in WRITTEN or (no_data and "../shared" in path):
