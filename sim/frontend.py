@@ -16,7 +16,7 @@ the real stack by `servesim serve CONFIG --calibrate-frontend OUT.json`
     step_time(plan)   += engine_s_per_step + engine_s_per_output * outputs   (the engine thread's share,
                          for a step that streams at least one output; nothing for one that streams none)
 
-The simulator (`sim.runner.Arrivals`) keeps `arrival_time` as the client's send time, submits the
+The simulator (`sim.arrivals.Arrivals`) keeps `arrival_time` as the client's send time, submits the
 request to the scheduler `ingress_s` later, and, when the request ends, moves its token times
 (and finish time) `egress_s` later: what the client sees. So TTFT and E2E grow by ingress + egress,
 TPOT and ITL do not (every token moves by the same delay). The engine thread does pay a little per

@@ -45,9 +45,9 @@ EXTRAS = frozenset({
     "plotly", "ray", "fastapi", "uvicorn", "starlette", "tokenizers", "jinja2", "pyarrow", "transformers",
     "httpx", "playwright", "guidellm", "flash_attn",
 })
-# a base dependency that takes seconds to import: imported where tables are built, so that `import sim.runner`
-# and a streamed `servesim simulate` start without it
-LAZY = frozenset({"pandas"})
+# base dependencies slow to import: pandas (seconds) where tables are built, tqdm (25 ms of a 150 ms start)
+# where a progress bar is drawn, so that `import sim.runner` and a streamed `servesim simulate` start without them
+LAZY = frozenset({"pandas", "tqdm"})
 IN_FUNCTION_OK = EXTRAS | LAZY
 DISPATCHERS = frozenset({"servesim/cli.py"})
 DATASET_NAMES = ("distserve", "splitwise", "llmservingsim", "inference_perf", "inference-perf", "guidellm",
@@ -64,9 +64,7 @@ PENDING = frozenset({
     "servesim/commands/plan.py", "servesim/commands/reproduce.py", "servesim/commands/run.py",
     "servesim/commands/serve.py", "servesim/commands/simulate.py", "servesim/commands/sweep.py",
     "servesim/commands/validate.py",
-    "sim/cluster/colocated.py", "sim/cluster/disaggregated.py", "sim/cluster/independent.py", "sim/cluster/layout.py",
-    "sim/cluster/runner.py",
-    "sim/config.py", "sim/runner.py",
+    "sim/config.py",
 })
 _DATASET = re.compile("|".join(re.escape(n) for n in DATASET_NAMES), re.IGNORECASE)
 

@@ -12,34 +12,11 @@ from typing import Any
 import simpy
 
 from policies import Request
+from sim.build import build_replica
 from sim.cluster.autoscaler import Autoscaler, Slot
 from sim.cluster.layout import autoscaling_section, cluster_section, replica_configs
 from sim.cluster.router import Router, make_router
 from specs import weight_bytes_per_gpu
-
-
-def resolve_latency_model(latency_model, config: Any):
-    """The latency model of one replica: built from its config (None), given (anything with
-    `step_time`), or made by a factory `latency_model(replica_config)` (e.g. one per TP degree)."""
-    if latency_model is None:
-        from sim.latency import build_latency_model
-
-        return build_latency_model(config)
-    if not hasattr(latency_model, "step_time") and callable(latency_model):
-        return latency_model(config)
-    return latency_model
-
-
-def build_replica(env: simpy.Environment, config: Any, recorder, name: str, latency_model=None,
-                  fast_decode: bool = True):
-    """A `Replica` for `config` (scheduler + KV geometry + latency model from that config)."""
-    from policies.schedulers import make_scheduler
-    from sim.replica import Replica
-    from sim.runner import build_cache_config
-
-    scheduler = make_scheduler(config.scheduler, build_cache_config(config))
-    return Replica(env, scheduler, resolve_latency_model(latency_model, config), recorder, name=name,
-                   fast_decode=fast_decode)
 
 
 class ColocatedCluster:

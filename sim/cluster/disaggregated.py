@@ -34,11 +34,13 @@ from typing import Any
 import simpy
 
 from policies import FinishReason, Request, RequestState, ScheduledSeq
-from sim.cluster.colocated import build_replica, resolve_latency_model
+from records.metrics import stats
+from records.results import Recorder, count_tokens
+from sim.build import build_replica, resolve_latency_model
 from sim.cluster.layout import disagg_section, pool_configs
 from sim.cluster.link import Link
 from sim.cluster.router import make_router
-from records.results import Recorder, count_tokens
+from specs import kv_bytes_per_token
 
 BOOKKEEPING_S = 1e-6  # a decode-side step that only registers received KV (no forward pass)
 COMPLETED = (FinishReason.LENGTH, FinishReason.STOP)
@@ -144,8 +146,6 @@ class DisaggregatedCluster:
 
     def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None,
                  fast_decode: bool = True) -> None:
-        from specs import kv_bytes_per_token
-
         self.env = env
         self.recorder = recorder  # user-visible requests and every step
         halves = Recorder()  # the prefill halves: kept out of the results (decode replicas: _ComputedSteps)
@@ -310,8 +310,6 @@ class DisaggregatedCluster:
                 request.finish(FinishReason.ABORTED, now, why)
 
     def transfer_stats(self) -> dict:
-        from records.metrics import stats
-
         out = {"count": len(self.transfer_times)}
         out.update(stats(self.transfer_times) or {})
         return out

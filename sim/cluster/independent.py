@@ -22,7 +22,10 @@ from typing import Any
 
 import simpy
 
+from records.results import end_unfinished
+from sim.build import build_replica, end_reason, progress_bar
 from sim.cluster.layout import autoscaling_section, cluster_section, is_disaggregated, replica_configs
+from sim.replica import paused_gc
 
 
 def independent_parts(config: Any, workload) -> list | None:
@@ -37,17 +40,7 @@ def independent_parts(config: Any, workload) -> list | None:
 def simulate_independent(config: Any, parts: list, recorder, latency_model=None, progress: bool = False,
                          fast_decode: bool = True):
     """Run each replica alone on its part of the workload, into the one (streaming) recorder."""
-    from records.results import end_unfinished
-    from sim.cluster.colocated import build_replica
-    from sim.replica import paused_gc
-    from sim.runner import PROGRESS_MIN_REQUESTS
-
-    total = sum(count for count, _ in parts)
-    bar = None
-    if progress and total >= PROGRESS_MIN_REQUESTS:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, desc="simulate", unit="req", mininterval=0.5, leave=False)
+    bar = progress_bar(None, leave=False, total=sum(count for count, _ in parts)) if progress else None
     num_parts = len(parts)
     finished, ends = [], []
     try:
@@ -66,8 +59,7 @@ def simulate_independent(config: Any, parts: list, recorder, latency_model=None,
         if bar is not None:
             bar.close()
     end = max(ends) if ends else 0.0
-    why = ("the simulation ended (sim.max_sim_time_s)" if config.sim.max_sim_time_s is not None
-           else "the scheduler could not place it and nothing else was left to run")
+    why = end_reason(config)
     for replica in finished:
         mine = [r for r in recorder.requests if recorder.replica_of.get(r.req_id) == replica.name]
         end_unfinished(replica.scheduler, mine, end, why)

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from policies import ConfigError
+from sim.cluster.autoscaler import AutoscalingConfig
 from sim.cluster.config import ClusterConfig, DisaggregationConfig, PoolConfig
 
 
@@ -48,9 +49,7 @@ def apply_pool(config: Any, pool: PoolConfig, where: str) -> Any:
     return dataclasses.replace(config, **changes) if changes else config
 
 
-def autoscaling_section(config: Any):
-    from sim.cluster.autoscaler import AutoscalingConfig
-
+def autoscaling_section(config: Any) -> AutoscalingConfig:
     return getattr(config, "autoscaling", None) or AutoscalingConfig()
 
 

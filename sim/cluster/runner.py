@@ -13,19 +13,19 @@ from typing import Any
 
 import simpy
 
+from records.results import Recorder, end_unfinished
+from sim.arrivals import Arrivals
+from sim.build import end_reason, make_recorder, progress_bar, run_workload
+from sim.cluster.colocated import ColocatedCluster
+from sim.cluster.disaggregated import DisaggregatedCluster
 from sim.cluster.independent import independent_parts, simulate_independent
 from sim.cluster.layout import is_disaggregated
+from sim.result import SimResult, finish_run
 
 
 def simulate_cluster(config: Any, progress: bool = False, latency_model=None, workload=None, out=None,
-                     stream: bool | None = None, plot: bool = False, fast_decode: bool = True):
-    from records.results import Recorder
-    from records.results import end_unfinished
-    from sim.runner import Arrivals, finish_run, make_recorder, progress_bar
-    from sim.workload import build_workload
-
-    if workload is None:
-        workload = build_workload(config.workload, config.scheduler.max_model_len)
+                     stream: bool | None = None, plot: bool = False, fast_decode: bool = True) -> SimResult:
+    workload = run_workload(config, workload)
     recorder = make_recorder(config, out, stream, plot)
     if not isinstance(recorder, Recorder):  # streamed: replicas that cannot affect one another run alone
         parts = independent_parts(config, workload)
@@ -34,12 +34,8 @@ def simulate_cluster(config: Any, progress: bool = False, latency_model=None, wo
             return finish_run(recorder, config)
     env = simpy.Environment()
     if is_disaggregated(config):
-        from sim.cluster.disaggregated import DisaggregatedCluster
-
         cluster = DisaggregatedCluster(env, config, recorder, latency_model, fast_decode)
     else:
-        from sim.cluster.colocated import ColocatedCluster
-
         cluster = ColocatedCluster(env, config, recorder, latency_model, fast_decode)
     arrivals = Arrivals(env, workload, cluster.submit)
     cluster.add_finish_hook(arrivals.on_finish)
@@ -53,8 +49,7 @@ def simulate_cluster(config: Any, progress: bool = False, latency_model=None, wo
     finally:
         if bar is not None:
             bar.close()
-    why = ("the simulation ended (sim.max_sim_time_s)" if config.sim.max_sim_time_s is not None
-           else "the scheduler could not place it and nothing else was left to run")
+    why = end_reason(config)
     if is_disaggregated(config):
         cluster.end_unfinished(env.now, why)
     else:

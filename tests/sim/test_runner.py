@@ -83,14 +83,14 @@ def test_save_writes_the_four_files_and_a_plot(tmp_path):
 
 
 def test_progress_bar_counts_finished_requests(capsys):
-    from sim import runner
+    from sim import build  # the bar of every layout (sim.build.progress_bar)
 
-    old = runner.PROGRESS_MIN_REQUESTS
-    runner.PROGRESS_MIN_REQUESTS = 10
+    old = build.PROGRESS_MIN_REQUESTS
+    build.PROGRESS_MIN_REQUESTS = 10
     try:
         simulate(load_config(SMALL, ["workload.num_requests=40"]), progress=True)
     finally:
-        runner.PROGRESS_MIN_REQUESTS = old
+        build.PROGRESS_MIN_REQUESTS = old
     assert "40/40" in capsys.readouterr().err
 
 
