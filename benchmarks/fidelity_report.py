@@ -1,10 +1,11 @@
 """Fidelity benchmark: how well servesim predicts real vLLM runs from their configuration alone.
 
-Runs `servesim reproduce` over ../shared/data/groundtruth twice, with no host-overhead fit (the
-GPU step-time model from measured per-op/per-layer data alone) and with the overhead terms fitted
-leave-one-run-out within each source and GPU, and prints the median |error| of mean TTFT, TPOT
-and E2E per source and over all runs (the issue's targets: 5% E2E and TPOT, 10% TTFT). Reports
-land in OUT/none and OUT/loo (report.md, report.csv, errors.png).
+Runs `servesim reproduce` over ../shared/data/groundtruth three times: `--fit source` (the
+headline: nothing measured or fitted on a run's own source, the situation of a planner predicting a
+new deployment), `--fit loo` (terms fitted leave-one-run-out within each source and GPU) and
+`--fit none` (the GPU step-time model with its host prior), and prints the median |error| of mean
+TTFT, TPOT and E2E per source and over all runs (the targets: 10% TTFT, 5% TPOT and E2E, no
+source above twice that). Reports land in OUT/source, OUT/loo and OUT/none.
 
     python benchmarks/fidelity_report.py [--groundtruth DIR] [--out DIR]
 """
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import pandas as pd
 
-    for fit in ("none", "loo"):
+    for fit in ("source", "loo", "none"):
         out = Path(args.out) / fit
         t0 = time.perf_counter()
         rc = servesim(["reproduce", args.groundtruth, "--out", str(out), "--fit", fit, "--quiet"])

@@ -25,6 +25,8 @@ from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply
 from fidelity.runs import METRICS, RealRun, tpot
 
 GPU_MODEL_KINDS = ("auto", "layer-profile", "distserve", "aiconfigurator", "roofline")
+# where unfitted host terms come from: other runs (any source), documented constants, or other sources only
+HOST_MODES = ("measured", "prior", "source-out")
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Prediction:
     workload: str
     overhead: HostOverhead
     notes: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)  # where the unfitted host terms came from (source-out)
 
     def means(self) -> dict[str, float]:
         out = {}
@@ -144,29 +147,110 @@ def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = Non
     return HostOverhead(schedule_s=step_s, schedule_per_seq_s=c.per_seq_overhead_s, frontend_s=front_s)
 
 
-def _measured_layer(run: RealRun | None, gpu: str | None):
-    """The shipped idle-engine layer when it applies to the run (vLLM v1 on an H100), else None."""
+def _measured_layer(run: RealRun | None, gpu: str | None, source_out: bool = False):
+    """The shipped idle-engine layer when it applies to the run (vLLM v1 on an H100), else None;
+    with `source_out`, None also when the layer was measured on runs of the run's own source."""
     gpu = (gpu or (run.server.gpu if run is not None else None) or "H100").upper()
     v1 = run is None or run.server.enable_chunked_prefill
     if not (v1 and gpu.startswith("H100")):
         return None
     from fidelity.idle_host import shipped_layer
 
-    return shipped_layer()
+    layer = shipped_layer()
+    if source_out and layer is not None and run is not None and run.source in layer_sources(layer):
+        return None
+    return layer
 
 
-def compute_prior(run: RealRun | None = None, gpu: str | None = None, measured: bool = True) -> float:
+def layer_sources(layer) -> set[str]:
+    """The sources (campaign folders) an idle-host layer was measured on."""
+    return {s.strip() for s in str(layer.source).split(",") if s.strip()}
+
+
+#: our own serve stack's measured HTTP front end (`servesim serve --calibrate-frontend`): the
+#: per-request time before the engine sees a prompt, used where a run's own source may not be
+SERVE_STACK_FRONTEND = Path(__file__).resolve().parents[1] / "examples" / "profiles" / "tiny-llama-frontend.json"
+
+
+def api_server(run: RealRun) -> bool:
+    """True when the run's requests came through an HTTP API server (not an offline engine)."""
+    return not run.source.startswith("llmservingsim")
+
+
+def serve_stack_frontend() -> dict | None:
+    """The `frontend` terms of our serve stack's front-end profile (`SERVE_STACK_FRONTEND`), or None."""
+    import json
+
+    try:
+        terms = json.loads(SERVE_STACK_FRONTEND.read_text())["frontend"]
+        return {k: float(v) for k, v in terms.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tuple[HostOverhead, list[str]]:
+    """(host terms, what they came from) for predicting `run` with nothing measured on its own
+    source (`reproduce --fit source`):
+
+    - host time per step: an idle-host layer only if measured on other sources, else the
+      documented constants (`sim.latency.RooflineConstants`); DistServe's coefficients hold the
+      per-step constant in their intercept, so there only the per-sequence constant;
+    - an API-server run's front end: our own serve stack's measured ingress (`SERVE_STACK_FRONTEND`,
+      `request_overhead_s`), plus its first chunk's egress where the run's TTFT is the client's;
+    - a vLLM v0 engine (no chunked prefill) runs in the API server's process, as our serve stack's
+      engine does: each step also pays what ours pays per streamed output and per streaming step
+      (`engine_s_per_output`, `engine_s_per_step`). vLLM v1's engine core has its own process.
+    """
+    from sim.latency.roofline import RooflineConstants
+
+    c = RooflineConstants()
+    evidence: list[str] = []
+    stack = serve_stack_frontend() if api_server(run) else None
+    client_side = gpu_model == "distserve"  # DistServe's runs time TTFT at the client
+    front, per_out, per_step = 0.0, 0.0, 0.0
+    if stack is not None and gpu_model in ("aiconfigurator", "distserve"):
+        front = stack.get("request_overhead_s", 0.0) + (stack.get("stream_overhead_s", 0.0) if client_side else 0.0)
+        evidence.append(f"front end {front * 1e3:.1f} ms: our serve stack ({SERVE_STACK_FRONTEND.name}"
+                        f"{', ingress + first chunk' if client_side else ', ingress'})")
+        if not run.server.enable_chunked_prefill:
+            per_out, per_step = stack.get("engine_s_per_output", 0.0), stack.get("engine_s_per_step", 0.0)
+            evidence.append(f"v0 engine in the API process: {per_out * 1e3:.2f} ms per streamed output, "
+                            f"{per_step * 1e3:.3f} ms per step: our serve stack")
+    if gpu_model == "distserve":
+        evidence.append("per-sequence host time: documented constant (RooflineConstants.per_seq_overhead_s)")
+        return HostOverhead(schedule_s=per_step, schedule_per_seq_s=c.per_seq_overhead_s, sample_per_seq_s=per_out,
+                            frontend_s=front), evidence
+    if gpu_model != "aiconfigurator":
+        why = "the roofline carries its own host constants" if gpu_model == "roofline" else \
+            "the GPU data times whole engine steps or layers"
+        return HostOverhead(), [f"none: {why}"]
+    layer = _measured_layer(run, gpu, source_out=True)
+    if layer is not None and layer.host_s_for(None) is not None:
+        evidence.insert(0, f"host time per step: idle-host layer of {layer.source} ({', '.join(sorted(layer.per_run))})")
+        step_s = layer.host_s_for(None)
+    else:
+        evidence.insert(0, "host time per step and per sequence: documented constants (RooflineConstants)")
+        step_s = c.step_overhead_s
+    return HostOverhead(schedule_s=step_s + per_step, schedule_per_seq_s=c.per_seq_overhead_s,
+                        sample_per_seq_s=per_out, frontend_s=front), evidence
+
+
+def compute_prior(run: RealRun | None = None, gpu: str | None = None, measured: bool = True,
+                  source_out: bool = False) -> float:
     """How much slower the compute-bound share of a GEMM runs in a busy engine than aiconfigurator
     timed it alone: measured on idle engines of the other shipped runs (`fidelity.idle_host`)
-    for vLLM v1 on an H100, else 1 (as measured)."""
-    layer = _measured_layer(run, gpu) if measured else None
+    for vLLM v1 on an H100 (with `source_out`, only runs of other sources), else 1 (as measured)."""
+    layer = _measured_layer(run, gpu, source_out) if measured else None
     value = layer.compute_factor_for(run.name if run is not None else None) if layer is not None else None
     return value if value is not None else 1.0
 
 
-def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: float | None = None):
+def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: float | None = None,
+                      source_out: bool = False):
     """(step-time model, its kind) for the run's GPU and model; `compute_factor` (aiconfigurator):
-    None = `compute_prior`."""
+    None = `compute_prior`. With `source_out`, no choice made on the run's own source's
+    measurements: DistServe's vLLM file keeps its own prefill fit (the choice of the other
+    file's came from the DistServe runs' first-token gaps)."""
     if kind not in GPU_MODEL_KINDS:
         raise ValueError(f"gpu_model: {kind!r} is not allowed; choose one of {', '.join(GPU_MODEL_KINDS)}")
     spec = config.model.spec()
@@ -190,14 +274,16 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
         if path is not None and run.server.model == "facebook/opt-13b":
             from fidelity.sources.distserve import DistServeLatencyModel
 
-            return DistServeLatencyModel(path, run.server.model, config.hardware.tp), "distserve"
+            return DistServeLatencyModel(path, run.server.model, config.hardware.tp,
+                                         own_prefill=source_out), "distserve"
         if kind == "distserve":
             raise ValueError(f"gpu_model: no DistServe coefficients for run {run.name}")
     if kind in ("auto", "aiconfigurator"):
         try:
             from sim.latency.profiled import ProfiledLatencyModel
 
-            factor = compute_prior(run, config.hardware.gpu) if compute_factor is None else compute_factor
+            factor = compute_prior(run, config.hardware.gpu, source_out=source_out) if compute_factor is None \
+                else compute_factor
             profile = _aiconfigurator_profile(config.hardware.gpu, spec, config.hardware.tp, factor)
             return ProfiledLatencyModel(profile, block_size=config.cache.block_size), "aiconfigurator"
         except Exception as exc:  # not installed, or no data for this GPU/model: fall through
@@ -226,10 +312,15 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
                 gpu: str | None = None, gpu_model: str = "auto", overrides: tuple[str, ...] = (),
                 record: bool = False, host: str = "measured", compute_factor: float | None = None) -> Prediction:
     """Simulate `run` from its configuration and return the per-request predictions (`overhead`
-    None: the GPU model's `host_prior`, measured on other runs or, `host="prior"`, documented;
+    None: the GPU model's `host_prior`, measured on other runs or, `host="prior"`, documented, or,
+    `host="source-out"`, `source_out_prior`: nothing measured on the run's own source;
     `compute_factor` None: `compute_prior` likewise)."""
-    if host not in ("measured", "prior"):
-        raise ValueError(f"host: {host!r} is not allowed; choose one of measured, prior")
+    if host not in HOST_MODES:
+        raise ValueError(f"host: {host!r} is not allowed; choose one of {', '.join(HOST_MODES)}")
+    source_out = host == "source-out"
+    measured_run = run
+    if source_out:  # no server argument inferred from the source's own timings
+        run = run.without_inferred_args()
     from sim.config import load_config
     from fidelity.from_run import config_dict_for_run
     from sim.runner import simulate
@@ -250,12 +341,14 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     config = load_config(data, overrides)
     dp = max(1, run.server.data_parallel_size)
     shards = [run.requests.iloc[i::dp] for i in range(dp)] if kind == "replay" else [None] * dp
-    req_tables, step_tables, label = [], [], ""
+    req_tables, step_tables, label, evidence = [], [], "", []
     for engine, shard in enumerate(shards):
         factor = compute_factor if compute_factor is not None else (
-            compute_prior(run, config.hardware.gpu) if host == "measured" else 1.0)
-        base, label = gpu_latency_model(run, config, gpu_model, compute_factor=factor)
-        if overhead is None:
+            compute_prior(run, config.hardware.gpu, source_out=source_out) if host != "prior" else 1.0)
+        base, label = gpu_latency_model(run, config, gpu_model, compute_factor=factor, source_out=source_out)
+        if overhead is None and source_out:
+            overhead, evidence = source_out_prior(label, run, config.hardware.gpu)
+        elif overhead is None:
             overhead = host_prior(label, run, config.hardware.gpu, measured=host == "measured")
         latency = HostOverheadLatencyModel(base, overhead, record=True)
         wl = _workload(run, shard, kind)
@@ -273,5 +366,8 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     requests["tpot_s"] = tpot(requests["ttft_s"], requests["e2e_s"], requests["num_output_tokens"])
     requests = apply_frontend(requests, overhead)
     notes = [f"compute-bound GEMM share x {factor:.3f}"] if label == "aiconfigurator" and factor != 1.0 else []
-    return Prediction(run=run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
-                      workload=kind, overhead=overhead, notes=notes)
+    if source_out and measured_run.inferred_args:
+        evidence.append("engine defaults for " + ", ".join(sorted(measured_run.inferred_args)) +
+                        " (inferred from the source's timings otherwise)")
+    return Prediction(run=measured_run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
+                      workload=kind, overhead=overhead, notes=notes, evidence=evidence)

@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from fidelity.host_overhead import HostOverhead
-from fidelity.overhead_fit import RunSystem, fit_overhead, run_system, theta_of
+from fidelity.overhead_fit import FIT_TERMS, RunSystem, fit_overhead, run_system, theta_of
 from fidelity.predict import Prediction, predict_run
 from fidelity.runs import METRICS, RealRun
 
@@ -127,6 +127,9 @@ def prior_label(pred: Prediction) -> str:
     return "; ".join([out, *pred.notes])
 
 
+FITS = ("loo", "source", "none")
+
+
 def _rows(pred: Prediction, fit_label: str, fitted_on: list[str]) -> list[dict]:
     measured = pred.run.measured()
     predicted = pred.means()
@@ -152,8 +155,10 @@ def _system(pred: Prediction) -> RunSystem | None:
 def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: str = "auto", gpu: str | None = None,
               gpu_model: str = "auto", iterations: int = 1, progress: bool = True) -> Reproduction:
     """Simulate and score `runs` (see the module doc)."""
-    if isinstance(fit, str) and fit not in ("loo", "none"):
-        raise ValueError(f"fit: {fit!r} is not allowed; choose one of loo, none (or give fitted terms)")
+    if isinstance(fit, str) and fit not in FITS:
+        raise ValueError(f"fit: {fit!r} is not allowed; choose one of {', '.join(FITS)} (or give fitted terms)")
+    if fit == "source":
+        return reproduce_source_out(runs, workload, gpu, gpu_model, progress)
     rows: list[dict] = []
     rep = Reproduction(pd.DataFrame())
     base: dict[str, Prediction] = {}
@@ -208,5 +213,96 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: st
         pred = predict_run(run, overhead, workload=workload, gpu=gpu, gpu_model=gpu_model)
         rep.predictions[run.name] = pred
         rows.extend(_rows(pred, "leave-one-run-out", others))
+    rep.table = pd.DataFrame(rows)
+    return rep
+
+
+def fit_helps_across(groups: dict[str, list[str]], systems: dict[str, RunSystem | None], simulate,
+                     measured: dict, base: dict, **fit_kw) -> bool:
+    """`fit_helps` one level up: nested leave-one-*source*-out among the training sources (`groups`:
+    source -> run names). For each training source, fit on the others and re-simulate its runs;
+    the fit helps when the median |error| of those means beats no fit. Needs two sources."""
+    if len(groups) < 2:
+        return False
+    err_fit, err_none = [], []
+    for held, names in groups.items():
+        train = [systems[n] for g, ns in groups.items() if g != held for n in ns if systems[n] is not None]
+        if not train:
+            continue
+        nested = fit_overhead(train, **fit_kw)
+        for name in names:
+            pred, want, none = simulate(name, nested), measured[name], base[name]
+            for m in METRICS:
+                if np.isfinite(want.get(m, np.nan)) and want[m] > 0 and np.isfinite(pred.get(m, np.nan)):
+                    err_fit.append(abs(pred[m] / want[m] - 1))
+                    err_none.append(abs(none[m] / want[m] - 1))
+    return bool(err_fit) and float(np.median(err_fit)) < float(np.median(err_none))
+
+
+def engine_family(run: RealRun) -> str:
+    """"v1" or "v0": vLLM's engine generation (v1 always chunks prefills; v0 by default did not)."""
+    return "v1" if run.server.enable_chunked_prefill else "v0"
+
+
+def reproduce_source_out(runs: list[RealRun], workload: str = "auto", gpu: str | None = None,
+                         gpu_model: str = "auto", progress: bool = True) -> Reproduction:
+    """`reproduce(fit="source")`: every run predicted with nothing measured or fitted on its own
+    source (a campaign folder: engine version, client, hardware).
+
+    A run's unfitted terms are `predict.source_out_prior` (layers of other sources, documented
+    constants, our own serve stack's front end); host terms (never `compute_scale`, which corrects
+    one kind of GPU data) fitted on the runs of every *other* source replace them only if that fit
+    earns its place by nested leave-one-source-out among those sources (`fit_helps_across`).
+    `fitted_on` names the runs of a fit, or what the prior's terms came from.
+    """
+    rep = Reproduction(pd.DataFrame())
+    base: dict[str, Prediction] = {}
+    bar = tqdm(runs, desc="simulate (source-out)", unit="run", disable=not progress, leave=False)
+    for run in bar:
+        bar.set_postfix_str(run.name[-30:])
+        base[run.name] = predict_run(run, None, workload=workload, gpu=gpu, gpu_model=gpu_model, host="source-out")
+    systems = {name: _system(p) for name, p in base.items()}
+    by_name = {run.name: run for run in runs}
+    measured = {run.name: run.measured() for run in runs}
+    none_means = {name: p.means() for name, p in base.items()}
+    sources: dict[str, list[str]] = {}
+    for run in runs:
+        sources.setdefault(run.source, []).append(run.name)
+    family = {s: engine_family(by_name[ns[0]]) for s, ns in sources.items()}
+    cache: dict[tuple, dict] = {}
+
+    def simulate_means(name: str, overhead: HostOverhead) -> dict:
+        key = (name, tuple(sorted(overhead.to_dict().items())))
+        if key not in cache:
+            cache[key] = predict_run(by_name[name], overhead, workload=workload, gpu=gpu, gpu_model=gpu_model,
+                                     host="source-out").means()
+        return cache[key]
+
+    rows: list[dict] = []
+    for source, names in sources.items():
+        # host terms describe an engine's host code: only sources of the same engine generation
+        others = {s: ns for s, ns in sources.items() if s != source and family[s] == family[source]}
+        train = [systems[n] for ns in others.values() for n in ns if systems[n] is not None]
+        kw = {"terms": tuple(t for t in fit_terms_for(base[names[0]].gpu_model).get("terms", FIT_TERMS)
+                             if t != "compute_scale")}
+        overhead = fit_overhead(train, **kw) if train else None
+        helps = overhead is not None and fit_helps_across(others, systems, simulate_means, measured, none_means, **kw)
+        fitted_on = [n for ns in others.values() for n in ns if systems[n] is not None]
+        if overhead is not None:
+            rep.group_fits[source] = {"overhead": overhead.to_dict(), "fitted_on": fitted_on, "used": helps}
+        for name in names:
+            if helps:
+                pred = predict_run(by_name[name], overhead, workload=workload, gpu=gpu, gpu_model=gpu_model,
+                                   host="source-out")
+                rows.extend(_rows(pred, "source-out fit", fitted_on))
+                rep.fits[name] = {"overhead": overhead.to_dict(), "fitted_on": fitted_on, "used": True}
+            else:
+                pred = base[name]
+                why = (f"no other source of a {family[source]} engine to fit on" if overhead is None else
+                       f"one other source of a {family[source]} engine: a fit on it cannot be checked" if len(others) < 2
+                       else "the fit on other sources did not help in nested leave-one-source-out")
+                rows.extend(_rows(pred, f"{prior_label(pred)} ({why})", pred.evidence))
+                rep.fits[name] = {"overhead": pred.overhead.to_dict(), "fitted_on": pred.evidence, "used": False}
+            rep.predictions[name] = pred
     rep.table = pd.DataFrame(rows)
     return rep

@@ -8,7 +8,7 @@ the runs of a folder and hands each to its source's loader.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,6 +78,9 @@ class RealRun:
     requests: pd.DataFrame
     profile: dict | None = None  # the load generator's profile (inference-perf or guidellm), parsed
     summary: dict = field(default_factory=dict)  # measured means when a run has no per-request rows
+    # server arguments the run did not record but its loader inferred from the run's own timings:
+    # name -> (the engine's default, how it was inferred); a source-out prediction uses the default
+    inferred_args: dict = field(default_factory=dict)
 
     @property
     def num_requests(self) -> int:
@@ -87,6 +90,12 @@ class RealRun:
     def has_per_request(self) -> bool:
         """True when arrivals and lengths of every request are known (the run can be replayed)."""
         return len(self.requests) > 0 and bool(self.requests["arrival_time"].notna().all())
+
+    def without_inferred_args(self) -> "RealRun":
+        """The run as its records alone describe it: every inferred server argument at its default."""
+        if not self.inferred_args:
+            return self
+        return replace(self, server=replace(self.server, **{k: v[0] for k, v in self.inferred_args.items()}))
 
     def measured(self) -> dict[str, float]:
         """Mean TTFT, TPOT and E2E in seconds (vLLM bench-serve definitions)."""

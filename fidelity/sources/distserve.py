@@ -53,6 +53,8 @@ DISTSERVE_RUN_NAME = re.compile(r"^vllm-(\d+)-([\d.]+)\.exp$")
 # (up to 55.9k tokens of prompts + outputs in flight while requests queue, ~57k counting partly
 # filled blocks and the 1% watermark; the rule gives 57.8k at 16384, 61k at vLLM's default 2048).
 DISTSERVE_MAX_NUM_BATCHED_TOKENS = 16384
+# vLLM v0's own default without chunked prefill: max(max_model_len, 2048), 2048 for OPT-13B
+VLLM_V0_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 # first tokens closer than this were sampled by the same step (the gap between steps is >= 20 ms)
 DISTSERVE_SAME_STEP_S = 0.002
 
@@ -123,7 +125,10 @@ def load_distserve_run(path: Path) -> RealRun:
                         max_num_batched_tokens=DISTSERVE_MAX_NUM_BATCHED_TOKENS, max_num_seqs=256,
                         enable_chunked_prefill=False,
                         enable_prefix_caching=False, engine_version=None, gpu_memory_utilization=0.9)
-    return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests)
+    inferred = {"max_num_batched_tokens": (VLLM_V0_DEFAULT_MAX_NUM_BATCHED_TOKENS, "inferred from the DistServe runs' "
+                                           "co-scheduled prefills and KV plateau (DISTSERVE_MAX_NUM_BATCHED_TOKENS)")}
+    return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests,
+                   inferred_args=inferred)
 
 
 # --- DistServe's fitted coefficients ------------------------------------------------------------

@@ -4,7 +4,8 @@ Writes to the REPORT folder: `report.md` (a table per run and metric: measured, 
 medians of |error| per source and over all runs), `report.csv` (the same rows), `medians.csv`,
 `fits.json` (the overhead terms each run was predicted with and the runs they were fitted on) and
 `errors.png` (predicted vs measured). With `--fit loo` (default) each run is predicted with terms
-fitted on the other runs of its source only; `--overhead FILE` applies a fitted layer instead and
+fitted on the other runs of its source only; with `--fit source` nothing measured or fitted on its
+own source (campaign folder) reaches it (`fidelity.reproduce.reproduce_source_out`); `--overhead FILE` applies a fitted layer instead and
 leaves the runs it was fitted on out of the score.
 """
 from __future__ import annotations
@@ -30,8 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("groundtruth", help=FOLDER_HELP)
     options.add_out(parser, "report.md, report.csv, medians.csv, fits.json and errors.png", required=True,
                     metavar="REPORT")
-    parser.add_argument("--fit", choices=("loo", "none"), default="loo",
+    parser.add_argument("--fit", choices=("loo", "source", "none"), default="loo",
                         help="loo: host-overhead terms fitted leave-one-run-out within each source (default); "
+                             "source: nothing measured or fitted on a run's own source (campaign); "
                              "none: the GPU model alone")
     parser.add_argument("--overhead", metavar="FILE", help="a fitted overhead layer (servesim calibrate fit-runs); "
                         "the runs it was fitted on are excluded from the score")
@@ -73,8 +75,9 @@ def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[s
         lines += [f"### {LABELS[metric]} (s)", "", "| source | run | measured | predicted | error | GPU model | host-overhead terms |",
                   "|---|---|---:|---:|---:|---|---|"]
         for r in table[table["metric"] == metric].itertuples(index=False):
-            used = r.fit == "leave-one-run-out" and isinstance(r.fitted_on, str) and r.fitted_on
-            fitted = f"terms fitted on {len(r.fitted_on.split(';'))} other runs" if used else r.fit
+            used = r.fit in ("leave-one-run-out", "source-out fit") and isinstance(r.fitted_on, str) and r.fitted_on
+            where = "other sources' runs" if r.fit == "source-out fit" else "other runs"
+            fitted = f"terms fitted on {len(r.fitted_on.split(';'))} {where}" if used else r.fit
             lines.append(f"| {r.source} | {r.run} | {number(r.measured)} | {number(r.predicted)} | {100 * r.error:+.1f}% | "
                          f"{r.gpu_model} | {fitted} |")
         lines.append("")

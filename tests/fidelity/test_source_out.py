@@ -1,0 +1,107 @@
+"""servesim reproduce --fit source: a run's own source (campaign) never reaches its prediction."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from fidelity_helpers import make_measured_run
+
+from fidelity.host_overhead import HostOverhead
+from fidelity.predict import source_out_prior
+from fidelity.reproduce import reproduce
+from fidelity.run_folders import find_runs
+from fidelity.runs import RealRun, ServerArgs
+from servesim.cli import main
+
+TRUTH = HostOverhead(schedule_s=2e-3, sample_per_seq_s=5e-5, frontend_s=0.01)
+
+
+@pytest.fixture(scope="module")
+def three_sources(tmp_path_factory):
+    """Three campaign folders of two runs each, all measured with the same (known) host terms."""
+    root = tmp_path_factory.mktemp("gt")
+    for s, source in enumerate(("camp-a", "camp-b", "camp-c")):
+        for i, rate in enumerate((3.0, 8.0)):
+            make_measured_run(root / source / f"{source}-run{i}", TRUTH, n=20, rate=rate, seed=10 * s + i)
+    return root
+
+
+def scaled_source(runs, source, factor):
+    return [type(r)(**{**r.__dict__, "requests": r.requests.assign(
+        ttft_s=r.requests["ttft_s"] * factor, e2e_s=r.requests["e2e_s"] * factor,
+        tpot_s=r.requests["tpot_s"] * factor)}) if r.source == source else r for r in runs]
+
+
+def predicted(runs):
+    return reproduce(runs, fit="source", gpu_model="roofline", progress=False).table.set_index(["run", "metric"])
+
+
+def test_a_sources_own_measurements_cannot_move_its_predictions(three_sources):
+    runs = find_runs(three_sources)
+    base, moved = predicted(runs), predicted(scaled_source(runs, "camp-a", 3.0))
+    a = [r.name for r in runs if r.source == "camp-a"]
+    pd.testing.assert_series_equal(base.loc[a, "predicted"], moved.loc[a, "predicted"])
+    # the table names what each prediction used, never a run of its own source
+    for row in base.reset_index().itertuples():
+        own = {r.name for r in runs if r.source == row.source}
+        assert not own & set(str(row.fitted_on).split(";"))
+
+
+def test_fits_on_the_other_sources_recover_the_shared_host_terms(three_sources):
+    rep = reproduce(find_runs(three_sources), fit="source", gpu_model="roofline", progress=False)
+    assert set(rep.table["fit"]) == {"source-out fit"}  # two other sources each: the gate can check
+    for source, fit in rep.group_fits.items():
+        assert fit["used"] and all(not n.startswith(source) for n in fit["fitted_on"]) and len(fit["fitted_on"]) == 4
+    assert rep.medians().loc["all runs", ["ttft_s", "tpot_s", "e2e_s"]].max() < 0.05
+
+
+def test_one_source_alone_is_predicted_from_its_priors(three_sources):
+    runs = [r for r in find_runs(three_sources) if r.source == "camp-b"]
+    rep = reproduce(runs, fit="source", gpu_model="roofline", progress=False)
+    assert rep.table["fit"].str.contains("no other source").all()
+    assert not rep.group_fits
+
+
+def test_cli_fit_source(three_sources, tmp_path):
+    out = tmp_path / "r"
+    assert main(["reproduce", str(three_sources), "--fit", "source", "--out", str(out), "--quiet",
+                 "--gpu-model", "roofline"]) == 0
+    table = pd.read_csv(out / "report.csv")
+    assert {"run", "source", "metric", "measured", "predicted", "error", "fit", "fitted_on"} <= set(table)
+    assert "fit: source" in (out / "report.md").read_text()
+
+
+def _run(source: str, **server) -> RealRun:
+    args = ServerArgs(model="codellama/CodeLlama-34b-Instruct-hf", gpu="H100", **server)
+    return RealRun(name="x", source=source, path=__import__("pathlib").Path("/nonexistent"), server=args,
+                   requests=pd.DataFrame())
+
+
+def test_the_idle_host_layer_is_never_used_on_its_own_source():
+    from fidelity.idle_host import shipped_layer
+
+    layer = shipped_layer()
+    if layer is None:
+        pytest.skip("no shipped idle-host layer")
+    own, other = source_out_prior("aiconfigurator", _run(layer.source)), source_out_prior("aiconfigurator", _run("new"))
+    assert "documented" in own[1][0] and own[0].schedule_s != pytest.approx(layer.host_s_for(None))
+    assert other[0].schedule_s == pytest.approx(layer.host_s_for(None)) and layer.source in other[1][0]
+
+
+def test_a_v0_engine_pays_our_serve_stacks_per_output_cost():
+    from fidelity.predict import serve_stack_frontend
+
+    stack = serve_stack_frontend()
+    if stack is None:
+        pytest.skip("no serve-stack front-end profile")
+    v0, _ = source_out_prior("distserve", _run("new", enable_chunked_prefill=False))
+    v1, _ = source_out_prior("aiconfigurator", _run("new"))
+    assert v0.sample_per_seq_s == pytest.approx(stack["engine_s_per_output"]) and v1.sample_per_seq_s == 0
+    assert v0.frontend_s > v1.frontend_s > 0  # the client-side TTFT also holds the first chunk's egress
+
+
+def test_distserve_budget_inferred_from_timings_is_dropped_source_out(shared_data):
+    from fidelity.sources.distserve import VLLM_V0_DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+    runs = find_runs(shared_data / "groundtruth" / "distserve-a100-opt13b")
+    assert runs and all("max_num_batched_tokens" in r.inferred_args for r in runs)
+    assert runs[0].without_inferred_args().server.max_num_batched_tokens == VLLM_V0_DEFAULT_MAX_NUM_BATCHED_TOKENS
