@@ -53,7 +53,7 @@ from pathlib import Path
 
 from gpu_backend.serve.stream_client import StreamClient, shares_clock
 from policies import FinishReason, RequestState
-from policies.config import write_json
+from records.files import write_json
 from sim.frontend import PROFILE_FORMAT
 
 # words of plain English: prompts are shuffled runs of them (as benchmark clients' synthetic text)

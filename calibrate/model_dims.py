@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from policies import ConfigError
-from policies.config import read_json_object
+from records.files import read_json_object
 
 # name -> (layers, hidden, heads, kv_heads, intermediate, vocab); head_dim = hidden // heads
 KNOWN: dict[str, tuple[int, int, int, int, int, int]] = {

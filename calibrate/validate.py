@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from policies.config import write_json
+from records.files import write_json
 from sim.latency.profiled import Profile, ProfiledLatencyModel
 
 #: a pause between two engine steps longer than this is an idle wait (see `run_engine`)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from policies.config import read_json_object, write_json
+from records.files import read_json_object, write_json
 
 HOST_DIR = Path(__file__).resolve().parent / "host"
 #: the shipped layer for vLLM v1 on H100 with per-op (aiconfigurator) GPU times

@@ -23,6 +23,7 @@ import pandas as pd
 
 from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend
 from fidelity.runs import METRICS, RealRun, tpot
+from records.files import read_json_object
 
 GPU_MODEL_KINDS = ("auto", "layer-profile", "distserve", "aiconfigurator", "roofline")
 # where unfitted host terms come from: other runs (any source), documented constants, or other sources only
@@ -66,14 +67,12 @@ def layer_profile_folder(run: RealRun) -> Path | None:
 def run_link(run: RealRun) -> tuple[float | None, float | None]:
     """(bytes/s, seconds) of the GPU link the run's own hardware description gives (LLMServingSim's
     cluster `config.json`: `link_bw` in GB/s, `link_latency` in ns), or (None, None)."""
-    import json
-
     path = run.path / "config.json"
     if not path.is_file():
         return None, None
     try:
-        cfg = json.loads(path.read_text())
-    except ValueError:
+        cfg = read_json_object(path, "config.json")
+    except ValueError:  # unreadable: no link given (ConfigError is a ValueError)
         return None, None
     bw, lat = cfg.get("link_bw"), cfg.get("link_latency")
     return (float(bw) * 1e9 if bw else None), (float(lat) * 1e-9 if lat is not None else None)

@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from policies import ConfigError
-from policies.config import check_int, check_number, read_json_object
+from policies.config import check_int, check_number
+from records.files import read_json_object
 from specs.model_spec import kv_bytes
 
 

@@ -1,15 +1,12 @@
 """Frozen configs of the scheduling layer, validated on construction.
 
 Every error names the field and what is allowed, so a CLI can print it as one line. Sweeps use
-`dataclasses.replace`. `SchedulerConfig.preset("vllm")` gives vLLM v1's defaults. `read_json_object`
-is the one JSON-file reader of the project's config-like files (profiles, HF config.json, ...).
+`dataclasses.replace`. `SchedulerConfig.preset("vllm")` gives vLLM v1's defaults.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, is_dataclass
-from pathlib import Path
 
 from policies.presets import DEFAULT_VLLM_VERSION, USAGES, VLLM_CACHE, VLLM_V0_VERSIONS, VLLM_VERSIONS
 
@@ -30,47 +27,6 @@ def check_keys(section: str, given: Iterable, allowed: Iterable[str] | type) -> 
     for key in given:
         if key not in allowed:
             raise ConfigError(f"{section}.{key}: unknown key; allowed keys: {', '.join(allowed)}")
-
-
-def read_json_object(path: str | Path, field: str, *, missing: type[Exception] = ConfigError) -> dict:
-    """The JSON object in the file at `path`; every way it can fail is one line starting with `field`.
-
-    A missing file raises `missing` (callers that promised `FileNotFoundError` keep it); an unreadable
-    file, bad UTF-8, bad JSON or a top level that is not an object raise `ConfigError`.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")  # JSON is UTF-8 (RFC 8259), whatever the locale says
-    except FileNotFoundError:
-        raise missing(f"{field}: no such file {path}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{field}: {path} is not valid JSON (not UTF-8: {exc.reason} at byte {exc.start})") from None
-    except OSError as exc:  # a directory, no permission, ...
-        raise ConfigError(f"{field}: cannot read {path} ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{field}: {path} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{field}: {path} does not hold a JSON object (its top level is {_json_kind(data)})")
-    return data
-
-
-def write_json(path: str | Path, data: object, *, indent: int = 2, default=None) -> Path:
-    """Write `data` as JSON (one trailing newline) to `path`, making its folder; returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=indent, default=default) + "\n", encoding="utf-8")
-    return path
-
-
-def _json_kind(value: object) -> str:
-    """JSON's own name for a parsed value's type ("an array", "null", ...), for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return {list: "an array", str: "a string"}.get(type(value), "a number")
 
 
 def check_choice(field: str, value: object, allowed: tuple) -> None:

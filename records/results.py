@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 import numpy as np
 
 from policies import FinishReason
+from records.files import write_summary
 
 if TYPE_CHECKING:  # pandas on demand: a streamed run (records.stream) never builds a DataFrame
     import pandas as pd
@@ -299,34 +300,12 @@ def pooled_itls(requests: Iterable["Request"]) -> np.ndarray:
     return np.delete(gaps, np.cumsum(lengths)[:-1] - 1)
 
 
-def _json_default(obj):
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
-
-
-def json_safe(obj):
-    """A copy of a summary fit for JSON: NaN/inf become null (json.dumps would write invalid NaN)."""
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-_clean = json_safe  # the earlier private name, still imported by servesim/commands/run.py
-
-
 def write_results(out_dir: str | Path, requests: pd.DataFrame, steps: pd.DataFrame, summary: dict,
                   config_toml: str | None = None, plot: bool = True) -> Path:
     """Write summary.json, requests.csv, steps.csv (+ config.toml, parquet, timeline.png when possible)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2, default=_json_default) + "\n")
+    write_summary(out / "summary.json", summary)
     requests.to_csv(out / "requests.csv", index=False)
     steps.to_csv(out / "steps.csv", index=False)
     if config_toml is not None:

@@ -42,7 +42,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from policies import ConfigError
-from policies.config import check_number, read_json_object
+from policies.config import check_number
+from records.files import read_json_object
 from sim.latency.base import LatencyModel
 
 PROFILE_FORMAT = "servesim-frontend"

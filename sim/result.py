@@ -6,14 +6,14 @@ next to the tables it streamed (`finish_run`). Shared by one replica and a clust
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from policies import Request
 from records.metrics import completed_output_tokens, summarize
-from records.results import Recorder, _json_default, json_safe, pooled_itls, requests_table, steps_table, write_results
+from records.files import write_summary
+from records.results import Recorder, pooled_itls, requests_table, steps_table, write_results
 from sim.config import Config, config_to_toml
 from sim.cost import replica_costs, run_cost
 
@@ -114,7 +114,7 @@ def finish_run(recorder, config: Config, extra: dict | None = None, provisioned_
     summary.update(extra or {})
     out = recorder.out_dir
     if out is not None:
-        (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2, default=_json_default) + "\n")
+        write_summary(out / "summary.json", summary)
         (out / "config.toml").write_text(config_to_toml(config))
         if replicas is not None:
             replicas.to_csv(out / "replicas.csv", index=False)

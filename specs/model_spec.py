@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from policies.config import ConfigError, check_choice, check_int, read_json_object
+from policies.config import ConfigError, check_choice, check_int
+from records.files import read_json_object
 
 MLP_KINDS = ("gated", "plain")  # gated: SwiGLU gate/up/down (Llama); plain: fc1 -> ReLU -> fc2 (OPT)
 POSITION_KINDS = ("rope", "learned")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from policies.config import read_json_object
+from records.files import read_json_object
 
 # Used when the tokenizer directory has no chat template: one turn per message, then the
 # assistant's cue. The same text as the template shipped in examples/tiny-llama.

@@ -11,11 +11,11 @@ the model's `vocab_size` in `<dir>/config.json`, so every token id is a valid em
 from __future__ import annotations
 
 import argparse
-import json
 import sysconfig
 from pathlib import Path
 
 from gpu_backend.serve.tokenizer import DEFAULT_CHAT_TEMPLATE
+from records.files import read_json_object, write_json
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 
@@ -65,7 +65,7 @@ def train(out_dir: Path, vocab_size: int, max_bytes: int = 4_000_000) -> Path:
         "model_max_length": 1_000_000, "add_bos_token": True,
         "chat_template": DEFAULT_CHAT_TEMPLATE,
     }
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(out_dir / "tokenizer_config.json", config)
     return path
 
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     vocab_size = args.vocab_size
     if vocab_size is None:
-        vocab_size = json.loads((args.model_dir / "config.json").read_text())["vocab_size"]
+        vocab_size = read_json_object(args.model_dir / "config.json", "model_dir", missing=FileNotFoundError)["vocab_size"]
     path = train(args.model_dir, vocab_size, int(args.mb * 1e6))
     print(f"wrote {path} ({vocab_size} tokens)")
     return 0

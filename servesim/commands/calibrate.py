@@ -78,7 +78,7 @@ def configure_fit_runs(parser: argparse.ArgumentParser) -> None:
 def fit_runs(args) -> int:
     """Fit the layer, write it to --out, print its terms and errors (from the layer in memory)."""
     from fidelity.fit_runs import fit_layer
-    from policies.config import write_json
+    from records.files import write_json
 
     layer = fit_layer(args.runs, args.test, args.test_every, args.iterations, args.gpu, args.gpu_model,
                       progress=options.progress(args))

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from records.results import json_safe
+from records.files import json_safe
 from servesim.commands import small
 from sim.config import load_config
 from sim.notes import with_notes

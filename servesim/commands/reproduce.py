@@ -11,7 +11,6 @@ leaves the runs it was fitted on out of the score.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from fidelity.run_folders import FOLDER_HELP, LAYOUTS
 from fidelity.runs import METRICS
 from policies import ConfigError
 from records.display import number, percent
+from records.files import read_json_object, write_json
 from servesim.commands import options
 
 LABELS = {"ttft_s": "mean TTFT", "tpot_s": "mean TPOT", "e2e_s": "mean E2E"}
@@ -56,7 +56,7 @@ def load_overhead_layer(path: str | Path) -> tuple:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--overhead: {p}: no such file")
-    data = json.loads(p.read_text())
+    data = read_json_object(p, "--overhead")
     if data.get("format") != "servesim-overhead":
         raise ConfigError(f"--overhead: {p} is not a servesim-overhead file (format: {data.get('format')!r})")
     return HostOverhead.from_dict(data["overhead"]), list(data.get("fitted_on", []))
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     med = rep.medians()
     rep.table.to_csv(out / "report.csv", index=False)
     med.to_csv(out / "medians.csv", index_label="source")
-    (out / "fits.json").write_text(json.dumps({"per_run": rep.fits, "per_source": rep.group_fits}, indent=2))
+    write_json(out / "fits.json", {"per_run": rep.fits, "per_source": rep.group_fits})
     title = f"servesim reproduce {args.groundtruth} (fit: {'given layer' if args.overhead else args.fit})"
     (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title))
     plot_errors(rep.table, out / "errors.png")

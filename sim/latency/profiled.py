@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policies import BatchPlan, ConfigError
-from policies.config import read_json_object, write_json
+from records.files import read_json_object, write_json
 from sim.latency.base import LatencyModel
 
 FORMAT = "servesim-profile"

@@ -1,4 +1,4 @@
-"""policies.config.read_json_object and write_json: the JSON-file reader (every failure one line naming the field) and writer."""
+"""records.files.read_json_object and write_json: the JSON-file reader (every failure one line naming the field) and writer."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from policies import ConfigError
-from policies.config import read_json_object, write_json
+from records.files import read_json_object, write_json
 
 
 def write(tmp_path, data: bytes | str, name: str = "x.json"):
@@ -82,3 +82,15 @@ def test_write_json_makes_the_folder_and_reads_back(tmp_path):
     assert read_json_object(path, "f") == {**data, "when": "w"}
     with pytest.raises(TypeError):  # without a default, what JSON cannot hold is an error, not a silent str()
         write_json(tmp_path / "g.json", {"when": PurePath("w")})
+
+
+def test_a_summary_is_written_with_nan_as_null_and_numpy_scalars_as_numbers(tmp_path):
+    import numpy as np
+
+    from records.files import write_summary
+
+    path = write_summary(tmp_path / "run" / "summary.json",
+                         {"a": float("nan"), "b": np.int64(3), "c": (np.float32(0.5), float("-inf"))})
+    assert path.read_text() == '{\n  "a": null,\n  "b": 3,\n  "c": [\n    0.5,\n    null\n  ]\n}\n'
+    with pytest.raises(TypeError, match="not JSON serializable: complex"):
+        write_summary(tmp_path / "bad.json", {"z": 1j})

@@ -1,0 +1,84 @@
+"""The project's JSON files, read and written in one place (stdlib only: specs and catalogs use it too).
+
+`read_json_object` reads any of them (profiles, front-end and host layers, HF config.json, reports):
+every way a read can fail is one line starting with the field the file came from. `write_json`
+writes one (UTF-8, indented, one trailing newline, its folder made). A summary (`write_summary`,
+`json_safe`) is written with NaN/inf as null, since JSON has no NaN, and numpy scalars as plain
+numbers (`json_default`); `servesim ... --json` prints the same way.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from policies import ConfigError
+
+
+def read_json_object(path: str | Path, field: str, *, missing: type[Exception] = ConfigError) -> dict:
+    """The JSON object in the file at `path`; every way it can fail is one line starting with `field`.
+
+    A missing file raises `missing` (callers that promised `FileNotFoundError` keep it); an unreadable
+    file, bad UTF-8, bad JSON or a top level that is not an object raise `ConfigError`.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")  # JSON is UTF-8 (RFC 8259), whatever the locale says
+    except FileNotFoundError:
+        raise missing(f"{field}: no such file {path}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{field}: {path} is not valid JSON (not UTF-8: {exc.reason} at byte {exc.start})") from None
+    except OSError as exc:  # a directory, no permission, ...
+        raise ConfigError(f"{field}: cannot read {path} ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{field}: {path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{field}: {path} does not hold a JSON object (its top level is {_json_kind(data)})")
+    return data
+
+
+def write_json(path: str | Path, data: object, *, indent: int = 2, default=None) -> Path:
+    """Write `data` as JSON (one trailing newline) to `path`, making its folder; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=indent, default=default) + "\n", encoding="utf-8")
+    return path
+
+
+def write_summary(path: str | Path, summary: dict) -> Path:
+    """A run's summary.json: NaN/inf as null, numpy scalars as numbers."""
+    return write_json(path, json_safe(summary), default=json_default)
+
+
+def json_safe(obj):
+    """A copy of a summary fit for JSON: NaN/inf become null (json.dumps would write invalid NaN)."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def json_default(obj):
+    """`json.dumps`'s `default` for table cells: numpy integers and floats as Python numbers."""
+    np = sys.modules.get("numpy")  # not loaded: `obj` is no numpy scalar (and this module stays stdlib)
+    if np is not None:
+        if isinstance(obj, np.integer):
+            return int(obj)
+        if isinstance(obj, np.floating):
+            return float(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def _json_kind(value: object) -> str:
+    """JSON's own name for a parsed value's type ("an array", "null", ...), for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {list: "an array", str: "a string"}.get(type(value), "a number")
