@@ -4,7 +4,7 @@ Standard library only: the same objects drive the SimPy simulator (`sim`) and th
 (`gpu_backend`).
 """
 from policies.batch_plan import BatchPlan, ScheduledSeq, StepResult
-from policies.config import CacheConfig, ConfigError, SchedulerConfig
+from policies.config import CacheConfig, ConfigError, SchedulerConfig, SpeculativeConfig
 from policies.request import FinishReason, IllegalTransition, Request, RequestState
 from policies.block_manager import BlockManager
 from policies.scheduler import Scheduler
@@ -12,6 +12,6 @@ from policies.schedulers import make_scheduler
 
 __all__ = [
     "BatchPlan", "ScheduledSeq", "StepResult", "CacheConfig", "ConfigError", "SchedulerConfig",
-    "FinishReason", "IllegalTransition", "Request", "RequestState", "BlockManager", "Scheduler",
+    "SpeculativeConfig", "FinishReason", "IllegalTransition", "Request", "RequestState", "BlockManager", "Scheduler",
     "make_scheduler",
 ]

@@ -59,7 +59,9 @@ class PlanTotals(NamedTuple):
     the device computes it, padding included: `decode_context` (keys/values read by the one-token
     decodes after some context), `prefill_tokens`, `prefill_pairs` (causal query-key pairs,
     n x c + n (n + 1) / 2 for a chunk of n after c) and `prefill_context` (keys/values the other
-    chunks read).
+    chunks read). `num_spec_tokens` counts the draft tokens the step verifies (speculative
+    decoding); a verify sequence (1 + drafts query tokens after its context) counts in the decode
+    tokens, and in the attention sums as the multi-query chunk it is.
     """
 
     num_tokens: int
@@ -73,6 +75,7 @@ class PlanTotals(NamedTuple):
     prefill_tokens: int
     prefill_pairs: int
     prefill_context: int
+    num_spec_tokens: int = 0
 
 
 class ScheduledSeqs:
@@ -152,7 +155,7 @@ def plan_totals(seqs: "Sequence[ScheduledSeq]") -> PlanTotals:
             if not padding:
                 num_prefill += n
     return tuple.__new__(PlanTotals, (num_tokens, num_seqs, num_prefill, num_decode, num_padding, padding_seqs,
-                                      num_outputs, dec_ctx, pf_tokens, pf_pairs, pf_ctx))
+                                      num_outputs, dec_ctx, pf_tokens, pf_pairs, pf_ctx, 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +177,10 @@ class BatchPlan:
     `offload_load_blocks` are (cpu_block, gpu_block) copies from the KV offload tier into GPU blocks,
     applied before the forward pass; `offload_store_blocks` are (gpu_block, cpu_block) copies of the
     blocks this step fills, applied after it (the data is this step's). See `policies.kv_offload`.
+
+    `spec_token_ids` (speculative decoding; vLLM's `scheduled_spec_decode_tokens`): req_id -> the
+    draft tokens its sequence verifies this step, after its last known token (the sequence's
+    `num_tokens` is 1 + drafts; it samples). See `policies.speculative`.
     """
 
     step_id: int
@@ -186,6 +193,7 @@ class BatchPlan:
     blocks_to_copy: tuple[tuple[int, int], ...] = ()  # copy-on-write (unused by v1-style prefix caching)
     offload_load_blocks: tuple[tuple[int, int], ...] = ()  # (cpu, gpu) from the KV offload tier
     offload_store_blocks: tuple[tuple[int, int], ...] = ()  # (gpu, cpu) to the KV offload tier
+    spec_token_ids: Mapping[int | str, tuple[int, ...]] | None = None  # req_id -> drafts verified this step
     _totals: PlanTotals | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -194,6 +202,12 @@ class BatchPlan:
         t = self._totals
         if t is None:
             t = plan_totals(self.seqs)
+            spec = self.spec_token_ids
+            if spec:  # verify sequences are decodes of 1 + drafts tokens (see PlanTotals)
+                verify = sum(s[1] for s in self.seqs if not s[4] and s[0].req_id in spec)
+                t = t._replace(num_prefill_tokens=t.num_prefill_tokens - verify,
+                               num_decode_tokens=t.num_decode_tokens + verify,
+                               num_spec_tokens=sum(map(len, spec.values())))
             object.__setattr__(self, "_totals", t)
         return t
 
@@ -259,8 +273,14 @@ class StepResult:
     token sampled for each sequence whose `samples` was True; the simulator passes None and the
     scheduler records placeholder tokens. `stopped` names requests whose sampled token was a stop
     token (EOS), which finish with reason STOP.
+
+    Speculative decoding: `num_accepted` maps req_id -> how many of its plan's draft tokens
+    (`BatchPlan.spec_token_ids`) the verify accepted, a prefix; the sampled token follows them (a
+    stop token among the accepted drafts ends the prefix there: that draft is then the sampled
+    token). None: the executor does not verify (the simulator; the scheduler draws acceptances).
     """
 
     duration: float
     sampled_token_ids: Mapping[int | str, int] | None = None
     stopped: frozenset = frozenset()
+    num_accepted: Mapping[int | str, int] | None = None

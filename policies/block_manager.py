@@ -243,7 +243,8 @@ class BlockManager:
                     append(b)
             self.holders[req.req_id] = req
         if self.enable_prefix_caching and req.prompt_token_ids is not None and not delay_cache:
-            self._cache_full_blocks(req, total)
+            # known tokens only: slots for unverified draft tokens (speculative decoding) hold no content yet
+            self._cache_full_blocks(req, total if total <= req.num_tokens else req.num_tokens)
         return True
 
     def cache_loaded_blocks(self, req: "Request") -> None:
@@ -278,6 +279,24 @@ class BlockManager:
         for req in requests:
             req.block_table.append(pop())
             holders[req.req_id] = req
+
+    def trim(self, req: "Request") -> None:
+        """Release the blocks of `req`'s table past its computed tokens (speculative decoding: after a
+        verify, blocks that held only rejected drafts' KV), to the head of the free queue. They were
+        never offered to the prefix cache (`allocate_slots` caches known tokens only)."""
+        table = req.block_table
+        keep = -(-req.num_computed_tokens // self.block_size)
+        if len(table) <= keep:
+            return
+        rc, fq = self.ref_counts, self.free_queue
+        for b in reversed(table[keep:]):
+            rc[b] -= 1
+            if rc[b] == 0:
+                fq[b] = None
+                fq.move_to_end(b, False)
+        del table[keep:]
+        if not table:
+            self.holders.pop(req.req_id, None)
 
     def free(self, req: "Request") -> None:
         """Release `req`'s GPU blocks (in reverse order) and its CPU blocks, if any."""

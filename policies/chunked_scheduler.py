@@ -16,6 +16,7 @@ class ChunkedScheduler(Scheduler):
     """Decode-first chunked prefill (stall-free batching)."""
 
     decode_runs = True  # an all-decode state with nothing admissible schedules every decode (Scheduler docs)
+    supports_speculative = True
 
     def _schedule_pass(self, step: StepBuilder, now: float) -> None:
         self._schedule_running(step)

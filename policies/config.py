@@ -64,6 +64,85 @@ POLICIES = ("static", "continuous", "chunked", "vllm")
 OFFLOAD_BACKENDS = ("native", "lmcache")  # vLLM's kv_offloading_backend
 QUEUES = ("fcfs", "priority")
 PREEMPTIONS = ("recompute", "swap", "hybrid")
+SPEC_METHODS = ("ngram", "draft", "mtp")  # vLLM's speculative_config methods modelled here
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding (vLLM's `speculative_config`); off while `method` is None.
+
+    Each decode proposes up to `num_speculative_tokens` (k) draft tokens; the next step verifies
+    them with the target model (1 + k query tokens, all counted against the token budget) and keeps
+    the accepted prefix plus one token of its own. `method`: "ngram" (prompt lookup: the tokens
+    after the latest earlier match of the last `prompt_lookup_max`..`prompt_lookup_min` tokens),
+    "draft" (a smaller `draft_model`, a catalog name or HF config.json, run k times per step) or
+    "mtp" (the target's multi-token-prediction layer, run k times). `acceptance_rate`: what the
+    simulator draws acceptances from, per draft position (one number for every position, or a
+    list of k numbers; position i counts only if positions before it were accepted); the engine
+    measures acceptance instead and needs none.
+    """
+
+    method: str | None = None
+    num_speculative_tokens: int | None = None
+    acceptance_rate: float | tuple[float, ...] | None = None
+    draft_model: str | None = None
+    prompt_lookup_min: int = 5  # vLLM's defaults when neither is given
+    prompt_lookup_max: int = 5
+
+    def __post_init__(self) -> None:
+        if self.method is None:
+            for name in ("num_speculative_tokens", "acceptance_rate", "draft_model"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"speculative.{name}: set without speculative.method; choose a method: "
+                                      f"{', '.join(SPEC_METHODS)}")
+            return
+        check_choice("speculative.method", self.method, SPEC_METHODS)
+        k = self.num_speculative_tokens
+        if k is None:
+            raise ConfigError(f"speculative.num_speculative_tokens: required with method {self.method!r}; "
+                              "give an integer >= 1 (draft tokens per step)")
+        check_int("speculative.num_speculative_tokens", k, 1)
+        rate = self.acceptance_rate
+        if isinstance(rate, list):
+            rate = tuple(rate)
+            object.__setattr__(self, "acceptance_rate", rate)
+        if isinstance(rate, tuple):
+            if len(rate) != k:
+                raise ConfigError(f"speculative.acceptance_rate: a list of {len(rate)} numbers but "
+                                  f"num_speculative_tokens = {k}; give one number, or {k} numbers in [0, 1]")
+            for i, a in enumerate(rate):
+                check_number(f"speculative.acceptance_rate[{i}]", a, 0.0, 1.0)
+        elif rate is not None:
+            check_number("speculative.acceptance_rate", rate, 0.0, 1.0)
+        if self.method == "draft":
+            if not isinstance(self.draft_model, str) or not self.draft_model:
+                raise ConfigError("speculative.draft_model: required with method 'draft'; give a catalog model "
+                                  "name or a HF config.json path")
+        elif self.draft_model is not None:
+            raise ConfigError(f"speculative.draft_model: only method 'draft' runs a draft model "
+                              f"(method is {self.method!r}); remove it or choose method draft")
+        check_int("speculative.prompt_lookup_min", self.prompt_lookup_min, 1)
+        check_int("speculative.prompt_lookup_max", self.prompt_lookup_max, 1)
+        if self.prompt_lookup_max < self.prompt_lookup_min:
+            raise ConfigError(f"speculative.prompt_lookup_max: {self.prompt_lookup_max} is below "
+                              f"prompt_lookup_min = {self.prompt_lookup_min}; give a value >= it")
+
+    @property
+    def enabled(self) -> bool:
+        return self.method is not None
+
+    @property
+    def k(self) -> int:
+        """Draft tokens per step (0 when off)."""
+        return self.num_speculative_tokens if self.method is not None else 0
+
+    def rates(self) -> tuple[float, ...]:
+        """The acceptance probability of each of the k draft positions (needs `acceptance_rate`)."""
+        rate = self.acceptance_rate
+        if rate is None:
+            raise ConfigError("speculative.acceptance_rate: the simulator needs it to draw acceptances; give a "
+                              f"number in [0, 1] or a list of {self.k} numbers")
+        return tuple(float(a) for a in rate) if isinstance(rate, tuple) else (float(rate),) * self.k
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ class Request:
         "num_preemptions", "num_swaps", "num_recomputes", "finish_reason", "reject_reason", "is_swapped",
         "block_hashes", "num_registered_blocks", "cpu_block_table", "preemption_intervals", "preempted_at",
         "num_cpu_cached_tokens", "num_offloaded_blocks",
+        "spec_token_ids", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
     )
 
     def __init__(
@@ -131,6 +132,13 @@ class Request:
         # this request's full blocks were offered to it (write-through, in token order)
         self.num_cpu_cached_tokens = 0
         self.num_offloaded_blocks = 0
+        # speculative decoding (policies.speculative): the draft tokens proposed for the next step
+        # (vLLM's spec_token_ids: not part of num_tokens until verified), and over the request's life
+        # the verify steps that carried drafts, the draft tokens they verified and those accepted
+        self.spec_token_ids: list[int] = []
+        self.num_drafts = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
 
     # --- derived counts -------------------------------------------------------------------------
     @property

@@ -25,6 +25,13 @@ then in the CPU tier for the blocks after the GPU hit. The "native" backend hold
 back at the head of the waiting queue with the loaded tokens computed; "lmcache" loads in the step
 that admits it. Every step's newly full blocks are stored to the tier (`offload_store_blocks`).
 
+Speculative decoding (`speculative`, a `SpeculativeConfig`; `chunked` and `vllm` only, as in vLLM v1):
+after each sampled token the `proposer` gives up to k drafts (never past max_tokens); a decode then
+schedules 1 + drafts tokens (the drafts trimmed to the budget left, as vLLM does) and KV slots for
+all; `update` keeps the accepted drafts (`StepResult.num_accepted`, or the simulator's
+`acceptance` sampler) and the sampled token, moves `num_computed_tokens` back by the rejected ones
+and frees the blocks past the accepted tokens. See `policies.speculative`.
+
 Whole-prompt policies (`continuous`, `static`) use a step budget of at least `max_model_len`: vLLM v0
 without chunked prefill requires max_num_batched_tokens >= max_model_len (and defaults to
 max(max_model_len, 2048)). Rather than refuse a smaller setting we raise the floor, so every
@@ -37,14 +44,16 @@ from typing import TYPE_CHECKING
 
 from policies.batch_plan import ScheduledSeq
 from policies.block_manager import BlockManager
+from policies.config import ConfigError
 from policies.preemption import SWAP, Preemptor
 from policies.request import FinishReason, RequestState
+from policies.speculative import placeholder_proposer
 from policies.step_builder import StepBuilder
 from policies.waiting_queue import make_queue
 
 if TYPE_CHECKING:
     from policies.batch_plan import BatchPlan, StepResult
-    from policies.config import CacheConfig, SchedulerConfig
+    from policies.config import CacheConfig, SchedulerConfig, SpeculativeConfig
     from policies.request import Request
 
 _CTX = RequestState.RUNNING_CTX
@@ -61,8 +70,10 @@ class Scheduler:
     whole_prompts = False  # True: a prompt (or recompute) is scheduled in one piece, never chunked
     priority_admission_preemption = True  # priority queue: a waiting request may preempt lower ones
     default_prefix_caching = False  # used when CacheConfig.enable_prefix_caching is None
+    supports_speculative = False  # True where decodes may verify draft tokens (vLLM v1's scheduler)
 
-    def __init__(self, config: "SchedulerConfig", cache: "CacheConfig") -> None:
+    def __init__(self, config: "SchedulerConfig", cache: "CacheConfig",
+                 speculative: "SpeculativeConfig | None" = None) -> None:
         self.config = config
         self.cache_config = cache
         prefix = cache.enable_prefix_caching
@@ -88,6 +99,16 @@ class Scheduler:
         self._offload_loads: list[tuple[int, int]] = []
         self._pending_sync_loads: list = []
         self._offload_transfers: dict = {}
+        # speculative decoding: k drafts per step at most; `proposer(request)` gives a request's next
+        # drafts (placeholders unless the executor sets a real one); `acceptance(num_drafts)` draws how
+        # many a verify accepts when the executor reports none (the simulator sets it)
+        self.speculative = speculative
+        self.num_spec_tokens = speculative.k if speculative is not None else 0
+        if self.num_spec_tokens and not self.supports_speculative:
+            raise ConfigError(f"speculative.method: speculative decoding runs with policy chunked or vllm "
+                              f"(vLLM v1's scheduler); policy is {config.policy!r}")
+        self.proposer = placeholder_proposer(self.num_spec_tokens) if self.num_spec_tokens else None
+        self.acceptance = None
 
     # --- queue sizes ------------------------------------------------------------------------------
     @property
@@ -206,8 +227,9 @@ class Scheduler:
         bm = self.block_manager
         allocate = bm.allocate_slots
         bs, caching, scheduled = bm.block_size, bm.enable_prefix_caching, step.scheduled
+        spec = self.num_spec_tokens  # with drafts a decode takes the general path below
         i = 0
-        if not scheduled:
+        if not scheduled and not spec:
             # the first stretch of hot decodes opens the plan: kept as one slice of `running`
             # (StepBuilder.leading), not entered request by request in `scheduled`
             budget, num_running = step.budget, len(running)
@@ -229,7 +251,7 @@ class Scheduler:
                 req = running[i]
                 c = req.num_computed_tokens
                 if (req.num_prompt_tokens + len(req.output_token_ids) - c != 1 or c >= len(req.block_table) * bs
-                        or (caching and (c + 1) % bs == 0)):
+                        or (caching and (c + 1) % bs == 0) or (spec and req.spec_token_ids)):
                     break
                 scheduled[req.req_id] = (req, 1)
                 budget -= 1
@@ -239,10 +261,15 @@ class Scheduler:
                 break
             req = running[i]
             remaining = req.num_prompt_tokens + len(req.output_token_ids) - req.num_computed_tokens
+            drafts = req.spec_token_ids if spec else None
+            if drafts:
+                remaining += len(drafts)
             n = self._chunk(remaining, step.budget)
             if n <= 0:
                 i += 1
                 continue
+            if drafts and n < remaining:  # vLLM: the drafts that do not fit the budget are dropped
+                del drafts[max(n - (remaining - len(drafts)), 0):]
             while not allocate(req, n):
                 victim = self.preemptor.pick_victim(running)
                 vi = running.index(victim)
@@ -253,6 +280,8 @@ class Scheduler:
                     i -= 1
             else:
                 step.add(req, n)
+                if drafts:
+                    step.spec[req.req_id] = tuple(drafts)
                 i += 1
                 continue
             break  # the request itself was preempted: stop here, as vLLM v1 does
@@ -445,6 +474,7 @@ class Scheduler:
         bm = self.block_manager
         self.running.remove(victim)
         step.undo(victim)
+        victim.spec_token_ids = []  # vLLM: a preempted request's drafts are dropped
         victim.num_preemptions += 1
         victim.transition(RequestState.PREEMPTED)
         victim.mark_preempted(self.now)
@@ -470,7 +500,10 @@ class Scheduler:
         if self._offload_transfers:
             self._settle_offload(plan, now)
         if plan.seqs:
-            self._record_tokens(plan.sampling_requests(), result, now, finished)
+            if self.num_spec_tokens:
+                self._record_spec_tokens(plan, result, now, finished)
+            else:
+                self._record_tokens(plan.sampling_requests(), result, now, finished)
         if finished:
             self.running = [r for r in self.running if r.state is not _FINISHED]
             self._on_finished(finished)
@@ -513,6 +546,61 @@ class Scheduler:
             self._finish(req, reason, now)
             finished.append(req)
 
+    def _record_spec_tokens(self, plan: "BatchPlan", result: "StepResult", now: float, finished: list) -> None:
+        """`_record_tokens` with speculative decoding: a verify sequence keeps its accepted drafts
+        and then the sampled token (all at `now`); its rejected drafts leave the KV (computed tokens
+        and the blocks past them); every request that goes on gets its next drafts."""
+        sampled, stopped, accepted_of = result.sampled_token_ids, result.stopped, result.num_accepted
+        drafts_of = plan.spec_token_ids
+        bm = self.block_manager
+        for req in plan.sampling_requests():
+            state = req.state
+            if state is not _GEN and state is not _CTX:
+                continue  # aborted (or otherwise gone) since the plan was made
+            out = req.output_token_ids
+            drafts = drafts_of.get(req.req_id) if drafts_of else None
+            if drafts:
+                d = len(drafts)
+                if accepted_of is not None:
+                    a = accepted_of.get(req.req_id, 0)
+                elif self.acceptance is not None:
+                    a = self.acceptance(d)
+                else:
+                    raise RuntimeError("speculative decoding: the executor reported no accepted drafts "
+                                       "(StepResult.num_accepted) and the scheduler has no acceptance sampler")
+                if not 0 <= a <= d:
+                    raise ValueError(f"request {req.req_id}: {a} drafts accepted of {d}")
+                req.num_drafts += 1
+                req.num_draft_tokens += d
+                req.num_accepted_tokens += a
+                req.num_computed_tokens -= d - a
+                if a:
+                    out.extend(drafts[:a])
+                    req.token_times.extend([now] * a)
+            out.append(0 if sampled is None else sampled.get(req.req_id, 0))
+            req.token_times.append(now)
+            if state is _CTX:
+                req.transition(_GEN)
+                if req.first_token_time is None:
+                    req.first_token_time = now
+            if len(out) >= req.max_tokens:
+                reason = FinishReason.LENGTH
+            elif stopped and req.req_id in stopped and not req.ignore_eos:
+                reason = FinishReason.STOP
+            else:
+                if drafts:
+                    bm.trim(req)
+                left = req.max_tokens - len(out) - 1  # the verify's own token needs no draft
+                if left > 0:
+                    proposed = self.proposer(req)
+                    req.spec_token_ids = list(proposed[:min(self.num_spec_tokens, left)])
+                else:
+                    req.spec_token_ids = []
+                continue
+            req.spec_token_ids = []
+            self._finish(req, reason, now)
+            finished.append(req)
+
     def _on_finished(self, finished: list["Request"]) -> None:
         """Hook for policies that track finished requests (static batching)."""
 
@@ -535,7 +623,8 @@ class Scheduler:
         """
         running = self.running
         n = len(running)
-        if not self.decode_runs or not n or self.swapped or n > self.token_budget or self.loading:
+        if (not self.decode_runs or not n or self.swapped or n > self.token_budget or self.loading
+                or self.num_spec_tokens):  # a verify step is no plain decode step
             return 0
         if running[-1].state is not _GEN:  # the newest request is the likeliest to be prefilling
             return 0

@@ -7,7 +7,7 @@ that the base class never imports its own subclasses.
 from __future__ import annotations
 
 from policies.chunked_scheduler import ChunkedScheduler, VllmScheduler
-from policies.config import CacheConfig, SchedulerConfig
+from policies.config import CacheConfig, SchedulerConfig, SpeculativeConfig
 from policies.continuous_scheduler import ContinuousScheduler
 from policies.scheduler import Scheduler
 from policies.static_scheduler import StaticScheduler
@@ -23,6 +23,11 @@ def scheduler_class(policy: str) -> type[Scheduler]:
     return SCHEDULERS[policy]
 
 
-def make_scheduler(config: SchedulerConfig, cache: CacheConfig) -> Scheduler:
-    """The scheduler for `config.policy` ('static', 'continuous', 'chunked' or 'vllm')."""
-    return scheduler_class(config.policy)(config, cache)
+def make_scheduler(config: SchedulerConfig, cache: CacheConfig, speculative: SpeculativeConfig | None = None
+                   ) -> Scheduler:
+    """The scheduler for `config.policy` ('static', 'continuous', 'chunked' or 'vllm'), with
+    speculative decoding when `speculative` is enabled (chunked and vllm only)."""
+    cls = scheduler_class(config.policy)
+    if speculative is not None and speculative.enabled:
+        return cls(config, cache, speculative)
+    return cls(config, cache)

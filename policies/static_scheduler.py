@@ -32,8 +32,8 @@ class StaticScheduler(Scheduler):
 
     whole_prompts = True
 
-    def __init__(self, config: "SchedulerConfig", cache: "CacheConfig") -> None:
-        super().__init__(config, cache)
+    def __init__(self, config: "SchedulerConfig", cache: "CacheConfig", speculative=None) -> None:
+        super().__init__(config, cache, speculative)
         self.block_manager.enable_prefix_caching = False  # padded batches recompute everything
         self.block_manager.offload = None  # nor do they load prefixes from a CPU tier
         size = config.static_max_batch_size or config.max_num_seqs

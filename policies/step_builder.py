@@ -25,7 +25,7 @@ class StepBuilder:
 
     __slots__ = ("budget", "scheduled", "padding", "preempted", "swapped_out", "swapped_in",
                  "swap_out_blocks", "swap_in_blocks", "resumed", "token_budget", "carried_preempted",
-                 "leading")
+                 "leading", "spec")
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
@@ -42,6 +42,7 @@ class StepBuilder:
         # the running decodes that open the plan, one token each that samples (see
         # Scheduler._schedule_running): a slice of `running`, cheaper than entries in `scheduled`
         self.leading: list | tuple = ()
+        self.spec: dict = {}  # req_id -> the draft tokens its scheduled sequence verifies (speculative)
 
     @property
     def num_preempted(self) -> int:
@@ -61,6 +62,7 @@ class StepBuilder:
         self.budget = self.token_budget
         self.resumed = set()
         self.leading = ()
+        self.spec = {}
 
     def add(self, req: "Request", num_new_tokens: int) -> None:
         self.scheduled[req.req_id] = (req, num_new_tokens)
@@ -71,6 +73,8 @@ class StepBuilder:
         entry = self.scheduled.pop(req.req_id, None)
         if entry is not None:
             self.budget += entry[1]
+            if self.spec:
+                self.spec.pop(req.req_id, None)
         elif self.leading and req in self.leading:
             self.leading.remove(req)
             self.budget += 1
@@ -98,23 +102,24 @@ class StepBuilder:
                 contexts.append(c)
                 req.num_computed_tokens = c + 1
                 continue
-            append(new(cls, (req, n, c, c + n == req.num_prompt_tokens + len(req.output_token_ids), False)))
+            append(new(cls, (req, n, c, c + n >= req.num_prompt_tokens + len(req.output_token_ids), False)))
             req.num_computed_tokens = c + n
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
             break  # this entry and all after it are written out
         for req, n in entries:
             c = req.num_computed_tokens
-            append(new(cls, (req, n, c, c + n == req.num_prompt_tokens + len(req.output_token_ids), False)))
+            append(new(cls, (req, n, c, c + n >= req.num_prompt_tokens + len(req.output_token_ids), False)))
             req.num_computed_tokens = c + n
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
         if self.padding:
             seqs.extend(self.padding)
         seqs = ScheduledSeqs(decodes, contexts, tuple(seqs)) if decodes else tuple(seqs)
+        spec = self.spec
         if not (self.carried_preempted or self.preempted or self.swapped_out or self.swapped_in
                 or self.swap_out_blocks or self.swap_in_blocks):  # the usual step: no preemption, no swap
-            return BatchPlan(step_id, seqs)
+            return BatchPlan(step_id, seqs, spec_token_ids=spec) if spec else BatchPlan(step_id, seqs)
         return BatchPlan(
             step_id=step_id,
             seqs=seqs,
@@ -123,4 +128,5 @@ class StepBuilder:
             swapped_in=tuple(self.swapped_in),
             swap_out_blocks=tuple(self.swap_out_blocks),
             swap_in_blocks=tuple(self.swap_in_blocks),
+            **({"spec_token_ids": spec} if spec else {}),
         )

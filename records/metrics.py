@@ -154,6 +154,7 @@ def summarize(requests: "pd.DataFrame", steps: "pd.DataFrame", itls: np.ndarray 
         "padding_fraction": float(steps["num_padding_tokens"].sum() / computed) if computed else 0.0,
         "prefix_cache_hit_rate": float(requests["num_cached_tokens"].sum() / prompt_all) if prompt_all else 0.0,
         **offload_summary(requests, steps, prompt_all),
+        **speculative_totals({name: int(requests[name].sum()) if name in requests else 0 for name in SPEC_COLUMNS}),
         "kv_usage": {"mean": _time_weighted(steps, "kv_usage"),
                      "max": float(steps["kv_usage"].max()) if len(steps) else None},
         "num_waiting": {"mean": _time_weighted(steps, "num_waiting"),
@@ -207,6 +208,28 @@ def offload_totals(cpu_cached_tokens: int, sums: dict, prompt_all) -> dict:
     }
 
 
+SPEC_COLUMNS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")  # requests table, speculative decoding
+
+
+def speculative_totals(sums: dict) -> dict:
+    """Speculative decoding's part of the summary from the requests' `SPEC_COLUMNS` summed: the
+    `acceptance_rate` (accepted / verified draft tokens), `mean_accepted_tokens` (accepted drafts
+    per verify step, vLLM's num_accepted_tokens / num_drafts) and `speculative` {the three sums,
+    `mean_acceptance_length`: tokens a verify step emits, 1 + mean_accepted_tokens}. Empty for a run
+    that verified no draft."""
+    drafts = sums["num_drafts"]
+    if not drafts:
+        return {}
+    accepted, verified = sums["num_accepted_tokens"], sums["num_draft_tokens"]
+    mean = accepted / drafts
+    return {
+        "acceptance_rate": accepted / verified if verified else 0.0,
+        "mean_accepted_tokens": mean,
+        "speculative": {"num_drafts": drafts, "num_draft_tokens": verified, "num_accepted_tokens": accepted,
+                        "mean_acceptance_length": 1.0 + mean},
+    }
+
+
 def format_summary(summary: dict) -> str:
     """A small human-readable table of the headline figures (the CLI prints it; `records.display`)."""
     def cell(block: dict | None, key: str) -> str:
@@ -246,6 +269,9 @@ def format_summary(summary: dict) -> str:
         o = summary["offload"]
         lines.append(f"CPU KV tier    {summary['cpu_prefix_cache_hit_rate']:.1%} of prompt tokens loaded; "
                      f"{o['load_bytes'] / 2**30:.2f} GiB in, {o['store_bytes'] / 2**30:.2f} GiB out")
+    if "speculative" in summary:
+        lines.append(f"speculative    {percent(summary['acceptance_rate'])} of drafts accepted; "
+                     f"{number(summary['speculative']['mean_acceptance_length'])} tokens per verify step")
     if summary.get("cost_per_million_output_tokens") is not None:
         lines.append(f"cost           ${number(summary['cost_per_million_output_tokens'])} per 1M output tokens "
                      f"({number(summary['gpu_hours'])} GPU-hours, ${number(summary['cost_usd'])})")

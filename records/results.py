@@ -30,7 +30,7 @@ REQUEST_COLUMNS = (
     "num_prompt_tokens", "num_output_tokens", "max_tokens", "priority", "num_cached_tokens",
     "num_preemptions", "num_swaps", "num_recomputes", "finish_reason", "reject_reason",
     "ttft_s", "e2e_s", "tpot_s", "queue_s", "max_itl_s", "replica", "preemption_intervals",
-    "num_cpu_cached_tokens",
+    "num_cpu_cached_tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
 )
 
 # finish reasons of requests that produced their whole answer (the ones latency metrics count)
@@ -67,6 +67,7 @@ class StepRecord:
     num_offload_store_blocks: int = 0
     offload_load_bytes: int = 0
     offload_store_bytes: int = 0
+    num_spec_tokens: int = 0
 
 
 STEP_COLUMNS = tuple(f.name for f in fields(StepRecord))
@@ -97,6 +98,8 @@ def record_step(plan: "BatchPlan", start: float, duration: float, scheduler, rep
         used, used / bm.num_gpu_blocks,
         scheduler.num_waiting, scheduler.num_running, scheduler.num_swapped, replica,
     )
+    if plan.spec_token_ids:
+        record.num_spec_tokens = t.num_spec_tokens
     if plan.offload_load_blocks or plan.offload_store_blocks:
         block_bytes = bm.offload.block_bytes
         record.num_offload_load_blocks = n_load = len(plan.offload_load_blocks)
@@ -165,6 +168,9 @@ def request_row(req: "Request", replica: str = "", max_itl: float | None = None)
         # JSON [[preempted_at, resumed_at], ...]: one cell, so the table stays one row per request
         "preemption_intervals": json.dumps(req.preemption_intervals) if req.preemption_intervals else "[]",
         "num_cpu_cached_tokens": req.num_cpu_cached_tokens,
+        # speculative decoding: verify steps that carried drafts, draft tokens verified, accepted
+        "num_drafts": req.num_drafts, "num_draft_tokens": req.num_draft_tokens,
+        "num_accepted_tokens": req.num_accepted_tokens,
     }
     for key, value in req.tags.items():  # workload labels (class, group, turn...) become columns
         row.setdefault(key, value)
@@ -209,6 +215,8 @@ def request_columns(requests: list["Request"], replica_of: Mapping | None = None
         "preemption_intervals": [json.dumps(r.preemption_intervals) if r.preemption_intervals else "[]"
                                  for r in requests],
         "num_cpu_cached_tokens": ints("num_cpu_cached_tokens"),
+        "num_drafts": ints("num_drafts"), "num_draft_tokens": ints("num_draft_tokens"),
+        "num_accepted_tokens": ints("num_accepted_tokens"),
     }
     tag_keys: dict[str, None] = {}
     for r in requests:

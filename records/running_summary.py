@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-from records.metrics import COST_KEYS, OFFLOAD_STEP_COLUMNS, SLOConfig, offload_totals
+from records.metrics import (COST_KEYS, OFFLOAD_STEP_COLUMNS, SPEC_COLUMNS, SLOConfig, offload_totals,
+                             speculative_totals)
 from records.results import COMPLETED_REASONS
 from records.saturation import saturation
 from records.sketch import DEFAULT_EXACT_LIMIT, DEFAULT_RELATIVE_ACCURACY, QuantileSketch
@@ -43,6 +44,7 @@ class RunningSummary:
         self.out_tokens = self.in_tokens = self.prompt_tokens_all = self.cached_tokens = 0
         self.cpu_cached_tokens = 0  # the KV offload tier's (records.metrics.offload_summary)
         self.offload = dict.fromkeys(OFFLOAD_STEP_COLUMNS, 0)
+        self.spec = dict.fromkeys(SPEC_COLUMNS, 0)  # speculative decoding (records.metrics.speculative_totals)
         self.num_preemptions = self.num_swaps = self.num_recomputes = 0
         self.num_good = 0
         self.num_steps = 0
@@ -84,6 +86,9 @@ class RunningSummary:
         self.cached_tokens += int(np.asarray(columns["num_cached_tokens"], dtype=np.int64).sum())
         if "num_cpu_cached_tokens" in columns:
             self.cpu_cached_tokens += int(np.asarray(columns["num_cpu_cached_tokens"], dtype=np.int64).sum())
+        for name in SPEC_COLUMNS:
+            if name in columns:
+                self.spec[name] += int(np.asarray(columns[name], dtype=np.int64).sum())
         self.num_preemptions += int(np.asarray(columns["num_preemptions"], dtype=np.int64).sum())
         self.num_swaps += int(np.asarray(columns["num_swaps"], dtype=np.int64).sum())
         self.num_recomputes += int(np.asarray(columns["num_recomputes"], dtype=np.int64).sum())
@@ -202,6 +207,7 @@ class RunningSummary:
                             "max": int(maxima["num_running"]) if self.num_steps else None},
             "step_time_s": self.sketches["step_time_s"].stats() if self.num_steps else None,
             **offload_totals(self.cpu_cached_tokens, self.offload, self.prompt_tokens_all),
+            **speculative_totals(self.spec),
         }
         summary.update(self._saturation(start + duration if n else 0.0))
         summary.update(dict.fromkeys(COST_KEYS))  # as summarize: filled by the simulator's cost meter

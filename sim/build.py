@@ -16,12 +16,12 @@ import simpy
 
 from policies import CacheConfig, ConfigError
 from policies.kv_offload import offload_blocks
-from policies.schedulers import make_scheduler
 from records.results import Recorder
 from records.stream import StreamingRecorder
 from sim.cost import CostMeter, replica_costs
 from sim.latency import RooflineConstants, build_latency_model
 from sim.replica import Replica
+from sim.speculative import build_scheduler, with_proposer
 from sim.workload import build_workload
 from specs import bytes_per_block, num_cpu_blocks, num_gpu_blocks
 
@@ -72,10 +72,11 @@ def resolve_latency_model(latency_model, config: Any):
 
 def build_replica(env: simpy.Environment, config: Any, recorder, name: str, latency_model=None,
                   fast_decode: bool = True) -> Replica:
-    """A `Replica` for `config` (scheduler + KV geometry + latency model from that config)."""
-    scheduler = make_scheduler(config.scheduler, build_cache_config(config))
-    return Replica(env, scheduler, resolve_latency_model(latency_model, config), recorder, name=name,
-                   fast_decode=fast_decode)
+    """A `Replica` for `config` (scheduler + KV geometry + latency model from that config; with
+    speculative decoding, its acceptance draws and the proposer's cost: `sim.speculative`)."""
+    scheduler = build_scheduler(config, build_cache_config(config), name)
+    return Replica(env, scheduler, with_proposer(resolve_latency_model(latency_model, config), config), recorder,
+                   name=name, fast_decode=fast_decode)
 
 
 def run_workload(config: Any, workload=None):

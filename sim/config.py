@@ -13,6 +13,7 @@ Sections (each a frozen dataclass validated on construction, errors naming `sect
 - `cluster`, `disaggregation`  several replicas behind a router, prefill/decode pools -> sim.cluster.config
 - `frontend`  the HTTP front end's delays (ingress, per-token egress); off by default -> sim.frontend.FrontendConfig
 - `autoscaling`  replicas added and drained as a load metric moves; off by default -> sim.cluster.autoscaler
+- `speculative`  speculative decoding (ngram / draft / mtp); off by default -> policies.SpeculativeConfig
 
 `load_config(path_or_dict, overrides)` reads TOML (or a dict), applies `--set section.key=value`
 overrides (values parsed as TOML scalars; a bare word is a string), rejects unknown sections and keys
@@ -33,7 +34,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from policies import ConfigError, SchedulerConfig
+from policies import ConfigError, SchedulerConfig, SpeculativeConfig
 from policies.config import OFFLOAD_BACKENDS, check_choice, check_int, check_keys, check_number
 from sim.frontend import FrontendConfig
 from records.metrics import SLOConfig
@@ -95,7 +96,7 @@ def section_types() -> dict[str, type]:
         "model": ModelConfig, "hardware": HardwareConfig, "scheduler": SchedulerConfig,
         "cache": CacheSection, "workload": WorkloadConfig, "slo": SLOConfig, "sim": SimSection,
         "cluster": ClusterConfig, "disaggregation": DisaggregationConfig,
-        "frontend": FrontendConfig, "autoscaling": AutoscalingConfig,
+        "frontend": FrontendConfig, "autoscaling": AutoscalingConfig, "speculative": SpeculativeConfig,
     }
 
 
@@ -114,6 +115,7 @@ class Config:
     disaggregation: Any = None  # sim.cluster.config.DisaggregationConfig (prefill/decode pools)
     frontend: FrontendConfig = field(default_factory=FrontendConfig)  # HTTP front-end delays (zero: off)
     autoscaling: Any = None  # sim.cluster.autoscaler.AutoscalingConfig (replicas that follow the load)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)  # speculative decoding (off)
     # what one setting did to another, one line each (printed by the commands, kept in config.toml
     # as comments); not a setting: configs that differ only in notes are equal
     notes: tuple[str, ...] = field(default=(), compare=False)

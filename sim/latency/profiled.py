@@ -377,6 +377,8 @@ class ProfiledLatencyModel(LatencyModel):
         skip = self.skips_padding
         num_tokens = plan.num_live_tokens if skip else plan.num_tokens
         num_sampled = sum(1 for s in plan.seqs if s.samples or (s.is_padding and not skip))
+        if plan.spec_token_ids:  # a verify scores every draft position too
+            num_sampled += plan.totals.num_spec_tokens
         num_seqs = plan.num_seqs - (sum(1 for s in plan.seqs if s.is_padding) if skip else 0)
         prefill_attn = 0.0
         num_prefill_seqs = 0

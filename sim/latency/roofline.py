@@ -53,11 +53,12 @@ EP_INTERNODE_BANDWIDTH = 50e9
 
 def plan_totals(plan: BatchPlan) -> tuple[int, int, int, int, int, int, int]:
     """The sums the roofline reads from a plan (`BatchPlan.totals`): (tokens, sequences, sequences
-    charged an LM head row: the sampling ones and the padding slots, prefill query-key pairs,
-    prefill context tokens, prefill tokens, decode context tokens), padding computed like live work."""
+    charged an LM head row: the sampling ones, the padding slots and every draft a verify scores,
+    prefill query-key pairs, prefill context tokens, prefill tokens, decode context tokens), padding
+    computed like live work."""
     t = plan.totals
-    return (t.num_tokens, t.num_seqs, t.num_outputs + t.num_padding_seqs, t.prefill_pairs, t.prefill_context,
-            t.prefill_tokens, t.decode_context)
+    return (t.num_tokens, t.num_seqs, t.num_outputs + t.num_padding_seqs + t.num_spec_tokens, t.prefill_pairs,
+            t.prefill_context, t.prefill_tokens, t.decode_context)
 
 
 @dataclass(frozen=True)
