@@ -1,8 +1,8 @@
 """Model dims for profiles: from a Hugging Face `config.json` (file or folder) or a few known names.
 
 A profile records the dims it was measured or imported for (`sim.latency.profiled.MODEL_DIMS`);
-this module produces that dict. The known names cover the Llama family the public per-op data
-serves (published HF configs, copied as numbers).
+this module produces that dict from the one model shape, `specs.ModelSpec` (`profile_dims`). The
+known names are the Llama family the public per-op data serves, each a catalog model.
 """
 from __future__ import annotations
 
@@ -10,18 +10,20 @@ from pathlib import Path
 
 from policies import ConfigError
 from records.files import read_json_object
+from specs.model_catalog import get_model
+from specs.model_spec import ModelSpec
 
-# name -> (layers, hidden, heads, kv_heads, intermediate, vocab); head_dim = hidden // heads
-KNOWN: dict[str, tuple[int, int, int, int, int, int]] = {
-    "llama-2-7b": (32, 4096, 32, 32, 11008, 32000),
-    "llama-2-13b": (40, 5120, 40, 40, 13824, 32000),
-    "llama-2-70b": (80, 8192, 64, 8, 28672, 32000),
-    "codellama-34b": (48, 8192, 64, 8, 22016, 32000),
-    "llama-3-8b": (32, 4096, 32, 8, 14336, 128256),
-    "llama-3-70b": (80, 8192, 64, 8, 28672, 128256),
-    "llama-3.1-8b": (32, 4096, 32, 8, 14336, 128256),
-    "llama-3.1-70b": (80, 8192, 64, 8, 28672, 128256),
-    "mistral-7b": (32, 4096, 32, 8, 14336, 32000),
+# name -> the catalog model of that shape (Llama 3.1 has Llama 3's dims)
+KNOWN: dict[str, str] = {
+    "llama-2-7b": "Llama-2-7B",
+    "llama-2-13b": "Llama-2-13B",
+    "llama-2-70b": "Llama-2-70B",
+    "codellama-34b": "CodeLlama-34B",
+    "llama-3-8b": "Llama-3-8B",
+    "llama-3-70b": "Llama-3-70B",
+    "llama-3.1-8b": "Llama-3-8B",
+    "llama-3.1-70b": "Llama-3-70B",
+    "mistral-7b": "Mistral-7B",
 }
 
 
@@ -34,6 +36,22 @@ def _norm(name: str) -> str:
     return n.replace("llama2", "llama-2").replace("llama3", "llama-3")
 
 
+def _llama_shape(cfg: dict, path: Path) -> ModelSpec:
+    """The Llama-family shape of a config.json's dims (HF names; any `model_type`, or none: a profile
+    describes a Llama layer whatever the file calls it)."""
+    try:
+        heads, hidden = int(cfg["num_attention_heads"]), int(cfg["hidden_size"])
+        return ModelSpec(name=cfg.get("_name_or_path") or path.parent.name, num_layers=int(cfg["num_hidden_layers"]),
+                         hidden_size=hidden, num_attention_heads=heads,
+                         num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                         head_dim=int(cfg.get("head_dim") or hidden // heads),
+                         intermediate_size=int(cfg["intermediate_size"]), vocab_size=int(cfg["vocab_size"]),
+                         # not a profile dim: a file that omits it still describes the layer
+                         max_position_embeddings=int(cfg.get("max_position_embeddings") or 1))
+    except KeyError as exc:
+        raise ConfigError(f"model: {path} lacks {exc}") from None
+
+
 def resolve_model(model: str, tp: int = 1, dtype: str = "bfloat16") -> dict:
     """The profile `model` dict for `model` (a known name, a config.json, or a folder holding one)."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
@@ -42,35 +60,17 @@ def resolve_model(model: str, tp: int = 1, dtype: str = "bfloat16") -> dict:
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
-        cfg = read_json_object(path, "model")
-        try:
-            heads = int(cfg["num_attention_heads"])
-            dims = {
-                "name": cfg.get("_name_or_path") or path.parent.name,
-                "num_hidden_layers": int(cfg["num_hidden_layers"]),
-                "hidden_size": int(cfg["hidden_size"]),
-                "num_attention_heads": heads,
-                "num_key_value_heads": int(cfg.get("num_key_value_heads") or heads),
-                "head_dim": int(cfg.get("head_dim") or cfg["hidden_size"] // heads),
-                "intermediate_size": int(cfg["intermediate_size"]),
-                "vocab_size": int(cfg["vocab_size"]),
-            }
-        except KeyError as exc:
-            raise ConfigError(f"model: {path} lacks {exc}") from None
+        spec = _llama_shape(read_json_object(path, "model"), path)
+        name = spec.name
     else:
-        key = _norm(model)
-        if key not in KNOWN:
+        name = _norm(model)
+        if name not in KNOWN:
             raise ConfigError(f"model: {model!r} is neither a config.json nor a known name; choose one of "
                               f"{', '.join(KNOWN)} or pass a path to a Hugging Face config.json")
-        layers, hidden, heads, kv, inter, vocab = KNOWN[key]
-        dims = {"name": key, "num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
-                "num_key_value_heads": kv, "head_dim": hidden // heads, "intermediate_size": inter,
-                "vocab_size": vocab}
-    if dims["num_attention_heads"] % tp:
-        raise ConfigError(f"tp: {tp} does not divide num_attention_heads={dims['num_attention_heads']}")
-    dims["tensor_parallel_size"] = tp
-    dims["dtype"] = dtype
-    return dims
+        spec = get_model(KNOWN[name])
+    if spec.num_attention_heads % tp:
+        raise ConfigError(f"tp: {tp} does not divide num_attention_heads={spec.num_attention_heads}")
+    return spec.profile_dims(tp, dtype, name)
 
 
 def per_rank_shapes(dims: dict) -> dict[str, tuple[int, int]]:

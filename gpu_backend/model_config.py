@@ -1,18 +1,21 @@
-"""`ModelConfig`: the dimensions of a Llama-family decoder, read from a HF `config.json`.
+"""`ModelConfig`: what the engine builds a Llama-family decoder from, read from a HF `config.json`.
 
-Only what the engine needs to build the model and size its KV cache. Unknown HF keys are ignored;
-features this engine does not implement (rope scaling, biases, other activations) are refused with
-an error naming the field, rather than silently computing a different model.
+Its dimensions (HF names) are one `specs.ModelSpec` (`spec`), the shape the simulator uses too, from
+which the projection widths and KV bytes come; the rest is what only the engine needs (norm epsilon,
+rotary base, token ids). Unknown HF keys are ignored; features this engine does not implement (rope
+scaling, biases, other activations) are refused with an error naming the field, rather than
+silently computing a different model.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 
 from policies import ConfigError
 from policies.config import check_int, check_number
 from records.files import read_json_object
-from specs.model_spec import kv_bytes
+from specs.model_spec import ModelSpec, kv_bytes
 
 
 @dataclass(frozen=True)
@@ -62,17 +65,27 @@ class ModelConfig:
             return frozenset({self.eos_token_id})
         return frozenset(self.eos_token_id)
 
+    @cached_property
+    def spec(self) -> ModelSpec:
+        """These dimensions as the one model shape (the simulator's `ModelSpec`; a Llama layer)."""
+        return ModelSpec(name="engine", num_layers=self.num_hidden_layers, hidden_size=self.hidden_size,
+                         num_attention_heads=self.num_attention_heads, num_kv_heads=self.num_key_value_heads,
+                         intermediate_size=self.intermediate_size, vocab_size=self.vocab_size,
+                         max_position_embeddings=self.max_position_embeddings, head_dim=self.head_dim,
+                         tie_word_embeddings=self.tie_word_embeddings)
+
     @property
     def q_size(self) -> int:
-        return self.num_attention_heads * self.head_dim
+        return self.spec.q_size
 
     @property
     def kv_size(self) -> int:
-        return self.num_key_value_heads * self.head_dim
+        return self.spec.kv_size
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """K and V of every layer for one token (the simulator's formula, `specs.model_spec.kv_bytes`)."""
-        return kv_bytes(self.num_hidden_layers, self.num_key_value_heads, self.head_dim, dtype_bytes)
+        """K and V of every layer for one token, in `dtype_bytes` elements (`specs.model_spec.kv_bytes`)."""
+        s = self.spec
+        return kv_bytes(s.num_layers, s.num_kv_heads, s.head_dim, dtype_bytes)
 
     def to_hf_dict(self) -> dict:
         """A dict `transformers.LlamaConfig(**d)` accepts (to build the reference model)."""

@@ -285,6 +285,24 @@ class ModelSpec:
             return mla_kv_bytes(self.num_layers, self.kv_lora_rank, self.qk_rope_head_dim, self.kv_dtype_bytes)
         return kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, self.kv_dtype_bytes)
 
+    # --- the Hugging Face spelling (the engine's config and the profiles use it) ---------------------
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.num_layers
+
+    @property
+    def num_key_value_heads(self) -> int:
+        return self.num_kv_heads
+
+    def profile_dims(self, tp: int = 1, dtype: str = "bfloat16", name: str | None = None) -> dict:
+        """The `model` object a profile records (`sim.latency.profiled.MODEL_DIMS`, HF names): this
+        shape on `tp` GPUs in `dtype`, under `name` (default: the spec's)."""
+        return {"name": self.name if name is None else name, "num_hidden_layers": self.num_layers,
+                "hidden_size": self.hidden_size, "num_attention_heads": self.num_attention_heads,
+                "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
+                "intermediate_size": self.intermediate_size, "vocab_size": self.vocab_size,
+                "tensor_parallel_size": tp, "dtype": dtype}
+
     # --- construction -------------------------------------------------------------------------------
     @classmethod
     def from_hf_config(cls, path: str | Path, name: str | None = None) -> "ModelSpec":

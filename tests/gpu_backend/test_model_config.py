@@ -44,3 +44,14 @@ def test_a_broken_config_json_is_one_error_naming_the_file(tmp_path, text):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(ConfigError, match=r"^model\.config: .*config\.json"):
         ModelConfig.from_json(tmp_path)
+
+
+def test_the_engine_shape_is_the_simulators():
+    """One model shape: the engine's dims are the `ModelSpec` the simulator reads from the same file."""
+    from specs import get_model
+
+    config = ModelConfig.from_json(TINY_CONFIG)
+    sim = get_model(str(TINY_CONFIG))
+    assert config.kv_bytes_per_token(sim.kv_dtype_bytes) == sim.kv_bytes_per_token
+    assert (config.q_size, config.kv_size, config.spec.num_params) == (sim.q_size, sim.kv_size, sim.num_params)
+    assert config.spec.profile_dims(2, "float32", "x") == {**sim.profile_dims(2, "float32"), "name": "x"}
