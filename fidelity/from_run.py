@@ -343,7 +343,10 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
 
     run = load_run(run_dir)
     gpu = next((o.split("=", 1)[1].strip().strip('"') for o in overrides if o.replace(" ", "").startswith("hardware.gpu=")), None)
-    config = load_config(config_dict_for_run(run, gpu=gpu, workload=workload), overrides)
+    data = config_dict_for_run(run, gpu=gpu, workload=workload)
+    if run.server.data_parallel_size > 1:  # that many engines, requests dealt in turn (as reproduce does)
+        data["cluster"] = {"num_replicas": run.server.data_parallel_size, "router": "round_robin"}
+    config = load_config(data, overrides)
     chosen = any(o.replace(" ", "").startswith(("hardware.latency=", "hardware.profile=")) for o in overrides)
     if measured_kernels and not chosen and config.hardware.latency == "roofline":
         path = measured_profile_file(config, run)

@@ -81,6 +81,9 @@ class RealRun:
     # server arguments the run did not record but its loader inferred from the run's own timings:
     # name -> (the engine's default, how it was inferred); a source-out prediction uses the default
     inferred_args: dict = field(default_factory=dict)
+    # every engine setting the run's files record: name -> (value, the file it is recorded in)
+    # (`fidelity.engine_settings` lists each as modelled or not)
+    recorded_args: dict = field(default_factory=dict)
 
     @property
     def num_requests(self) -> int:

@@ -266,4 +266,12 @@ def load_llmservingsim_run(path: Path) -> RealRun:
         "ttft_s": first - queued, "e2e_s": last - queued,
     })
     name = f"{path.parent.name}/{path.name}"
-    return RealRun(name=name, source="llmservingsim-vllm-0.19", path=path, server=server, requests=requests)
+    recorded = {"vllm_version": (meta.get("vllm_version"), "meta.json")} if meta.get("vllm_version") else {}
+    resolved = meta.get("resolved_config") or {}
+    for where, section in (("meta.json engine_kwargs", kw), ("meta.json kv_cache", kv),
+                           ("meta.json resolved_config.scheduler_config", resolved.get("scheduler_config") or {}),
+                           ("meta.json resolved_config.cache_config", resolved_cache)):
+        for key, value in section.items():
+            recorded.setdefault(key, (value, where))
+    return RealRun(name=name, source="llmservingsim-vllm-0.19", path=path, server=server, requests=requests,
+                   recorded_args=recorded)

@@ -157,5 +157,9 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
             f"{', '.join(n for n, _ in MEASUREMENT_FILES)} or summary_lifecycle_metrics.json")
     requests = prefix_from_guidellm(requests, profile)
     requests = prefix_from_shared_prefix(requests, profile)
-    return RealRun(name=path.name, source=source, path=path, server=server, requests=requests,
+    recorded = {k: (v, "exp-config.yaml") for k, v in exp.items()}
+    for key in ("engine_version", "num_kv_tokens"):
+        if key in log and key not in recorded:
+            recorded[key] = (log[key], "vllm.log")
+    return RealRun(name=path.name, source=source, path=path, server=server, requests=requests, recorded_args=recorded,
                    profile=profile, summary=summary)

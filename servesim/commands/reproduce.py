@@ -2,7 +2,9 @@
 
 Writes to the REPORT folder: `report.md` (a table per run and metric: measured, predicted, error;
 medians of |error| per source and over all runs), `report.csv` (the same rows), `medians.csv`,
-`fits.json` (the overhead terms each run was predicted with and the runs they were fitted on) and
+`fits.json` (the overhead terms each run was predicted with and the runs they were fitted on),
+`settings.csv` (every engine setting the runs record: modelled or not, `fidelity.engine_settings`;
+the not-modelled ones are also noted on stderr and in `report.csv`'s `not_modelled`) and
 `errors.png` (predicted vs measured). With `--fit loo` (default) each run is predicted with terms
 fitted on the other runs of its source only; with `--fit source` nothing measured or fitted on its
 own source (campaign folder) reaches it (`fidelity.reproduce.reproduce_source_out`); `--overhead FILE` applies a fitted layer instead and
@@ -29,7 +31,7 @@ LABELS = {"ttft_s": "mean TTFT", "tpot_s": "mean TPOT", "e2e_s": "mean E2E"}
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("groundtruth", help=FOLDER_HELP)
-    options.add_out(parser, "report.md, report.csv, medians.csv, fits.json and errors.png", required=True,
+    options.add_out(parser, "report.md, report.csv, medians.csv, fits.json, settings.csv and errors.png", required=True,
                     metavar="REPORT")
     parser.add_argument("--fit", choices=("loo", "source", "none"), default="loo",
                         help="loo: host-overhead terms fitted leave-one-run-out within each source (default); "
@@ -62,7 +64,8 @@ def load_overhead_layer(path: str | Path) -> tuple:
     return HostOverhead.from_dict(data["overhead"]), list(data.get("fitted_on", []))
 
 
-def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[str], title: str) -> str:
+def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[str], title: str,
+                    settings: pd.DataFrame | None = None) -> str:
     lines = [f"# {title}", "", "Errors are (predicted - measured) / measured of each run's mean. "
              "Medians are of |error| over runs.", ""]
     lines += ["## Medians of |error|", "", "| source | runs | " + " | ".join(LABELS[m] for m in METRICS) + " |",
@@ -83,6 +86,13 @@ def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[s
         lines.append("")
     if excluded:
         lines += ["Excluded from the score (the given fit was trained on them): " + ", ".join(excluded), ""]
+    if settings is not None and len(settings):
+        lines += ["## Engine settings not modelled or inferred", "",
+                  "Every setting the runs record is in settings.csv (modelled, not modelled, no effect, inferred).", "",
+                  "| run | setting | value | status | note |", "|---|---|---|---|---|"]
+        for r in settings[settings["status"].isin(["not modelled", "inferred"])].itertuples(index=False):
+            lines.append(f"| {r.run} | {r.setting} | {r.value} | {r.status} | {r.note} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -112,6 +122,7 @@ def plot_errors(table: pd.DataFrame, path: Path) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fidelity.engine_settings import not_modelled, settings_table
     from fidelity.reproduce import reproduce
     from fidelity.run_folders import find_runs
 
@@ -134,15 +145,21 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     med = rep.medians()
     rep.table.to_csv(out / "report.csv", index=False)
+    settings = pd.DataFrame([row for r in runs for row in settings_table(r)],
+                            columns=["run", "setting", "value", "status", "note", "recorded_in"])
+    settings.to_csv(out / "settings.csv", index=False)
+    for r in runs:  # a recorded engine setting is never silently ignored
+        if not_modelled(r):
+            options.note(args, f"{r.name}: not modelled: {', '.join(not_modelled(r))} (settings.csv)")
     med.to_csv(out / "medians.csv", index_label="source")
     write_json(out / "fits.json", {"per_run": rep.fits, "per_source": rep.group_fits})
     title = f"servesim reproduce {args.groundtruth} (fit: {'given layer' if args.overhead else args.fit})"
-    (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title))
+    (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title, settings))
     plot_errors(rep.table, out / "errors.png")
     if args.json:
         options.print_json({source: row.to_dict() for source, row in med.iterrows()})
     else:
         options.say(args, med.to_string(float_format=lambda v: percent(v) if v < 10 else number(v, trim=True)))
     if not options.quiet(args):
-        print(f"wrote {out}/report.md, report.csv, medians.csv, fits.json, errors.png", file=sys.stderr)
+        print(f"wrote {out}/report.md, report.csv, medians.csv, fits.json, settings.csv, errors.png", file=sys.stderr)
     return 0

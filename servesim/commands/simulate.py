@@ -2,7 +2,9 @@
 
 Loads the config (or rebuilds one from a real run with `--from-run RUN_DIR`), simulates it with a
 progress bar, prints the summary table and, with `--out`, writes summary.json, requests.csv,
-steps.csv (+ Parquet copies with pyarrow) and the resolved config.toml to DIR; `--plot` adds
+steps.csv (+ Parquet copies with pyarrow) and the resolved config.toml to DIR (with `--from-run`
+also settings.csv: every engine setting the run records, modelled or not; the ones not modelled
+print as notes); `--plot` adds
 timeline.png. The run streams (`records.stream`): tables are written as it goes and finished
 requests leave memory, so a run's memory is what is live, at any size. Each setting that changed
 another (`sim.notes`) prints one `note:` line on stderr and is kept in config.toml. Bad input
@@ -11,6 +13,7 @@ raises ValueError/ConfigError, which the `servesim` dispatcher prints as one lin
 from __future__ import annotations
 
 import argparse
+import csv
 
 from policies import ConfigError
 from servesim.commands import options
@@ -51,6 +54,19 @@ def load(args: argparse.Namespace):
     return options.load_config_args(args)
 
 
+def recorded_settings(args: argparse.Namespace) -> list[dict]:
+    """The run's recorded engine settings (`fidelity.engine_settings`); each one servesim does not
+    model, or that was inferred rather than recorded, is said as a note."""
+    from fidelity.engine_settings import INFERRED, NOT_MODELLED, settings_table
+    from fidelity.from_run import load_run
+
+    rows = settings_table(load_run(args.from_run))
+    for r in rows:
+        if r["status"] in (NOT_MODELLED, INFERRED):
+            options.note(args, f"--from-run: {r['setting']}={r['value']} {r['status']}: {r['note']}")
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     from records.metrics import format_summary
     from sim.config import config_to_toml
@@ -59,12 +75,18 @@ def run(args: argparse.Namespace) -> int:
     from sim.workload import build_workload
 
     config = load(args)
+    settings = recorded_settings(args) if args.from_run else []
     workload = build_workload(config.workload, config.scheduler.max_model_len)
     config = with_notes(config, setting_notes(config, workload))
     options.note(args, *config.notes)
     result = simulate(config, progress=options.progress(args), workload=workload, out=args.out, stream=True,
                       plot=args.plot and not args.no_plot)
     out = result.out_dir
+    if out is not None and settings:
+        with open(out / "settings.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(settings[0]))
+            w.writeheader()
+            w.writerows(settings)
     after = outcome_notes(workload)
     if after:
         options.note(args, *after)

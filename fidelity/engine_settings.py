@@ -1,0 +1,145 @@
+"""Every engine setting a run records, either modelled or listed as not modelled: never silently dropped.
+
+`settings_table(run)` has one row per setting the run's files record (`RealRun.recorded_args`:
+exp-config.yaml, LLMServingSim's meta.json engine kwargs, what vllm.log reports) and per server
+argument its loader inferred (`RealRun.inferred_args`): `setting`, `value`, `status` (`modelled`,
+`not modelled`, `no effect`, `inferred`), `note` (where servesim uses it, or why not). A setting servesim does
+not know is listed as not modelled, by name. `simulate --from-run` prints the not-modelled ones as
+notes and writes `settings.csv`; `reproduce` writes every run's rows to `settings.csv`, names the
+not-modelled ones per run in `report.csv` (`not_modelled`) and in report.md.
+"""
+from __future__ import annotations
+
+from fidelity.runs import RealRun
+
+MODELLED = "modelled"
+NOT_MODELLED = "not modelled"
+NO_EFFECT = "no effect"  # listed, with the reason it cannot change a text model's timing
+INFERRED = "inferred"
+
+# vLLM argument (as the runs spell it) -> where servesim uses it
+USED: dict[str, str] = {
+    "model": "model.name: layer shapes from the model catalog or the model's config.json",
+    "tensor_parallelism": "hardware.tp", "tensor_parallel_size": "hardware.tp", "tp": "hardware.tp",
+    "data_parallel_size": "that many engines, requests dealt round-robin", "dp": "that many engines",
+    "enable_expert_parallel": "experts sharded over the data-parallel ranks (MoE all-to-all)",
+    "max_model_len": "scheduler.max_model_len: longer requests are rejected",
+    "max_num_batched_tokens": "scheduler.max_num_batched_tokens: the token budget of a step",
+    "max_num_seqs": "scheduler.max_num_seqs",
+    "enable_chunked_prefill": "scheduler.policy: vllm (chunked prefill) or continuous (whole prompts, v0)",
+    "enable_prefix_caching": "cache.enable_prefix_caching: hashed full blocks, LRU eviction",
+    "block_size": "cache.block_size",
+    "num_gpu_blocks": "hardware.num_gpu_blocks: the engine's own KV capacity",
+    "num_kv_tokens": "hardware.num_gpu_blocks = tokens / block_size (the engine's own KV capacity)",
+    "gpu_memory_utilization": "hardware.gpu_memory_utilization: the KV pool vLLM's profiling rule leaves",
+    "kv_cache_dtype": "model.kv_cache_dtype: fp8 halves the KV bytes per token; auto = the model dtype",
+    "kv_offloading_size": "cache.offload_size_gb: a CPU tier of the prefix cache (policies.kv_offload)",
+    "kv_offloading_backend": "cache.offload_backend",
+    "vllm_version": "the vllm preset's version (its default limits)",
+    "engine_version": "the vllm preset's version (its default limits)",
+    "gpu": "hardware.gpu", "hardware": "hardware.gpu",
+}
+# known vLLM arguments servesim does not model, and why (the simulation runs as if at the default)
+UNUSED: dict[str, str] = {
+    "async_scheduling": "vLLM overlaps scheduling step n+1 with step n; the simulation schedules, "
+                        "executes and updates in turn (the host terms hold the scheduling time)",
+    "enforce_eager": "eager launches vs CUDA graphs: the GPU data's own launch mode applies",
+    "swap_space": "the CPU swap pool of vLLM v0's swap preemption: preemption is recompute here",
+    "cpu_offload_gb": "weights offloaded to CPU memory are not modelled",
+    "quantization": "weight quantization is not modelled: weights at the model dtype",
+    "speculative_config": "speculative decoding is not modelled here",
+    "num_scheduler_steps": "multi-step scheduling (v0) is not modelled",
+    "enable_lora": "LoRA adapters are not modelled",
+    "pipeline_parallel_size": "pipeline parallelism is not modelled by --from-run",
+    "max_num_partial_prefills": "concurrent partial prefills limit: not modelled",
+    "long_prefill_token_threshold": "long-prefill threshold: not modelled",
+    "scheduling_policy": "queue order: fcfs assumed",
+}
+# settings that cannot change a text model's timing (listed, with why)
+NO_TIMING: dict[str, str] = {
+    "disable_log_stats": "logging only",
+    "seed": "the sampling seed (the lengths come from the run)",
+    "app": "the campaign's label of the run, not an engine setting",
+    "runner_type": "generate: a text-generation engine, as simulated",
+    "is_multimodal_model": "a text model", "encoder_cache_size": "multimodal encoders only",
+    "max_num_encoder_input_tokens": "multimodal encoders only", "disable_chunked_mm_input": "multimodal only",
+    "is_attention_free": "an attention model", "sliding_window": "none: full attention",
+    "kv_cache_memory_bytes": "unset: the pool follows gpu_memory_utilization",
+    "num_gpu_blocks_override": "unset: the engine's own count applies", "num_cpu_blocks": "unset",
+    "user_specified_block_size": "the block size itself is modelled",
+    "prefix_caching_hash_algo": "the hash function, not what is cached",
+    "calculate_kv_scales": "fp8 scale calibration, once at start",
+    "kv_cache_dtype_skip_layers": "none skipped", "cpu_kvcache_space_bytes": "CPU backends only",
+    "kv_sharing_fast_prefill": "cross-layer KV sharing models only",
+    "scheduler_cls": "unset: vLLM's own scheduler, as simulated",
+    "disable_hybrid_kv_cache_manager": "one KV cache group for a plain attention model",
+    "max_long_partial_prefills": "with max_num_partial_prefills 1: no effect",
+    "scheduler_reserve_full_isl": "admission check on the whole prompt, as simulated",
+    "max_num_scheduled_tokens": "unset: max_num_batched_tokens applies",
+}
+NO_TIMING_PREFIXES = ("mamba_",)  # state-space layers only
+MORE_USED = {
+    "policy": "fcfs: the queue order simulated", "scheduling_policy": "fcfs: the queue order simulated",
+    "stream_interval": "1: every token streamed as it is made", "cache_dtype": USED["kv_cache_dtype"],
+    "max_num_partial_prefills": "1: one partial prefill at a time, as simulated",
+    "long_prefill_token_threshold": "0: no long-prefill cap, as simulated",
+}
+# settings whose modelled meaning depends on the value: (test, note when it fails)
+VALUE_LIMITS = {
+    "dtype": (lambda v: str(v).lower() in ("auto", "bfloat16", "bf16", "float16", "fp16", "half"),
+              "weights of 2 bytes are assumed; other dtypes are not modelled"),
+    "kv_cache_dtype": (lambda v: v is None or str(v).lower() == "auto" or str(v).lower().startswith("fp8"),
+                       "only auto and fp8 KV caches are modelled"),
+    "async_scheduling": (lambda v: not v, ""),
+    "enforce_eager": (lambda v: not v, ""),
+    "pipeline_parallel_size": (lambda v: v in (None, 1), ""),
+    "cpu_offload_gb": (lambda v: not v, ""),
+    "policy": (lambda v: str(v).lower() == "fcfs", "only fcfs is modelled for a run"),
+    "scheduling_policy": (lambda v: str(v).lower() == "fcfs", "only fcfs is modelled for a run"),
+    "stream_interval": (lambda v: v in (None, 1), "streaming every n-th token is not modelled"),
+    "cache_dtype": (lambda v: v is None or str(v).lower() == "auto" or str(v).lower().startswith("fp8"),
+                    "only auto and fp8 KV caches are modelled"),
+    "max_num_partial_prefills": (lambda v: v in (None, 1), "concurrent partial prefills are not modelled"),
+    "long_prefill_token_threshold": (lambda v: not v, "a long-prefill cap is not modelled"),
+    "num_scheduler_steps": (lambda v: v in (None, 1), ""),
+    "enable_lora": (lambda v: not v, ""),
+    "quantization": (lambda v: v in (None, "none"), ""),
+    "speculative_config": (lambda v: not v, ""),
+}
+VALUE_NOTES = {"dtype": "weights and activations of 2 bytes (bf16/fp16)"}
+
+
+def classify(name: str, value) -> tuple[str, str]:
+    """(status, note) of one recorded setting."""
+    if name in VALUE_LIMITS:
+        ok, why = VALUE_LIMITS[name]
+        if not ok(value):
+            return NOT_MODELLED, UNUSED.get(name) or why
+        note = USED.get(name) or MORE_USED.get(name) or VALUE_NOTES.get(name)
+        return MODELLED, note or f"at its default ({value!r}): what the simulation assumes"
+    if name in USED:
+        return MODELLED, USED[name]
+    if name in UNUSED:
+        return NOT_MODELLED, UNUSED[name]
+    if name in NO_TIMING or name.startswith(NO_TIMING_PREFIXES):
+        return NO_EFFECT, NO_TIMING.get(name, "state-space layers only")
+    return NOT_MODELLED, "servesim does not know this setting"
+
+
+def settings_table(run: RealRun) -> list[dict]:
+    """One row per recorded or inferred setting of `run` (see the module doc)."""
+    rows = []
+    for name, (value, where) in sorted(run.recorded_args.items()):
+        status, note = classify(name, value)
+        rows.append({"run": run.name, "setting": name, "value": value, "status": status, "note": note,
+                     "recorded_in": where})
+    for name, (default, why) in sorted(run.inferred_args.items()):
+        rows.append({"run": run.name, "setting": name, "value": getattr(run.server, name, None), "status": INFERRED,
+                     "note": f"not recorded: {why}; --fit source uses the engine default {default!r}",
+                     "recorded_in": ""})
+    return rows
+
+
+def not_modelled(run: RealRun) -> list[str]:
+    """`name=value` of each recorded setting servesim does not model."""
+    return [f"{r['setting']}={r['value']}" for r in settings_table(run) if r["status"] == NOT_MODELLED]

@@ -1,0 +1,82 @@
+"""Recorded engine settings are never silently ignored: each is modelled, or listed as not modelled."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import yaml
+from fidelity_helpers import make_measured_run, write_exp_config
+
+from fidelity.engine_settings import INFERRED, MODELLED, NO_EFFECT, NOT_MODELLED, classify, not_modelled, settings_table
+from fidelity.from_run import config_from_run, load_run
+from fidelity.run_folders import find_runs
+from servesim.cli import main
+
+UNKNOWN = {"frobnicate_level": 3, "async_scheduling": True, "enforce_eager": True}
+
+
+def synthetic_run(folder, **extra):
+    write_exp_config(folder, gpu="H100", kv_offloading_size=8, kv_offloading_backend="native", **UNKNOWN, **extra)
+    (folder / "profile.yaml").write_text(yaml.safe_dump({
+        "rate-type": "constant", "rate": 2, "max-requests": 12, "data": {"prompt_tokens": 200, "output_tokens": 16}}))
+    return folder
+
+
+def test_unknown_and_unmodelled_arguments_are_listed_by_name(tmp_path):
+    run = load_run(synthetic_run(tmp_path / "run"))
+    rows = {r["setting"]: r for r in settings_table(run)}
+    assert set(UNKNOWN) | {"model", "kv_offloading_size", "kv_offloading_backend", "max_num_seqs"} <= set(rows)
+    assert all(rows[k]["status"] == NOT_MODELLED for k in UNKNOWN)
+    assert "does not know" in rows["frobnicate_level"]["note"]
+    assert rows["kv_offloading_size"]["status"] == MODELLED and "offload" in rows["kv_offloading_size"]["note"]
+    assert sorted(not_modelled(run)) == sorted(f"{k}={v}" for k, v in UNKNOWN.items())
+
+
+def test_value_decides_where_a_setting_is_only_partly_modelled():
+    assert classify("async_scheduling", False)[0] == MODELLED
+    assert classify("async_scheduling", True)[0] == NOT_MODELLED
+    assert classify("kv_cache_dtype", "fp8_e4m3")[0] == MODELLED and classify("kv_cache_dtype", "int4")[0] == NOT_MODELLED
+    assert classify("dtype", "float32")[0] == NOT_MODELLED and classify("dtype", "bfloat16")[0] == MODELLED
+    assert classify("seed", 42)[0] == NO_EFFECT
+
+
+def test_simulate_from_run_says_and_writes_what_it_does_not_model(tmp_path, capsys):
+    folder = synthetic_run(tmp_path / "run")
+    out = tmp_path / "out"
+    assert main(["simulate", "--from-run", str(folder), "--out", str(out), "--set", "hardware.latency=roofline"]) == 0
+    err = capsys.readouterr().err
+    assert all(f"{k}=" in err and "not modelled" in err for k in UNKNOWN)
+    table = pd.read_csv(out / "settings.csv")
+    assert set(UNKNOWN) <= set(table["setting"]) and set(table["status"]) <= {MODELLED, NOT_MODELLED, NO_EFFECT}
+
+
+def test_reproduce_reports_every_runs_settings(tmp_path, capsys):
+    folder = make_measured_run(tmp_path / "gt" / "camp" / "run0", n=8, rate=4.0)
+    exp = yaml.safe_load((folder / "exp-config.yaml").read_text())
+    (folder / "exp-config.yaml").write_text(yaml.safe_dump({**exp, "frobnicate_level": 3}))
+    out = tmp_path / "r"
+    assert main(["reproduce", str(tmp_path / "gt"), "--fit", "none", "--out", str(out), "--gpu-model", "roofline"]) == 0
+    assert "frobnicate_level=3" in capsys.readouterr().err
+    report = pd.read_csv(out / "report.csv")
+    assert (report["not_modelled"] == "frobnicate_level=3").all()
+    assert "frobnicate_level" in set(pd.read_csv(out / "settings.csv")["setting"])
+    assert "frobnicate_level" in (out / "report.md").read_text()
+
+
+def test_data_parallel_engines_reach_simulate_from_run(tmp_path):
+    folder = synthetic_run(tmp_path / "dp", data_parallel_size=2)
+    assert config_from_run(folder, ["hardware.latency=roofline"]).cluster.num_replicas == 2
+
+
+def test_every_shipped_runs_settings_have_a_status(shared_data):
+    runs = find_runs(shared_data / "groundtruth")
+    assert runs
+    for run in runs:
+        rows = settings_table(run)
+        assert all(r["status"] in (MODELLED, NOT_MODELLED, NO_EFFECT, INFERRED) for r in rows)
+        assert {r["setting"] for r in rows} >= set(run.recorded_args)
+    by_name = {r.name: r for r in runs}
+    rtx = by_name.get("RTX4090/Llama-3.1-8B")
+    if rtx is not None:  # its resolved config turns vLLM 0.19's async scheduling on
+        assert "async_scheduling=True" in not_modelled(rtx)
+    ds = [r for r in runs if r.source.startswith("distserve")]
+    assert all(any(x["status"] == INFERRED for x in settings_table(r)) for r in ds)
