@@ -1,7 +1,8 @@
 """inference-perf's `shared_prefix` workload, as a servesim Workload (`start()`, `on_finish()`).
 
-Semantics read from inference-perf 0.7 (`datagen/synthetic/shared_prefix_datagen.py`,
-`loadgen/load_timer.py`, `loadgen/load_generator.py`, `apis/user_session.py`):
+Semantics read from inference-perf's source history (`datagen/shared_prefix_datagen.py`,
+`apis/user_session.py`, `loadgen/load_timer.py`, `loadgen/load_generator.py`, releases 0.1-0.6 and
+main to 2026-08; docs/results/2026-12-02-client-workloads.md):
 
 - Lengths: one system-prompt length per group, then per group the question and output lengths of
   its `num_users_per_system_prompt` prompts; an int is a fixed length, a mapping is a Distribution
@@ -12,21 +13,26 @@ Semantics read from inference-perf 0.7 (`datagen/synthetic/shared_prefix_datagen
   second and spreads each second's requests the same way; `concurrent` sends `num_requests` with at
   most `concurrency_level` in flight. The next stage starts when every request of the stage has
   finished, plus `load.interval` seconds (default 1). Every stage restarts at prompt 0.
-- Multi-turn chat (`enable_multi_turn_chat`): prompt i belongs to user session i; the session's
-  context starts as the system prompt and becomes `prompt + answer` after each turn; each turn sends
-  `context + prompt i` (so the system prompt appears again every turn, as inference-perf does), and
-  a session's next turn waits for its previous one to finish. A failed (rejected) turn leaves the
-  context unchanged.
+- Multi-turn chat (`enable_multi_turn_chat`): prompt i belongs to user session i, whose next turn
+  waits for its previous one; what a turn sends changed between releases (`CHAT_BEHAVIOURS`, chosen
+  by `behaviour_for(version)`): before 0.3 the flag did not exist (every request is system prompt +
+  question); 0.3-0.4 start a session's context at its system prompt and send context + question;
+  0.5 starts it empty and sends context + question (the system prompt is never sent); 0.6 on start
+  it empty and send context + system prompt + question. The context becomes the turn's prompt +
+  its answer; a failed (rejected) turn leaves it unchanged; from 0.5 sessions restart every stage.
 - `server.ignore_eos` (default true here): every answer is exactly the sampled output length.
 
-Importing this module registers `workload.kind = "inference_perf"` (a profile file run by this
-generator) with `sim.workload.registry`; the module also reads the per-request and summary files
-inference-perf leaves in a run folder.
+A profile's optional `client` mapping (`version`, `behaviour`, `prompt_scale`) says which release
+sent it, or overrides the behaviour and scales the sampled prompt lengths
+(`fidelity.client_workload` writes it when a run's measured lengths contradict the release's).
+Importing this module registers `workload.kind = "inference_perf"` with `sim.workload.registry`; the
+module also reads the per-request and summary files inference-perf leaves in a run folder.
 """
 from __future__ import annotations
 
 import json
 import math
+from collections import deque
 from dataclasses import dataclass
 from math import log, sqrt
 from pathlib import Path
@@ -41,6 +47,45 @@ from sim.workload.registry import ProfileKind, register_kind
 
 if TYPE_CHECKING:  # the run readers' tables; registering the workload kind stays without pandas
     import pandas as pd
+
+
+CHAT_BEHAVIOURS = {
+    "single-turn": "every request is its group's system prompt + its question (no sessions)",
+    "chat-0.3": "context starts as the system prompt; a turn sends context + question",
+    "chat-0.5": "context starts empty; a turn sends context + question (no system prompt)",
+    "chat-0.6": "context starts empty; a turn sends context + system prompt + question",
+}
+# first release of each behaviour (inference-perf's tags; main between tags behaves as the next one)
+CHAT_RELEASES = (((0, 3), "chat-0.3"), ((0, 5), "chat-0.5"), ((0, 6), "chat-0.6"))
+LATEST_READ = "0.6"  # the newest release whose source was read (main to 2026-08 behaves as it)
+
+
+def parse_version(version) -> tuple[int, ...] | None:
+    """(major, minor, ...) of a release spelled "v0.4.0", "0.6.1", "0.7.0.dev1"; None if unreadable."""
+    parts = []
+    for piece in str(version).strip().lstrip("vV").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) if len(parts) >= 2 else None
+
+
+def behaviour_for(version, multi_turn: bool = True) -> tuple[str, str]:
+    """(behaviour, why) of a shared_prefix profile sent by inference-perf `version` (None: unknown)."""
+    if not multi_turn:
+        return "single-turn", "enable_multi_turn_chat is off"
+    if version is None:
+        return CHAT_RELEASES[-1][1], f"no client version recorded: assumed inference-perf >= {LATEST_READ} (the newest read)"
+    v = parse_version(version)
+    if v is None:
+        raise ConfigError(f"profile.client.version: {version!r} is not a release number (e.g. 0.6.1)")
+    chosen = "single-turn"
+    for first, name in CHAT_RELEASES:
+        if v[:2] >= first:
+            chosen = name
+    why = f"inference-perf {version}"
+    return chosen, why + (": before 0.3 enable_multi_turn_chat did not exist" if chosen == "single-turn" else "")
 
 
 DIST_TYPES = ("normal", "fixed", "uniform", "lognormal", "poisson", "skew_normal")
@@ -145,6 +190,14 @@ class SharedPrefixProfile:
     interval: float = 1.0
     ignore_eos: bool = True
     seed: int | None = None
+    client_version: str | None = None  # the inference-perf release that sent it, if recorded
+    behaviour: str = "chat-0.6"  # CHAT_BEHAVIOURS (single-turn when enable_multi_turn_chat is off)
+    prompt_scale: float = 1.0  # sampled system-prompt and question lengths times this
+
+    @property
+    def multi_turn(self) -> bool:
+        """Sessions whose turns wait for each other and carry a context (not single-turn)."""
+        return self.enable_multi_turn_chat and self.behaviour != "single-turn"
 
     @classmethod
     def from_dict(cls, profile: dict) -> "SharedPrefixProfile":
@@ -186,6 +239,21 @@ class SharedPrefixProfile:
                                         duration=_num(f"{g}.duration", st.get("duration"), 0, strict=True)))
         server = profile.get("server") or {}
         seed = sp.get("seed")
+        client = profile.get("client") or {}
+        if not isinstance(client, dict):
+            raise ConfigError(f"profile.client: expected a mapping (version, behaviour, prompt_scale), got {client!r}")
+        unknown = set(client) - {"name", "version", "behaviour", "prompt_scale"}
+        if unknown:
+            raise ConfigError(f"profile.client: unknown keys {sorted(unknown)}; allowed name, version, behaviour, prompt_scale")
+        multi = bool(sp.get("enable_multi_turn_chat", False))
+        version = None if client.get("version") is None else str(client["version"])
+        behaviour, _ = behaviour_for(version, multi)
+        if client.get("behaviour") is not None:
+            behaviour = str(client["behaviour"])
+            if behaviour not in CHAT_BEHAVIOURS:
+                raise ConfigError(f"profile.client.behaviour: {behaviour!r} is not allowed; choose one of "
+                                  f"{', '.join(CHAT_BEHAVIOURS)}")
+        scale = _num("profile.client.prompt_scale", client.get("prompt_scale", 1.0), 0, strict=True)
         return cls(
             num_groups=groups, num_prompts_per_group=users,
             system_prompt_len=LengthDistribution.parse(f"{f}.system_prompt_len", sp.get("system_prompt_len", 100)),
@@ -196,6 +264,7 @@ class SharedPrefixProfile:
             interval=_num("profile.load.interval", load.get("interval", 1.0), 0),
             ignore_eos=bool(server.get("ignore_eos", True)) if isinstance(server, dict) else True,
             seed=None if seed is None else _num(f"{f}.seed", seed, 0, integer=True),
+            client_version=version, behaviour=behaviour, prompt_scale=scale,
         )
 
     @property
@@ -228,6 +297,10 @@ def _constant_times(n: int, duration: float, rng: np.random.Generator) -> np.nda
     return np.cumsum(gaps * (duration / gaps.sum()))
 
 
+def _scaled(lengths: np.ndarray, scale: float) -> np.ndarray:
+    return lengths if scale == 1.0 else np.maximum(np.round(lengths * scale), 0).astype(int)
+
+
 @dataclass
 class _Send:
     """One request the load generator will send: its stage, place in the stage, time and prompt."""
@@ -251,24 +324,31 @@ class SharedPrefixWorkload:
         p = self.profile
         rng = np.random.default_rng(p.seed if p.seed is not None else seed)
         self._arrival_rng = np.random.default_rng([seed, 1])
-        sys_lens = p.system_prompt_len.sample(rng, p.num_groups)
+        sys_lens = _scaled(p.system_prompt_len.sample(rng, p.num_groups), p.prompt_scale)
         prompts = []  # (group, user-in-group, question len, output len), in generation order
         for g in range(p.num_groups):
-            q = p.question_len.sample(rng, p.num_prompts_per_group)
+            q = _scaled(p.question_len.sample(rng, p.num_prompts_per_group), p.prompt_scale)
             o = p.output_len.sample(rng, p.num_prompts_per_group)
             prompts.extend((g, u, int(q[u]), int(o[u])) for u in range(p.num_prompts_per_group))
         order = rng.permutation(len(prompts))
         self.prompts = [prompts[i] for i in order]
         self.system_prompt_lens = [int(x) for x in sys_lens]
-        # per session: the context a next turn is sent after (multi-turn), or None
-        self._context: list[SyntheticPrompt] = [
-            SyntheticPrompt([(self._sys_key(g), self.system_prompt_lens[g])]) for g, *_ in self.prompts]
+        # per session: the context its next turn is sent after (multi-turn)
+        self._context: list[SyntheticPrompt] = [self._initial_context(g) for g, *_ in self.prompts]
         self._session_busy = [False] * len(self.prompts)
         self._pending: list[_Send] = []
+        self._queues: dict[int, deque] = {}
+        self._num_waiting = 0
         self._in_flight: dict[str, _Send] = {}
         self._stage = -1
         self._stage_left = 0
         self._turn = [0] * len(self.prompts)
+
+    def _initial_context(self, group: int) -> SyntheticPrompt:
+        """A session's context before its first turn: its system prompt up to 0.4, empty from 0.5."""
+        if self.profile.behaviour == "chat-0.3":
+            return SyntheticPrompt([(self._sys_key(group), self.system_prompt_lens[group])])
+        return SyntheticPrompt([])
 
     # keys of the synthetic token segments
     def _sys_key(self, group: int) -> int:
@@ -288,15 +368,15 @@ class SharedPrefixWorkload:
         send = self._in_flight.pop(str(request.req_id), None)
         if send is None:
             return []
-        if self.profile.enable_multi_turn_chat:
+        if self.profile.multi_turn:
             self._session_busy[send.prompt] = False
             if request.finish_reason is not FinishReason.REJECTED:
                 # context <- this turn's prompt + its answer (generated text: placeholder ids)
                 self._context[send.prompt] = SyntheticPrompt(request.prompt_token_ids.segments).extended(
                     (None, request.num_output_tokens))
         self._stage_left -= 1
-        out = self._release(now)
-        if self._stage_left == 0 and not self._pending and self._stage + 1 < len(self.profile.stages):
+        out = self._release(now, send.prompt)
+        if self._stage_left == 0 and not self._num_waiting and self._stage + 1 < len(self.profile.stages):
             out.extend(self._begin_stage(self._stage + 1, now + self.profile.interval))
         return out
 
@@ -304,34 +384,55 @@ class SharedPrefixWorkload:
     def _begin_stage(self, k: int, t0: float) -> list[Request]:
         stage = self.profile.stages[k]
         self._stage = k
+        if k > 0 and self.profile.behaviour in ("chat-0.5", "chat-0.6"):
+            # from 0.5 each worker clears its sessions when a stage ends: the next starts afresh
+            self._context = [self._initial_context(g) for g, *_ in self.prompts]
         offsets = send_times(stage, self.profile.load_type, self._arrival_rng)
         n = self.num_prompts
         self._pending = [_Send(k, i, t0 + float(offsets[i]), i % n) for i in range(len(offsets))]
         self._stage_left = len(self._pending)
+        self._num_waiting = len(self._pending)
+        self._queues = {}
+        if self.profile.load_type != "concurrent" and self.profile.multi_turn:
+            # only sessions block: each session's sends wait in its own queue, in send order
+            for send in self._pending:
+                self._queues.setdefault(send.prompt, deque()).append(send)
+            self._pending = []
+            return [r for q in list(self._queues) for r in self._release(t0, q)]
         return self._release(t0)
 
-    def _release(self, now: float) -> list[Request]:
-        """Every pending send whose session and concurrency slot are free, at max(send time, now)."""
+    def _release(self, now: float, session: int | None = None) -> list[Request]:
+        """Every pending send whose session and concurrency slot are free, at max(send time, now)
+        (with per-session queues: the next send of `session`, whose previous turn just ended)."""
+        if self._queues:
+            queue = self._queues.get(session)
+            if not queue or self._session_busy[session]:
+                return []
+            self._num_waiting -= 1
+            send = queue.popleft()
+            return [self._request(send, max(send.time, now))]
         stage = self.profile.stages[self._stage] if self._stage >= 0 else None
         limit = stage.concurrency_level if stage is not None and self.profile.load_type == "concurrent" else None
         out, keep = [], []
         for send in self._pending:
-            blocked = (self.profile.enable_multi_turn_chat and self._session_busy[send.prompt]) or (
+            blocked = (self.profile.multi_turn and self._session_busy[send.prompt]) or (
                 limit is not None and len(self._in_flight) >= limit)
             if blocked:
                 keep.append(send)
                 continue
             out.append(self._request(send, max(send.time, now)))
         self._pending = keep
+        self._num_waiting = len(keep)
         return out
 
     def _request(self, send: _Send, arrival: float) -> Request:
         group, user, q_len, out_len = self.prompts[send.prompt]
-        if self.profile.enable_multi_turn_chat:
-            # inference-perf sends session context + " " + the prompt, and the prompt itself starts
-            # with the system prompt
-            tokens = self._context[send.prompt].extended(
-                (self._sys_key(group), self.system_prompt_lens[group]), (self._question_key(send.prompt), q_len))
+        if self.profile.multi_turn:
+            # inference-perf sends the session's context + " " + the prompt: the question alone up to
+            # 0.5, system prompt + question from 0.6
+            sys_part = ((self._sys_key(group), self.system_prompt_lens[group]),) \
+                if self.profile.behaviour == "chat-0.6" else ()
+            tokens = self._context[send.prompt].extended(*sys_part, (self._question_key(send.prompt), q_len))
             self._session_busy[send.prompt] = True
         else:
             tokens = SyntheticPrompt([(self._sys_key(group), self.system_prompt_lens[group]),

@@ -53,22 +53,68 @@ def test_the_issue_example_sends_every_stage_request_in_stage_order():
     assert start1 >= end0 + 1.0  # the next stage waits for the last request plus load.interval (1 s)
 
 
-def test_multi_turn_context_grows_by_answer_system_prompt_and_question():
-    wl = SharedPrefixWorkload(profile(load__stages=[{"rate": 4, "duration": 30}, {"rate": 9, "duration": 10}]), seed=2)
-    done = drive(wl)
-    by_user = {}
+# (first turn's prompt, what each next turn adds) for system prompt 120, question 500, answer 200
+RELEASES = {"0.2.0": (620, None), "0.4.0": (620, 200 + 500), "v0.5.0": (500, 200 + 500), "0.6.1": (620, 200 + 620)}
+
+
+def by_session(done):
+    out = {}
     for _, r in sorted(done, key=lambda x: x[1].arrival_time):
-        by_user.setdefault((r.tags["group"], r.tags["user"]), []).append(r)
-    sys_len, q_len, out_len = 120, 500, 200
-    for turns in by_user.values():
-        assert turns[0].num_prompt_tokens == 2 * sys_len + q_len  # context (system prompt) + prompt (system + question)
+        out.setdefault((r.tags["group"], r.tags["user"]), []).append(r)
+    return out
+
+
+@pytest.mark.parametrize("version", list(RELEASES))
+def test_each_release_sends_what_its_source_sends(version):
+    p = profile(load__stages=[{"rate": 4, "duration": 30}])
+    p["client"] = {"version": version}
+    wl = SharedPrefixWorkload(p, seed=2)
+    first_len, growth = RELEASES[version]
+    done = drive(wl)
+    assert len(done) == 120
+    for turns in by_session(done).values():
+        assert turns[0].num_prompt_tokens == first_len
         for prev, cur in zip(turns, turns[1:]):
-            assert cur.num_prompt_tokens == prev.num_prompt_tokens + out_len + sys_len + q_len
+            if growth is None:  # before 0.3: no sessions, every request its system prompt + question
+                assert cur.num_prompt_tokens == first_len
+                continue
+            assert cur.num_prompt_tokens == prev.num_prompt_tokens + growth
             # the previous turn (prompt + answer) is a prefix of this one: the prefix cache can hit
             n = prev.num_prompt_tokens
             assert list(cur.prompt_token_ids[:n]) == list(prev.prompt_token_ids[:n])
-            assert list(cur.prompt_token_ids[n:n + out_len]) == [0] * out_len
+            assert list(cur.prompt_token_ids[n:n + 200]) == [0] * 200
             assert cur.arrival_time >= prev.arrival_time + 2.0 - 1e-9  # waits for its previous turn
+
+
+@pytest.mark.parametrize("version, restarts", [("0.4.0", False), ("0.6.0", True)])
+def test_sessions_restart_each_stage_from_05(version, restarts):
+    p = profile(load__stages=[{"rate": 4, "duration": 12}, {"rate": 4, "duration": 12}])
+    p["client"] = {"version": version}
+    done = drive(SharedPrefixWorkload(p, seed=3))
+    first_of_stage1 = [r for _, r in done if r.tags["stage"] == 1 and r.req_id in {f"s1-{i}" for i in range(24)}]
+    assert len(first_of_stage1) == 24
+    assert all((r.num_prompt_tokens == 620) == restarts for r in first_of_stage1)
+
+
+def test_an_unknown_release_is_said_and_a_bad_one_names_the_field():
+    from fidelity.sources.inference_perf import behaviour_for
+
+    behaviour, why = behaviour_for(None)
+    assert behaviour == "chat-0.6" and "assumed" in why
+    assert behaviour_for("0.7.0.dev3")[0] == "chat-0.6" and behaviour_for("v0.3.0")[0] == "chat-0.3"
+    bad = profile()
+    bad["client"] = {"version": "latest"}
+    with pytest.raises(ConfigError, match="^profile.client.version"):
+        SharedPrefixProfile.from_dict(bad)
+    bad["client"] = {"behaviour": "chat-9"}
+    with pytest.raises(ConfigError, match="^profile.client.behaviour"):
+        SharedPrefixProfile.from_dict(bad)
+
+
+def test_prompt_scale_scales_system_prompt_and_question():
+    p = profile(data__shared_prefix__enable_multi_turn_chat=False)
+    p["client"] = {"prompt_scale": 0.5}
+    assert {r.num_prompt_tokens for r in SharedPrefixWorkload(p).start()} == {310}
 
 
 def test_single_turn_prompts_share_their_groups_system_prompt():
@@ -132,7 +178,7 @@ def test_a_rejected_turn_leaves_the_context_unchanged():
     wl = SharedPrefixWorkload(profile(load__stages=[{"rate": 1, "duration": 72}]), seed=8)
     done = drive(wl, reject=lambda r: r.tags["turn"] == 0)
     second = [r for _, r in done if r.tags["turn"] == 1]
-    assert second and all(r.num_prompt_tokens == 2 * 120 + 500 for r in second)
+    assert second and all(r.num_prompt_tokens == 120 + 500 for r in second)  # the first turn's again
 
 
 @pytest.mark.parametrize("change, field", [
@@ -178,7 +224,9 @@ def test_inference_perf_kind_runs_the_generator_with_its_sessions(tmp_path):
     done.finish_reason = FinishReason.LENGTH
     follow = wl.on_finish(done, 10.0)
     assert [r.req_id for r in follow] == ["s0-4"] and follow[0].arrival_time == 10.0
-    # the next turn is sent on the session's context: previous prompt + answer, then system prompt + question
+    # the next turn is sent on the session's context: previous prompt + answer, then (0.6, the
+    # behaviour assumed when no release is recorded) system prompt + question
+    assert done.num_prompt_tokens == 32 + 64
     assert follow[0].num_prompt_tokens == done.num_prompt_tokens + 8 + 32 + 64
 
 
