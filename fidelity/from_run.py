@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Sequence
 
 from policies import ConfigError, SchedulerConfig
+from fidelity.client_workload import check_workload, write_resolved_profile
 from fidelity.run_folders import find_runs
 from fidelity.runs import RealRun, ServerArgs
 from fidelity.sources.distserve import load_distserve_run
 from fidelity.sources.inference_perf import shared_prefix_profile
 from fidelity.sources.vllm_server import load_server_run
+from sim.notes import with_notes
 
 DEFAULT_GPU = "H100"  # the vLLM 0.11 runs' README: an 80 GB card, most likely H100; the target fleet
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -306,8 +308,10 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         profile_file = run.path / "profile.yaml"
         data_section = run.profile.get("data")
         if profile_file.is_file() and isinstance(data_section, dict) and data_section.get("type") == "shared_prefix":
-            # the exact generator: multi-turn sessions wait for their previous turn, stages drain
-            data["workload"] = {"kind": "inference_perf", "profile": str(profile_file)}
+            # the exact generator: multi-turn sessions wait for their previous turn, stages drain;
+            # sending what the run's client release sent, or what its measured lengths say it sent
+            folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
+            data["workload"] = {"kind": "inference_perf", "profile": str(write_resolved_profile(run, folder))}
         else:
             data["workload"] = profile_workload_section(run.profile, cache_dir=cache_dir)
     return data
@@ -347,6 +351,10 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
     if run.server.data_parallel_size > 1:  # that many engines, requests dealt in turn (as reproduce does)
         data["cluster"] = {"num_replicas": run.server.data_parallel_size, "router": "round_robin"}
     config = load_config(data, overrides)
+    if config.workload.kind == "inference_perf":
+        check = check_workload(run)
+        if check is not None:  # which client behaviour is simulated, and how it compares with the run's
+            config = with_notes(config, check.lines())
     chosen = any(o.replace(" ", "").startswith(("hardware.latency=", "hardware.profile=")) for o in overrides)
     if measured_kernels and not chosen and config.hardware.latency == "roofline":
         path = measured_profile_file(config, run)

@@ -21,8 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fidelity.client_workload import resolved_profile
 from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend
 from fidelity.runs import METRICS, RealRun, tpot
+from fidelity.ttft_parts import PARTS, predicted_parts
 from records.files import read_json_object
 
 GPU_MODEL_KINDS = ("auto", "layer-profile", "distserve", "aiconfigurator", "roofline")
@@ -42,6 +44,7 @@ class Prediction:
     overhead: HostOverhead
     notes: list[str] = field(default_factory=list)
     evidence: list[str] = field(default_factory=list)  # where the unfitted host terms came from (source-out)
+    ttft_part_origins: dict[str, str] = field(default_factory=dict)  # fidelity.ttft_parts.PARTS -> origin
 
     def means(self) -> dict[str, float]:
         out = {}
@@ -304,7 +307,7 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
         from fidelity.sources.guidellm import GuidellmWorkload
 
         return GuidellmWorkload(run.profile or {})
-    return SharedPrefixWorkload(run.profile)
+    return SharedPrefixWorkload(resolved_profile(run))  # what the run's client release (or its lengths) says
 
 
 def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: str = "auto",
@@ -354,6 +357,9 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
         result = simulate(config, latency_model=latency, workload=wl)
         req = result.requests.copy()
         req["engine"] = engine
+        parts, origins = predicted_parts(req, config.frontend if config.frontend.enabled else None,
+                                         overhead.frontend_s, label)
+        req[list(PARTS)] = parts[list(PARTS)].to_numpy()  # TTFT's named parts (they sum to ttft_s)
         req_tables.append(req)
         steps = result.steps[["start", "duration"]].copy().reset_index(drop=True)
         log = latency.steps_log()
@@ -369,4 +375,4 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
         evidence.append("engine defaults for " + ", ".join(sorted(measured_run.inferred_args)) +
                         " (inferred from the source's timings otherwise)")
     return Prediction(run=measured_run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
-                      workload=kind, overhead=overhead, notes=notes, evidence=evidence)
+                      workload=kind, overhead=overhead, notes=notes, evidence=evidence, ttft_part_origins=origins)

@@ -4,7 +4,10 @@ Writes to the REPORT folder: `report.md` (a table per run and metric: measured, 
 medians of |error| per source and over all runs), `report.csv` (the same rows), `medians.csv`,
 `fits.json` (the overhead terms each run was predicted with and the runs they were fitted on),
 `settings.csv` (every engine setting the runs record: modelled or not, `fidelity.engine_settings`;
-the not-modelled ones are also noted on stderr and in `report.csv`'s `not_modelled`) and
+the not-modelled ones are also noted on stderr and in `report.csv`'s `not_modelled`),
+`ttft_parts.csv` (each run's mean TTFT as named parts, measured and predicted, with their origins:
+`fidelity.ttft_parts`), `workload.csv` (the client behaviour simulated and the generated against the
+measured request lengths: `fidelity.client_workload`) and
 `errors.png` (predicted vs measured). With `--fit loo` (default) each run is predicted with terms
 fitted on the other runs of its source only; with `--fit source` nothing measured or fitted on its
 own source (campaign folder) reaches it (`fidelity.reproduce.reproduce_source_out`); `--overhead FILE` applies a fitted layer instead and
@@ -21,6 +24,7 @@ import pandas as pd
 from fidelity.predict import GPU_MODEL_KINDS
 from fidelity.run_folders import FOLDER_HELP, LAYOUTS
 from fidelity.runs import METRICS
+from fidelity.ttft_parts import write_run_tables
 from policies import ConfigError
 from records.display import number, percent
 from records.files import read_json_object, write_json
@@ -156,10 +160,14 @@ def run(args: argparse.Namespace) -> int:
     title = f"servesim reproduce {args.groundtruth} (fit: {'given layer' if args.overhead else args.fit})"
     (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title, settings))
     plot_errors(rep.table, out / "errors.png")
+    workload_lines = write_run_tables(rep, runs, out)  # ttft_parts.csv, workload.csv
+    if workload_lines and not options.quiet(args):
+        print("\n".join(workload_lines), file=sys.stderr)
     if args.json:
         options.print_json({source: row.to_dict() for source, row in med.iterrows()})
     else:
         options.say(args, med.to_string(float_format=lambda v: percent(v) if v < 10 else number(v, trim=True)))
     if not options.quiet(args):
-        print(f"wrote {out}/report.md, report.csv, medians.csv, fits.json, settings.csv, errors.png", file=sys.stderr)
+        print(f"wrote {out}/report.md, report.csv, medians.csv, fits.json, settings.csv, errors.png, ttft_parts.csv, "
+              "workload.csv", file=sys.stderr)
     return 0

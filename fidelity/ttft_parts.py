@@ -1,0 +1,168 @@
+"""TTFT as a sum of named parts, measured and predicted, each with where it comes from.
+
+    ttft = client_send_s + api_server_s + engine_queue_s + prefill_steps_s + first_chunk_s
+
+- client_send_s: the client's send until the server has the request (network, the client's encoding);
+- api_server_s: the API server before the engine queue (HTTP, tokenization, the hand-off);
+- engine_queue_s: waiting in the engine's queue until its first scheduled step;
+- prefill_steps_s: the steps from that one to the end of the step that makes the first token;
+- first_chunk_s: that token's chunk back to the client.
+
+Measured (`measured_parts`): from the run's own timestamps, vLLM's request spans (`time_in_queue_s`,
+`time_in_prefill_s`, `ttft_s` from vLLM's arrival) and, where the client's per-request times join
+them (guidellm's `response_id`), the client's send and first chunk. Predicted (`predicted_parts`):
+the simulator's own times (arrival, first schedule, first token) and the front end it was given
+(`sim.frontend.FrontendConfig`: calibrate.frontend's measurement of our serve stack; or the host
+prior's `frontend_s`). Nothing here is fitted. A part a view cannot see is 0 and its origin says so.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fidelity.client_workload import check_workload
+from fidelity.runs import RealRun
+
+PARTS = ("client_send_s", "api_server_s", "engine_queue_s", "prefill_steps_s", "first_chunk_s")
+
+
+def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
+                    gpu_model: str = "") -> tuple[pd.DataFrame, dict[str, str]]:
+    """Per request (the simulator's `requests` table, before `apply_frontend` adds `frontend_s`):
+    the parts as columns (NaN for a request with no first token), and each part's origin."""
+    n = requests["num_prompt_tokens"].to_numpy(dtype=float)
+    ingress = frontend.request_overhead_s + frontend.tokenize_s_per_token * n if frontend is not None else 0.0 * n
+    egress = frontend.stream_overhead_s if frontend is not None else 0.0
+    arrival = requests["arrival_time"].to_numpy(dtype=float)
+    scheduled = requests["first_scheduled_time"].to_numpy(dtype=float)
+    first = requests["first_token_time"].to_numpy(dtype=float)
+    ok = np.isfinite(first) & np.isfinite(scheduled)
+    nan = np.where(ok, 0.0, math.nan)
+    out = pd.DataFrame({
+        "req_id": requests["req_id"].to_numpy(),
+        "client_send_s": nan,
+        "api_server_s": ingress + frontend_s + nan,
+        "engine_queue_s": scheduled - arrival - ingress + nan,
+        "prefill_steps_s": first - egress - scheduled + nan,
+        "first_chunk_s": egress + nan,
+    })
+    fe = frontend is not None and (frontend.request_overhead_s or frontend.tokenize_s_per_token)
+    api = []
+    if fe:
+        api.append(f"[frontend] {frontend.request_overhead_s * 1e3:.2f} ms + "
+                   f"{frontend.tokenize_s_per_token * 1e6:.2f} us/prompt token (our serve stack, calibrate.frontend)")
+    if frontend_s:
+        api.append(f"host prior front end {frontend_s * 1e3:.1f} ms (fidelity.predict.host_prior)")
+    origins = {
+        "client_send_s": "not modelled: the simulated client sends at the server",
+        "api_server_s": "; ".join(api) or "not modelled (no [frontend], no host front end)",
+        "engine_queue_s": "simulated scheduler: first scheduled step - arrival at the engine",
+        "prefill_steps_s": f"simulated steps ({gpu_model or 'GPU model'} + host terms) until the first token",
+        "first_chunk_s": (f"[frontend] stream_overhead_s {egress * 1e3:.2f} ms (calibrate.frontend)" if egress
+                          else "not modelled (no [frontend] stream_overhead_s)"),
+    }
+    return out, origins
+
+
+def measured_parts(run: RealRun) -> tuple[pd.DataFrame | None, dict[str, str], str]:
+    """Per request: the parts from the run's own timestamps, their origins and the view ("server":
+    TTFT from vLLM's arrival, what the run's spans score; "client": from the client's send). None
+    when the run has no timestamps between a request's arrival and its first token."""
+    spans = run.path / "per_request_server_spans.csv" if run.path.is_dir() else None
+    if spans is None or not spans.is_file():
+        return None, {}, ""
+    df = pd.read_csv(spans)
+    if not {"time_in_queue_s", "time_in_prefill_s", "ttft_s"} <= set(df.columns):
+        return None, {}, ""
+    queue = df["time_in_queue_s"].astype(float)
+    prefill = df["time_in_prefill_s"].astype(float)
+    ttft = df["ttft_s"].astype(float)
+    out = pd.DataFrame({"req_id": df["request_id"].astype(str), "client_send_s": 0.0,
+                        "api_server_s": ttft - queue - prefill, "engine_queue_s": queue,
+                        "prefill_steps_s": prefill, "first_chunk_s": 0.0, "ttft_s": ttft})
+    origins = {
+        "client_send_s": "not in the view: vLLM's TTFT starts at its arrival",
+        "api_server_s": "vLLM span: ttft - time_in_queue - time_in_prefill (arrival to the engine queue)",
+        "engine_queue_s": "vLLM span: time_in_queue_s",
+        "prefill_steps_s": "vLLM span: time_in_prefill_s (first scheduled to first token)",
+        "first_chunk_s": "not in the view: vLLM's TTFT ends at the engine's first token",
+    }
+    return out, origins, "server"
+
+
+def client_view(run: RealRun, server: pd.DataFrame) -> tuple[pd.DataFrame | None, dict[str, str]]:
+    """The client's view of the same requests, where its per-request times join the spans."""
+    path = run.path / "guidellm_per_request.csv"
+    if not path.is_file():
+        return None, {}
+    client = pd.read_csv(path)
+    client = client[client["status"].astype(str).str.startswith("success")]
+    spans = pd.read_csv(run.path / "per_request_server_spans.csv")
+    spans["response_id"] = spans["request_id"].astype(str).str.replace(r"-\d+$", "", regex=True)
+    joined = client.merge(spans[["response_id", "start_unix_ns"]], on="response_id", how="inner")
+    if not len(joined):
+        return None, {}
+    joined["req_id"] = joined["response_id"] + "-0"
+    j = joined.merge(server, on="req_id", how="inner")
+    c_ttft = j["ttft_ms"].astype(float) / 1e3
+    send = j["start_unix_ns"].astype("float64") / 1e9 - j["request_start_time"].astype(float)
+    out = pd.DataFrame({"req_id": j["req_id"], "client_send_s": 0.0, "api_server_s": send + j["api_server_s"],
+                        "engine_queue_s": j["engine_queue_s"], "prefill_steps_s": j["prefill_steps_s"],
+                        "first_chunk_s": c_ttft - send - j["ttft_s"], "ttft_s": c_ttft})
+    origins = {
+        "client_send_s": "not separable: inside api_server_s (no timestamp between the client's send and vLLM's arrival)",
+        "api_server_s": "vLLM arrival - the client's request_start_time (two clocks), + the span's hand-off",
+        "engine_queue_s": "vLLM span: time_in_queue_s",
+        "prefill_steps_s": "vLLM span: time_in_prefill_s",
+        "first_chunk_s": "client TTFT - (vLLM arrival - client start) - vLLM TTFT",
+    }
+    return out, origins
+
+
+def parts_rows(pred) -> list[dict]:
+    """The ttft_parts table's rows of one `Prediction`: per part, the measured and predicted means
+    over the requests that have a first token, and their origins."""
+    run = pred.run
+    predicted = pred.requests
+    p_orig = getattr(pred, "ttft_part_origins", {}) or {}
+    have = [c for c in PARTS if c in predicted]
+    rows = []
+    server, s_orig, view = measured_parts(run)
+    views = [(view, server, s_orig)] if server is not None else [("", None, {})]
+    if server is not None:
+        client, c_orig = client_view(run, server)
+        if client is not None:
+            views.append(("client", client, c_orig))
+    for name, measured, m_orig in views:
+        for part in (*PARTS, "ttft_s"):
+            m = float(measured[part].mean()) if measured is not None else (
+                float(run.measured()["ttft_s"]) if part == "ttft_s" else math.nan)
+            p = float(predicted[part].mean()) if part in have or part == "ttft_s" else math.nan
+            rows.append({"run": run.name, "source": run.source, "view": name or "none", "part": part,
+                         "measured_s": m, "predicted_s": p,
+                         "measured_origin": m_orig.get(part, "the run's TTFT" if part == "ttft_s" else
+                                                       "no timestamps inside the run's TTFT"),
+                         "predicted_origin": p_orig.get(part, "simulated TTFT" if part == "ttft_s" else "")})
+    return rows
+
+
+def ttft_parts_table(predictions) -> pd.DataFrame:
+    """One row per (run, view, part) over the reproduced runs' predictions."""
+    rows = [row for pred in predictions for row in parts_rows(pred)]
+    return pd.DataFrame(rows, columns=["run", "source", "view", "part", "measured_s", "predicted_s",
+                                       "measured_origin", "predicted_origin"])
+
+
+def write_run_tables(rep, runs, out) -> list[str]:
+    """Beside report.csv: `ttft_parts.csv` (`ttft_parts_table`) and `workload.csv` (each run's
+    generated workload against its measured lengths, `fidelity.client_workload`); returns the
+    workload lines to print (what the client sent and any resolution by the measured lengths)."""
+    out = Path(out)
+    ttft_parts_table(list(rep.predictions.values())).to_csv(out / "ttft_parts.csv", index=False)
+    checks = [c for c in (check_workload(r) for r in runs) if c is not None]
+    pd.DataFrame([c.row() for c in checks]).to_csv(out / "workload.csv", index=False)
+    used = {name: pred.workload for name, pred in rep.predictions.items()}
+    return [f"{c.run}: {line}" for c in checks if used.get(c.run) != "replay" or c.resolution for line in c.lines()]

@@ -1,0 +1,56 @@
+"""TTFT as named parts: they sum to each request's TTFT, measured and predicted, and each names its origin."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fidelity.ttft_parts import PARTS, measured_parts, predicted_parts, ttft_parts_table
+from sim.frontend import FrontendConfig
+
+
+def test_predicted_parts_sum_to_the_simulated_ttft_with_a_front_end():
+    from sim.config import load_config
+    from sim.runner import simulate
+
+    fe = {"request_overhead_s": 0.004, "tokenize_s_per_token": 2e-6, "stream_overhead_s": 0.0015}
+    config = load_config({"model": {"name": "Llama-2-7B"}, "hardware": {"gpu": "H100"}, "frontend": fe,
+                          "workload": {"kind": "poisson", "rate": 20.0, "num_requests": 60, "seed": 1,
+                                       "prompt_len": {"kind": "uniform", "low": 100, "high": 2000},
+                                       "output_len": {"kind": "constant", "value": 16}}})
+    req = simulate(config).requests
+    parts, origins = predicted_parts(req, FrontendConfig(**fe), frontend_s=0.002, gpu_model="roofline")
+    ok = req["ttft_s"].notna()
+    total = parts.loc[ok, list(PARTS)].sum(axis=1).to_numpy()
+    assert total == pytest.approx(req.loc[ok, "ttft_s"].to_numpy() + 0.002, abs=1e-9)  # + the host front end
+    assert (parts.loc[ok, list(PARTS)] >= -1e-12).all().all()
+    assert parts.loc[ok, "first_chunk_s"].eq(0.0015).all()
+    assert parts.loc[ok, "api_server_s"].to_numpy() == pytest.approx(
+        0.004 + 2e-6 * req.loc[ok, "num_prompt_tokens"].to_numpy() + 0.002)
+    assert set(origins) == set(PARTS) and all(origins.values())
+    assert "calibrate.frontend" in origins["api_server_s"] and "host prior" in origins["api_server_s"]
+
+
+def test_shipped_spans_parts_sum_to_the_measured_ttft_and_the_prediction_carries_them(shared_data):
+    from fidelity.predict import predict_run
+    from fidelity.run_folders import find_runs
+
+    run = next(r for r in find_runs(shared_data / "groundtruth" / "vllm-0.11-jan2026")
+               if r.name == "jan20-codellama-prefill-1")
+    measured, origins, view = measured_parts(run)
+    assert view == "server" and set(origins) == set(PARTS)
+    assert measured[list(PARTS)].sum(axis=1).to_numpy() == pytest.approx(measured["ttft_s"].to_numpy(), abs=1e-9)
+    assert measured["ttft_s"].mean() == pytest.approx(run.measured()["ttft_s"], rel=1e-9)  # what report.csv scores
+    pred = predict_run(run)
+    ok = pred.requests["ttft_s"].notna()
+    assert pred.requests.loc[ok, list(PARTS)].sum(axis=1).to_numpy() == pytest.approx(
+        pred.requests.loc[ok, "ttft_s"].to_numpy(), abs=1e-9)
+    table = ttft_parts_table([pred])
+    assert set(table["view"]) == {"server", "client"}  # guidellm's per-request times join the spans
+    for view, t in table.groupby("view"):
+        t = t.set_index("part")
+        assert t.loc[list(PARTS), "measured_s"].sum() == pytest.approx(t.loc["ttft_s", "measured_s"], rel=1e-6)
+        assert t.loc[list(PARTS), "predicted_s"].sum() == pytest.approx(t.loc["ttft_s", "predicted_s"], rel=1e-6)
+        assert t["measured_origin"].astype(bool).all() and t["predicted_origin"].astype(bool).all()
+    client = table[table["view"] == "client"].set_index("part")
+    assert client.loc["ttft_s", "measured_s"] > table[table["view"] == "server"].set_index("part").loc["ttft_s", "measured_s"]
