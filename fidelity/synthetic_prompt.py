@@ -1,4 +1,4 @@
-"""`SyntheticPrompt`: a lazy token-id sequence made of named segments, for prefix-cache hits.
+"""`SyntheticPrompt`: the replayed sources' `SyntheticTokens` (one lazy prompt type), with these ids.
 
 The simulator knows token counts, not text. To let the prefix cache find shared prefixes (a group's
 system prompt, a chat's earlier turns), a prompt is described as segments `(key, length)`: two
@@ -13,10 +13,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sim.workload.synthetic_tokens import SyntheticTokens
+
 VOCAB = 32000
 
 
-def segment_token(key: int | None, offset: int) -> int:
+def segment_token(key: int | None, offset: int, vocab: int = VOCAB) -> int:
     """The id at `offset` of segment `key` (0 for generated text)."""
     if key is None:
         return 0
@@ -25,10 +27,10 @@ def segment_token(key: int | None, offset: int) -> int:
     x ^= x >> 15
     x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
     x ^= x >> 12
-    return 1 + x % (VOCAB - 1)
+    return 1 + x % (vocab - 1)
 
 
-def segment_tokens(key: int | None, lo: int, hi: int) -> list[int]:
+def segment_tokens(key: int | None, lo: int, hi: int, vocab: int = VOCAB) -> list[int]:
     """Ids of offsets [lo, hi) of segment `key` (vectorised `segment_token`)."""
     if key is None:
         return [0] * (hi - lo)
@@ -37,50 +39,22 @@ def segment_tokens(key: int | None, lo: int, hi: int) -> list[int]:
     x ^= x >> np.uint64(15)
     x = (x * np.uint64(0x2C1B3C6D)) & np.uint64(0xFFFFFFFF)
     x ^= x >> np.uint64(12)
-    return (np.uint64(1) + x % np.uint64(VOCAB - 1)).astype(np.int64).tolist()
+    return (np.uint64(1) + x % np.uint64(vocab - 1)).astype(np.int64).tolist()
 
 
-class SyntheticPrompt(Sequence):
-    """Token ids over segments `((key, length), ...)`; supports `len`, indexing and slicing (-> list)."""
+class SyntheticPrompt(SyntheticTokens):
+    """`SyntheticTokens` over `((key, length), ...)` with this module's ids: a key None is generated
+    text (id 0), and empty segments are dropped."""
 
-    __slots__ = ("segments", "_len")
+    __slots__ = ()
 
-    def __init__(self, segments: Sequence[tuple[int | None, int]]) -> None:
-        self.segments = tuple((k, int(n)) for k, n in segments if int(n) > 0)
-        self._len = sum(n for _, n in self.segments)
+    def __init__(self, segments: Sequence[tuple[int | None, int]], vocab_size: int = VOCAB) -> None:
+        self._set(tuple((k, int(n)) for k, n in segments if int(n) > 0), vocab_size)
 
-    def __len__(self) -> int:
-        return self._len
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            start, stop, step = index.indices(self._len)
-            if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            out: list[int] = []
-            pos = 0
-            for key, n in self.segments:
-                lo, hi = max(start, pos), min(stop, pos + n)
-                if lo < hi:
-                    out.extend(segment_tokens(key, lo - pos, hi - pos))
-                pos += n
-                if pos >= stop:
-                    break
-            return out
-        if index < 0:
-            index += self._len
-        if not 0 <= index < self._len:
-            raise IndexError(index)
-        pos = 0
-        for key, n in self.segments:
-            if index < pos + n:
-                return segment_token(key, index - pos)
-            pos += n
-        raise IndexError(index)  # pragma: no cover
-
-    def extended(self, *segments: tuple[int | None, int]) -> "SyntheticPrompt":
-        """This prompt followed by more segments."""
-        return SyntheticPrompt(self.segments + tuple(segments))
+    def _segment_tokens(self, key: int | None, lo: int, hi: int) -> list[int]:
+        if hi - lo < 32:
+            return [segment_token(key, i, self.vocab_size) for i in range(lo, hi)]
+        return segment_tokens(key, lo, hi, self.vocab_size)
 
     def __repr__(self) -> str:
         return f"SyntheticPrompt({len(self)} tokens, {len(self.segments)} segments)"

@@ -145,6 +145,14 @@ class SpeculativeConfig:
         return tuple(float(a) for a in rate) if isinstance(rate, tuple) else (float(rate),) * self.k
 
 
+def check_cache_knobs(block_size: object, watermark: object, enable_prefix_caching: object) -> None:
+    """The knobs `CacheConfig` shares with the `[cache]` section that resolves to it, checked once."""
+    check_int("cache.block_size", block_size, 1)
+    check_number("cache.watermark", watermark, 0.0, 0.5)
+    if enable_prefix_caching is not None and not isinstance(enable_prefix_caching, bool):
+        raise ConfigError(f"cache.enable_prefix_caching: expected true or false, got {enable_prefix_caching!r}")
+
+
 @dataclass(frozen=True)
 class CacheConfig:
     """Paged KV cache geometry: how many blocks of how many tokens, on GPU and in CPU swap space.
@@ -166,12 +174,9 @@ class CacheConfig:
     offload_block_bytes: int = 0
 
     def __post_init__(self) -> None:
-        check_int("cache.block_size", self.block_size, 1)
+        check_cache_knobs(self.block_size, self.watermark, self.enable_prefix_caching)
         check_int("cache.num_gpu_blocks", self.num_gpu_blocks, 1)
         check_int("cache.num_cpu_blocks", self.num_cpu_blocks, 0)
-        check_number("cache.watermark", self.watermark, 0.0, 0.5)
-        if self.enable_prefix_caching is not None and not isinstance(self.enable_prefix_caching, bool):
-            raise ConfigError(f"cache.enable_prefix_caching: expected true or false, got {self.enable_prefix_caching!r}")
         check_int("cache.num_offload_blocks", self.num_offload_blocks, 0)
         check_choice("cache.offload_backend", self.offload_backend, OFFLOAD_BACKENDS)
         check_number("cache.offload_s_per_block", self.offload_s_per_block, 0.0)

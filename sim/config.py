@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from policies import ConfigError, SchedulerConfig, SpeculativeConfig
-from policies.config import OFFLOAD_BACKENDS, check_choice, check_int, check_keys, check_number
+from policies.config import (OFFLOAD_BACKENDS, check_cache_knobs, check_choice, check_int, check_keys,
+                             check_number)
 from sim.frontend import FrontendConfig
 from records.metrics import SLOConfig
 
@@ -43,6 +44,9 @@ from records.metrics import SLOConfig
 @dataclass(frozen=True)
 class CacheSection:
     """The paged KV cache knobs a user sets; block counts come from `hardware` (memory or given).
+
+It resolves to the one cache config, `policies.CacheConfig` (`sim.build.build_cache_config`), whose
+knobs it shares (`check_cache_knobs`); the offload tier is given here in GiB and GB/s.
 
     `offload_size_gb` > 0 adds a CPU tier of the prefix cache of that many GiB over the replica's
     GPUs (vLLM's `kv_offloading_size`; `policies.kv_offload`), `offload_backend` "native" (vLLM's
@@ -60,10 +64,7 @@ class CacheSection:
     offload_bandwidth_gbps: float | None = None
 
     def __post_init__(self) -> None:
-        check_int("cache.block_size", self.block_size, 1)
-        check_number("cache.watermark", self.watermark, 0.0, 0.5)
-        if self.enable_prefix_caching is not None and not isinstance(self.enable_prefix_caching, bool):
-            raise ConfigError(f"cache.enable_prefix_caching: expected true or false, got {self.enable_prefix_caching!r}")
+        check_cache_knobs(self.block_size, self.watermark, self.enable_prefix_caching)
         check_number("cache.offload_size_gb", self.offload_size_gb, 0.0)
         check_choice("cache.offload_backend", self.offload_backend, OFFLOAD_BACKENDS)
         if self.offload_bandwidth_gbps is not None:

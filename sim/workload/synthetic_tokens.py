@@ -1,6 +1,8 @@
 """`SyntheticTokens`: a lazy prompt made of seeded segments, for prefix-cache experiments.
 
-A prompt is a list of `(seed, length)` segments. Token `i` of a segment is a deterministic hash of
+The one synthetic-prompt type: the workloads' prompts, and (with its own ids,
+`fidelity.synthetic_prompt.SyntheticPrompt`) the replayed sources'. A prompt is a list of
+`(seed, length)` segments. Token `i` of a segment is a deterministic hash of
 `(seed, i)` folded into `[0, vocab_size)`, so two prompts that start with the same segments have the
 same tokens there (and the block manager's hashes of those blocks match exactly), while different
 seeds give unrelated tokens. Nothing is materialised until sliced: a 100k-token prompt costs a few
@@ -40,17 +42,22 @@ class SyntheticTokens(Sequence):
     __slots__ = ("segments", "vocab_size", "_starts", "_len")
 
     def __init__(self, segments: Sequence[tuple[int, int]], vocab_size: int = 32000) -> None:
-        self.segments = tuple((int(s), int(n)) for s, n in segments)
-        if any(n < 0 for _, n in self.segments):
+        segments = tuple((int(s), int(n)) for s, n in segments)
+        if any(n < 0 for _, n in segments):
             raise ValueError("SyntheticTokens: segment lengths must be >= 0")
+        self._set(segments, vocab_size)
+
+    def _set(self, segments: tuple, vocab_size: int) -> None:
+        self.segments = segments
         self.vocab_size = vocab_size
-        self._starts = [0, *accumulate(n for _, n in self.segments)]
+        self._starts = [0, *accumulate(n for _, n in segments)]
         self._len = self._starts[-1]
 
     def __len__(self) -> int:
         return self._len
 
     def _segment_tokens(self, seed: int, lo: int, hi: int) -> list[int]:
+        """The ids of offsets [lo, hi) of segment `seed` (a subclass may give other ids)."""
         base = _mix((seed * _GOLDEN) & _M64)  # decorrelate neighbouring seeds
         if hi - lo < 32:
             return [_mix((base + i * _GOLDEN) & _M64) % self.vocab_size for i in range(lo, hi)]
@@ -92,7 +99,11 @@ class SyntheticTokens(Sequence):
                 break
             segs.append((seed, min(length, left)))
             left -= length
-        return SyntheticTokens(segs, self.vocab_size)
+        return type(self)(segs, self.vocab_size)
+
+    def extended(self, *segments: tuple[int, int]) -> "SyntheticTokens":
+        """This prompt followed by more segments (a chat's next turn), still lazy."""
+        return type(self)(self.segments + tuple(segments), self.vocab_size)
 
     def __repr__(self) -> str:
         return f"SyntheticTokens({len(self.segments)} segments, {self._len} tokens)"
