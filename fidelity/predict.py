@@ -47,11 +47,16 @@ class Prediction:
     ttft_part_origins: dict[str, str] = field(default_factory=dict)  # fidelity.ttft_parts.PARTS -> origin
 
     def means(self) -> dict[str, float]:
+        """Mean TTFT, TPOT, E2E; TPOT of the means when the run's is (`RealRun.tpot_of_means`)."""
         out = {}
         for m in METRICS:
             v = self.requests[m].to_numpy(dtype=float)
             v = v[np.isfinite(v)]
             out[m] = float(v.mean()) if v.size else float("nan")
+        if self.run.tpot_of_means:
+            done = self.requests[np.isfinite(self.requests["e2e_s"].to_numpy(dtype=float))]
+            n = float(done["num_output_tokens"].mean()) if len(done) else float("nan")
+            out["tpot_s"] = (out["e2e_s"] - out["ttft_s"]) / (n - 1) if n > 1 else float("nan")
         return out
 
 

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from fidelity.engine_settings import not_modelled
 from fidelity.host_overhead import HostOverhead
+from fidelity.metric_definitions import definition
 from fidelity.overhead_fit import FIT_TERMS, RunSystem, fit_overhead, run_system, theta_of
 from fidelity.predict import Prediction, predict_run
 from fidelity.runs import METRICS, RealRun
@@ -140,6 +141,7 @@ def _rows(pred: Prediction, fit_label: str, fitted_on: list[str]) -> list[dict]:
         "error": (predicted[m] - measured[m]) / measured[m] if measured[m] else np.nan,
         "fit": fit_label, "fitted_on": ";".join(fitted_on), "gpu_model": pred.gpu_model, "workload": pred.workload,
         "num_requests": pred.run.num_requests, "not_modelled": ";".join(not_modelled(pred.run)),
+        "definition": definition(pred.run.measured_by, m),
     } for m in METRICS]
 
 

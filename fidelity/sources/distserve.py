@@ -128,7 +128,7 @@ def load_distserve_run(path: Path) -> RealRun:
     inferred = {"max_num_batched_tokens": (VLLM_V0_DEFAULT_MAX_NUM_BATCHED_TOKENS, "inferred from the DistServe runs' "
                                            "co-scheduled prefills and KV plateau (DISTSERVE_MAX_NUM_BATCHED_TOKENS)")}
     return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests,
-                   inferred_args=inferred)
+                   inferred_args=inferred, measured_by="distserve")
 
 
 # --- DistServe's fitted coefficients ------------------------------------------------------------

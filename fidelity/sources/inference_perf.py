@@ -455,7 +455,9 @@ def read_inference_perf_requests(path: Path) -> pd.DataFrame:
     quantities come from `info` as inference-perf computes them: input tokens from
     `info.request_metrics.text.input_tokens` (or the older top-level `info.input_tokens`), output
     tokens from `info.response_metrics.output_tokens`, TTFT = first output token time - start,
-    TPOT = (last - first output token time) / (output tokens - 1), E2E = end - start.
+    E2E = end - start. TPOT is per token: (last - first output token time) / (output tokens - 1)
+    from `info`; with `computed_metrics`, whose TPOT and ITL are per streamed chunk, (E2E - TTFT) /
+    (output tokens - 1) (`fidelity.metric_definitions`).
     """
     with open(path) as f:
         entries = json.load(f)
@@ -472,8 +474,7 @@ def read_inference_perf_requests(path: Path) -> pd.DataFrame:
                 "num_output_tokens": int(c["output_tokens"]),
                 "ttft_s": float(c["time_to_first_token"]) if c.get("time_to_first_token") is not None else math.nan,
                 "e2e_s": float(c["request_latency"]),
-                # inference-perf's own TPOT: (last token - first token) / (output tokens - 1), as vLLM's
-                "tpot_s": float(c["time_per_output_token"]) if c.get("time_per_output_token") is not None else math.nan,
+                "tpot_s": math.nan,  # derived per token below
             })
             continue
         info = e.get("info") or {}
@@ -485,21 +486,33 @@ def read_inference_perf_requests(path: Path) -> pd.DataFrame:
             continue
         start, times = float(e["start_time"]), resp.get("output_token_times") or []
         ttft = float(times[0]) - start if len(times) > 1 else math.nan
+        # first to last token stamp over the tokens (not the stamps: a stream may carry several per token)
         tpot = (float(times[-1]) - float(times[0])) / (int(n_out) - 1) if len(times) > 1 and int(n_out) > 1 else math.nan
         rows.append({"arrival_time": start, "num_prompt_tokens": int(n_in), "num_output_tokens": int(n_out),
                      "ttft_s": ttft, "e2e_s": float(e["end_time"]) - start, "tpot_s": tpot})
     if not rows:
         raise ValueError(f"{path}: no successful request with token counts (computed_metrics or info)")
+    for r in rows:
+        if not math.isfinite(r["tpot_s"]) and r["num_output_tokens"] > 1:
+            r["tpot_s"] = (r["e2e_s"] - r["ttft_s"]) / (r["num_output_tokens"] - 1)
     return measured_table({k: [r[k] for r in rows] for k in rows[0]})
 
 
 def read_summary_means(path: Path) -> dict[str, float]:
-    """Mean TTFT/TPOT/E2E from inference-perf's `summary_lifecycle_metrics.json` (successes only)."""
+    """Mean TTFT and E2E from inference-perf's `summary_lifecycle_metrics.json` (successes only), and
+    the per-token TPOT of the means, (E2E - TTFT) / (output_len - 1), when it gives the mean output
+    length (the summary's own TPOT is per streamed chunk: `fidelity.metric_definitions`)."""
     with open(path) as f:
         data = json.load(f)
-    lat = (data.get("successes") or {}).get("latency") or data.get("latency") or {}
-    names = {"ttft_s": "time_to_first_token", "tpot_s": "time_per_output_token", "e2e_s": "request_latency"}
-    return {k: float(lat[v]["mean"]) for k, v in names.items() if isinstance(lat.get(v), dict) and "mean" in lat[v]}
+    ok = data.get("successes") or {}
+    lat = ok.get("latency") or data.get("latency") or {}
+    names = {"ttft_s": "time_to_first_token", "e2e_s": "request_latency"}
+    out = {k: float(lat[v]["mean"]) for k, v in names.items() if isinstance(lat.get(v), dict) and "mean" in lat[v]}
+    n = (ok.get("output_len") or {}).get("mean") if isinstance(ok.get("output_len"), dict) else None
+    out["tpot_s"] = math.nan
+    if isinstance(n, (int, float)) and n > 1 and "ttft_s" in out and "e2e_s" in out:
+        out["tpot_s"] = (out["e2e_s"] - out["ttft_s"]) / (float(n) - 1)
+    return out
 
 
 def shared_prefix_profile(profile: dict | None):

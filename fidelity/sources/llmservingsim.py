@@ -274,4 +274,4 @@ def load_llmservingsim_run(path: Path) -> RealRun:
         for key, value in section.items():
             recorded.setdefault(key, (value, where))
     return RealRun(name=name, source="llmservingsim-vllm-0.19", path=path, server=server, requests=requests,
-                   recorded_args=recorded)
+                   recorded_args=recorded, measured_by="llmservingsim")

@@ -125,6 +125,11 @@ MEASUREMENT_FILES = (
 )
 
 
+# the kind of each measurement file (`fidelity.metric_definitions.DEFINITIONS`)
+MEASURED_BY = {"per_request_server_spans.csv": "vllm-spans", "per_request_lifecycle_metrics.json": "inference-perf",
+               "guidellm_per_request.csv": "guidellm", "requests.csv": "servesim"}
+
+
 # --- one folder per run ---------------------------------------------------------------------------
 def load_server_run(path: Path, source: str = "vllm-server", require_measurements: bool = True) -> RealRun:
     """A folder with `exp-config.yaml`, `profile.yaml` and per-request (or summary) measurements.
@@ -145,12 +150,14 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         server = replace(server, num_gpu_blocks=log["num_kv_tokens"] // server.block_size)
     requests = pd.DataFrame(columns=list(REQUEST_COLUMNS))
     summary: dict = {}
+    measured_by = ""
     for name, reader in MEASUREMENT_FILES:
         if (path / name).is_file():
-            requests = reader(path / name)
+            requests, measured_by = reader(path / name), MEASURED_BY[name]
             break
     if (path / "summary_lifecycle_metrics.json").is_file():
         summary = read_summary_means(path / "summary_lifecycle_metrics.json")
+        measured_by = measured_by or "inference-perf-summary"
     if not len(requests) and not summary and require_measurements:
         raise FileNotFoundError(
             f"{path}: no measurements; expected one of "
@@ -162,4 +169,5 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         if key in log and key not in recorded:
             recorded[key] = (log[key], "vllm.log")
     return RealRun(name=path.name, source=source, path=path, server=server, requests=requests, recorded_args=recorded,
+                   measured_by=measured_by, tpot_of_means=not len(requests) and bool(summary),
                    profile=profile, summary=summary)

@@ -79,10 +79,19 @@ def test_summary_only_inference_perf_folder(tmp_path):
     folder = write_exp_config(tmp_path / "run-b")
     (folder / "summary_lifecycle_metrics.json").write_text(json.dumps({"successes": {"latency": {
         "time_to_first_token": {"mean": 0.25}, "time_per_output_token": {"mean": 0.02},
-        "request_latency": {"mean": 4.0}}}}))
+        "request_latency": {"mean": 4.0}}, "output_len": {"mean": 101}}}))
     run = load_server_run(folder)
-    assert run.measured() == {"ttft_s": 0.25, "tpot_s": 0.02, "e2e_s": 4.0}
-    assert not run.has_per_request
+    # the summary's TPOT is per streamed chunk: the scored one is per token, of the means
+    assert run.measured() == {"ttft_s": 0.25, "tpot_s": pytest.approx((4.0 - 0.25) / 100), "e2e_s": 4.0}
+    assert not run.has_per_request and run.tpot_of_means and run.measured_by == "inference-perf-summary"
+
+
+def test_a_summary_without_output_lengths_scores_no_tpot(tmp_path):
+    folder = write_exp_config(tmp_path / "run-b2")
+    (folder / "summary_lifecycle_metrics.json").write_text(json.dumps({"successes": {"latency": {
+        "time_to_first_token": {"mean": 0.25}, "time_per_output_token": {"mean": 0.02},
+        "request_latency": {"mean": 4.0}}}}))
+    assert np.isnan(load_server_run(folder).measured()["tpot_s"])
 
 
 def test_folder_without_measurements_names_what_it_expects(tmp_path):
