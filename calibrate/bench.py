@@ -1,22 +1,18 @@
 """Micro-benchmarks of the engine's own ops on a device, fitted into a profile (`servesim calibrate`).
 
-What is timed (one layer's modules from `gpu_backend.model.op_registry`; the model's layers are
-identical, so one layer's op times x num_hidden_layers is a layer stack):
+What is timed (one layer's modules from `gpu_backend.model.op_registry`; the layers are identical,
+so one layer's op times x num_hidden_layers is a layer stack):
 
-- over token counts T: QKV, O, gate/up and down projections, SwiGLU activation, RMSNorm, rotary,
-  KV writes (the backend's scatter), embedding; the GEMMs over rotating copies of their weights
-  (`OpBench.cold`: a step reads every weight once, so its GEMMs find them out of cache);
-- over sampled rows S: the LM head (cold weights too) and the sampler;
+- over token counts T: QKV, O, gate/up and down projections, SwiGLU, RMSNorm, rotary, KV writes
+  (the backend's scatter), embedding; over sampled rows S: the LM head and the sampler; the GEMMs
+  and the LM head over rotating copies of their weights (`OpBench.cold`);
 - prefill attention over (chunk tokens, context length), one sequence, through the engine's
-  attention backend (which also writes the chunk's K/V, so `attention_includes_kv_write`);
-- decode attention over (batch size, KV length), all decodes of equal length;
-- swap copies GPU->CPU and CPU->GPU over bytes (`KVCache.swap_out` / `swap_in`);
-- the engine's own steps on a fixed calibration workload (`measure_engine_steps`; the fit is
-  `calibrate.engine_steps`): the host overhead per step, per sequence and per prefill sequence,
-  and the in-step scales of the op curves, fitted on those steps (nothing here shares anything
-  with a validation workload).
+  attention backend (which also writes the chunk's K/V: `attention_includes_kv_write`); decode
+  attention over (batch size, KV length); swap copies over bytes (`KVCache.swap_out` / `swap_in`);
+- the engine's own steps on a fixed calibration workload (`measure_engine_steps`, fitted by
+  `calibrate.engine_steps`): host overhead and the op curves' in-step scales.
 
-Each point: `warmup` untimed calls, then `repeats` timed calls (synchronized on CUDA); every timed
+Each point: `warmup` untimed calls, then `repeats` timed ones (synchronized on CUDA); every timed
 call is kept as a raw point and the fit uses per-x medians. `quick` is a small grid for CI.
 """
 from __future__ import annotations
@@ -126,7 +122,7 @@ def clock_for(device: torch.device) -> tuple[Callable[[], float], str]:
     """The timer for `device`: this thread's CPU time on a single-threaded CPU run, else wall time.
 
     On a CPU shared with other processes, wall time of a short op is mostly time spent waiting for
-    a core (we measured 2-3x spreads on a loaded 2-core machine) while the thread's CPU time stays
+    a core (several-fold spreads on a loaded 2-core machine) while the thread's CPU time stays
     within a few percent. With one torch thread all the op's work runs on the calling thread, so its
     CPU time is the op's uncontended cost; with more threads or on CUDA, wall time is the only
     honest clock (synchronized for CUDA).
@@ -224,8 +220,8 @@ class OpBench:
 
         In an engine step every weight is read once, and the same layer's weights come back only
         after all the others' (the whole model, up to `COLD_BYTES_CAP`) went through the caches. A
-        micro-benchmark calling one module over and over reads its weights from cache instead: on
-        this CPU the decode GEMMs of the tiny model then measure ~3x faster than inside a step.
+        micro-benchmark calling one module over and over reads its weights from cache instead and
+        measures the decode GEMMs of the tiny model several times faster than inside a step.
         Rotating over copies reproduces the step's reuse distance.
         """
         own = sum(p.numel() * p.element_size() for p in module.parameters())
@@ -367,7 +363,7 @@ def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: f
 def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, max_prompt: int = 1000,
                          max_output: int = 40, progress: bool = True, seed: int = 0) -> list[tuple[str, BatchPlan, float, bool]]:
     """[(configuration, plan, seconds, after_idle)] of every step of the calibration workload (module
-    docstring); after_idle marks a group's first step, which follows the idle pause."""
+    docstring: `calibrate.engine_steps`); after_idle marks a group's first step, which follows the idle pause."""
     mc = bench.config
     max_len = mc.max_position_embeddings
     max_prompt = max(4, min(max_prompt, max_len // 2))
@@ -462,8 +458,7 @@ def _settle() -> None:
 
     Python's collector walks every tracked object in its oldest generation, so the engine's steps
     get slower as earlier phases leave objects behind (the calibration's records, a bracketed run's
-    plans and requests): the engine steps after a validation run measured 3.4-4.5% slower than
-    those before it in all four of one process's runs, 1.2-1.4% with no run between. Frozen objects
+    plans and requests), which a bracketed run would read as the machine drifting. Frozen objects
     are skipped until `gc.unfreeze()` (at the end of `calibrate`), as a serving engine freezes its
     start-up heap.
     """
@@ -510,9 +505,9 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
 
     `model`, when given, is the model (a `gpu_backend.model.LlamaModel` of `model_path`'s dims) the
     benchmarks and the calibration's engines run, instead of seeded random weights of their own: an
-    engine that then runs the same object runs on the same memory. On the tiny CPU model two models
-    of one process ran single decodes -2..+18% apart (four processes; repeats of one model moved too,
-    by up to 15%), and a profile cannot carry where its weights lay over to another model.
+    engine that then runs the same object runs on the same memory: two models of one process can run
+    the same steps well over the validation bar apart, and a profile cannot carry where its weights
+    lay over to another model (figures: docs/results/2026-12-02-docstring-history.md).
     """
     t0 = time.perf_counter()
     mc = ModelConfig.from_json(model_path)

@@ -2,34 +2,16 @@
 
 Op curves are timed in isolation; a real engine step also pays host work no op accounts for
 (scheduling, batch assembly, module calls, Python glue, sampling bookkeeping) and runs its ops in
-other cache conditions (between two steps the scheduler, sampler and bookkeeping evict the
-caches; sequences have real, uneven block tables). Both are measured on the real `Engine` (by
+other cache conditions (between two steps the scheduler, sampler and bookkeeping evict the caches;
+sequences have real, uneven block tables). Both are measured on the real `Engine` (by
 `calibrate.bench.measure_engine_steps`, which runs it); this module holds the workload and the fit:
 
-1. the calibration workload: a fixed one (groups of 1 to 32 requests arriving
-   together, prompts log-uniform over 4 to ~1,000 tokens, 2 to 40 output tokens; seeded, and
-   sharing nothing with any validation workload) runs through the engine under three scheduler
-   configurations (chunked at 64 and 256 tokens, continuous), so that single decodes, decode
-   batches, first and later chunks, whole prompts and mixed steps all occur. Every step's plan
-   and time (the model runner on the bench's clock plus the scheduler's time) is kept.
-2. `fit_engine_steps`: with the op curves' breakdown of each plan,
-
-       measured = a + b * num_seqs + c * num_prefill_seqs
-                  + s_dense * (GEMMs, norms, rotary, embedding, LM head, sampler)
-                  + s_prefill * prefill attention + s_decode * decode attention + swaps
-
-   fitted on relative error with a Cauchy loss (a step hit by a burst of load from other
-   processes must not bend it; soft-L1 still let one step in ten at 3x pull the constant by 7%), a, b, c >= 0 and the scales within [0.67, 1.5]. a + b * num_seqs
-   becomes `step_overhead`, c * num_prefill_seqs `prefill_overhead`, and the scales the profile's
-   `meta.in_step_scale` (see `sim.latency.profiled`). Why scales and not only an additive
-   residual: the in-step cost of an op differs from its isolated cost by a factor (caches), so a
-   residual that fits small steps is wrong for large ones (measured here: decode batches of 24-32
-   left 9-18 ms of residual with an additive-only fit). The fit's error is reported in-sample and
-   leave-one-configuration-out (each scheduler configuration predicted by the fit on the others).
-3. Each engine sleeps `IDLE_S` before each group arrives, as a server's engine waits for arrivals;
-   the first step after the pause finds cold caches. Those steps stay out of the fit, and the median
-   of their excess over it is `after_idle_s` (the profile's `meta.after_idle_s`, which the
-   simulator's replica adds to a step that follows an idle wait).
+1. the workload: fixed and seeded, sharing nothing with any validation workload (`ENGINE_GROUPS`
+   of requests arriving together, prompts log-uniform over 4 to ~1,000 tokens, 2 to 40 outputs),
+   run under the three `ENGINE_POLICIES` so that single decodes, decode batches, first and later
+   chunks, whole prompts and mixed steps all occur; each engine sleeps `IDLE_S` before a group;
+2. `fit_engine_steps`: the host overhead and the in-step scales of the op curves from those steps,
+   and the after-idle excess (`after_idle_s`).
 """
 from __future__ import annotations
 
@@ -54,9 +36,10 @@ PARAMS = ("step_s", "per_seq_s", "per_prefill_seq_s", "dense", "attn_prefill", "
 def interleave(groups) -> tuple[int, ...]:
     """`groups` smallest, largest, second smallest, second largest, ...: the order the calibration
     runs them in. In ascending order a machine drifting over the calibration (a shared host's speed
-    moved 10-20% from one minute to the next) put more of its slow stretch on the large steps than
-    on the small ones, which the fit cannot tell from the dense scale and the per-step constant
-    trading against each other (the fit's weakest direction)."""
+    moves from one minute to the next) put more of its slow stretch on the large steps than on the
+    small ones, which the fit cannot tell from the dense scale and the per-step constant trading
+    against each other (the fit's weakest direction).
+    """
     ordered, out = sorted(groups), []
     while ordered:
         out.append(ordered.pop(0))
@@ -98,11 +81,23 @@ def split_after_idle(steps: list[tuple]) -> tuple[list, list]:
 
 
 def fit_engine_steps(model, steps: list[tuple]) -> dict:
-    """The in-step fit of `steps` (module docstring): params, residual points and errors.
+    """The in-step fit of `steps`: params, residual points and errors.
 
-    `steps`: (configuration, plan, seconds[, after_idle]). Steps that followed an idle pause are left
-    out of the fit; the median of their time over the fit's prediction is `after_idle_s` (>= 0; 0
-    with fewer than 3 such steps).
+    `steps`: (configuration, plan, seconds[, after_idle]). With the op curves' breakdown of each plan,
+
+        measured = a + b * num_seqs + c * num_prefill_seqs
+                   + s_dense * (GEMMs, norms, rotary, embedding, LM head, sampler)
+                   + s_prefill * prefill attention + s_decode * decode attention + swaps
+
+    fitted on relative error with a Cauchy loss (a step hit by a burst of load from other processes
+    must not bend it), a, b, c >= 0 and the scales within `SCALE_BOUNDS`. a + b * num_seqs becomes
+    `step_overhead`, c * num_prefill_seqs `prefill_overhead`, the scales `meta.in_step_scale` (see
+    `sim.latency.profiled`). Why scales and not only an additive residual: an op's in-step cost differs
+    from its isolated cost by a factor (caches), so a residual that fits small steps is wrong for large
+    ones. The error is reported in-sample and leave-one-configuration-out (each scheduler configuration
+    predicted by the fit on the others). Steps that followed an idle pause (cold caches) are left out;
+    the median of their time over the fit's prediction is `after_idle_s` (>= 0; 0 with fewer than 3
+    such steps; the simulator's replica adds it to a step that follows an idle wait).
     """
     steps, idle = split_after_idle(steps)
     if len(steps) < 8:

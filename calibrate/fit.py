@@ -1,38 +1,18 @@
 """Curve fits for per-op latency points (scipy), with the fit error stored beside each curve.
 
-Why these shapes:
+- One-input ops (GEMMs, norms, LM head, copies over bytes): a **monotone piecewise-linear** curve,
+  the isotonic regression of the per-x medians, a knot at each distinct x. A roofline
+  ``max(a + b*x, c + d*x)`` would smooth away the launch floor, wave-quantization steps and the
+  memory/compute knee, which sit wherever the device puts them. An exact prefix (every count
+  1, 2, 3, ... timed, as our grids do) keeps its medians as measured (`_pwl`).
+- Two-input attention on a full rectangle (our calibration): bilinear interpolation of the per-cell
+  medians, non-decreasing on both axes (`fit_grid`). Other two-input data (tables with holes):
+  ``c0 + cx*x + cy*y + cxy*x*y`` by non-negative least squares on relative error (`fit_bilinear`).
+- Host overhead (`step_overhead`, `prefill_overhead`), a residual of two larger measured numbers:
+  a robust line over sequences (Theil-Sen, slope >= 0; `fit_robust_line`), not isotonic knots.
 
-- One-input ops (GEMMs, norms, LM head, copies over bytes) get a **monotone piecewise-linear**
-  curve: the per-x medians pass through isotonic regression (time never decreases with more
-  work), and the knots are the distinct x values. Our own calibration makes an exception for an
-  exact prefix: where every count 1, 2, 3, ... was timed (its grids time 1 to 8 tokens), those
-  medians stand as measured, since small-M GEMM kernels really are faster at some M than at a
-  smaller one (see `_pwl`); imported tables stay monotone throughout. A two-segment roofline (``max(a + b*x, c + d*x)``)
-  smooths away what matters on real devices: the flat launch floor at small token counts, wave
-  quantization steps, and the knee between memory- and compute-bound regimes sit wherever the
-  device puts them. Isotonic + interpolation follows the measurements within their noise and
-  cannot produce the negative slopes an unconstrained spline would; beyond the grid it continues
-  the last segment (see `sim.latency.profiled.PiecewiseLinear`).
-- Two-input attention ops measured on a full rectangular grid (our own calibration: batch x KV
-  length for decode, chunk x cached context for prefill) get a **grid** curve: bilinear
-  interpolation of the per-cell medians, made non-decreasing along both axes. The engine's CPU
-  attention has regimes no smooth form follows (a first chunk runs SDPA's causal kernel, a later
-  chunk the explicit-mask one at twice the cost; caches fill at some batch x length).
-- Other two-input data (published tables with holes, prompts only) get ``c0 + cx*x + cy*y + cxy*x*y`` fitted by non-negative least squares
-  on relative error: ``x*y`` is the attention FLOPs (chunk x context) or the KV bytes read (batch x
-  KV length), the linear terms catch per-token and per-sequence work, ``c0`` the launch cost. Non-
-  negative coefficients keep it monotone and make extrapolation to larger shapes safe.
-
-- The engine's host overhead (`step_overhead`, `prefill_overhead`) is a residual: a measured step minus the op curves'
-  prediction of it, a small difference of two larger measured numbers. It gets a **robust straight
-  line** over the number of sequences (Theil-Sen slope, clamped to >= 0), not isotonic knots, so one
-  noisy plan cannot bend it.
-
-Fit error is the absolute percent error of the curve against the per-x median of the raw points:
-``{"median_abs_pct", "max_abs_pct"}``. A piecewise-linear curve passes through its knots, so for it
-that in-sample error only shows where isotonic pooling flattened a dip; the honest figure is the
-leave-one-out error ``{"loo_median_abs_pct", "loo_max_abs_pct"}``: each interior knot predicted by
-the curve fitted without it (how wrong the curve is between grid points).
+Fit error: ``{"median_abs_pct", "max_abs_pct"}`` against the per-x medians, and, since a curve through
+its knots is exact there, the leave-one-out ``{"loo_median_abs_pct", "loo_max_abs_pct"}`` (`loo_error`).
 """
 from __future__ import annotations
 
@@ -109,7 +89,12 @@ def fit_robust_line(points: list) -> PiecewiseLinear:
 
 
 def fit_bilinear(points: list) -> Bilinear:
-    """Non-negative least squares of ``c0 + cx*x + cy*y + cxy*x*y`` on relative error."""
+    """Non-negative least squares of ``c0 + cx*x + cy*y + cxy*x*y`` on relative error.
+
+    ``x*y`` is the attention FLOPs (chunk x context) or the KV bytes read (batch x KV length), the
+    linear terms catch per-token and per-sequence work, ``c0`` the launch cost. Non-negative
+    coefficients keep it monotone and make extrapolation to larger shapes safe.
+    """
     from scipy.optimize import nnls  # an extra (calibrate): imported where the fit runs
 
     keys, med = _medians(points)
@@ -138,7 +123,9 @@ def fit_grid(points: list) -> Grid2D | None:
     length: no cached context fits beside it): its missing cells, shapes beyond the maximum length,
     are filled from the row below as attention work grows, the part that grows with the cached
     context in proportion to the chunk (`_fill_capped_rows`), so that interpolation towards them
-    stays physical.
+    stays physical. Why a grid and not a smooth form: the engine's CPU attention has regimes none
+    follows (a first chunk runs SDPA's causal kernel, a later chunk the explicit-mask one at twice
+    the cost; caches fill at some batch x length).
     """
     keys, med = _medians(points)
     for offset in (False, True):

@@ -3,22 +3,15 @@
 The shipped `examples/validate-*.toml` are four fixed workloads, and every change to the
 calibration was judged on them; a figure on them says little about a workload they do not look
 like. `draw(seed, index)` makes a fresh one, as a dict of config sections (`write` saves it as a
-TOML file `servesim validate` reads), from `numpy.random.default_rng([seed, index])` alone:
-
-- arrivals: Poisson, bursty gamma (cv 2-4) or on/off (alternating busy and quiet stages);
-- prompts: heavy-tailed (lognormal, sigma 0.9-1.6, clipped to `max_model_len`, which is 1024 or the
-  model's 2048 with a roomy pool), sometimes a mixture of a short and a long class; outputs uniform
-  or lognormal;
-- scheduler: chunked with a small (24-96) or a large (384-1024) token budget, or continuous
-  (whole prompts, prefill-first);
-- memory: a roomy KV pool, or a small one under recompute or swap preemption.
+TOML file `servesim validate` reads), from `numpy.random.default_rng([seed, index])` alone: Poisson,
+bursty or on/off arrivals; heavy-tailed prompts; chunked at a small or large budget, or continuous;
+a roomy KV pool, or a small one under recompute or swap preemption (the ranges: `draw`).
 
 The policy, the arrival process and the memory case are stratified over `index`: any six
 consecutive workloads from a multiple of 3 (0-5, 3-8, ...) cover every policy and every arrival
-process twice and both preemption modes, and 0-8 every pair of policy and arrival process; the
-rest is drawn. Rates are drawn against a rough service
-rate of the tiny CPU model so that the engine is busy but not hopelessly overloaded (a queue
-that only grows measures the backlog, not the model).
+process twice and both preemption modes, and 0-8 every pair of policy and arrival process; the rest
+is drawn. Rates are drawn against a rough service rate of the tiny CPU model so that the engine is
+busy but not hopelessly overloaded (a queue that only grows measures the backlog, not the model).
 """
 from __future__ import annotations
 
@@ -57,7 +50,16 @@ def _mean_lognormal(d: dict) -> float:
 
 
 def draw(seed: int, index: int) -> dict:
-    """The config sections (model, hardware, scheduler, cache, workload) of random workload `index`."""
+    """The config sections (model, hardware, scheduler, cache, workload) of random workload `index`.
+
+    - arrivals: Poisson, bursty gamma (cv 2-4) or on/off (alternating busy and quiet stages);
+    - prompts: heavy-tailed (lognormal, sigma 0.9-1.6, clipped to `max_model_len`, which is 1024 or the
+      model's 2048 with a roomy pool), sometimes a mixture of a short and a long class; outputs uniform
+      or lognormal;
+    - scheduler: chunked with a small (24-96) or a large (384-1024) token budget, or continuous
+      (whole prompts, prefill-first);
+    - memory: a roomy KV pool, or a small one under recompute or swap preemption.
+    """
     rng = np.random.default_rng([seed, index])
     policy = POLICIES[index % len(POLICIES)]
     arrival = ARRIVALS[(index + index // len(POLICIES)) % len(ARRIVALS)]

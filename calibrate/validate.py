@@ -9,17 +9,9 @@
    block counts).
 4. Report: per-step error, matching steps by composition (each measured step's own plan is
    re-predicted, so the comparison does not depend on the two runs scheduling identically);
-   TTFT/TPOT/ITL/E2E (mean, p50, p99) and throughput, predicted vs measured; plots of the CDFs and
-   of step time over the run (PNG + a small HTML page); `validation.json` with exactly::
-
-       {"step_time_abs_pct_error": {"median": ..., "p90": ...},
-        "metrics": {"ttft_s" | "tpot_s" | "itl_s" | "e2e_s": {"mean" | "p50" | "p99":
-                        {"predicted": ..., "measured": ..., "abs_pct_error": ...}},
-                    "throughput": {"requests_per_s" | "output_tokens_per_s" | "total_tokens_per_s":
-                        {"predicted": ..., "measured": ..., "abs_pct_error": ...}}}}
-
-   plus `steps.csv` (per-step measured vs predicted), `details.json` (profile metadata, runs'
-   summaries) and the two runs' result folders (`engine/`, `sim/`).
+   TTFT/TPOT/ITL/E2E (mean, p50, p99) and throughput, predicted vs measured; CDF and step-time
+   plots and an HTML page. The files (`validation.json`, `steps.csv`, `details.json`, `engine/`,
+   `sim/`, ...) are described in docs/formats.md ("Reports").
 """
 from __future__ import annotations
 
@@ -50,7 +42,7 @@ def _cmp(predicted, measured) -> dict:
 
 
 def compare(sim_summary: dict, engine_summary: dict, step_errors: np.ndarray) -> dict:
-    """The `validation.json` structure (see module docstring) from two summaries and per-step errors."""
+    """The `validation.json` structure (docs/formats.md, "Reports") from two summaries and per-step errors."""
     metrics = {}
     for name in LATENCY_METRICS:
         ps, ms = sim_summary.get(name) or {}, engine_summary.get(name) or {}

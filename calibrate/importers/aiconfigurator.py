@@ -1,28 +1,19 @@
 """Import the per-op database of `aiconfigurator-core` (NVIDIA, Apache-2.0) into a servesim profile.
 
-The wheel ships measured kernel latencies (milliseconds) under
-``aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/*.parquet``:
+Measured kernel latencies (ms), ``aiconfigurator_core/systems/data/<system>/<op>/<fw>/<ver>/*.parquet``:
 
-- ``gemm/.../gemm_perf.parquet``: m, n, k, latency for bf16 ``torch.nn.functional.linear`` (and fp8)
-  over a grid of n, k in {32..65536} and m in {1..32768}. A model's per-rank (k, n) rarely sits on the
-  grid, so each GEMM is interpolated bilinearly in (n, k) at every grid m: at fixed m a GEMM's time is
-  close to linear in n and in k once the tile is filled, and the bracketing grid points are at most
-  a factor 1.5 apart.
-- ``attention/.../context_attention_perf.parquet``: batch_size x isl prefills (``step`` 0), per-rank
-  heads/KV heads/head dim. Rows become per-sequence times of a whole prefill, and chunks over
-  cached context are charged by equal causal work (`chunked_prefill_points`).
-- ``attention/.../generation_attention_perf.parquet``: batch_size x KV length (``step``) decodes,
-  measured on a triangle (batch x length capped) that `complete_decode_grid` extends linearly in
-  KV length. Per-rank head shapes the database lacks (MHA models, Qwen's 28/4, ...) are derived
-  from measured ones by the work the kernel does (`attention_rows`), not by a roofline.
-- ``comm/vllm/*/custom_allreduce_perf.parquet`` and ``comm/nccl/*/nccl_perf.parquet``: all-reduce
-  over message bytes for 2/4/8 GPUs; vLLM uses its custom kernel (replayed in its CUDA graphs:
-  the ``vllm_graph`` rows) for small messages and NCCL for large ones, so the curve takes the
-  faster of the two at each size. An eager engine (`nccl_only`) gets NCCL alone.
-
-- ``moe/vllm/*/moe_perf.parquet``: vLLM's fused MoE over the step's tokens, for Mixtral-style
-  models (`moe_ops`). MLA and the other tables are not imported. Norms, rotary, activation, KV writes, embedding and sampling are derived from the system's
-memory bandwidth (`calibrate.importers.derived`); there is no per-step host overhead in the data.
+- ``gemm/.../gemm_perf.parquet``: bf16 (and fp8) `F.linear` over a grid of m, n, k; a model's
+  per-rank (k, n) is interpolated between grid shapes (`_interp_gemm`).
+- ``attention/.../context_attention_perf.parquet``: whole prefills, charged to chunks over cached
+  context by equal causal work (`chunked_prefill_points`); ``generation_attention_perf.parquet``:
+  decodes on a batch x KV length triangle (`complete_decode_grid`). Head shapes it lacks are derived
+  from measured ones by the kernel's work, not a roofline (`attention_rows`).
+- ``comm/vllm/*/custom_allreduce_perf.parquet``, ``comm/nccl/*/nccl_perf.parquet``: all-reduce
+  over bytes for 2/4/8 GPUs, the faster of vLLM's custom kernel (its ``vllm_graph`` rows) and NCCL
+  at each size, as vLLM picks; an eager engine (`nccl_only`) gets NCCL alone.
+- ``moe/vllm/*/moe_perf.parquet``: vLLM's fused MoE, for Mixtral-style models (`moe_ops`).
+Not imported: MLA and the other tables. Elementwise ops, embedding and sampling come from memory
+bandwidth (`calibrate.importers.derived`); the data has no host overhead.
 """
 from __future__ import annotations
 
@@ -77,7 +68,12 @@ def _table(system_dir: Path, op: str, filename: str, frameworks=FRAMEWORKS) -> t
 
 
 def _interp_gemm(df, k: int, n: int) -> list[list[float]]:
-    """[[m, seconds]] for a (k, n) GEMM, bilinear in (n, k) between the bracketing grid shapes."""
+    """[[m, seconds]] for a (k, n) GEMM, bilinear in (n, k) between the bracketing grid shapes.
+
+    The grid is n, k in {32..65536}, m in {1..32768}; a model's per-rank (k, n) rarely sits on it. At a
+    fixed m a GEMM's time is close to linear in n and in k once the tile is filled, and the bracketing
+    grid points are at most a factor 1.5 apart.
+    """
     ns, ks = np.array(sorted(df.n.unique())), np.array(sorted(df.k.unique()))
 
     def bracket(grid, v):
@@ -200,8 +196,7 @@ def chunked_prefill_points(full: list, decode_curve) -> list:
     the floor is the KV-read part of one decode over c + p tokens (the decode curve at batch 1 less
     its fixed kernel cost, which the prefill time already holds). At p = 0 this is the measured
     prefill itself. (Charging context linearly from whole-prefill data alone cannot separate the
-    chunk and context terms: a 64-token chunk over 3000 cached tokens came out at half the time of
-    a whole 2048-token prefill.)
+    chunk and context terms: it made short chunks over long contexts far too cheap.)
     """
     isl_curve = fit_pwl([[x, t] for x, t in full])
     chunks = sorted({x for x, _ in full})

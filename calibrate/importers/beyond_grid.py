@@ -3,16 +3,14 @@
 `sim.latency.profiled.PiecewiseLinear` continues a curve beyond its last knot with the slope of
 its last segment. For a coarse grid (aiconfigurator's GEMMs: 16384 -> 32768 tokens) that slope is
 a measured compute-bound rate. For a dense, noisy grid it is noise: Vidur's per-op tables step by
-32 tokens up to 4096, and the slope between 4064 and 4096 tokens is the difference of two medians
-a few percent apart. Measured consequences on the Splitwise check (Llama-2-70B on H100): the TP2
-QKV GEMM at 8192 tokens came out at 5.9 ms (the aiconfigurator table says 0.9 ms), the TP8 one at
-0.15 ms, flat from 4096 on (a 16384-token prefill "as fast" as a 4096-token one).
+32 tokens up to 4096, and the slope between 4064 and 4096 tokens is the difference of two medians a
+few percent apart (on the Splitwise check it blew GEMMs up or made them flat: see
+docs/results/2026-12-02-docstring-history.md).
 
 `extend_in_proportion` adds one knot at `factor` x the last one, at `factor` x its time, so
 beyond the data the op's time grows in proportion to its input: a GEMM at thousands of tokens is
-compute-bound (FLOPs in proportion to tokens), an elementwise op is bandwidth-bound (bytes in
-proportion to tokens), an all-reduce of tens of MB is bandwidth-bound (time in proportion to
-bytes). Within the data nothing changes. Nothing here is fitted to anything.
+compute-bound, an elementwise op and an all-reduce of tens of MB bandwidth-bound, all in
+proportion to tokens or bytes. Within the data nothing changes. Nothing here is fitted to anything.
 """
 from __future__ import annotations
 

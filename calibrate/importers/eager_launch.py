@@ -1,36 +1,17 @@
 """The host launch path of an eager engine (no CUDA graphs), for profiles of 2023-era engines.
 
-Without CUDA graphs the host issues every kernel of every layer from Python, one op call at a
-time, while the GPU runs what was already issued. A step then lasts
-
-    max(GPU time of the kernels, host time to issue them) + host work outside the forward
-
-(`sim.latency.eager.EagerLatencyModel`): small or heavily sharded steps wait for the host,
-large ones for the GPU. This module gives the first host term from measurements that are not
-the data it is checked against:
-
-- **calls per layer**: the kernel-issuing op calls of a Llama decoder layer in the eager vLLM of
-  2023 (0.1-0.2, `LlamaDecoderLayer`): input RMSNorm, QKV `F.linear`, rotary, `reshape_and_cache`,
-  paged attention, O `F.linear`, its all-reduce, residual add, post-attention RMSNorm, gate/up
-  `F.linear`, `silu_and_mul`, down `F.linear`, its all-reduce, residual add: 14 (12 at TP 1, no
-  all-reduces). Views, splits and `torch.empty` allocations issue no kernel and are not counted.
-- **host time of one eager op call on an H100/H200/A100 node**: aiconfigurator-core times
-  vLLM's custom all-reduce both eagerly and inside a CUDA graph (`comm/vllm/<version>/
-  custom_allreduce_perf.parquet`, backends `vllm_eager` / `vllm_graph`). For messages up to 64 KB
-  the kernel takes ~5 us; the eager call ~21-24 us. The difference (median over sizes <= 64 KB,
-  GPU counts and vLLM versions) is what issuing one op from Python costs on that node: 16.9 us on
-  H100 (16.5 / 18.7 / 18.2 us in the vLLM 0.14 / 0.19 / 0.24 tables alone), 38.8 us on A100. It is the only measured
-  per-call host cost of an eager op on these machines in the data here; a bare `F.linear` issues
-  faster, a Python-level module call slower, so it stands for the average call.
-
-Launch path per step = layers x calls per layer x host time per call (80 x 14 x 16.9 us = 18.9 ms
-for Llama-2-70B on H100). It does not depend on the batch: the same ops are issued for one
-sequence or 64.
-Nothing here is fitted to step times.
+Without CUDA graphs the host issues every kernel of every layer from Python while the GPU runs what
+was already issued, so a step lasts ``max(GPU time of the kernels, host time to issue them) + host
+work outside the forward`` (`sim.latency.eager.EagerLatencyModel`): small or heavily sharded steps
+wait for the host, large ones for the GPU. This module gives the launch path, layers x op calls a
+layer (`add_eager_launch`) x host time of one eager op call (`eager_call_host_s`), from
+measurements that are not the data it is checked against; it does not depend on the batch (the
+same ops are issued for one sequence or 64). Nothing here is fitted to step times.
 
 The host work *outside* the forward pass (scheduling, input preparation, sampling; the GPU idles)
-is a separate term: `host_work_ops` turns a per-step, per-sequence and per-prompt-step constant
-into the profile's `step_overhead` and `prefill_overhead` (`fidelity.sources.splitwise` fits them).
+is a separate term: `host_work_ops` turns a per-step, per-sequence and per-prompt-step constant into
+the profile's `step_overhead` and `prefill_overhead` (`fidelity.sources.splitwise` fits them).
+Figures measured with it: docs/results/2026-12-02-docstring-history.md.
 """
 from __future__ import annotations
 
@@ -41,15 +22,22 @@ from calibrate.importers.aiconfigurator import SYSTEMS, package_dir
 from policies import ConfigError
 from sim.latency.profiled import Profile
 
-#: kernel-issuing op calls per decoder layer of an eager 2023 vLLM Llama layer (see the module docstring)
+#: kernel-issuing op calls per decoder layer of an eager 2023 vLLM Llama layer (see `add_eager_launch`)
 CALLS_PER_LAYER = 14
 CALLS_PER_LAYER_TP1 = 12
 SMALL_MESSAGE_BYTES = 65536
 
 
 def eager_call_host_s(gpu: str) -> tuple[float, str]:
-    """(seconds, source) of host time per eager op call on `gpu`'s node, from aiconfigurator-core:
-    the median of (eager - CUDA graph) latency of vLLM's custom all-reduce over messages <= 64 KB."""
+    """(seconds, source) of host time per eager op call on `gpu`'s node, from aiconfigurator-core.
+
+    aiconfigurator-core times vLLM's custom all-reduce both eagerly and inside a CUDA graph
+    (``comm/vllm/<version>/custom_allreduce_perf.parquet``, backends ``vllm_eager`` / ``vllm_graph``).
+    For small messages (<= 64 KB) the kernel is a few us, so the median of (eager - graph) over sizes,
+    GPU counts and vLLM versions is what issuing one op from Python costs on that node. It is the only
+    measured per-call host cost of an eager op on these machines in the data here; a bare `F.linear`
+    issues faster, a Python-level module call slower, so it stands for the average call.
+    """
     key = gpu.upper().replace("-SXM", "").replace("_SXM", "")
     if key not in SYSTEMS:
         raise ConfigError(f"gpu: {gpu!r} is not allowed; choose one of {', '.join(SYSTEMS)}")
@@ -81,7 +69,12 @@ def add_eager_launch(profile: Profile, gpu: str | None = None, call_s: float | N
                      calls_per_layer: int | None = None) -> dict:
     """Record the eager launch path in `profile.meta["eager_launch"]` (in place) and return it.
 
-    `call_s` defaults to `eager_call_host_s(gpu)`; `calls_per_layer` to 14 (12 at TP 1).
+    `call_s` defaults to `eager_call_host_s(gpu)`; `calls_per_layer` to 14 (12 at TP 1): the
+    kernel-issuing op calls of a Llama decoder layer in the eager vLLM of 2023 (0.1-0.2,
+    `LlamaDecoderLayer`): input RMSNorm, QKV `F.linear`, rotary, `reshape_and_cache`, paged attention,
+    O `F.linear`, its all-reduce, residual add, post-attention RMSNorm, gate/up `F.linear`,
+    `silu_and_mul`, down `F.linear`, its all-reduce, residual add (no all-reduces at TP 1). Views,
+    splits and `torch.empty` allocations issue no kernel and are not counted.
     """
     tp = profile.model["tensor_parallel_size"]
     layers = profile.model["num_hidden_layers"]

@@ -2,20 +2,17 @@
 
 The folder (see its README) has H100 kernel timings in microseconds:
 
-- ``gemm/h100/data.csv``: m, k, n, latency_us for k in {2048, 3584, 4096, 8192} and n in {6144, 11008}
-  (Llama-7B-like shapes), m from 8 to 131072. A model's per-rank (k, n) is taken from the nearest
-  measured shape (in log k + log n) and scaled by the FLOP ratio ``k*n / (k0*n0)``: at a fixed m a
-  GEMM that fills the device runs at a near-constant FLOP rate, which the data's own `mfu` column
-  shows (0.58-0.65 for m = 4096 over all eight shapes). Below m = 8 the m = 8 time is used.
-- ``mha/prefill/h100/<heads>-<kv_heads>-<head_dim>.csv``: seq_len, latency_us of one whole-prompt
-  prefill with all heads (one GPU). Per rank the heads split over TP, so the time is divided by tp.
-- ``mha/decode/h100/<heads>-<kv_heads>-<head_dim>-tp<N>.csv``: batch_size, kv_len, latency_us, for
-  N in 1, 2, 4. Another TP uses the nearest N, scaled by N / tp (heads per rank).
+- ``gemm/h100/data.csv``: m, k, n, latency_us for Llama-7B-like (k, n), m from 8 to 131072. A
+  model's per-rank (k, n) takes the nearest measured shape (in log k + log n) scaled by the FLOP
+  ratio ``k*n / (k0*n0)``, since a device-filling GEMM runs at a near-constant FLOP rate (the data's
+  `mfu` column); below m = 8 the m = 8 time is used.
+- ``mha/prefill/h100/<heads>-<kv_heads>-<head_dim>.csv``: one whole-prompt prefill on one GPU;
+  per rank the heads split over TP, so the time is divided by tp.
+- ``mha/decode/h100/<heads>-<kv_heads>-<head_dim>-tp<N>.csv``: batch x KV length for N in 1, 2, 4;
+  another TP uses the nearest N, scaled by N / tp (heads per rank).
 
-There is no all-reduce, norm or sampler data here: those come from `calibrate.importers.derived`
-(elementwise, H100 datasheet bandwidth) and, for TP > 1, an all-reduce over NVLink at the H100
-datasheet's 450 GB/s per direction with a ring's 2(tp-1)/tp traffic factor and a 10 us latency; the
-profile's op `source` fields say which curves are derived.
+No all-reduce, norm or sampler data: elementwise ops come from `calibrate.importers.derived`, the
+TP all-reduce from NVLink's datasheet 450 GB/s (ring factor 2(tp-1)/tp, 10 us); `source` says so.
 """
 from __future__ import annotations
 

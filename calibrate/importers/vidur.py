@@ -2,26 +2,17 @@
 
 ../shared/data/profiles/vidur-per-op (github.com/microsoft/vidur `data/profiling/`, MIT) holds
 per-op GPU times measured through a PyTorch reference model of each Llama-family network
-(`torch.nn.functional.linear` through cuBLAS, norms / rotary / SiLU / residual add as separate
-kernels, 2023-24 software) at tensor parallelism 1/2/4/8, and all-reduce times of
-`torch.distributed.all_reduce` (NCCL) called from Python on DGX nodes.
-
-That is the software an *eager* engine of that era runs (vLLM 0.1-0.2, FasterTransformer-like
-stacks: no CUDA graphs, no custom all-reduce), so for such engines this overlay replaces:
-
-- the four GEMMs, activation, norms, rotary and residual adds of a layer with Vidur's per-op
-  medians for the same model and TP (matched by dims, not by name: heads, KV heads, hidden and
-  intermediate sizes);
-- the all-reduce with Vidur's NCCL table for the node (`h100_dgx` / `a100_dgx`): a Python-side
-  `all_reduce` call costs ~30-40 us even for a few KB (launch plus NCCL's protocol latency), which
-  a kernel-only or CUDA-graph table leaves out.
-
-Attention stays from the base import (Vidur's attention data covers one shape on A100 only).
-Beyond its last measured size each overlaid curve continues in proportion to its input
-(`calibrate.importers.beyond_grid`), not with the slope of its last 32-token segment, which on
-these dense grids is the noise between two medians (a TP2 QKV GEMM at 8192 tokens had come out
-at 5.9 ms, aiconfigurator's table says 0.9 ms); `extend=False` keeps the raw last-segment slope.
-Nothing here is fitted to any end-to-end measurement; the numbers are Vidur's medians as measured.
+(`F.linear` through cuBLAS, norms / rotary / SiLU / residual add as separate kernels, 2023-24
+software) at TP 1/2/4/8, and `torch.distributed.all_reduce` (NCCL) times from Python on DGX nodes:
+the software of an *eager* engine of that era (vLLM 0.1-0.2: no CUDA graphs, no custom all-reduce).
+For such engines `vidur_overlay` replaces the layer's four GEMMs, activation, norms, rotary and
+residual adds with Vidur's medians for the same model and TP (matched by dims, not by name), and
+the all-reduce with Vidur's NCCL table for the node (`h100_dgx` / `a100_dgx`), whose Python-side
+call costs tens of us even for a few KB, which a kernel-only table leaves out. Attention stays from
+the base import (Vidur's covers one A100 shape). Beyond the last measured size each overlaid curve
+continues in proportion to its input (`calibrate.importers.beyond_grid`; `extend=False` keeps the
+last segment's slope). Nothing here is fitted to an end-to-end measurement; the numbers are Vidur's
+medians as measured (figures: docs/results/2026-12-02-docstring-history.md).
 """
 from __future__ import annotations
 
