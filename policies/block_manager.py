@@ -2,25 +2,11 @@
 
 Pure bookkeeping (no tensors): the simulator counts blocks, the engine maps the same ids onto its
 KV tensors. A request's GPU blocks live in `request.block_table` (token order), its CPU blocks in
-`request.cpu_block_table` while swapped out.
-
-Semantics follow vLLM v1's KV cache manager and block pool (ENGINE-SEMANTICS.md §1.2):
-
-- `allocate_slots(req, num_new_tokens)` grows a request's table so it covers
-  `num_computed_tokens + num_new_tokens` tokens, or changes nothing and returns False.
-- Free blocks sit in one LRU queue. Allocation pops the head. Freed blocks without a hash go to the
-  head (reused first); freed blocks holding a cached prefix go to the tail (kept longest). A request
-  frees its blocks in reverse order, so its tail blocks (the least reusable) are evicted first.
-- Prefix cache (optional): a full block's hash is `hash((parent_hash, tuple(block_token_ids)))`;
-  only full blocks are hashed. A hit block is shared (ref count > 1). A cached block whose ref count
-  drops to 0 stays findable until the LRU queue hands it out again (eviction). A lookup never covers
-  the last token (`num_tokens - 1`), so a full hit still recomputes it for logits. Unlike v1 we do
-  not keep duplicate blocks under one hash: a second block with the same content stays unhashed.
-- The watermark (vLLM v0, 1% there, 0 in v1) only guards admissions and swap-ins, never the
-  growth of a running request.
-- An optional CPU tier of the prefix cache (`offload`, a `policies.kv_offload.OffloadTier`, vLLM's KV
-  offloading) holds copies of full blocks by the same hashes; `offload_lookup`, `offload_load` and
-  `offload_stores` are the block side of its loads and stores (the scheduler drives them).
+`request.cpu_block_table` while swapped out. Semantics follow vLLM v1's KV cache manager and block
+pool (ENGINE-SEMANTICS.md §1.2); they are listed on `BlockManager`. An optional CPU tier of the
+prefix cache (`offload`, a `policies.kv_offload.OffloadTier`, vLLM's KV offloading) holds copies of
+full blocks by the same hashes; `offload_lookup`, `offload_load` and `offload_stores` are the block
+side of its loads and stores (the scheduler drives them).
 """
 from __future__ import annotations
 
@@ -38,7 +24,21 @@ NONE_HASH = hash(("servesim", "root"))  # parent hash of a request's first block
 
 
 class BlockManager:
-    """GPU and CPU KV blocks: allocation, ref counts, LRU free queue, swap, prefix cache."""
+    """GPU and CPU KV blocks: allocation, ref counts, LRU free queue, swap, prefix cache.
+
+    - `allocate_slots(req, num_new_tokens)` grows a request's table so it covers
+      `num_computed_tokens + num_new_tokens` tokens, or changes nothing and returns False.
+    - Free blocks sit in one LRU queue. Allocation pops the head. Freed blocks without a hash go to the
+      head (reused first); freed blocks holding a cached prefix go to the tail (kept longest). A request
+      frees its blocks in reverse order, so its tail blocks (the least reusable) are evicted first.
+    - Prefix cache (optional): a full block's hash is `hash((parent_hash, tuple(block_token_ids)))`;
+      only full blocks are hashed. A hit block is shared (ref count > 1). A cached block whose ref count
+      drops to 0 stays findable until the LRU queue hands it out again (eviction). A lookup never covers
+      the last token (`num_tokens - 1`), so a full hit still recomputes it for logits. Unlike v1 we do
+      not keep duplicate blocks under one hash: a second block with the same content stays unhashed.
+    - The watermark (vLLM v0, 1% there, 0 in v1) only guards admissions and swap-ins, never the
+      growth of a running request.
+    """
 
     __slots__ = (
         "block_size", "num_gpu_blocks", "num_cpu_blocks", "watermark_blocks", "enable_prefix_caching",

@@ -8,18 +8,8 @@ here by the same chained hash; the consecutive run that is present is loaded bac
 blocks instead of being recomputed. Eviction is LRU over the blocks no transfer is using.
 
 Transfers go over the host link, one queue per direction (PCIe is full duplex), each block taking
-`s_per_block` seconds (its bytes / the link's bandwidth). How they overlap the forward passes is the
-backend's (`kv_offloading_backend`):
-
-- `native` (vLLM's OffloadingConnector): asynchronous. Stores run beside the next steps; a stored
-  block can be found once its copy has landed. A request whose prefix hits here holds its GPU blocks
-  and waits (vLLM's WAITING_FOR_REMOTE_KVS) until its load has landed, while the other requests
-  keep running; then it is scheduled like any waiting request, its loaded tokens already computed.
-- `lmcache` (LMCacheConnectorV1): synchronous, in units of 256-token chunks. A hit is loaded in the
-  step that schedules the request, before its forward pass, and a step's stores (prompt chunks
-  only: LMCache does not save decode KV by default) are copied before it ends: both add their copy
-  time to the step (`step_seconds`).
-
+`s_per_block` seconds (its bytes / the link's bandwidth); how they overlap the forward passes is the
+backend's (`kv_offloading_backend`: `native` asynchronous, `lmcache` synchronous; see `OffloadTier`).
 Sizes: `num_blocks` CPU blocks of the replica (vLLM's `kv_offloading_size` GiB is summed over the TP
 ranks; each rank keeps its shard of every block). Times are the caller's clock (simulated or wall);
 the engine passes `s_per_block = 0` and measures its real copies instead.
@@ -39,7 +29,16 @@ class OffloadTier:
 
     Every method takes the block hashes of one request in token order. Entries being stored or
     loaded are pinned (never evicted) until `finish_store` / `finish_load`. Counters: blocks stored,
-    loaded and evicted, for the run's records.
+    loaded and evicted, for the run's records. The backends:
+
+    - `native` (vLLM's OffloadingConnector): asynchronous. Stores run beside the next steps; a stored
+      block can be found once its copy has landed. A request whose prefix hits here holds its GPU blocks
+      and waits (vLLM's WAITING_FOR_REMOTE_KVS) until its load has landed, while the other requests
+      keep running; then it is scheduled like any waiting request, its loaded tokens already computed.
+    - `lmcache` (LMCacheConnectorV1): synchronous, in units of 256-token chunks. A hit is loaded in the
+      step that schedules the request, before its forward pass, and a step's stores (prompt chunks
+      only: LMCache does not save decode KV by default) are copied before it ends: both add their copy
+      time to the step (`step_seconds`).
     """
 
     def __init__(self, num_blocks: int, block_size: int, backend: str = "native", s_per_block: float = 0.0,

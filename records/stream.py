@@ -1,7 +1,7 @@
 """`StreamingRecorder`: a `Recorder` whose finished requests and steps leave memory as the run goes.
 
 The in-memory `records.results.Recorder` keeps every request and step until the run ends, so its
-memory grows with the run (about 15 MiB per 1,000 requests). This one keeps only what is live:
+memory grows with the run (docs/results/2026-12-01-speed.md). This one keeps only what is live:
 a request from its submit to its end, then in a batch of finished ones; steps in a buffer of
 `step_batch`. Each full batch becomes table columns (`request_columns` / `steps_columns`, the
 values of the in-memory tables), goes to the `RunningSummary` and, with an `out_dir`, to

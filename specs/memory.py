@@ -11,14 +11,8 @@ GPU blocks follow vLLM's profiling rule::
 
     kv_bytes = memory_bytes x gpu_memory_utilization - weight_bytes - activation_reserve
 
-The activation reserve stands for what vLLM's profiling forward pass measures and holds back:
-  * peak activations of one forward over `max_num_batched_tokens` tokens: the MLP's gate/up output
-    and activation (3 x intermediate / tp per token) and a few hidden-size buffers (residual, norm
-    output, QKV and attention output: ~6 x hidden), in the weights' dtype;
-  * the sampler's float32 logits for `max_num_seqs` sequences (x2: logits and probabilities);
-  * a fixed non-torch allowance (CUDA context allocations, NCCL/custom all-reduce buffers, CUDA
-    graph pools): `NON_TORCH_BYTES`.
-Checked against real vLLM logs (CodeLlama-34B on an 80 GB GPU) in tests/specs/test_memory.py.
+(`activation_reserve_bytes`). Checked against real vLLM logs (CodeLlama-34B on an 80 GB GPU) in
+tests/specs/test_memory.py.
 """
 from __future__ import annotations
 
@@ -65,7 +59,15 @@ def weight_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1, extra_params: i
 
 def activation_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int = 2048,
                              max_num_seqs: int = 256) -> int:
-    """Memory vLLM's profiling run keeps away from the KV cache (see the module docstring)."""
+    """Memory vLLM's profiling run keeps away from the KV cache: what its profiling forward measures.
+
+    * peak activations of one forward over `max_num_batched_tokens` tokens: the MLP's gate/up output
+      and activation (3 x intermediate / tp per token) and a few hidden-size buffers (residual, norm
+      output, QKV and attention output: ~6 x hidden), in the weights' dtype;
+    * the sampler's float32 logits for `max_num_seqs` sequences (x2: logits and probabilities);
+    * a fixed non-torch allowance (CUDA context allocations, NCCL/custom all-reduce buffers, CUDA
+      graph pools): `NON_TORCH_BYTES`.
+    """
     act, h = model.act_dtype_bytes, model.hidden_size
     per_token = (3 * model.intermediate_size // tp + ACT_HIDDEN_BUFFERS * h) * act
     if model.is_moe:  # the experts' gate/up outputs for the k routed (+ shared) experts of a token

@@ -8,9 +8,7 @@ Two families beyond the Llama shape, both DeepSeek's (HF names):
   `kv_lora_rank` values per token plus a shared rotary key of `qk_rope_head_dim`, so the KV cache
   holds `kv_lora_rank + qk_rope_head_dim` values per token and layer (no separate K and V, no KV
   heads); queries go through a `q_lora_rank` bottleneck when it is set;
-- fine-grained MoE: `num_experts` routed experts of `moe_intermediate_size` (top
-  `num_experts_per_tok`), `num_shared_experts` that every token runs, and the first
-  `first_k_dense_replace` layers dense (an MLP of `intermediate_size`).
+- fine-grained MoE: routed experts, shared experts and leading dense layers (see `ModelSpec`).
 Precision: `dtype_bytes` is the weights' element size; activations are 16-bit when the weights are
 FP8 (vLLM's W8A8 FP8 keeps bf16 activations) and the KV cache defaults to the activation dtype,
 as vLLM's `kv_cache_dtype="auto"` does: FP8 weights and FP8 KV are independent choices.

@@ -1,23 +1,10 @@
 """The `cluster` and `disaggregation` config sections.
 
-```toml
-[cluster]                     # colocated replicas behind a router
-num_replicas = 4
-router = "least_tokens"       # round_robin | least_tokens | power_of_two | prefix_aware
-# heterogeneous replicas: groups, each overriding the top-level sections (replaces num_replicas)
-replicas = [{count = 2, gpu = "H100-SXM", tp = 1}, {count = 1, gpu = "A100-80GB", tp = 2}]
-
-[disaggregation]              # a prefill pool and a decode pool, KV moved over a link
-enabled = true
-link = "nvlink"               # nvlink | infiniband | roce | pcie | ethernet
-link_bandwidth_gbps = 100.0   # optional: replaces the preset's GB/s per GPU
-first_token = "after_transfer"   # or "prefill" (DistServe: TTFT excludes the transfer)
-prefill = {count = 1, tp = 2}
-decode = {count = 2, tp = 1, scheduler = {max_num_seqs = 256}}
-```
-
-A pool (`PoolConfig`) is `count` replicas built from the top-level config with its `hardware`
-and `scheduler` sections overridden (`gpu` and `tp` are shortcuts for `hardware.gpu` / `hardware.tp`).
+`[cluster]` (`ClusterConfig`): colocated replicas behind a router, `num_replicas` copies of the
+top-level config or heterogeneous groups. `[disaggregation]` (`DisaggregationConfig`): a prefill
+pool and a decode pool, the KV moved over a link. A pool (`PoolConfig`) is `count` replicas built
+from the top-level config with its `hardware` and `scheduler` sections overridden (`gpu` and `tp`
+are shortcuts for `hardware.gpu` / `hardware.tp`). Each class shows its section in TOML.
 """
 from __future__ import annotations
 
@@ -85,7 +72,16 @@ def _init_values(obj) -> dict:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Colocated replicas behind one router (`num_replicas` copies, or heterogeneous `replicas` groups)."""
+    """Colocated replicas behind one router (`num_replicas` copies, or heterogeneous `replicas` groups).
+
+    ```toml
+    [cluster]
+    num_replicas = 4
+    router = "least_tokens"       # round_robin | least_tokens | power_of_two | prefix_aware
+    # heterogeneous replicas: groups, each overriding the top-level sections (replaces num_replicas)
+    replicas = [{count = 2, gpu = "H100-SXM", tp = 1}, {count = 1, gpu = "A100-80GB", tp = 2}]
+    ```
+    """
 
     num_replicas: int = 1
     router: str = "round_robin"
@@ -115,7 +111,18 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class DisaggregationConfig:
-    """Prefill/decode disaggregation: two pools and the link the KV cache crosses between them."""
+    """Prefill/decode disaggregation: two pools and the link the KV cache crosses between them.
+
+    ```toml
+    [disaggregation]
+    enabled = true
+    link = "nvlink"               # nvlink | infiniband | roce | pcie | ethernet
+    link_bandwidth_gbps = 100.0   # optional: replaces the preset's GB/s per GPU
+    first_token = "after_transfer"   # or "prefill" (DistServe: TTFT excludes the transfer)
+    prefill = {count = 1, tp = 2}
+    decode = {count = 2, tp = 1, scheduler = {max_num_seqs = 256}}
+    ```
+    """
 
     enabled: bool = False
     prefill: Any = field(default_factory=dict)

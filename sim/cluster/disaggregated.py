@@ -1,23 +1,10 @@
 """`DisaggregatedCluster`: a prefill pool and a decode pool joined by a KV link.
 
-A request's life (the user-visible `Request` is driven by hand from its two halves):
-
-1. Arrival: a prefill half (same prompt, `max_tokens = 1`) goes to a prefill replica (router
-   `disaggregation.prefill_router`). Its one sampled token is the request's first token; the client
-   gets it when the KV has reached the decode side (`first_token = "after_transfer"`, vLLM's P/D
-   proxy streams from the decode instance) or at once (`"prefill"`, DistServe).
-2. The prefill half ends and its scheduler frees its blocks; the cluster at once re-takes as many
-   blocks on the prefill replica (a placeholder holder), so the KV stays held until it has moved.
-3. The request waits (FIFO per decode replica) until the chosen decode replica has no request of
-   its own waiting for blocks (back-pressure: a decode side that preempts pulls nothing new) and can
-   allocate the blocks for prompt + first token; those are reserved there (held on both sides now).
-   Meanwhile the prefill side keeps holding the KV, so an overloaded decode pool fills the prefill
-   pool's memory and TTFT grows, as in DistServe.
-4. The transfer takes `link.transfer_time(prompt tokens x KV bytes per token)`; then both holds
-   are released and a decode half (prompt + first token as its "prompt", `max_tokens - 1`) is
-   submitted to the decode replica, whose scheduler admits it when its blocks fit.
-5. On the decode side, the transferred positions cost no compute: `PreloadedKVLatency` charges
-   the admitting step only for the one new position (a decode at context = prompt length).
+Each user-visible `Request` is driven by hand from two halves: a prefill half (`max_tokens = 1`)
+on a prefill replica, whose KV stays held until it has moved, then a decode half on a decode
+replica that has reserved its blocks, after `link.transfer_time` of the prompt's KV bytes. A decode
+side that preempts pulls nothing new (back-pressure), so an overloaded decode pool fills the prefill
+pool's memory and TTFT grows, as in DistServe. The steps are on `DisaggregatedCluster`.
 
 Steps of both pools go to the shared recorder (replica names `p0..`, `d0..`). A step counts only
 the positions it computed: the transferred KV is neither prefill nor decode, so `num_prefill_tokens`
@@ -142,7 +129,27 @@ def _hold(block_manager, req_id: str, now: float, num_tokens: int) -> Request | 
 
 
 class DisaggregatedCluster:
-    """Prefill replicas `p0..`, decode replicas `d0..`, routers for each pool, and the KV link."""
+    """Prefill replicas `p0..`, decode replicas `d0..`, routers for each pool, and the KV link.
+
+    A request's life:
+
+    1. Arrival: a prefill half (same prompt, `max_tokens = 1`) goes to a prefill replica (router
+       `disaggregation.prefill_router`). Its one sampled token is the request's first token; the client
+       gets it when the KV has reached the decode side (`first_token = "after_transfer"`, vLLM's P/D
+       proxy streams from the decode instance) or at once (`"prefill"`, DistServe).
+    2. The prefill half ends and its scheduler frees its blocks; the cluster at once re-takes as many
+       blocks on the prefill replica (a placeholder holder), so the KV stays held until it has moved.
+    3. The request waits (FIFO per decode replica) until the chosen decode replica has no request of
+       its own waiting for blocks (back-pressure: a decode side that preempts pulls nothing new) and can
+       allocate the blocks for prompt + first token; those are reserved there (held on both sides now).
+       Meanwhile the prefill side keeps holding the KV, so an overloaded decode pool fills the prefill
+       pool's memory and TTFT grows, as in DistServe.
+    4. The transfer takes `link.transfer_time(prompt tokens x KV bytes per token)`; then both holds
+       are released and a decode half (prompt + first token as its "prompt", `max_tokens - 1`) is
+       submitted to the decode replica, whose scheduler admits it when its blocks fit.
+    5. On the decode side, the transferred positions cost no compute: `PreloadedKVLatency` charges
+       the admitting step only for the one new position (a decode at context = prompt length).
+    """
 
     def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None,
                  fast_decode: bool = True) -> None:

@@ -11,9 +11,8 @@ layer x host time per call, `calibrate.importers.eager_launch`), and the host wo
 forward (scheduling, input preparation, sampling, output handling; the GPU idles meanwhile) is
 the profile's `step_overhead` over sequences plus `prefill_overhead` for steps with prompts.
 With CUDA graphs the launch path is one graph replay and this reduces to `ProfiledLatencyModel`.
-
-Small or heavily sharded steps wait for the host (Llama-2-70B decode at TP 8: ~14 ms of kernels,
-~20 ms of launches), large ones for the GPU; an additive host term would charge both.
+Small or heavily sharded steps wait for the host, large ones for the GPU; an additive host term
+would charge both.
 """
 from __future__ import annotations
 

@@ -1,38 +1,11 @@
 """`RooflineLatencyModel`: step time from FLOPs and bytes per op against datasheet peaks.
 
 Every op's time is `max(flops / (peak x flops_eff), bytes / (bandwidth x bw_eff))`; a step is the
-sum over the ops of all layers, plus TP all-reduces, the LM head, swap copies and a fixed overhead:
-
-* per layer, for the T tokens of the step (padding included: a padded slot costs like a live one):
-  - dense linears (QKV, O, MLP gate/up/down or fc1/fc2), sharded 1/tp: 2 FLOPs per weight per token;
-    bytes = the weights once + activations in and out;
-  - MoE: each token runs `num_experts_per_tok` routed experts (+ the shared ones, as dense
-    linears); the weights read are those of the experts touched at least once, expected
-    E x (1 - (1 - k/E)^T) of E; the first `first_k_dense_replace` layers are dense;
-  - prefill attention (sequences computing more than one token, or a first token): causal, a chunk
-    of n new tokens after c cached ones does n x c + n (n + 1) / 2 query-key pairs at
-    2 x heads/tp x (q/k width + v width) FLOPs each; bytes = its KV context read once;
-  - decode attention: one query over the context: memory bound on reading the KV cache;
-  - multi-head latent attention (MLA): the cache is one latent per token (kv_lora_rank + rope,
-    whole on every rank); prefill expands the cached latent to per-head K/V (a GEMM of
-    2 x kv_lora_rank x heads/tp x (nope + v) FLOPs per cached token) and attends at q/k width
-    nope + rope; decode absorbs the expansion into query and output and attends over the latent
-    (2 x heads/tp x (2 kv_lora_rank + rope) FLOPs per pair);
-  - elementwise work (norms, rotary, activation, residual, KV writes): bytes only;
-  - 2 all-reduces of T x hidden activations when tp > 1 (ring bandwidth term: 2 (tp - 1)/tp of the
-    data per GPU over NVLink, or PCIe without it; plus a fixed latency per all-reduce);
-  - expert parallelism (`ep` > 1, see `specs.hardware.HardwareConfig`): a MoE layer's routed output
-    comes back by a dispatch + combine all-to-all instead of the all-reduce: each GPU sends its 1/tp
-    share of the tokens to each other expert group holding one of a token's k experts; with ep > tp
-    the GPU's E/ep experts also serve the other ep/tp - 1 engines' tokens (a symmetric load);
-* precision: GEMMs at the weights' datasheet peak (FP8 weights: FP8 tensor cores), attention and
-  elementwise work on 16-bit activations; the KV cache's dtype sets only the cache's bytes;
-* a host launch overhead per layer (0 with CUDA graphs, see `RooflineConstants.eager()`);
-* once: the LM head over the sampled sequences only; KV blocks swapped out/in over PCIe (each GPU
-  copies its shard over its own link); the per-step host overhead.
-
-All efficiency factors and overheads live in `RooflineConstants`. It is a first-principles model:
-the calibration package fits measured curves (`sim.latency.profiled`).
+sum over the ops of all layers (dense linears, MoE experts, prefill and decode attention, MLA,
+elementwise work, TP all-reduces or the expert-parallel all-to-all), plus the LM head over the
+sampled sequences, swap copies over PCIe and the per-step host overhead. The per-op terms are
+listed on `RooflineLatencyModel`. All efficiency factors and overheads live in `RooflineConstants`.
+It is a first-principles model: the calibration package fits measured curves (`sim.latency.profiled`).
 """
 from __future__ import annotations
 
@@ -107,9 +80,38 @@ class RooflineConstants:
 
 
 class RooflineLatencyModel(LatencyModel):
-    """Analytic step time of a `BatchPlan` for `model` on `tp` x `gpu`, experts over `ep` groups (see
-    the module docstring); `ep_link_bandwidth` (bytes/s per GPU per direction) carries the
-    all-to-all: None = the GPUs' NVLink (PCIe without it) within a node, InfiniBand beyond 8 GPUs."""
+    """Analytic step time of a `BatchPlan` for `model` on `tp` x `gpu`, experts over `ep` groups;
+    `ep_link_bandwidth` (bytes/s per GPU per direction) carries the all-to-all: None = the GPUs'
+    NVLink (PCIe without it) within a node, InfiniBand beyond 8 GPUs.
+
+    * per layer, for the T tokens of the step (padding included: a padded slot costs like a live one):
+      - dense linears (QKV, O, MLP gate/up/down or fc1/fc2), sharded 1/tp: 2 FLOPs per weight per token;
+        bytes = the weights once + activations in and out;
+      - MoE: each token runs `num_experts_per_tok` routed experts (+ the shared ones, as dense
+        linears); the weights read are those of the experts touched at least once, expected
+        E x (1 - (1 - k/E)^T) of E; the first `first_k_dense_replace` layers are dense;
+      - prefill attention (sequences computing more than one token, or a first token): causal, a chunk
+        of n new tokens after c cached ones does n x c + n (n + 1) / 2 query-key pairs at
+        2 x heads/tp x (q/k width + v width) FLOPs each; bytes = its KV context read once;
+      - decode attention: one query over the context: memory bound on reading the KV cache;
+      - multi-head latent attention (MLA): the cache is one latent per token (kv_lora_rank + rope,
+        whole on every rank); prefill expands the cached latent to per-head K/V (a GEMM of
+        2 x kv_lora_rank x heads/tp x (nope + v) FLOPs per cached token) and attends at q/k width
+        nope + rope; decode absorbs the expansion into query and output and attends over the latent
+        (2 x heads/tp x (2 kv_lora_rank + rope) FLOPs per pair);
+      - elementwise work (norms, rotary, activation, residual, KV writes): bytes only;
+      - 2 all-reduces of T x hidden activations when tp > 1 (ring bandwidth term: 2 (tp - 1)/tp of the
+        data per GPU over NVLink, or PCIe without it; plus a fixed latency per all-reduce);
+      - expert parallelism (`ep` > 1, see `specs.hardware.HardwareConfig`): a MoE layer's routed output
+        comes back by a dispatch + combine all-to-all instead of the all-reduce: each GPU sends its 1/tp
+        share of the tokens to each other expert group holding one of a token's k experts; with ep > tp
+        the GPU's E/ep experts also serve the other ep/tp - 1 engines' tokens (a symmetric load);
+    * precision: GEMMs at the weights' datasheet peak (FP8 weights: FP8 tensor cores), attention and
+      elementwise work on 16-bit activations; the KV cache's dtype sets only the cache's bytes;
+    * a host launch overhead per layer (0 with CUDA graphs, see `RooflineConstants.eager()`);
+    * once: the LM head over the sampled sequences only; KV blocks swapped out/in over PCIe (each GPU
+      copies its shard over its own link); the per-step host overhead.
+    """
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int = 1, block_size: int = 16,
                  constants: RooflineConstants | None = None, pcie_bandwidth: float | None = None,
