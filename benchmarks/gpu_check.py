@@ -4,32 +4,16 @@
 
 Written for one H100/H200 with torch and triton, no network, no flash-attn and none of our other
 dependencies, and at most 8 minutes. Stages, each in its own process under
-`benchmarks/offline_guard.py` (no network, no flash-attn: attention falls back to torch), each
-with a time limit out of the budget:
-
-1. env: Python, torch, CUDA device, triton; which of benchmarks/gpu_check_requirements.txt are
-   missing.
-2. install: the missing ones from the wheels folder (`make wheels` fills it), offline, into a
-   virtual environment OUT/venv that sees everything this interpreter sees (a .pth file of its
-   site directories): `OUT/venv/bin/python -m pip install --no-index --find-links WHEELS ...`,
-   which installs only what is missing (torch, and numpy when the machine has it, stay as they
-   are); every later stage runs on that interpreter.
-3. requirements: every requirement satisfied in the stages' environment.
-4. gpu-tests: the tests marked `gpu` (`pytest -m gpu` over the files that have them).
-5. calibrate: `servesim calibrate --device cuda --grid quick` of examples/tiny-llama.
-6. validate-*: `servesim validate --device cuda` of examples/validate-chunked-512.toml and
-   examples/validate-continuous.toml, each with its own calibration around its run.
-
-Everything goes under `--out`: the stages' logs, the pytest JUnit file, the profile, the two
-validate reports, the imports each stage made (`imports/`), and `report.json` / `report.md` with
-each stage's exit code and seconds and the figures (per-step and mean TTFT/TPOT/E2E errors, the
-calibration's held-out error and warnings, the attention backend). Exit code 0 when every stage
-passed within the budget.
-
-`--dry-run` (or SERVESIM_GPU_CHECK_DRY_RUN=1) runs the same stages on the CPU with tiny sizes (the
-smoke calibration grid, 6 requests a workload), and with every installed distribution outside
-torch's and the wheels' dependency closure refused (`offline_guard`'s deny list), in well under a
-minute: everything but the device (a default test runs it).
+`benchmarks/offline_guard.py` and with a time limit out of the budget: env (Python, torch, device,
+triton, what of benchmarks/gpu_check_requirements.txt is missing); install (the missing ones from
+the wheels folder, offline, into OUT/venv, which sees this interpreter's site directories, so torch
+stays as it is; later stages run on it); requirements; gpu-tests (`pytest -m gpu`); calibrate
+(`servesim calibrate --device cuda --grid quick` of examples/tiny-llama); validate-* (`servesim
+validate --device cuda` of examples/validate-chunked-512.toml and validate-continuous.toml).
+Everything goes under `--out`: logs, JUnit file, profile, reports, each stage's imports, and
+`report.json` / `report.md` (exit codes, seconds, figures). Exit code 0 when every stage passed in
+the budget. `--dry-run` (or SERVESIM_GPU_CHECK_DRY_RUN=1): the same stages on the CPU, tiny sizes,
+every distribution outside torch's and the wheels' closure refused, in well under a minute.
 """
 from __future__ import annotations
 

@@ -5,14 +5,12 @@ our other dependencies. `benchmarks/gpu_check.py` runs every stage in a process 
 `install()` first (the pytest stage loads this module as a plugin: `-p offline_guard`), so a dry
 run on any machine behaves as that one would:
 
-- a connection to anything but this host raises `OSError` (a Python audit hook on
-  `socket.connect`): a stage that would download something fails here as it would there;
+- a connection to anything but this host raises `OSError` (an audit hook on `socket.connect`);
 - `import flash_attn` raises ImportError, so the engine's attention falls back to torch
-  (`gpu_backend.attention.select_backend`), as on a machine without it;
+  (`gpu_backend.attention.select_backend`);
 - with `$SERVESIM_GPU_CHECK_DENY` (a JSON list of top-level module names; the dry run sets it to
   every installed distribution outside torch's and the wheels' dependency closure), importing one
-  raises ImportError: the process sees only what that machine will have, so optional imports fall
-  back as they will there and a needed one fails here as it would there;
+  raises ImportError: optional imports fall back as they will there, a needed one fails as there;
 - at exit the top-level names of every module loaded from a file go to
   `$SERVESIM_GPU_CHECK_IMPORTS/<stage>-<pid>.json`: what a stage needs.
 """

@@ -6,14 +6,13 @@
 
 Starts `servesim serve CONFIG --device cpu` (or uses --url), drives it with guidellm at a constant
 rate (synthetic prompts of --prompt-tokens, --output-tokens each, counted with the local tokenizer),
-dumps the server's requests/steps tables, joins them per request with the client's report, and prints
-client vs server TTFT and inter-token latency (and their differences: the network overhead). Writes
+joins the server's requests/steps tables per request with the client's report, and prints client vs
+server TTFT and inter-token latency (their differences: the network overhead); writes
 comparison.csv, agreement.json and client_vs_server.png into --out. With --profile, also simulates
-the same load (same scheduler and cache, the profiled latency model) and prints the predicted mean
-TTFT and TPOT against the client's; with --frontend (a profile from `servesim serve CONFIG
---calibrate-frontend`), once without and once with the front end's delays (`[frontend]`,
-sim.frontend), which is what a client measures beyond the engine, and the engine thread's share
-it charges at the run's mean outputs per step (engine_s_per_step + engine_s_per_output x outputs).
+the same load (same scheduler and cache, the profiled model) and prints the predicted mean TTFT and
+TPOT against the client's; with --frontend (from `servesim serve CONFIG --calibrate-frontend`), once
+without and once with the front end's delays (`[frontend]`, sim.frontend) and the engine thread's
+share it charges at the run's mean outputs per step (engine_s_per_step + engine_s_per_output x outputs).
 """
 from __future__ import annotations
 

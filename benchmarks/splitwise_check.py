@@ -5,31 +5,15 @@
         [--kernels vidur|native] [--raw-grid] [--calls-per-layer N] [--call-us US]
         [--fit-on a100-80gb|h100-80gb] [--csv OUT.csv] [--plot OUT.png]
 
-For each TP it imports a Llama-2-70B profile (nothing is fitted to the Splitwise data: it is the
-test set), predicts every measured point of ../shared/data/groundtruth/splitwise-static-batches
-(prefill of the whole batch; one decode step at the mean KV length), and prints each point's
-measured and predicted ms and the signed error, then the median / p90 absolute error per TP and
-phase. The issue's target is a median within 15%. `--host` picks the host time added per step
-(`calibrate.importers.derived.host_overhead_op`, constants from `sim.latency.RooflineConstants`).
-
-`--host eager-launch` (the default) models the eager engine of 2023 as
-`sim.latency.eager.EagerLatencyModel`: max(GPU kernels, host launch path) + host work outside the
-forward. The launch path is not fitted (`calibrate.importers.eager_launch`: 14 op calls a layer x
-the measured host time of one eager op call on that node); the host work outside the forward
-(per step, per sequence, per prompt step) is fitted **leave one TP out**: each TP's points are
-predicted with terms fitted on the other TPs' points only, so every scored point is held out.
-The fitted terms are printed per held-out TP. Curves of dense Vidur grids continue in proportion
-to their input beyond 4096 tokens (`calibrate.importers.beyond_grid`); `--raw-grid` turns that
-off (the slope of their last 32-token segment).
-
-Profiles come from `calibrate.importers.import_profile`, the code behind `servesim calibrate
-import`: `--host eager-launch --kernels vidur` here imports what
-`servesim calibrate import --source aiconfigurator --gpu H100 --model llama-2-70b --tp 8
---host eager-launch --kernels vidur --out P.json` writes (its default host work outside the
-forward is replaced by the terms fitted here; `--host-terms` passes them to the CLI).
-`--calls-per-layer` / `--call-us` replace the launch path's inputs (to see how much rests on them);
-`--fit-on HARDWARE` fits the host terms on every TP of the other machine's Splitwise rows instead,
-so that no step time of the scored machine is fitted at all.
+For each TP it imports a Llama-2-70B profile (`calibrate.importers.import_profile`, the code of
+`servesim calibrate import`), predicts every point of ../shared/data/groundtruth/splitwise-static-
+batches (the test set: prefill of the whole batch; one decode step at the mean KV length) and
+prints each point's error, then the median / p90 per TP and phase (target: median within 15%).
+`--host eager-launch` (default) is `sim.latency.eager.EagerLatencyModel`: the launch path is not
+fitted (`calibrate.importers.eager_launch`; `--calls-per-layer` / `--call-us` replace its inputs),
+the host work outside the forward is fitted **leave one TP out** (each TP scored with terms fitted
+on the others, printed per TP; `--host-terms` passes them to the CLI), or with `--fit-on` on the
+other machine's rows only. `--raw-grid`: Vidur grids keep their last slope (`importers.beyond_grid`).
 """
 from __future__ import annotations
 

@@ -1,35 +1,19 @@
 """The CPU acceptance protocol (issues 5 and 15): `servesim validate` of fresh random workloads and of
-every shipped one, each with a quick profile made in its own run (as `servesim validate CONFIG
---device cpu` does).
+every shipped one, each with a quick profile made in its own run (as `servesim validate` does).
 
     .venv/bin/python benchmarks/validate_cpu.py [--random N] [--seed S] [--no-shipped] [--out runs/validate-cpu]
                                                 [--full] [--one-profile]
 
-`--random N` first draws N workloads nobody tuned anything on (`calibrate.random_workloads`: Poisson,
-bursty gamma and on/off arrivals, heavy-tailed prompts, chunked at small and large budgets,
-continuous, recompute and swap preemption in a small KV pool; seed `--seed`, default a new one each
-run, printed) and reports them FIRST, then the shipped examples/validate-*.toml. Their TOML files
-are written beside the reports, so any of them reruns with `servesim validate FILE`.
-
-Each run calibrates the engine for examples/tiny-llama (quick grid, one torch thread) around the
-engine's run of the workload (half the calibration's engine steps before it, half after), then
-compares; `--one-profile` instead makes one profile first and validates every workload with it.
-It prints, per workload,
-the median / p90 per-step error, the mean TTFT / TPOT / E2E errors, the same per-step error
-against the engine thread's CPU time (model error without the time spent waiting for a core) and
-the load average. The bar: per-step median <= 5%, mean TTFT, TPOT and E2E within 10%.
-
-Then, per workload, the median signed per-step error against the engine's CPU time by step kind
-(decode-only with 1, 2-4, 5+ sequences; prefill-only; mixed): where the model is biased, apart
-from noise. Thread CPU time is robust to waiting for a core but not to other processes sharing
-the last-level cache, so compare runs at similar load.
-"detrend" is the per-step median error after taking out the drift of the machine's speed over
-the run (each step's signed error minus the median of its 51 neighbours'): the model's own error.
-"drift" is how much slower the calibration's engine steps ran after the run than before it (the
-machine changing speed around the run; see `calibrate.bench.bracket_drift_pct`). "held" is the
-calibration's own held-out error (its engine-step fit, each scheduler configuration predicted from
-the others); a workload whose calibration clamped a fit or missed that check says "(calibration
-warned)", and the warnings are listed after the table.
+`--random N` first draws N workloads nobody tuned anything on (`calibrate.random_workloads`; seed
+`--seed`, default a new one, printed; their TOML files are written beside the reports), then the
+shipped examples/validate-*.toml. Each run calibrates examples/tiny-llama (quick grid, one torch
+thread) around the engine's run (`--one-profile`: one profile first, for all). The bar: per-step
+median <= 5%, mean TTFT, TPOT and E2E within 10%. Columns: "cpu med" the per-step error against the
+engine thread's CPU time (without waiting for a core); "detrend" with the machine's drift taken out
+(each step's error minus its 51 neighbours' median); "drift" how much slower the calibration's engine
+steps ran after the run than before (`calibrate.bench.bracket_drift_pct`); "held" the calibration's
+held-out error; "(calibration warned)" and the warnings after the table. Then the median signed
+error by step kind (decode-only 1, 2-4, 5+ sequences; prefill-only; mixed): compare at similar load.
 """
 from __future__ import annotations
 
