@@ -17,6 +17,7 @@ class ChunkedScheduler(Scheduler):
 
     decode_runs = True  # an all-decode state with nothing admissible schedules every decode (Scheduler docs)
     supports_speculative = True
+    mixed_runs = True  # running first, then swapped, then waiting, prompts split (sim.mixed_replay)
 
     def _schedule_pass(self, step: StepBuilder, now: float) -> None:
         self._schedule_running(step)

@@ -649,6 +649,29 @@ class Scheduler:
                 horizon = left
         return horizon if horizon > 0 else 0
 
+    # --- stretches of mixed steps -----------------------------------------------------------------
+    mixed_runs = False  # True where a pass is _schedule_running, then swapped, then waiting (chunked)
+
+    def chunk_size(self, num_remaining: int, budget: int) -> int:
+        """How many of `num_remaining` owed tokens a pass schedules with `budget` left (0 = none)."""
+        return self._chunk(num_remaining, budget)
+
+    def admit_head(self, num_tokens: int, now: float) -> "Request":
+        """Admit the head of the waiting queue with its first `num_tokens` tokens, as a pass at `now`
+        does for a request with nothing computed and no prefix hit (its blocks, watermark kept, must
+        fit: the caller checked). The caller advances `num_computed_tokens` as the plan's end does.
+        For a simulator replaying steps without their plans (`sim.mixed_replay`)."""
+        req = self.waiting.peek()
+        if not self.block_manager.allocate_slots(req, num_tokens, use_watermark=True):
+            raise RuntimeError(f"request {req.req_id}: not enough free KV blocks for {num_tokens} tokens")
+        self.waiting.pop()
+        self._admitted(req, 0, 0)
+        req.transition(_CTX)
+        if req.preempted_at is not None:
+            req.mark_resumed(now)
+        self.running.append(req)
+        return req
+
     def skip_step_ids(self, num_steps: int) -> int:
         """Take the ids of `num_steps` steps run without `schedule()` (the later steps of a stretch
         `decode_horizon` counted, run from one look at the state); returns the first of them."""

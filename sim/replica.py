@@ -13,7 +13,9 @@ where closed-loop workloads and routers react.
 The decode fast path (`sim.decode_replay`): when the scheduler says the next steps are certainly
 all-decode steps (`Scheduler.decode_horizon`) and the latency model can time them without their
 plans, the replica replays those that end before the environment's next event in one go; the
-tables are the step-by-step loop's. `Replica(fast_decode=False)` runs every step through schedule().
+tables are the step-by-step loop's. Likewise the mixed (prefill + decode) steps of a chunked
+scheduler, with a latency model that times a step from its sums (`sim.mixed_replay`).
+`Replica(fast_decode=False)` runs every step through schedule().
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import simpy
 from policies import Request, StepResult
 from records.results import Recorder, record_step
 from sim.decode_replay import DecodeReplay
+from sim.mixed_replay import MixedReplay
 
 FinishHook = Callable[[Request, float], None]
 
@@ -54,6 +57,8 @@ class Replica:
         self._wakeup: simpy.Event | None = None  # set while idle, triggered by wake() (submit calls it)
         self._live: dict = {}  # req_id -> submitted request not yet seen to end
         self._replay = DecodeReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
+            if fast_decode else None
+        self._mixed = MixedReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
             if fast_decode else None
         self.process = env.process(self._loop())
 
@@ -85,6 +90,14 @@ class Replica:
         if request is not None:
             self._finished(request, self.env.now)
         return request
+
+    def run_alone(self, until: float | None = None) -> None:
+        """Say that nothing else in the environment reads or changes this replica's running requests
+        between its steps (only arrivals submit to it; the runners of one replica, and of replicas
+        each alone in an environment), until `until` (the run's time limit, None for none): the fast
+        path may then carry its stretches through those events (`MixedReplay.carry_through`)."""
+        if self._mixed is not None:
+            self._mixed.carry_through(until)
 
     @property
     def num_outstanding(self) -> int:
@@ -126,7 +139,7 @@ class Replica:
     def _loop(self):
         env, scheduler, step_time = self.env, self.scheduler, self.latency_model.step_time
         recorder, name = self.recorder, self.name
-        replay = self._replay
+        replay, mixed = self._replay, self._mixed
         live, own = getattr(scheduler, "requests", None), self._live
         add_step, timeout = recorder.add_step, env.timeout
         # what the first step after an idle wait costs on top (a latency model's `after_idle_s`,
@@ -137,6 +150,19 @@ class Replica:
         next_wakeup = getattr(scheduler, "next_wakeup", None)
         while True:
             now = env.now
+            if mixed is not None and mixed.carry and not was_idle:  # it runs decode stretches too
+                replayed = yield from mixed.run(now)
+                if replayed is not None:
+                    durations, finished, now = replayed
+                    busy = self.busy_time
+                    for duration in durations:
+                        busy += duration
+                    self.busy_time = busy
+                    for request in finished:
+                        self._finished(request, now)
+                    if live is None or len(live) != len(own):
+                        self._sweep(now)
+                    continue
             if replay is not None:
                 num_steps = scheduler.decode_horizon()
                 if num_steps:
@@ -151,6 +177,19 @@ class Replica:
                             self._finished(request, now)
                         self._sweep(now)
                         continue
+            if mixed is not None and not mixed.carry and not was_idle:
+                replayed = yield from mixed.run(now)
+                if replayed is not None:  # else the first step would preempt or span the next event
+                    durations, finished, now = replayed
+                    busy = self.busy_time
+                    for duration in durations:
+                        busy += duration
+                    self.busy_time = busy
+                    for request in finished:
+                        self._finished(request, now)
+                    if live is None or len(live) != len(own):
+                        self._sweep(now)
+                    continue
             plan = scheduler.schedule(now)
             if live is None or len(live) != len(own):  # _sweep's own test, without the call
                 self._sweep(now)

@@ -57,6 +57,7 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     env = simpy.Environment()
     recorder = make_recorder(config, out, stream, plot)
     replica = build_replica(env, config, recorder, "0", latency_model, fast_decode)
+    replica.run_alone(config.sim.max_sim_time_s)  # only the arrivals share its environment
     scheduler = replica.scheduler
     arrivals = Arrivals(env, workload, replica.submit, config.frontend)
     replica.on_finish.append(arrivals.on_finish)

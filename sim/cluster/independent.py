@@ -49,6 +49,7 @@ def simulate_independent(config: Any, parts: list, recorder, latency_model=None,
                 env = simpy.Environment()
                 replica = build_replica(env, replica_config, recorder, name, latency_model, fast_decode)
                 replica.on_finish.append(recorder.on_finish)
+                replica.run_alone(config.sim.max_sim_time_s)
                 if bar is not None:
                     replica.on_finish.append(lambda request, now: bar.update(1))
                 env.process(_feed(env, requests, replica.submit, recorder, k, num_parts))

@@ -7,16 +7,19 @@ with small constants.
 from __future__ import annotations
 
 from policies import BatchPlan
+from policies.batch_plan import PlanTotals
 
 
 class LatencyModel:
     """The latency-model interface: `step_time(plan) -> seconds`, and what the simulator may skip.
 
     A replica runs with anything that has `step_time`. A class derived from this one can also say,
-    with the two methods below, how the simulator may time a stretch of all-decode steps without
-    building each plan (`sim.decode_replay`). The defaults promise nothing, so a subclass, or a
-    wrapper forwarding attributes to an inner model, sees every plan until it says otherwise; a
-    subclass that changes `step_time` must keep both true (override them to the defaults if not).
+    with the three methods below, how the simulator may time a stretch of all-decode steps without
+    building each plan (`sim.decode_replay`), or a step from its sums alone (`sim.mixed_replay`).
+    The defaults promise nothing, so a subclass, or a wrapper forwarding attributes to an inner
+    model, sees every plan until it says otherwise; a subclass that changes `step_time` must keep
+    all three true (override them to the defaults if not; `totals_step_time` is used only from the
+    class that defines `step_time`).
     """
 
     def step_time(self, plan: BatchPlan) -> float:
@@ -32,6 +35,12 @@ class LatencyModel:
         sequences decode one token each, their contexts (new token included) summing to
         `context_sum` in the first step and growing by `num_seqs` per step; None (the default, for
         any arguments) when the model has no such formula."""
+        return None
+
+    def totals_step_time(self, totals: PlanTotals) -> float | None:
+        """`step_time`, bit for bit, of any plan whose `BatchPlan.totals` are `totals` and that moves
+        no blocks (no swaps, copies or offload); None (the default) when the time depends on more
+        than the sums."""
         return None
 
 
@@ -59,3 +68,11 @@ class ConstantLatencyModel(LatencyModel):
         if self.per_token_s:
             return [self.step_s + self.per_token_s * num_seqs] * num_steps
         return [self.step_s] * num_steps
+
+    def totals_step_time(self, totals: PlanTotals) -> float:
+        """`step_time` of a plan with these sums (see `LatencyModel`)."""
+        if not (totals.num_seqs or totals.num_tokens):
+            return 0.0
+        if self.per_token_s:
+            return self.step_s + self.per_token_s * totals.num_tokens
+        return self.step_s

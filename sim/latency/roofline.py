@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies import BatchPlan
+from policies.batch_plan import PlanTotals
 from policies.config import check_number
 from sim.latency.base import LatencyModel
 from specs.gpu_spec import GPUSpec
@@ -29,7 +30,11 @@ def plan_totals(plan: BatchPlan) -> tuple[int, int, int, int, int, int, int]:
     charged an LM head row: the sampling ones, the padding slots and every draft a verify scores,
     prefill query-key pairs, prefill context tokens, prefill tokens, decode context tokens), padding
     computed like live work."""
-    t = plan.totals
+    return totals_sums(plan.totals)
+
+
+def totals_sums(t: PlanTotals) -> tuple[int, int, int, int, int, int, int]:
+    """`plan_totals` of a plan whose `BatchPlan.totals` are `t`."""
     return (t.num_tokens, t.num_seqs, t.num_outputs + t.num_padding_seqs + t.num_spec_tokens, t.prefill_pairs,
             t.prefill_context, t.prefill_tokens, t.decode_context)
 
@@ -290,7 +295,21 @@ class RooflineLatencyModel(LatencyModel):
     def step_time(self, plan: BatchPlan) -> float:
         """`sum(breakdown(plan).values())`, bit for bit (the same terms added in the same order;
         zero terms left out, which adding 0.0 would not change), without building the dict."""
-        num_tokens, num_seqs, num_sampled, pf_pairs, pf_ctx, pf_tokens, dec_ctx = plan_totals(plan)
+        num_swapped = len(plan.swap_out_blocks) + len(plan.swap_in_blocks)
+        swap = None
+        if num_swapped or plan.blocks_to_copy:
+            swap = num_swapped * self._swap_s_per_block if num_swapped else 0.0
+            if plan.blocks_to_copy:
+                swap += len(plan.blocks_to_copy) * self._copy_s_per_block
+        return self._time(plan_totals(plan), swap)
+
+    def totals_step_time(self, totals: PlanTotals) -> float:
+        """`step_time` of a plan with these `totals` and no block moves (see `LatencyModel`)."""
+        return self._time(totals_sums(totals), None)
+
+    def _time(self, sums: tuple, swap: float | None) -> float:
+        """The step's seconds from `plan_totals`' sums and the swap copies' seconds (None: none)."""
+        num_tokens, num_seqs, num_sampled, pf_pairs, pf_ctx, pf_tokens, dec_ctx = sums
         t = 0.0
         if num_tokens:
             t = max(num_tokens * self._lin_flops_per_token * self._gemm_flop_s,
@@ -312,11 +331,7 @@ class RooflineLatencyModel(LatencyModel):
             if num_sampled:
                 t += max(num_sampled * self._head_flops_per_token * self._gemm_flop_s,
                          (self._head_weight_bytes + num_sampled * self._head_bytes_per_token) * self._hbm_byte_s)
-        num_swapped = len(plan.swap_out_blocks) + len(plan.swap_in_blocks)
-        if num_swapped or plan.blocks_to_copy:
-            swap = num_swapped * self._swap_s_per_block if num_swapped else 0.0
-            if plan.blocks_to_copy:
-                swap += len(plan.blocks_to_copy) * self._copy_s_per_block
+        if swap is not None:
             t += swap
         if num_tokens:
             c = self.constants

@@ -21,6 +21,7 @@ from policies import BatchPlan, ScheduledSeq
 from records.results import Recorder, requests_table, steps_table
 from sim.config import load_config
 from sim.decode_replay import DecodeReplay, decode_time_function
+from sim.mixed_replay import MixedReplay
 from sim.latency import ConstantLatencyModel, LatencyModel, RooflineLatencyModel
 from sim.replica import Replica
 from specs import get_gpu, get_model
@@ -29,16 +30,24 @@ from sim_helpers import make_requests, make_sched
 
 
 def run_both(monkeypatch, config, latency_model=None):
-    """(step-by-step result, fast result, number of steps the fast one replayed in runs)."""
+    """(step-by-step result, fast result, number of steps the fast one replayed in runs: decode
+    stretches and mixed ones)."""
     replayed = []
-    original = DecodeReplay.advance
+    original, original_mixed = DecodeReplay.advance, MixedReplay.run
 
     def counting(self, end_times):
         out = original(self, end_times)
         replayed.append(out[0])
         return out
 
+    def counting_mixed(self, now):
+        out = yield from original_mixed(self, now)
+        if out is not None:
+            replayed.append(len(out[0]))
+        return out
+
     monkeypatch.setattr(DecodeReplay, "advance", counting)
+    monkeypatch.setattr(MixedReplay, "run", counting_mixed)
     results = []
     for fast in (False, True):
         results.append(simulate(config, latency_model=latency_model, fast_decode=fast))
@@ -369,3 +378,104 @@ def test_replicas_sharing_an_environment_are_identical(durations):
     assert slow[0] == fast[0] and slow[3] == fast[3]
     for a, b in zip(slow[1] + slow[2], fast[1] + fast[2]):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def random_chunked_config(seed: int):
+    """A random chunked-prefill scenario, where the mixed (prefill + decode) stretches of
+    `sim.mixed_replay` carry most steps: budgets below and above the batch, prefill thresholds,
+    few seats, a watermark, memory pressure, closed loops, time limits."""
+    rnd = random.Random(1000 + seed)
+    kind = rnd.choice(["poisson", "poisson", "closed_loop"])
+    data = {
+        "model": {"name": "Llama-2-7B"},
+        "hardware": {"gpu": rnd.choice(["H100-SXM", "A100-80G"]), "swap_space_gb": 1.0,
+                     "num_gpu_blocks": rnd.choice([None, None, 80, 150, 400])},
+        "scheduler": {"policy": rnd.choice(["chunked", "chunked", "vllm"]), "queue": "fcfs",
+                      "preemption": "recompute", "max_num_batched_tokens": rnd.choice([16, 48, 128, 512]),
+                      "max_num_seqs": rnd.choice([2, 5, 32, 256]), "max_model_len": 2048,
+                      "long_prefill_token_threshold": rnd.choice([0, 0, 0, 24, 100])},
+        "cache": {"block_size": rnd.choice([4, 16]), "watermark": rnd.choice([0.0, 0.0, 0.05])},
+        "workload": {"kind": kind, "num_requests": rnd.randint(30, 90), "seed": seed,
+                     "prompt_len": {"kind": "lognormal", "median": rnd.choice([10, 60, 300]), "sigma": 1.0,
+                                    "max": 900},
+                     "output_len": {"kind": "lognormal", "median": rnd.choice([1, 8, 40]), "sigma": 1.0,
+                                    "max": 300}},
+    }
+    if kind == "closed_loop":
+        data["workload"].update(num_users=rnd.choice([2, 8, 24]), think_time=rnd.choice([0.0, 0.05, 1.0]))
+    else:
+        data["workload"]["rate"] = rnd.choice([2.0, 10.0, 60.0])
+    if rnd.random() < 0.2:
+        data["sim"] = {"max_sim_time_s": rnd.choice([0.5, 3.0])}
+    if data["hardware"]["num_gpu_blocks"] is None:
+        del data["hardware"]["num_gpu_blocks"]
+    return load_config(data)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_mixed_stretches_are_identical(monkeypatch, seed):
+    slow, fast, replayed = run_both(monkeypatch, random_chunked_config(seed))
+    assert_identical(slow, fast)
+    assert replayed > 0 or not len(fast.steps)
+
+
+def test_mixed_stretches_carry_most_steps_and_leave_the_blocks_counted(monkeypatch):
+    """Over the random chunked scenarios the mixed replay carries most steps, and after each of its
+    stretches the block manager's bookkeeping holds (blocks counted as schedule() would)."""
+    original = MixedReplay.run
+    mixed = []
+
+    def checking(self, now):
+        out = yield from original(self, now)
+        if out is not None:
+            mixed.append(len(out[0]))
+            self.scheduler.block_manager.check_invariants()
+        return out
+
+    monkeypatch.setattr(MixedReplay, "run", checking)
+    steps = 0
+    for seed in range(12):
+        steps += len(simulate(random_chunked_config(seed)).steps)
+    assert sum(mixed) > 0.5 * steps
+
+
+def test_a_replica_not_alone_stops_its_mixed_stretches_at_every_event(monkeypatch):
+    """Behind a router reading the replicas' state (least tokens, in one environment) the stretches
+    end before each arrival; the results still match step by step."""
+    config = azure_like(120, **{"cluster.num_replicas": 3, "cluster.router": "least_tokens"})
+    slow, fast, replayed = run_both(monkeypatch, config)
+    assert_identical(slow, fast)
+    assert replayed > 0
+
+
+def test_the_mixed_replay_takes_only_what_it_reproduces():
+    from policies.chunked_scheduler import ChunkedScheduler
+    from sim.mixed_replay import replayable, totals_time_function
+
+    class Slower(ConstantLatencyModel):  # a new step_time without a new totals_step_time: not used
+        def step_time(self, plan):
+            return 2 * super().step_time(plan)
+
+    assert totals_time_function(ConstantLatencyModel()) is not None
+    assert totals_time_function(Slower()) is None
+    assert totals_time_function(MaxContextLatency()) is None
+    assert replayable(make_sched("chunked")) and not replayable(make_sched("continuous"))
+    assert not replayable(make_sched("chunked", queue="priority"))
+
+    class Other(ChunkedScheduler):  # a subclass that schedules differently is not replayed
+        def _schedule_waiting(self, step):
+            return None
+
+    sched = make_sched("chunked")
+    sched.__class__ = Other
+    assert not replayable(sched)
+
+
+@pytest.mark.parametrize("limit", [1.37, 2.05, 3.3, 4.81])
+def test_a_time_limit_inside_a_carried_stretch(monkeypatch, limit):
+    """The run stops at sim.max_sim_time_s inside a step: that step is not recorded, its requests are
+    aborted as they are (a stretch carried through an arrival never runs past the limit)."""
+    slow, fast, replayed = run_both(monkeypatch, azure_like(80, **{"sim.max_sim_time_s": limit,
+                                                                   "workload.rate": 30}))
+    assert_identical(slow, fast)
+    assert replayed > 0 and fast.summary["num_aborted"] > 0

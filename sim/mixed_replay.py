@@ -1,0 +1,328 @@
+"""The simulator's prefill fast path: stretches of mixed (prefill + decode) steps without their plans.
+
+A chunked scheduler's step while prompts are being prefilled is: every running decode one token,
+the partial prefills their chunks, then admissions from the waiting queue while budget, seats and
+blocks last. Building that plan and updating after it costs O(batch) Python per step; here the
+running decodes that open the batch (the cohort) are carried in bulk, as `sim.decode_replay` carries
+an all-decode stretch: their contexts summed, their block boundaries on a heap, their tokens and
+times written once when the stretch ends. Only the few other requests (the prefilling tail and
+the admissions) are scheduled request by request, with the scheduler's own rules (`chunk_size`,
+`admit_head`, `BlockManager.allocate_slots`), and a step's time comes from its sums
+(`LatencyModel.totals_step_time`). A stretch ends before a step that would preempt or that would not
+end strictly before the environment's next event, and after a step in which a request finishes
+or the state becomes all-decode (the decode replay's); nothing else can happen in between, so the
+tables are the step-by-step loop's (tests/sim/test_fast_path.py). Only for `Scheduler.mixed_runs`
+policies, FCFS queues, no swap, no KV offload, no speculative decoding, and prefix caching only
+for prompts without ids.
+"""
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+from operator import attrgetter
+from typing import Callable
+
+import simpy
+
+from policies import FinishReason, RequestState
+from policies.batch_plan import PlanTotals
+from policies.chunked_scheduler import ChunkedScheduler
+from policies.waiting_queue import FCFSQueue
+from records.results import Recorder, StepRecord
+from sim.latency.base import LatencyModel
+
+_GEN = RequestState.RUNNING_GEN
+_CTX = RequestState.RUNNING_CTX
+_LENGTH = FinishReason.LENGTH
+_num_computed = attrgetter("num_computed_tokens")
+_new = tuple.__new__
+# the scheduler methods whose behaviour the replay reproduces: a subclass changing one is not replayed
+_REPRODUCED = ("schedule", "_schedule_pass", "_schedule_running", "_schedule_swapped", "_schedule_waiting",
+               "_chunk", "update", "_record_tokens", "_admitted", "_on_finished", "admit_head", "chunk_size")
+
+
+def totals_time_function(latency_model) -> Callable[[PlanTotals], float] | None:
+    """`latency_model.totals_step_time` when the class that defines its `step_time` defines it too and
+    it gives a time; else None (the replica then plans every mixed step)."""
+    if not isinstance(latency_model, LatencyModel):
+        return None
+    cls = type(latency_model)
+    owner = next((c for c in cls.__mro__ if "step_time" in c.__dict__), None)
+    if owner is None or "totals_step_time" not in owner.__dict__:
+        return None
+    probe = _new(PlanTotals, (1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 0))
+    if latency_model.totals_step_time(probe) is None:
+        return None
+    return latency_model.totals_step_time
+
+
+def replayable(scheduler) -> bool:
+    """Whether the scheduler's steps are those this replay reproduces (see the module docstring)."""
+    if not getattr(scheduler, "mixed_runs", False) or not isinstance(scheduler, ChunkedScheduler):
+        return False
+    cls = type(scheduler)
+    if any(getattr(cls, name) is not getattr(ChunkedScheduler, name) for name in _REPRODUCED):
+        return False
+    return (type(scheduler.waiting) is FCFSQueue and not scheduler.whole_prompts and not scheduler.max_paddings
+            and scheduler.block_manager.offload is None and not getattr(scheduler, "num_spec_tokens", 0))
+
+
+class MixedReplay:
+    """A replica's prefill fast path: `run(now)` replays a stretch of mixed steps (module docstring).
+
+    `build` gives one for a scheduler and latency model it can replay, else None.
+    """
+
+    def __init__(self, env: simpy.Environment, scheduler, step_time: Callable[[PlanTotals], float],
+                 recorder: Recorder, name: str) -> None:
+        self.env = env
+        self.scheduler = scheduler
+        self.step_time = step_time
+        self.recorder = recorder
+        self.name = name
+
+    @classmethod
+    def build(cls, env: simpy.Environment, scheduler, latency_model, recorder: Recorder,
+              name: str) -> "MixedReplay | None":
+        if not replayable(scheduler):
+            return None
+        step_time = totals_time_function(latency_model)
+        return None if step_time is None else cls(env, scheduler, step_time, recorder, name)
+
+    def carry_through(self, until: float | None) -> None:
+        """Let stretches run through the environment's other events before `until` (None: all).
+
+        Only for an environment whose other events never read or change this replica's running
+        requests (its arrivals' submits, follow-ups scheduled by finish hooks): the runners of one
+        replica, and of replicas each alone in an environment (`sim.cluster.independent`), say so.
+        A stretch then waits out such an event inside a step, as the step-by-step loop does, with
+        the cohort still carried; it still ends at a finish (the hooks see every request as it is).
+        """
+        self.carry, self.until = True, (float("inf") if until is None else float(until))
+
+    carry, until = False, float("inf")
+
+    def run(self, now: float):
+        """Replay the mixed steps from `now` (a SimPy generator).
+
+        Returns (the steps' durations, the requests that ended, the time they ended), or None when
+        not even the first step could be replayed (schedule() must run it).
+        """
+        sch = self.scheduler
+        if sch.swapped or sch.loading:
+            return None
+        running, waiting = sch.running, sch.waiting
+        bm = sch.block_manager
+        caching = bm.enable_prefix_caching
+        if caching and any(r.prompt_token_ids is not None for r in running):
+            return None
+        # the cohort: the running decodes that open the batch (one token each, all sampling)
+        num_cohort = 0
+        for req in running:
+            if req.state is not _GEN or req.num_prompt_tokens + len(req.output_token_ids) - req.num_computed_tokens != 1:
+                break
+            num_cohort += 1
+        max_seqs = sch.max_num_seqs
+        carry = self.carry
+        if num_cohort == len(running) and (not waiting or num_cohort >= max_seqs) and (not carry or not running):
+            return None  # all-decode (the decode replay's), or nothing to run
+        env = self.env
+        bs, wm, num_gpu = bm.block_size, bm.watermark_blocks, bm.num_gpu_blocks
+        token_budget, chunk, time_of = sch.token_budget, sch.chunk_size, self.step_time
+        cohort = running[:num_cohort]
+        joined = [0] * num_cohort  # the stretch step from which each cohort member is carried
+        context = sum(map(_num_computed, cohort))  # the cohort's contexts before the current step
+        due = [(len(r.block_table) * bs - r.num_computed_tokens, i) for i, r in enumerate(cohort)]
+        heapify(due)  # (the step a member crosses into a new block, its place): schedule()'s order
+        finish_at = min([r.max_tokens - len(r.output_token_ids) for r in cohort], default=1 << 62) - 1
+        tail = running[num_cohort:]  # the other running requests, scheduled one by one
+        free = bm.num_free_gpu_blocks
+        next_event, until = env.peek(), self.until
+        step_id, name, add_steps = sch.step_id, self.name, self.recorder.add_steps
+        durations, ends, records, tail_finished = [], [], [], []
+        t, j, last = now, 0, False
+        clock, since = now, 0  # the environment's time, and the first step not yet waited out
+        while not last:
+            n = len(cohort)
+            if n > token_budget:
+                break
+            crossing = []
+            while due and due[0][0] == j:
+                crossing.append(heappop(due)[1])
+            f = free - len(crossing)
+            if f < 0:
+                break  # a decode cannot grow: schedule() preempts
+            budget = token_budget - n
+            entries = []  # (request, tokens this step, computed before it)
+            blocked = False
+            for req in tail:
+                if budget <= 0:
+                    break
+                c = req.num_computed_tokens
+                m = chunk(req.num_prompt_tokens + len(req.output_token_ids) - c, budget)
+                if m <= 0:
+                    continue
+                needed = -(-(c + m) // bs) - len(req.block_table)
+                if needed > 0:
+                    if needed > f:
+                        blocked = True  # schedule() preempts
+                        break
+                    f -= needed
+                budget -= m
+                entries.append((req, m, c))
+            if blocked:
+                break
+            admitted = 0
+            if budget > 0 and waiting:
+                seats = n + len(tail)
+                for req in waiting:  # _schedule_waiting, FCFS: a prefix of the queue
+                    if budget <= 0 or seats >= max_seqs:
+                        break
+                    if req.num_computed_tokens or (caching and req.prompt_token_ids is not None):
+                        blocked = True  # a prefix lookup or a landed load: schedule()'s to do
+                        break
+                    m = chunk(req.num_prompt_tokens + len(req.output_token_ids), budget)
+                    if m <= 0:
+                        break
+                    needed = -(-m // bs) - len(req.block_table)
+                    if needed > f - wm:
+                        break
+                    f -= needed
+                    budget -= m
+                    seats += 1
+                    admitted += 1
+                    entries.append((req, m, 0))
+                if blocked:
+                    break
+            # the step's sums (policies.batch_plan.plan_totals of its plan)
+            num_tokens = num_seqs = num_decode = num_outputs = n
+            dec_ctx = context + n
+            num_prefill = pf_tokens = pf_pairs = pf_ctx = 0
+            for req, m, c in entries:
+                num_tokens += m
+                num_seqs += 1
+                if c + m == req.num_prompt_tokens + len(req.output_token_ids):
+                    num_outputs += 1
+                if m == 1 and c > 0:
+                    dec_ctx += c + 1
+                    num_decode += 1
+                else:
+                    pf_tokens += m
+                    pf_pairs += m * c + m * (m + 1) // 2
+                    pf_ctx += c + m
+                    num_prefill += m
+            if not num_seqs:
+                break
+            duration = float(time_of(_new(PlanTotals, (num_tokens, num_seqs, num_prefill, num_decode, 0, 0,
+                                                       num_outputs, dec_ctx, pf_tokens, pf_pairs, pf_ctx, 0))))
+            if not duration > 0.0:
+                raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
+            end = t + duration  # as SimPy adds a timeout's delay to its clock
+            spans = not end < next_event
+            if spans and not (carry and end < until):
+                break  # its update would come after the next event: schedule() runs it
+            # --- the step happens: schedule()'s half ----------------------------------------------
+            if crossing:
+                bm.append_blocks([cohort[i] for i in crossing])
+                for i in crossing:
+                    heappush(due, (j + bs, i))
+            k = len(entries) - admitted
+            for req, m, _ in entries[:k]:
+                if not bm.allocate_slots(req, m):
+                    raise RuntimeError(f"request {req.req_id}: mixed replay: blocks counted wrong")
+            for req, m, _ in entries[k:]:
+                sch.admit_head(m, t)
+                tail.append(req)
+            for req, m, c in entries:  # StepBuilder.finish
+                req.num_computed_tokens = c + m
+                if req.first_scheduled_time is None:
+                    req.first_scheduled_time = t
+            free = f
+            used = num_gpu - f
+            records.append(StepRecord(step_id + j, t, duration, num_prefill, num_decode, 0, num_seqs, 0, 0, 0,
+                                      used, used / num_gpu, len(waiting), len(running), 0, name))
+            durations.append(duration)
+            ends.append(end)
+            # --- update()'s half: the cohort's tokens wait for the end; the others' now ------------
+            for req, m, c in entries:
+                out = req.output_token_ids
+                if c + m == req.num_prompt_tokens + len(out):
+                    out.append(0)
+                    req.token_times.append(end)
+                    if req.state is _CTX:
+                        req.transition(_GEN)
+                        if req.first_token_time is None:
+                            req.first_token_time = end
+                    if len(out) >= req.max_tokens:
+                        tail_finished.append(req)
+                        last = True
+            if j == finish_at:
+                last = True
+            context += n
+            j += 1
+            t = end
+            if spans:  # the environment's events up to this step's end happen (none reads the cohort)
+                yield from _wait(env, clock, end, durations, since)
+                clock, since = end, j
+                add_steps(records)
+                records = []
+                next_event = env.peek()
+            if last:
+                break
+            # tail requests now decoding join the cohort, from the front (keeping running order)
+            joins = 0
+            for req in tail:
+                if req.state is not _GEN or req.num_prompt_tokens + len(req.output_token_ids) - req.num_computed_tokens != 1:
+                    break
+                i = len(cohort)
+                cohort.append(req)
+                joined.append(j)
+                c = req.num_computed_tokens
+                context += c
+                heappush(due, (j + len(req.block_table) * bs - c, i))
+                left = j + req.max_tokens - len(req.output_token_ids) - 1
+                if left < finish_at:
+                    finish_at = left
+                joins += 1
+            if joins:
+                del tail[:joins]
+            if not carry and not tail and (not waiting or len(running) >= max_seqs):
+                last = True  # all-decode from here: the decode replay's
+        if not j:
+            return None
+        # --- the cohort's tokens and times, written once --------------------------------------------
+        zeros = [0] * j
+        for req, first in zip(cohort, joined):
+            if first >= j:
+                continue
+            req.num_computed_tokens += j - first
+            if first:
+                req.output_token_ids += zeros[first:]
+                req.token_times += ends[first:]
+            else:
+                req.output_token_ids += zeros
+                req.token_times += ends
+        end = ends[-1]
+        finished = []
+        if finish_at == j - 1 or tail_finished:  # update()'s order: the plan's (cohort first)
+            finished = [r for r in cohort if len(r.output_token_ids) >= r.max_tokens] + tail_finished
+            finish = sch.finish_request
+            for req in finished:
+                finish(req.req_id, _LENGTH, end)
+        sch.skip_step_ids(j)
+        sch.now = ends[-2] if j > 1 else now
+        if since < j:
+            yield from _wait(env, clock, end, durations, since)
+        if records:
+            add_steps(records)
+        return durations, finished, end
+
+
+def _wait(env: simpy.Environment, clock: float, end: float, durations: list, since: int):
+    """Wait from `clock` to `end`, the end of steps `since..`: one timeout when it lands on exactly
+    that clock, else one per step (as the step-by-step loop adds each delay)."""
+    delay = end - clock
+    if clock + delay == end:
+        yield env.timeout(delay)
+    else:
+        for duration in durations[since:]:
+            yield env.timeout(duration)
