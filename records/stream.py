@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from records.results import REQUEST_COLUMNS, STEP_COLUMNS, pooled_itls, request_columns, steps_columns
+from records.results import (REQUEST_COLUMNS, STEP_COLUMNS, plot_timeline, pooled_itls, request_columns,
+                             steps_columns)
 from records.running_summary import RunningSummary
 from records.sketch import DEFAULT_EXACT_LIMIT, DEFAULT_RELATIVE_ACCURACY
+from records.table_writer import TableWriter
 
 if TYPE_CHECKING:
     from policies import Request
@@ -43,8 +45,6 @@ class StreamingRecorder:
                  request_batch: int = REQUEST_BATCH, step_batch: int = STEP_BATCH, plot: bool = False,
                  parquet: bool | None = None, exact_limit: int = DEFAULT_EXACT_LIMIT,
                  relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY, step_meters: tuple = ()) -> None:
-        from records.table_writer import TableWriter
-
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.running = RunningSummary(slo, exact_limit, relative_accuracy)
         self.request_batch = max(int(request_batch), 1)
@@ -176,8 +176,6 @@ class StreamingRecorder:
         if self._plot is None:
             raise ValueError("plot: the recorder was made without plot=True")
         import pandas as pd
-
-        from records.results import plot_timeline
 
         steps = pd.DataFrame(self._plot)
         latency = {}

@@ -37,8 +37,12 @@ from typing import Any, Mapping, Sequence
 from policies import ConfigError, SchedulerConfig, SpeculativeConfig
 from policies.config import (OFFLOAD_BACKENDS, check_cache_knobs, check_choice, check_int, check_keys,
                              check_number)
-from sim.frontend import FrontendConfig
 from records.metrics import SLOConfig
+from sim.cluster.autoscaler import AutoscalingConfig
+from sim.cluster.config import ClusterConfig, DisaggregationConfig
+from sim.frontend import FrontendConfig
+from sim.workload import WorkloadConfig
+from specs import HardwareConfig, ModelConfig
 
 
 @dataclass(frozen=True)
@@ -88,11 +92,6 @@ class SimSection:
 
 def section_types() -> dict[str, type]:
     """Section name -> dataclass. model/hardware/workload types live in their own packages."""
-    from sim.cluster.autoscaler import AutoscalingConfig
-    from sim.cluster.config import ClusterConfig, DisaggregationConfig
-    from specs import HardwareConfig, ModelConfig
-    from sim.workload import WorkloadConfig
-
     return {
         "model": ModelConfig, "hardware": HardwareConfig, "scheduler": SchedulerConfig,
         "cache": CacheSection, "workload": WorkloadConfig, "slo": SLOConfig, "sim": SimSection,

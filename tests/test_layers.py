@@ -59,12 +59,10 @@ PENDING = frozenset({
     "calibrate/frontend.py", "calibrate/validate.py",
     "fidelity/fit_runs.py", "fidelity/from_run.py", "fidelity/idle_host.py", "fidelity/predict.py",
     "fidelity/reproduce.py",
-    "records/stream.py",
     "servesim/commands/calibrate.py", "servesim/commands/capacity.py", "servesim/commands/capacity_args.py",
     "servesim/commands/plan.py", "servesim/commands/reproduce.py", "servesim/commands/run.py",
     "servesim/commands/serve.py", "servesim/commands/simulate.py", "servesim/commands/sweep.py",
     "servesim/commands/validate.py",
-    "sim/config.py",
 })
 _DATASET = re.compile("|".join(re.escape(n) for n in DATASET_NAMES), re.IGNORECASE)
 
