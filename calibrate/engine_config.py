@@ -12,7 +12,7 @@ import torch
 from gpu_backend.engine import DTYPES, Engine, EngineConfig, resolve_dtype
 from gpu_backend.kv_cache import KVCache
 from gpu_backend.model_config import ModelConfig
-from policies import CacheConfig, ConfigError
+from policies import CacheConfig, ConfigError, SpeculativeConfig
 from sim.cluster.layout import cluster_section, is_disaggregated
 from sim.config import config_to_toml
 
@@ -55,7 +55,8 @@ def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[
                         **offload)
     engine_config = EngineConfig(model=model_config, scheduler=config.scheduler, cache=cache, weights=weights,
                                  dtype=dtype, seed=getattr(config.workload, "seed", 0) or 0, slo=config.slo,
-                                 max_time_s=config.sim.max_sim_time_s)
+                                 max_time_s=config.sim.max_sim_time_s,
+                                 speculative=getattr(config, "speculative", None) or SpeculativeConfig())
     return engine_config, config_to_toml(config)
 
 

@@ -55,9 +55,11 @@ from gpu_backend.model import LlamaModel, build_model
 from gpu_backend.model_config import ModelConfig
 from gpu_backend.model_runner import ModelRunner
 from gpu_backend.sampling_params import GREEDY, request_seed
-from policies import BatchPlan, CacheConfig, ConfigError, FinishReason, Request, ScheduledSeq, SchedulerConfig
+from policies import (BatchPlan, CacheConfig, ConfigError, FinishReason, Request, ScheduledSeq, SchedulerConfig,
+                      SpeculativeConfig)
 from policies.config import check_choice, check_int
 from policies.schedulers import make_scheduler
+from policies.speculative import NgramProposer
 from records.metrics import summarize
 from records.results import (Recorder, end_unfinished, pooled_itls, record_step, requests_table, steps_table,
                              write_results)
@@ -73,6 +75,8 @@ class EngineConfig:
     `weights` is a safetensors file or folder (None = random weights from `weights_seed`, fixed so
     that the model does not change with the workload); `seed` drives sampling and the synthetic
     prompt ids of count-only workloads; `dtype` "auto" is float32 on CPU and bfloat16 on CUDA.
+    `speculative`: n-gram speculative decoding (method "ngram" only: no draft weights), verified
+    greedily, for greedy requests (a sampled request gets no drafts).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -85,9 +89,13 @@ class EngineConfig:
     weights_seed: int = 0
     slo: object | None = None  # a records.metrics.SLOConfig for goodput, if any
     max_time_s: float | None = None  # run_workload: abort what is still live after this long
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
 
     def __post_init__(self) -> None:
         check_choice("engine.dtype", self.dtype, tuple(DTYPES))
+        if self.speculative.enabled and self.speculative.method != "ngram":
+            raise ConfigError(f"speculative.method: the engine proposes by n-gram lookup only (no draft or MTP "
+                              f"weights), got {self.speculative.method!r}; choose ngram")
         check_int("engine.seed", self.seed, 0)
         check_int("engine.weights_seed", self.weights_seed, 0)
         if self.scheduler.max_model_len > self.model.max_position_embeddings:
@@ -156,7 +164,11 @@ class Engine:
                                 config.cache.num_cpu_blocks, dtype, self.device, config.cache.num_offload_blocks)
         self.backend = select_backend(self.device, config.attention_backend)
         self.runner = ModelRunner(self.model, self.kv_cache, self.backend, config.seed)
-        self.scheduler = make_scheduler(config.scheduler, config.cache)
+        self.scheduler = make_scheduler(config.scheduler, config.cache, config.speculative)
+        spec = config.speculative
+        if spec.enabled:  # real drafts: prompt lookup over each greedy request's tokens
+            ngram = NgramProposer(spec.k, spec.prompt_lookup_min, spec.prompt_lookup_max)
+            self.scheduler.proposer = lambda req: ngram(req) if (req.sampling or GREEDY).is_greedy else ()
         self.recorder = Recorder()
         self.on_finish: list[Callable[[Request, float], None]] = []  # hooks run on the engine thread
         self.step_hooks: list[Callable] = []  # called with (plan, result) after each step (tests, tracing)
@@ -271,6 +283,9 @@ class Engine:
             self._emit_ended(start)
             return False
         record = record_step(plan, start, 0.0, self.scheduler)  # queues and KV read while the step runs, as in sim
+        # a verify step may add several tokens to a request: what each sampling request had before
+        before = [(s.request, len(s.request.output_token_ids)) for s in plan.seqs
+                  if s.samples and not s.is_padding] if plan.spec_token_ids else None
         result = self.runner.execute(plan)
         end = self.now()
         t = time.perf_counter()
@@ -282,10 +297,14 @@ class Engine:
         self.recorder.add_step(record)
         for hook in self.step_hooks:
             hook(plan, result)
-        for seq in plan.seqs:
-            if seq.samples and not seq.is_padding:
-                r = seq.request
-                self._emit(r, r.output_token_ids[-1:], end)
+        if before is not None:
+            for r, n in before:
+                self._emit(r, r.output_token_ids[n:], end)
+        else:
+            for seq in plan.seqs:
+                if seq.samples and not seq.is_padding:
+                    r = seq.request
+                    self._emit(r, r.output_token_ids[-1:], end)
         self._emit_ended(end)
         return True
 

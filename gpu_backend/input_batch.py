@@ -7,7 +7,9 @@ For the plan's live sequences (in plan order) it builds, vectorized with numpy:
   `seq_lens [B]` (context after the step), `max_seqlen_q/k`, `slot_mapping [T]` (where each new
   token's K/V goes: `block_id * block_size + offset`) and `block_tables [B, max_blocks]` (int32,
   padded with block 0 past a row's length; attention masks by `seq_lens`, so padding is never read);
-- `sample_indices [S]`: the row of each sampling sequence's last token, for the LM head.
+- `sample_indices [R]`: the rows the LM head scores: each sampling sequence's last token, and for a
+  verify sequence (speculative decoding: its last known token, then its drafts) every one of its
+  1 + drafts rows; `sample_last [S]` indexes each sampling sequence's last row among them.
 
 A chunk computing positions [c, c + n) of a request attends to its cached keys [0, c) plus itself
 causally (bottom-right aligned, as flash-attn does); a decode (n = 1) attends to the whole cache.
@@ -55,8 +57,10 @@ class InputBatch:
     input_ids: torch.Tensor  # [T] int64
     positions: torch.Tensor  # [T] int64
     meta: AttentionMetadata
-    sample_indices: torch.Tensor  # [S] int64
+    sample_indices: torch.Tensor  # [R] int64, R = S + drafts verified
     sample_seqs: list[ScheduledSeq]
+    sample_last: torch.Tensor | None = None  # [S] int64 into the R scored rows; None when R = S
+    sample_first: list[int] | None = None  # each sampling sequence's first scored row (verify steps)
 
 
 def _seq_token_ids(seq: ScheduledSeq) -> list[int]:
@@ -75,17 +79,26 @@ def build_input_batch(plan: BatchPlan, block_size: int, device: torch.device | s
     if num_seqs == 0:
         return None
     device = torch.device(device)
+    spec = plan.spec_token_ids
     # one Python pass over the sequences; everything after it is numpy on whole arrays
     query_list, start_list, sample_list, ids, flat_blocks, needed_list = [], [], [], [], [], []
+    draft_list = []  # drafts per sequence (verify sequences: their rows are all scored)
     for s in seqs:
         r, n, c = s.request, s.num_tokens, s.num_computed_tokens
         query_list.append(n)
         start_list.append(c)
         sample_list.append(s.samples)
-        if n == 1 and c >= r.num_prompt_tokens:  # decode fast path: the last sampled token
+        drafts = spec.get(r.req_id) if spec else None
+        if drafts:  # the last known token(s), then the drafts to verify
+            ids.extend(r.token_ids(c, c + n - len(drafts)))
+            ids.extend(drafts)
+            draft_list.append(len(drafts))
+        elif n == 1 and c >= r.num_prompt_tokens:  # decode fast path: the last sampled token
             ids.append(r.output_token_ids[c - r.num_prompt_tokens])
+            draft_list.append(0)
         else:
             ids.extend(_seq_token_ids(s))
+            draft_list.append(0)
         needed = (c + n + block_size - 1) // block_size
         table = r.block_table
         if len(table) < needed:
@@ -129,7 +142,16 @@ def build_input_batch(plan: BatchPlan, block_size: int, device: torch.device | s
         decode_seq_idx=dev(decode_seq_idx), decode_token_idx=dev(cu_q[:-1][decode_seq_idx]),
         prefill_seq_idx_np=np.flatnonzero(~is_decode),
     )
-    return InputBatch(
-        seqs=seqs, input_ids=dev(input_ids), positions=dev(positions), meta=meta,
-        sample_indices=dev(cu_q[1:][sample_rows] - 1), sample_seqs=[seqs[i] for i in sample_rows.tolist()],
-    )
+    last_rows = cu_q[1:][sample_rows] - 1
+    sample_seqs = [seqs[i] for i in sample_rows.tolist()]
+    if not spec:
+        return InputBatch(seqs=seqs, input_ids=dev(input_ids), positions=dev(positions), meta=meta,
+                          sample_indices=dev(last_rows), sample_seqs=sample_seqs)
+    num_drafts = np.array(draft_list, np.int64)[sample_rows]
+    counts = num_drafts + 1  # rows scored per sampling sequence
+    rows = np.repeat(last_rows - num_drafts, counts) + (np.arange(int(counts.sum())) - np.repeat(
+        np.cumsum(counts) - counts, counts))
+    last = np.cumsum(counts) - 1
+    return InputBatch(seqs=seqs, input_ids=dev(input_ids), positions=dev(positions), meta=meta,
+                      sample_indices=dev(rows), sample_seqs=sample_seqs, sample_last=dev(last),
+                      sample_first=(last - num_drafts).tolist())

@@ -3,7 +3,10 @@
 Per step, in order: the plan's swap-in copies (CPU -> GPU), swap-out copies (GPU -> CPU), block
 copies and loads from the KV offload tier, batch assembly (`input_batch`), the forward pass over the
 paged cache, the LM head on the sampling rows only, sampling, and the stores of the blocks the step
-filled to the offload tier (vLLM's worker: start_load_kv before the forward, the save after it). `StepResult.duration` is the measured wall time of all of it
+filled to the offload tier (vLLM's worker: start_load_kv before the forward, the save after it).
+Speculative decoding: a verify sequence's rows are all scored and accepted greedily (a draft stands
+while it equals the target's argmax at its position; then the target's own token follows, the
+correction or the bonus one); `StepResult.num_accepted` says how many. `StepResult.duration` is the measured wall time of all of it
 (after a CUDA synchronize). Recompute preemption needs nothing here: the scheduler freed the blocks
 and reset `num_computed_tokens`, so the request's next chunks re-prefill prompt + generated tokens.
 """
@@ -55,15 +58,20 @@ class ModelRunner:
         t2 = time.perf_counter()
         sampled: dict = {}
         stopped: set = set()
+        accepted: dict = {}
         if batch is not None:
             hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_cache, self.backend)
             if batch.sample_seqs:
-                logits = self.model.compute_logits(hidden[batch.sample_indices])  # [S, vocab]
+                logits = self.model.compute_logits(hidden[batch.sample_indices])  # [R, vocab]
+                if batch.sample_last is not None:  # a verify step: every draft's row is scored too
+                    scored, logits = logits, logits[batch.sample_last]  # [R, vocab], [S, vocab]
                 requests = [s.request for s in batch.sample_seqs]
                 params = [r.sampling or GREEDY for r in requests]
                 seeds = [p.seed if p.seed is not None else request_seed(r.req_id, self.base_seed)
                          for p, r in zip(params, requests)]
                 tokens = self.sampler(logits, params, seeds, [r.num_output_tokens for r in requests])
+                if batch.sample_last is not None:
+                    tokens = self._verify(plan, batch, scored, requests, params, tokens, accepted)
                 for r, p, tok in zip(requests, params, tokens):
                     sampled[r.req_id] = tok
                     if tok in p.stop_token_ids or (tok in self.eos_token_ids and not r.ignore_eos):
@@ -72,4 +80,30 @@ class ModelRunner:
         self._sync()
         t3 = time.perf_counter()
         self.last_timings = {"swap": t1 - t0, "prepare": t2 - t1, "forward": t3 - t2}
-        return StepResult(duration=t3 - t0, sampled_token_ids=sampled, stopped=frozenset(stopped))
+        return StepResult(duration=t3 - t0, sampled_token_ids=sampled, stopped=frozenset(stopped),
+                          num_accepted=accepted if plan.spec_token_ids else None)
+
+    def _verify(self, plan: BatchPlan, batch: InputBatch, scored: torch.Tensor, requests, params, tokens,
+                accepted: dict) -> list[int]:
+        """Greedy acceptance of each verify sequence's drafts (into `accepted`); returns the tokens
+        sampled, a verify sequence's replaced by the target's token after its accepted drafts (a stop
+        token among those drafts ends them there and is the sampled token)."""
+        argmax = scored.argmax(-1).tolist()  # [R]: the target's greedy token at every scored row
+        out = list(tokens)
+        for i, (r, p) in enumerate(zip(requests, params)):
+            drafts = plan.spec_token_ids.get(r.req_id)
+            if not drafts:
+                continue
+            target = argmax[batch.sample_first[i]:batch.sample_first[i] + len(drafts) + 1]
+            a = 0
+            while a < len(drafts) and target[a] == drafts[a]:
+                a += 1
+            tok = target[a]
+            for j in range(a):
+                d = drafts[j]
+                if d in p.stop_token_ids or (d in self.eos_token_ids and not r.ignore_eos):
+                    a, tok = j, d
+                    break
+            accepted[r.req_id] = a
+            out[i] = tok
+        return out
