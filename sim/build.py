@@ -21,9 +21,9 @@ from records.stream import StreamingRecorder
 from sim.cost import CostMeter, replica_costs
 from sim.latency import RooflineConstants, build_latency_model
 from sim.replica import Replica
-from sim.speculative import build_scheduler, with_proposer
+from sim.speculative import build_scheduler, proposer_memory, with_proposer
 from sim.workload import build_workload
-from specs import bytes_per_block, num_cpu_blocks, num_gpu_blocks
+from specs import bytes_per_block, kv_cache_bytes, num_cpu_blocks, num_gpu_blocks
 
 PROGRESS_MIN_REQUESTS = 2000  # below this a run takes well under a second: no bar
 
@@ -31,8 +31,19 @@ PROGRESS_MIN_REQUESTS = 2000  # below this a run takes well under a second: no b
 def build_cache_config(config: Any) -> CacheConfig:
     """The scheduler's KV geometry: block counts from the model and hardware, knobs from `cache`."""
     spec, block_size = config.model.spec(), config.cache.block_size
-    gpu_blocks = num_gpu_blocks(spec, config.hardware, block_size, config.scheduler.max_num_batched_tokens,
-                                config.scheduler.max_num_seqs)
+    extra_params, proposer = proposer_memory(config)  # a speculative draft model's or MTP layer's
+    if proposer is None or config.hardware.num_gpu_blocks is not None:
+        gpu_blocks = num_gpu_blocks(spec, config.hardware, block_size, config.scheduler.max_num_batched_tokens,
+                                    config.scheduler.max_num_seqs)
+    else:  # its weights off the budget; each block holds its layers' KV too
+        free = kv_cache_bytes(spec, config.hardware, config.scheduler.max_num_batched_tokens,
+                              config.scheduler.max_num_seqs, extra_params)
+        per_block = bytes_per_block(spec, config.hardware.tp, block_size) + bytes_per_block(
+            proposer, config.hardware.tp, block_size)
+        gpu_blocks = int(free // per_block)
+        if gpu_blocks < 1:
+            raise ConfigError(f"speculative.draft_model: with the proposer's weights and KV no KV block fits on "
+                              f"{config.hardware.gpu}; choose a smaller draft_model or raise hardware.tp")
     return CacheConfig(block_size=block_size, num_gpu_blocks=gpu_blocks,
                        num_cpu_blocks=num_cpu_blocks(spec, config.hardware, block_size),
                        watermark=config.cache.watermark,

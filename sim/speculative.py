@@ -15,6 +15,8 @@ its real width: 1 + drafts query tokens per sequence, an LM-head row for each):
   its LM head, timed like the draft (roofline of a one-layer copy of the target).
 
 The proposer's passes run inside the step (graph-captured in vLLM): no host overhead per pass.
+Its weights and KV share the GPU (`proposer_memory`): its parameters come off the KV budget and
+each block also holds its layers' KV (vLLM allocates the drafter's layers in the same blocks).
 The fast decode path (`sim.decode_replay`) stays off with speculation (`Scheduler.decode_horizon`).
 """
 from __future__ import annotations
@@ -51,6 +53,19 @@ def draft_spec(config):
         target = config.model.spec()
         return replace(target, num_layers=1, first_k_dense_replace=0)
     return None
+
+
+def proposer_memory(config) -> tuple[int, object | None]:
+    """(the proposer's parameters, the `ModelSpec` whose KV each block also holds): a draft model's
+    all; MTP's one layer (embedding and LM head shared with the target); ngram none."""
+    model = draft_spec(config)
+    if model is None:
+        return 0, None
+    if config.speculative.method == "draft":
+        return model.num_params, model
+    head = 0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size
+    final_norm = model.hidden_size * (2 if model.bias else 1)
+    return model.num_params - model.embedding_params - head - final_norm, model
 
 
 class SpeculativeLatencyModel(LatencyModel):

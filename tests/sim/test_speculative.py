@@ -17,7 +17,7 @@ from sim.build import build_cache_config
 from sim.runner import simulate
 from sim.speculative import build_scheduler, with_proposer
 from sim.workload import build_workload
-from specs import get_gpu, get_model
+from specs import bytes_per_block, get_gpu, get_model, kv_cache_bytes
 
 
 def expected_tokens(a: float, k: int) -> float:
@@ -279,3 +279,19 @@ def test_streamed_and_cluster_runs_report_it_too():
 
 def _as_table(config) -> dict:
     return tomllib.loads(config_to_toml(config))
+
+
+def test_a_proposer_takes_its_weights_and_kv_from_the_cache():
+    """A draft model's weights come off the KV budget and every block holds its layers' KV too;
+    MTP's one layer costs far less; ngram nothing."""
+    off = build_cache_config(load_config({"model": {"name": "Llama-3-8B"}})).num_gpu_blocks
+    ngram = build_cache_config(single(3, 0.8)).num_gpu_blocks
+    draft_config = single(3, 0.8, method="draft", draft_model="Llama-2-7B")
+    draft = build_cache_config(draft_config).num_gpu_blocks
+    mtp = build_cache_config(single(3, 0.8, method="mtp")).num_gpu_blocks
+    target, small = get_model("Llama-3-8B"), get_model("Llama-2-7B")
+    hw = draft_config.hardware
+    sched = draft_config.scheduler
+    free = kv_cache_bytes(target, hw, sched.max_num_batched_tokens, sched.max_num_seqs, small.num_params)
+    assert draft == free // (bytes_per_block(target, 1, 16) + bytes_per_block(small, 1, 16))
+    assert ngram == off and draft < mtp < off and mtp > 0.9 * off
