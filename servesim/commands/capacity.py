@@ -9,13 +9,16 @@ With several `--layout`s it compares layouts of the same GPU count in one comman
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from policies import ConfigError
 from records.display import number
 from servesim.commands import options
 from servesim.commands.capacity_args import add_common, executor_from_args, load_base, show_table, slo_from_args
+from sim.capacity.plots import plot_search
 from sim.capacity.search import DEFAULT_RATE_KEY, find_max_rate
+from sim.cluster.layout import num_gpus
 
 LAYOUT_CHOICES = ("as-is", "colocated", "disaggregated")
 
@@ -34,10 +37,6 @@ def layout_overrides(config, layout: str, gpus: int) -> list[str]:
 
 def reference_gpus(config, layouts: list[str]) -> int:
     """The GPU count every layout gets: the disaggregated pools' when they are compared, else the config's."""
-    import dataclasses
-
-    from sim.cluster.layout import num_gpus
-
     if "disaggregated" in layouts:
         config = dataclasses.replace(config, disaggregation=dataclasses.replace(config.disaggregation, enabled=True))
     return num_gpus(config)
@@ -85,8 +84,6 @@ def run(args) -> int:
     show_table(args, table, ["layout", "rate", "num_gpus", "slo_attainment", "ttft_s_p90", "tpot_s_p90",
                              "goodput_rps"])
     if args.out:
-        from sim.capacity.plots import plot_search
-
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "search.csv", index=False)

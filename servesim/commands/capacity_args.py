@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 
+from records.display import number
 from servesim.commands import options
 from sim.capacity.executor import EXECUTORS, make_executor
 from sim.capacity.slo import SLO
+from sim.config import load_config
+from sim.notes import setting_notes
+from sim.workload import build_workload
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
@@ -34,9 +38,6 @@ def add_common(parser: argparse.ArgumentParser) -> None:
 def load_base(args):
     """The base config (SERVESIM_SMALL's caps joining `args.overrides`, so every point gets them); its
     notes printed."""
-    from sim.notes import setting_notes
-    from sim.workload import build_workload
-
     base = options.load_config_args(args)
     options.note(args, *base.notes, *setting_notes(base, build_workload(base.workload, base.scheduler.max_model_len)))
     return base
@@ -45,8 +46,6 @@ def load_base(args):
 def slo_from_args(args, base=None) -> SLO:
     """The SLO of the --slo-* flags over the config's [slo] section (`base`: the config, if loaded already)."""
     if base is None:
-        from sim.config import load_config
-
         base = load_config(args.config, args.overrides)
     return SLO.from_config(base, ttft_s=args.slo_ttft, tpot_s=args.slo_tpot, e2e_s=args.slo_e2e,
                            min_attainment=args.slo_attainment)
@@ -57,8 +56,6 @@ def executor_from_args(args):
 
 
 def fmt_table(df, columns) -> str:
-    from records.display import number
-
     cols = [c for c in columns if c in df]
     return df[cols].to_string(index=False, float_format=number)
 

@@ -15,6 +15,7 @@ from records.display import number
 from servesim.commands import options
 from servesim.commands.capacity_args import add_common, executor_from_args, load_base, show_table, slo_from_args
 from sim.capacity.planner import LAYOUTS, CandidateGrid, plan
+from sim.capacity.plots import plot_plan
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -93,8 +94,6 @@ def run(args) -> int:
                         + (f", {number(joules)} J per output token" if joules is not None else "")
                         + f", {row['slo_attainment']:.1%} within SLO")
     if args.out:
-        from sim.capacity.plots import plot_plan
-
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "plan.csv", index=False)

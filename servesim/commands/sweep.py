@@ -13,6 +13,7 @@ from pathlib import Path
 
 from servesim.commands import options
 from servesim.commands.capacity_args import add_common, executor_from_args, load_base, show_table, slo_from_args
+from sim.capacity.plots import plot_sweep
 from sim.capacity.sweep import (combine, expand_grid, expand_list, hold_window, parse_assignment, run_sweep,
                                 write_table)
 
@@ -56,8 +57,6 @@ def run(args) -> int:
     show_table(args, df, ["point", *shown, *SHOWN[1:]])
     x = args.x or keys[0]
     if not args.no_plot and x in df and df[x].dtype.kind in "if":
-        from sim.capacity.plots import plot_sweep
-
         png = plot_sweep(df, x, keys, out / "sweep.png", title=f"{Path(args.config).name}: sweep over {x}")
         if png:
             paths.append(png)
