@@ -143,6 +143,7 @@ def summarize(requests: "pd.DataFrame", steps: "pd.DataFrame", itls: np.ndarray 
         "itl_s": itl_stats,
         "e2e_s": stats(done["e2e_s"]) if num_finished else None,
         "queue_s": stats(requests["queue_s"]) if n else None,
+        "ttft_parts": ttft_parts_of_sums(*_ttft_sums(done), num_finished),
         "max_stall_s": max_stall,
         "num_preemptions": int(requests["num_preemptions"].sum()) if n else 0,
         "num_swaps": int(requests["num_swaps"].sum()) if n else 0,
@@ -167,6 +168,32 @@ def summarize(requests: "pd.DataFrame", steps: "pd.DataFrame", itls: np.ndarray 
     # what the run cost: the simulator knows the hardware and fills these (sim.cost); an engine run does not
     summary.update(dict.fromkeys(COST_KEYS))
     return summary
+
+
+TTFT_PARTS = ("client_send_s", "api_server_s", "engine_queue_s", "prefill_steps_s", "first_chunk_s")
+
+
+def _ttft_sums(done: "pd.DataFrame") -> tuple[float, float, float]:
+    """Over finished requests: sums of (first schedule - arrival), (first token - first schedule), prompt tokens."""
+    if not len(done):
+        return 0.0, 0.0, 0.0
+    arrival = done["arrival_time"].to_numpy(dtype=float)
+    scheduled = done["first_scheduled_time"].to_numpy(dtype=float)
+    first = done["first_token_time"].to_numpy(dtype=float)
+    return (float(np.nansum(scheduled - arrival)), float(np.nansum(first - scheduled)),
+            float(done["num_prompt_tokens"].sum()))
+
+
+def ttft_parts_of_sums(to_schedule: float, to_first_token: float, prompt_tokens: float, num_finished: int) -> dict | None:
+    """The mean TTFT as named parts (`TTFT_PARTS`), as the request times alone tell them: until the
+    first schedule is engine queue, from it to the first token the prefill steps; a front end that
+    knows its ingress and egress (`sim.frontend.FrontendConfig.split_ttft_parts`) moves them to the
+    API server and first-chunk parts. `mean_prompt_tokens` beside them (what an ingress scales with)."""
+    if not num_finished:
+        return None
+    return {"client_send_s": 0.0, "api_server_s": 0.0, "engine_queue_s": to_schedule / num_finished,
+            "prefill_steps_s": to_first_token / num_finished, "first_chunk_s": 0.0,
+            "mean_prompt_tokens": prompt_tokens / num_finished}
 
 
 def _saturation(requests: pd.DataFrame, reasons: pd.Series, end: float) -> dict:
@@ -253,6 +280,11 @@ def format_summary(summary: dict) -> str:
                        ("queue_s", "queue")):
         block = summary.get(key)
         lines.append(f"{label:14} " + " ".join(cell(block, k) for k in ("mean", "p50", "p90", "p99", "max")))
+    parts = summary.get("ttft_parts")
+    if parts:
+        names = (("client_send_s", "send"), ("api_server_s", "API server"), ("engine_queue_s", "queue"),
+                 ("prefill_steps_s", "prefill steps"), ("first_chunk_s", "first chunk"))
+        lines.append("TTFT parts     " + " + ".join(f"{label} {ms(parts[k])}" for k, label in names) + " ms (means)")
     stall = summary["max_stall_s"]
     kv = summary["kv_usage"]
     lines += [

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from records.metrics import (COST_KEYS, OFFLOAD_STEP_COLUMNS, SPEC_COLUMNS, SLOConfig, offload_totals,
-                             speculative_totals)
+                             speculative_totals, ttft_parts_of_sums)
 from records.results import COMPLETED_REASONS
 from records.saturation import saturation
 from records.sketch import DEFAULT_EXACT_LIMIT, DEFAULT_RELATIVE_ACCURACY, QuantileSketch
@@ -47,6 +47,7 @@ class RunningSummary:
         self.spec = dict.fromkeys(SPEC_COLUMNS, 0)  # speculative decoding (records.metrics.speculative_totals)
         self.num_preemptions = self.num_swaps = self.num_recomputes = 0
         self.num_good = 0
+        self.to_schedule_s = self.to_first_token_s = 0.0  # sums over finished requests (ttft_parts)
         self.num_steps = 0
         self.step_end = -math.inf
         self.computed_tokens = self.padding_tokens = 0
@@ -96,6 +97,9 @@ class RunningSummary:
         for name in ("ttft_s", "tpot_s", "e2e_s"):
             self.sketches[name].add(latency[name][done])
         self.sketches["queue_s"].add(latency["queue_s"])
+        scheduled = np.asarray(columns["first_scheduled_time"], dtype=float)[done]
+        self.to_schedule_s += float(np.nansum(scheduled - arrival[done]))
+        self.to_first_token_s += float(np.nansum(np.asarray(columns["first_token_time"], dtype=float)[done] - scheduled))
         self.sketches["itl_s"].add(itls)
         good = done.copy()  # records.metrics.meets_slo, on arrays (NaN compares False, as in pandas)
         slo = self.slo
@@ -188,6 +192,7 @@ class RunningSummary:
             "itl_s": itl,
             "e2e_s": stats("e2e_s"),
             "queue_s": self.sketches["queue_s"].stats() if n else None,
+            "ttft_parts": ttft_parts_of_sums(self.to_schedule_s, self.to_first_token_s, self.in_tokens, num_finished),
             "max_stall_s": itl["max"] if itl else None,
             "num_preemptions": self.num_preemptions,
             "num_swaps": self.num_swaps,

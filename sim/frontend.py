@@ -96,6 +96,18 @@ class FrontendConfig:
         if request.finish_time is not None:
             request.finish_time += delay
 
+    def split_ttft_parts(self, parts: dict | None) -> dict | None:
+        """A summary's `ttft_parts` (`records.metrics.ttft_parts_of_sums`: the request times alone)
+        with this front end's ingress moved from the engine queue to the API server and its egress
+        from the prefill steps to the first chunk (they still sum to the mean TTFT)."""
+        if parts is None or not self.enabled:
+            return parts
+        ingress = self.ingress_s(parts["mean_prompt_tokens"])
+        return {**parts, "api_server_s": parts["api_server_s"] + ingress,
+                "engine_queue_s": parts["engine_queue_s"] - ingress,
+                "prefill_steps_s": parts["prefill_steps_s"] - self.egress_s,
+                "first_chunk_s": parts["first_chunk_s"] + self.egress_s}
+
     def charge(self, latency_model):
         """`latency_model`, plus `engine_s_per_step` and `engine_s_per_output` per output of each step
         that streams one (itself when both are 0)."""

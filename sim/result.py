@@ -104,10 +104,12 @@ def finish_run(recorder, config: Config, extra: dict | None = None, provisioned_
     """
     if isinstance(recorder, Recorder):
         result = tabulate(recorder, config, provisioned_s)
+        result.summary["ttft_parts"] = config.frontend.split_ttft_parts(result.summary.get("ttft_parts"))
         result.summary.update(extra or {})
         result.replicas = replicas
         return result
     summary = recorder.close()
+    summary["ttft_parts"] = config.frontend.split_ttft_parts(summary.get("ttft_parts"))
     for meter in recorder.step_meters:  # the cost meter: its keys follow summarize's, as in tabulate
         summary.update(meter.summary(summary["duration_s"], recorder.running.out_tokens,
                                      replica_costs(config, provisioned_s)))

@@ -236,3 +236,23 @@ def test_profile_file_reads_back_its_terms(tmp_path):
     path.write_text(json.dumps({"format": "servesim-overhead"}))
     with pytest.raises(ConfigError, match="frontend profile: .* is not a 'servesim-frontend' file"):
         FrontendConfig.from_profile(path)
+
+
+def test_the_summary_carries_ttft_as_parts_that_sum_to_the_mean_ttft(tmp_path):
+    fe = {"request_overhead_s": 0.0013, "tokenize_s_per_token": 3e-6, "stream_overhead_s": 0.0007}
+    specs = [(0.01 * i, 100 + 37 * i, 8) for i in range(30)]  # a burst: some requests wait in the queue
+    result = run(specs, fe)
+    parts = result.summary["ttft_parts"]
+    names = ("client_send_s", "api_server_s", "engine_queue_s", "prefill_steps_s", "first_chunk_s")
+    assert sum(parts[k] for k in names) == pytest.approx(result.summary["ttft_s"]["mean"], rel=1e-12)
+    prompts = np.array([p for _, p, _ in specs])
+    assert parts["api_server_s"] == pytest.approx(0.0013 + 3e-6 * prompts.mean(), rel=1e-12)
+    assert parts["first_chunk_s"] == 0.0007 and parts["engine_queue_s"] > 0 and parts["client_send_s"] == 0
+    # a lone request: no queue, one prefill step (the theory's sum)
+    lone = run([(0.5, 300, 4)], fe).summary["ttft_parts"]
+    assert lone["engine_queue_s"] == pytest.approx(0.0, abs=1e-12)
+    assert lone["prefill_steps_s"] == pytest.approx(STEP_S + PER_TOKEN_S * 300, abs=1e-12)
+    # the streamed run (the CLI's) carries the same parts
+    streamed = simulate(make_config(fe), latency_model=ConstantLatency(STEP_S, PER_TOKEN_S),
+                        workload=ListWorkload(specs), out=tmp_path, stream=True).summary["ttft_parts"]
+    assert streamed == pytest.approx(parts, rel=1e-12)
