@@ -74,7 +74,7 @@ class SpeculativeConfig:
     Each decode proposes up to `num_speculative_tokens` (k) draft tokens; the next step verifies
     them with the target model (1 + k query tokens, all counted against the token budget) and keeps
     the accepted prefix plus one token of its own. `method`: "ngram" (prompt lookup: the tokens
-    after the latest earlier match of the last `prompt_lookup_max`..`prompt_lookup_min` tokens),
+    after the earliest match of the last `prompt_lookup_max`..`prompt_lookup_min` tokens),
     "draft" (a smaller `draft_model`, a catalog name or HF config.json, run k times per step) or
     "mtp" (the target's multi-token-prediction layer, run k times). `acceptance_rate`: what the
     simulator draws acceptances from, per draft position (one number for every position, or a

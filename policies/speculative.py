@@ -35,8 +35,9 @@ def placeholder_proposer(k: int) -> Proposer:
 
 
 class NgramProposer:
-    """Prompt lookup: the tokens that followed the latest earlier occurrence of the sequence's last
-    n tokens, for the longest n in [min_n, max_n] that occurs, at most k of them ([] when none)."""
+    """Prompt lookup: the tokens that followed the earliest occurrence of the sequence's last n
+    tokens, for the longest n in [min_n, max_n] that occurs earlier, at most k of them ([] when
+    none): what vLLM's NgramProposer picks (its reversed-KMP search keeps the earliest match)."""
 
     def __init__(self, k: int, min_n: int = 5, max_n: int = 5) -> None:
         if k < 1 or min_n < 1 or max_n < min_n:
@@ -51,8 +52,8 @@ class NgramProposer:
         for n in range(min(self.max_n, total - 1), self.min_n - 1, -1):
             suffix = tokens[total - n:]
             first = suffix[0]
-            # the latest start i < total - n whose n tokens equal the suffix (a token must follow it)
-            for i in range(total - n - 1, -1, -1):
+            # the earliest start i < total - n whose n tokens equal the suffix (a token must follow it)
+            for i in range(total - n):
                 if tokens[i] == first and tokens[i:i + n] == suffix:
                     return tokens[i + n:i + n + self.k]
         return []

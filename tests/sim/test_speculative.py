@@ -256,9 +256,9 @@ def test_set_overrides_and_toml_round_trip():
     assert load_config(tomllib.loads(config_to_toml(config))) == config
 
 
-def test_ngram_proposer_looks_up_the_latest_match():
+def test_ngram_proposer_looks_up_the_earliest_longest_match():
     p = NgramProposer(k=3, min_n=2, max_n=3)
-    assert p.propose_ids([1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3]) == [5, 6, 2]  # latest "2 3" (no "x 2 3" repeat)
+    assert p.propose_ids([1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3]) == [4, 9, 2]  # earliest "2 3" (no "x 2 3" repeat)
     assert p.propose_ids([1, 2, 3, 4, 1, 2, 3]) == [4, 1, 2]  # longest first: "1 2 3"
     assert p.propose_ids([1, 2, 3, 4]) == []
     assert p.propose_ids([5, 5]) == []  # n = 2 needs a token after an earlier match
