@@ -197,12 +197,12 @@ def _inference_perf_check(run: RealRun) -> WorkloadCheck:
     was = f"{behaviour}'s prompts ({gen_p:.0f} tokens) are {check.prompt_ratio:.2f}x the measured {m_p:.0f}"
     candidates = [behaviour] + [b for b in CHAT_BEHAVIOURS if b != behaviour] if base.enable_multi_turn_chat else [behaviour]
     scored = []
-    for b in candidates:
+    for order, b in enumerate(candidates):  # equal lengths: the release's own, then CHAT_BEHAVIOURS' order
         p = replace(base, behaviour=b, client_version=version)
         g = generated_lengths(p, limit) if b != behaviour else (gen_p, gen_o, n, refused)
         if g[0] > 0:
-            scored.append((abs(math.log(g[0] / m_p)), b, g))
-    _, best, (bp, bo, bn, br) = min(scored)
+            scored.append((round(abs(math.log(g[0] / m_p)), 9), order, b, g))
+    _, _, best, (bp, bo, bn, br) = min(scored)
     check.behaviour, check.generated_prompt, check.generated_output = best, bp, bo
     check.num_generated, check.num_over_limit = bn, br
     if best != behaviour:

@@ -13,13 +13,16 @@ main to 2026-08; docs/results/2026-12-02-client-workloads.md):
   second and spreads each second's requests the same way; `concurrent` sends `num_requests` with at
   most `concurrency_level` in flight. The next stage starts when every request of the stage has
   finished, plus `load.interval` seconds (default 1). Every stage restarts at prompt 0.
-- Multi-turn chat (`enable_multi_turn_chat`): prompt i belongs to user session i, whose next turn
-  waits for its previous one; what a turn sends changed between releases (`CHAT_BEHAVIOURS`, chosen
-  by `behaviour_for(version)`): before 0.3 the flag did not exist (every request is system prompt +
-  question); 0.3-0.4 start a session's context at its system prompt and send context + question;
-  0.5 starts it empty and sends context + question (the system prompt is never sent); 0.6 on start
-  it empty and send context + system prompt + question. The context becomes the turn's prompt +
-  its answer; a failed (rejected) turn leaves it unchanged; from 0.5 sessions restart every stage.
+- Multi-turn chat (`enable_multi_turn_chat`): prompt i belongs to user session i; what a turn sends
+  changed between releases (`CHAT_BEHAVIOURS`, chosen by `behaviour_for(version)`). Before 0.3 the
+  flag did not exist: every request is system prompt + question. In 0.3-0.4 each request carried
+  its own copy of its session (the maintainers' diagnosis in #443: the session objects were copied,
+  so neither its lock nor its context was shared): every turn is the system prompt + question, sent
+  at its time. From 0.5 a per-process session registry is shared, but its sessions start empty (the
+  generator's, seeded with the system prompt, are never registered): a turn sends the session's
+  context + the prompt (0.5: the question alone, no system prompt; 0.6 on: system prompt +
+  question), waits for the session's previous turn, and the context becomes the turn's prompt +
+  its answer; a failed (rejected) turn leaves it unchanged; sessions restart every stage.
 - `server.ignore_eos` (default true here): every answer is exactly the sampled output length.
 
 A profile's optional `client` mapping (`version`, `behaviour`, `prompt_scale`) says which release
@@ -51,9 +54,9 @@ if TYPE_CHECKING:  # the run readers' tables; registering the workload kind stay
 
 CHAT_BEHAVIOURS = {
     "single-turn": "every request is its group's system prompt + its question (no sessions)",
-    "chat-0.3": "context starts as the system prompt; a turn sends context + question",
-    "chat-0.5": "context starts empty; a turn sends context + question (no system prompt)",
-    "chat-0.6": "context starts empty; a turn sends context + system prompt + question",
+    "chat-0.3": "each request a copy of its session: system prompt + question, no turn waits (0.3-0.4)",
+    "chat-0.5": "shared sessions from empty: a turn sends context + question, after the previous turn",
+    "chat-0.6": "shared sessions from empty: a turn sends context + system prompt + question, after the previous",
 }
 # first release of each behaviour (inference-perf's tags; main between tags behaves as the next one)
 CHAT_RELEASES = (((0, 3), "chat-0.3"), ((0, 5), "chat-0.5"), ((0, 6), "chat-0.6"))
@@ -196,8 +199,8 @@ class SharedPrefixProfile:
 
     @property
     def multi_turn(self) -> bool:
-        """Sessions whose turns wait for each other and carry a context (not single-turn)."""
-        return self.enable_multi_turn_chat and self.behaviour != "single-turn"
+        """Sessions whose turns wait for each other and carry a context (0.5 on)."""
+        return self.enable_multi_turn_chat and self.behaviour in ("chat-0.5", "chat-0.6")
 
     @classmethod
     def from_dict(cls, profile: dict) -> "SharedPrefixProfile":
@@ -345,9 +348,8 @@ class SharedPrefixWorkload:
         self._turn = [0] * len(self.prompts)
 
     def _initial_context(self, group: int) -> SyntheticPrompt:
-        """A session's context before its first turn: its system prompt up to 0.4, empty from 0.5."""
-        if self.profile.behaviour == "chat-0.3":
-            return SyntheticPrompt([(self._sys_key(group), self.system_prompt_lens[group])])
+        """A registered session's context before its first turn: empty (the generator's own sessions,
+        which start at the system prompt, are never the ones used)."""
         return SyntheticPrompt([])
 
     # keys of the synthetic token segments
@@ -384,7 +386,7 @@ class SharedPrefixWorkload:
     def _begin_stage(self, k: int, t0: float) -> list[Request]:
         stage = self.profile.stages[k]
         self._stage = k
-        if k > 0 and self.profile.behaviour in ("chat-0.5", "chat-0.6"):
+        if k > 0 and self.profile.multi_turn:
             # from 0.5 each worker clears its sessions when a stage ends: the next starts afresh
             self._context = [self._initial_context(g) for g, *_ in self.prompts]
         offsets = send_times(stage, self.profile.load_type, self._arrival_rng)
@@ -428,7 +430,7 @@ class SharedPrefixWorkload:
     def _request(self, send: _Send, arrival: float) -> Request:
         group, user, q_len, out_len = self.prompts[send.prompt]
         if self.profile.multi_turn:
-            # inference-perf sends the session's context + " " + the prompt: the question alone up to
+            # inference-perf sends the session's context + " " + the prompt: the question alone in
             # 0.5, system prompt + question from 0.6
             sys_part = ((self._sys_key(group), self.system_prompt_lens[group]),) \
                 if self.profile.behaviour == "chat-0.6" else ()
