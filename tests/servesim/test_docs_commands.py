@@ -38,7 +38,7 @@ REASONS: dict[str, tuple[str, str]] = {
     r"^streamlit run\b": ("skip", "a long-running app server; tests/app drives its pages"),
     r"benchmarks/sim_speed\.py": ("slow", "times 10,000-request simulations at several sizes (a minute or more)"),
     r"benchmarks/distserve_replay\.py": ("slow", "replays DistServe's 37 measured runs (about 2 minutes)"),
-    r"benchmarks/fidelity_report\.py": ("slow", "reproduces every shipped real run twice (minutes)"),
+    r"benchmarks/fidelity_report\.py": ("slow", "reproduces every shipped real run three times (minutes)"),
     r"benchmarks/splitwise_check\.py": ("slow", "imports and fits Vidur's per-op tables at three TPs (minutes)"),
     r"^servesim reproduce\b": ("slow", "simulates every real run it finds (minutes)"),
     r"^servesim calibrate fit-runs\b": ("slow", "re-simulates real runs for every fit round (minutes)"),
