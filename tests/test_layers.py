@@ -61,8 +61,6 @@ PENDING = frozenset({
     "calibrate/frontend.py", "calibrate/validate.py",
     "fidelity/fit_runs.py", "fidelity/from_run.py", "fidelity/idle_host.py", "fidelity/predict.py",
     "fidelity/reproduce.py",
-    "servesim/commands/calibrate.py", "servesim/commands/reproduce.py", "servesim/commands/run.py",
-    "servesim/commands/serve.py", "servesim/commands/simulate.py", "servesim/commands/validate.py",
 })
 _DATASET = re.compile("|".join(re.escape(n) for n in DATASET_NAMES), re.IGNORECASE)
 

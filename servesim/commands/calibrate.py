@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import warnings
 
-from calibrate.importers import HELP as IMPORT_HELP
+from calibrate.engine_steps import SCALE_BOUNDS
+from calibrate.fit_checks import CalibrationWarning, print_warnings
+from calibrate.importers import HELP as IMPORT_HELP, import_profile
+from fidelity.fit_runs import fit_layer
 from fidelity.predict import GPU_MODEL_KINDS
 from records.display import number, percent
-from servesim.commands import options
+from records.files import write_json
+from servesim.commands import options, small
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -77,9 +82,6 @@ def configure_fit_runs(parser: argparse.ArgumentParser) -> None:
 
 def fit_runs(args) -> int:
     """Fit the layer, write it to --out, print its terms and errors (from the layer in memory)."""
-    from fidelity.fit_runs import fit_layer
-    from records.files import write_json
-
     layer = fit_layer(args.runs, args.test, args.test_every, args.iterations, args.gpu, args.gpu_model,
                       progress=options.progress(args))
     out = write_json(args.fit_out, layer)
@@ -96,8 +98,6 @@ def fit_runs(args) -> int:
 
 def fit_table_lines(profile) -> list[str]:
     """The per-op fit error table (median / max abs %, leave-one-out) and the engine-step fit, as lines."""
-    from records.display import percent
-
     def pct(v):
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else percent(v / 100)
 
@@ -116,8 +116,6 @@ def fit_table_lines(profile) -> list[str]:
         by = fit.get("holdout_median_abs_pct_by_configuration")
         if by:
             lines.append("  held out, by configuration: " + ", ".join(f"{k} {v:.1f}%" for k, v in by.items()))
-        from calibrate.engine_steps import SCALE_BOUNDS
-
         lines.append("in-step scales of the op curves: " + ", ".join(f"{k} {v:.3f}" for k, v in scale.items())
                      + f" (bounds {SCALE_BOUNDS[0]}-{SCALE_BOUNDS[1]})")
         if profile.meta.get("after_idle_s") is not None:
@@ -159,8 +157,6 @@ def run(args) -> int:
     if args.action == "fit-runs":
         return fit_runs(args)
     if args.action == "import":
-        from calibrate.importers import import_profile
-
         profile = import_profile(args.source, args.gpu, args.import_model, args.tp, data_dir=args.data_dir,
                                  host=args.host, kernels=args.kernels, extend_grids=not args.raw_grid,
                                  **eager_launch_options(args))
@@ -169,13 +165,9 @@ def run(args) -> int:
         if not args.model or not args.out:
             raise ValueError("--model: measure mode needs --model CONFIG.json and --out PROFILE "
                              "(or use `servesim calibrate import ...`)")
-        import torch
+        import torch  # the engine extra: `calibrate import` and `fit-runs` run without it
 
         from calibrate.bench import calibrate
-
-        import warnings
-
-        from calibrate.fit_checks import CalibrationWarning
 
         if args.device == "cpu":
             torch.set_num_threads(options.check_threads(args))
@@ -196,16 +188,12 @@ def run(args) -> int:
         options.say(args, f"eager launch path: {launch['launch_s'] * 1e3:.1f} ms a step = {launch['source']}")
     options.say(args, f"wrote {path}: {profile.meta.get('device')}, {m.get('name')} tp={m['tensor_parallel_size']} "
                 f"{m['dtype']}, source {profile.meta.get('source')}")
-    from calibrate.fit_checks import print_warnings
-
     print_warnings(profile.meta)  # on stderr, --quiet or not
     return 0
 
 
 def small_grid(args, grid: str) -> str:
     """The calibration grid to use: `grid`, or the smoke grid under SERVESIM_SMALL (said in a note)."""
-    from servesim.commands import small
-
     if small.enabled() and grid != "smoke":
         options.note(args, f"{small.ENV}=1: the smoke calibration grid (was {grid}): the machinery, not accuracy")
         return "smoke"

@@ -21,8 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from fidelity.engine_settings import not_modelled, settings_table
+from fidelity.host_overhead import HostOverhead
 from fidelity.predict import GPU_MODEL_KINDS
-from fidelity.run_folders import FOLDER_HELP, LAYOUTS
+from fidelity.reproduce import reproduce
+from fidelity.run_folders import FOLDER_HELP, LAYOUTS, find_runs
 from fidelity.runs import METRICS
 from fidelity.ttft_parts import write_run_tables
 from policies import ConfigError
@@ -57,8 +60,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def load_overhead_layer(path: str | Path) -> tuple:
     """(HostOverhead, runs it was fitted on) from a `servesim-overhead` file."""
-    from fidelity.host_overhead import HostOverhead
-
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--overhead: {p}: no such file")
@@ -126,10 +127,6 @@ def plot_errors(table: pd.DataFrame, path: Path) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fidelity.engine_settings import not_modelled, settings_table
-    from fidelity.reproduce import reproduce
-    from fidelity.run_folders import find_runs
-
     runs = find_runs(Path(args.groundtruth))
     if args.only:
         runs = [r for r in runs if any(t in r.name or t in r.source for t in args.only)]

@@ -12,7 +12,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from records.metrics import format_summary
 from servesim.commands import options
+from sim.config import config_to_toml
+from sim.notes import outcome_notes, setting_notes, with_notes
+from sim.workload import build_workload
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,14 +32,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # the engine extra: loaded by this command only (`servesim run --help` stays light)
 
     from calibrate.engine_config import engine_config_from_sim
     from gpu_backend.engine import Engine
-    from records.metrics import format_summary
-    from sim.config import config_to_toml
-    from sim.notes import outcome_notes, setting_notes, with_notes
-    from sim.workload import build_workload
 
     torch.set_num_threads(options.check_threads(args))
     config = options.load_config_args(args)

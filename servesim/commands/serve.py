@@ -19,10 +19,14 @@ import tomllib
 from pathlib import Path
 from typing import Mapping
 
+from calibrate.frontend import calibrate_frontend, probe_server, write_profile
 from gpu_backend.serve.config import ServeConfig, build_serve_config
+from gpu_backend.serve.tokenizer import Tokenizer
 from policies import ConfigError
 from servesim.commands import options, small
-from sim.config import PATH_KEYS
+from sim.config import PATH_KEYS, apply_override, load_config
+from sim.frontend import FrontendConfig
+from sim.notes import scheduler_notes, with_notes
 
 # sections of the shared config file that serving does not read: requests come from HTTP clients,
 # and the front end is the real one (section -> what reads it instead)
@@ -51,10 +55,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def load_serve_setup(config_path: str | Path, overrides: list[str] = (), out_dir: str | None = None):
     """(engine Config, ServeConfig, Tokenizer) of a serving config, without building the engine."""
-    from gpu_backend.serve.tokenizer import Tokenizer
-    from sim.config import apply_override, load_config
-    from sim.notes import scheduler_notes, with_notes
-
     data, serve_config, base = split_serve_section(config_path)
     serve_values = dataclasses.asdict(serve_config)
     engine_overrides = []
@@ -131,9 +131,6 @@ def run(args: argparse.Namespace) -> int:
 
 def calibrate(args: argparse.Namespace) -> int:
     """`--calibrate-frontend OUT.json`: time the front end, write the profile, print the [frontend] section."""
-    from calibrate.frontend import calibrate_frontend, probe_server, write_profile
-    from sim.frontend import FrontendConfig
-
     if args.calibrate_repeats < 3:
         raise ValueError(f"--calibrate-repeats: must be >= 3, got {args.calibrate_repeats}")
     if small.enabled() and args.calibrate_repeats > 3:

@@ -15,8 +15,15 @@ from __future__ import annotations
 import argparse
 import csv
 
+from fidelity.engine_settings import INFERRED, NOT_MODELLED, settings_table
 from policies import ConfigError
-from servesim.commands import options
+from records.metrics import format_summary
+from records.sketch import DEFAULT_RELATIVE_ACCURACY
+from servesim.commands import options, small
+from sim.config import config_to_toml
+from sim.notes import outcome_notes, setting_notes, with_notes
+from sim.runner import simulate
+from sim.workload import build_workload
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -36,10 +43,7 @@ def load(args: argparse.Namespace):
     if args.from_run and args.config:
         raise ConfigError("--from-run: give either CONFIG or --from-run RUN_DIR, not both")
     if args.from_run:
-        from servesim.commands import small
-        from sim.notes import with_notes
-
-        try:
+        try:  # the run-folder readers: their tables import pandas, which a plain run never loads (start-up)
             from fidelity.from_run import config_from_run
         except ImportError as exc:
             raise ConfigError(f"--from-run: not available in this installation ({exc})") from None
@@ -57,8 +61,7 @@ def load(args: argparse.Namespace):
 def recorded_settings(args: argparse.Namespace) -> list[dict]:
     """The run's recorded engine settings (`fidelity.engine_settings`); each one servesim does not
     model, or that was inferred rather than recorded, is said as a note."""
-    from fidelity.engine_settings import INFERRED, NOT_MODELLED, settings_table
-    from fidelity.from_run import load_run
+    from fidelity.from_run import load_run  # pandas on demand, as in `load`
 
     rows = settings_table(load_run(args.from_run))
     for r in rows:
@@ -68,12 +71,6 @@ def recorded_settings(args: argparse.Namespace) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from records.metrics import format_summary
-    from sim.config import config_to_toml
-    from sim.notes import outcome_notes, setting_notes, with_notes
-    from sim.runner import simulate
-    from sim.workload import build_workload
-
     config = load(args)
     settings = recorded_settings(args) if args.from_run else []
     workload = build_workload(config.workload, config.scheduler.max_model_len)
@@ -94,8 +91,6 @@ def run(args: argparse.Namespace) -> int:
         if out is not None:  # the runner wrote the config before these were known: write it again
             (out / "config.toml").write_text(config_to_toml(result.config))
     if result.sketched_metrics:
-        from records.sketch import DEFAULT_RELATIVE_ACCURACY
-
         options.note(args, f"percentiles of {', '.join(result.sketched_metrics)} are within "
                      f"{DEFAULT_RELATIVE_ACCURACY:.1%} (more values than kept exactly)")
     try:

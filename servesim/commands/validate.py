@@ -8,8 +8,16 @@ and the machine's diagnostics print from the report in memory.
 from __future__ import annotations
 
 import argparse
+import warnings
+from pathlib import Path
 
+from calibrate.fit_checks import CalibrationWarning, held_out_line, print_warnings
+from calibrate.validate import run_validation
+from records.display import number, percent
 from servesim.commands import options
+from servesim.commands.calibrate import small_grid
+from sim.notes import setting_notes
+from sim.workload import build_workload
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +38,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def report_lines(report: dict, details: dict) -> list[str]:
     """The table of predicted vs measured and the diagnostics lines of one validation."""
-    from records.display import number, percent
-
     st = report["step_time_abs_pct_error"]
     lines = [f"per-step time abs error: median {percent(st['median'] / 100)}  p90 {percent(st['p90'] / 100)}",
              f"{'metric':<10} {'stat':<20} {'predicted':>12} {'measured':>12} {'error':>8}"]
@@ -58,8 +64,6 @@ def report_lines(report: dict, details: dict) -> list[str]:
                 " run again on a quieter machine)" if abs(drift) > 5.0 else "")
         how = f"{drift:.1f}% slower" if drift >= 0 else f"{-drift:.1f}% faster"
         lines.append(f"diagnostic: the calibration's engine steps ran {how} after the run than before it{note}")
-    from calibrate.fit_checks import held_out_line
-
     line = held_out_line(details.get("profile_meta") or {})
     if line:
         lines.append(line)
@@ -67,15 +71,6 @@ def report_lines(report: dict, details: dict) -> list[str]:
 
 
 def run(args) -> int:
-    import warnings
-    from pathlib import Path
-
-    from calibrate.fit_checks import CalibrationWarning, print_warnings
-    from calibrate.validate import run_validation
-    from servesim.commands.calibrate import small_grid
-    from sim.notes import setting_notes
-    from sim.workload import build_workload
-
     options.check_threads(args)
     if args.full and args.grid not in (None, "full"):
         raise ValueError(f"--full: contradicts --grid {args.grid}; give one of them")
