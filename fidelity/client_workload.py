@@ -226,14 +226,15 @@ def _inference_perf_check(run: RealRun) -> WorkloadCheck:
 
 
 def _guidellm_check(run: RealRun) -> WorkloadCheck:
-    wl = GuidellmWorkload(run.profile or {})
+    version = recorded_version(run, "guidellm")
+    wl = GuidellmWorkload({**(run.profile or {}), "client": {"version": version}})
     n = wl.num_requests
     prompts = np.array([wl.prefix_tokens + wl.prompt() for _ in range(n)], dtype=float)
     outputs = np.array([wl.output() for _ in range(n)], dtype=float)
     limit = run.server.max_model_len
     ok = prompts + outputs <= limit if limit else np.ones(n, dtype=bool)
-    version = recorded_version(run, "guidellm")
-    basis = f"guidellm {version}" if version else "no client version recorded: assumed guidellm >= 0.3"
+    basis = (f"guidellm {version}" if version else
+             "no client version recorded: assumed guidellm >= 0.4 (constant rates without 0.3's initial burst)")
     m_p, m_o, source = measured_lengths(run)
     return WorkloadCheck(run.name, "guidellm", version, "synthetic", basis, source, m_p, m_o,
                          float(prompts[ok].mean()) if ok.any() else math.nan,
@@ -264,11 +265,14 @@ def check_workload(run: RealRun) -> WorkloadCheck | None:
 
 
 def resolved_profile(run: RealRun, check: WorkloadCheck | None = None) -> dict:
-    """The run's inference-perf profile with the `client` section that sends what `check` chose."""
+    """The run's profile with the `client` section that sends what `check` chose (inference-perf)
+    or names the guidellm release the run records."""
     check = check or check_workload(run)
     profile = dict(run.profile or {})
     if check is not None and check.client == "inference-perf":
         profile["client"] = check.client_section()
+    elif check is not None and check.client == "guidellm":
+        profile["client"] = {"version": check.version}
     return profile
 
 

@@ -311,7 +311,7 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
     if kind == "guidellm":
         from fidelity.sources.guidellm import GuidellmWorkload
 
-        return GuidellmWorkload(run.profile or {})
+        return GuidellmWorkload(resolved_profile(run))  # with the guidellm release the run records
     return SharedPrefixWorkload(resolved_profile(run))  # what the run's client release (or its lengths) says
 
 

@@ -1,18 +1,23 @@
 """guidellm's `sweep` profile with synthetic data, as a servesim Workload (`start()`, `on_finish()`).
 
 Semantics read from guidellm 0.3 (`benchmark/profile.py`, `scheduler/strategy.py`,
-`dataset/synthetic.py`, `utils/random.py`):
+`dataset/synthetic.py`, `utils/random.py`) and 0.4-0.7 (`benchmark/profiles.py`,
+`scheduler/strategies.py`, `data/deserializers/synthetic.py`); what changed is selected by the
+release the profile's `client.version` names (`fidelity.client_workload` fills it from the run's
+report; unknown: the newer behaviour, `NEWER`):
 
 - `rate-type: sweep`, `rate: N`: N benchmarks of `max-requests` requests each, one after the other
   (the next starts when every request of the previous one has finished): `synchronous` (one request
   at a time), `throughput` (all at once), then N-2 `constant` ones at the rates
   `linspace(sync rate, throughput rate, N-1)[1:]`, the two rates being the requests per second the
-  first two benchmarks achieved. A constant benchmark sends `floor(rate)` requests at once (its
-  initial burst) and then one every `1/rate` s.
+  first two benchmarks achieved. A constant benchmark sends one request every `1/rate` s; before
+  0.4 it first sent `floor(rate)` at once (its initial burst).
 - `rate-type: synchronous | throughput | constant | poisson` run that one benchmark.
 - Data: every prompt is the `prefix_tokens` shared prefix followed by `gauss(prompt_tokens,
   prompt_tokens_stdev)` tokens, rounded and clipped to [prompt_tokens_min, prompt_tokens_max]
   (unset bounds: mean -/+ 5 stdev, at least 1); outputs likewise with the `output_tokens_*` keys.
+  From 0.4 `prefix_count` such prefixes (default 1) are made and each request draws one.
+  0.6's multi-turn rows (`turns` > 1) are refused (not modelled).
 
 The achieved rates come from the simulation itself, so the whole sweep is simulated as guidellm
 would have driven the simulated server.
@@ -27,11 +32,25 @@ import numpy as np
 import pandas as pd
 
 from policies import ConfigError, Request
+from fidelity.sources.inference_perf import parse_version
 from fidelity.synthetic_prompt import SyntheticPrompt
 from fidelity.runs import measured_table
 
 
 PREFIX_KEY = 7_000_000
+NEWER = (0, 4)  # the release whose behaviour an unrecorded version is assumed to have (read through 0.7)
+
+
+def guidellm_release(profile: dict) -> tuple[int, ...]:
+    """(major, minor) of the guidellm release the profile's `client.version` names (unknown: NEWER)."""
+    client = profile.get("client") or {}
+    version = client.get("version") if isinstance(client, dict) else None
+    if version is None:
+        return NEWER
+    parsed = parse_version(version)
+    if parsed is None:
+        raise ConfigError(f"profile.client.version: {version!r} is not a release number (e.g. 0.6.0)")
+    return parsed[:2]
 RATE_TYPES = ("sweep", "synchronous", "throughput", "constant", "poisson")
 
 
@@ -78,6 +97,15 @@ class GuidellmWorkload:
         self.fixed_rate = float(rate) if rate_type in ("constant", "poisson") else None
         s = int(profile.get("random-seed", profile.get("random_seed", 42)) if seed is None else seed)
         self.prefix_tokens = int(data.get("prefix_tokens") or 0)
+        release = guidellm_release(profile)
+        self.initial_burst = release < (0, 4)
+        self.prefix_count = int(data.get("prefix_count") or 1) if release >= (0, 4) else 1
+        if self.prefix_count < 1:
+            raise ConfigError(f"profile.data.prefix_count: expected a positive integer, got {data.get('prefix_count')!r}")
+        if int(data.get("turns") or 1) != 1:
+            raise ConfigError(f"profile.data.turns: guidellm's multi-turn rows are not modelled; allowed 1, "
+                              f"got {data.get('turns')!r}")
+        self._prefix_rng = random.Random(s + 3)
         self.prompt = IntegerSampler(data["prompt_tokens"], data.get("prompt_tokens_stdev"),
                                      data.get("prompt_tokens_min"), data.get("prompt_tokens_max"), s)
         self.output = IntegerSampler(data["output_tokens"], data.get("output_tokens_stdev"),
@@ -130,8 +158,8 @@ class GuidellmWorkload:
         rate = self._rate(k)
         if kind == "poisson":
             times = t0 + np.cumsum(self._rng.exponential(1.0 / rate, n))
-        else:  # constant with guidellm's initial burst of floor(rate) requests
-            burst = min(n, math.floor(rate))
+        else:  # constant: one every 1/rate s (before 0.4 after an initial burst of floor(rate))
+            burst = min(n, math.floor(rate)) if self.initial_burst else 0
             start = t0 + (1.0 / rate if burst else 0.0)
             times = np.concatenate([np.full(burst, t0), start + np.arange(n - burst) / rate])
         return [self._request(float(t)) for t in times]
@@ -140,7 +168,8 @@ class GuidellmWorkload:
         self._sent += 1
         self._count += 1
         n_own = self.prompt()
-        segments = [(PREFIX_KEY, self.prefix_tokens)] if self.prefix_tokens else []
+        prefix = self._prefix_rng.randrange(self.prefix_count) if self.prefix_count > 1 else 0
+        segments = [(PREFIX_KEY + prefix, self.prefix_tokens)] if self.prefix_tokens else []
         segments.append((self._count, n_own))
         tokens = SyntheticPrompt(segments)
         return Request(f"b{self._phase}-{self._sent - 1}", arrival, len(tokens), max(1, self.output()),
@@ -165,11 +194,13 @@ def read_guidellm_requests(path: Path) -> pd.DataFrame:
 
 
 def prefix_from_guidellm(requests: pd.DataFrame, profile: dict | None) -> pd.DataFrame:
-    """guidellm's synthetic `prefix_tokens`: one prefix shared by every request of the run."""
+    """guidellm's synthetic `prefix_tokens`: one prefix shared by every request of the run (from
+    0.4, `prefix_count` of them; which request drew which is not recorded, so they are dealt in turn)."""
     data = (profile or {}).get("data")
     n_prefix = int(data.get("prefix_tokens") or 0) if isinstance(data, dict) else 0
     if n_prefix > 0 and len(requests):
         requests = requests.copy()
-        requests["prefix_group"] = 0
+        count = int(data.get("prefix_count") or 1) if guidellm_release(profile or {}) >= (0, 4) else 1
+        requests["prefix_group"] = np.arange(len(requests)) % max(1, count)
         requests["num_prefix_tokens"] = np.minimum(n_prefix, requests["num_prompt_tokens"] - 1).clip(lower=0)
     return requests

@@ -30,8 +30,9 @@ def drive(workload, service=lambda r: 0.5):
     return done
 
 
-def test_sweep_runs_synchronous_throughput_then_constant_rates_between_them():
-    wl = GuidellmWorkload(PROFILE)
+@pytest.mark.parametrize("version", ["0.3.0", None])
+def test_sweep_runs_synchronous_throughput_then_constant_rates_between_them(version):
+    wl = GuidellmWorkload({**PROFILE, "client": {"version": version}})
     done = drive(wl)
     assert len(done) == 5 * 40 == wl.num_requests
     phase = lambda k: sorted(r.arrival_time for _, r in done if r.tags["phase"] == k)  # noqa: E731
@@ -44,8 +45,11 @@ def test_sweep_runs_synchronous_throughput_then_constant_rates_between_them():
     rates = np.linspace(sync_rate, thr_rate, 4)[1:]
     for k, rate in zip((2, 3, 4), rates):
         t = np.array(phase(k))
+        if version is None:  # unrecorded: 0.4 on, one every 1/rate from the benchmark's start
+            assert np.diff(t) == pytest.approx(np.full(39, 1 / rate))
+            continue
         burst = min(40, int(np.floor(rate)))
-        assert (t[:burst] == t[0]).all()  # guidellm's initial burst of floor(rate) requests
+        assert burst > 1 and (t[:burst] == t[0]).all()  # 0.3's initial burst of floor(rate) requests
         if burst < 40:
             assert t[burst] == pytest.approx(t[0] + 1 / rate)
             assert np.diff(t[burst:]) == pytest.approx(np.full(len(t) - burst - 1, 1 / rate))
@@ -63,7 +67,17 @@ def test_lengths_follow_the_synthetic_data_and_share_the_prefix():
     assert len({tuple(r.prompt_token_ids[1024:1040]) for r in reqs[:50]}) == 50  # own text differs
 
 
+@pytest.mark.parametrize("version, groups", [("0.3.0", 1), ("0.6.0", 4)])
+def test_prefix_count_makes_that_many_prefixes_from_04(version, groups):
+    data = {**PROFILE["data"], "prefix_count": 4}
+    wl = GuidellmWorkload({**PROFILE, "data": data, "rate-type": "throughput", "client": {"version": version}})
+    reqs = wl.start()
+    assert len({tuple(r.prompt_token_ids[:64]) for r in reqs}) == groups
+
+
 @pytest.mark.parametrize("change, field", [({"rate-type": "zigzag"}, "profile.rate-type"),
+                                           ({"data": {**PROFILE["data"], "turns": 2}}, "profile.data.turns"),
+                                           ({"client": {"version": "newest"}}, "profile.client.version"),
                                            ({"max-requests": 0}, "profile.max-requests"),
                                            ({"rate-type": "constant", "rate": None}, "profile.rate"),
                                            ({"data": {"prompt_tokens": 5}}, "profile.data")])
