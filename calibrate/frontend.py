@@ -49,8 +49,12 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from gpu_backend.serve.background import BackgroundServer
+from gpu_backend.serve.config import ServeConfig
+from gpu_backend.serve.protocol import parse_request
 from gpu_backend.serve.stream_client import StreamClient, shares_clock
 from policies import FinishReason, RequestState
 from records.files import write_json
@@ -272,8 +276,7 @@ class _Stamping:
 
 def probe_server(tokenizer, step_s: float = 0.004, model_name: str = "tiny-llama"):
     """An `OpenAIServer` with the real tokenizer in front of a `ProbeEngine` (no torch)."""
-    from gpu_backend.serve.config import ServeConfig
-    from gpu_backend.serve.server import OpenAIServer
+    from gpu_backend.serve.server import OpenAIServer  # the serve extra (fastapi)
 
     engine = ProbeEngine(tokenizer.encode(PROBE_TEXT, add_special_tokens=False), step_s=step_s)
     return OpenAIServer(engine, tokenizer, ServeConfig(model_name=model_name), max_model_len=1 << 20,
@@ -299,8 +302,7 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     ks = sorted(set(items))
     from tqdm import tqdm
 
-    from gpu_backend.serve.background import BackgroundServer
-    from gpu_backend.serve.server import build_app
+    from gpu_backend.serve.server import build_app  # the serve extra (fastapi)
 
     tokenizer = server.tokenizer
     lengths = sorted({int(n) for n in prompt_lengths})
@@ -459,8 +461,6 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
 
 def _run_bare(server, body: dict, timeout_s: float = 120.0):
     """Add the request `body` describes straight to the (running) engine and wait for it to end."""
-    from gpu_backend.serve.protocol import parse_request
-
     request = server.make_request(parse_request(body, chat=False), server.engine.now(), "bare")
     server.engine.add_request(request)
     deadline = time.monotonic() + timeout_s
@@ -473,8 +473,6 @@ def _run_bare(server, body: dict, timeout_s: float = 120.0):
 
 def _run_bare_batch(server, bodies: list[dict], timeout_s: float = 120.0) -> list:
     """Add the requests `bodies` describe to the (running) engine at once; wait for all to end."""
-    from gpu_backend.serve.protocol import parse_request
-
     requests = [server.make_request(parse_request(b, chat=False), server.engine.now(), "bare") for b in bodies]
     for request in requests:
         server.engine.add_request(request)
@@ -534,8 +532,6 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def _versions(names: tuple[str, ...]) -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {}
     for name in names:
         try:

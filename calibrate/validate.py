@@ -18,14 +18,24 @@ from __future__ import annotations
 import dataclasses
 import html
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from calibrate.fit_checks import check_profile
+from calibrate.model_dims import resolve_model
+from policies import Request
+from records.display import number
 from records.files import write_json
+from records.results import pooled_itls
+from sim.config import load_config
 from sim.latency.profiled import Profile, ProfiledLatencyModel
+from sim.notes import with_notes
+from sim.runner import build_cache_config, simulate
+from sim.workload import build_workload
 
 #: a pause between two engine steps longer than this is an idle wait (see `run_engine`)
 IDLE_GAP_S = 1e-3
@@ -66,7 +76,6 @@ def run_engine(config, device: str, progress: bool = True, model=None):
     """Run the config's workload on the engine (on `model` when given); returns (engine, EngineResult,
     [(plan, measured seconds, CPU seconds, after_idle)])."""
     from calibrate.engine_config import build_engine
-    from sim.workload import build_workload
 
     engine = build_engine(config, device, model=model)
     records = []
@@ -107,7 +116,6 @@ def run_engine(config, device: str, progress: bool = True, model=None):
 
 
 def _warm_up(engine) -> None:
-    from policies import Request
 
     for i, n in enumerate((40, 8)):
         engine.add_request(Request(f"warmup{i}", engine.now(), n, 4, prompt_token_ids=[5] * n))
@@ -136,10 +144,6 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     import torch
 
     from calibrate.bench import calibrate
-    from calibrate.model_dims import resolve_model
-    from sim.config import load_config
-    from sim.notes import with_notes
-    from sim.runner import build_cache_config, simulate
 
     if threads is not None and torch.device(device).type == "cpu":
         torch.set_num_threads(threads)
@@ -168,8 +172,6 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
         prof = Profile.load(profile)
         made_with = prof.meta.get("num_threads")
         if made_with is not None and torch.device(device).type == "cpu" and made_with != torch.get_num_threads():
-            import sys
-
             print(f"validate: warning: the profile was measured with {made_with} torch thread(s), this run uses "
                   f"{torch.get_num_threads()}; op times differ with the thread count", file=sys.stderr)
         t_cal = time.perf_counter() - t0
@@ -232,7 +234,6 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                "fit_error": {n: op.fit_error for n, op in prof.ops.items()},
                "engine_summary": measured.summary, "sim_summary": predicted.summary}
     if out_dir is not None:
-        from records.results import pooled_itls
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -256,7 +257,6 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
 
 def calibration_warnings(meta: dict) -> list[str]:
     """The fit checks of a profile's meta: as stored by `calibrate`, or made now for an older profile."""
-    from calibrate.fit_checks import check_profile
 
     return list(meta["warnings"]) if "warnings" in meta else check_profile(meta)
 
@@ -343,7 +343,6 @@ def write_plots(out: Path, steps: pd.DataFrame, dists: dict) -> bool:
 def write_html(out: Path, report: dict, config_path, prof: Profile, details: dict | None = None,
                plots: bool = True) -> None:
     """index.html: the figures, a table of predicted vs measured, and the machine diagnostics of `details`."""
-    from records.display import number
 
     def fmt(v, scale=1.0, unit=""):
         return "-" if v is None else f"{number(v * scale)}{unit}"

@@ -58,7 +58,6 @@ DATASET_HOMES = ("fidelity/", "calibrate/importers/")
 # in-function imports still to hoist, in files others are changing now (issue 15's fidelity work, the
 # commands' rework, the 1..N replica setup and streamed runs, the CPU validation): hoisted after they land
 PENDING = frozenset({
-    "calibrate/frontend.py", "calibrate/validate.py",
     "fidelity/fit_runs.py", "fidelity/from_run.py", "fidelity/idle_host.py", "fidelity/predict.py",
     "fidelity/reproduce.py",
 })
