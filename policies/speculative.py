@@ -11,7 +11,10 @@ the rejected ones and the blocks holding only rejected KV go back to the pool.
 - `placeholder_proposer(k)`: k placeholder drafts, for the simulator (it has no token content).
 - `AcceptanceSampler`: the simulator's verify: position i is accepted with probability a_i, only
   if every earlier position was, so E[tokens per step] = 1 + a_1 + a_1 a_2 + ... (Leviathan et
-  al.: (1 - a^(k+1)) / (1 - a) for one rate a); seeded, so runs repeat.
+  al.: (1 - a^(k+1)) / (1 - a) for one rate a); seeded, so runs repeat. One uniform per verify,
+  from a golden-ratio sequence with a seeded start (quasi-Monte Carlo): each step's count has the
+  exact distribution, and a run's total steps sit at their expectation instead of scattering
+  about 3% (one 512-token request, k = 3, a = 0.8) as independent draws do.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
     from policies.request import Request
 
 Proposer = Callable[["Request"], Sequence[int]]
+GOLDEN = 0.6180339887498949  # (sqrt(5) - 1) / 2: the most evenly spreading step for u_n = u_0 + n g mod 1
 
 
 def placeholder_proposer(k: int) -> Proposer:
@@ -71,15 +75,20 @@ class AcceptanceSampler:
         self.rates = tuple(float(a) for a in rates)
         if not self.rates or any(not 0.0 <= a <= 1.0 for a in self.rates):
             raise ValueError(f"acceptance rates: need one or more numbers in [0, 1], got {rates!r}")
-        self.rng = random.Random(seed)
+        self.u = random.Random(seed).random()
+        # P(at least i accepted) = a_1 ... a_i: accept i drafts while u < that product
+        self.survival = [1.0]
+        for a in self.rates:
+            self.survival.append(self.survival[-1] * a)
 
     def __call__(self, num_drafts: int) -> int:
-        draw, rates = self.rng.random, self.rates
+        self.u = (self.u + GOLDEN) % 1.0  # the additive golden-ratio sequence: evenly spread in [0, 1)
+        u, survival = self.u, self.survival
         accepted = 0
-        for i in range(min(num_drafts, len(rates))):
-            if draw() >= rates[i]:
+        for i in range(1, min(num_drafts, len(self.rates)) + 1):
+            if u >= survival[i]:
                 break
-            accepted += 1
+            accepted = i
         return accepted
 
     def expected_tokens(self, num_drafts: int | None = None) -> float:
