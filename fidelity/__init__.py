@@ -10,7 +10,10 @@
 - `host_overhead`: the engine's per-step host work as named terms around a GPU step-time model;
   `layer_profile` (LLMServingSim per-layer vLLM profiles) and `distserve_model` (DistServe's A100
   coefficients) are GPU step-time models from measured data; `predict` picks one per run.
-- `overhead_fit`: the terms fitted to measured per-request timings; `reproduce`: leave-one-run-out.
+- `overhead_fit`: the terms fitted to measured per-request timings; `reproduce`: leave-one-run-out,
+  or source-out (`--fit source`: nothing from a run's own campaign, `predict.source_out_prior`).
+- `engine_settings`: every engine setting a run records, modelled or listed as not modelled;
+  `metric_definitions`: each client's TTFT/TPOT/E2E and the per-token TPOT that is scored.
 - `idle_host`: the engine's host time per step and the API process's share of TTFT, measured on
   requests alone in real engines (`host/*.json`); `predict.host_prior` uses them leave-one-run-out.
 - `from_run`: `config_from_run(run_dir, overrides) -> Config` (`servesim simulate --from-run`).

@@ -3,19 +3,31 @@
 `settings_table(run)` has one row per setting the run's files record (`RealRun.recorded_args`:
 exp-config.yaml, LLMServingSim's meta.json engine kwargs, what vllm.log reports) and per server
 argument its loader inferred (`RealRun.inferred_args`): `setting`, `value`, `status` (`modelled`,
-`not modelled`, `no effect`, `inferred`), `note` (where servesim uses it, or why not). A setting servesim does
+`not modelled`, `no effect`, `inferred`, `assumed`: not recorded, the value simulated), `note` (where servesim uses it, or why not). A setting servesim does
 not know is listed as not modelled, by name. `simulate --from-run` prints the not-modelled ones as
 notes and writes `settings.csv`; `reproduce` writes every run's rows to `settings.csv`, names the
 not-modelled ones per run in `report.csv` (`not_modelled`) and in report.md.
 """
 from __future__ import annotations
 
+from dataclasses import fields
+
+from fidelity.from_run import DEFAULT_GPU
 from fidelity.runs import RealRun
 
 MODELLED = "modelled"
 NOT_MODELLED = "not modelled"
 NO_EFFECT = "no effect"  # listed, with the reason it cannot change a text model's timing
 INFERRED = "inferred"
+ASSUMED = "assumed"  # not recorded: the value servesim simulates with (the engine's default or the loader's)
+
+# ServerArgs field -> the names a run may record it under
+ALIASES = {
+    "tensor_parallel_size": ("tensor_parallel_size", "tensor_parallelism", "tp"),
+    "data_parallel_size": ("data_parallel_size", "dp"), "engine_version": ("engine_version", "vllm_version"),
+    "num_gpu_blocks": ("num_gpu_blocks", "num_kv_tokens"), "gpu": ("gpu", "hardware", "device_name"),
+    "kv_cache_dtype": ("kv_cache_dtype", "cache_dtype"),
+}
 
 # vLLM argument (as the runs spell it) -> where servesim uses it
 USED: dict[str, str] = {
@@ -137,6 +149,17 @@ def settings_table(run: RealRun) -> list[dict]:
         rows.append({"run": run.name, "setting": name, "value": getattr(run.server, name, None), "status": INFERRED,
                      "note": f"not recorded: {why}; --fit source uses the engine default {default!r}",
                      "recorded_in": ""})
+    for f in fields(run.server):  # what the simulation assumes where the run records nothing
+        names = ALIASES.get(f.name, (f.name,))
+        value = getattr(run.server, f.name)
+        if f.name == "gpu" and value is None and not any(n in run.recorded_args for n in names):
+            rows.append({"run": run.name, "setting": "gpu", "value": DEFAULT_GPU, "status": ASSUMED,
+                         "note": "not recorded: servesim's default GPU (--set hardware.gpu=NAME)", "recorded_in": ""})
+            continue
+        if value is None or f.name in run.inferred_args or any(n in run.recorded_args for n in names):
+            continue
+        rows.append({"run": run.name, "setting": f.name, "value": value, "status": ASSUMED,
+                     "note": "not recorded: " + (USED.get(f.name) or "as simulated"), "recorded_in": ""})
     return rows
 
 

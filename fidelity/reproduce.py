@@ -1,4 +1,4 @@
-"""Simulate every real run from its configuration and score the predictions (leave-one-run-out).
+"""Simulate every real run from its configuration and score the predictions (leave-one-run/source-out).
 
 `reproduce(runs, fit="loo")`:
 
@@ -11,6 +11,8 @@
    single run, the run is predicted with its GPU model's host prior (`predict.host_prior`: none,
    documented constants, or host times measured on the *other* runs' idle engines). `fit="none"` scores step 1. `fit=HostOverhead`
    applies given terms to every run (the caller excludes the runs they were fitted on).
+   `fit="source"`: nothing measured or fitted on a run's own source reaches it
+   (`reproduce_source_out`).
 
 The result is one row per (run, metric): measured and predicted means and the relative error;
 `medians()` summarises |error| per source and over all runs.

@@ -6,7 +6,8 @@ import pytest
 import yaml
 from fidelity_helpers import make_measured_run, write_exp_config
 
-from fidelity.engine_settings import INFERRED, MODELLED, NO_EFFECT, NOT_MODELLED, classify, not_modelled, settings_table
+from fidelity.engine_settings import (ASSUMED, INFERRED, MODELLED, NO_EFFECT, NOT_MODELLED, classify, not_modelled,
+                                      settings_table)
 from fidelity.from_run import config_from_run, load_run
 from fidelity.run_folders import find_runs
 from servesim.cli import main
@@ -46,7 +47,7 @@ def test_simulate_from_run_says_and_writes_what_it_does_not_model(tmp_path, caps
     err = capsys.readouterr().err
     assert all(f"{k}=" in err and "not modelled" in err for k in UNKNOWN)
     table = pd.read_csv(out / "settings.csv")
-    assert set(UNKNOWN) <= set(table["setting"]) and set(table["status"]) <= {MODELLED, NOT_MODELLED, NO_EFFECT}
+    assert set(UNKNOWN) <= set(table["setting"]) and set(table["status"]) <= {MODELLED, NOT_MODELLED, NO_EFFECT, ASSUMED}
 
 
 def test_reproduce_reports_every_runs_settings(tmp_path, capsys):
@@ -72,7 +73,7 @@ def test_every_shipped_runs_settings_have_a_status(shared_data):
     assert runs
     for run in runs:
         rows = settings_table(run)
-        assert all(r["status"] in (MODELLED, NOT_MODELLED, NO_EFFECT, INFERRED) for r in rows)
+        assert all(r["status"] in (MODELLED, NOT_MODELLED, NO_EFFECT, INFERRED, ASSUMED) for r in rows)
         assert {r["setting"] for r in rows} >= set(run.recorded_args)
     by_name = {r.name: r for r in runs}
     rtx = by_name.get("RTX4090/Llama-3.1-8B")
@@ -80,3 +81,11 @@ def test_every_shipped_runs_settings_have_a_status(shared_data):
         assert "async_scheduling=True" in not_modelled(rtx)
     ds = [r for r in runs if r.source.startswith("distserve")]
     assert all(any(x["status"] == INFERRED for x in settings_table(r)) for r in ds)
+
+
+def test_what_a_run_does_not_record_is_listed_as_assumed(tmp_path):
+    run = load_run(synthetic_run(tmp_path / "run"))
+    rows = {r["setting"]: r for r in settings_table(run)}
+    assert rows["block_size"]["status"] == ASSUMED and rows["block_size"]["value"] == 16
+    assert rows["enable_prefix_caching"]["status"] == ASSUMED
+    assert "tensor_parallel_size" not in rows  # recorded as tensor_parallelism
