@@ -43,7 +43,7 @@ class BlockManager:
     __slots__ = (
         "block_size", "num_gpu_blocks", "num_cpu_blocks", "watermark_blocks", "enable_prefix_caching",
         "ref_counts", "block_hash", "free_queue", "cached", "free_cpu", "holders", "cpu_holders",
-        "num_prefix_queried_tokens", "num_prefix_hit_tokens", "offload",
+        "num_prefix_queried_tokens", "num_prefix_hit_tokens", "offload", "_lifo",
     )
 
     def __init__(self, num_gpu_blocks: int, block_size: int = 16, num_cpu_blocks: int = 0,
@@ -59,8 +59,15 @@ class BlockManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_counts = [0] * num_gpu_blocks
         self.block_hash: list[int | None] = [None] * num_gpu_blocks
-        # LRU free queue: an OrderedDict gives O(1) pop-head, push-head/tail and removal from the middle.
-        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_gpu_blocks))
+        # LRU free queue, its head at its *end* (block 0 first, as from a queue 0, 1, 2, ...). With
+        # prefix caching an OrderedDict: O(1) pop-head, push-head/tail (cached blocks are kept longest)
+        # and removal from the middle (prefix hits). Without, a list used as a stack (`_lifo`): every
+        # freed block goes to the head, so a chunk's blocks come off and a request's go back in one
+        # slice (the same block ids in the same order).
+        self._lifo = not enable_prefix_caching
+        self.free_queue: "list[int] | OrderedDict[int, None]" = (
+            list(range(num_gpu_blocks - 1, -1, -1)) if self._lifo
+            else OrderedDict.fromkeys(range(num_gpu_blocks - 1, -1, -1)))
         self.cached: dict[int, int] = {}  # block hash -> GPU block id
         self.free_cpu = list(range(num_cpu_blocks - 1, -1, -1))  # a stack; pops block 0 first
         self.holders: dict = {}  # req_id -> Request holding GPU blocks
@@ -179,7 +186,7 @@ class BlockManager:
     # --- allocation -------------------------------------------------------------------------------
     def _pop_free(self) -> int:
         """Take the LRU head, evicting its cached content if any."""
-        b, _ = self.free_queue.popitem(last=False)
+        b = self.free_queue.pop() if self._lifo else self.free_queue.popitem()[0]
         h = self.block_hash[b]
         if h is not None:
             if self.cached.get(h) == b:
@@ -228,12 +235,20 @@ class BlockManager:
                 req.num_registered_blocks = len(computed_blocks)
             elif needed > len(self.free_queue) - (self.watermark_blocks if use_watermark else 0):
                 return False  # can_allocate without prefix hits, inlined (hot path)
-            if needed > 0:
+            if needed > 0 and self._lifo:  # no prefix cache, so no block holds a hash: one slice
+                fq, rc = self.free_queue, self.ref_counts
+                blocks = fq[-needed:]
+                del fq[-needed:]
+                blocks.reverse()
+                for b in blocks:
+                    rc[b] = 1
+                table.extend(blocks)
+            elif needed > 0:
                 # _pop_free inlined: a prefill chunk takes tens of blocks at once
                 pop, block_hash, cached, rc = self.free_queue.popitem, self.block_hash, self.cached, self.ref_counts
                 append = table.append
                 for _ in range(needed):
-                    b = pop(False)[0]
+                    b = pop()[0]
                     h = block_hash[b]
                     if h is not None:
                         if cached.get(h) == b:
@@ -292,8 +307,10 @@ class BlockManager:
         for b in reversed(table[keep:]):
             rc[b] -= 1
             if rc[b] == 0:
-                fq[b] = None
-                fq.move_to_end(b, False)
+                if self._lifo:
+                    fq.append(b)  # the head
+                else:
+                    fq[b] = None  # the head
         del table[keep:]
         if not table:
             self.holders.pop(req.req_id, None)
@@ -303,21 +320,23 @@ class BlockManager:
         table = req.block_table
         if table:
             rc, fq, bh = self.ref_counts, self.free_queue, self.block_hash
-            to_head = fq.move_to_end
             if not self.cached:
                 # no block holds a hash, so none is shared (sharing comes from prefix hits, whose
                 # hashes stay cached while held): every block goes to the head, ref count 1 -> 0
-                for b in reversed(table):
+                for b in table:
                     rc[b] = 0
-                    fq[b] = None
-                    to_head(b, False)
+                if self._lifo:
+                    fq.extend(reversed(table))  # the last one, table[0], at the head
+                else:
+                    fq.update(dict.fromkeys(reversed(table)))
             else:
+                to_tail = fq.move_to_end
                 for b in reversed(table):
                     rc[b] -= 1
                     if rc[b] == 0:
-                        fq[b] = None
-                        if bh[b] is None:  # nothing worth keeping: reuse first
-                            to_head(b, False)
+                        fq[b] = None  # the head: nothing worth keeping, reuse first
+                        if bh[b] is not None:  # a cached prefix: kept longest
+                            to_tail(b, False)
             table.clear()
         req.num_registered_blocks = 0
         self.holders.pop(req.req_id, None)

@@ -71,6 +71,25 @@ class StepRecord:
 
 
 STEP_COLUMNS = tuple(f.name for f in fields(StepRecord))
+_step_row = attrgetter(*STEP_COLUMNS)  # a StepRecord's values as a row, in STEP_COLUMNS order
+# the defaults of the fields after `replica` (offload, speculative): a fast-path row ends with them
+STEP_ROW_DEFAULTS = tuple(f.default for f in fields(StepRecord))[STEP_COLUMNS.index("replica") + 1:]
+
+
+def add_step_rows(recorder, rows: list[tuple]) -> None:
+    """Hand `rows` (each a step's values in `STEP_COLUMNS` order, all of them) to `recorder`: as rows
+    where it takes them (`add_step_rows`: no StepRecord built), else as StepRecords (`add_steps`)."""
+    add = getattr(recorder, "add_step_rows", None)
+    if add is not None:
+        add(rows)
+        return
+    records = [StepRecord(*row) for row in rows]
+    add_steps = getattr(recorder, "add_steps", None)
+    if add_steps is not None:
+        add_steps(records)
+    else:
+        for record in records:
+            recorder.add_step(record)
 
 
 def count_tokens(seqs) -> tuple[int, int, int]:
@@ -135,6 +154,10 @@ class Recorder:
     def add_steps(self, records: list[StepRecord]) -> None:
         """Several steps at once, in order (a replica's decode run)."""
         self.steps.extend(records)
+
+    def add_step_rows(self, rows: list[tuple]) -> None:
+        """Several steps as rows of values in `STEP_COLUMNS` order (the simulator's fast path)."""
+        self.steps.extend([StepRecord(*row) for row in rows])
 
 
 def _nan(x: float | None) -> float:
@@ -228,15 +251,18 @@ def request_columns(requests: list["Request"], replica_of: Mapping | None = None
     return columns
 
 
-def steps_columns(steps: list[StepRecord]) -> dict[str, list | np.ndarray]:
-    """The `steps` table's rows of `steps` as columns: numbers as the int64/float64 arrays pandas would
-    infer from the lists, anything else as lists (column by column with attrgetter, not
-    dataclasses.astuple, which deep-copies every field: far faster than pandas inferring from rows)."""
+def steps_columns(steps: list) -> dict[str, list | np.ndarray]:
+    """The `steps` table's rows of `steps` (StepRecords, or rows of values in `STEP_COLUMNS` order, in
+    any mix) as columns: numbers as the int64/float64 arrays pandas would infer from the lists,
+    anything else as lists (rows transposed by zip, not dataclasses.astuple, which deep-copies every
+    field: far faster than pandas inferring from rows)."""
+    if not steps:
+        return {name: np.array([]) for name in STEP_COLUMNS}
+    rows = [r if r.__class__ is tuple else _step_row(r) for r in steps]
     columns = {}
-    for name in STEP_COLUMNS:
-        column = list(map(attrgetter(name), steps))
+    for name, column in zip(STEP_COLUMNS, zip(*rows)):
         values = np.array(column)
-        columns[name] = values if values.dtype.kind in "if" else column
+        columns[name] = values if values.dtype.kind in "if" else list(column)
     return columns
 
 

@@ -49,7 +49,8 @@ class StreamingRecorder:
         self.running = RunningSummary(slo, exact_limit, relative_accuracy)
         self.request_batch = max(int(request_batch), 1)
         self.step_batch = max(int(step_batch), 1)
-        self.steps: list["StepRecord"] = []  # the buffer; disaggregated pools append to it directly
+        # the buffer (StepRecords, and rows from the fast path); disaggregated pools append to it directly
+        self.steps: list = []
         self.replica_of: dict = {}  # live requests only
         self._live: dict = {}  # req_id -> (request, submission number)
         self._ended: list[tuple["Request", int]] = []
@@ -87,6 +88,12 @@ class StreamingRecorder:
 
     def add_steps(self, records: list["StepRecord"]) -> None:
         self.steps.extend(records)
+        if len(self.steps) >= self.step_batch:
+            self._flush_steps()
+
+    def add_step_rows(self, rows: list[tuple]) -> None:
+        """Steps as rows of values in `STEP_COLUMNS` order (kept as rows: no StepRecord built)."""
+        self.steps.extend(rows)
         if len(self.steps) >= self.step_batch:
             self._flush_steps()
 

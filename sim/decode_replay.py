@@ -8,7 +8,7 @@ limit) in one go: their times from the latency model (`LatencyModel.decode_step_
 `step_time` of the exact plans for a model that `is_pure()`), the blocks they cross into handed
 out in schedule()'s order (`BlockManager.append_blocks`), one placeholder token per request per
 step, the requests reaching max_tokens at the last step ended (`Scheduler.finish_request`), one
-`StepRecord` each and one timeout to the last step's end. A first step that spans the next event
+step row each and one timeout to the last step's end. A first step that spans the next event
 runs alone, its update after that event. Nothing else can happen in between, so the tables are
 the step-by-step loop's (tests/sim/test_fast_path.py). It changes the scheduler through public
 methods only; the engine does not use it.
@@ -22,7 +22,7 @@ from typing import Callable
 import simpy
 
 from policies import BatchPlan, FinishReason, Request, RequestState, ScheduledSeq
-from records.results import Recorder, StepRecord
+from records.results import STEP_ROW_DEFAULTS, Recorder, add_step_rows
 from sim.latency.base import LatencyModel
 
 _GEN = RequestState.RUNNING_GEN
@@ -120,12 +120,12 @@ class DecodeReplay:
             if started is None:
                 return None
             requests, used = started
-            record = StepRecord(step_id, now, duration, 0, n, 0, n, 0, 0, 0, used, used / num_gpu_blocks,
-                                num_waiting, n, 0, self.name)
+            record = (step_id, now, duration, 0, n, 0, n, 0, 0, 0, used, used / num_gpu_blocks,
+                      num_waiting, n, 0, self.name, *STEP_ROW_DEFAULTS)
             yield env.timeout(duration)
             now = env.now
             finished = self.finish_step(requests, now)
-            self.recorder.add_step(record)
+            add_step_rows(self.recorder, [record])
             return [duration], finished, now
         k, used, finished = self.advance(end_times)
         if not k:
@@ -141,10 +141,10 @@ class DecodeReplay:
         records = []
         for j in range(k):
             u = used[j]
-            records.append(StepRecord(step_id + j, start, durations[j], 0, n, 0, n, 0, 0, 0, u, u / num_gpu_blocks,
-                                      num_waiting, n, 0, name))
+            records.append((step_id + j, start, durations[j], 0, n, 0, n, 0, 0, 0, u, u / num_gpu_blocks,
+                            num_waiting, n, 0, name, *STEP_ROW_DEFAULTS))
             start = end_times[j]
-        self.recorder.add_steps(records)
+        add_step_rows(self.recorder, records)
         return durations[:k], finished, end
 
     def advance(self, end_times: list[float]) -> tuple[int, list[int], list[Request]]:

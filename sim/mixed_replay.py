@@ -27,7 +27,7 @@ from policies import FinishReason, RequestState
 from policies.batch_plan import PlanTotals
 from policies.chunked_scheduler import ChunkedScheduler
 from policies.waiting_queue import FCFSQueue
-from records.results import Recorder, StepRecord
+from records.results import STEP_ROW_DEFAULTS, Recorder, add_step_rows
 from sim.latency.base import LatencyModel
 
 _GEN = RequestState.RUNNING_GEN
@@ -52,7 +52,8 @@ def totals_time_function(latency_model) -> Callable[[PlanTotals], float] | None:
     probe = _new(PlanTotals, (1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 0))
     if latency_model.totals_step_time(probe) is None:
         return None
-    return latency_model.totals_step_time
+    closure = owner.__dict__.get("totals_time_closure")  # the same function, its constants bound
+    return closure(latency_model) if closure is not None else latency_model.totals_step_time
 
 
 def replayable(scheduler) -> bool:
@@ -137,7 +138,7 @@ class MixedReplay:
         tail = running[num_cohort:]  # the other running requests, scheduled one by one
         free = bm.num_free_gpu_blocks
         next_event, until = env.peek(), self.until
-        step_id, name, add_steps = sch.step_id, self.name, self.recorder.add_steps
+        step_id, name, recorder = sch.step_id, self.name, self.recorder
         durations, ends, records, tail_finished = [], [], [], []
         t, j, last = now, 0, False
         clock, since = now, 0  # the environment's time, and the first step not yet waited out
@@ -238,8 +239,8 @@ class MixedReplay:
                     req.first_scheduled_time = t
             free = f
             used = num_gpu - f
-            records.append(StepRecord(step_id + j, t, duration, num_prefill, num_decode, 0, num_seqs, 0, 0, 0,
-                                      used, used / num_gpu, len(waiting), len(running), 0, name))
+            records.append((step_id + j, t, duration, num_prefill, num_decode, 0, num_seqs, 0, 0, 0,
+                            used, used / num_gpu, len(waiting), len(running), 0, name, *STEP_ROW_DEFAULTS))
             durations.append(duration)
             ends.append(end)
             # --- update()'s half: the cohort's tokens wait for the end; the others' now ------------
@@ -263,7 +264,7 @@ class MixedReplay:
             if spans:  # the environment's events up to this step's end happen (none reads the cohort)
                 yield from _wait(env, clock, end, durations, since)
                 clock, since = end, j
-                add_steps(records)
+                add_step_rows(recorder, records)
                 records = []
                 next_event = env.peek()
             if last:
@@ -313,7 +314,7 @@ class MixedReplay:
         if since < j:
             yield from _wait(env, clock, end, durations, since)
         if records:
-            add_steps(records)
+            add_step_rows(recorder, records)
         return durations, finished, end
 
 

@@ -307,6 +307,46 @@ class RooflineLatencyModel(LatencyModel):
         """`step_time` of a plan with these `totals` and no block moves (see `LatencyModel`)."""
         return self._time(totals_sums(totals), None)
 
+    def totals_time_closure(self):
+        """`totals_step_time` as one function with this model's constants bound (the simulator's mixed
+        stretches call it once per step): the same terms in the same order, so bit for bit the same.
+        Built from the model as it is now (its constants are not meant to change after __init__)."""
+        lin_f, gemm, lin_w, lin_a, hbm = (self._lin_flops_per_token, self._gemm_flop_s, self._lin_weight_bytes,
+                                          self._lin_act_bytes_per_token, self._hbm_byte_s)
+        experts, prefill_attention, touched = self._expert_bytes, self._prefill_attention, self._touched_experts
+        exp_f, exp_a = self._expert_flops_per_token, self._expert_act_bytes_per_token
+        dec_f, attn_f, kv_b, attn_b = self._dec_flops_per_pair, self._attn_flop_s, self._kv_bytes_per_token, self._attn_byte_s
+        elem = self._elem_bytes_per_token
+        ar = self.tp > 1
+        ar_fixed, ar_tok, a2a_fixed, a2a_tok = self._ar_fixed, self._ar_s_per_token, self._a2a_fixed, self._a2a_s_per_token
+        head_f, head_w, head_b = self._head_flops_per_token, self._head_weight_bytes, self._head_bytes_per_token
+        c = self.constants
+        step_o, seq_o, layers_o = c.step_overhead_s, c.per_seq_overhead_s, self.model.num_layers * c.layer_overhead_s
+
+        def time_of(totals: PlanTotals) -> float:
+            (num_tokens, num_seqs, _, _, _, padding_seqs, outputs, dec_ctx, pf_tokens, pf_pairs, pf_ctx,
+             spec) = totals
+            if not num_tokens:
+                return 0.0
+            t = max(num_tokens * lin_f * gemm, (lin_w + num_tokens * lin_a) * hbm)
+            if experts:
+                t += max(num_tokens * exp_f * gemm, (touched(num_tokens) * experts + num_tokens * exp_a) * hbm)
+            if pf_tokens:
+                t += prefill_attention(pf_pairs, pf_ctx, pf_tokens)
+            if dec_ctx:
+                t += max(dec_ctx * dec_f * attn_f, dec_ctx * kv_b * attn_b)
+            t += num_tokens * elem * hbm
+            if ar:
+                t += ar_fixed + num_tokens * ar_tok
+            if a2a_fixed:
+                t += a2a_fixed + num_tokens * a2a_tok
+            num_sampled = outputs + padding_seqs + spec
+            if num_sampled:
+                t += max(num_sampled * head_f * gemm, (head_w + num_sampled * head_b) * hbm)
+            t += step_o + num_seqs * seq_o + layers_o
+            return t
+        return time_of
+
     def _time(self, sums: tuple, swap: float | None) -> float:
         """The step's seconds from `plan_totals`' sums and the swap copies' seconds (None: none)."""
         num_tokens, num_seqs, num_sampled, pf_pairs, pf_ctx, pf_tokens, dec_ctx = sums

@@ -479,3 +479,23 @@ def test_a_time_limit_inside_a_carried_stretch(monkeypatch, limit):
                                                                    "workload.rate": 30}))
     assert_identical(slow, fast)
     assert replayed > 0 and fast.summary["num_aborted"] > 0
+
+
+@pytest.mark.parametrize("model, tp, gpu", [("Llama-2-7B", 1, "H100-SXM"), ("CodeLlama-34B", 2, "A100-80G"),
+                                            ("Mixtral-8x7B", 2, "H100-SXM")])
+def test_roofline_totals_step_time_is_step_time_bit_for_bit(model, tp, gpu):
+    """A step timed from its sums (the mixed stretches) is `step_time` of its plan, bit for bit."""
+    from policies.batch_plan import ScheduledSeqs
+    from sim.mixed_replay import totals_time_function
+
+    m = RooflineLatencyModel(get_model(model), get_gpu(gpu), tp=tp)
+    fast = totals_time_function(m)
+    rnd = random.Random(11)
+    reqs = make_requests(40, prompt=10, max_tokens=10)
+    for _ in range(300):
+        n = rnd.randint(0, 30)
+        decodes, contexts = reqs[:n], [rnd.randint(1, 8000) for _ in range(n)]
+        rest = tuple(ScheduledSeq(reqs[30 + i], rnd.randint(1, 600), rnd.choice([0, rnd.randint(1, 4000)]),
+                                  rnd.random() < 0.5) for i in range(rnd.randint(0 if n else 1, 4)))
+        plan = BatchPlan(0, ScheduledSeqs(decodes, contexts, rest) if n else rest)
+        assert fast(plan.totals) == m.totals_step_time(plan.totals) == m.step_time(plan)
