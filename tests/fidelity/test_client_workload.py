@@ -94,3 +94,17 @@ def test_shipped_guidellm_runs_match_their_measured_lengths(shared_data):
         assert abs(check.prompt_ratio - 1) < 0.15 and abs(check.output_ratio - 1) < 0.25, check.lines()
         if (run.path / "guidellm-results.json").is_file():
             assert check.version.startswith("0.6.0")
+
+
+def test_reproduce_writes_the_workload_check_and_the_ttft_parts(tmp_path, capsys):
+    folder = chat_run(tmp_path / "runs" / "chat", measured_prompt=(SYS + Q) * 0.98)
+    rep = tmp_path / "rep"
+    assert main(["reproduce", str(tmp_path / "runs"), "--out", str(rep), "--fit", "none", "--gpu-model", "roofline"]) == 0
+    assert "simulating single-turn" in capsys.readouterr().err
+    work = pd.read_csv(rep / "workload.csv")
+    assert list(work["behaviour"]) == ["single-turn"] and work["prompt_ratio"].between(1 / BAND, BAND).all()
+    parts = pd.read_csv(rep / "ttft_parts.csv").set_index("part")
+    names = ["client_send_s", "api_server_s", "engine_queue_s", "prefill_steps_s", "first_chunk_s"]
+    assert parts.loc[names, "predicted_s"].sum() == pytest.approx(parts.loc["ttft_s", "predicted_s"], rel=1e-9)
+    assert parts["predicted_origin"].astype(bool).all()
+    assert folder.name in set(parts["run"])
