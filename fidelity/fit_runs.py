@@ -18,7 +18,13 @@ import datetime as dt
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
+from fidelity.overhead_fit import fit_overhead, run_system
+from fidelity.predict import predict_run
+from fidelity.reproduce import fit_terms_for
+from fidelity.run_folders import find_runs
+from fidelity.runs import METRICS
 from policies import ConfigError
 
 FORMAT = "servesim-overhead"
@@ -39,8 +45,6 @@ def split_runs(runs: list, test: list | None, every: int) -> tuple[list, list]:
 
 def errors(predictions: list) -> dict:
     """{run: {metric: relative error of the mean}} and the median |error| per metric."""
-    from fidelity.runs import METRICS
-
     per_run = {}
     for p in predictions:
         m, q = p.run.measured(), p.means()
@@ -52,12 +56,6 @@ def errors(predictions: list) -> dict:
 
 def fit_runs(train: list, iterations: int = 2, gpu: str | None = None, gpu_model: str = "auto", progress: bool = True):
     """(fitted HostOverhead, the last round's predictions of the training runs)."""
-    from tqdm import tqdm
-
-    from fidelity.overhead_fit import fit_overhead, run_system
-    from fidelity.predict import predict_run
-    from fidelity.reproduce import fit_terms_for
-
     overhead = None  # the first round simulates with the GPU model's host prior
     preds = []
     for it in range(max(1, iterations)):
@@ -75,9 +73,6 @@ def fit_layer(run_dirs: list, test_dirs: list | None = None, test_every: int = 4
               gpu: str | None = None, gpu_model: str = "auto", progress: bool = True) -> dict:
     """The overhead layer (the `servesim-overhead` dict above) fitted to the runs under `run_dirs`,
     scored on `test_dirs` (default: every `test_every`-th run by name held out)."""
-    from fidelity.predict import predict_run
-    from fidelity.run_folders import find_runs
-
     runs = [r for d in run_dirs for r in find_runs(Path(d))]
     if not runs:
         raise FileNotFoundError(f"runs: no runs found in {', '.join(map(str, run_dirs))}")

@@ -14,307 +14,35 @@ inference-perf `shared_prefix` profile becomes `kind = "inference_perf"` with th
 waits for the previous answer, stages that drain before the next starts), so `servesim simulate
 --from-run` keeps those semantics. A profile given only as a mapping (no file) falls back to the
 closest plain description (`profile_workload_section`: the generator's requests as a trace, against
-a server that keeps up, with shared-prefix groups).
+a server that keeps up, with shared-prefix groups). The config dict itself is `fidelity.run_config`'s
+(`config_dict_for_run`, re-exported here); this module adds the measured GPU model and front end.
 """
 from __future__ import annotations
 
 import hashlib
-import math
+import json
+import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from policies import ConfigError, SchedulerConfig
-from fidelity.client_workload import check_workload, write_resolved_profile
+from calibrate.fit import fit_op
+from calibrate.importers import dims_of_spec, import_profile
+from fidelity.client_workload import check_workload
+from fidelity.predict import compute_prior, host_prior
+from fidelity.run_config import (DEFAULT_GPU, GUIDELLM_RATE_TYPES, MODELS_DIR, SUFFIXES,  # noqa: F401 (re-exported)
+                                 SUPPORTED_VERSIONS, V0_WATERMARK, config_dict_for_run, engine_version,
+                                 guidellm_workload_section, model_name_candidates, profile_trace,
+                                 profile_workload_section, replay_prefix, resolve_model_name, scheduler_section,
+                                 trace_file)
 from fidelity.run_folders import find_runs
-from fidelity.runs import RealRun, ServerArgs
+from fidelity.runs import RealRun
 from fidelity.sources.distserve import load_distserve_run
-from fidelity.sources.inference_perf import shared_prefix_profile
 from fidelity.sources.vllm_server import load_server_run
+from policies import ConfigError
+from sim.config import load_config
 from sim.notes import with_notes
-
-DEFAULT_GPU = "H100"  # the vLLM 0.11 runs' README: an 80 GB card, most likely H100; the target fleet
-MODELS_DIR = Path(__file__).resolve().parent / "models"
-SUPPORTED_VERSIONS = ("0.11", "0.15", "0.19")
-V0_WATERMARK = 0.01  # vLLM v0 `SelfAttnBlockSpaceManager(watermark=0.01)`
-
-
-SUFFIXES = ("-instruct", "-chat", "-hf", "-base", "-it", "-2507", "-v0.1", "-v0.2", "-v0.3")
-
-
-def model_name_candidates(name: str) -> list[str]:
-    """Spellings to try for a HF model id: as given, without the org, without instruct/chat/version
-    suffixes or a `Meta-` prefix, and Llama 3.x as Llama 3 (the same layer shapes)."""
-    base = name.split("/")[-1]
-    out = [name, base]
-    b = base.lower()
-    changed = True
-    while changed:
-        changed = False
-        for suffix in SUFFIXES:
-            if b.endswith(suffix):
-                b, changed = b[: -len(suffix)], True
-                out.append(b)
-    if b.startswith("meta-"):
-        b = b[len("meta-"):]
-        out.append(b)
-    for minor in ("3.1", "3.2", "3.3"):
-        if f"llama-{minor}-" in b:
-            out.append(b.replace(f"llama-{minor}-", "llama-3-"))
-    return out
-
-
-def resolve_model_name(name: str) -> str:
-    """A name `specs` knows for a HF model id (catalog alias, shipped config.json, or the id itself)."""
-    from specs.model_catalog import get_model
-
-    candidates = model_name_candidates(name)
-    for file in sorted(MODELS_DIR.glob("*.json")):
-        if name.split("/")[-1].lower().startswith(file.stem.lower()):
-            candidates.insert(0, str(file))
-    for cand in candidates:
-        try:
-            get_model(cand)
-            return cand
-        except (ValueError, OSError):
-            continue
-    raise ConfigError(f"model.name: {name!r} is not in the model catalog; give a HF config.json path with "
-                      f"--set model.name=PATH")
-
-
-def engine_version(server: ServerArgs) -> str:
-    """The vLLM preset version closest to the run's engine (unknown: the preset's default)."""
-    v = server.engine_version
-    if v in SUPPORTED_VERSIONS:
-        return v
-    if v is None:
-        return "0.19"
-    try:
-        major, minor = (int(x) for x in v.split(".")[:2])
-    except ValueError:
-        return "0.19"
-    # the v1 presets start at 0.11; older engines (v0) use the 'continuous' policy instead
-    return min(SUPPORTED_VERSIONS, key=lambda s: abs(int(s.split(".")[1]) - minor) if major == 0 else 0)
-
-
-def _large_gpu(gpu: str) -> bool:
-    """vLLM's default-limits rule: >= 70 GiB and not an A100."""
-    from specs.gpu_spec import get_gpu
-
-    spec = get_gpu(gpu)
-    return spec.memory_bytes >= 70 * 2**30 and not spec.name.upper().startswith("A100")
-
-
-def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
-    """The `scheduler` section: vLLM's policy and limits for the run's version, its own values first."""
-    if not server.enable_chunked_prefill:
-        # vLLM v0 without chunked prefill: whole prompts, prefill-first batches (ENGINE-SEMANTICS §1.3)
-        section = {"policy": "continuous", "max_num_batched_tokens": server.max_num_batched_tokens or 2048,
-                   "max_num_seqs": server.max_num_seqs or 256, "preemption": "recompute"}
-    else:
-        preset = SchedulerConfig.preset("vllm", version=engine_version(server), usage=usage, large_gpu=_large_gpu(gpu))
-        section = {"policy": "vllm", "max_num_batched_tokens": server.max_num_batched_tokens or preset.max_num_batched_tokens,
-                   "max_num_seqs": server.max_num_seqs or preset.max_num_seqs, "preemption": "recompute"}
-    if server.max_model_len:
-        section["max_model_len"] = server.max_model_len
-    return section
-
-
-def replay_prefix(run: RealRun) -> tuple[int, int]:
-    """(groups, prefix tokens) when every recorded request starts with one of a few equally long
-    shared prefixes (a shared_prefix profile's system prompts, guidellm's prefix), else (0, 0)."""
-    df = run.requests
-    if not len(df) or "prefix_group" not in df or (df["prefix_group"] < 0).any():
-        return 0, 0
-    n = df["num_prefix_tokens"].unique()
-    if len(n) != 1 or n[0] <= 0 or (df["num_prompt_tokens"] <= n[0]).any():
-        return 0, 0
-    return int(df["prefix_group"].nunique()), int(n[0])
-
-
-def trace_file(run: RealRun, cache_dir: str | Path | None = None, strip_prefix: int = 0) -> Path:
-    """The run's requests as a trace CSV in servesim's own format (cached by content), each prompt
-    `strip_prefix` tokens shorter (the workload's prefix groups add them back)."""
-    df = run.requests.assign(num_prompt_tokens=run.requests["num_prompt_tokens"] - strip_prefix)
-    digest = hashlib.sha1(df[["arrival_time", "num_prompt_tokens", "num_output_tokens"]].to_csv().encode()).hexdigest()[:16]
-    folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{digest}.csv"
-    if not path.is_file():
-        _atomic_trace(path, df["arrival_time"].to_numpy(), df["num_prompt_tokens"].to_numpy(),
-                      df["num_output_tokens"].to_numpy())
-    return path
-
-
-def _atomic_trace(path: Path, arrival, prompt, output) -> None:
-    """Write a trace CSV under a temporary name, then rename: parallel runs never read half a file."""
-    import os
-
-    from sim.workload.traces import write_trace_csv
-
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write_trace_csv(tmp, arrival, prompt, output)
-    os.replace(tmp, path)
-
-
-def _length_section(dist, field: str) -> dict:
-    """An inference-perf LengthDistribution as a sim.workload length table (same mean and spread)."""
-    if dist.type == "fixed" or dist.std_dev == 0 or dist.min == dist.max:
-        return {"kind": "constant", "value": max(1, int(round(min(max(dist.mean, dist.min), dist.max))))}
-    if dist.type == "uniform":
-        return {"kind": "uniform", "low": max(1, dist.min), "high": max(1, dist.max)}
-    half = math.sqrt(3.0) * dist.std_dev  # a uniform with the normal's mean and standard deviation
-    lo, hi = max(dist.min, int(dist.mean - half), 1), min(dist.max, int(math.ceil(dist.mean + half)))
-    return {"kind": "uniform", "low": lo, "high": max(lo, hi)}
-
-
-def profile_trace(profile: dict, seed: int = 0, cache_dir: str | Path | None = None) -> tuple[Path, int]:
-    """An inference-perf shared_prefix profile's requests as a trace CSV, and the system prompt length.
-
-    The exact generator is run against a server that answers at once: every send time, stage start
-    (after the previous stage's window plus `load.interval`) and prompt length (growing turn by turn
-    in a multi-turn chat) is as inference-perf would produce against a server that keeps up. The
-    trace's prompt lengths leave out the group's system prompt, which the `workload` section's
-    prefix groups add back (so the prefix cache can hit on it).
-    """
-    import numpy as np
-
-    from policies import FinishReason
-    from fidelity.sources.inference_perf import SharedPrefixWorkload
-
-    wl = SharedPrefixWorkload(profile, seed=seed)
-    sys_len = int(round(float(np.mean(wl.system_prompt_lens)))) if wl.system_prompt_lens else 0
-    pending = sorted(wl.start(), key=lambda r: r.arrival_time)
-    rows = []
-    while pending:
-        r = pending.pop(0)
-        r.output_token_ids = [0] * r.max_tokens
-        r.finish_reason = FinishReason.LENGTH
-        rows.append((r.arrival_time, max(1, r.num_prompt_tokens - sys_len), r.max_tokens))
-        pending.extend(wl.on_finish(r, r.arrival_time))
-        pending.sort(key=lambda q: q.arrival_time)
-    arr = np.array(rows, dtype=float)
-    digest = hashlib.sha1(arr.tobytes()).hexdigest()[:16]
-    folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"ip-{digest}.csv"
-    if not path.is_file():
-        _atomic_trace(path, arr[:, 0], arr[:, 1].astype(int), arr[:, 2].astype(int))
-    return path, sys_len
-
-
-def profile_workload_section(profile: dict, seed: int = 0, cache_dir: str | Path | None = None) -> dict:
-    """The `workload` section closest to a load-generator profile (inference-perf or guidellm)."""
-    if isinstance(profile.get("data"), dict) and profile["data"].get("type") == "shared_prefix":
-        from fidelity.sources.inference_perf import SharedPrefixProfile
-
-        p = SharedPrefixProfile.from_dict(profile)
-        path, sys_len = profile_trace(profile, seed, cache_dir)
-        section = {"kind": "trace", "trace": str(path), "too_long": "keep", "seed": seed}
-        if sys_len > 0:
-            section.update(num_prefix_groups=p.num_groups, prefix_len=sys_len, users_per_group=p.num_prompts_per_group)
-        return section
-    return guidellm_workload_section(profile, seed)
-
-
-GUIDELLM_RATE_TYPES = ("constant", "poisson", "synchronous", "concurrent")
-
-
-def guidellm_workload_section(profile: dict, seed: int = 0) -> dict:
-    """guidellm's `rate-type` + synthetic `data` (prompt/output tokens with stdev, min, max)."""
-    rate_type = profile.get("rate-type", profile.get("rate_type"))
-    data = profile.get("data") or {}
-    if not isinstance(data, dict) or "prompt_tokens" not in data:
-        raise ConfigError("profile.data: expected inference-perf's data.type: shared_prefix or guidellm's "
-                          "synthetic data (prompt_tokens, output_tokens)")
-    if rate_type not in GUIDELLM_RATE_TYPES:
-        raise ConfigError(f"profile.rate-type: {rate_type!r} adapts its rates to the server, which a config's "
-                          f"workload section cannot express; choose one of {', '.join(GUIDELLM_RATE_TYPES)}, give "
-                          f"per-request measurements to replay, or simulate the sweep with "
-                          f"`servesim reproduce RUN_DIR --workload profile` (fidelity.sources.guidellm)")
-    from fidelity.sources.inference_perf import LengthDistribution
-
-    def dist(prefix: str) -> dict:
-        d = LengthDistribution.parse(f"profile.data.{prefix}", {
-            "mean": data.get(prefix, 1), "std_dev": data.get(f"{prefix}_stdev", 0) or 0,
-            "min": data.get(f"{prefix}_min", 1) or 1, "max": data.get(f"{prefix}_max", data.get(prefix, 1))})
-        return _length_section(d, prefix)
-
-    n = int(profile.get("max-requests") or profile.get("max_requests") or 1000)
-    rate = float(profile.get("rate") or 1.0)
-    if rate_type in ("synchronous", "concurrent"):
-        section = {"kind": "closed_loop", "num_users": 1 if rate_type == "synchronous" else int(rate), "num_requests": n}
-    else:
-        section = {"kind": "poisson" if rate_type == "poisson" else "constant", "rate": rate, "num_requests": n}
-    section.update(prompt_len=dist("prompt_tokens"), output_len=dist("output_tokens"), seed=seed)
-    prefix = int(data.get("prefix_tokens") or 0)
-    if prefix:
-        section.update(num_prefix_groups=1, prefix_len=prefix, users_per_group=1)
-    return section
-
-
-def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "auto",
-                        cache_dir: str | Path | None = None, workload_section: dict | None = None) -> dict:
-    """The config (as a dict `load_config` reads) that describes `run`.
-
-    `workload`: "replay" (the recorded requests), "profile" (the load generator's profile) or "auto"
-    (replay when per-request arrivals are known). `workload_section` replaces the workload section
-    (for a caller that passes its own Workload to `simulate`).
-    """
-    if workload not in ("auto", "replay", "profile"):
-        raise ConfigError(f"workload: {workload!r} is not allowed; choose one of auto, replay, profile")
-    s = run.server
-    gpu = gpu or s.gpu or DEFAULT_GPU
-    usage = "llm" if run.source.startswith("llmservingsim") else "api_server"
-    hardware = {"gpu": gpu, "tp": s.tensor_parallel_size}
-    if s.num_gpu_blocks:
-        hardware["num_gpu_blocks"] = int(s.num_gpu_blocks)
-    if s.gpu_memory_utilization:
-        hardware["gpu_memory_utilization"] = s.gpu_memory_utilization
-    model = {"name": resolve_model_name(s.model)}
-    if s.kv_cache_dtype and s.kv_cache_dtype.startswith("fp8"):
-        model["kv_cache_dtype"] = "fp8"
-    data = {
-        "model": model,
-        "hardware": hardware,
-        "scheduler": scheduler_section(s, gpu, usage),
-        "cache": {"block_size": s.block_size, "enable_prefix_caching": bool(s.enable_prefix_caching)},
-    }
-    if s.kv_offloading_size:  # vLLM's KV offloading: a CPU tier of the prefix cache (policies.kv_offload)
-        data["cache"]["offload_size_gb"] = float(s.kv_offloading_size)
-        data["cache"]["offload_backend"] = s.kv_offloading_backend or "native"
-    if not s.enable_chunked_prefill:
-        # the v0 block manager keeps 1% of the GPU blocks free when admitting a prompt (or swapping
-        # one in), so that an admission does not at once force a decode preemption (ENGINE-SEMANTICS
-        # §1.3); v1 has no watermark
-        data["cache"]["watermark"] = V0_WATERMARK
-    # a multi-turn chat is simulated by its generator even when its sends were measured: a replay
-    # would know neither the sessions' earlier turns in each prompt nor that a turn waits for the last
-    sp = shared_prefix_profile(run.profile) if workload == "auto" and (run.path / "profile.yaml").is_file() else None
-    chat = sp is not None and sp.enable_multi_turn_chat
-    use_replay = workload == "replay" or (workload == "auto" and run.has_per_request and not chat)
-    if workload_section is not None:  # the caller simulates with its own Workload object
-        data["workload"] = workload_section
-    elif use_replay:
-        if not run.has_per_request:
-            raise ConfigError(f"workload: run {run.name} has no per-request arrivals to replay; use profile")
-        groups, prefix = replay_prefix(run)
-        data["workload"] = {"kind": "trace", "trace": str(trace_file(run, cache_dir, prefix)), "too_long": "keep"}
-        if groups:  # the shared prefixes, so that the prefix cache can hit on them as in the run
-            data["workload"].update(num_prefix_groups=groups, prefix_len=prefix, users_per_group=1)
-    else:
-        if not run.profile:
-            raise ConfigError(f"workload: run {run.name} has neither per-request arrivals nor a profile.yaml")
-        profile_file = run.path / "profile.yaml"
-        data_section = run.profile.get("data")
-        if profile_file.is_file() and isinstance(data_section, dict) and data_section.get("type") == "shared_prefix":
-            # the exact generator: multi-turn sessions wait for their previous turn, stages drain;
-            # sending what the run's client release sent, or what its measured lengths say it sent
-            folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
-            data["workload"] = {"kind": "inference_perf", "profile": str(write_resolved_profile(run, folder))}
-        else:
-            data["workload"] = profile_workload_section(run.profile, cache_dir=cache_dir)
-    return data
 
 
 def load_run(run_dir: str | Path) -> RealRun:
@@ -341,10 +69,6 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
     (`measured_profile_file`), so both commands predict with the same GPU model; without such data
     the config keeps the roofline.
     """
-    from dataclasses import replace
-
-    from sim.config import load_config
-
     run = load_run(run_dir)
     gpu = next((o.split("=", 1)[1].strip().strip('"') for o in overrides if o.replace(" ", "").startswith("hardware.gpu=")), None)
     data = config_dict_for_run(run, gpu=gpu, workload=workload)
@@ -362,8 +86,6 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
             config = replace(config, hardware=replace(config.hardware, latency="profiled", profile=str(path)))
             front = any(o.replace(" ", "").startswith("frontend.") for o in overrides)
             if not front and not config.frontend.enabled:
-                from fidelity.predict import host_prior
-
                 gap = host_prior("aiconfigurator", run, config.hardware.gpu).frontend_s
                 if gap:  # the API process's part of each TTFT, as reproduce adds it
                     config = replace(config, frontend=replace(config.frontend, request_overhead_s=gap))
@@ -376,13 +98,7 @@ def measured_profile_file(config, run: RealRun | None = None, cache_dir: str | P
     of its GEMMs as `reproduce` predicts them (`fidelity.predict.host_prior`, `compute_prior`:
     measured on idle engines of other runs, or documented),
     cached by content; None when the extra is not installed or has no data for them."""
-    import json
-
     try:
-        from calibrate.fit import fit_op
-        from calibrate.importers import dims_of_spec, import_profile
-        from fidelity.predict import compute_prior, host_prior
-
         prior = host_prior("aiconfigurator", run, config.hardware.gpu)
         factor = compute_prior(run, config.hardware.gpu)
         dims = dims_of_spec(config.model.spec(), config.hardware.tp)
@@ -400,8 +116,6 @@ def measured_profile_file(config, run: RealRun | None = None, cache_dir: str | P
                 source=f"host time per step {prior.schedule_s * 1e3:.3f} ms + {prior.schedule_per_seq_s * 1e6:.0f} us/seq "
                        "(fidelity.predict.host_prior)")
             folder.mkdir(parents=True, exist_ok=True)
-            import os
-
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             profile.save(tmp)
             os.replace(tmp, path)

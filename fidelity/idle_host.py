@@ -11,25 +11,25 @@ The same requests' TTFTs give the factor by which a busy engine's compute-bound 
 slower than aiconfigurator's isolated timings (`compute_factors`: the sustained clock under a
 power limit; memory-bound decode work is not slowed).
 
-`IdleHostLayer` is the file form (`fidelity/host/*.json`): the per-run medians, the method,
-and the runs they came from. `host_s_for(run)` is the median over the *other* runs (leave one run
+`IdleHostLayer` (`fidelity.host_layer`, re-exported here) is the file form (`fidelity/host/*.json`):
+the per-run medians, the method, and the runs they came from. `host_s_for(run)` is the median over the *other* runs (leave one run
 out for runs it was measured on; all of them for a run it never saw, such as an unseen
 deployment of the same engine on the same GPU). Regenerate with `measure_layer`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from records.files import read_json_object, write_json
-
-HOST_DIR = Path(__file__).resolve().parent / "host"
-#: the shipped layer for vLLM v1 on H100 with per-op (aiconfigurator) GPU times
-VLLM_V1_H100 = HOST_DIR / "vllm-v1-h100.json"
-FORMAT = "servesim-idle-host"
+from fidelity.host_layer import FORMAT, HOST_DIR, VLLM_V1_H100, IdleHostLayer, shipped_layer  # noqa: F401 (re-exported)
+from fidelity.host_overhead import HostOverhead
+from fidelity.predict import gpu_latency_model, predict_run
+from fidelity.run_config import config_dict_for_run
+from policies import BatchPlan, Request, ScheduledSeq
+from sim.config import load_config
+from sim.latency.roofline import RooflineConstants
 
 
 def alone(requests: pd.DataFrame) -> pd.Series:
@@ -43,8 +43,6 @@ def alone(requests: pd.DataFrame) -> pd.Series:
 
 def one_decode_step(gpu_model, context_len: int) -> float:
     """GPU seconds of a decode step of one sequence whose KV holds `context_len` tokens."""
-    from policies import BatchPlan, Request, ScheduledSeq
-
     seq = ScheduledSeq(Request(0, 0.0, context_len, 2), 1, context_len - 1, True)
     return float(gpu_model.step_time(BatchPlan(0, (seq,))))
 
@@ -89,71 +87,8 @@ def frontend_gaps(run) -> np.ndarray:
     return gap[ok]
 
 
-def _median_but(values: dict[str, float], run_name: str | None) -> float | None:
-    vals = [v for k, v in values.items() if k != run_name]
-    return float(np.median(vals)) if vals else None
-
-
-@dataclass
-class IdleHostLayer:
-    """Per-run medians of the idle-engine host time per step (and of the front-end gap of each
-    request's TTFT, where the run's spans time it), and where they came from."""
-
-    per_run: dict[str, float]
-    method: str = ("median over requests alone in the engine of measured TPOT - the per-op GPU time "
-                   "of their decode steps; frontend: median of TTFT - queue - prefill of vLLM's spans "
-                   "(fidelity.idle_host)")
-    source: str = ""
-    gpu_model: str = "aiconfigurator"
-    num_requests: dict[str, int] = field(default_factory=dict)
-    frontend_per_run: dict[str, float] = field(default_factory=dict)
-    compute_factor_per_run: dict[str, float] = field(default_factory=dict)
-
-    def host_s_for(self, run_name: str | None = None) -> float | None:
-        """The median over every run but `run_name` (None when no other run has a value)."""
-        return _median_but(self.per_run, run_name)
-
-    def frontend_s_for(self, run_name: str | None = None) -> float | None:
-        """The front-end gap: the median over every run but `run_name` (None without one)."""
-        return _median_but(self.frontend_per_run, run_name)
-
-    def compute_factor_for(self, run_name: str | None = None) -> float | None:
-        """The sustained-compute factor of GEMMs: the median over every run but `run_name`."""
-        return _median_but(self.compute_factor_per_run, run_name)
-
-    def to_dict(self) -> dict:
-        return {"format": FORMAT, "version": 1, "method": self.method, "source": self.source,
-                "gpu_model": self.gpu_model, "per_run": self.per_run, "num_requests": self.num_requests,
-                "frontend_per_run": self.frontend_per_run, "compute_factor_per_run": self.compute_factor_per_run,
-                "fitted_on": sorted(set(self.per_run) | set(self.frontend_per_run) | set(self.compute_factor_per_run))}
-
-    def save(self, path: str | Path) -> Path:
-        return write_json(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path: str | Path) -> "IdleHostLayer":
-        data = read_json_object(path, "host layer")
-        if data.get("format") != FORMAT:
-            raise ValueError(f"host layer: {path} is not a {FORMAT} file (format: {data.get('format')!r})")
-        per_run = data.get("per_run")
-        if not isinstance(per_run, dict) or any(not isinstance(v, (int, float)) or v < 0 for v in per_run.values()):
-            raise ValueError(f"host layer.per_run: {path}: expected run -> seconds >= 0")
-        extra = {}
-        for key in ("frontend_per_run", "compute_factor_per_run"):
-            d = data.get(key) or {}
-            if not isinstance(d, dict) or any(not isinstance(v, (int, float)) or v < 0 for v in d.values()):
-                raise ValueError(f"host layer.{key}: {path}: expected run -> a number >= 0")
-            extra[key] = {k: float(v) for k, v in d.items()}
-        return cls({k: float(v) for k, v in per_run.items()}, data.get("method", ""), data.get("source", ""),
-                   data.get("gpu_model", "aiconfigurator"), dict(data.get("num_requests") or {}), **extra)
-
-
 def measure_layer(runs, gpu_model: str = "aiconfigurator", min_requests: int = 5) -> IdleHostLayer:
     """The layer of `runs`: each run's median over its idle-engine requests (at least `min_requests`)."""
-    from sim.config import load_config
-    from fidelity.from_run import config_dict_for_run
-    from fidelity.predict import gpu_latency_model
-
     per_run, counts, front = {}, {}, {}
     for run in runs:
         gaps = frontend_gaps(run)
@@ -185,10 +120,6 @@ def compute_factors(run, host_s: float | None, frontend_s: float, min_share: flo
     simulations (factor 1 and `PROBE_FACTOR`, the run's own host and front-end times) give the line.
     Requests whose prefill is less than `min_share` compute-bound at the probe say little and are
     left out (a 64-token chunk is a weight read)."""
-    from fidelity.host_overhead import HostOverhead
-    from fidelity.predict import predict_run
-    from sim.latency.roofline import RooflineConstants
-
     if host_s is None or not len(run.requests) or run.requests["ttft_s"].isna().all():
         return np.zeros(0)
     terms = HostOverhead(schedule_s=host_s, schedule_per_seq_s=RooflineConstants().per_seq_overhead_s,
@@ -202,13 +133,3 @@ def compute_factors(run, host_s: float | None, frontend_s: float, min_share: flo
     slope = (t2 - t1) / (PROBE_FACTOR - 1.0)
     ok = (slope * (PROBE_FACTOR - 1.0) >= min_share * t1) & np.isfinite(m)
     return (1.0 + (m[ok] - t1[ok]) / slope[ok]).to_numpy(float)
-
-
-_LAYERS: dict[Path, IdleHostLayer | None] = {}
-
-
-def shipped_layer(path: Path = VLLM_V1_H100) -> IdleHostLayer | None:
-    """The shipped layer (cached), or None when the file is absent."""
-    if path not in _LAYERS:
-        _LAYERS[path] = IdleHostLayer.load(path) if path.is_file() else None
-    return _LAYERS[path]

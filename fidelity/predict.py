@@ -21,11 +21,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.importers import dims_of_spec, import_profile
 from fidelity.client_workload import resolved_profile
+from fidelity.host_layer import shipped_layer
 from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend
+from fidelity.replay import ReplayWorkload
+from fidelity.run_config import config_dict_for_run
 from fidelity.runs import METRICS, RealRun, tpot
+from fidelity.sources.distserve import DistServeLatencyModel, distserve_host_prior
+from fidelity.sources.guidellm import GuidellmWorkload
+from fidelity.sources.inference_perf import SharedPrefixWorkload, shared_prefix_profile
+from fidelity.sources.llmservingsim import LayerProfileLatencyModel
 from fidelity.ttft_parts import PARTS, predicted_parts
 from records.files import read_json_object
+from sim.config import load_config
+from sim.latency import build_latency_model
+from sim.latency.profiled import ProfiledLatencyModel
+from sim.latency.roofline import RooflineConstants
+from sim.runner import simulate
 
 GPU_MODEL_KINDS = ("auto", "layer-profile", "distserve", "aiconfigurator", "roofline")
 # where unfitted host terms come from: other runs (any source), documented constants, or other sources only
@@ -103,8 +116,6 @@ def _aiconfigurator_profile(gpu: str, spec, tp: int, compute_factor: float = 1.0
     key = (gpu, spec, tp, round(compute_factor, 6))
     if key not in _AICONFIGURATOR:
         try:
-            from calibrate.importers import dims_of_spec, import_profile
-
             # kernel time only: the engine's host time is `host_prior`'s named terms (or a fit's)
             _AICONFIGURATOR[key] = import_profile("aiconfigurator", gpu, dims_of_spec(spec, tp), tp, host="none",
                                                   compute_factor=compute_factor)
@@ -137,12 +148,9 @@ def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = Non
     steps or layers (their host time is in the data) and the roofline carries its own: no terms.
     """
     if gpu_model == "distserve" and measured and run is not None and distserve_profile(run) is not None:
-        from fidelity.sources.distserve import distserve_host_prior
-
         return distserve_host_prior(run, distserve_profile(run))
     if gpu_model != "aiconfigurator":
         return HostOverhead()
-    from sim.latency.roofline import RooflineConstants
 
     c = RooflineConstants()
     step_s, front_s = c.step_overhead_s, 0.0
@@ -161,7 +169,6 @@ def _measured_layer(run: RealRun | None, gpu: str | None, source_out: bool = Fal
     v1 = run is None or run.server.enable_chunked_prefill
     if not (v1 and gpu.startswith("H100")):
         return None
-    from fidelity.idle_host import shipped_layer
 
     layer = shipped_layer()
     if source_out and layer is not None and run is not None and run.source in layer_sources(layer):
@@ -186,10 +193,8 @@ def api_server(run: RealRun) -> bool:
 
 def serve_stack_frontend() -> dict | None:
     """The `frontend` terms of our serve stack's front-end profile (`SERVE_STACK_FRONTEND`), or None."""
-    import json
-
     try:
-        terms = json.loads(SERVE_STACK_FRONTEND.read_text())["frontend"]
+        terms = read_json_object(SERVE_STACK_FRONTEND, "serve stack frontend")["frontend"]
         return {k: float(v) for k, v in terms.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -208,8 +213,6 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
       engine does: each step also pays what ours pays per streamed output and per streaming step
       (`engine_s_per_output`, `engine_s_per_step`). vLLM v1's engine core has its own process.
     """
-    from sim.latency.roofline import RooflineConstants
-
     c = RooflineConstants()
     evidence: list[str] = []
     stack = serve_stack_frontend() if api_server(run) else None
@@ -264,8 +267,6 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
     if kind in ("auto", "layer-profile"):
         folder = layer_profile_folder(run)
         if folder is not None:
-            from fidelity.sources.llmservingsim import LayerProfileLatencyModel
-
             gpu = config.hardware.gpu_spec()
             link, latency = run_link(run)
             link = link or gpu.nvlink_bandwidth or gpu.pcie_bandwidth
@@ -279,16 +280,12 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
     if kind in ("auto", "distserve"):
         path = distserve_profile(run)
         if path is not None and run.server.model == "facebook/opt-13b":
-            from fidelity.sources.distserve import DistServeLatencyModel
-
             return DistServeLatencyModel(path, run.server.model, config.hardware.tp,
                                          own_prefill=source_out), "distserve"
         if kind == "distserve":
             raise ValueError(f"gpu_model: no DistServe coefficients for run {run.name}")
     if kind in ("auto", "aiconfigurator"):
         try:
-            from sim.latency.profiled import ProfiledLatencyModel
-
             factor = compute_prior(run, config.hardware.gpu, source_out=source_out) if compute_factor is None \
                 else compute_factor
             profile = _aiconfigurator_profile(config.hardware.gpu, spec, config.hardware.tp, factor)
@@ -297,20 +294,14 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
             if kind == "aiconfigurator":
                 raise ValueError(f"gpu_model: aiconfigurator has no data for {spec.name} on "
                                  f"{config.hardware.gpu} tp={config.hardware.tp} ({exc})") from None
-    from sim.latency import build_latency_model
 
     return build_latency_model(config), "roofline"
 
 
 def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
-    from fidelity.sources.inference_perf import SharedPrefixWorkload
-    from fidelity.replay import ReplayWorkload
-
     if kind == "replay":
         return ReplayWorkload(requests if requests is not None else run.requests)
     if kind == "guidellm":
-        from fidelity.sources.guidellm import GuidellmWorkload
-
         return GuidellmWorkload(resolved_profile(run))  # with the guidellm release the run records
     return SharedPrefixWorkload(resolved_profile(run))  # what the run's client release (or its lengths) says
 
@@ -328,14 +319,9 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     measured_run = run
     if source_out:  # no server argument inferred from the source's own timings
         run = run.without_inferred_args()
-    from sim.config import load_config
-    from fidelity.from_run import config_dict_for_run
-    from sim.runner import simulate
 
     # a multi-turn chat's turns carry their session's earlier turns (cached in the prefix cache, and
     # sent only after the previous answer): a replay of the sends knows neither, the generator both
-    from fidelity.sources.inference_perf import shared_prefix_profile
-
     sp = shared_prefix_profile(run.profile) if workload == "auto" else None
     chat = sp is not None and sp.enable_multi_turn_chat
     replayed = workload == "replay" or (workload == "auto" and run.has_per_request and not chat)

@@ -30,6 +30,7 @@ from fidelity.host_overhead import HostOverhead
 from fidelity.metric_definitions import definition
 from fidelity.overhead_fit import FIT_TERMS, RunSystem, fit_overhead, run_system, theta_of
 from fidelity.predict import Prediction, predict_run
+from fidelity.run_config import DEFAULT_GPU
 from fidelity.runs import METRICS, RealRun
 
 
@@ -113,8 +114,6 @@ def fit_terms_for(gpu_model: str) -> dict:
 def fit_group(run: RealRun, gpu: str | None = None, gpu_model: str = "") -> str:
     """Runs whose terms are fitted together: one source (engine version, host), one GPU kind and one
     kind of GPU step-time data (`compute_scale` corrects that data, so it must not mix sources)."""
-    from fidelity.from_run import DEFAULT_GPU
-
     return f"{run.source} on {run.server.gpu or gpu or DEFAULT_GPU} ({gpu_model})"
 
 

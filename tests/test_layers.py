@@ -55,12 +55,8 @@ DISPATCHERS = frozenset({"servesim/cli.py"})
 DATASET_NAMES = ("distserve", "splitwise", "llmservingsim", "inference_perf", "inference-perf", "guidellm",
                  "vidur", "../shared")
 DATASET_HOMES = ("fidelity/", "calibrate/importers/")
-# in-function imports still to hoist, in files others are changing now (issue 15's fidelity work, the
-# commands' rework, the 1..N replica setup and streamed runs, the CPU validation): hoisted after they land
-PENDING = frozenset({
-    "fidelity/fit_runs.py", "fidelity/from_run.py", "fidelity/idle_host.py", "fidelity/predict.py",
-    "fidelity/reproduce.py",
-})
+# modules whose in-function imports still wait to be hoisted: none left (the list only shrinks)
+PENDING: frozenset = frozenset()
 _DATASET = re.compile("|".join(re.escape(n) for n in DATASET_NAMES), re.IGNORECASE)
 
 
