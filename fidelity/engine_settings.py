@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from fidelity.from_run import DEFAULT_GPU
-from fidelity.runs import RealRun
+from fidelity.runs import DEFAULT_GPU, RealRun
 
 MODELLED = "modelled"
 NOT_MODELLED = "not modelled"

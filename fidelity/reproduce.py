@@ -30,8 +30,7 @@ from fidelity.host_overhead import HostOverhead
 from fidelity.metric_definitions import definition
 from fidelity.overhead_fit import FIT_TERMS, RunSystem, fit_overhead, run_system, theta_of
 from fidelity.predict import Prediction, predict_run
-from fidelity.run_config import DEFAULT_GPU
-from fidelity.runs import METRICS, RealRun
+from fidelity.runs import DEFAULT_GPU, METRICS, RealRun
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from fidelity.client_workload import write_resolved_profile
-from fidelity.runs import RealRun, ServerArgs
+from fidelity.runs import DEFAULT_GPU, RealRun, ServerArgs  # noqa: F401 (DEFAULT_GPU re-exported)
 from fidelity.sources.inference_perf import (LengthDistribution, SharedPrefixProfile, SharedPrefixWorkload,
                                              shared_prefix_profile)
 from policies import ConfigError, FinishReason, SchedulerConfig
@@ -25,7 +25,6 @@ from sim.workload.traces import write_trace_csv
 from specs.gpu_spec import get_gpu
 from specs.model_catalog import get_model
 
-DEFAULT_GPU = "H100"  # the vLLM 0.11 runs' README: an 80 GB card, most likely H100; the target fleet
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 SUPPORTED_VERSIONS = ("0.11", "0.15", "0.19")
 V0_WATERMARK = 0.01  # vLLM v0 `SelfAttnBlockSpaceManager(watermark=0.01)`

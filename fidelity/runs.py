@@ -22,6 +22,7 @@ REQUEST_COLUMNS = (
     "ttft_s", "e2e_s", "tpot_s",
 )
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
+DEFAULT_GPU = "H100"  # the vLLM 0.11 runs' README: an 80 GB card, most likely H100; the target fleet
 
 # GPU names as the runs' folders / device strings spell them -> servesim's GPU catalog names
 GPU_ALIASES = {
