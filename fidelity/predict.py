@@ -171,7 +171,9 @@ def _measured_layer(run: RealRun | None, gpu: str | None, source_out: bool = Fal
         return None
 
     layer = shipped_layer()
-    if source_out and layer is not None and run is not None and run.source in layer_sources(layer):
+    # a run the layer measured is of the layer's source, whatever folder it was loaded from
+    if source_out and layer is not None and run is not None and (
+            run.source in layer_sources(layer) or run.name in layer.to_dict()["fitted_on"]):
         return None
     return layer
 

@@ -85,6 +85,10 @@ def test_the_idle_host_layer_is_never_used_on_its_own_source():
     own, other = source_out_prior("aiconfigurator", _run(layer.source)), source_out_prior("aiconfigurator", _run("new"))
     assert "documented" in own[1][0] and own[0].schedule_s != pytest.approx(layer.host_s_for(None))
     assert other[0].schedule_s == pytest.approx(layer.host_s_for(None)) and layer.source in other[1][0]
+    # one of the layer's own runs loaded from its own folder (source "vllm-server") is still its source's
+    alone = _run("vllm-server")
+    alone = type(alone)(**{**alone.__dict__, "name": sorted(layer.per_run)[0]})
+    assert "documented" in source_out_prior("aiconfigurator", alone)[1][0]
 
 
 def test_a_v0_engine_pays_our_serve_stacks_per_output_cost():
