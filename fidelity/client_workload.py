@@ -130,7 +130,8 @@ def measured_lengths(run: RealRun) -> tuple[float, float, str]:
     summary = run.path / "summary_lifecycle_metrics.json"
     if summary.is_file():
         with open(summary) as f:
-            ok = (json.load(f).get("successes") or {})
+            data = json.load(f)
+        ok = data.get("successes") or data  # older summaries keep the successes' figures at the top
         prompt, output = ok.get("prompt_len") or {}, ok.get("output_len") or {}
         if isinstance(prompt, dict) and prompt.get("mean") is not None:
             out = output.get("mean") if isinstance(output, dict) else None

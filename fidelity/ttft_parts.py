@@ -10,13 +10,15 @@
 
 Measured (`measured_parts`): from the run's own timestamps, vLLM's request spans (`time_in_queue_s`,
 `time_in_prefill_s`, `ttft_s` from vLLM's arrival) and, where the client's per-request times join
-them (guidellm's `response_id`), the client's send and first chunk. Predicted (`predicted_parts`):
+them (guidellm's `response_id`), the client's send and first chunk; else, as means, vLLM's own
+metrics that inference-perf keeps (`summary_prometheus_metrics.json`, `prometheus_parts`). Predicted (`predicted_parts`):
 the simulator's own times (arrival, first schedule, first token) and the front end it was given
 (`sim.frontend.FrontendConfig`: calibrate.frontend's measurement of our serve stack; or the host
 prior's `frontend_s`). Nothing here is fitted. A part a view cannot see is 0 and its origin says so.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -65,6 +67,45 @@ def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
                           else "not modelled (no [frontend] stream_overhead_s)"),
     }
     return out, origins
+
+
+def _mean_of(block: dict, key: str) -> float:
+    value = (block.get(key) or {}) if isinstance(block, dict) else {}
+    return float(value["mean"]) if isinstance(value, dict) and value.get("mean") is not None else math.nan
+
+
+def prometheus_parts(run: RealRun) -> list[tuple[str, pd.DataFrame, dict[str, str]]]:
+    """inference-perf's `summary_prometheus_metrics.json` (vLLM's own histograms over the run): the
+    server view's parts as means, and the client's view where the lifecycle summary has its TTFT
+    (the client-server difference, send + HTTP + first chunk, is one part there: no per-request
+    stamps split it)."""
+    path = run.path / "summary_prometheus_metrics.json"
+    if not path.is_file():
+        return []
+    with open(path) as f:
+        ok = (json.load(f).get("successes") or {})
+    queue, prefill, ttft = (_mean_of(ok, k) for k in ("request_queue_time", "request_prefill_time",
+                                                       "time_to_first_token"))
+    if not all(np.isfinite(v) for v in (queue, prefill, ttft)):
+        return []
+    server = pd.DataFrame([{"client_send_s": 0.0, "api_server_s": ttft - queue - prefill, "engine_queue_s": queue,
+                            "prefill_steps_s": prefill, "first_chunk_s": 0.0, "ttft_s": ttft}])
+    origins = {
+        "client_send_s": "not in the view: vLLM's TTFT starts at its arrival",
+        "api_server_s": "vLLM metrics: time_to_first_token - request_queue_time - request_prefill_time (means)",
+        "engine_queue_s": "vLLM metrics: request_queue_time (mean)",
+        "prefill_steps_s": "vLLM metrics: request_prefill_time (mean)",
+        "first_chunk_s": "not in the view: vLLM's TTFT ends at the engine's first token",
+    }
+    views = [("server", server, origins)]
+    client_ttft = float(run.measured()["ttft_s"]) if (run.path / "summary_lifecycle_metrics.json").is_file() else math.nan
+    if np.isfinite(client_ttft):
+        client = server.assign(api_server_s=server["api_server_s"] + client_ttft - ttft, ttft_s=client_ttft)
+        views.append(("client", client, {**origins, "api_server_s": origins["api_server_s"] + " + client TTFT - "
+                                         "vLLM TTFT (the client's send, HTTP and the first chunk together)",
+                                         "client_send_s": "inside api_server_s (no per-request stamps)",
+                                         "first_chunk_s": "inside api_server_s (no per-request stamps)"}))
+    return views
 
 
 def measured_parts(run: RealRun) -> tuple[pd.DataFrame | None, dict[str, str], str]:
@@ -131,11 +172,12 @@ def parts_rows(pred) -> list[dict]:
     have = [c for c in PARTS if c in predicted]
     rows = []
     server, s_orig, view = measured_parts(run)
-    views = [(view, server, s_orig)] if server is not None else [("", None, {})]
+    views = [(view, server, s_orig)] if server is not None else []
     if server is not None:
         client, c_orig = client_view(run, server)
         if client is not None:
             views.append(("client", client, c_orig))
+    views = views or prometheus_parts(run) or [("", None, {})]
     for name, measured, m_orig in views:
         for part in (*PARTS, "ttft_s"):
             m = float(measured[part].mean()) if measured is not None else (

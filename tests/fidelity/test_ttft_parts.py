@@ -54,3 +54,27 @@ def test_shipped_spans_parts_sum_to_the_measured_ttft_and_the_prediction_carries
         assert t["measured_origin"].astype(bool).all() and t["predicted_origin"].astype(bool).all()
     client = table[table["view"] == "client"].set_index("part")
     assert client.loc["ttft_s", "measured_s"] > table[table["view"] == "server"].set_index("part").loc["ttft_s", "measured_s"]
+
+
+def test_inference_perf_prometheus_summary_gives_the_parts_as_means(tmp_path):
+    import json
+
+    from fidelity_helpers import write_exp_config
+
+    from fidelity.sources.vllm_server import load_server_run
+    from fidelity.ttft_parts import prometheus_parts
+
+    folder = write_exp_config(tmp_path / "ip")
+    (folder / "summary_lifecycle_metrics.json").write_text(json.dumps({"successes": {"latency": {
+        "time_to_first_token": {"mean": 0.300}, "request_latency": {"mean": 2.0}}}}))
+    (folder / "summary_prometheus_metrics.json").write_text(json.dumps({"successes": {
+        "time_to_first_token": {"mean": 0.280}, "request_queue_time": {"mean": 0.150},
+        "request_prefill_time": {"mean": 0.120}}}))
+    views = dict((name, (df, origins)) for name, df, origins in prometheus_parts(load_server_run(folder)))
+    assert set(views) == {"server", "client"}
+    for df, origins in views.values():
+        assert df[list(PARTS)].sum(axis=1).iloc[0] == pytest.approx(df["ttft_s"].iloc[0])
+        assert set(origins) == set(PARTS) and all(origins.values())
+    server, client = views["server"][0].iloc[0], views["client"][0].iloc[0]
+    assert server["api_server_s"] == pytest.approx(0.010) and server["engine_queue_s"] == 0.150
+    assert client["ttft_s"] == 0.300 and client["api_server_s"] == pytest.approx(0.030)
