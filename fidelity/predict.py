@@ -367,5 +367,8 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     if source_out and measured_run.inferred_args:
         evidence.append("engine defaults for " + ", ".join(sorted(measured_run.inferred_args)) +
                         " (inferred from the source's timings otherwise)")
+    front = [e for e in evidence if e.startswith("front end")]
+    if front and overhead.frontend_s:  # source-out: the front end is our serve stack's measurement
+        origins = {**origins, "api_server_s": front[0]}
     return Prediction(run=measured_run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
                       workload=kind, overhead=overhead, notes=notes, evidence=evidence, ttft_part_origins=origins)
