@@ -41,7 +41,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== fit: {fit} ({time.perf_counter() - t0:.0f} s) — median |error| of the mean, per source ==")
         print(med.to_string(formatters={c: (lambda v: f"{100 * v:5.1f}%") for c in ("ttft_s", "tpot_s", "e2e_s")}))
         print(f"report: {out / 'report.md'}")
+        if fit == "source":
+            print(target_check(med))
     return 0
+
+
+TARGETS = {"ttft_s": 0.10, "tpot_s": 0.05, "e2e_s": 0.05}  # issue 15: over all runs; no source above 2x
+
+
+def target_check(med) -> str:
+    """One line per metric: the source-out medians against the targets (met / missed, and why)."""
+    lines = []
+    for m, target in TARGETS.items():
+        overall = float(med.loc["all runs", m])
+        worst = med.drop(index="all runs")[m]
+        over = [f"{s} {100 * v:.1f}%" for s, v in worst.items() if v > 2 * target]
+        ok = overall <= target and not over
+        why = "" if ok else f" ({'all runs ' + format(100 * overall, '.1f') + '%' if overall > target else ''}" \
+            f"{'; ' if overall > target and over else ''}{', '.join(over)})"
+        lines.append(f"target {m} <= {100 * target:.0f}% (no source > {200 * target:.0f}%): "
+                     f"{'met' if ok else 'missed'}{why}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
