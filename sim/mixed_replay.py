@@ -45,8 +45,7 @@ def totals_time_function(latency_model) -> Callable[[PlanTotals], float] | None:
     it gives a time; else None (the replica then plans every mixed step)."""
     if not isinstance(latency_model, LatencyModel):
         return None
-    cls = type(latency_model)
-    owner = next((c for c in cls.__mro__ if "step_time" in c.__dict__), None)
+    owner = _owner(latency_model)
     if owner is None or "totals_step_time" not in owner.__dict__:
         return None
     probe = _new(PlanTotals, (1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 0))
@@ -54,6 +53,11 @@ def totals_time_function(latency_model) -> Callable[[PlanTotals], float] | None:
         return None
     closure = owner.__dict__.get("totals_time_closure")  # the same function, its constants bound
     return closure(latency_model) if closure is not None else latency_model.totals_step_time
+
+
+def _owner(latency_model) -> type | None:
+    """The class that defines the model's `step_time` (the one whose shortcuts may be trusted)."""
+    return next((c for c in type(latency_model).__mro__ if "step_time" in c.__dict__), None)
 
 
 def replayable(scheduler) -> bool:
@@ -74,12 +78,14 @@ class MixedReplay:
     """
 
     def __init__(self, env: simpy.Environment, scheduler, step_time: Callable[[PlanTotals], float],
-                 recorder: Recorder, name: str) -> None:
+                 recorder: Recorder, name: str, decode_times: Callable[[int, int, int], list] | None = None) -> None:
         self.env = env
         self.scheduler = scheduler
         self.step_time = step_time
         self.recorder = recorder
         self.name = name
+        # all-decode steps timed together (`LatencyModel.decode_step_times`), where the model has it
+        self.decode_times = decode_times
 
     @classmethod
     def build(cls, env: simpy.Environment, scheduler, latency_model, recorder: Recorder,
@@ -87,26 +93,34 @@ class MixedReplay:
         if not replayable(scheduler):
             return None
         step_time = totals_time_function(latency_model)
-        return None if step_time is None else cls(env, scheduler, step_time, recorder, name)
+        if step_time is None:
+            return None
+        decode_times = latency_model.decode_step_times
+        if decode_times(1, 1, 0) is None or "decode_step_times" not in _owner(latency_model).__dict__:
+            decode_times = None
+        return cls(env, scheduler, step_time, recorder, name, decode_times)
 
-    def carry_through(self, until: float | None) -> None:
+    def carry_through(self, until: float | None, replica) -> None:
         """Let stretches run through the environment's other events before `until` (None: all).
 
         Only for an environment whose other events never read or change this replica's running
-        requests (its arrivals' submits, follow-ups scheduled by finish hooks): the runners of one
-        replica, and of replicas each alone in an environment (`sim.cluster.independent`), say so.
-        A stretch then waits out such an event inside a step, as the step-by-step loop does, with
-        the cohort still carried; it still ends at a finish (the hooks see every request as it is).
+        requests (its arrivals' submits, follow-ups scheduled by finish hooks, which see only the
+        request that ended): the runners of one replica, and of replicas each alone in an
+        environment (`sim.cluster.independent`), say so. A stretch then waits out such an event
+        inside a step, as the step-by-step loop does, with the cohort still carried, and ends its
+        finished requests itself (`replica._finished`, at their step's end, as the loop would).
         """
         self.carry, self.until = True, (float("inf") if until is None else float(until))
+        self.replica = replica
 
-    carry, until = False, float("inf")
+    carry, until, replica = False, float("inf"), None
 
     def run(self, now: float):
         """Replay the mixed steps from `now` (a SimPy generator).
 
-        Returns (the steps' durations, the requests that ended, the time they ended), or None when
-        not even the first step could be replayed (schedule() must run it).
+        Returns (the durations of the steps not yet counted in the replica's busy time, the requests
+        that ended and are not yet reported, the time the last step ended), or None when not even
+        the first step could be replayed (schedule() must run it).
         """
         sch = self.scheduler
         if sch.swapped or sch.loading:
@@ -129,26 +143,73 @@ class MixedReplay:
         env = self.env
         bs, wm, num_gpu = bm.block_size, bm.watermark_blocks, bm.num_gpu_blocks
         token_budget, chunk, time_of = sch.token_budget, sch.chunk_size, self.step_time
-        cohort = running[:num_cohort]
+        cohort = running[:num_cohort]  # members stay at their place; those that end are marked gone
         joined = [0] * num_cohort  # the stretch step from which each cohort member is carried
-        context = sum(map(_num_computed, cohort))  # the cohort's contexts before the current step
+        gone = [False] * num_cohort
+        n = num_cohort  # members still carried
+        context = sum(map(_num_computed, cohort))  # the carried members' contexts before the current step
         due = [(len(r.block_table) * bs - r.num_computed_tokens, i) for i, r in enumerate(cohort)]
         heapify(due)  # (the step a member crosses into a new block, its place): schedule()'s order
-        finish_at = min([r.max_tokens - len(r.output_token_ids) for r in cohort], default=1 << 62) - 1
+        ending = [(r.max_tokens - len(r.output_token_ids) - 1, i) for i, r in enumerate(cohort)]
+        heapify(ending)  # (the step at which a member reaches max_tokens, its place)
         tail = running[num_cohort:]  # the other running requests, scheduled one by one
         free = bm.num_free_gpu_blocks
         next_event, until = env.peek(), self.until
-        step_id, name, recorder = sch.step_id, self.name, self.recorder
+        step_id, name, recorder, replica = sch.step_id, self.name, self.recorder, self.replica
         durations, ends, records, tail_finished = [], [], [], []
         t, j, last = now, 0, False
         clock, since = now, 0  # the environment's time, and the first step not yet waited out
+        decode_times = self.decode_times if carry else None
         while not last:
-            n = len(cohort)
             if n > token_budget:
                 break
+            if decode_times is not None and n and not tail and (not waiting or n >= max_seqs):
+                # all-decode steps (nothing else to schedule, nobody admissible): timed together, in
+                # growing batches, up to the next finish, the next event or the step whose blocks run
+                # out; that step takes the general path below
+                stop = ending[0][0] if ending else 1 << 62
+                num_waiting, num_running, batch = len(waiting), len(running), 4  # most runs are short
+                while j < stop:
+                    count = min(stop - j, batch)
+                    batch = min(4 * batch, 4096)
+                    done = 0
+                    for duration in decode_times(n, context + n, count):
+                        duration = float(duration)
+                        if not duration > 0.0:
+                            raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
+                        end = t + duration
+                        if not end < next_event:
+                            break
+                        crossing = []
+                        while due and due[0][0] == j:
+                            i = heappop(due)[1]
+                            if not gone[i]:
+                                crossing.append(i)
+                        if crossing:
+                            if len(crossing) > free:
+                                for i in crossing:
+                                    heappush(due, (j, i))
+                                break
+                            bm.append_blocks([cohort[i] for i in crossing])
+                            for i in crossing:
+                                heappush(due, (j + bs, i))
+                            free -= len(crossing)
+                        used = num_gpu - free
+                        records.append((step_id + j, t, duration, 0, n, 0, n, 0, 0, 0, used, used / num_gpu,
+                                        num_waiting, num_running, 0, name, *STEP_ROW_DEFAULTS))
+                        durations.append(duration)
+                        ends.append(end)
+                        context += n
+                        j += 1
+                        t = end
+                        done += 1
+                    if done < count:
+                        break
             crossing = []
             while due and due[0][0] == j:
-                crossing.append(heappop(due)[1])
+                i = heappop(due)[1]
+                if not gone[i]:
+                    crossing.append(i)
             f = free - len(crossing)
             if f < 0:
                 break  # a decode cannot grow: schedule() preempts
@@ -243,7 +304,7 @@ class MixedReplay:
                             used, used / num_gpu, len(waiting), len(running), 0, name, *STEP_ROW_DEFAULTS))
             durations.append(duration)
             ends.append(end)
-            # --- update()'s half: the cohort's tokens wait for the end; the others' now ------------
+            # --- update()'s half: the cohort's tokens wait; the others' now ---------------------
             for req, m, c in entries:
                 out = req.output_token_ids
                 if c + m == req.num_prompt_tokens + len(out):
@@ -255,20 +316,54 @@ class MixedReplay:
                             req.first_token_time = end
                     if len(out) >= req.max_tokens:
                         tail_finished.append(req)
-                        last = True
-            if j == finish_at:
-                last = True
             context += n
             j += 1
             t = end
-            if spans:  # the environment's events up to this step's end happen (none reads the cohort)
+            ended = bool(ending and ending[0][0] == j - 1) or bool(tail_finished)
+            if spans or (ended and carry):  # the environment's events up to this step's end happen
                 yield from _wait(env, clock, end, durations, since)
-                clock, since = end, j
+                clock, since = end, len(durations)
                 add_step_rows(recorder, records)
                 records = []
-                next_event = env.peek()
-            if last:
-                break
+            if ended:
+                if not carry:
+                    break  # the loop reports them
+                # update()'s order: the plan's (the cohort first); then the loop's hooks, in that order
+                finished = []
+                while ending and ending[0][0] == j - 1:
+                    finished.append(heappop(ending)[1])
+                finished.sort()
+                for i in finished:
+                    req = cohort[i]
+                    first = joined[i]
+                    m = j - first
+                    context -= req.num_computed_tokens + m
+                    req.num_computed_tokens += m
+                    req.output_token_ids += [0] * m
+                    req.token_times += ends[first:]
+                    gone[i] = True
+                n -= len(finished)
+                finished = [cohort[i] for i in finished]
+                for req in tail_finished:
+                    tail.remove(req)
+                finished += tail_finished
+                tail_finished = []
+                finish = sch.finish_request
+                for req in finished:
+                    finish(req.req_id, _LENGTH, end)
+                free = bm.num_free_gpu_blocks  # their blocks are back
+                busy = replica.busy_time
+                for d in durations:
+                    busy += d
+                replica.busy_time = busy
+                durations = []
+                since = 0
+                for req in finished:
+                    replica._finished(req, end)
+                if j > len(ends) // 2 + 64:  # keep `ends` short: restart the stretch's step count
+                    break
+            if spans or (ended and carry):
+                next_event = env.peek()  # the hooks may have scheduled follow-ups
             # tail requests now decoding join the cohort, from the front (keeping running order)
             joins = 0
             for req in tail:
@@ -277,12 +372,12 @@ class MixedReplay:
                 i = len(cohort)
                 cohort.append(req)
                 joined.append(j)
+                gone.append(False)
                 c = req.num_computed_tokens
                 context += c
+                n += 1
                 heappush(due, (j + len(req.block_table) * bs - c, i))
-                left = j + req.max_tokens - len(req.output_token_ids) - 1
-                if left < finish_at:
-                    finish_at = left
+                heappush(ending, (j + req.max_tokens - len(req.output_token_ids) - 1, i))
                 joins += 1
             if joins:
                 del tail[:joins]
@@ -290,28 +385,29 @@ class MixedReplay:
                 last = True  # all-decode from here: the decode replay's
         if not j:
             return None
-        # --- the cohort's tokens and times, written once --------------------------------------------
-        zeros = [0] * j
-        for req, first in zip(cohort, joined):
-            if first >= j:
+        # --- the carried members' tokens and times, written once ------------------------------------
+        for i, req in enumerate(cohort):
+            first = joined[i]
+            if first >= j or gone[i]:
                 continue
             req.num_computed_tokens += j - first
             if first:
-                req.output_token_ids += zeros[first:]
+                req.output_token_ids += [0] * (j - first)
                 req.token_times += ends[first:]
             else:
-                req.output_token_ids += zeros
+                req.output_token_ids += [0] * j
                 req.token_times += ends
         end = ends[-1]
         finished = []
-        if finish_at == j - 1 or tail_finished:  # update()'s order: the plan's (cohort first)
-            finished = [r for r in cohort if len(r.output_token_ids) >= r.max_tokens] + tail_finished
+        if (ending and ending[0][0] == j - 1) or tail_finished:  # update()'s order: the plan's (cohort first)
+            finished = [r for i, r in enumerate(cohort) if not gone[i] and len(r.output_token_ids) >= r.max_tokens]
+            finished += tail_finished
             finish = sch.finish_request
             for req in finished:
                 finish(req.req_id, _LENGTH, end)
         sch.skip_step_ids(j)
         sch.now = ends[-2] if j > 1 else now
-        if since < j:
+        if since < len(durations):
             yield from _wait(env, clock, end, durations, since)
         if records:
             add_step_rows(recorder, records)
@@ -319,8 +415,8 @@ class MixedReplay:
 
 
 def _wait(env: simpy.Environment, clock: float, end: float, durations: list, since: int):
-    """Wait from `clock` to `end`, the end of steps `since..`: one timeout when it lands on exactly
-    that clock, else one per step (as the step-by-step loop adds each delay)."""
+    """Wait from `clock` to `end`, the end of the steps of `durations[since:]`: one timeout when it
+    lands on exactly that clock, else one per step (as the step-by-step loop adds each delay)."""
     delay = end - clock
     if clock + delay == end:
         yield env.timeout(delay)

@@ -97,7 +97,7 @@ class Replica:
         each alone in an environment), until `until` (the run's time limit, None for none): the fast
         path may then carry its stretches through those events (`MixedReplay.carry_through`)."""
         if self._mixed is not None:
-            self._mixed.carry_through(until)
+            self._mixed.carry_through(until, self)
 
     @property
     def num_outstanding(self) -> int:

@@ -30,30 +30,27 @@ from sim_helpers import make_requests, make_sched
 
 
 def run_both(monkeypatch, config, latency_model=None):
-    """(step-by-step result, fast result, number of steps the fast one replayed in runs: decode
-    stretches and mixed ones)."""
-    replayed = []
-    original, original_mixed = DecodeReplay.advance, MixedReplay.run
+    """(step-by-step result, fast result, number of the fast one's steps that were never planned by
+    `Scheduler.schedule`: replayed in decode stretches or mixed ones)."""
+    from policies.scheduler import Scheduler
 
-    def counting(self, end_times):
-        out = original(self, end_times)
-        replayed.append(out[0])
-        return out
+    planned = []
+    original = Scheduler.schedule
 
-    def counting_mixed(self, now):
-        out = yield from original_mixed(self, now)
-        if out is not None:
-            replayed.append(len(out[0]))
-        return out
+    def counting(self, now):
+        plan = original(self, now)
+        if not plan.is_empty:
+            planned.append(plan.step_id)
+        return plan
 
-    monkeypatch.setattr(DecodeReplay, "advance", counting)
-    monkeypatch.setattr(MixedReplay, "run", counting_mixed)
+    monkeypatch.setattr(Scheduler, "schedule", counting)
     results = []
     for fast in (False, True):
+        planned.clear()
         results.append(simulate(config, latency_model=latency_model, fast_decode=fast))
         if not fast:
-            assert not replayed, "the fast path ran although it was turned off"
-    return results[0], results[1], sum(replayed)
+            assert len(planned) >= len(results[0].steps), "the fast path ran although it was turned off"
+    return results[0], results[1], len(results[1].steps) - len(planned)
 
 
 def assert_identical(slow, fast):
@@ -420,23 +417,24 @@ def test_mixed_stretches_are_identical(monkeypatch, seed):
 
 
 def test_mixed_stretches_carry_most_steps_and_leave_the_blocks_counted(monkeypatch):
-    """Over the random chunked scenarios the mixed replay carries most steps, and after each of its
-    stretches the block manager's bookkeeping holds (blocks counted as schedule() would)."""
+    """Over the random chunked scenarios the fast path plans few steps, and after each mixed
+    stretch the block manager's bookkeeping holds (blocks counted as schedule() would)."""
     original = MixedReplay.run
-    mixed = []
+    runs = []
 
     def checking(self, now):
         out = yield from original(self, now)
         if out is not None:
-            mixed.append(len(out[0]))
+            runs.append(now)
             self.scheduler.block_manager.check_invariants()
         return out
 
     monkeypatch.setattr(MixedReplay, "run", checking)
-    steps = 0
+    steps = replayed = 0
     for seed in range(12):
-        steps += len(simulate(random_chunked_config(seed)).steps)
-    assert sum(mixed) > 0.5 * steps
+        slow, fast, n = run_both(monkeypatch, random_chunked_config(seed))
+        steps, replayed = steps + len(fast.steps), replayed + n
+    assert runs and replayed > 0.5 * steps
 
 
 def test_a_replica_not_alone_stops_its_mixed_stretches_at_every_event(monkeypatch):
