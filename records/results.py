@@ -206,6 +206,13 @@ def request_columns(requests: list["Request"], replica_of: Mapping | None = None
     The values of `request_row`, built column by column for a streamed run's batches; workload tag
     columns follow the fixed ones, in the order first seen, None where a request lacks one.
     """
+    return request_columns_and_itls(requests, replica_of)[0]
+
+
+def request_columns_and_itls(requests: list["Request"], replica_of: Mapping | None = None
+                             ) -> tuple[dict[str, list | np.ndarray], np.ndarray]:
+    """`request_columns` and `pooled_itls` of the same requests, from one array of all their token
+    times (the same float subtractions as each computes on its own)."""
     replica_of = replica_of or {}
     n = len(requests)
     times = [r.token_times for r in requests]
@@ -213,8 +220,22 @@ def request_columns(requests: list["Request"], replica_of: Mapping | None = None
     reasons = [r.finish_reason.value if r.finish_reason is not None else "unfinished" for r in requests]
     completed = np.fromiter((x in COMPLETED_REASONS for x in reasons), dtype=bool, count=n) & (lengths > 0)
     arrival = np.fromiter((r.arrival_time for r in requests), dtype=np.float64, count=n)
-    first = np.fromiter((t[0] if t else math.nan for t in times), dtype=np.float64, count=n)
-    last = np.fromiter((t[-1] if t else math.nan for t in times), dtype=np.float64, count=n)
+    ends = np.cumsum(lengths)
+    flat = np.fromiter(chain.from_iterable(times), dtype=np.float64, count=int(ends[-1]) if n else 0)
+    has = lengths > 0
+    first, last = np.full(n, math.nan), np.full(n, math.nan)
+    first[has] = flat[(ends - lengths)[has]]
+    last[has] = flat[ends[has] - 1]
+    # every gap between two consecutive times of one request; the max of each request's, and the
+    # pooled ones of the completed requests (max_itls and pooled_itls, without flattening twice)
+    gaps = np.diff(flat)
+    owner = np.repeat(np.arange(n), lengths)
+    internal = owner[1:] == owner[:-1]
+    max_itl = np.full(n, math.nan)
+    with_gaps = lengths > 1
+    if with_gaps.any():
+        max_itl[with_gaps] = np.maximum.reduceat(np.where(internal, gaps, -np.inf), (ends - lengths)[with_gaps])
+    itls = gaps[internal & (completed & with_gaps)[owner[:-1]]]
     ttft = np.where(completed, first - arrival, math.nan)
     e2e = np.where(completed, last - arrival, math.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -233,7 +254,7 @@ def request_columns(requests: list["Request"], replica_of: Mapping | None = None
         "num_preemptions": ints("num_preemptions"), "num_swaps": ints("num_swaps"),
         "num_recomputes": ints("num_recomputes"), "finish_reason": reasons,
         "reject_reason": [r.reject_reason or "" for r in requests], "ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot,
-        "queue_s": scheduled - arrival, "max_itl_s": np.array(max_itls(times), dtype=np.float64),
+        "queue_s": scheduled - arrival, "max_itl_s": max_itl,
         "replica": [replica_of.get(r.req_id, "") for r in requests],
         "preemption_intervals": [json.dumps(r.preemption_intervals) if r.preemption_intervals else "[]"
                                  for r in requests],
@@ -248,7 +269,7 @@ def request_columns(requests: list["Request"], replica_of: Mapping | None = None
     for key in tag_keys:
         if key not in columns:
             columns[key] = [r.tags.get(key) for r in requests]
-    return columns
+    return columns, itls
 
 
 def steps_columns(steps: list) -> dict[str, list | np.ndarray]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from records.results import (REQUEST_COLUMNS, STEP_COLUMNS, plot_timeline, pooled_itls, request_columns,
+from records.results import (REQUEST_COLUMNS, STEP_COLUMNS, plot_timeline, request_columns_and_itls,
                              steps_columns)
 from records.running_summary import RunningSummary
 from records.sketch import DEFAULT_EXACT_LIMIT, DEFAULT_RELATIVE_ACCURACY
@@ -115,11 +115,11 @@ class StreamingRecorder:
             return
         requests = [r for r, _ in entries]
         replica_of = self.replica_of
-        columns = request_columns(requests, replica_of)
+        columns, itls = request_columns_and_itls(requests, replica_of)
         for r in requests:
             replica_of.pop(r.req_id, None)
         order = np.fromiter((k for _, k in entries), dtype=np.int64, count=len(entries))
-        self.running.add_requests(columns, pooled_itls(requests), order)
+        self.running.add_requests(columns, itls, order)
         if self._writers is not None:
             self._writers[0].write(columns)
 

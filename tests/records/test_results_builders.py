@@ -65,3 +65,26 @@ def test_max_itls_matches_each_list_on_its_own():
         got = max_itls(lists)
         assert len(got) == len(want)
         assert all((math.isnan(g) and math.isnan(w)) or g == w for g, w in zip(got, want))
+
+
+def test_request_columns_and_itls_are_max_itls_and_pooled_itls():
+    """One flattening of the token times gives what max_itls and pooled_itls give on their own
+    (empty and one-token requests, unfinished and rejected ones among them)."""
+    from policies import FinishReason, Request
+    from records.results import request_columns_and_itls
+
+    rnd = random.Random(1)
+    for _ in range(200):
+        requests = []
+        for i in range(rnd.randint(1, 30)):
+            r = Request(i, 0.0, 5, 50)
+            r.token_times = sorted(rnd.random() * 10 for _ in range(rnd.choice([0, 0, 1, 2, rnd.randint(0, 40)])))
+            r.output_token_ids = [0] * len(r.token_times)
+            r.finish_reason = rnd.choice([FinishReason.LENGTH, FinishReason.STOP, FinishReason.REJECTED,
+                                          FinishReason.ABORTED, None])
+            requests.append(r)
+        columns, itls = request_columns_and_itls(requests)
+        want = max_itls([r.token_times for r in requests])
+        got = columns["max_itl_s"].tolist()
+        assert all((math.isnan(g) and math.isnan(w)) or g == w for g, w in zip(got, want))
+        assert np.array_equal(itls, pooled_itls(requests))
