@@ -2,13 +2,9 @@
 
 Data: ../shared/data/groundtruth/distserve-a100-opt13b (DistServe's alignment data, Apache-2.0; see
 its README): per request prompt/output lengths, issue time, TTFT, latency. Each run is replayed
-with its recorded arrivals and lengths on the layout its name gives (`layout`): `vllm-N-RATE` one
-OPT-13B replica, TP 1, early-2024 vLLM defaults; `distserve-c21d11-*` prefill TP 2 + decode TP 1;
-`distserve-c21d12-*` decode "pp 2" run as decode TP 2 (no pipeline parallelism here: an
-approximation); plain `distserve-*` assumed c21d11. DistServe returns the first token from the
-prefill instance (`first_token = "prefill"`); KV moves over NVLink (one 4xA100 node); KV capacity
-per instance from profile_data/max_num_tokens.csv. Latency models: `roofline` (A100 datasheet) and
-`distserve` (DistServe's own per-TP coefficients, profile_data/profiler-a100-80g.*.json).
+with its recorded arrivals and lengths on the layout its name gives (`layout` lists them: one
+vLLM replica, or DistServe's prefill + decode instances). Latency models: `roofline` (A100
+datasheet) and `distserve` (DistServe's own per-TP coefficients, profile_data/profiler-a100-80g.*.json).
 
     .venv/bin/python benchmarks/distserve_replay.py [--latency roofline,distserve] [--runs 'vllm-*'] [--csv out.csv]
         [--plot replay.png]
@@ -56,9 +52,13 @@ def kv_blocks(tp: int, pp: int = 1) -> int | None:
 def layout(name: str) -> tuple[dict, str]:
     """Config sections for a run name, and a short description.
 
-    `vllm-*`: vLLM of early 2024, whole-prompt prefill first (`continuous`), 256 seqs, 2048-token budget
-    (the data's README: assumed defaults). Plain `distserve-*` (layout not recorded) is taken as
-    c21d11, whose measured means match theirs.
+    `vllm-N-RATE`: one OPT-13B replica, TP 1, vLLM of early 2024, whole-prompt prefill first
+    (`continuous`), 256 seqs, 2048-token budget (the data's README: assumed defaults).
+    `distserve-c21d11-*`: prefill TP 2 + decode TP 1; `distserve-c21d12-*`: decode "pp 2" run as
+    decode TP 2 (no pipeline parallelism here: an approximation). Plain `distserve-*` (layout not
+    recorded) is taken as c21d11, whose measured means match theirs. DistServe returns the first
+    token from the prefill instance (`first_token = "prefill"`); KV moves over NVLink (one 4xA100
+    node); KV capacity per instance from profile_data/max_num_tokens.csv (`kv_blocks`).
     """
     m = NAME.match(name)
     kind, ctp, cpp, dtp, dpp = m.group(1), m.group(2), m.group(3), m.group(4), m.group(5)

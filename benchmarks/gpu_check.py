@@ -2,18 +2,17 @@
 
     python benchmarks/gpu_check.py [--out runs/gpu-check] [--wheels wheels] [--budget-s 480] [--dry-run]
 
-Written for one H100/H200 with torch and triton, no network, no flash-attn and none of our other
-dependencies, and at most 8 minutes. Stages, each in its own process under
-`benchmarks/offline_guard.py` and with a time limit out of the budget: env (Python, torch, device,
-triton, what of benchmarks/gpu_check_requirements.txt is missing); install (the missing ones from
-the wheels folder, offline, into OUT/venv, which sees this interpreter's site directories, so torch
-stays as it is; later stages run on it); requirements; gpu-tests (`pytest -m gpu`); calibrate
-(`servesim calibrate --device cuda --grid quick` of examples/tiny-llama); validate-* (`servesim
-validate --device cuda` of examples/validate-chunked-512.toml and validate-continuous.toml).
-Everything goes under `--out`: logs, JUnit file, profile, reports, each stage's imports, and
-`report.json` / `report.md` (exit codes, seconds, figures). Exit code 0 when every stage passed in
-the budget. `--dry-run` (or SERVESIM_GPU_CHECK_DRY_RUN=1): the same stages on the CPU, tiny sizes,
-every distribution outside torch's and the wheels' closure refused, in well under a minute.
+For one H100/H200 with torch and triton, no network, no flash-attn, none of our other dependencies,
+at most 8 minutes. Stages, each its own process under `benchmarks/offline_guard.py`, time-limited
+out of the budget: env (Python, torch, device, triton; what of benchmarks/gpu_check_requirements.txt
+is missing); install (those, from the wheels folder, offline, into OUT/venv, seeing this
+interpreter's site directories: torch stays; later stages run on it); requirements; gpu-tests
+(`pytest -m gpu`); calibrate (`servesim calibrate --device cuda --grid quick`, examples/tiny-llama);
+validate-* (`servesim validate --device cuda`, examples/validate-{chunked-512,continuous}.toml).
+Everything goes under `--out` (logs, JUnit file, profile, reports, each stage's imports,
+`report.json` / `report.md`); exit 0 when every stage passed in the budget. `--dry-run` (or
+SERVESIM_GPU_CHECK_DRY_RUN=1): the same stages on the CPU at tiny sizes (under a minute), every
+distribution outside torch's and the wheels' closure refused.
 """
 from __future__ import annotations
 

@@ -1,19 +1,18 @@
 """How well do imported per-op profiles predict measured static-batch step times? (Splitwise data)
 
-    .venv/bin/python benchmarks/splitwise_check.py [--source aiconfigurator|h100-microbench]
-        [--hardware h100-80gb|a100-80gb] [--tp 2 4 8] [--host eager-launch|eager|graphs|none]
-        [--kernels vidur|native] [--raw-grid] [--calls-per-layer N] [--call-us US]
-        [--fit-on a100-80gb|h100-80gb] [--csv OUT.csv] [--plot OUT.png]
+    .venv/bin/python benchmarks/splitwise_check.py [--source aiconfigurator|h100-microbench] [--tp 2 4 8]
+        [--hardware h100-80gb|a100-80gb] [--host eager-launch|eager|graphs|none] [--kernels vidur|native]
+        [--raw-grid] [--calls-per-layer N] [--call-us US] [--fit-on GPU] [--csv OUT.csv] [--plot OUT.png]
 
-For each TP it imports a Llama-2-70B profile (`calibrate.importers.import_profile`, the code of
-`servesim calibrate import`), predicts every point of ../shared/data/groundtruth/splitwise-static-
-batches (the test set: prefill of the whole batch; one decode step at the mean KV length) and
-prints each point's error, then the median / p90 per TP and phase (target: median within 15%).
-`--host eager-launch` (default) is `sim.latency.eager.EagerLatencyModel`: the launch path is not
-fitted (`calibrate.importers.eager_launch`; `--calls-per-layer` / `--call-us` replace its inputs),
-the host work outside the forward is fitted **leave one TP out** (each TP scored with terms fitted
-on the others, printed per TP; `--host-terms` passes them to the CLI), or with `--fit-on` on the
-other machine's rows only. `--raw-grid`: Vidur grids keep their last slope (`importers.beyond_grid`).
+For each TP it imports a Llama-2-70B profile (`calibrate.importers.import_profile`, as `servesim
+calibrate import`), predicts each point of ../shared/data/groundtruth/splitwise-static-batches (the
+test set: prefill of the whole batch; one decode step at the mean KV length), prints each point's
+error, then the median / p90 per TP and phase (target: median within 15%). `--host eager-launch`
+(default): `sim.latency.eager.EagerLatencyModel`, its launch path not fitted (`--calls-per-layer` /
+`--call-us` replace `calibrate.importers.eager_launch`'s inputs), the host work outside the forward
+fitted **leave one TP out** (each TP scored with terms fitted on the others, printed per TP for the
+CLI's `--host-terms`) or with `--fit-on` on the other machine's rows only. `--raw-grid`: Vidur
+grids keep their last slope (`calibrate.importers.beyond_grid`).
 """
 from __future__ import annotations
 

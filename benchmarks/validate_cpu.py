@@ -5,15 +5,14 @@ every shipped one, each with a quick profile made in its own run (as `servesim v
                                                 [--full] [--one-profile]
 
 `--random N` first draws N workloads nobody tuned anything on (`calibrate.random_workloads`; seed
-`--seed`, default a new one, printed; their TOML files are written beside the reports), then the
-shipped examples/validate-*.toml. Each run calibrates examples/tiny-llama (quick grid, one torch
-thread) around the engine's run (`--one-profile`: one profile first, for all). The bar: per-step
-median <= 5%, mean TTFT, TPOT and E2E within 10%. Columns: "cpu med" the per-step error against the
-engine thread's CPU time (without waiting for a core); "detrend" with the machine's drift taken out
-(each step's error minus its 51 neighbours' median); "drift" how much slower the calibration's engine
-steps ran after the run than before (`calibrate.bench.bracket_drift_pct`); "held" the calibration's
-held-out error; "(calibration warned)" and the warnings after the table. Then the median signed
-error by step kind (decode-only 1, 2-4, 5+ sequences; prefill-only; mixed): compare at similar load.
+`--seed`, default a new one, printed; TOML files beside the reports), then the shipped
+examples/validate-*.toml. Each run calibrates examples/tiny-llama (quick grid, one torch thread)
+around the engine's run (`--one-profile`: one profile first, for all). The bar: per-step median
+<= 5%, mean TTFT, TPOT and E2E within 10%. Columns: "cpu med" the per-step error against the engine
+thread's CPU time; "detrend" with the machine's drift taken out (each step's error minus its 51
+neighbours' median); "drift" the calibration's engine steps' slow-down from before to after the run
+(`calibrate.bench.bracket_drift_pct`); "held" the calibration's held-out error; then warnings and
+the median signed error by step kind (decode-only 1, 2-4, 5+; prefill-only; mixed).
 """
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Micro-benchmarks of the engine's own ops on a device, fitted into a profile (`servesim calibrate`).
 
-What is timed (one layer's modules from `gpu_backend.model.op_registry`; the layers are identical,
-so one layer's op times x num_hidden_layers is a layer stack):
+What is timed (one layer's modules from `gpu_backend.model.op_registry`; x num_hidden_layers = the stack):
 
 - over token counts T: QKV, O, gate/up and down projections, SwiGLU, RMSNorm, rotary, KV writes
   (the backend's scatter), embedding; over sampled rows S: the LM head and the sampler; the GEMMs

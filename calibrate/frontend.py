@@ -2,41 +2,17 @@
 
 What `sim.frontend.FrontendConfig` models, timed on this machine with the real app (`build_app`),
 the real tokenizer and uvicorn on loopback, an httpx streaming client in its own process
-(`gpu_backend.serve.stream_client`, reading a stream as guidellm does), requests sent one at a
-time so that each finds the engine idle:
+(`gpu_backend.serve.stream_client`, reading a stream as guidellm does): the ingress (send to first
+`schedule()`), the egress (end of a token's step to the client having its chunk) and the engine
+thread's share of streaming (`calibrate_frontend` says how each is timed and fitted).
 
-- ingress: from the client's send (before it encodes the body) to the engine's first `schedule()`
-  of the request (its `first_scheduled_time`: the engine thread woke and took it from its ingress
-  list), over prompts of several lengths. A line through the per-length medians gives
-  `request_overhead_s` (intercept) and `tokenize_s_per_token` (slope: tokenizing the prompt plus
-  reading its bytes). The tokenizer alone is timed over the same prompts as a check.
-- egress: from the end of the step that made the first token (its `token_times[0]`, the time the
-  simulator gives a token) to the client having its SSE chunk: `stream_overhead_s`, the median.
-  The first token is the one TTFT waits for, and its chunk is sent while the engine runs the next
-  step, as every later chunk but the last is. The last chunk's delay (an idle engine) and, when
-  every token made a chunk of its own, every chunk's, are recorded beside it.
-- the engine thread's share: the engine's median token interval while it streams to the client,
-  minus the same for the same requests added to it directly (no HTTP, no callback), in two phases:
-  one request at a time (one output per step), and k requests sent at once by as many client
-  processes, for each k in `concurrency` (k outputs per step; the interval counted only over steps
-  that all k share; the bare twin adds k requests to the engine at once). A non-negative line
-  through (1, extra_1), (k, extra_k), ... gives `engine_s_per_step` (intercept: the event loop
-  woken and taking the
-  interpreter lock once for a step's batch of outputs) and `engine_s_per_output` (slope: the
-  server's `on_output` callback, which runs on the engine thread, its own median recorded beside
-  it, and each chunk's formatting). The raw intervals of each phase are in `measurements["phases"]`.
-
-Two engines: the real one (`servesim serve --calibrate-frontend`: `build_server` of the serving
-config) measures the front end as it runs beside real steps, which hold the interpreter lock part
-of the time, so the event loop waits for it; `probe_server(tokenizer)` puts a `ProbeEngine` whose
-steps sleep behind the same app (no torch; the front end alone; what the tests use).
-
-Not measured: concurrency on the single event loop for the ingress and egress (one request at a
-time). The terms are medians:
-the delays have long tails (a thread waiting for the interpreter lock can wait a whole switch
-interval, 5 ms; other work on a shared machine), which the means beside them in `measurements`
-show and which a constant delay cannot carry; the median is the typical request's, and stable from a
-quiet machine to a busy one (the load average before and after goes into the metadata).
+Two engines: the real one (`build_server` of the serving config) measures the front end as it runs
+beside real steps, which hold the interpreter lock part of the time, so the event loop waits for
+it; `probe_server(tokenizer)` puts a `ProbeEngine` whose steps sleep behind the same app (no torch;
+the front end alone; what the tests use). The terms are medians: the delays have long tails (a
+thread waiting for the interpreter lock can wait a whole switch interval, 5 ms; other work on a
+shared machine), which the means beside them in `measurements` show and a constant delay cannot
+carry; the median is the typical request's, and stable from a quiet machine to a busy one.
 """
 from __future__ import annotations
 
@@ -295,6 +271,31 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     one at a time (a quiet server, an idle engine at each arrival), lengths interleaved so that
     drifting machine load spreads over all of them; then k at a time for each k in `concurrency`
     (the engine's share at k outputs per step), `num_repeats` rounds of the shortest prompt each.
+
+    - ingress: from the client's send (before it encodes the body) to the engine's first
+      `schedule()` of the request (its `first_scheduled_time`: the engine thread woke and took it
+      from its ingress list), over prompts of several lengths. A line through the per-length
+      medians gives `request_overhead_s` (intercept) and `tokenize_s_per_token` (slope: tokenizing
+      the prompt plus reading its bytes). The tokenizer alone is timed over the same prompts as a
+      check.
+    - egress: from the end of the step that made the first token (its `token_times[0]`, the time
+      the simulator gives a token) to the client having its SSE chunk: `stream_overhead_s`, the
+      median. The first token is the one TTFT waits for, and its chunk is sent while the engine runs
+      the next step, as every later chunk but the last is. The last chunk's delay (an idle engine)
+      and, when every token made a chunk of its own, every chunk's, are recorded beside it.
+    - the engine thread's share: the engine's median token interval while it streams to the
+      client, minus the same for the same requests added to it directly (no HTTP, no callback), in
+      two phases: one request at a time (one output per step), and k requests sent at once by as
+      many client processes, for each k in `concurrency` (k outputs per step; the interval counted
+      only over steps that all k share; the bare twin adds k requests to the engine at once). A
+      non-negative line through (1, extra_1), (k, extra_k), ... gives `engine_s_per_step`
+      (intercept: the event loop woken and taking the interpreter lock once for a step's batch of
+      outputs) and `engine_s_per_output` (slope: the server's `on_output` callback, which runs on
+      the engine thread, its own median recorded beside it, and each chunk's formatting). The raw
+      intervals of each phase are in `measurements["phases"]`.
+
+    Not measured: concurrency on the single event loop for the ingress and egress (one request at a
+    time). The load average before and after goes into the metadata.
     """
     items = list(concurrency) if isinstance(concurrency, (list, tuple)) else [concurrency]
     if not items or any(isinstance(k, bool) or not isinstance(k, int) or k < 2 for k in items):

@@ -4,33 +4,11 @@
     result = runner.execute(plan)             # real forward pass; duration measured
     finished = scheduler.update(plan, result, now + duration)
 
-Public API (stable; `gpu_backend.serve` builds on it):
-
-- `Engine(config, device="cpu", model=None)`: `config` is an `EngineConfig` (a servesim TOML config
-  becomes one in `calibrate.engine_config`); `model` replaces the built model (tests share weights).
-- `engine.now()`: seconds on the engine clock (give new requests `arrival_time=engine.now()`).
-- `engine.add_request(request, on_output=None)`: thread-safe. The request goes to an ingress list
-  under a short lock and reaches the scheduler at the next step boundary (the lock is never held
-  across a step). `request.prompt_token_ids` must be token ids of this model's vocabulary;
-  `request.sampling` a `SamplingParams` (None = greedy).
-- `on_output(RequestOutput(req_id, new_token_ids, finished, finish_reason, time))` is called **on
-  the engine thread**, once per new token and once when the request ends (finished=True; aborted
-  and rejected requests get exactly one such call with no tokens). Keep it short (hand off to a
-  queue / `loop.call_soon_threadsafe`).
-- `engine.abort(req_id)`: thread-safe cancellation; the request's blocks are freed at the next step
-  boundary and it ends FINISHED / aborted.
-- `engine.start()` / `engine.stop()`: run the loop on a background thread (for a server). If a step
-  raises there, `engine.error` holds the exception and every live request ends aborted (callbacks
-  get their final output), so no client waits forever; a request added after that ends aborted at
-  once, its final output given on the caller's thread.
-- `engine.step() -> bool`: one iteration on the caller's thread (False when there was nothing to run).
-- `engine.run_workload(workload, progress=True) -> EngineResult`: real-time replay of a `sim`
-  workload on the caller's thread: requests are admitted at their arrival times (at the first step
-  boundary after), closed-loop follow-ups come from `workload.on_finish`.
-- `engine.stats()`: running / waiting / swapped counts, KV usage, preemptions, steps (for /metrics).
-- `engine.result()`: the `requests` and `steps` tables and the summary, exactly as the simulator's
-  (`records.results`, `records.metrics`), with measured times; `EngineResult.save(out_dir)`. Safe from any
-  thread while the engine runs: it reads between steps.
+Its public API (stable; `gpu_backend.serve` builds on it) is listed on `Engine`: a thread-safe
+ingress (`add_request`, `abort`) that reaches the scheduler only at step boundaries, per-token
+callbacks on the engine thread, a background loop (`start` / `stop`) or steps on the caller's
+thread (`step`, `run_workload`), and `result()`: the `requests` and `steps` tables and summary
+in the simulator's format (`records.results`, `records.metrics`), with measured times.
 """
 from __future__ import annotations
 
@@ -142,7 +120,36 @@ class EngineResult:
 
 
 class Engine:
-    """The real engine: one scheduler, one model runner, the one loop in wall-clock time."""
+    """The real engine: one scheduler, one model runner, the one loop in wall-clock time.
+
+    Public API (stable; `gpu_backend.serve` builds on it):
+
+    - `Engine(config, device="cpu", model=None)`: `config` is an `EngineConfig` (a servesim TOML config
+      becomes one in `calibrate.engine_config`); `model` replaces the built model (tests share weights).
+    - `engine.now()`: seconds on the engine clock (give new requests `arrival_time=engine.now()`).
+    - `engine.add_request(request, on_output=None)`: thread-safe. The request goes to an ingress list
+      under a short lock and reaches the scheduler at the next step boundary (the lock is never held
+      across a step). `request.prompt_token_ids` must be token ids of this model's vocabulary;
+      `request.sampling` a `SamplingParams` (None = greedy).
+    - `on_output(RequestOutput(req_id, new_token_ids, finished, finish_reason, time))` is called **on
+      the engine thread**, once per new token and once when the request ends (finished=True; aborted
+      and rejected requests get exactly one such call with no tokens). Keep it short (hand off to a
+      queue / `loop.call_soon_threadsafe`).
+    - `engine.abort(req_id)`: thread-safe cancellation; the request's blocks are freed at the next step
+      boundary and it ends FINISHED / aborted.
+    - `engine.start()` / `engine.stop()`: run the loop on a background thread (for a server). If a step
+      raises there, `engine.error` holds the exception and every live request ends aborted (callbacks
+      get their final output), so no client waits forever; a request added after that ends aborted at
+      once, its final output given on the caller's thread.
+    - `engine.step() -> bool`: one iteration on the caller's thread (False when there was nothing to run).
+    - `engine.run_workload(workload, progress=True) -> EngineResult`: real-time replay of a `sim`
+      workload on the caller's thread: requests are admitted at their arrival times (at the first step
+      boundary after), closed-loop follow-ups come from `workload.on_finish`.
+    - `engine.stats()`: running / waiting / swapped counts, KV usage, preemptions, steps (for /metrics).
+    - `engine.result()`: the `requests` and `steps` tables and the summary, exactly as the simulator's
+      (`records.results`, `records.metrics`), with measured times; `EngineResult.save(out_dir)`. Safe from any
+      thread while the engine runs: it reads between steps.
+    """
 
     def __init__(self, config, device: str | torch.device = "cpu", model: LlamaModel | None = None) -> None:
         if not isinstance(config, EngineConfig):
@@ -195,7 +202,7 @@ class Engine:
         return time.perf_counter() - self._t0
 
     def add_request(self, request: Request, on_output: Callable[[RequestOutput], None] | None = None) -> None:
-        """Queue `request` for the next step boundary (thread-safe); see the module docstring."""
+        """Queue `request` for the next step boundary (thread-safe); see the class docstring."""
         ids = request.prompt_token_ids
         if ids is None:
             raise ValueError(f"request {request.req_id}: prompt_token_ids is None; the engine needs token ids")
@@ -404,7 +411,7 @@ class Engine:
         return request
 
     def run_workload(self, workload, progress: bool = True, max_time_s: float | None = None) -> "EngineResult":
-        """Replay `workload` in real time on this thread and return the results (see module docstring)."""
+        """Replay `workload` in real time on this thread and return the results (see the class docstring)."""
         if self._thread is not None:
             raise RuntimeError("run_workload: the engine is running on its background thread; stop() it first")
         max_time_s = max_time_s if max_time_s is not None else self.config.max_time_s

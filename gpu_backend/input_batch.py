@@ -3,16 +3,11 @@
 For the plan's live sequences (in plan order) it builds, vectorized with numpy:
 
 - `input_ids [T]`, `positions [T]`: the flat tokens of every chunk (T = all scheduled tokens);
-- `AttentionMetadata`: `cu_seqlens_q [B+1]`, `cu_seqlens_k [B+1]` (int32, flash-attn's layout),
-  `seq_lens [B]` (context after the step), `max_seqlen_q/k`, `slot_mapping [T]` (where each new
-  token's K/V goes: `block_id * block_size + offset`) and `block_tables [B, max_blocks]` (int32,
-  padded with block 0 past a row's length; attention masks by `seq_lens`, so padding is never read);
+- `AttentionMetadata` (flash-attn's varlen layout, slot mapping, block tables; see that class);
 - `sample_indices [R]`: the rows the LM head scores: each sampling sequence's last token, and for a
   verify sequence (speculative decoding: its last known token, then its drafts) every one of its
   1 + drafts rows; `sample_last [S]` indexes each sampling sequence's last row among them.
 
-A chunk computing positions [c, c + n) of a request attends to its cached keys [0, c) plus itself
-causally (bottom-right aligned, as flash-attn does); a decode (n = 1) attends to the whole cache.
 Host-side copies (`*_np`) stay with the metadata so the torch backend can loop without syncs.
 """
 from __future__ import annotations
@@ -26,7 +21,15 @@ from policies import BatchPlan, ScheduledSeq
 
 @dataclass
 class AttentionMetadata:
-    """Where each new token's K/V goes and what each query attends to (see module docstring)."""
+    """Where each new token's K/V goes and what each query attends to.
+
+    `cu_seqlens_q [B+1]`, `cu_seqlens_k [B+1]` (int32, flash-attn's layout), `seq_lens [B]`
+    (context after the step), `max_seqlen_q/k`, `slot_mapping [T]` (where each new token's K/V goes:
+    `block_id * block_size + offset`) and `block_tables [B, max_blocks]` (int32, padded with block 0
+    past a row's length; attention masks by `seq_lens`, so padding is never read). A chunk computing
+    positions [c, c + n) of a request attends to its cached keys [0, c) plus itself causally
+    (bottom-right aligned, as flash-attn does); a decode (n = 1) attends to the whole cache.
+    """
 
     num_seqs: int
     num_tokens: int

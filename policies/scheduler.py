@@ -8,34 +8,10 @@ Every policy speaks the one loop of DESIGN.md::
 
 Token accounting is vLLM v1's: each step hands out tokens so that a request's `num_computed_tokens`
 catches up with `num_tokens` (prompt + generated); `num_computed_tokens` advances at schedule time.
-Policies differ only in the *order* in which they run the shared mechanisms below
-(`_schedule_running`, `_schedule_swapped`, `_schedule_waiting`) and in whether a prompt may be
-split (`whole_prompts`); static batching adds its batch bookkeeping.
-
-Admission (`add_request`) rejects at once, with a reason, a request that could never be served:
-- prompt + max_tokens > max_model_len (what vLLM's OpenAI server answers with a 400; this also
-  covers vLLM's "prompt >= max_model_len");
-- its KV at full length (prompt + max_tokens - 1 tokens; the last sampled token needs no KV) needs
-  more blocks than the GPU has, minus the watermark.
-A request that passes is never rejected later: a lone request can always grow to its full length.
-
-With a KV offload tier (`policies.kv_offload`), admission looks a prompt up in the GPU prefix cache,
-then in the CPU tier for the blocks after the GPU hit. The "native" backend holds the request apart
-(`loading`, counted as waiting) with its GPU blocks allocated until its load has landed, then puts it
-back at the head of the waiting queue with the loaded tokens computed; "lmcache" loads in the step
-that admits it. Every step's newly full blocks are stored to the tier (`offload_store_blocks`).
-
-Speculative decoding (`speculative`, a `SpeculativeConfig`; `chunked` and `vllm` only, as in vLLM v1):
-after each sampled token the `proposer` gives up to k drafts (never past max_tokens); a decode then
-schedules 1 + drafts tokens (the drafts trimmed to the budget left, as vLLM does) and KV slots for
-all; `update` keeps the accepted drafts (`StepResult.num_accepted`, or the simulator's
-`acceptance` sampler) and the sampled token, moves `num_computed_tokens` back by the rejected ones
-and frees the blocks past the accepted tokens. See `policies.speculative`.
-
-Whole-prompt policies (`continuous`, `static`) use a step budget of at least `max_model_len`: vLLM v0
-without chunked prefill requires max_num_batched_tokens >= max_model_len (and defaults to
-max(max_model_len, 2048)). Rather than refuse a smaller setting we raise the floor, so every
-admissible prompt, and every recompute of prompt + generated tokens, fits in one step.
+Policies differ only in the *order* in which they run the shared mechanisms (`_schedule_running`,
+`_schedule_swapped`, `_schedule_waiting`) and in whether a prompt may be split (`whole_prompts`);
+static batching adds its batch bookkeeping. Admission, the KV offload tier, speculative decoding
+and the whole-prompt step budget are described on `Scheduler`.
 """
 from __future__ import annotations
 
@@ -65,6 +41,32 @@ class Scheduler:
     """Shared state and mechanisms: queues, block manager, admission, preemption, update.
 
     Subclasses implement `schedule(now)` by running the shared steps in their policy's order.
+
+    Admission (`add_request`) rejects at once, with a reason, a request that could never be served:
+    - prompt + max_tokens > max_model_len (what vLLM's OpenAI server answers with a 400; this also
+      covers vLLM's "prompt >= max_model_len");
+    - its KV at full length (prompt + max_tokens - 1 tokens; the last sampled token needs no KV)
+      needs more blocks than the GPU has, minus the watermark.
+    A request that passes is never rejected later: a lone request can always grow to its full length.
+
+    With a KV offload tier (`policies.kv_offload`), admission looks a prompt up in the GPU prefix
+    cache, then in the CPU tier for the blocks after the GPU hit. The "native" backend holds the
+    request apart (`loading`, counted as waiting) with its GPU blocks allocated until its load has
+    landed, then puts it back at the head of the waiting queue with the loaded tokens computed;
+    "lmcache" loads in the step that admits it. Every step's newly full blocks are stored to the
+    tier (`offload_store_blocks`).
+
+    Speculative decoding (`speculative`, a `SpeculativeConfig`; `chunked` and `vllm` only, as in
+    vLLM v1): after each sampled token the `proposer` gives up to k drafts (never past max_tokens);
+    a decode then schedules 1 + drafts tokens (the drafts trimmed to the budget left, as vLLM does)
+    and KV slots for all; `update` keeps the accepted drafts (`StepResult.num_accepted`, or the
+    simulator's `acceptance` sampler) and the sampled token, moves `num_computed_tokens` back by the
+    rejected ones and frees the blocks past the accepted tokens. See `policies.speculative`.
+
+    Whole-prompt policies (`continuous`, `static`) use a step budget of at least `max_model_len`:
+    vLLM v0 without chunked prefill requires max_num_batched_tokens >= max_model_len (and defaults
+    to max(max_model_len, 2048)). Rather than refuse a smaller setting we raise the floor, so every
+    admissible prompt, and every recompute of prompt + generated tokens, fits in one step.
     """
 
     whole_prompts = False  # True: a prompt (or recompute) is scheduled in one piece, never chunked
@@ -87,7 +89,7 @@ class Scheduler:
         self.step_id = 0
         self.now = 0.0  # the clock of the schedule() call in progress (stamps preemption intervals)
         self.token_budget = config.max_num_batched_tokens
-        if self.whole_prompts:  # see the module docstring: a whole prompt must always fit one step
+        if self.whole_prompts:  # see the class docstring: a whole prompt must always fit one step
             self.token_budget = max(self.token_budget, config.max_model_len)
         self.max_num_seqs = config.max_num_seqs
         self.long_prefill_token_threshold = config.long_prefill_token_threshold

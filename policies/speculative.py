@@ -9,12 +9,7 @@ the rejected ones and the blocks holding only rejected KV go back to the pool.
 
 - `NgramProposer`: prompt lookup (vLLM's "ngram"), on token ids: the engine's real proposer.
 - `placeholder_proposer(k)`: k placeholder drafts, for the simulator (it has no token content).
-- `AcceptanceSampler`: the simulator's verify: position i is accepted with probability a_i, only
-  if every earlier position was, so E[tokens per step] = 1 + a_1 + a_1 a_2 + ... (Leviathan et
-  al.: (1 - a^(k+1)) / (1 - a) for one rate a); seeded, so runs repeat. One uniform per verify,
-  from a golden-ratio sequence with a seeded start (quasi-Monte Carlo): each step's count has the
-  exact distribution, and a run's total steps sit at their expectation instead of scattering
-  about 3% (one 512-token request, k = 3, a = 0.8) as independent draws do.
+- `AcceptanceSampler`: the simulator's verify, seeded so that runs repeat.
 """
 from __future__ import annotations
 
@@ -68,8 +63,16 @@ class NgramProposer:
 
 
 class AcceptanceSampler:
-    """Draws how many of d drafts a verify accepts (see the module docstring); `rates[i]` is the
-    acceptance probability of draft position i (0-based), given the earlier ones were accepted."""
+    """Draws how many of d drafts a verify accepts; `rates[i]` is the acceptance probability of
+    draft position i (0-based), given the earlier ones were accepted.
+
+    Position i is accepted with probability a_i, only if every earlier position was, so
+    E[tokens per step] = 1 + a_1 + a_1 a_2 + ... (Leviathan et al.: (1 - a^(k+1)) / (1 - a) for one
+    rate a). One uniform per verify, from a golden-ratio sequence with a seeded start (quasi-Monte
+    Carlo): each step's count has the exact distribution, and a run's total steps sit at their
+    expectation instead of scattering as independent draws do (the figure that motivated it:
+    docs/results/2026-12-02-docstring-history.md).
+    """
 
     def __init__(self, rates: Sequence[float], seed: int | str = 0) -> None:
         self.rates = tuple(float(a) for a in rates)

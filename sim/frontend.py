@@ -1,39 +1,18 @@
 """The serving front end: what a request pays between the client and the scheduler, and back.
 
-A real server does not hand a request to its scheduler the instant a client sends it, nor do the
-client's tokens appear the instant a step ends. On the way in (ingress) the request crosses the
-HTTP stack (connection, parsing, routing, reading and decoding the JSON body), the prompt is
-tokenized, and the engine thread is woken to take it at its next step boundary; on the way out
-(egress) each step's output crosses the thread boundary to the event loop, is detokenized,
-formatted as a server-sent event, written to the socket and parsed by the client.
-
-`FrontendConfig` (the `[frontend]` config section) models both as explicit delays, measured from
-the real stack by `servesim serve CONFIG --calibrate-frontend OUT.json`
-(`calibrate.frontend`):
+A real server does not hand a request to its scheduler the instant a client sends it (HTTP stack,
+tokenizing, the engine thread woken at its next step boundary), nor do the client's tokens appear
+the instant a step ends (thread hop, detokenizing, server-sent event, socket, client parse).
+`FrontendConfig` (the `[frontend]` section) models both as explicit delays, measured from the real
+stack by `servesim serve CONFIG --calibrate-frontend OUT.json` (`calibrate.frontend`):
 
     ingress_s(request) = request_overhead_s + tokenize_s_per_token * num_prompt_tokens
     egress_s           = stream_overhead_s           (per streamed chunk, i.e. per output token)
-    step_time(plan)   += engine_s_per_step + engine_s_per_output * outputs   (the engine thread's share,
-                         for a step that streams at least one output; nothing for one that streams none)
+    step_time(plan)   += engine_s_per_step + engine_s_per_output * outputs   (steps that stream)
 
-The simulator (`sim.arrivals.Arrivals`) keeps `arrival_time` as the client's send time, submits the
-request to the scheduler `ingress_s` later, and, when the request ends, moves its token times
-(and finish time) `egress_s` later: what the client sees. So TTFT and E2E grow by ingress + egress,
-TPOT and ITL do not (every token moves by the same delay). The engine thread does pay a little per
-streamed output: the server's callback that hands each output to the event loop runs on it, and the
-event loop's per-chunk work (detokenizing, formatting, writing) holds the interpreter lock the
-engine's own Python needs. The calibration measures that as the lengthening of the engine's
-token interval when it streams over HTTP against the same requests added to it directly, at one
-and at k outputs per step (k concurrent streams), and fits it as a per-step part (the event loop
-woken and taking the interpreter lock once for the step's batch of outputs: `engine_s_per_step`)
-plus a per-output part (the callback, each chunk's formatting: `engine_s_per_output`);
-`OutputChargedLatency` wraps the latency model to charge both in every step that streams.
-
-Not modelled: queueing between concurrent requests on the server's single event loop (the ingress
-and egress terms are a lone request's cost), and chunks the detokenizer holds back (an incomplete
-character).
-
-All terms default to zero (the front end is off), which leaves every result exactly as before.
+So TTFT and E2E grow by ingress + egress, TPOT and ITL do not (every token moves by the same delay).
+Not modelled: queueing between concurrent requests on the single event loop, and chunks the
+detokenizer holds back. All terms default to zero: the front end is off, results as before.
 """
 from __future__ import annotations
 
@@ -51,7 +30,22 @@ PROFILE_FORMAT = "servesim-frontend"
 
 @dataclass(frozen=True)
 class FrontendConfig:
-    """Front-end delays in seconds (all zero = off): ingress before the scheduler, egress per token."""
+    """Front-end delays in seconds (all zero = off): ingress before the scheduler, egress per token.
+
+    The simulator (`sim.arrivals.Arrivals`) keeps `arrival_time` as the client's send time, submits
+    the request to the scheduler `ingress_s` later, and, when the request ends, moves its token
+    times (and finish time) `egress_s` later (`deliver`): what the client sees. The engine thread
+    does pay a little per streamed output: the server's callback that hands each output to the event
+    loop runs on it, and the event loop's per-chunk work (detokenizing, formatting, writing) holds
+    the interpreter lock the engine's own Python needs. The calibration measures that as the
+    lengthening of the engine's token interval when it streams over HTTP against the same requests
+    added to it directly, at one and at k outputs per step (k concurrent streams), and fits it as a
+    per-step part (the event loop woken and taking the interpreter lock once for the step's batch
+    of outputs: `engine_s_per_step`) plus a per-output part (the callback, each chunk's formatting:
+    `engine_s_per_output`); `charge` wraps the latency model (`OutputChargedLatency`) to charge both
+    in every step that streams, nothing in one that streams none. The ingress and egress terms are a
+    lone request's cost.
+    """
 
     request_overhead_s: float = 0.0  # client send -> request in the engine's ingress, for an empty prompt
     tokenize_s_per_token: float = 0.0  # ingress per prompt token (tokenizing it, reading its bytes)

@@ -8,14 +8,8 @@
 Arrivals come from outside (a runner, or a router for several replicas in one environment) through
 `submit(request)` at the request's arrival time; an idle replica sleeps until the next submit.
 Every step is recorded as a `StepRecord`; finished requests go to the `on_finish` hooks, which is
-where closed-loop workloads and routers react.
-
-The decode fast path (`sim.decode_replay`): when the scheduler says the next steps are certainly
-all-decode steps (`Scheduler.decode_horizon`) and the latency model can time them without their
-plans, the replica replays those that end before the environment's next event in one go; the
-tables are the step-by-step loop's. Likewise the mixed (prefill + decode) steps of a chunked
-scheduler, with a latency model that times a step from its sums (`sim.mixed_replay`).
-`Replica(fast_decode=False)` runs every step through schedule().
+where closed-loop workloads and routers react. Stretches of steps the scheduler can foretell are
+replayed in one go by the fast paths (`Replica`'s `fast_decode`), with the step-by-step tables.
 """
 from __future__ import annotations
 
@@ -39,8 +33,13 @@ class Replica:
     `latency_model` is anything with `step_time(plan) -> seconds`. `recorder` collects requests
     and steps (several replicas may share one). `on_finish` hooks are called as `hook(request, now)`
     for every request that ends, including those rejected at submit time. `fast_decode` (on by
-    default) lets a latency model that can time decode stretches skip their plans
-    (`sim.decode_replay`): the same results, faster.
+    default) lets a latency model that can time decode stretches skip their plans: the same
+    results, faster. When the scheduler says the next steps are certainly all-decode steps
+    (`Scheduler.decode_horizon`) and the latency model can time them without their plans, the
+    replica replays those that end before the environment's next event in one go
+    (`sim.decode_replay`); likewise the mixed (prefill + decode) steps of a chunked scheduler, with
+    a latency model that times a step from its sums (`sim.mixed_replay`). `fast_decode=False` runs
+    every step through schedule().
     """
 
     def __init__(self, env: simpy.Environment, scheduler, latency_model, recorder: Recorder | None = None,

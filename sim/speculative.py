@@ -4,20 +4,13 @@ The scheduling (1 + k tokens per decode under the budget, KV for accepted tokens
 `policies.scheduler`; the simulator adds what an executor would: `build_scheduler` gives the
 scheduler a seeded `AcceptanceSampler` (the `[speculative] acceptance_rate` per position; seed
 `workload.seed` and the replica's name, so runs repeat), and `with_proposer` charges each step
-the proposer's work on top of the target's verify (which the latency model already charges at
-its real width: 1 + drafts query tokens per sequence, an LM-head row for each):
+the proposer's work (`SpeculativeLatencyModel`) on top of the target's verify, which the latency
+model already charges at its real width (1 + drafts query tokens per sequence, an LM-head row each).
 
-- ngram: prompt lookup on the host over the token history, overlapped with nothing but tiny
-  (microseconds): charged 0;
-- draft: k forward passes of `draft_model` over the step's sampling sequences, each a decode of
-  one token per sequence over its context (roofline of the draft model on the same GPUs);
-- mtp: k passes of the target's multi-token-prediction module: one more layer of the target plus
-  its LM head, timed like the draft (roofline of a one-layer copy of the target).
-
-The proposer's passes run inside the step (graph-captured in vLLM): no host overhead per pass.
-Its weights and KV share the GPU (`proposer_memory`): its parameters come off the KV budget and
-each block also holds its layers' KV (vLLM allocates the drafter's layers in the same blocks).
-The fast decode path (`sim.decode_replay`) stays off with speculation (`Scheduler.decode_horizon`).
+The proposer's weights and KV share the GPU (`proposer_memory`): its parameters come off the KV
+budget and each block also holds its layers' KV (vLLM allocates the drafter's layers in the same
+blocks). The fast decode path (`sim.decode_replay`) stays off with speculation
+(`Scheduler.decode_horizon`).
 """
 from __future__ import annotations
 
@@ -70,8 +63,18 @@ def proposer_memory(config) -> tuple[int, object | None]:
 
 class SpeculativeLatencyModel(LatencyModel):
     """`inner`'s step time plus the proposer's: `num_passes` decode passes of `proposer` (a roofline
-    model) over the plan's sampling sequences (see the module docstring). Other attributes are the
-    inner model's; no stretch formula (the fast path is off with speculation)."""
+    model) over the plan's sampling sequences. Other attributes are the inner model's; no stretch
+    formula (the fast path is off with speculation). Per method:
+
+    - ngram: prompt lookup on the host over the token history, overlapped with nothing but tiny
+      (microseconds): charged 0 (`proposer` None);
+    - draft: k forward passes of `draft_model` over the step's sampling sequences, each a decode of
+      one token per sequence over its context (roofline of the draft model on the same GPUs);
+    - mtp: k passes of the target's multi-token-prediction module: one more layer of the target plus
+      its LM head, timed like the draft (roofline of a one-layer copy of the target).
+
+    The passes run inside the step (graph-captured in vLLM): no host overhead per pass.
+    """
 
     def __init__(self, inner, proposer: RooflineLatencyModel | None, num_passes: int) -> None:
         self.inner, self.proposer, self.num_passes = inner, proposer, num_passes

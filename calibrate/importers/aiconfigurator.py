@@ -4,15 +4,14 @@ Measured kernel latencies (ms), ``aiconfigurator_core/systems/data/<system>/<op>
 
 - ``gemm/.../gemm_perf.parquet``: bf16 (and fp8) `F.linear` over a grid of m, n, k; a model's
   per-rank (k, n) is interpolated between grid shapes (`_interp_gemm`).
-- ``attention/.../context_attention_perf.parquet``: whole prefills, charged to chunks over cached
-  context by equal causal work (`chunked_prefill_points`); ``generation_attention_perf.parquet``:
-  decodes on a batch x KV length triangle (`complete_decode_grid`). Head shapes it lacks are derived
-  from measured ones by the kernel's work, not a roofline (`attention_rows`).
+- ``attention/.../context_attention_perf.parquet``: whole prefills, charged to chunks by equal causal
+  work (`chunked_prefill_points`); ``generation_attention_perf.parquet``: decodes on a batch x KV
+  length triangle (`complete_decode_grid`); missing head shapes by the kernel's work (`attention_rows`).
 - ``comm/vllm/*/custom_allreduce_perf.parquet``, ``comm/nccl/*/nccl_perf.parquet``: all-reduce
   over bytes for 2/4/8 GPUs, the faster of vLLM's custom kernel (its ``vllm_graph`` rows) and NCCL
   at each size, as vLLM picks; an eager engine (`nccl_only`) gets NCCL alone.
 - ``moe/vllm/*/moe_perf.parquet``: vLLM's fused MoE, for Mixtral-style models (`moe_ops`).
-Not imported: MLA and the other tables. Elementwise ops, embedding and sampling come from memory
+Not imported: MLA and the other tables; elementwise ops, embedding and sampling come from memory
 bandwidth (`calibrate.importers.derived`); the data has no host overhead.
 """
 from __future__ import annotations

@@ -6,15 +6,7 @@ replica, no request's end sends a follow-up (`Workload.stream_parts` deals the r
 Each replica then sees the same events in the same order alone as in the shared environment, so
 its requests and steps are the same; but alone, its decode runs (`sim.decode_replay`'s fast path,
 replayed up to the next event of its environment) are no longer cut at every step of the other
-replicas, which in a shared environment of 16 replicas left them one step long.
-
-Caveat, stated: SimPy orders two events of the same instant by when they were scheduled. An arrival
-falling at the very instant one of its replica's steps ends was scheduled, in the shared
-environment, at the previous arrival to any replica, here at the previous arrival to this one, so
-such an exact tie could be resolved the other way (with continuous arrival times it does not
-occur; tests/sim/cluster/test_independent.py compares both runs). Used for streamed runs only:
-the steps table comes replica by replica instead of interleaved in time (the same rows), and
-aborted leftovers end at the latest replica's end, as in the shared environment.
+replicas. Used for streamed runs only; the one caveat (exact ties) is on `simulate_independent`.
 """
 from __future__ import annotations
 
@@ -39,7 +31,16 @@ def independent_parts(config: Any, workload) -> list | None:
 
 def simulate_independent(config: Any, parts: list, recorder, latency_model=None, progress: bool = False,
                          fast_decode: bool = True):
-    """Run each replica alone on its part of the workload, into the one (streaming) recorder."""
+    """Run each replica alone on its part of the workload, into the one (streaming) recorder.
+
+    The steps table comes replica by replica instead of interleaved in time (the same rows), and
+    aborted leftovers end at the latest replica's end, as in the shared environment. Caveat: SimPy
+    orders two events of the same instant by when they were scheduled. An arrival falling at the
+    very instant one of its replica's steps ends was scheduled, in the shared environment, at the
+    previous arrival to any replica, here at the previous arrival to this one, so such an exact tie
+    could be resolved the other way (with continuous arrival times it does not occur;
+    tests/sim/cluster/test_independent.py compares both runs).
+    """
     bar = progress_bar(None, leave=False, total=sum(count for count, _ in parts)) if progress else None
     num_parts = len(parts)
     finished, ends = [], []

@@ -1,35 +1,11 @@
 """The `workload` config section: arrivals, lengths, shared prefixes and priority classes.
 
-TOML shape (every key optional)::
-
-    [workload]
-    kind = "poisson"          # poisson | gamma | constant | staged | closed_loop | trace | a registered kind
-                              # (default: trace when `trace` is set, the first registered kind when
-                              # `profile` is, else poisson)
-    profile = "profile.yaml"  # a registered kind's profile file (YAML/JSON), run by that kind's own
-                              #   generator (`sim.workload.registry`; fidelity registers its load
-                              #   generators': sessions wait for their previous turn, stages drain)
-    rate = 4.0                # requests/s (poisson, gamma, constant; trace: rescale to this mean rate)
-    cv = 2.0                  # gamma: coefficient of variation of inter-arrival gaps (1 = Poisson)
-    num_requests = 1000       # stop after this many requests
-    duration = 600.0          # or stop generating arrivals after this many seconds
-    stages = [[2.0, 60], [8.0, 60]]   # staged: [rate, duration] pairs, one after another
-    num_users = 32            # closed_loop: concurrent users; each sends again `think_time` s after
-    think_time = 0.0          #   its previous request ends
-    trace = "examples/traces/azure_conv_2023_slice.csv"   # requests (lengths; arrivals for kind = trace)
-    trace_format = "auto"     # auto | csv | azure | mooncake | a registered format (some: lengths only)
-    time_scale = 1.0          # trace: multiply recorded arrival times (0.5 = twice as fast)
-    prompt_len = { kind = "lognormal", median = 512, sigma = 1.0, max = 4096 }
-    output_len = { kind = "constant", value = 128 }
-    num_prefix_groups = 4     # shared system prompts: groups x prefix_len tokens, users_per_group
-    prefix_len = 1024         #   users each (requests pick a user at random; closed-loop users map
-    users_per_group = 8       #   to groups round-robin)
-    classes = [{ name = "chat", priority = 0, fraction = 0.8 }, { name = "batch", priority = 1, fraction = 0.2 }]
-    too_long = "clip"         # clip | filter | keep (keep: the scheduler rejects them)
-    max_model_len = 4096      # overrides the limit build_workload is given
-    seed = 0
-
-Nested tables may be given as dicts: `__post_init__` turns them into `LengthDist` / `PriorityClass`.
+`WorkloadConfig` is the `[workload]` table (its docstring shows every key, all optional);
+`LengthDist` a prompt or output length distribution, `PriorityClass` a traffic class. Every value
+is checked when the config is built, and an error names the key and what it allows. The kinds
+and trace formats are sim's own plus those a `sim.workload.registry` entry adds (fidelity
+registers its load generators and length tables there), so this module names no dataset.
+`sim.workload.workload.build_workload` turns a config into requests.
 """
 from __future__ import annotations
 
@@ -144,7 +120,39 @@ class PriorityClass:
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """Where requests come from: an arrival process or a trace, lengths, prefixes, classes, seed."""
+    """Where requests come from: an arrival process or a trace, lengths, prefixes, classes, seed.
+
+    TOML shape (every key optional)::
+
+        [workload]
+        kind = "poisson"          # poisson | gamma | constant | staged | closed_loop | trace | a registered kind
+                                  # (default: trace when `trace` is set, the first registered kind when
+                                  # `profile` is, else poisson)
+        profile = "profile.yaml"  # a registered kind's profile file (YAML/JSON), run by that kind's own
+                                  #   generator (`sim.workload.registry`; fidelity registers its load
+                                  #   generators': sessions wait for their previous turn, stages drain)
+        rate = 4.0                # requests/s (poisson, gamma, constant; trace: rescale to this mean rate)
+        cv = 2.0                  # gamma: coefficient of variation of inter-arrival gaps (1 = Poisson)
+        num_requests = 1000       # stop after this many requests
+        duration = 600.0          # or stop generating arrivals after this many seconds
+        stages = [[2.0, 60], [8.0, 60]]   # staged: [rate, duration] pairs, one after another
+        num_users = 32            # closed_loop: concurrent users; each sends again `think_time` s after
+        think_time = 0.0          #   its previous request ends
+        trace = "examples/traces/azure_conv_2023_slice.csv"   # requests (lengths; arrivals for kind = trace)
+        trace_format = "auto"     # auto | csv | azure | mooncake | a registered format (some: lengths only)
+        time_scale = 1.0          # trace: multiply recorded arrival times (0.5 = twice as fast)
+        prompt_len = { kind = "lognormal", median = 512, sigma = 1.0, max = 4096 }
+        output_len = { kind = "constant", value = 128 }
+        num_prefix_groups = 4     # shared system prompts: groups x prefix_len tokens, users_per_group
+        prefix_len = 1024         #   users each (requests pick a user at random; closed-loop users map
+        users_per_group = 8       #   to groups round-robin)
+        classes = [{ name = "chat", priority = 0, fraction = 0.8 }, { name = "batch", priority = 1, fraction = 0.2 }]
+        too_long = "clip"         # clip | filter | keep (keep: the scheduler rejects them)
+        max_model_len = 4096      # overrides the limit build_workload is given
+        seed = 0
+
+    Nested tables may be given as dicts: `__post_init__` turns them into `LengthDist` / `PriorityClass`.
+    """
 
     kind: str | None = None
     rate: float | None = None

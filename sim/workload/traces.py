@@ -1,16 +1,11 @@
 """Trace readers: our CSV, the Azure LLM inference trace 2023 CSV, the Mooncake JSONL, and registered ones.
 
-Formats (detected from the suffix and header when `trace_format = "auto"`):
-
-* ``csv`` (ours): header ``arrival_time,prompt_tokens,output_tokens[,priority]``; seconds, any
-  origin; extra columns are ignored.
-* ``azure``: as published (Azure/AzurePublicDataset, CC-BY 4.0): ``TIMESTAMP,ContextTokens,
-  GeneratedTokens`` with wall-clock timestamps like ``2023-11-16 18:17:03.9799600``.
-* a registered format (`sim.workload.registry.TraceFormat`, e.g. fidelity's length tables without
-  arrival times: usable for lengths only, with an arrival process or as an empirical length
-  distribution, not for `kind = "trace"`), detected from its CSV header.
-* ``mooncake``: one JSON object a line: ``timestamp`` (ms), ``input_length``, ``output_length``,
-  ``hash_ids`` (prefix-block hashes, one per 512-token block; equal ids = shareable prefix).
+The layouts are documented once, in docs/formats.md ("Request traces"): ``csv`` (ours: header
+``arrival_time,prompt_tokens,output_tokens[,priority]``), ``azure`` (as published,
+Azure/AzurePublicDataset, CC-BY 4.0), ``mooncake`` (JSON lines with ``hash_ids``, one per 512-token
+prefix block), and registered formats (`sim.workload.registry.TraceFormat`, e.g. fidelity's length
+tables without arrival times: lengths only, not for `kind = "trace"`), detected from their CSV
+header. `detect_format` picks one from the suffix and header when `trace_format = "auto"`.
 
 Arrival times are shifted so that the first request arrives at 0 and sorted (stably). Every
 malformed line raises one `ConfigError` naming the field, the file and the line number

@@ -1,23 +1,11 @@
 """`build_workload(cfg, max_model_len) -> Workload`: requests with arrival times, lengths and tags.
 
-Open-loop kinds (poisson, gamma, constant, staged, trace) know every request up front: `start()`
-returns them all and `on_finish` returns []. `closed_loop` starts `num_users` requests at t = 0 and
-`on_finish` sends the finishing user's next request `think_time` seconds later, until
-`num_requests` have been sent or `duration` has passed. A registered kind (`sim.workload.registry`)
-hands the profile file to its own generator: with fidelity's load generators, sessions' next turns
-and later stages come from `on_finish`; too-long prompts go to the scheduler, which rejects them as
-vLLM answers them (its lengths are the profile's, not `too_long`'s).
+Open-loop kinds know every request up front (`start()` returns them all); closed-loop users and a
+registered kind's sessions and stages send follow-ups from `on_finish`. Lengths come from the
+trace or from the length distributions; shared-prefix groups and Mooncake hash ids give requests
+lazy `SyntheticTokens` ids so the prefix cache can hit; `too_long` clips, filters or keeps what
+does not fit `max_model_len`. `Workload` states each of these in full.
 
-Lengths come from the trace when `workload.trace` is set (row i for request i; for arrival kinds
-other than `trace` the rows are reused cyclically), else from `prompt_len` / `output_len` (or a
-class's own). With shared-prefix groups a request's prompt is its group's `prefix_len`-token system
-prompt followed by its own sampled prompt, and carries lazy `SyntheticTokens` ids so the prefix
-cache can hit on the shared part; Mooncake traces map each hash id to one 512-token segment.
-Requests without shared content get `prompt_token_ids = None`.
-
-Too long for `max_model_len` (prompt + output): `clip` shortens the prompt to at most
-max_model_len - 1 and then the output to what is left; `filter` drops the request; `keep` passes
-it on for the scheduler to reject. `Workload.num_clipped` / `num_filtered` count them.
 Everything is drawn from one `numpy.random.Generator(seed)`: the same config gives the same
 requests, bit for bit.
 """
@@ -42,7 +30,28 @@ _CHUNK = 1024  # closed-loop lengths are drawn in chunks of this many requests
 
 
 class Workload:
-    """The requests of one run: `start()` once at t = 0, `on_finish()` for every request that ends."""
+    """The requests of one run: `start()` once at t = 0, `on_finish()` for every request that ends.
+
+    Open-loop kinds (poisson, gamma, constant, staged, trace) know every request up front: `start()`
+    returns them all and `on_finish` returns []. `closed_loop` starts `num_users` requests at t = 0
+    and `on_finish` sends the finishing user's next request `think_time` seconds later, until
+    `num_requests` have been sent or `duration` has passed. A registered kind
+    (`sim.workload.registry`) hands the profile file to its own generator: with fidelity's load
+    generators, sessions' next turns and later stages come from `on_finish`; too-long prompts go to
+    the scheduler, which rejects them as vLLM answers them (its lengths are the profile's, not
+    `too_long`'s).
+
+    Lengths come from the trace when `workload.trace` is set (row i for request i; for arrival kinds
+    other than `trace` the rows are reused cyclically), else from `prompt_len` / `output_len` (or a
+    class's own). With shared-prefix groups a request's prompt is its group's `prefix_len`-token
+    system prompt followed by its own sampled prompt, and carries lazy `SyntheticTokens` ids so the
+    prefix cache can hit on the shared part; Mooncake traces map each hash id to one 512-token
+    segment. Requests without shared content get `prompt_token_ids = None`.
+
+    Too long for `max_model_len` (prompt + output): `clip` shortens the prompt to at most
+    max_model_len - 1 and then the output to what is left; `filter` drops the request; `keep`
+    passes it on for the scheduler to reject. `num_clipped` / `num_filtered` count them.
+    """
 
     def __init__(self, cfg: WorkloadConfig, max_model_len: int | None) -> None:
         self.cfg = cfg
