@@ -1,19 +1,7 @@
 """The simulator's configuration: one frozen `Config` of frozen sections, loaded from TOML.
 
-Sections (each a frozen dataclass validated on construction, errors naming `section.key`):
-
-- `model`     the model (catalog name or HF config.json)       -> specs.ModelConfig
-- `hardware`  GPU type, tensor parallelism, memory, KV blocks   -> specs.HardwareConfig
-- `scheduler` policy and limits (vLLM names)                    -> policies.SchedulerConfig
-- `cache`     paged-KV knobs the user sets: block size, watermark, prefix caching -> CacheSection
-              (the GPU/CPU block counts come from `hardware`, derived from memory unless given)
-- `workload`  arrivals and lengths                              -> sim.workload.WorkloadConfig
-- `slo`       latency targets for goodput                       -> records.metrics.SLOConfig
-- `sim`       the run itself: a simulated-time limit            -> SimSection
-- `cluster`, `disaggregation`  several replicas behind a router, prefill/decode pools -> sim.cluster.config
-- `frontend`  the HTTP front end's delays (ingress, per-token egress); off by default -> sim.frontend.FrontendConfig
-- `autoscaling`  replicas added and drained as a load metric moves; off by default -> sim.cluster.autoscaler
-- `speculative`  speculative decoding (ngram / draft / mtp); off by default -> policies.SpeculativeConfig
+Sections are frozen dataclasses validated on construction, errors naming `section.key` (listed on
+`Config`).
 
 `load_config(path_or_dict, overrides)` reads TOML (or a dict), applies `--set section.key=value`
 overrides (values parsed as TOML scalars; a bare word is a string), rejects unknown sections and keys
@@ -102,7 +90,21 @@ def section_types() -> dict[str, type]:
 
 @dataclass(frozen=True)
 class Config:
-    """A whole simulation: every section, resolved. Build it with `load_config` or directly."""
+    """A whole simulation: every section, resolved. Build it with `load_config` or directly.
+
+    - `model`     the model (catalog name or HF config.json)       -> specs.ModelConfig
+    - `hardware`  GPU type, tensor parallelism, memory, KV blocks   -> specs.HardwareConfig
+    - `scheduler` policy and limits (vLLM names)                    -> policies.SchedulerConfig
+    - `cache`     paged-KV knobs the user sets: block size, watermark, prefix caching -> CacheSection
+                  (the GPU/CPU block counts come from `hardware`, derived from memory unless given)
+    - `workload`  arrivals and lengths                              -> sim.workload.WorkloadConfig
+    - `slo`       latency targets for goodput                       -> records.metrics.SLOConfig
+    - `sim`       the run itself: a simulated-time limit            -> SimSection
+    - `cluster`, `disaggregation`  several replicas behind a router, prefill/decode pools -> sim.cluster.config
+    - `frontend`  the HTTP front end's delays (ingress, per-token egress); off by default -> sim.frontend.FrontendConfig
+    - `autoscaling`  replicas added and drained as a load metric moves; off by default -> sim.cluster.autoscaler
+    - `speculative`  speculative decoding (ngram / draft / mtp); off by default -> policies.SpeculativeConfig
+    """
 
     model: Any = None
     hardware: Any = None
