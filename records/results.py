@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from itertools import chain
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from operator import attrgetter, sub
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
@@ -72,18 +72,38 @@ class StepRecord:
 
 STEP_COLUMNS = tuple(f.name for f in fields(StepRecord))
 _step_row = attrgetter(*STEP_COLUMNS)  # a StepRecord's values as a row, in STEP_COLUMNS order
-# the defaults of the fields after `replica` (offload, speculative): a fast-path row ends with them
-STEP_ROW_DEFAULTS = tuple(f.default for f in fields(StepRecord))[STEP_COLUMNS.index("replica") + 1:]
+# a fast-path row (`add_step_rows`): a step with no padding, swap, preemption, swapped request, offload
+# copy or draft; these columns, every other one at its StepRecord default (0)
+FAST_STEP_COLUMNS = ("step_id", "start", "duration", "num_prefill_tokens", "num_decode_tokens", "num_seqs",
+                     "num_kv_blocks_used", "kv_usage", "num_waiting", "num_running", "replica")
+_DEFAULTS = {f.name: 0 if f.default is MISSING else f.default  # the counts without a default: 0 there
+             for f in fields(StepRecord) if f.name not in FAST_STEP_COLUMNS}
+_EXTRA = tuple(_DEFAULTS)
+_EXTRA_DEFAULTS = tuple(_DEFAULTS.values())
+_fast_of, _extra_of = attrgetter(*FAST_STEP_COLUMNS), attrgetter(*_EXTRA)
+
+
+def _full_row(row) -> tuple:
+    """A StepRecord, or a fast-path row, as a row of every column in STEP_COLUMNS order."""
+    if row.__class__ is not tuple:
+        return _step_row(row)
+    values = dict(zip(FAST_STEP_COLUMNS, row))
+    return tuple(values[c] if c in values else _DEFAULTS[c] for c in STEP_COLUMNS)
+
+
+def _as_fast(record: StepRecord) -> tuple | None:
+    """A StepRecord as a fast-path row when its other columns are at their defaults, else None."""
+    return _fast_of(record) if _extra_of(record) == _EXTRA_DEFAULTS else None
 
 
 def add_step_rows(recorder, rows: list[tuple]) -> None:
-    """Hand `rows` (each a step's values in `STEP_COLUMNS` order, all of them) to `recorder`: as rows
-    where it takes them (`add_step_rows`: no StepRecord built), else as StepRecords (`add_steps`)."""
+    """Hand `rows` (each a step's values in `FAST_STEP_COLUMNS` order) to `recorder`: as rows where it
+    takes them (`add_step_rows`: no StepRecord built), else as StepRecords (`add_steps`)."""
     add = getattr(recorder, "add_step_rows", None)
     if add is not None:
         add(rows)
         return
-    records = [StepRecord(*row) for row in rows]
+    records = [StepRecord(*_full_row(row)) for row in rows]
     add_steps = getattr(recorder, "add_steps", None)
     if add_steps is not None:
         add_steps(records)
@@ -156,8 +176,8 @@ class Recorder:
         self.steps.extend(records)
 
     def add_step_rows(self, rows: list[tuple]) -> None:
-        """Several steps as rows of values in `STEP_COLUMNS` order (the simulator's fast path)."""
-        self.steps.extend([StepRecord(*row) for row in rows])
+        """Several steps as rows of values in `FAST_STEP_COLUMNS` order (the simulator's fast path)."""
+        self.steps.extend([StepRecord(*_full_row(row)) for row in rows])
 
 
 def _nan(x: float | None) -> float:
@@ -273,18 +293,26 @@ def request_columns_and_itls(requests: list["Request"], replica_of: Mapping | No
 
 
 def steps_columns(steps: list) -> dict[str, list | np.ndarray]:
-    """The `steps` table's rows of `steps` (StepRecords, or rows of values in `STEP_COLUMNS` order, in
-    any mix) as columns: numbers as the int64/float64 arrays pandas would infer from the lists,
-    anything else as lists (rows transposed by zip, not dataclasses.astuple, which deep-copies every
-    field: far faster than pandas inferring from rows)."""
+    """The `steps` table's rows of `steps` (StepRecords, or fast-path rows in `FAST_STEP_COLUMNS`
+    order, in any mix) as columns: numbers as the int64/float64 arrays pandas would infer from the
+    lists, anything else as lists (rows transposed by zip, not dataclasses.astuple, which deep-copies
+    every field: far faster than pandas inferring from rows). A batch of fast-path rows alone has
+    its other columns at their defaults, as whole arrays."""
     if not steps:
         return {name: np.array([]) for name in STEP_COLUMNS}
-    rows = [r if r.__class__ is tuple else _step_row(r) for r in steps]
-    columns = {}
-    for name, column in zip(STEP_COLUMNS, zip(*rows)):
+    rows = [r if r.__class__ is tuple else _as_fast(r) for r in steps]
+    fast = None not in rows
+    names = FAST_STEP_COLUMNS if fast else STEP_COLUMNS
+    if not fast:
+        rows = [_full_row(r) for r in steps]
+    got = {}
+    for name, column in zip(names, zip(*rows)):
         values = np.array(column)
-        columns[name] = values if values.dtype.kind in "if" else list(column)
-    return columns
+        got[name] = values if values.dtype.kind in "if" else list(column)
+    if not fast:
+        return got
+    n = len(steps)
+    return {name: got[name] if name in got else np.array([_DEFAULTS[name]] * n) for name in STEP_COLUMNS}
 
 
 def requests_table(requests: Iterable["Request"], replica_of: Mapping | None = None) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from typing import Callable
 import simpy
 
 from policies import BatchPlan, FinishReason, Request, RequestState, ScheduledSeq
-from records.results import STEP_ROW_DEFAULTS, Recorder, add_step_rows
+from records.results import Recorder, add_step_rows
 from sim.latency.base import LatencyModel
 
 _GEN = RequestState.RUNNING_GEN
@@ -120,8 +120,7 @@ class DecodeReplay:
             if started is None:
                 return None
             requests, used = started
-            record = (step_id, now, duration, 0, n, 0, n, 0, 0, 0, used, used / num_gpu_blocks,
-                      num_waiting, n, 0, self.name, *STEP_ROW_DEFAULTS)
+            record = (step_id, now, duration, 0, n, n, used, used / num_gpu_blocks, num_waiting, n, self.name)
             yield env.timeout(duration)
             now = env.now
             finished = self.finish_step(requests, now)
@@ -141,8 +140,7 @@ class DecodeReplay:
         records = []
         for j in range(k):
             u = used[j]
-            records.append((step_id + j, start, durations[j], 0, n, 0, n, 0, 0, 0, u, u / num_gpu_blocks,
-                            num_waiting, n, 0, name, *STEP_ROW_DEFAULTS))
+            records.append((step_id + j, start, durations[j], 0, n, n, u, u / num_gpu_blocks, num_waiting, n, name))
             start = end_times[j]
         add_step_rows(self.recorder, records)
         return durations[:k], finished, end

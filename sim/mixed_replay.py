@@ -27,7 +27,7 @@ from policies import FinishReason, RequestState
 from policies.batch_plan import PlanTotals
 from policies.chunked_scheduler import ChunkedScheduler
 from policies.waiting_queue import FCFSQueue
-from records.results import STEP_ROW_DEFAULTS, Recorder, add_step_rows
+from records.results import Recorder, add_step_rows
 from sim.latency.base import LatencyModel
 
 _GEN = RequestState.RUNNING_GEN
@@ -195,8 +195,8 @@ class MixedReplay:
                                 heappush(due, (j + bs, i))
                             free -= len(crossing)
                         used = num_gpu - free
-                        records.append((step_id + j, t, duration, 0, n, 0, n, 0, 0, 0, used, used / num_gpu,
-                                        num_waiting, num_running, 0, name, *STEP_ROW_DEFAULTS))
+                        records.append((step_id + j, t, duration, 0, n, n, used, used / num_gpu,
+                                        num_waiting, num_running, name))
                         durations.append(duration)
                         ends.append(end)
                         context += n
@@ -300,8 +300,8 @@ class MixedReplay:
                     req.first_scheduled_time = t
             free = f
             used = num_gpu - f
-            records.append((step_id + j, t, duration, num_prefill, num_decode, 0, num_seqs, 0, 0, 0,
-                            used, used / num_gpu, len(waiting), len(running), 0, name, *STEP_ROW_DEFAULTS))
+            records.append((step_id + j, t, duration, num_prefill, num_decode, num_seqs,
+                            used, used / num_gpu, len(waiting), len(running), name))
             durations.append(duration)
             ends.append(end)
             # --- update()'s half: the cohort's tokens wait; the others' now ---------------------

@@ -88,3 +88,27 @@ def test_request_columns_and_itls_are_max_itls_and_pooled_itls():
         got = columns["max_itl_s"].tolist()
         assert all((math.isnan(g) and math.isnan(w)) or g == w for g, w in zip(got, want))
         assert np.array_equal(itls, pooled_itls(requests))
+
+
+def test_fast_step_rows_are_their_step_records():
+    """Fast-path rows (FAST_STEP_COLUMNS, the rest at defaults), alone or mixed with StepRecords, give
+    the columns of the same steps as StepRecords."""
+    from records.results import FAST_STEP_COLUMNS, StepRecord, steps_columns
+
+    rnd = random.Random(2)
+    rows = [(i, 0 if i == 0 else 0.01 * i, 0.01, rnd.choice([0, 300]), rnd.randint(0, 40), rnd.randint(1, 41),
+             rnd.randint(0, 900), rnd.random(), rnd.randint(0, 5), rnd.randint(1, 41), rnd.choice(["0", "1"]))
+            for i in range(500)]
+    records = [StepRecord(**dict(zip(FAST_STEP_COLUMNS, r)), num_padding_tokens=0, num_swap_out_blocks=0,
+                          num_swap_in_blocks=0, num_preempted=0, num_swapped=0) for r in rows]
+    pairs = [(steps_columns(records), steps_columns(rows)),
+             (steps_columns(records), steps_columns(rows[:200] + records[200:300] + rows[300:]))]
+    records[250].num_preempted = 1  # a step the fast path never makes: the batch takes every column
+    pairs.append((steps_columns(records), steps_columns(rows[:250] + records[250:251] + rows[251:])))
+    for want, got in pairs:
+        assert list(got) == list(want) == list(STEP_COLUMNS)
+        for name in STEP_COLUMNS:
+            a, b = got[name], want[name]
+            assert type(a) is type(b) and (np.array_equal(a, b) and a.dtype == b.dtype if isinstance(a, np.ndarray)
+                                           else a == b), name
+    assert pairs[2][1]["num_preempted"][250] == 1
