@@ -654,10 +654,6 @@ class Scheduler:
     # --- stretches of mixed steps -----------------------------------------------------------------
     mixed_runs = False  # True where a pass is _schedule_running, then swapped, then waiting (chunked)
 
-    def chunk_size(self, num_remaining: int, budget: int) -> int:
-        """How many of `num_remaining` owed tokens a pass schedules with `budget` left (0 = none)."""
-        return self._chunk(num_remaining, budget)
-
     def admit_head(self, num_tokens: int, now: float) -> "Request":
         """Admit the head of the waiting queue with its first `num_tokens` tokens, as a pass at `now`
         does for a request with nothing computed and no prefix hit (its blocks, watermark kept, must

@@ -312,7 +312,8 @@ def steps_columns(steps: list) -> dict[str, list | np.ndarray]:
     if not fast:
         return got
     n = len(steps)
-    return {name: got[name] if name in got else np.array([_DEFAULTS[name]] * n) for name in STEP_COLUMNS}
+    return {name: got[name] if name in got else np.full(n, _DEFAULTS[name], dtype=np.array([_DEFAULTS[name]]).dtype)
+            for name in STEP_COLUMNS}
 
 
 def requests_table(requests: Iterable["Request"], replica_of: Mapping | None = None) -> pd.DataFrame:

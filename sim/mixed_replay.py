@@ -6,7 +6,7 @@ blocks last. Building that plan and updating after it costs O(batch) Python per 
 running decodes that open the batch (the cohort) are carried in bulk, as `sim.decode_replay` carries
 an all-decode stretch: their contexts summed, their block boundaries on a heap, their tokens and
 times written once when the stretch ends. Only the few other requests (the prefilling tail and
-the admissions) are scheduled request by request, with the scheduler's own rules (`chunk_size`,
+the admissions) are scheduled request by request, with the scheduler's own rules (its `_chunk`,
 `admit_head`, `BlockManager.allocate_slots`), and a step's time comes from its sums
 (`LatencyModel.totals_step_time`). A stretch ends before a step that would preempt or that would not
 end strictly before the environment's next event, and after a step in which a request finishes
@@ -37,7 +37,7 @@ _num_computed = attrgetter("num_computed_tokens")
 _new = tuple.__new__
 # the scheduler methods whose behaviour the replay reproduces: a subclass changing one is not replayed
 _REPRODUCED = ("schedule", "_schedule_pass", "_schedule_running", "_schedule_swapped", "_schedule_waiting",
-               "_chunk", "update", "_record_tokens", "_admitted", "_on_finished", "admit_head", "chunk_size")
+               "_chunk", "update", "_record_tokens", "_admitted", "_on_finished", "admit_head")
 
 
 def totals_time_function(latency_model) -> Callable[[PlanTotals], float] | None:
@@ -142,7 +142,8 @@ class MixedReplay:
             return None  # all-decode (the decode replay's), or nothing to run
         env = self.env
         bs, wm, num_gpu = bm.block_size, bm.watermark_blocks, bm.num_gpu_blocks
-        token_budget, chunk, time_of = sch.token_budget, sch.chunk_size, self.step_time
+        # Scheduler._chunk of a policy that splits prompts (replayable() checked): inlined below
+        token_budget, limit, time_of = sch.token_budget, sch.long_prefill_token_threshold, self.step_time
         cohort = running[:num_cohort]  # members stay at their place; those that end are marked gone
         joined = [0] * num_cohort  # the stretch step from which each cohort member is carried
         gone = [False] * num_cohort
@@ -220,7 +221,11 @@ class MixedReplay:
                 if budget <= 0:
                     break
                 c = req.num_computed_tokens
-                m = chunk(req.num_prompt_tokens + len(req.output_token_ids) - c, budget)
+                m = req.num_prompt_tokens + len(req.output_token_ids) - c
+                if 0 < limit < m:
+                    m = limit
+                if m > budget:
+                    m = budget
                 if m <= 0:
                     continue
                 needed = -(-(c + m) // bs) - len(req.block_table)
@@ -242,7 +247,11 @@ class MixedReplay:
                     if req.num_computed_tokens or (caching and req.prompt_token_ids is not None):
                         blocked = True  # a prefix lookup or a landed load: schedule()'s to do
                         break
-                    m = chunk(req.num_prompt_tokens + len(req.output_token_ids), budget)
+                    m = req.num_prompt_tokens + len(req.output_token_ids)
+                    if 0 < limit < m:
+                        m = limit
+                    if m > budget:
+                        m = budget
                     if m <= 0:
                         break
                     needed = -(-m // bs) - len(req.block_table)
@@ -294,18 +303,17 @@ class MixedReplay:
             for req, m, _ in entries[k:]:
                 sch.admit_head(m, t)
                 tail.append(req)
-            for req, m, c in entries:  # StepBuilder.finish
-                req.num_computed_tokens = c + m
-                if req.first_scheduled_time is None:
-                    req.first_scheduled_time = t
             free = f
             used = num_gpu - f
             records.append((step_id + j, t, duration, num_prefill, num_decode, num_seqs,
                             used, used / num_gpu, len(waiting), len(running), name))
             durations.append(duration)
             ends.append(end)
-            # --- update()'s half: the cohort's tokens wait; the others' now ---------------------
+            # --- StepBuilder.finish, then update()'s half: the cohort's tokens wait; the others' now -
             for req, m, c in entries:
+                req.num_computed_tokens = c + m
+                if req.first_scheduled_time is None:
+                    req.first_scheduled_time = t
                 out = req.output_token_ids
                 if c + m == req.num_prompt_tokens + len(out):
                     out.append(0)
