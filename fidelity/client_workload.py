@@ -30,7 +30,7 @@ from fidelity.runs import RealRun
 from fidelity.sources.guidellm import GuidellmWorkload, read_guidellm_requests
 from fidelity.sources.inference_perf import (CHAT_BEHAVIOURS, SharedPrefixProfile, SharedPrefixWorkload, behaviour_for,
                                              read_inference_perf_requests)
-from fidelity.sources.vllm_server import read_yaml
+from fidelity.sources.vllm_server import read_yaml, run_file
 
 BAND = 1.5  # generated / measured prompt mean beyond [1/BAND, BAND]: not tokenization noise
 VERSION_KEYS = ("inference_perf_version", "client_version")  # where an exp-config.yaml records it
@@ -127,8 +127,8 @@ def recorded_version(run: RealRun, client: str) -> str | None:
 
 def measured_lengths(run: RealRun) -> tuple[float, float, str]:
     """(mean prompt, mean output, file) the run measured, the client's counts first (nan, nan, "")."""
-    summary = run.path / "summary_lifecycle_metrics.json"
-    if summary.is_file():
+    summary = run_file(run.path, "summary_lifecycle_metrics.json", run.profile)
+    if summary is not None:
         with open(summary) as f:
             data = json.load(f)
         ok = data.get("successes") or data  # older summaries keep the successes' figures at the top
@@ -136,15 +136,15 @@ def measured_lengths(run: RealRun) -> tuple[float, float, str]:
         if isinstance(prompt, dict) and prompt.get("mean") is not None:
             out = output.get("mean") if isinstance(output, dict) else None
             return float(prompt["mean"]), float(out) if out is not None else math.nan, summary.name
-    lifecycle = run.path / "per_request_lifecycle_metrics.json"
-    if lifecycle.is_file():
+    lifecycle = run_file(run.path, "per_request_lifecycle_metrics.json", run.profile)
+    if lifecycle is not None:
         df = read_inference_perf_requests(lifecycle)
         return float(df["num_prompt_tokens"].mean()), float(df["num_output_tokens"].mean()), lifecycle.name
-    client = run.path / "guidellm_per_request.csv"
-    if client.is_file():
+    client = run_file(run.path, "guidellm_per_request.csv", run.profile)
+    if client is not None:
         df = read_guidellm_requests(client)
         return float(df["num_prompt_tokens"].mean()), float(df["num_output_tokens"].mean()), client.name
-    if (run.path / "per_request_server_spans.csv").is_file() and len(run.requests):
+    if run_file(run.path, "per_request_server_spans.csv", run.profile) is not None and len(run.requests):
         return (float(run.requests["num_prompt_tokens"].mean()), float(run.requests["num_output_tokens"].mean()),
                 "per_request_server_spans.csv (the server's counts)")
     return math.nan, math.nan, ""
@@ -186,6 +186,9 @@ def _inference_perf_check(run: RealRun) -> WorkloadCheck:
         behaviour, basis = base.behaviour, "the profile's client.behaviour"
     else:
         behaviour, basis = behaviour_for(version, base.enable_multi_turn_chat)
+    if run.profile_ignored:  # the client's resolved config lacks keys of profile.yaml: its release ignored them
+        basis += (f"; {run.profile_file.parent.name}/{run.profile_file.name} (the config the client resolved) lacks "
+                  f"profile.yaml's {', '.join(run.profile_ignored)}: that release ignored them")
     limit = run.server.max_model_len
     profile = replace(base, behaviour=behaviour, client_version=version)
     gen_p, gen_o, n, refused = generated_lengths(profile, limit)

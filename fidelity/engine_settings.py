@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from fidelity.run_config import engine_version
 from fidelity.runs import DEFAULT_GPU, RealRun
 
 MODELLED = "modelled"
@@ -120,6 +121,16 @@ VALUE_LIMITS = {
 VALUE_NOTES = {"dtype": "weights and activations of 2 bytes (bf16/fp16)"}
 
 
+# unrecorded settings whose absence still sets what is simulated: (value shown, note)
+ASSUMED_DEFAULTS = {
+    "engine_version": lambda run: (engine_version(run.server), "the vllm preset of that version (its default "
+                                   "limits, v1 chunked prefill) is simulated"),
+    "gpu_memory_utilization": lambda run: (0.9, "vLLM's default; the KV pool its profiling rule leaves"),
+    "kv_cache_dtype": lambda run: ("auto", "the model dtype"),
+    "kv_offloading_size": lambda run: ("off", "no CPU tier of the prefix cache"),
+}
+
+
 def classify(name: str, value) -> tuple[str, str]:
     """(status, note) of one recorded setting."""
     if name in VALUE_LIMITS:
@@ -154,6 +165,11 @@ def settings_table(run: RealRun) -> list[dict]:
         if f.name == "gpu" and value is None and not any(n in run.recorded_args for n in names):
             rows.append({"run": run.name, "setting": "gpu", "value": DEFAULT_GPU, "status": ASSUMED,
                          "note": "not recorded: servesim's default GPU (--set hardware.gpu=NAME)", "recorded_in": ""})
+            continue
+        if f.name in ASSUMED_DEFAULTS and value is None and not any(n in run.recorded_args for n in names):
+            shown, note = ASSUMED_DEFAULTS[f.name](run)
+            rows.append({"run": run.name, "setting": f.name, "value": shown, "status": ASSUMED,
+                         "note": "not recorded: " + note, "recorded_in": ""})
             continue
         if value is None or f.name in run.inferred_args or any(n in run.recorded_args for n in names):
             continue

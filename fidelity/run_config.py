@@ -264,7 +264,8 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         data["cache"]["watermark"] = V0_WATERMARK
     # a multi-turn chat is simulated by its generator even when its sends were measured: a replay
     # would know neither the sessions' earlier turns in each prompt nor that a turn waits for the last
-    sp = shared_prefix_profile(run.profile) if workload == "auto" and (run.path / "profile.yaml").is_file() else None
+    profile_file = run.profile_file or run.path / "profile.yaml"
+    sp = shared_prefix_profile(run.profile) if workload == "auto" and profile_file.is_file() else None
     chat = sp is not None and sp.enable_multi_turn_chat
     use_replay = workload == "replay" or (workload == "auto" and run.has_per_request and not chat)
     if workload_section is not None:  # the caller simulates with its own Workload object
@@ -279,7 +280,6 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
     else:
         if not run.profile:
             raise ConfigError(f"workload: run {run.name} has neither per-request arrivals nor a profile.yaml")
-        profile_file = run.path / "profile.yaml"
         data_section = run.profile.get("data")
         if profile_file.is_file() and isinstance(data_section, dict) and data_section.get("type") == "shared_prefix":
             # the exact generator: multi-turn sessions wait for their previous turn, stages drain;

@@ -89,6 +89,10 @@ class RealRun:
     measured_by: str = ""
     # the summary's TPOT is (mean E2E - mean TTFT) / (mean output tokens - 1): score a prediction alike
     tpot_of_means: bool = False
+    # the file `profile` was read from (the client's own resolved config when it wrote one), and the
+    # keys of the folder's profile.yaml that resolved config lacks (unknown to that client release)
+    profile_file: Path | None = None
+    profile_ignored: tuple[str, ...] = ()
 
     @property
     def num_requests(self) -> int:

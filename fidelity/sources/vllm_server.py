@@ -5,7 +5,11 @@ The layout of ../shared/data/groundtruth/vllm-0.11-jan2026 (and of any folder la
 generator's profile), `vllm.log` (the engine's reported KV capacity and version) and per-request
 timings in `per_request_server_spans.csv` (vLLM OTLP spans), `per_request_lifecycle_metrics.json`
 (inference-perf), `guidellm_per_request.csv` (guidellm) or `requests.csv` (servesim's own table);
-a `summary_lifecycle_metrics.json` alone gives means only.
+a `summary_lifecycle_metrics.json` alone gives means only. inference-perf writes its reports where
+the profile's `storage.local_storage.path` says (a `results/` folder in the run folder, say):
+measurement files are looked for in the run folder, then there (`report_folders`). The `config.yaml`
+it writes beside them is its own resolved config (`model_dump` of what that release parsed: keys it
+did not know are absent, its defaults filled in): when present it is the profile the client ran with.
 """
 from __future__ import annotations
 
@@ -130,6 +134,54 @@ MEASURED_BY = {"per_request_server_spans.csv": "vllm-spans", "per_request_lifecy
                "guidellm_per_request.csv": "guidellm", "requests.csv": "servesim"}
 
 
+def report_folders(path: Path, profile: dict | None = None) -> list[Path]:
+    """The run folder, then the folders in it where the client wrote its reports: the last part of
+    the profile's `storage.local_storage.path`, and `results/` (inference-perf's usual name)."""
+    path = Path(path)
+    names = []
+    storage = ((profile or {}).get("storage") or {}).get("local_storage") if isinstance(profile, dict) else None
+    if isinstance(storage, dict) and storage.get("path"):
+        names.append(Path(str(storage["path"])).name)
+    names.append("results")
+    out = [path]
+    for name in names:
+        if name and (path / name).is_dir() and path / name not in out:
+            out.append(path / name)
+    return out
+
+
+def run_file(path: Path, name: str, profile: dict | None = None) -> Path | None:
+    """`name` in the run folder or one of its report folders (`report_folders`), or None."""
+    for folder in report_folders(path, profile):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def client_resolved_config(path: Path, profile: dict | None = None) -> tuple[dict | None, Path | None]:
+    """inference-perf's own dump of the config it ran with (`config.yaml` in its report folder), if any."""
+    for folder in report_folders(path, profile)[1:]:
+        file = folder / "config.yaml"
+        if file.is_file():
+            data = read_yaml(file)
+            if isinstance(data.get("data"), dict) and isinstance(data.get("load"), dict):
+                return data, file
+    return None, None
+
+
+def ignored_profile_keys(profile: dict | None, resolved: dict | None, prefix: str = "") -> list[str]:
+    """Dotted keys of `profile` the client's resolved config lacks: what that release did not know."""
+    if not isinstance(profile, dict) or not isinstance(resolved, dict):
+        return []
+    out = []
+    for key, value in profile.items():
+        if key not in resolved:
+            out.append(prefix + str(key))
+        elif isinstance(value, dict) and isinstance(resolved[key], dict):
+            out.extend(ignored_profile_keys(value, resolved[key], f"{prefix}{key}."))
+    return out
+
+
 # --- one folder per run ---------------------------------------------------------------------------
 def load_server_run(path: Path, source: str = "vllm-server", require_measurements: bool = True) -> RealRun:
     """A folder with `exp-config.yaml`, `profile.yaml` and per-request (or summary) measurements.
@@ -142,7 +194,13 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         raise FileNotFoundError(f"{path}: no exp-config.yaml (the run's vLLM server arguments)")
     exp = read_yaml(exp_file)
     profile = read_yaml(path / "profile.yaml") if (path / "profile.yaml").is_file() else None
-    log = scan_vllm_log(path / "vllm.log")
+    profile_file = path / "profile.yaml" if profile is not None else None
+    resolved, resolved_file = client_resolved_config(path, profile)
+    ignored: list[str] = []
+    if resolved is not None:  # what the client release really ran with
+        ignored = ignored_profile_keys(profile, resolved)
+        profile, profile_file = resolved, resolved_file
+    log = scan_vllm_log(run_file(path, "vllm.log", profile) or path / "vllm.log")
     server = server_args_from_exp_config(exp)
     if log.get("engine_version") and server.engine_version is None:
         server = replace(server, engine_version=log["engine_version"])
@@ -152,11 +210,11 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
     summary: dict = {}
     measured_by = ""
     for name, reader in MEASUREMENT_FILES:
-        if (path / name).is_file():
-            requests, measured_by = reader(path / name), MEASURED_BY[name]
+        if (file := run_file(path, name, profile)) is not None:
+            requests, measured_by = reader(file), MEASURED_BY[name]
             break
-    if (path / "summary_lifecycle_metrics.json").is_file():
-        summary = read_summary_means(path / "summary_lifecycle_metrics.json")
+    if (file := run_file(path, "summary_lifecycle_metrics.json", profile)) is not None:
+        summary = read_summary_means(file)
         measured_by = measured_by or "inference-perf-summary"
     if not len(requests) and not summary and require_measurements:
         raise FileNotFoundError(
@@ -170,4 +228,4 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
             recorded[key] = (log[key], "vllm.log")
     return RealRun(name=path.name, source=source, path=path, server=server, requests=requests, recorded_args=recorded,
                    measured_by=measured_by, tpot_of_means=not len(requests) and bool(summary),
-                   profile=profile, summary=summary)
+                   profile=profile, summary=summary, profile_file=profile_file, profile_ignored=tuple(ignored))
