@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from fidelity.run_config import engine_version
-from fidelity.runs import DEFAULT_GPU, RealRun
+from fidelity.runs import DEFAULT_GPU, RealRun, engine_version
 
 MODELLED = "modelled"
 NOT_MODELLED = "not modelled"

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from fidelity.client_workload import write_resolved_profile
-from fidelity.runs import DEFAULT_GPU, RealRun, ServerArgs  # noqa: F401 (DEFAULT_GPU re-exported)
+from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs,  # noqa: F401 (re-exported)
+                           engine_version)
 from fidelity.sources.inference_perf import (LengthDistribution, SharedPrefixProfile, SharedPrefixWorkload,
                                              shared_prefix_profile)
 from policies import ConfigError, FinishReason, SchedulerConfig
@@ -26,7 +27,6 @@ from specs.gpu_spec import get_gpu
 from specs.model_catalog import get_model
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-SUPPORTED_VERSIONS = ("0.11", "0.15", "0.19")
 V0_WATERMARK = 0.01  # vLLM v0 `SelfAttnBlockSpaceManager(watermark=0.01)`
 
 
@@ -69,21 +69,6 @@ def resolve_model_name(name: str) -> str:
             continue
     raise ConfigError(f"model.name: {name!r} is not in the model catalog; give a HF config.json path with "
                       f"--set model.name=PATH")
-
-
-def engine_version(server: ServerArgs) -> str:
-    """The vLLM preset version closest to the run's engine (unknown: the preset's default)."""
-    v = server.engine_version
-    if v in SUPPORTED_VERSIONS:
-        return v
-    if v is None:
-        return "0.19"
-    try:
-        major, minor = (int(x) for x in v.split(".")[:2])
-    except ValueError:
-        return "0.19"
-    # the v1 presets start at 0.11; older engines (v0) use the 'continuous' policy instead
-    return min(SUPPORTED_VERSIONS, key=lambda s: abs(int(s.split(".")[1]) - minor) if major == 0 else 0)
 
 
 def _large_gpu(gpu: str) -> bool:

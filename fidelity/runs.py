@@ -22,6 +22,7 @@ REQUEST_COLUMNS = (
     "ttft_s", "e2e_s", "tpot_s",
 )
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
+SUPPORTED_VERSIONS = ("0.11", "0.15", "0.19")  # the vllm scheduler presets' versions
 DEFAULT_GPU = "H100"  # the vLLM 0.11 runs' README: an 80 GB card, most likely H100; the target fleet
 
 # GPU names as the runs' folders / device strings spell them -> servesim's GPU catalog names
@@ -66,6 +67,21 @@ class ServerArgs:
     kv_cache_dtype: str | None = None  # vLLM's --kv-cache-dtype ("auto", "fp8", ...)
     kv_offloading_size: float | None = None  # vLLM's --kv-offloading-size (GiB over the TP ranks; None: off)
     kv_offloading_backend: str | None = None  # vLLM's --kv-offloading-backend ("native", "lmcache")
+
+
+def engine_version(server: ServerArgs) -> str:
+    """The vLLM preset version closest to the run's engine (unknown: the preset's default)."""
+    v = server.engine_version
+    if v in SUPPORTED_VERSIONS:
+        return v
+    if v is None:
+        return "0.19"
+    try:
+        major, minor = (int(x) for x in v.split(".")[:2])
+    except ValueError:
+        return "0.19"
+    # the v1 presets start at 0.11; older engines (v0) use the 'continuous' policy instead
+    return min(SUPPORTED_VERSIONS, key=lambda s: abs(int(s.split(".")[1]) - minor) if major == 0 else 0)
 
 
 @dataclass
