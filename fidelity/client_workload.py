@@ -26,9 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from policies import FinishReason
+from policies.presets import DEFAULT_VLLM_VERSION
+from fidelity.engine_settings import ALIASES
 from fidelity.runs import RealRun
 from fidelity.sources.guidellm import GuidellmWorkload, read_guidellm_requests
-from fidelity.sources.inference_perf import (CHAT_BEHAVIOURS, SharedPrefixProfile, SharedPrefixWorkload, behaviour_for,
+from fidelity.sources.inference_perf import (LATEST_READ, CHAT_BEHAVIOURS, SharedPrefixProfile, SharedPrefixWorkload, behaviour_for,
                                              read_inference_perf_requests)
 from fidelity.sources.vllm_server import read_yaml, run_file
 
@@ -291,3 +293,29 @@ def write_resolved_profile(run: RealRun, folder: str | Path, check: WorkloadChec
         tmp.write_text(text)
         os.replace(tmp, path)
     return path
+
+
+# the client whose release decides a run's workload or metric definitions (by `RealRun.measured_by`),
+# and what is assumed when the run does not record it
+CLIENTS = {"inference-perf": "inference-perf", "inference-perf-summary": "inference-perf", "guidellm": "guidellm",
+           "distserve": "distserve"}
+CLIENT_ASSUMED = {
+    "inference-perf": f"inference-perf >= {LATEST_READ} (the newest release read)",
+    "guidellm": "guidellm >= 0.4 (constant rates without 0.3's initial burst)",
+    "distserve": "DistServe's benchmark client at the alignment data's commit (20a1633): replayed sends, "
+                 "TTFT and latency at the client",
+}
+
+
+def version_assumption(run: RealRun) -> str | None:
+    """One line saying what is assumed for the engine and client releases the run does not record
+    (None when it records both, or needs neither)."""
+    said = []
+    if not run.server.engine_version and not any(n in run.recorded_args for n in ALIASES["engine_version"]):
+        said.append("engine version not recorded: assumed " + (
+            "a vLLM v0 engine (whole prompts, prefill-only steps, no padding cap)"
+            if not run.server.enable_chunked_prefill else f"vLLM {DEFAULT_VLLM_VERSION}'s limits where none is given"))
+    client = CLIENTS.get(run.measured_by) or ("guidellm" if (run.profile or {}).get("benchmarks") else None)
+    if client and (client == "distserve" or recorded_version(run, client) is None):
+        said.append(f"client version not recorded: assumed {CLIENT_ASSUMED[client]}")
+    return f"{run.name}: " + "; ".join(said) if said else None

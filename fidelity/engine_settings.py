@@ -65,6 +65,10 @@ UNUSED: dict[str, str] = {
     "max_num_partial_prefills": "concurrent partial prefills limit: not modelled",
     "long_prefill_token_threshold": "long-prefill threshold: not modelled",
     "scheduling_policy": "queue order: fcfs assumed",
+    "engine_use_ray": "the v0 engine as a Ray actor (a remote call per step): its cost is not modelled apart "
+                      "from the host terms",
+    "worker_use_ray": "the v0 model workers as Ray actors: their per-step call is not modelled apart from "
+                      "the host terms",
 }
 # settings that cannot change a text model's timing (listed, with why)
 NO_TIMING: dict[str, str] = {
@@ -151,7 +155,8 @@ def settings_table(run: RealRun) -> list[dict]:
     """One row per recorded or inferred setting of `run` (see the module doc)."""
     rows = []
     for name, (value, where) in sorted(run.recorded_args.items()):
-        status, note = classify(name, value)
+        status, note = (NOT_MODELLED, run.unmodelled_args[name]) if name in run.unmodelled_args else \
+            classify(name, value)
         rows.append({"run": run.name, "setting": name, "value": value, "status": status, "note": note,
                      "recorded_in": where})
     for name, (default, why) in sorted(run.inferred_args.items()):

@@ -188,6 +188,20 @@ def layer_sources(layer) -> set[str]:
 SERVE_STACK_FRONTEND = Path(__file__).resolve().parents[1] / "examples" / "profiles" / "tiny-llama-frontend.json"
 
 
+#: our own engine's CPU calibration (`servesim calibrate`, `meta.engine_step_fit`): its host time per
+#: engine step and per scheduled sequence, fitted on our engine's own steps (no serving run)
+OUR_ENGINE_PROFILE = Path(__file__).resolve().parents[1] / "examples" / "profiles" / "tiny-llama-cpu.json"
+
+
+def our_engine_host() -> dict | None:
+    """`step_s` and `per_seq_s` of our engine's host time per step (`OUR_ENGINE_PROFILE`), or None."""
+    try:
+        params = read_json_object(OUR_ENGINE_PROFILE, "engine profile")["meta"]["engine_step_fit"]["params"]
+        return {k: float(params[k]) for k in ("step_s", "per_seq_s")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def api_server(run: RealRun) -> bool:
     """True when the run's requests came through an HTTP API server (not an offline engine)."""
     return not run.source.startswith("llmservingsim")
@@ -206,9 +220,11 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
     """(host terms, what they came from) for predicting `run` with nothing measured on its own
     source (`reproduce --fit source`):
 
-    - host time per step: an idle-host layer only if measured on other sources, else the
-      documented constants (`sim.latency.RooflineConstants`); DistServe's coefficients hold the
-      per-step constant in their intercept, so there only the per-sequence constant;
+    - host time per step: an idle-host layer only if measured on other sources; else, for vLLM v1
+      (chunked prefill), our own engine's host time per step and per sequence (`OUR_ENGINE_PROFILE`:
+      its engine core, like ours, is a Python loop that schedules, prepares inputs and samples);
+      else the documented constants (`sim.latency.RooflineConstants`); DistServe's coefficients
+      hold the per-step constant in their intercept, so there only the per-sequence constant;
     - an API-server run's front end: our own serve stack's measured ingress (`SERVE_STACK_FRONTEND`,
       `request_overhead_s`), plus its first chunk's egress where the run's TTFT is the client's;
     - a vLLM v0 engine (no chunked prefill) runs in the API server's process, as our serve stack's
@@ -237,13 +253,19 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
             "the GPU data times whole engine steps or layers"
         return HostOverhead(), [f"none: {why}"]
     layer = _measured_layer(run, gpu, source_out=True)
+    ours = our_engine_host() if run.server.enable_chunked_prefill else None
+    per_seq = c.per_seq_overhead_s
     if layer is not None and layer.host_s_for(None) is not None:
         evidence.insert(0, f"host time per step: idle-host layer of {layer.source} ({', '.join(sorted(layer.per_run))})")
         step_s = layer.host_s_for(None)
+    elif ours is not None:  # vLLM v1's engine core: a Python loop scheduling, preparing and sampling, as ours
+        step_s, per_seq = ours["step_s"], ours["per_seq_s"]
+        evidence.insert(0, f"host time per step {step_s * 1e3:.2f} ms + {per_seq * 1e3:.3f} ms per sequence: "
+                           f"our engine's CPU step fit ({OUR_ENGINE_PROFILE.name} meta.engine_step_fit)")
     else:
         evidence.insert(0, "host time per step and per sequence: documented constants (RooflineConstants)")
         step_s = c.step_overhead_s
-    return HostOverhead(schedule_s=step_s + per_step, schedule_per_seq_s=c.per_seq_overhead_s,
+    return HostOverhead(schedule_s=step_s + per_step, schedule_per_seq_s=per_seq,
                         sample_per_seq_s=per_out, frontend_s=front), evidence
 
 

@@ -101,6 +101,8 @@ class RealRun:
     # every engine setting the run's files record: name -> (value, the file it is recorded in)
     # (`fidelity.engine_settings` lists each as modelled or not)
     recorded_args: dict = field(default_factory=dict)
+    # recorded settings simulated otherwise: name -> why (listed as not modelled, never dropped silently)
+    unmodelled_args: dict = field(default_factory=dict)
     # which kind of measurement the timings are (`fidelity.metric_definitions.DEFINITIONS`)
     measured_by: str = ""
     # the summary's TPOT is (mean E2E - mean TTFT) / (mean output tokens - 1): score a prediction alike

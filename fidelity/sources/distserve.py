@@ -41,20 +41,36 @@ from policies import BatchPlan, ConfigError
 # --- DistServe's vLLM runs ----------------------------------------------------------------------
 DISTSERVE_RUN_NAME = re.compile(r"^vllm-(\d+)-([\d.]+)\.exp$")
 
-# The vLLM baseline's `--max-num-batched-tokens`, which DistServe's files do not record. What the
-# runs show (`distserve_prefill_batches`): prompts whose first tokens arrive within 0.6 ms of each
-# other were prefilled in one step (a v0 step is prefill-only; the next step is >= 20 ms away), and
-# five of the eight runs co-schedule 1699 + 1728 = 3427 prompt tokens in one step (3456 padded), so
-# the budget was raised above vLLM's default of 2048 (a prefill batch never exceeds it). Those same
-# steps pad a 323-token prompt to 1728 (1405 padding tokens): vLLM 0.2.2-0.3's `max_paddings=256`
-# cap was not in force. The exact value is not observable from the batches (the engine is
-# KV-bound whenever a queue forms); 16384 is the power of two whose activation reserve, under
-# vLLM's profiling rule (`specs.memory`), leaves the KV capacity the loaded runs plateau at
-# (up to 55.9k tokens of prompts + outputs in flight while requests queue, ~57k counting partly
-# filled blocks and the 1% watermark; the rule gives 57.8k at 16384, 61k at vLLM's default 2048).
-DISTSERVE_MAX_NUM_BATCHED_TOKENS = 16384
-# vLLM v0's own default without chunked prefill: max(max_model_len, 2048), 2048 for OPT-13B
-VLLM_V0_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+# The vLLM baseline's launch command, read from DistServe's source history (not from its timings):
+# `evaluation/2-benchmark-serving/2-start-api-server.py` as of 8f13114 (2024-04-23), the version
+# current when the alignment data was committed (20a1633, 2024-04-23), and unchanged in these
+# values through HEAD. Earlier versions (2024-04-17..22) launched with a budget of 65536.
+DISTSERVE_VLLM_LAUNCH_ORIGIN = ("DistServe evaluation/2-benchmark-serving/2-start-api-server.py @ 8f13114 "
+                                "(2024-04-23; the alignment data: 20a1633, 2024-04-23)")
+DISTSERVE_VLLM_LAUNCH: dict[str, object] = {
+    "max_num_batched_tokens": 16384, "max_num_seqs": 1024, "block_size": 16, "gpu_memory_utilization": 0.95,
+    "swap_space": 16, "dtype": "float16", "seed": 0, "tensor_parallel_size": 1,
+    # the runs' own prefill batches exceed this cap (a 323-token prompt padded to 1728 next to a
+    # 1728-token one, `distserve_prefill_batches`); the script's next version (6e7474d, "Update startup
+    # params for old vLLM") drops the flag, which the vLLM release that made the runs did not know
+    "max_paddings": 256,
+    "engine_use_ray": True, "worker_use_ray": True,
+}
+# What the runs' timings show agrees with the script's budget (`distserve_prefill_batches`): prompts
+# whose first tokens arrive within 0.6 ms of each other were prefilled in one step, and five of the
+# eight runs co-schedule 1699 + 1728 = 3427 prompt tokens in one step, above vLLM's default of 2048.
+DISTSERVE_MAX_NUM_BATCHED_TOKENS = int(DISTSERVE_VLLM_LAUNCH["max_num_batched_tokens"])
+# The script's 0.95 is not simulated: at 0.95 `specs.memory`'s profiling rule (checked on vLLM v1
+# logs) leaves a larger pool than these runs' queues show (leave-one-run-out TTFT 11% -> 20%), so
+# that v0 release reserved more than the rule (its profiling forward samples max_num_seqs = 1024
+# sequences; the GPU memory in use after it counts, not the allocator's peak): not modelled. The
+# pool stays what vLLM's default 0.9 leaves, the loader's assumption before the script was read.
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+DISTSERVE_UNMODELLED = {
+    "gpu_memory_utilization": "simulated at vLLM's default 0.9: at 0.95 specs.memory's rule (vLLM v1's) leaves "
+                              "a larger pool than these runs show; this v0 release's profiling is not modelled",
+    "max_paddings": "no padding cap simulated: the runs' own prefill batches exceed 256 padding tokens",
+}
 # first tokens closer than this were sampled by the same step (the gap between steps is >= 20 ms)
 DISTSERVE_SAME_STEP_S = 0.002
 
@@ -100,10 +116,11 @@ def load_distserve_run(path: Path) -> RealRun:
 
     The file's first line is a Python literal list of per-request records (times in seconds of a
     monotonic clock, latencies in ms). vLLM of early 2024 (the v0 engine): no chunked prefill, no
-    prefix caching, its default `gpu_memory_utilization=0.9`. The KV capacity is left to vLLM's own
-    profiling rule (`specs.memory`): `profile_data/max_num_tokens.csv` next to the runs is the
-    capacity of DistServe's *own* engine (its simulator's input for DistServe instances), not of the
-    vLLM baseline, whose block pool is what 0.9 x 80 GB less weights and activations leaves.
+    prefix caching; the engine arguments are the launch script's (`DISTSERVE_VLLM_LAUNCH`, listed
+    in settings.csv with where they were read; those simulated otherwise, `DISTSERVE_UNMODELLED`).
+    The KV capacity is left to vLLM's profiling rule (`specs.memory`) at 0.9:
+    `profile_data/max_num_tokens.csv` next to the runs is the capacity of DistServe's *own* engine
+    (its simulator's input for DistServe instances), not of the vLLM baseline.
     """
     path = Path(path)
     first_line = path.read_text().split("\n", 1)[0]
@@ -118,17 +135,17 @@ def load_distserve_run(path: Path) -> RealRun:
         "ttft_s": np.array([r["ttft_ms"] for r in recs]) / 1e3,
         "e2e_s": np.array([r["latency_ms"] for r in recs]) / 1e3,
     })
-    # the v0 engine (no chunked prefill), release not recorded: no padding cap, so not 0.2.2-0.3's
-    # padded batches (policies.presets.VLLM_V0_VERSIONS); 256 seqs: vLLM v0's default. The token budget is not vLLM's default (max(max_model_len, 2048) =
-    # 2048 for OPT-13B) but inferred from the runs themselves, see DISTSERVE_MAX_NUM_BATCHED_TOKENS
+    # the v0 engine (no chunked prefill), release not recorded: no padding cap (the runs' own batches
+    # exceed the script's, see DISTSERVE_VLLM_LAUNCH); budget, sequences and block size the script's
+    launch = DISTSERVE_VLLM_LAUNCH
     server = ServerArgs(model="facebook/opt-13b", gpu="A100", tensor_parallel_size=1, max_model_len=2048,
-                        max_num_batched_tokens=DISTSERVE_MAX_NUM_BATCHED_TOKENS, max_num_seqs=256,
-                        enable_chunked_prefill=False,
-                        enable_prefix_caching=False, engine_version=None, gpu_memory_utilization=0.9)
-    inferred = {"max_num_batched_tokens": (VLLM_V0_DEFAULT_MAX_NUM_BATCHED_TOKENS, "inferred from the DistServe runs' "
-                                           "co-scheduled prefills and KV plateau (DISTSERVE_MAX_NUM_BATCHED_TOKENS)")}
+                        max_num_batched_tokens=int(launch["max_num_batched_tokens"]),
+                        max_num_seqs=int(launch["max_num_seqs"]), enable_chunked_prefill=False,
+                        block_size=int(launch["block_size"]), enable_prefix_caching=False, engine_version=None,
+                        gpu_memory_utilization=VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
+    recorded = {k: (v, DISTSERVE_VLLM_LAUNCH_ORIGIN) for k, v in launch.items()}
     return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests,
-                   inferred_args=inferred, measured_by="distserve")
+                   recorded_args=recorded, unmodelled_args=DISTSERVE_UNMODELLED, measured_by="distserve")
 
 
 # --- DistServe's fitted coefficients ------------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fidelity.client_workload import version_assumption
 from fidelity.engine_settings import not_modelled, settings_table
 from fidelity.host_overhead import HostOverhead
 from fidelity.predict import GPU_MODEL_KINDS
@@ -149,7 +150,9 @@ def run(args: argparse.Namespace) -> int:
     settings = pd.DataFrame([row for r in runs for row in settings_table(r)],
                             columns=["run", "setting", "value", "status", "note", "recorded_in"])
     settings.to_csv(out / "settings.csv", index=False)
-    for r in runs:  # a recorded engine setting is never silently ignored
+    for r in runs:  # a recorded engine setting is never silently ignored, nor an unrecorded release
+        if version_assumption(r):
+            options.note(args, version_assumption(r))
         if not_modelled(r):
             options.note(args, f"{r.name}: not modelled: {', '.join(not_modelled(r))} (settings.csv)")
     med.to_csv(out / "medians.csv", index_label="source")

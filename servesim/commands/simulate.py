@@ -61,9 +61,13 @@ def load(args: argparse.Namespace):
 def recorded_settings(args: argparse.Namespace) -> list[dict]:
     """The run's recorded engine settings (`fidelity.engine_settings`); each one servesim does not
     model, or that was inferred rather than recorded, is said as a note."""
-    from fidelity.from_run import load_run  # pandas on demand, as in `load`
+    from fidelity.client_workload import version_assumption  # pandas on demand, as in `load`
+    from fidelity.from_run import load_run
 
-    rows = settings_table(load_run(args.from_run))
+    run = load_run(args.from_run)
+    rows = settings_table(run)
+    if version_assumption(run):  # what is assumed for the releases the run does not record: one line
+        options.note(args, f"--from-run: {version_assumption(run)}")
     for r in rows:
         if r["status"] in (NOT_MODELLED, INFERRED):
             options.note(args, f"--from-run: {r['setting']}={r['value']} {r['status']}: {r['note']}")

@@ -79,8 +79,9 @@ def test_every_shipped_runs_settings_have_a_status(shared_data):
     rtx = by_name.get("RTX4090/Llama-3.1-8B")
     if rtx is not None:  # its resolved config turns vLLM 0.19's async scheduling on
         assert "async_scheduling=True" in not_modelled(rtx)
-    ds = [r for r in runs if r.source.startswith("distserve")]
-    assert all(any(x["status"] == INFERRED for x in settings_table(r)) for r in ds)
+    ds = [r for r in runs if r.source.startswith("distserve")]  # the launch script's settings, two not modelled
+    assert all({x["setting"] for x in settings_table(r) if x["status"] == NOT_MODELLED} >=
+               {"gpu_memory_utilization", "max_paddings", "swap_space"} for r in ds)
 
 
 def test_what_a_run_does_not_record_is_listed_as_assumed(tmp_path):
@@ -89,3 +90,18 @@ def test_what_a_run_does_not_record_is_listed_as_assumed(tmp_path):
     assert rows["block_size"]["status"] == ASSUMED and rows["block_size"]["value"] == 16
     assert rows["enable_prefix_caching"]["status"] == ASSUMED
     assert "tensor_parallel_size" not in rows  # recorded as tensor_parallelism
+
+
+def test_an_unrecorded_engine_release_is_said_in_one_line(tmp_path, capsys):
+    from fidelity.client_workload import version_assumption
+
+    run = load_run(synthetic_run(tmp_path / "run"))
+    line = version_assumption(run)
+    assert line and "\n" not in line and "engine version not recorded: assumed vLLM" in line
+    recorded = load_run(synthetic_run(tmp_path / "recorded", vllm_version="0.11.0"))
+    assert "engine version" not in (version_assumption(recorded) or "")
+    out = tmp_path / "out"
+    assert main(["simulate", "--from-run", str(tmp_path / "run"), "--out", str(out),
+                 "--set", "hardware.latency=roofline"]) == 0
+    err = capsys.readouterr().err
+    assert sum("engine version not recorded" in ln for ln in err.splitlines()) == 1

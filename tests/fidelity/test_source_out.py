@@ -83,12 +83,12 @@ def test_the_idle_host_layer_is_never_used_on_its_own_source():
     if layer is None:
         pytest.skip("no shipped idle-host layer")
     own, other = source_out_prior("aiconfigurator", _run(layer.source)), source_out_prior("aiconfigurator", _run("new"))
-    assert "documented" in own[1][0] and own[0].schedule_s != pytest.approx(layer.host_s_for(None))
+    assert "our engine" in own[1][0] and own[0].schedule_s != pytest.approx(layer.host_s_for(None))
     assert other[0].schedule_s == pytest.approx(layer.host_s_for(None)) and layer.source in other[1][0]
     # one of the layer's own runs loaded from its own folder (source "vllm-server") is still its source's
     alone = _run("vllm-server")
     alone = type(alone)(**{**alone.__dict__, "name": sorted(layer.per_run)[0]})
-    assert "documented" in source_out_prior("aiconfigurator", alone)[1][0]
+    assert "our engine" in source_out_prior("aiconfigurator", alone)[1][0]
 
 
 def test_a_v0_engine_pays_our_serve_stacks_per_output_cost():
@@ -103,9 +103,41 @@ def test_a_v0_engine_pays_our_serve_stacks_per_output_cost():
     assert v0.frontend_s > v1.frontend_s > 0  # the client-side TTFT also holds the first chunk's egress
 
 
-def test_distserve_budget_inferred_from_timings_is_dropped_source_out(shared_data):
-    from fidelity.sources.distserve import VLLM_V0_DEFAULT_MAX_NUM_BATCHED_TOKENS
+def test_distserve_settings_are_the_launch_scripts_and_listed(shared_data):
+    """DistServe's files record no setting: the loader takes its vLLM baseline's launch command from
+    DistServe's source history (nothing inferred from the runs' timings, so source-out keeps them),
+    and every one of the script's arguments is listed, modelled or not, with where it came from."""
+    from fidelity.client_workload import version_assumption
+    from fidelity.engine_settings import NOT_MODELLED, settings_table
+    from fidelity.sources.distserve import DISTSERVE_VLLM_LAUNCH, DISTSERVE_VLLM_LAUNCH_ORIGIN
 
     runs = find_runs(shared_data / "groundtruth" / "distserve-a100-opt13b")
-    assert runs and all("max_num_batched_tokens" in r.inferred_args for r in runs)
-    assert runs[0].without_inferred_args().server.max_num_batched_tokens == VLLM_V0_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    assert runs and all(not r.inferred_args for r in runs)
+    run = runs[0]
+    assert run.without_inferred_args().server == run.server
+    assert run.server.max_num_batched_tokens == DISTSERVE_VLLM_LAUNCH["max_num_batched_tokens"] == 16384
+    assert run.server.max_num_seqs == DISTSERVE_VLLM_LAUNCH["max_num_seqs"]
+    rows = {r["setting"]: r for r in settings_table(run)}
+    assert set(DISTSERVE_VLLM_LAUNCH) <= set(rows)
+    assert all(rows[k]["recorded_in"] == DISTSERVE_VLLM_LAUNCH_ORIGIN for k in DISTSERVE_VLLM_LAUNCH)
+    # simulated otherwise than the script says: listed as not modelled, never dropped
+    assert rows["gpu_memory_utilization"]["status"] == NOT_MODELLED and run.server.gpu_memory_utilization == 0.9
+    assert rows["max_paddings"]["status"] == NOT_MODELLED
+    line = version_assumption(run)  # neither release is recorded: both assumptions, one line
+    assert "\n" not in line and "engine version not recorded" in line and "client version not recorded" in line
+
+
+def test_v1_source_out_host_time_is_our_engines_step_fit():
+    """Without an idle-host layer of another source, a vLLM v1 run's host time per step and per
+    sequence is our own engine's CPU step fit, and the evidence names that profile."""
+    from fidelity.predict import OUR_ENGINE_PROFILE, our_engine_host
+
+    ours = our_engine_host()
+    if ours is None:
+        pytest.skip("no engine profile")
+    o, evidence = source_out_prior("aiconfigurator", _run("new"), "A100")  # no H100 idle layer applies
+    assert o.schedule_s == pytest.approx(ours["step_s"])
+    assert o.schedule_per_seq_s == pytest.approx(ours["per_seq_s"])
+    assert OUR_ENGINE_PROFILE.name in evidence[0]
+    v0, _ = source_out_prior("aiconfigurator", _run("old", enable_chunked_prefill=False), "A100")
+    assert v0.schedule_per_seq_s != pytest.approx(ours["per_seq_s"])  # a v0 engine: not ours
