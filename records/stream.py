@@ -123,11 +123,22 @@ class StreamingRecorder:
         if self._writers is not None:
             self._writers[0].write(columns)
 
-    def _flush_steps(self) -> None:
-        if not self.steps:
-            return
-        columns = steps_columns(self.steps)
-        self.steps.clear()  # in place: disaggregated pools hold this list
+    def _flush_steps(self, final: bool = False) -> None:
+        """Take the buffered steps in batches of exactly `step_batch` rows (the rest waits for the next
+        call, unless `final`), so that the batches, and the float sums the summary takes batch by
+        batch, depend on the steps alone, not on how many came at once."""
+        steps, size = self.steps, self.step_batch
+        start = 0
+        while len(steps) - start >= size:
+            self._step_batch(steps[start:start + size])
+            start += size
+        if final and start < len(steps):
+            self._step_batch(steps[start:])
+            start = len(steps)
+        del steps[:start]  # in place: disaggregated pools hold this list
+
+    def _step_batch(self, steps: list) -> None:
+        columns = steps_columns(steps)
         self.running.add_steps(columns)
         for meter in self.step_meters:
             meter.add_steps(columns)
@@ -157,7 +168,7 @@ class StreamingRecorder:
             return self.summary
         self._flush_requests(self._ended + list(self._live.values()))
         self._ended, self._live = [], {}
-        self._flush_steps()
+        self._flush_steps(final=True)
         if self._writers is not None:
             self._writers[0].close({c: [] for c in REQUEST_COLUMNS})
             self._writers[1].close({c: [] for c in STEP_COLUMNS})

@@ -175,3 +175,33 @@ def test_a_column_first_seen_late_is_reported_not_silently_dropped(tmp_path, cap
 def test_summary_json_of_a_streamed_record_is_valid_json(tmp_path):
     rec = stream(make_requests(30), make_steps(30))
     json.loads(json.dumps(rec.summary))
+
+
+def test_the_summary_does_not_depend_on_how_the_steps_came():
+    """Steps added one by one, in runs of any length or as fast-path rows give the same batches, so
+    the same summary to the last bit (its sums are taken batch by batch)."""
+    rng = np.random.default_rng(5)
+    n = 1000
+    rows = [(i, 0.01 * i, float(rng.exponential(0.02)), int(rng.integers(0, 512)), int(rng.integers(0, 64)),
+             int(rng.integers(1, 65)), int(rng.integers(0, 900)), float(rng.random()), int(rng.integers(0, 9)),
+             int(rng.integers(1, 65)), "0") for i in range(n)]
+    records = [StepRecord(r[0], r[1], r[2], r[3], r[4], 0, r[5], 0, 0, 0, r[6], r[7], r[8], r[9], 0, r[10])
+               for r in rows]
+    summaries = []
+    for way in ("one", "runs", "rows"):
+        rec = StreamingRecorder(step_batch=64)
+        rec.add_request(make_done_request(0, 0.0, [0.5, 0.6]))
+        if way == "one":
+            for r in records:
+                rec.add_step(r)
+        elif way == "runs":
+            i = 0
+            while i < n:
+                k = int(rng.integers(1, 200))
+                rec.add_steps(records[i:i + k])
+                i += k
+        else:
+            rec.add_step_rows(rows[:500])
+            rec.add_step_rows(rows[500:])
+        summaries.append(json.dumps(rec.close(), sort_keys=True, default=str))
+    assert summaries[0] == summaries[1] == summaries[2]
