@@ -122,6 +122,8 @@ def prior_label(pred: Prediction) -> str:
     if o == HostOverhead():
         return "none"
     out = f"prior: {o.schedule_s * 1e3:.2f} ms/step"
+    if o.schedule_per_seq_s >= 1e-5:  # above the documented few microseconds: say it
+        out += f" + {o.schedule_per_seq_s * 1e3:.3f} ms/scheduled seq"
     if o.sample_per_seq_s:
         out += f", {o.sample_per_seq_s * 1e3:.2f} ms/seq"
     if o.frontend_s:
