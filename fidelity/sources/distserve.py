@@ -44,7 +44,10 @@ DISTSERVE_RUN_NAME = re.compile(r"^vllm-(\d+)-([\d.]+)\.exp$")
 # The vLLM baseline's launch command, read from DistServe's source history (not from its timings):
 # `evaluation/2-benchmark-serving/2-start-api-server.py` as of 8f13114 (2024-04-23), the version
 # current when the alignment data was committed (20a1633, 2024-04-23), and unchanged in these
-# values through HEAD. Earlier versions (2024-04-17..22) launched with a budget of 65536.
+# values through HEAD. Earlier versions (2024-04-17..22) launched with a budget of 65536, and the
+# runs' co-scheduled prefills fit those better than this one's padding cap (module note below and
+# docs/results/2026-12-02-transfer.md); which version made the runs is not recorded, so the one
+# current at the data's commit is taken, choosing nothing by the runs.
 DISTSERVE_VLLM_LAUNCH_ORIGIN = ("DistServe evaluation/2-benchmark-serving/2-start-api-server.py @ 8f13114 "
                                 "(2024-04-23; the alignment data: 20a1633, 2024-04-23)")
 DISTSERVE_VLLM_LAUNCH: dict[str, object] = {
