@@ -26,8 +26,9 @@ DEFINITIONS: dict[str, dict[str, str]] = {
         "e2e_s": "client: response end - request sent"},
     "inference-perf-summary": {
         "ttft_s": "client: mean of first streamed chunk - request sent",
-        "tpot_s": "per token of the means: (mean E2E - mean TTFT) / (mean output_len - 1); without output_len "
-                  "not scored (the summary's TPOT is per streamed chunk)",
+        "tpot_s": "per token of the means: (mean E2E - mean TTFT) / (n - 1), n the mean max_tokens under "
+                  "ignore_eos (the server's count), else the mean output_len (the client's); without either not "
+                  "scored (the summary's TPOT is per streamed chunk)",
         "e2e_s": "client: mean of response end - request sent"},
     "guidellm": {
         "ttft_s": "client: first streamed token - request start",

@@ -500,10 +500,13 @@ def read_inference_perf_requests(path: Path) -> pd.DataFrame:
     return measured_table({k: [r[k] for r in rows] for k in rows[0]})
 
 
-def read_summary_means(path: Path) -> dict[str, float]:
+def read_summary_means(path: Path, requested_output: float | None = None) -> dict[str, float]:
     """Mean TTFT and E2E from inference-perf's `summary_lifecycle_metrics.json` (successes only), and
-    the per-token TPOT of the means, (E2E - TTFT) / (output_len - 1), when it gives the mean output
-    length (the summary's own TPOT is per streamed chunk: `fidelity.metric_definitions`)."""
+    the per-token TPOT of the means, (E2E - TTFT) / (n - 1) (the summary's own TPOT is per streamed
+    chunk: `fidelity.metric_definitions`). n is `requested_output`, the mean max_tokens the client
+    asked for, when given (under ignore_eos the server generates exactly that; the summary's
+    output_len counts the re-tokenized text, which can fall well short), else the summary's mean
+    output_len."""
     with open(path) as f:
         data = json.load(f)
     ok = data.get("successes") or {}
@@ -511,10 +514,21 @@ def read_summary_means(path: Path) -> dict[str, float]:
     names = {"ttft_s": "time_to_first_token", "e2e_s": "request_latency"}
     out = {k: float(lat[v]["mean"]) for k, v in names.items() if isinstance(lat.get(v), dict) and "mean" in lat[v]}
     n = (ok.get("output_len") or {}).get("mean") if isinstance(ok.get("output_len"), dict) else None
+    if requested_output is not None:
+        n = requested_output
     out["tpot_s"] = math.nan
     if isinstance(n, (int, float)) and n > 1 and "ttft_s" in out and "e2e_s" in out:
         out["tpot_s"] = (out["e2e_s"] - out["ttft_s"]) / (float(n) - 1)
     return out
+
+
+def requested_output_mean(profile: dict | None) -> float | None:
+    """The mean max_tokens a `shared_prefix` profile's requests ask for when the server generates
+    exactly that (ignore_eos), over the generator's prompts (sent in turn); None otherwise."""
+    sp = shared_prefix_profile(profile)
+    if sp is None or not sp.ignore_eos:
+        return None
+    return float(np.mean([max(1, o) for *_, o in SharedPrefixWorkload(sp).prompts]))
 
 
 def shared_prefix_profile(profile: dict | None):

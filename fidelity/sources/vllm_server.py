@@ -22,7 +22,8 @@ import yaml
 
 from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, measured_table
 from fidelity.sources.guidellm import prefix_from_guidellm, read_guidellm_requests
-from fidelity.sources.inference_perf import prefix_from_shared_prefix, read_inference_perf_requests, read_summary_means
+from fidelity.sources.inference_perf import (prefix_from_shared_prefix, read_inference_perf_requests, read_summary_means,
+                                             requested_output_mean)
 
 
 # --- YAML / profiles -----------------------------------------------------------------------------
@@ -214,7 +215,7 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
             requests, measured_by = reader(file), MEASURED_BY[name]
             break
     if (file := run_file(path, "summary_lifecycle_metrics.json", profile)) is not None:
-        summary = read_summary_means(file)
+        summary = read_summary_means(file, requested_output_mean(profile))
         measured_by = measured_by or "inference-perf-summary"
     if not len(requests) and not summary and require_measurements:
         raise FileNotFoundError(

@@ -114,3 +114,10 @@ def test_unseen_run_simulated_serves_every_request(tmp_path):
     s = _simulate(smallest.path, tmp_path / "out")
     assert s["num_rejected"] == 0
     assert s["num_requests"] == SharedPrefixProfile.from_dict(smallest.profile).num_requests
+
+
+def test_summary_tpot_is_per_requested_token_under_ignore_eos():
+    """The made-up summary's output_len (52.3) is the client's re-tokenized count; the server
+    generated max_tokens = 60 for every request (ignore_eos): TPOT per token divides by 59."""
+    run = load_server_run(RUN)
+    assert run.summary["tpot_s"] == pytest.approx((0.62 - 0.021) / 59)
