@@ -25,6 +25,7 @@ from calibrate.importers import dims_of_spec, import_profile
 from fidelity.client_workload import resolved_profile
 from fidelity.host_layer import shipped_layer
 from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend
+from fidelity.metric_definitions import definition
 from fidelity.replay import ReplayWorkload
 from fidelity.run_config import config_dict_for_run
 from fidelity.runs import METRICS, RealRun, tpot
@@ -226,7 +227,8 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
       else the documented constants (`sim.latency.RooflineConstants`); DistServe's coefficients
       hold the per-step constant in their intercept, so there only the per-sequence constant;
     - an API-server run's front end: our own serve stack's measured ingress (`SERVE_STACK_FRONTEND`,
-      `request_overhead_s`), plus its first chunk's egress where the run's TTFT is the client's;
+      `request_overhead_s`), plus its first chunk's egress where the run's TTFT is the client's
+      (`fidelity.metric_definitions`: DistServe's, inference-perf's, guidellm's);
     - a vLLM v0 engine (no chunked prefill) runs in the API server's process, as our serve stack's
       engine does: each step also pays what ours pays per streamed output and per streaming step
       (`engine_s_per_output`, `engine_s_per_step`). vLLM v1's engine core has its own process.
@@ -234,7 +236,9 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
     c = RooflineConstants()
     evidence: list[str] = []
     stack = serve_stack_frontend() if api_server(run) else None
-    client_side = gpu_model == "distserve"  # DistServe's runs time TTFT at the client
+    # a TTFT timed at the client (DistServe's, inference-perf's, guidellm's) ends when the first chunk
+    # reaches it: our stack's egress of that chunk is part of it, as its ingress is
+    client_side = gpu_model == "distserve" or definition(run.measured_by, "ttft_s").startswith("client")
     front, per_out, per_step = 0.0, 0.0, 0.0
     if stack is not None and gpu_model in ("aiconfigurator", "distserve"):
         front = stack.get("request_overhead_s", 0.0) + (stack.get("stream_overhead_s", 0.0) if client_side else 0.0)
