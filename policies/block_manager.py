@@ -290,7 +290,16 @@ class BlockManager:
         """
         if len(requests) > len(self.free_queue):
             raise RuntimeError(f"append_blocks: {len(requests)} blocks asked for, {len(self.free_queue)} free")
-        pop, holders = self._pop_free, self.holders
+        holders = self.holders
+        if self._lifo:  # no prefix cache: no block holds a hash
+            pop, rc = self.free_queue.pop, self.ref_counts
+            for req in requests:
+                b = pop()
+                rc[b] = 1
+                req.block_table.append(b)
+                holders[req.req_id] = req
+            return
+        pop = self._pop_free
         for req in requests:
             req.block_table.append(pop())
             holders[req.req_id] = req

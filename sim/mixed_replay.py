@@ -175,14 +175,16 @@ class MixedReplay:
                 while j < stop:
                     count = min(stop - j, batch)
                     batch = min(4 * batch, 4096)
-                    done = 0
+                    done, waits = 0, False
                     for duration in decode_times(n, context + n, count):
                         duration = float(duration)
                         if not duration > 0.0:
                             raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
                         end = t + duration
                         if not end < next_event:
-                            break
+                            if not end < until:
+                                break
+                            waits = True  # it spans the next event: waited out below
                         crossing = []
                         while due and due[0][0] == j:
                             i = heappop(due)[1]
@@ -192,6 +194,7 @@ class MixedReplay:
                             if len(crossing) > free:
                                 for i in crossing:
                                     heappush(due, (j, i))
+                                waits = False
                                 break
                             bm.append_blocks([cohort[i] for i in crossing])
                             for i in crossing:
@@ -206,6 +209,15 @@ class MixedReplay:
                         j += 1
                         t = end
                         done += 1
+                        if waits:
+                            break
+                    if waits:  # the events up to this step's end happen; then the next step is planned
+                        yield from _wait(env, clock, end, durations, since)
+                        clock, since = end, len(durations)
+                        add_step_rows(recorder, records)
+                        records = []
+                        next_event = env.peek()
+                        break
                     if done < count:
                         break
             crossing = []
