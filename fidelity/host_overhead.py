@@ -2,22 +2,11 @@
 
 A real engine's step is more than its kernels: the scheduler runs, inputs are prepared (token ids,
 positions, slot mappings, block tables), tokens are sampled, and the API front end tokenizes each
-request before the engine sees it. Each is a named, fitted (or set) term here, never one lumped
-factor:
-
-==========================  ===============================================================
-term                        meaning (seconds)
-==========================  ===============================================================
-schedule_s                  per step: scheduling + launching the forward pass
-schedule_per_seq_s          per scheduled sequence: scheduler bookkeeping, block tables
-prepare_per_token_s         per token of the step: input preparation (ids, positions, slots)
-sample_per_seq_s            per sampled sequence: sampling + output processing in the step
-compute_scale               correction of the GPU model's kernel time (1 = as profiled)
-frontend_s                  per request, before the engine queue: HTTP, tokenization
-==========================  ===============================================================
-
-`frontend_s` does not occupy the engine (vLLM v1 runs its front end in another process); it is
-added to each request's TTFT and E2E by `apply_frontend`.
+request before the engine sees it. Each is a named, fitted (or set) term (`HostOverhead`), never one
+lumped factor, so that a fit says where the time goes and a term measured elsewhere can be set.
+`HostOverheadLatencyModel` adds the per-step terms to a GPU model's step time; `frontend_s` does
+not occupy the engine (vLLM v1 runs its front end in another process), so `apply_frontend` adds it
+to each request's TTFT and E2E instead.
 """
 from __future__ import annotations
 
@@ -32,7 +21,19 @@ STEP_TERMS = ("schedule_s", "schedule_per_seq_s", "prepare_per_token_s", "sample
 
 @dataclass(frozen=True)
 class HostOverhead:
-    """Named host-overhead terms (see the module table); all default to no overhead."""
+    """Named host-overhead terms (seconds; `compute_scale` a factor); all default to no overhead.
+
+    ==========================  ===============================================================
+    term                        meaning
+    ==========================  ===============================================================
+    schedule_s                  per step: scheduling + launching the forward pass
+    schedule_per_seq_s          per scheduled sequence: scheduler bookkeeping, block tables
+    prepare_per_token_s         per token of the step: input preparation (ids, positions, slots)
+    sample_per_seq_s            per sampled sequence: sampling + output processing in the step
+    compute_scale               correction of the GPU model's kernel time (1 = as profiled)
+    frontend_s                  per request, before the engine queue: HTTP, tokenization
+    ==========================  ===============================================================
+    """
 
     schedule_s: float = 0.0
     schedule_per_seq_s: float = 0.0

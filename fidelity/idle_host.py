@@ -2,19 +2,16 @@
 
 A request that arrives at an idle engine and finishes before the next one arrives decodes one token
 per step, alone. Its measured TPOT is then one decode step of batch 1: the GPU's kernels plus the
-engine's host work between them (scheduling, input preparation, sampling, output handling). The GPU
-part is what the per-op data predicts for a one-sequence decode step at that request's context
-lengths (the GPU model alone, without host terms), so the difference is the host time per step, request by request, with no fitting and no queueing
-in the way. Its median over a run is one number per run; a run is never predicted with its own.
+engine's host work between them (scheduling, input preparation, sampling, output handling). Less
+what the GPU model alone predicts for that step (`idle_host_times`), it leaves the host time per
+step, request by request, with no fitting and no queueing in the way; its median over a run is one
+number per run, and a run is never predicted with its own. The same requests give the front end's
+share of TTFT (`frontend_gaps`) and the slowdown of a busy engine's compute-bound GEMMs
+(`compute_factors`).
 
-The same requests' TTFTs give the factor by which a busy engine's compute-bound GEMM work runs
-slower than aiconfigurator's isolated timings (`compute_factors`: the sustained clock under a
-power limit; memory-bound decode work is not slowed).
-
-`IdleHostLayer` (`fidelity.host_layer`, re-exported here) is the file form (`fidelity/host/*.json`):
-the per-run medians, the method, and the runs they came from. `host_s_for(run)` is the median over the *other* runs (leave one run
-out for runs it was measured on; all of them for a run it never saw, such as an unseen
-deployment of the same engine on the same GPU). Regenerate with `measure_layer`.
+`IdleHostLayer` (`fidelity.host_layer`, re-exported here) is the file form (`fidelity/host/*.json`);
+its `host_s_for(run)` is the median over the *other* runs (all of them for a run it never saw, such
+as an unseen deployment of the same engine on the same GPU). Regenerate with `measure_layer`.
 """
 from __future__ import annotations
 
@@ -115,11 +112,12 @@ PROBE_FACTOR = 1.5
 
 def compute_factors(run, host_s: float | None, frontend_s: float, min_share: float = 0.1) -> np.ndarray:
     """Per request alone in the engine (and in the simulation): the factor on the compute-bound
-    share of the GEMMs (`calibrate.importers.aiconfigurator.sustained`) that makes its predicted
-    TTFT the measured one. An idle request's TTFT is its prefill steps, linear in the factor: two
-    simulations (factor 1 and `PROBE_FACTOR`, the run's own host and front-end times) give the line.
-    Requests whose prefill is less than `min_share` compute-bound at the probe say little and are
-    left out (a 64-token chunk is a weight read)."""
+    share of the GEMMs (`calibrate.importers.aiconfigurator.sustained`: the clock a busy engine
+    sustains under its power limit; memory-bound decode work is not slowed) that makes its
+    predicted TTFT the measured one. An idle request's TTFT is its prefill steps, linear in the
+    factor: two simulations (factor 1 and `PROBE_FACTOR`, the run's own host and front-end times)
+    give the line. Requests whose prefill is less than `min_share` compute-bound at the probe say
+    little and are left out (a 64-token chunk is a weight read)."""
     if host_s is None or not len(run.requests) or run.requests["ttft_s"].isna().all():
         return np.zeros(0)
     terms = HostOverhead(schedule_s=host_s, schedule_per_seq_s=RooflineConstants().per_seq_overhead_s,

@@ -1,18 +1,10 @@
 """Simulate every real run from its configuration and score the predictions (leave-one-run/source-out).
 
-`reproduce(runs, fit="loo")`:
-
-1. every run is simulated once with no host overhead (the GPU model alone), which also yields its
-   linear equations in the overhead terms (`overhead_fit.run_system`);
-2. `fit="loo"`: for each run, the terms are fitted on the *other* runs of its fit group (same
-   source, i.e. one engine version and host, same GPU kind, same kind of GPU step-time data) and the run is simulated again with them; the
-   score of a run never uses a fit that saw it. The fit is used only if it earns its place by
-   nested leave-one-out among the training runs (`fit_helps`); otherwise, and for a group with a
-   single run, the run is predicted with its GPU model's host prior (`predict.host_prior`: none,
-   documented constants, or host times measured on the *other* runs' idle engines). `fit="none"` scores step 1. `fit=HostOverhead`
-   applies given terms to every run (the caller excludes the runs they were fitted on).
-   `fit="source"`: nothing measured or fitted on a run's own source reaches it
-   (`reproduce_source_out`).
+`reproduce(runs, fit=...)` simulates each run with no host overhead (the GPU model alone), then,
+for `fit="loo"`, again with host terms fitted on the *other* runs of its fit group, or with its GPU
+model's host prior where a fit does not earn its place; `fit="source"` lets nothing measured or
+fitted on a run's own source reach it. The score of a run never uses a fit or a measurement that
+saw it: that is what makes the error an estimate for a run nobody has measured yet.
 
 The result is one row per (run, metric): measured and predicted means and the relative error;
 `medians()` summarises |error| per source and over all runs.
@@ -159,7 +151,21 @@ def _system(pred: Prediction) -> RunSystem | None:
 
 def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: str = "auto", gpu: str | None = None,
               gpu_model: str = "auto", iterations: int = 1, progress: bool = True) -> Reproduction:
-    """Simulate and score `runs` (see the module doc)."""
+    """Simulate and score `runs`.
+
+    1. every run is simulated once with no host overhead (the GPU model alone), which also yields
+       its linear equations in the overhead terms (`overhead_fit.run_system`);
+    2. `fit="loo"`: for each run, the terms are fitted on the *other* runs of its fit group (same
+       source, i.e. one engine version and host, same GPU kind, same kind of GPU step-time data)
+       and the run is simulated again with them; the score of a run never uses a fit that saw it.
+       The fit is used only if it earns its place by nested leave-one-out among the training runs
+       (`fit_helps`); otherwise, and for a group with a single run, the run is predicted with its
+       GPU model's host prior (`predict.host_prior`: none, documented constants, or host times
+       measured on the *other* runs' idle engines). `fit="none"` scores step 1.
+       `fit=HostOverhead` applies given terms to every run (the caller excludes the runs they were
+       fitted on). `fit="source"`: nothing measured or fitted on a run's own source reaches it
+       (`reproduce_source_out`).
+    """
     if isinstance(fit, str) and fit not in FITS:
         raise ValueError(f"fit: {fit!r} is not allowed; choose one of {', '.join(FITS)} (or give fitted terms)")
     if fit == "source":

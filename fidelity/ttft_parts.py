@@ -8,13 +8,10 @@
 - prefill_steps_s: the steps from that one to the end of the step that makes the first token;
 - first_chunk_s: that token's chunk back to the client.
 
-Measured (`measured_parts`): from the run's own timestamps, vLLM's request spans (`time_in_queue_s`,
-`time_in_prefill_s`, `ttft_s` from vLLM's arrival) and, where the client's per-request times join
-them (guidellm's `response_id`), the client's send and first chunk; else, as means, vLLM's own
-metrics that inference-perf keeps (`summary_prometheus_metrics.json`, `prometheus_parts`). Predicted (`predicted_parts`):
-the simulator's own times (arrival, first schedule, first token) and the front end it was given
-(`sim.frontend.FrontendConfig`: calibrate.frontend's measurement of our serve stack; or the host
-prior's `frontend_s`). Nothing here is fitted. A part a view cannot see is 0 and its origin says so.
+Measured: from the run's own timestamps (vLLM's request spans, `measured_parts`; the client's
+per-request times where they join them, `client_view`) or, as means, vLLM's own metrics
+(`prometheus_parts`). Predicted (`predicted_parts`): the simulator's own times and the front end it
+was given. Nothing here is fitted. A part a view cannot see is 0 and its origin says so.
 """
 from __future__ import annotations
 
@@ -34,7 +31,11 @@ PARTS = ("client_send_s", "api_server_s", "engine_queue_s", "prefill_steps_s", "
 def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
                     gpu_model: str = "") -> tuple[pd.DataFrame, dict[str, str]]:
     """Per request (the simulator's `requests` table, before `apply_frontend` adds `frontend_s`):
-    the parts as columns (NaN for a request with no first token), and each part's origin."""
+    the parts as columns (NaN for a request with no first token), and each part's origin.
+
+    The parts come from the simulated arrival, first schedule and first token, and the front end:
+    `frontend` (`sim.frontend.FrontendConfig`, calibrate.frontend's measurement of our serve
+    stack) and the host prior's `frontend_s`."""
     n = requests["num_prompt_tokens"].to_numpy(dtype=float)
     ingress = frontend.request_overhead_s + frontend.tokenize_s_per_token * n if frontend is not None else 0.0 * n
     egress = frontend.stream_overhead_s if frontend is not None else 0.0
@@ -109,7 +110,8 @@ def prometheus_parts(run: RealRun) -> list[tuple[str, pd.DataFrame, dict[str, st
 
 
 def measured_parts(run: RealRun) -> tuple[pd.DataFrame | None, dict[str, str], str]:
-    """Per request: the parts from the run's own timestamps, their origins and the view ("server":
+    """Per request: the parts from the run's vLLM request spans (`time_in_queue_s`,
+    `time_in_prefill_s`, `ttft_s` from vLLM's arrival), their origins and the view ("server":
     TTFT from vLLM's arrival, what the run's spans score; "client": from the client's send). None
     when the run has no timestamps between a request's arrival and its first token."""
     spans = run.path / "per_request_server_spans.csv" if run.path.is_dir() else None
@@ -135,7 +137,8 @@ def measured_parts(run: RealRun) -> tuple[pd.DataFrame | None, dict[str, str], s
 
 
 def client_view(run: RealRun, server: pd.DataFrame) -> tuple[pd.DataFrame | None, dict[str, str]]:
-    """The client's view of the same requests, where its per-request times join the spans."""
+    """The client's view of the same requests, where its per-request times join the spans
+    (guidellm's `response_id`): the client's send and first chunk around the server's parts."""
     path = run.path / "guidellm_per_request.csv"
     if not path.is_file():
         return None, {}

@@ -1,27 +1,16 @@
 """Step time of vLLM on A100 from DistServe's fitted per-iteration coefficients (measured there).
 
-DistServe's alignment data ships two profiles of OPT-13B/66B on A100-80GB, in ms per iteration:
+DistServe's alignment data ships two profiles of OPT-13B/66B on A100-80GB, per-iteration fits of a
+prefill and a decode (`DistServeLatencyModel`): `profiler-a100-80g.vllm.json` is labelled vLLM,
+`profiler-a100-80g.distserve.json` DistServe's own engine. The vLLM runs' own steps choose between
+them: in a prefill-only v0 engine, the gap between two first tokens bounds the next prefill's time
+from above (`distserve_prefill_gaps`), and those bounds sit below the vllm file's prefill and near
+the distserve file's. So prefill steps take the distserve file's prefill fit, and decode steps the
+vllm file's decode fits: the runs' decodes are *slower* than either file (host work per sequence),
+so they do not prefer the cheaper one. Figures: docs/results/2026-12-02-docstring-history.md.
 
-- a prefill iteration: `a + b * sum(prompt lens) + c * sum(prompt len ** 2)`;
-- a decode iteration: `a + b * sum(context lens) + c * batch_size`, with one fit for batches below
-  `decoding_large_small_bs_threshold` and another at or above it.
-
-`profiler-a100-80g.vllm.json` is labelled vLLM, `profiler-a100-80g.distserve.json` DistServe's own
-engine. The vLLM runs' own steps choose between them for the prefill
-(`distserve_prefill_gaps`): in a
-prefill-only v0 engine, a prompt that was already waiting when the previous prefill step ended is
-prefilled by the very next step, so the gap between the two first tokens bounds that prefill's time
-from above. Over the eight runs these gaps' lower envelope (10th percentile per length band) sits
-22-27% *below* the vllm file's prefill for prompts of 300-2100 tokens (a bound it cannot exceed),
-and within 5% of the distserve file's prefill. So prefill steps take the distserve file's prefill
-fit (found next to the vLLM file; `own_prefill=True` keeps the vLLM file's), and decode steps the
-vLLM file's decode fits: the runs' decode steps are *slower* than either file (host work per
-sequence, `fidelity.host_overhead`), so they do not prefer the cheaper decode fit.
-
-A step mixing both (not produced by the prefill-first engine of that era) costs the sum. Padding
-entries of a prompt (`ScheduledSeq(is_padding=True)`, a padded prefill batch) lengthen their own
-request's prompt: the fit charges what the padded kernel computes, sum(len) and sum(len ** 2) over
-the padded lengths.
+Also here: DistServe's vLLM runs (`load_distserve_run`, with the baseline's launch arguments) and
+the v0 engine's host time read off their timestamps (`distserve_host_prior`).
 """
 from __future__ import annotations
 
@@ -164,7 +153,19 @@ def _coefficients(path: Path, model: str, tp: int) -> dict:
 
 
 class DistServeLatencyModel:
-    """`step_time(plan)` from DistServe's coefficients for one (model, tp)."""
+    """`step_time(plan)` from DistServe's coefficients for one (model, tp), in ms per iteration:
+
+    - a prefill iteration: `a + b * sum(prompt lens) + c * sum(prompt len ** 2)`;
+    - a decode iteration: `a + b * sum(context lens) + c * batch_size`, with one fit for batches
+      below `decoding_large_small_bs_threshold` and another at or above it.
+
+    The prefill fit is the distserve file's when it lies next to `path` (`PREFILL_FILE`;
+    `own_prefill=True` keeps `path`'s), the decode fits `path`'s. A step mixing both (not produced
+    by the prefill-first engine of that era) costs the sum. Padding entries of a prompt
+    (`ScheduledSeq(is_padding=True)`, a padded prefill batch) lengthen their own request's prompt:
+    the fit charges what the padded kernel computes, sum(len) and sum(len ** 2) over the padded
+    lengths.
+    """
 
     def __init__(self, path: str | Path, model: str = "facebook/opt-13b", tp: int = 1,
                  own_prefill: bool = False) -> None:

@@ -4,23 +4,11 @@ Semantics read from guidellm 0.3 (`benchmark/profile.py`, `scheduler/strategy.py
 `dataset/synthetic.py`, `utils/random.py`) and 0.4-0.7 (`benchmark/profiles.py`,
 `scheduler/strategies.py`, `data/deserializers/synthetic.py`); what changed is selected by the
 release the profile's `client.version` names (`fidelity.client_workload` fills it from the run's
-report; unknown: the newer behaviour, `NEWER`):
+report; unknown: the newer behaviour, `NEWER`). `GuidellmWorkload` states them.
 
-- `rate-type: sweep`, `rate: N`: N benchmarks of `max-requests` requests each, one after the other
-  (the next starts when every request of the previous one has finished): `synchronous` (one request
-  at a time), `throughput` (all at once), then N-2 `constant` ones at the rates
-  `linspace(sync rate, throughput rate, N-1)[1:]`, the two rates being the requests per second the
-  first two benchmarks achieved. A constant benchmark sends one request every `1/rate` s; before
-  0.4 it first sent `floor(rate)` at once (its initial burst).
-- `rate-type: synchronous | throughput | constant | poisson` run that one benchmark.
-- Data: every prompt is the `prefix_tokens` shared prefix followed by `gauss(prompt_tokens,
-  prompt_tokens_stdev)` tokens, rounded and clipped to [prompt_tokens_min, prompt_tokens_max]
-  (unset bounds: mean -/+ 5 stdev, at least 1); outputs likewise with the `output_tokens_*` keys.
-  From 0.4 `prefix_count` such prefixes (default 1) are made and each request draws one.
-  0.6's multi-turn rows (`turns` > 1) are refused (not modelled).
-
-The achieved rates come from the simulation itself, so the whole sweep is simulated as guidellm
-would have driven the simulated server.
+A sweep's later rates are the rates its first benchmarks achieved; they come from the simulation
+itself, so the whole sweep is simulated as guidellm would have driven the simulated server. Also
+here: the run's per-request CSV (`read_guidellm_requests`) and its prefixes (`prefix_from_guidellm`).
 """
 from __future__ import annotations
 
@@ -72,7 +60,21 @@ class IntegerSampler:
 
 
 class GuidellmWorkload:
-    """A guidellm profile (`rate-type`, `rate`, `max-requests`, `random-seed`, synthetic `data`)."""
+    """A guidellm profile (`rate-type`, `rate`, `max-requests`, `random-seed`, synthetic `data`).
+
+    - `rate-type: sweep`, `rate: N`: N benchmarks of `max-requests` requests each, one after the
+      other (the next starts when every request of the previous one has finished): `synchronous`
+      (one request at a time), `throughput` (all at once), then N-2 `constant` ones at the rates
+      `linspace(sync rate, throughput rate, N-1)[1:]`, the two rates being the requests per second
+      the first two benchmarks achieved. A constant benchmark sends one request every `1/rate` s;
+      before 0.4 it first sent `floor(rate)` at once (its initial burst).
+    - `rate-type: synchronous | throughput | constant | poisson` run that one benchmark.
+    - Data: every prompt is the `prefix_tokens` shared prefix followed by `gauss(prompt_tokens,
+      prompt_tokens_stdev)` tokens, rounded and clipped to [prompt_tokens_min, prompt_tokens_max]
+      (unset bounds: mean -/+ 5 stdev, at least 1); outputs likewise with the `output_tokens_*`
+      keys. From 0.4 `prefix_count` such prefixes (default 1) are made and each request draws one.
+      0.6's multi-turn rows (`turns` > 1) are refused (not modelled).
+    """
 
     def __init__(self, profile: dict, seed: int | None = None) -> None:
         rate_type = profile.get("rate-type", profile.get("rate_type"))

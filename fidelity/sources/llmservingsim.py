@@ -2,23 +2,12 @@
 
 A profile folder `.../<GPU>/<org>/<model>/bf16/tp<N>/` holds, in microseconds, what one decoder
 layer's pieces took when vLLM ran them (a 1-layer dummy-weight model, per-rank shapes for tp N):
+dense ops, attention, the LM head and sampler, MoE experts (`LayerProfileLatencyModel` lists the
+files). A step is built from them as vLLM runs it: the layer's pieces times the number of layers,
+plus the collectives between GPUs (from the run's own hardware description when it has one) and
+the once-per-step ops, so that a step of any batch is timed from the data of the serving GPU.
 
-- `dense.csv` (layer, tokens, time_us): per-layer ops (layernorm twice, qkv_proj, rotary_emb,
-  o_proj, qk_norm, gate_up_proj, act_fn, down_proj) and once-per-step ops (embedding,
-  final_layernorm) over the step's tokens;
-- `attention.csv` (prefill_chunk, kv_prefill, n_decode, kv_decode, time_us): one layer's attention
-  for a batch of one prefill chunk (with `kv_prefill` earlier context) and `n_decode` decodes of
-  `kv_decode` context each;
-- `per_sequence.csv` (layer, sequences, time_us): lm_head and sampler over the sampled sequences;
-- `moe.csv` (tokens, activated_experts, time_us): a MoE layer's expert computation.
-
-Step time = num_layers x (per-layer ops + attention + MoE + 2 all-reduces when tp > 1 + the MoE
-all-to-all under expert parallelism) + once-per-step ops + LM head and sampler. The all-reduce is a
-ring over the GPUs' link, the all-to-all sends each token's hidden state to its remote experts and
-back; the link's bandwidth and latency come from the run's own hardware description when it has one
-(LLMServingSim's `config.json`: `link_bw` GB/s, `link_latency` ns), else from the GPU catalog
-(NVLink, else PCIe) with a typical launch latency. Between grid points values are linearly
-interpolated; beyond the grid, the last segment's slope extends them.
+Also here: LLMServingSim's vLLM 0.19 bench runs (`load_llmservingsim_run`).
 """
 from __future__ import annotations
 
@@ -141,7 +130,26 @@ class AttentionTable:
 
 
 class LayerProfileLatencyModel:
-    """`step_time(plan)`: GPU seconds of one step from a per-layer profile folder (see module doc)."""
+    """`step_time(plan)`: GPU seconds of one step from a per-layer profile folder.
+
+    - `dense.csv` (layer, tokens, time_us): per-layer ops (layernorm twice, qkv_proj, rotary_emb,
+      o_proj, qk_norm, gate_up_proj, act_fn, down_proj) and once-per-step ops (embedding,
+      final_layernorm) over the step's tokens;
+    - `attention.csv` (prefill_chunk, kv_prefill, n_decode, kv_decode, time_us): one layer's
+      attention for a batch of one prefill chunk (with `kv_prefill` earlier context) and
+      `n_decode` decodes of `kv_decode` context each;
+    - `per_sequence.csv` (layer, sequences, time_us): lm_head and sampler over the sampled sequences;
+    - `moe.csv` (tokens, activated_experts, time_us): a MoE layer's expert computation.
+
+    Step time = num_layers x (per-layer ops + attention + MoE + 2 all-reduces when tp > 1 + the
+    MoE all-to-all under expert parallelism) + once-per-step ops + LM head and sampler. The
+    all-reduce is a ring over the GPUs' link, the all-to-all sends each token's hidden state to
+    its remote experts and back; the link's bandwidth and latency (`fidelity.predict` passes them)
+    come from the run's own hardware description when it has one (LLMServingSim's `config.json`:
+    `link_bw` GB/s, `link_latency` ns), else from the GPU catalog (NVLink, else PCIe) with a
+    typical launch latency (`ALLREDUCE_LATENCY_S`). Between grid points values are linearly
+    interpolated; beyond the grid, the last segment's slope extends them.
+    """
 
     def __init__(self, folder: str | Path, num_layers: int, hidden_size: int, tp: int = 1,
                  num_experts: int = 0, num_experts_per_tok: int = 0, link_bandwidth: float = 0.0,
