@@ -89,6 +89,8 @@ def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
                    "max_num_seqs": server.max_num_seqs or preset.max_num_seqs, "preemption": "recompute"}
     if server.max_model_len:
         section["max_model_len"] = server.max_model_len
+    if server.async_scheduling:  # a request arriving during step n joins step n+2
+        section["async_scheduling"] = True
     return section
 
 

@@ -67,6 +67,7 @@ class ServerArgs:
     kv_cache_dtype: str | None = None  # vLLM's --kv-cache-dtype ("auto", "fp8", ...)
     kv_offloading_size: float | None = None  # vLLM's --kv-offloading-size (GiB over the TP ranks; None: off)
     kv_offloading_backend: str | None = None  # vLLM's --kv-offloading-backend ("native", "lmcache")
+    async_scheduling: bool | None = None  # vLLM's --async-scheduling (None: not recorded, simulated off)
 
 
 def engine_version(server: ServerArgs) -> str:

@@ -208,9 +208,14 @@ class SchedulerConfig:
     # continuous (vLLM 0.2.2-0.3's padded prompt batches): 0 = off; else a prompt batch is padded to
     # its longest prompt, its padded size counts against the budget and its padding may not exceed this
     max_paddings: int = 0
+    # vLLM's --async-scheduling: step n+1 is planned while step n runs, so a request that arrives
+    # during step n joins step n+2 (sim.replica.Replica; the scheduling time itself is not hidden)
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         check_choice("scheduler.policy", self.policy, POLICIES)
+        if not isinstance(self.async_scheduling, bool):
+            raise ConfigError(f"scheduler.async_scheduling: expected true or false, got {self.async_scheduling!r}")
         check_int("scheduler.max_num_batched_tokens", self.max_num_batched_tokens, 1)
         check_int("scheduler.max_num_seqs", self.max_num_seqs, 1)
         check_int("scheduler.max_model_len", self.max_model_len, 2)

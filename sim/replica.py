@@ -40,10 +40,15 @@ class Replica:
     (`sim.decode_replay`); likewise the mixed (prefill + decode) steps of a chunked scheduler, with
     a latency model that times a step from its sums (`sim.mixed_replay`). `fast_decode=False` runs
     every step through schedule().
+
+    `async_scheduling` (vLLM's `--async-scheduling`): the engine plans step n+1 while step n runs,
+    so a request submitted during step n is first seen by the plan of step n+2 (at once when no step
+    runs). The scheduling time itself is not hidden. The fast paths are off with it.
     """
 
     def __init__(self, env: simpy.Environment, scheduler, latency_model, recorder: Recorder | None = None,
-                 name: str = "0", on_finish: FinishHook | None = None, fast_decode: bool = True) -> None:
+                 name: str = "0", on_finish: FinishHook | None = None, fast_decode: bool = True,
+                 async_scheduling: bool = False) -> None:
         self.env = env
         self.scheduler = scheduler
         self.latency_model = latency_model
@@ -55,6 +60,11 @@ class Replica:
         self.busy_time = 0.0  # seconds spent in steps (utilization = busy_time / elapsed)
         self._wakeup: simpy.Event | None = None  # set while idle, triggered by wake() (submit calls it)
         self._live: dict = {}  # req_id -> submitted request not yet seen to end
+        self.async_scheduling = bool(async_scheduling)
+        self._step_index = 0  # steps started so far (async scheduling: which step a submit fell in)
+        self._in_step = False
+        self._deferred: list[tuple[Request, int]] = []  # async: (request, step it arrived during)
+        fast_decode = fast_decode and not self.async_scheduling
         self._replay = DecodeReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
             if fast_decode else None
         self._mixed = MixedReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
@@ -67,6 +77,12 @@ class Replica:
         now = self.env.now
         self.num_submitted += 1
         self.recorder.add_request(request, self.name)
+        if self.async_scheduling and self._in_step:  # the next step is planned already
+            self._deferred.append((request, self._step_index))
+            return
+        self._admit(request, now)
+
+    def _admit(self, request: Request, now: float) -> None:
         self.scheduler.add_request(request, now)
         if request.is_finished:  # rejected at once (too long, can never fit)
             self._finished(request, now)
@@ -200,6 +216,9 @@ class Replica:
                 if not plan.is_empty:
                     add_step(record_step(plan, now, 0.0, scheduler, name))
                     scheduler.update(plan, StepResult(0.0), now)
+                if self._deferred:  # async scheduling, no step to run: nothing is planned ahead
+                    self._release(None, now)
+                    continue
                 wake_at = next_wakeup() if next_wakeup is not None else None
                 if wake_at is not None and wake_at <= now:
                     continue
@@ -220,7 +239,10 @@ class Replica:
                 duration += after_idle
                 was_idle = False
             record = record_step(plan, now, duration, scheduler, name)
+            self._step_index += 1
+            self._in_step = True
             yield timeout(duration)
+            self._in_step = False
             self.busy_time += duration
             now = env.now
             finished = scheduler.update(plan, StepResult(duration), now)
@@ -229,6 +251,20 @@ class Replica:
                 self._finished(request, now)
             if live is None or len(live) != len(own):
                 self._sweep(now)
+            if self._deferred:  # those that arrived before this step: the next plan sees them
+                self._release(self._step_index, now)
+
+    def _release(self, before_step: int | None, now: float) -> None:
+        """Hand the deferred requests that arrived during a step before `before_step` (None: all)."""
+        keep, go = [], []
+        for request, step in self._deferred:
+            if before_step is None or step < before_step:
+                go.append(request)
+            else:
+                keep.append((request, step))
+        self._deferred = keep
+        for request in go:
+            self._admit(request, now)
 
 
 @contextmanager

@@ -70,6 +70,7 @@ def server_args_from_exp_config(exp: dict, gpu: str | None = None) -> ServerArgs
         kv_cache_dtype=str(exp["kv_cache_dtype"]) if exp.get("kv_cache_dtype") else None,
         kv_offloading_size=float(exp["kv_offloading_size"]) if exp.get("kv_offloading_size") else None,
         kv_offloading_backend=str(exp["kv_offloading_backend"]) if exp.get("kv_offloading_backend") else None,
+        async_scheduling=bool(exp["async_scheduling"]) if exp.get("async_scheduling") is not None else None,
     )
 
 

@@ -12,7 +12,7 @@ from fidelity.from_run import config_from_run, load_run
 from fidelity.run_folders import find_runs
 from servesim.cli import main
 
-UNKNOWN = {"frobnicate_level": 3, "async_scheduling": True, "enforce_eager": True}
+UNKNOWN = {"frobnicate_level": 3, "enforce_eager": True}
 
 
 def synthetic_run(folder, **extra):
@@ -30,6 +30,15 @@ def test_unknown_and_unmodelled_arguments_are_listed_by_name(tmp_path):
     assert "does not know" in rows["frobnicate_level"]["note"]
     assert rows["kv_offloading_size"]["status"] == MODELLED and "offload" in rows["kv_offloading_size"]["note"]
     assert sorted(not_modelled(run)) == sorted(f"{k}={v}" for k, v in UNKNOWN.items())
+
+
+def test_async_scheduling_recorded_in_exp_config_is_simulated(tmp_path):
+    run = load_run(synthetic_run(tmp_path / "run", async_scheduling=True))
+    rows = {r["setting"]: r for r in settings_table(run)}
+    assert rows["async_scheduling"]["status"] == MODELLED
+    assert config_from_run(tmp_path / "run", measured_kernels=False).scheduler.async_scheduling is True
+    plain = load_run(synthetic_run(tmp_path / "plain"))
+    assert {r["setting"]: r for r in settings_table(plain)}["async_scheduling"]["status"] == ASSUMED
 
 
 def test_value_decides_where_a_setting_is_only_partly_modelled():

@@ -215,3 +215,27 @@ def test_the_first_step_after_an_idle_wait_pays_the_models_after_idle_time():
     assert steps["duration"][~woke].tolist() == pytest.approx([0.02] * int((~woke).sum()))
     assert reqs[0].first_token_time - reqs[0].arrival_time == pytest.approx(0.025)
     assert reqs[2].first_token_time - reqs[2].arrival_time == pytest.approx(0.025)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_async_scheduling_a_mid_step_arrival_joins_the_step_after_next(async_scheduling):
+    """vLLM's async scheduling plans step n+1 while step n runs: a request that arrives during step
+    n is first scheduled at the end of step n+1 (without it: at the end of step n). One that
+    arrives while the engine is idle is scheduled at once either way."""
+    env = simpy.Environment()
+    replica = Replica(env, make_sched("chunked"), ConstantLatency(0.02), async_scheduling=async_scheduling)
+    first, mid, idle = make_requests(3, prompt=16, max_tokens=6)
+    replica.submit(first)
+
+    def later(delay, request):
+        yield env.timeout(delay)
+        replica.submit(request)
+
+    env.process(later(0.03, mid))  # during the second step (0.02-0.04)
+    env.process(later(5.0, idle))
+    env.run()
+    expected = 0.06 if async_scheduling else 0.04
+    assert mid.first_scheduled_time == pytest.approx(expected)
+    assert idle.first_scheduled_time == pytest.approx(5.0)
+    for r in (first, mid, idle):
+        assert r.finish_reason.value == "length" and r.num_output_tokens == 6
