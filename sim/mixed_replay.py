@@ -38,7 +38,7 @@ _LENGTH = FinishReason.LENGTH
 _num_computed = attrgetter("num_computed_tokens")
 _new = tuple.__new__
 # the scheduler methods whose behaviour the replay reproduces: a subclass changing one is not replayed
-_REPRODUCED = ("schedule", "_schedule_pass", "_schedule_running", "_schedule_swapped", "_schedule_waiting",
+REPRODUCED = ("schedule", "_schedule_pass", "_schedule_running", "_schedule_swapped", "_schedule_waiting",
                "_chunk", "update", "_record_tokens", "_admitted", "_on_finished", "admit_head")
 
 
@@ -64,13 +64,14 @@ def _owner(latency_model) -> type | None:
 
 def replayable(scheduler) -> bool:
     """Whether the scheduler's steps are those this replay reproduces (see the module docstring)."""
-    if not getattr(scheduler, "mixed_runs", False) or not isinstance(scheduler, ChunkedScheduler):
+    # a policy declares `mixed_runs` only where its pass is ChunkedScheduler's (tests/sim/test_fast_path.py
+    # checks every policy that declares it); a user's subclass that overrides a part of it is not replayed
+    if not scheduler.mixed_runs or not isinstance(scheduler, ChunkedScheduler):
         return False
-    cls = type(scheduler)
-    if any(getattr(cls, name) is not getattr(ChunkedScheduler, name) for name in _REPRODUCED):
+    if any(getattr(type(scheduler), name) is not getattr(ChunkedScheduler, name) for name in REPRODUCED):
         return False
     return (type(scheduler.waiting) is FCFSQueue and not scheduler.whole_prompts and not scheduler.max_paddings
-            and scheduler.block_manager.offload is None and not getattr(scheduler, "num_spec_tokens", 0))
+            and scheduler.block_manager.offload is None and not scheduler.num_spec_tokens)
 
 
 class MixedReplay:
@@ -110,7 +111,7 @@ class MixedReplay:
         request that ended): the runners of one replica, and of replicas each alone in an
         environment (`sim.cluster.independent`), say so. A stretch then waits out such an event
         inside a step, as the step-by-step loop does, with the cohort still carried, and ends its
-        finished requests itself (`replica._finished`, at their step's end, as the loop would).
+        finished requests itself (`replica.request_ended`, at their step's end, as the loop would).
         """
         self.carry, self.until = True, (float("inf") if until is None else float(until))
         self.replica = replica
@@ -381,7 +382,7 @@ class MixedReplay:
                 durations = []
                 since = 0
                 for req in finished:
-                    replica._finished(req, end)
+                    replica.request_ended(req, end)
                 if j > len(ends) // 2 + 64:  # keep `ends` short: restart the stretch's step count
                     break
             if spans or (ended and carry):

@@ -85,7 +85,7 @@ class Replica:
     def _admit(self, request: Request, now: float) -> None:
         self.scheduler.add_request(request, now)
         if request.is_finished:  # rejected at once (too long, can never fit)
-            self._finished(request, now)
+            self.request_ended(request, now)
             return
         self._live[request.req_id] = request
         self.wake()
@@ -103,7 +103,7 @@ class Replica:
         """Cancel a live request now (a client gone); it ends ABORTED and reaches the finish hooks."""
         request = self.scheduler.abort_request(req_id, self.env.now)
         if request is not None:
-            self._finished(request, self.env.now)
+            self.request_ended(request, self.env.now)
         return request
 
     def run_alone(self, until: float | None = None) -> None:
@@ -134,7 +134,9 @@ class Replica:
         return self._wakeup is not None and not self._wakeup.triggered
 
     # --- the loop -------------------------------------------------------------------------------
-    def _finished(self, request: Request, now: float) -> None:
+    def request_ended(self, request: Request, now: float) -> None:
+        """Count a request that ended at `now` and run the on_finish hooks (the loop and the fast
+        paths call it once per request, at the end of the step it ended in)."""
         self._live.pop(request.req_id, None)
         self.num_finished += 1
         for hook in self.on_finish:
@@ -149,7 +151,7 @@ class Replica:
         if live is not None and len(live) == len(self._live):
             return
         for request in [r for r in self._live.values() if r.is_finished]:
-            self._finished(request, now)
+            self.request_ended(request, now)
 
     def _loop(self):
         env, scheduler, step_time = self.env, self.scheduler, self.latency_model.step_time
@@ -174,7 +176,7 @@ class Replica:
                         busy += duration
                     self.busy_time = busy
                     for request in finished:
-                        self._finished(request, now)
+                        self.request_ended(request, now)
                     if live is None or len(live) != len(own):
                         self._sweep(now)
                     continue
@@ -189,7 +191,7 @@ class Replica:
                             busy += duration
                         self.busy_time = busy
                         for request in finished:
-                            self._finished(request, now)
+                            self.request_ended(request, now)
                         self._sweep(now)
                         continue
             if mixed is not None and not mixed.carry and not was_idle:
@@ -201,7 +203,7 @@ class Replica:
                         busy += duration
                     self.busy_time = busy
                     for request in finished:
-                        self._finished(request, now)
+                        self.request_ended(request, now)
                     if live is None or len(live) != len(own):
                         self._sweep(now)
                     continue
@@ -248,7 +250,7 @@ class Replica:
             finished = scheduler.update(plan, StepResult(duration), now)
             add_step(record)
             for request in finished:
-                self._finished(request, now)
+                self.request_ended(request, now)
             if live is None or len(live) != len(own):
                 self._sweep(now)
             if self._deferred:  # those that arrived before this step: the next plan sees them

@@ -27,6 +27,10 @@ from sim.replica import Replica
 from specs import get_gpu, get_model
 from sim.runner import simulate
 from sim_helpers import make_requests, make_sched
+import policies.schedulers  # noqa: F401,E402  (every policy class defined)
+from policies.chunked_scheduler import ChunkedScheduler  # noqa: E402
+from policies.scheduler import Scheduler  # noqa: E402
+from sim.mixed_replay import REPRODUCED  # noqa: E402
 
 
 def run_both(monkeypatch, config, latency_model=None):
@@ -497,3 +501,19 @@ def test_roofline_totals_step_time_is_step_time_bit_for_bit(model, tp, gpu):
                                   rnd.random() < 0.5) for i in range(rnd.randint(0 if n else 1, 4)))
         plan = BatchPlan(0, ScheduledSeqs(decodes, contexts, rest) if n else rest)
         assert fast(plan.totals) == m.totals_step_time(plan.totals) == m.step_time(plan)
+
+
+def test_every_policy_declaring_mixed_runs_keeps_the_chunked_pass():
+    """sim.mixed_replay reproduces ChunkedScheduler's pass; a policy that declares `mixed_runs` must not
+    override any method of it (else the replay would silently differ from the loop)."""
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    declaring = [cls for cls in subclasses(Scheduler) if cls.mixed_runs and cls.__module__.startswith("policies.")]
+    assert ChunkedScheduler in declaring
+    for cls in declaring:
+        assert issubclass(cls, ChunkedScheduler), cls
+        overridden = [name for name in REPRODUCED if getattr(cls, name) is not getattr(ChunkedScheduler, name)]
+        assert not overridden, (cls.__name__, overridden)
