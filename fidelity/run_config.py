@@ -232,6 +232,8 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         hardware["num_gpu_blocks"] = int(s.num_gpu_blocks)
     if s.gpu_memory_utilization:
         hardware["gpu_memory_utilization"] = s.gpu_memory_utilization
+    if not s.enable_chunked_prefill:  # the v0 engine (as `scheduler_section`): its profiling sizes the pool
+        hardware["memory_profiling"] = "v0"
     model = {"name": resolve_model_name(s.model)}
     if s.kv_cache_dtype and s.kv_cache_dtype.startswith("fp8"):
         model["kv_cache_dtype"] = "fp8"

@@ -12,6 +12,8 @@ from specs.gpu_spec import GPUSpec, get_gpu
 from specs.model_catalog import get_model
 from specs.model_spec import DTYPE_BYTES, ModelSpec
 
+MEMORY_PROFILES = ("v1", "v0")  # engine generations whose profiling sizes the KV pool (specs.memory)
+
 DTYPES = ("auto", "float16", "bfloat16", "float32", "fp8")
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8")
 TP_SIZES = (1, 2, 4, 8)
@@ -45,6 +47,8 @@ class HardwareConfig:
     `pcie_bandwidth_gbps` overrides the GPU's host link (GB/s per direction) for swap copies.
     `latency` picks the step-time model: "roofline" (datasheet) or "profiled" (needs `profile`).
     `enforce_eager` (vLLM's flag) models an engine without CUDA graphs.
+    `memory_profiling` is the engine generation whose profiling sizes the KV pool: "v1" (vLLM >= 0.8's
+    engine) or "v0" (vLLM 0.2-0.4: profiles sampling of every sequence; see `specs.memory`).
     `ep` spreads a MoE model's routed experts over `ep` expert-parallel groups (1 = every expert
     sharded over the `tp` GPUs). With ep <= tp (ep divides tp) the replica's tp GPUs form ep groups,
     each holding E/ep experts sharded tp/ep ways (SGLang's moe_tp = tp/ep). With ep > tp (tp divides
@@ -66,6 +70,7 @@ class HardwareConfig:
     enforce_eager: bool = False  # vLLM's flag: no CUDA graphs (the roofline adds per-layer launch costs)
     ep: int = 1  # expert-parallel degree of a MoE model (see the class docstring)
     ep_link_bandwidth_gbps: float | None = None  # the all-to-all's GB/s per GPU per direction (None: see roofline)
+    memory_profiling: str = "v1"  # "v1" or "v0": whose profiling rule sizes the KV pool (specs.memory)
 
     def __post_init__(self) -> None:
         get_gpu(self.gpu)  # fail early on an unknown GPU
@@ -82,6 +87,7 @@ class HardwareConfig:
         if self.pcie_bandwidth_gbps is not None:
             check_number("hardware.pcie_bandwidth_gbps", self.pcie_bandwidth_gbps, 0.0, strict_min=True)
         check_choice("hardware.latency", self.latency, LATENCY_MODELS)
+        check_choice("hardware.memory_profiling", self.memory_profiling, MEMORY_PROFILES)
         if self.latency == "profiled" and not self.profile:
             raise ConfigError("hardware.profile: required when hardware.latency = 'profiled' (a profile file path)")
         if self.price_per_hour is not None:

@@ -11,18 +11,30 @@ GPU blocks follow vLLM's profiling rule::
 
     kv_bytes = memory_bytes x gpu_memory_utilization - weight_bytes - activation_reserve
 
-(`activation_reserve_bytes`). Checked against real vLLM logs (CodeLlama-34B on an 80 GB GPU) in
-tests/specs/test_memory.py.
+with the reserve of the engine generation's profiling (`hardware.memory_profiling`): vLLM v1's
+(`activation_reserve_bytes`, checked against vLLM 0.11/0.19 logs in tests/specs/test_memory.py) or
+vLLM v0's (`v0_activation_reserve_bytes`: 0.2-0.4, early 2024, whose profiling samples every profiled sequence
+and counts all memory in use on the device; a worked example in the same tests).
 """
 from __future__ import annotations
 
 from policies.config import ConfigError
-from specs.hardware import HardwareConfig, check_parallelism
+from specs.hardware import MEMORY_PROFILES, HardwareConfig, check_parallelism
 from specs.model_spec import ModelSpec, kv_bytes, mla_kv_bytes
 
 GiB = 2**30
 NON_TORCH_BYTES = int(0.25 * GiB)  # CUDA context leftovers + NCCL/all-reduce buffers + graph pool
 ACT_HIDDEN_BUFFERS = 6  # hidden-size activation buffers alive at the MLP peak (see module doc)
+# what vLLM v0's `total - free` counts beyond the allocator: the CUDA context of the worker process
+# (CUDA 12 lazy module loading) and NCCL's buffers of its one-rank group. Not measured here: the
+# PyTorch forum's figure for a first CUDA call is 0.3-0.7 GiB (more without lazy loading); a GPU
+# check can measure it (`torch.cuda.mem_get_info` before any allocation)
+V0_NON_TORCH_BYTES = int(0.5 * GiB)
+# bytes per (sequence, vocab) entry alive at the peak of v0's sampler for top-k/top-p (which its
+# profiling requests): the logits, their sorted copy, softmax and cumsum, the re-gathered logits
+# (5 in the activations' dtype), the sort's indices and their inverse (int64), two boolean masks
+V0_SAMPLER_INT_BYTES = 2 * 8 + 2 * 1
+V0_SAMPLER_ACT_COPIES = 5
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -78,6 +90,47 @@ def activation_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: 
     return max_num_batched_tokens * per_token + logits + NON_TORCH_BYTES
 
 
+def v0_activation_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int = 2048,
+                                max_num_seqs: int = 256) -> int:
+    """Memory vLLM v0 (0.2-0.4, `Worker.profile_num_available_blocks`) keeps away from the KV cache.
+
+    v0 runs one forward of `max_num_batched_tokens` tokens split over `max_num_seqs` prompts, samples
+    every prompt's next token with top-k/top-p (`ModelRunner.profile_run`), then counts `total -
+    free` from `torch.cuda.mem_get_info`: the weights, what the caching allocator kept reserved
+    (its peak: the forward's or the sampler's, one after the other) and all non-torch memory:
+
+    * the forward's peak: the MLP's up-projection output and its activation (2 x intermediate for a
+      plain MLP, 3 x for a gated one, / tp) and `ACT_HIDDEN_BUFFERS` hidden-size buffers per token;
+    * the sampler's: the final hidden states of all tokens, plus per (sequence, vocab) entry
+      `V0_SAMPLER_ACT_COPIES` tensors in the activations' dtype and `V0_SAMPLER_INT_BYTES` (the
+      logits are gathered whole on the driver rank, whose count the engine takes: vocab not / tp);
+      the fp32 probabilities and log-probabilities that follow need less (4 + 4 + two fp32 copies);
+    * `V0_NON_TORCH_BYTES`: the CUDA context and NCCL buffers `total - free` counts.
+    CUDA graphs are captured after the cache is allocated in v0, so they reserve nothing here.
+    """
+    act, h = model.act_dtype_bytes, model.hidden_size
+    per_token = (model.num_mlp_matrices * model.intermediate_size // tp + ACT_HIDDEN_BUFFERS * h) * act
+    if model.is_moe:  # the experts' up-projection outputs for the k routed (+ shared) experts of a token
+        moe = (model.num_mlp_matrices * model.moe_intermediate_size // tp + ACT_HIDDEN_BUFFERS * h) * act
+        moe *= model.num_experts_per_tok + model.num_shared_experts
+        per_token = max(moe, per_token) if model.num_dense_layers else moe
+    forward = max_num_batched_tokens * per_token
+    per_entry = V0_SAMPLER_ACT_COPIES * act + V0_SAMPLER_INT_BYTES
+    sampler = max_num_batched_tokens * h * act + max_num_seqs * model.vocab_size * per_entry
+    return max(forward, sampler) + V0_NON_TORCH_BYTES
+
+
+def profiling_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int = 2048, max_num_seqs: int = 256,
+                            profiling: str = "v1") -> int:
+    """The reserve of the engine generation's profiling: "v1" (`activation_reserve_bytes`) or "v0"."""
+    if profiling == "v0":
+        return v0_activation_reserve_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
+    if profiling != "v1":
+        raise ConfigError(f"hardware.memory_profiling: {profiling!r} is not allowed; choose one of "
+                          f"{', '.join(MEMORY_PROFILES)}")
+    return activation_reserve_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
+
+
 def kv_cache_bytes(model: ModelSpec, hardware: HardwareConfig, max_num_batched_tokens: int = 2048,
                    max_num_seqs: int = 256, extra_params: int = 0) -> int:
     """Bytes per GPU left for the KV cache; a clear error when the weights do not fit.
@@ -87,7 +140,8 @@ def kv_cache_bytes(model: ModelSpec, hardware: HardwareConfig, max_num_batched_t
     gpu = hardware.gpu_spec()
     budget = gpu.memory_bytes * hardware.gpu_memory_utilization
     weights = weight_bytes_per_gpu(model, hardware.tp, ep, extra_params)
-    reserve = activation_reserve_bytes(model, hardware.tp, max_num_batched_tokens, max_num_seqs)
+    reserve = profiling_reserve_bytes(model, hardware.tp, max_num_batched_tokens, max_num_seqs,
+                                      getattr(hardware, "memory_profiling", "v1"))
     free = budget - weights - reserve
     if free <= 0:
         raise ConfigError(

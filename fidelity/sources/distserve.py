@@ -52,15 +52,7 @@ DISTSERVE_VLLM_LAUNCH: dict[str, object] = {
 # whose first tokens arrive within 0.6 ms of each other were prefilled in one step, and five of the
 # eight runs co-schedule 1699 + 1728 = 3427 prompt tokens in one step, above vLLM's default of 2048.
 DISTSERVE_MAX_NUM_BATCHED_TOKENS = int(DISTSERVE_VLLM_LAUNCH["max_num_batched_tokens"])
-# The script's 0.95 is not simulated: at 0.95 `specs.memory`'s profiling rule (checked on vLLM v1
-# logs) leaves a larger pool than these runs' queues show (leave-one-run-out TTFT 11% -> 20%), so
-# that v0 release reserved more than the rule (its profiling forward samples max_num_seqs = 1024
-# sequences; the GPU memory in use after it counts, not the allocator's peak): not modelled. The
-# pool stays what vLLM's default 0.9 leaves, the loader's assumption before the script was read.
-VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DISTSERVE_UNMODELLED = {
-    "gpu_memory_utilization": "simulated at vLLM's default 0.9: at 0.95 specs.memory's rule (vLLM v1's) leaves "
-                              "a larger pool than these runs show; this v0 release's profiling is not modelled",
     "max_paddings": "no padding cap simulated: the runs' own prefill batches exceed 256 padding tokens",
 }
 # first tokens closer than this were sampled by the same step (the gap between steps is >= 20 ms)
@@ -110,7 +102,8 @@ def load_distserve_run(path: Path) -> RealRun:
     monotonic clock, latencies in ms). vLLM of early 2024 (the v0 engine): no chunked prefill, no
     prefix caching; the engine arguments are the launch script's (`DISTSERVE_VLLM_LAUNCH`, listed
     in settings.csv with where they were read; those simulated otherwise, `DISTSERVE_UNMODELLED`).
-    The KV capacity is left to vLLM's profiling rule (`specs.memory`) at 0.9:
+    The KV capacity is vLLM v0's profiling rule (`specs.memory`, `hardware.memory_profiling = "v0"`,
+    set for every v0 run by `fidelity.run_config`) at the script's 0.95:
     `profile_data/max_num_tokens.csv` next to the runs is the capacity of DistServe's *own* engine
     (its simulator's input for DistServe instances), not of the vLLM baseline.
     """
@@ -134,7 +127,7 @@ def load_distserve_run(path: Path) -> RealRun:
                         max_num_batched_tokens=int(launch["max_num_batched_tokens"]),
                         max_num_seqs=int(launch["max_num_seqs"]), enable_chunked_prefill=False,
                         block_size=int(launch["block_size"]), enable_prefix_caching=False, engine_version=None,
-                        gpu_memory_utilization=VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
+                        gpu_memory_utilization=float(launch["gpu_memory_utilization"]))
     recorded = {k: (v, DISTSERVE_VLLM_LAUNCH_ORIGIN) for k, v in launch.items()}
     return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests,
                    recorded_args=recorded, unmodelled_args=DISTSERVE_UNMODELLED, measured_by="distserve")

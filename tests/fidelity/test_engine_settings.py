@@ -90,7 +90,7 @@ def test_every_shipped_runs_settings_have_a_status(shared_data):
         assert "async_scheduling=True" in not_modelled(rtx)
     ds = [r for r in runs if r.source.startswith("distserve")]  # the launch script's settings, two not modelled
     assert all({x["setting"] for x in settings_table(r) if x["status"] == NOT_MODELLED} >=
-               {"gpu_memory_utilization", "max_paddings", "swap_space"} for r in ds)
+               {"max_paddings", "swap_space"} for r in ds)
 
 
 def test_what_a_run_does_not_record_is_listed_as_assumed(tmp_path):

@@ -109,6 +109,7 @@ def test_distserve_settings_are_the_launch_scripts_and_listed(shared_data):
     and every one of the script's arguments is listed, modelled or not, with where it came from."""
     from fidelity.client_workload import version_assumption
     from fidelity.engine_settings import NOT_MODELLED, settings_table
+    from fidelity.run_config import config_dict_for_run
     from fidelity.sources.distserve import DISTSERVE_VLLM_LAUNCH, DISTSERVE_VLLM_LAUNCH_ORIGIN
 
     runs = find_runs(shared_data / "groundtruth" / "distserve-a100-opt13b")
@@ -121,8 +122,10 @@ def test_distserve_settings_are_the_launch_scripts_and_listed(shared_data):
     assert set(DISTSERVE_VLLM_LAUNCH) <= set(rows)
     assert all(rows[k]["recorded_in"] == DISTSERVE_VLLM_LAUNCH_ORIGIN for k in DISTSERVE_VLLM_LAUNCH)
     # simulated otherwise than the script says: listed as not modelled, never dropped
-    assert rows["gpu_memory_utilization"]["status"] == NOT_MODELLED and run.server.gpu_memory_utilization == 0.9
     assert rows["max_paddings"]["status"] == NOT_MODELLED
+    # the script's 0.95, sized by vLLM v0's profiling rule
+    assert rows["gpu_memory_utilization"]["status"] != NOT_MODELLED and run.server.gpu_memory_utilization == 0.95
+    assert config_dict_for_run(run)["hardware"]["memory_profiling"] == "v0"
     line = version_assumption(run)  # neither release is recorded: both assumptions, one line
     assert "\n" not in line and "engine version not recorded" in line and "client version not recorded" in line
 

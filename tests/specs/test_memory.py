@@ -155,3 +155,41 @@ def test_expert_parallelism_spreads_only_the_routed_experts():
     assert num_gpu_blocks(m, make_hardware(gpu="H200", tp=8, ep=32)) > num_gpu_blocks(m, make_hardware(gpu="H200", tp=8))
     with pytest.raises(ConfigError, match=r"^hardware\.tp: DeepSeek-V3 needs"):
         num_gpu_blocks(m, make_hardware(gpu="H100-SXM", tp=8))
+
+
+# --- vLLM v0's profiling (0.2-0.4, early 2024) -------------------------------------------------------
+def test_v0_reserve_worked_example_opt13b_on_an_a100():
+    """OPT-13B (fp16, plain MLP, vocab 50272) at 16384 tokens over 1024 sequences, by hand: the
+    forward's peak 16384 x (2 x 20480 + 6 x 5120) x 2 B = 2.349e9 B beats the sampler's
+    16384 x 5120 x 2 + 1024 x 50272 x (5 x 2 + 18) B = 1.609e9 B; plus the CUDA context's 0.5 GiB."""
+    from specs import v0_activation_reserve_bytes
+    from specs.memory import V0_NON_TORCH_BYTES
+    m = get_model("OPT-13B")
+    forward = 16384 * (2 * 20480 + 6 * 5120) * 2
+    sampler = 16384 * 5120 * 2 + 1024 * 50272 * 28
+    assert forward == 2_348_810_240 and sampler == 1_609_170_944
+    assert v0_activation_reserve_bytes(m, 1, 16384, 1024) == forward + V0_NON_TORCH_BYTES
+    hw = make_hardware(gpu="A100-80G", gpu_memory_utilization=0.95, memory_profiling="v0")
+    pool = int(hw.gpu_spec().memory_bytes * 0.95) - weight_bytes_per_gpu(m, 1) - forward - V0_NON_TORCH_BYTES
+    assert num_gpu_blocks(m, hw, 16, 16384, 1024) == pool // bytes_per_block(m, 1, 16)
+
+
+def test_v0_sampler_peak_counts_every_sequence_over_the_whole_vocab():
+    """Many short sequences: the sampler's (sequences x vocab) tensors set v0's reserve, linear in
+    the sequences, and the driver rank samples the whole vocab whatever the TP degree."""
+    from specs import v0_activation_reserve_bytes
+    m = get_model("Llama-3-8B")  # vocab 128256
+    r256, r512 = (v0_activation_reserve_bytes(m, 1, 2048, s) for s in (256, 512))
+    assert r512 - r256 == 256 * m.vocab_size * (5 * 2 + 18)
+    assert v0_activation_reserve_bytes(m, 2, 2048, 512) - v0_activation_reserve_bytes(m, 2, 2048, 256) == r512 - r256
+    # v1's rule charges 8 B per entry (/ tp): v0 keeps more away at many sequences
+    from specs import activation_reserve_bytes
+    assert r512 > activation_reserve_bytes(m, 1, 2048, 512)
+
+
+def test_memory_profiling_is_one_of_the_generations():
+    m = get_model("Llama-2-7B")
+    v0, v1 = (num_gpu_blocks(m, make_hardware(memory_profiling=p)) for p in ("v0", "v1"))
+    assert v0 != v1
+    with pytest.raises(ConfigError, match=r"^hardware\.memory_profiling: .*v1.*v0"):
+        make_hardware(memory_profiling="v2")
