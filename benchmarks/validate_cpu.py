@@ -11,7 +11,9 @@ around the engine's run (`--one-profile`: one profile first, for all). The bar: 
 <= 5%, mean TTFT, TPOT and E2E within 10%. Columns: "cpu med" the per-step error against the engine
 thread's CPU time; "detrend" with the machine's drift taken out (each step's error minus its 51
 neighbours' median); "drift" the calibration's engine steps' slow-down from before to after the run
-(`calibrate.bench.bracket_drift_pct`); "held" the calibration's held-out error; then warnings and
+(`calibrate.bench.bracket_drift_pct`); "held" the calibration's held-out error; "waited" the share of
+the steps' wall time the engine's thread waited for a core (left out on validate's engine clock,
+`calibrate.validate.engine_clock`); then warnings and
 the median signed error by step kind (decode-only 1, 2-4, 5+; prefill-only; mixed).
 """
 from __future__ import annotations
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
     for title, paths in groups:
         print(f"\n{title}")
         print(f"{'workload':<{width}} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} "
-              f"{'detrend':>8} {'drift':>6} {'held':>5} {'load':>5} bar")
+              f"{'detrend':>8} {'drift':>6} {'held':>5} {'waited':>6} {'load':>5} bar")
         met = 0
         for toml in paths:
             with warnings.catch_warnings():  # counted in the table and listed after it
@@ -103,6 +105,7 @@ def main(argv=None) -> int:
                   + " ".join(f"{e:>6.1f}%" if e is not None else f"{'-':>7}" for e in errs)
                   + f" {cpu:>7.1f}% {details['step_time_abs_pct_error_detrended']['median'] or float('nan'):>7.1f}%"
                   + f" {drift if drift is not None else float('nan'):>+5.1f}% {held if held is not None else float('nan'):>4.1f}%"
+                  + f" {(details.get('waited_for_core_fraction') or 0.0) * 100:>5.1f}%"
                   f" {details['load_avg_1m'][1]:>5.2f} {'met' if this else 'MISSED'}"
                   + (" (calibration warned)" if details.get("calibration_warnings") else ""))
         print(f"  {met} of {len(paths)} met the bar")

@@ -5,6 +5,7 @@ One TOML file drives both executors; this is where its sections meet the engine.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -60,9 +61,12 @@ def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[
     return engine_config, config_to_toml(config)
 
 
-def build_engine(config, device: str | torch.device = "cpu", model=None) -> Engine:
-    """An `Engine` for a servesim config (its TOML kept for the results), on `model` when given."""
+def build_engine(config, device: str | torch.device = "cpu", model=None, clock: str = "wall") -> Engine:
+    """An `Engine` for a servesim config (its TOML kept for the results), on `model` when given, with
+    the engine clock `clock` (`gpu_backend.clock`)."""
     engine_config, config_toml = engine_config_from_sim(config, device)
+    if clock != engine_config.clock:
+        engine_config = dataclasses.replace(engine_config, clock=clock)
     engine = Engine(engine_config, device, model=model)
     engine.config_toml = config_toml
     return engine

@@ -1,8 +1,9 @@
 """`servesim validate`: predict a workload with the simulator, run it on the real engine, compare.
 
 1. Calibrate the engine's ops on the device (or load `--profile`), giving a `ProfiledLatencyModel`.
-2. Run the config's workload on the real `gpu_backend.Engine` in wall-clock time, recording every
-   step's plan and its measured time (model runner execution + the scheduler's schedule/update).
+2. Run the config's workload on the real `gpu_backend.Engine` in real time, recording every step's
+   plan and its measured time (model runner execution + the scheduler's schedule/update); on one
+   CPU thread the clock leaves out the thread's waits for a core (`engine_clock`).
    When calibrating, this run happens between the two halves of the calibration's engine steps
    (`calibrate(between=...)`), so that a drifting machine is profiled in the run's conditions.
 3. Simulate the same config and workload with the profiled model (same scheduler policy, same KV
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit_checks import check_profile
+from gpu_backend.clock import UncontendedClock
 from calibrate.model_dims import resolve_model
 from policies import Request
 from records.display import number
@@ -72,21 +74,36 @@ def engine_config_for(config, device: str):
     return engine_config_from_sim(config, device)
 
 
-def run_engine(config, device: str, progress: bool = True, model=None):
-    """Run the config's workload on the engine (on `model` when given); returns (engine, EngineResult,
-    [(plan, measured seconds, CPU seconds, after_idle)])."""
+def engine_clock(device: str) -> str:
+    """The engine clock a validation run uses on `device` (`gpu_backend.clock`).
+
+    On a single-threaded CPU run, "uncontended": the profile is measured in the thread's CPU time
+    (`calibrate.bench.clock_for`), so the run it is compared with leaves out the time its thread
+    waited for a core too; on a shared machine that wait was up to half of every step for minutes at a
+    time, and it compounds into queueing the profile cannot know of. Otherwise the wall clock."""
+    import torch
+
+    if torch.device(device).type == "cpu" and torch.get_num_threads() == 1 and UncontendedClock.available():
+        return "uncontended"
+    return "wall"
+
+
+def run_engine(config, device: str, progress: bool = True, model=None, clock: str | None = None):
+    """Run the config's workload on the engine (on `model` when given; its clock `clock`, default
+    `engine_clock(device)`); returns (engine, EngineResult, [(plan, measured seconds, CPU seconds,
+    after_idle, wall seconds)]): measured on the engine clock, wall including any wait for a core."""
     from calibrate.engine_config import build_engine
 
-    engine = build_engine(config, device, model=model)
+    engine = build_engine(config, device, model=model, clock=clock or engine_clock(device))
     records = []
     last = [engine.schedule_time_s]
-    cpu = [0.0]
+    cpu, wall = [0.0], [0.0]
     execute = engine.runner.execute
 
     def timed_execute(plan):  # the step's CPU time on this thread: a contention-free diagnostic
-        c = time.thread_time()
+        c, w = time.thread_time(), time.perf_counter()
         result = execute(plan)
-        cpu[0] = time.thread_time() - c
+        cpu[0], wall[0] = time.thread_time() - c, time.perf_counter() - w
         return result
 
     engine.runner.execute = timed_execute
@@ -96,13 +113,13 @@ def run_engine(config, device: str, progress: bool = True, model=None):
     def hook(plan, result):
         sched = engine.schedule_time_s - last[0]
         last[0] = engine.schedule_time_s
-        end = time.perf_counter()
+        end = engine.clock()
         # the engine sat idle before this step (waiting for an arrival) when more than a millisecond
         # passed between the previous step's end and this one's start: its caches went cold, which a
         # profile's `after_idle_s` charges (the simulator's replica adds it after an idle wait)
         idle = prev_end[0] is not None and end - (result.duration + sched) - prev_end[0] > IDLE_GAP_S
         prev_end[0] = end
-        records.append((plan, result.duration + sched, cpu[0] + sched, idle))
+        records.append((plan, result.duration + sched, cpu[0] + sched, idle, wall[0] + sched))
 
     engine.step_hooks.append(hook)
     # warm the engine up on a throwaway request so first-call costs do not land in step 1
@@ -195,12 +212,12 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     predicted = simulate(config, latency_model=lm)
 
     rows = []
-    for plan, m, c, idle in records:
+    for plan, m, c, idle, w in records:
         p = lm.step_time(plan) + (lm.after_idle_s if idle else 0.0)
         rows.append({"step_id": plan.step_id, "num_seqs": plan.num_seqs, "num_prefill_tokens": plan.num_prefill_tokens,
                      "num_decode_tokens": plan.num_decode_tokens, "num_swap_blocks":
                      len(plan.swap_out_blocks) + len(plan.swap_in_blocks),
-                     "measured_s": m, "predicted_s": p, "abs_pct_error": abs(p - m) / m * 100.0,
+                     "measured_s": m, "measured_wall_s": w, "predicted_s": p, "abs_pct_error": abs(p - m) / m * 100.0,
                      "measured_cpu_s": c, "abs_pct_error_vs_cpu": abs(p - c) / c * 100.0 if c > 0 else float("nan"),
                      "after_idle": idle})
     steps = pd.DataFrame(rows)
@@ -209,6 +226,11 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     details = {"config": str(config_path), "device": device, "profile_meta": prof.meta,
                "profile_path": str(profile) if profile else None, "calibration_s": round(t_cal, 1),
                "num_steps": len(steps), "torch_threads": torch.get_num_threads(),
+               # the engine's clock (`engine_clock`), and the share of the run's step time its thread
+               # spent waiting for a core (left out of every measured time on the uncontended clock)
+               "engine_clock": engine.config.clock,
+               "waited_for_core_fraction": float(1.0 - steps.measured_s.sum() / steps.measured_wall_s.sum())
+               if len(steps) and engine.config.clock != "wall" else None,
                "load_avg_1m": [round(load_before, 2), round(load_after, 2)],  # before/after the engine run
                # the same per-step comparison against the engine thread's CPU time: separates model
                # error from time spent waiting for a core on a shared machine
@@ -221,7 +243,7 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                # the machine's speed change across the run, seen by the calibration's engine steps
                # before and after it (calibrate.bench.bracket_drift_pct); None with --profile
                "bracket_drift_pct": prof.meta.get("bracket_drift_pct") if profile is None else None,
-               "wall_over_cpu_median": float((steps.measured_s / steps.measured_cpu_s).median()) if len(steps)
+               "wall_over_cpu_median": float((steps.measured_wall_s / steps.measured_cpu_s).median()) if len(steps)
                else None,
                "missing_ops": list(lm.missing_ops),
                # the calibration's checks of its own fits: a clamped scale or a missed held-out check

@@ -27,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 from gpu_backend.attention import select_backend
+from gpu_backend.clock import CLOCKS, make_clock
 from gpu_backend.heap import pin_heap
 from gpu_backend.kv_cache import KVCache
 from gpu_backend.model import LlamaModel, build_model
@@ -68,9 +69,13 @@ class EngineConfig:
     slo: object | None = None  # a records.metrics.SLOConfig for goodput, if any
     max_time_s: float | None = None  # run_workload: abort what is still live after this long
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    # the engine's clock (`gpu_backend.clock`): "uncontended" leaves out the time the engine's thread
+    # waited for a core on a shared CPU (validate's replays); "wall" for everything that serves
+    clock: str = "wall"
 
     def __post_init__(self) -> None:
         check_choice("engine.dtype", self.dtype, tuple(DTYPES))
+        check_choice("engine.clock", self.clock, CLOCKS)
         if self.speculative.enabled and self.speculative.method != "ngram":
             raise ConfigError(f"speculative.method: the engine proposes by n-gram lookup only (no draft or MTP "
                               f"weights), got {self.speculative.method!r}; choose ngram")
@@ -170,7 +175,9 @@ class Engine:
         self.kv_cache = KVCache(self.model_config, config.cache.num_gpu_blocks, config.cache.block_size,
                                 config.cache.num_cpu_blocks, dtype, self.device, config.cache.num_offload_blocks)
         self.backend = select_backend(self.device, config.attention_backend)
-        self.runner = ModelRunner(self.model, self.kv_cache, self.backend, config.seed)
+        # read on the thread that builds the engine: an "uncontended" clock is that thread's (start() refuses it)
+        self.clock = make_clock(config.clock)
+        self.runner = ModelRunner(self.model, self.kv_cache, self.backend, config.seed, clock=self.clock)
         self.scheduler = make_scheduler(config.scheduler, config.cache, config.speculative)
         spec = config.speculative
         if spec.enabled:  # real drafts: prompt lookup over each greedy request's tokens
@@ -192,14 +199,14 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.error: Exception | None = None  # set when the background loop died on an exception
-        self._t0 = time.perf_counter()
+        self._t0 = self.clock()
         self.num_steps = 0
         self.num_preemptions = 0
         self.schedule_time_s = 0.0  # host time in scheduler.schedule + update, summed
 
     # --- ingress (any thread) ----------------------------------------------------------------------
     def now(self) -> float:
-        return time.perf_counter() - self._t0
+        return self.clock() - self._t0
 
     def add_request(self, request: Request, on_output: Callable[[RequestOutput], None] | None = None) -> None:
         """Queue `request` for the next step boundary (thread-safe); see the class docstring."""
@@ -283,9 +290,9 @@ class Engine:
     def _step(self) -> bool:
         self._admit()
         start = self.now()
-        t = time.perf_counter()
+        t = self.clock()
         plan = self.scheduler.schedule(start)
-        self.schedule_time_s += time.perf_counter() - t
+        self.schedule_time_s += self.clock() - t
         if plan.is_empty:
             self._emit_ended(start)
             return False
@@ -295,9 +302,9 @@ class Engine:
                   if s.samples and not s.is_padding] if plan.spec_token_ids else None
         result = self.runner.execute(plan)
         end = self.now()
-        t = time.perf_counter()
+        t = self.clock()
         self.scheduler.update(plan, result, end)
-        self.schedule_time_s += time.perf_counter() - t
+        self.schedule_time_s += self.clock() - t
         self.num_steps += 1
         self.num_preemptions += len(plan.preempted) + len(plan.swapped_out)
         record.duration = end - start  # measured: scheduling + swaps + batch assembly + forward + sampling
@@ -363,6 +370,9 @@ class Engine:
         """Run the loop on a background thread until `stop()`."""
         if self._thread is not None:
             return
+        if self.config.clock != "wall":
+            raise ConfigError(f"engine.clock: {self.config.clock!r} reads the thread that built the engine; a "
+                              "background loop needs wall (or step on that thread: run_workload)")
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="servesim-engine", daemon=True)
         self._thread.start()
@@ -432,7 +442,7 @@ class Engine:
                 bar.total += 1
 
         self.on_finish.append(finished)
-        self._t0 = time.perf_counter()  # the replay's clock starts at 0, like the simulator's
+        self._t0 = self.clock()  # the replay's clock starts at 0, like the simulator's
         try:
             while True:
                 now = self.now()

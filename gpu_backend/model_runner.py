@@ -31,8 +31,9 @@ class ModelRunner:
     host), forward (model + LM head + sampling, synchronized).
     """
 
-    def __init__(self, model: LlamaModel, kv_cache: KVCache, backend, base_seed: int = 0) -> None:
+    def __init__(self, model: LlamaModel, kv_cache: KVCache, backend, base_seed: int = 0, clock=time.perf_counter) -> None:
         self.model, self.kv_cache, self.backend = model, kv_cache, backend
+        self.clock = clock  # the engine's (gpu_backend.clock)
         self.device = kv_cache.device
         self.sampler = Sampler()
         self.base_seed = base_seed
@@ -45,17 +46,17 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
 
     def execute(self, plan: BatchPlan) -> StepResult:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         # swap-in first (BatchPlan's contract, vLLM v0's order): a swap-out later in the same step may
         # take the CPU blocks that swap-in freed
         self.kv_cache.swap_in(plan.swap_in_blocks)
         self.kv_cache.swap_out(plan.swap_out_blocks)
         self.kv_cache.copy_blocks(plan.blocks_to_copy)
         self.kv_cache.offload_load(plan.offload_load_blocks)
-        t1 = time.perf_counter()
+        t1 = self.clock()
         batch = build_input_batch(plan, self.kv_cache.block_size, self.device)
         self.last_batch = batch
-        t2 = time.perf_counter()
+        t2 = self.clock()
         sampled: dict = {}
         stopped: set = set()
         accepted: dict = {}
@@ -78,7 +79,7 @@ class ModelRunner:
                         stopped.add(r.req_id)
         self.kv_cache.offload_store(plan.offload_store_blocks)  # after the forward: this step's blocks
         self._sync()
-        t3 = time.perf_counter()
+        t3 = self.clock()
         self.last_timings = {"swap": t1 - t0, "prepare": t2 - t1, "forward": t3 - t2}
         return StepResult(duration=t3 - t0, sampled_token_ids=sampled, stopped=frozenset(stopped),
                           num_accepted=accepted if plan.spec_token_ids else None)

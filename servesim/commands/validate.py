@@ -54,6 +54,10 @@ def report_lines(report: dict, details: dict) -> list[str]:
         lines.append(f"diagnostic: per-step error against the engine thread's CPU time: median {cpu['median']:.1f}% "
                      f"p90 {cpu['p90']:.1f}% (wall/CPU median {details.get('wall_over_cpu_median'):.2f}: "
                      f"above 1, the machine was busy)")
+    waited = details.get("waited_for_core_fraction")
+    if waited is not None:
+        lines.append(f"engine clock: {details.get('engine_clock')} (its thread waited for a core {waited * 100:.1f}% of the "
+                     "steps' wall time; left out of every measured time)")
     dt = details.get("step_time_abs_pct_error_detrended") or {}
     if dt.get("median") is not None:
         lines.append(f"diagnostic: per-step error with the machine's drift over the run taken out (each step against "

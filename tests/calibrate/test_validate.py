@@ -97,6 +97,13 @@ def test_validate_writes_the_report(tmp_path):
         assert len(pd.read_csv(out / run / "requests.csv")) == 8
     steps = pd.read_csv(out / "steps.csv")
     assert (steps.predicted_s > 0).all() and (steps.measured_s > 0).all()
+    # on one CPU thread the engine's clock leaves out its waits for a core, which the wall column keeps
+    from gpu_backend.clock import UncontendedClock
+
+    details = json.loads((out / "details.json").read_text())
+    assert details["engine_clock"] == ("uncontended" if UncontendedClock.available() else "wall")
+    assert (steps.measured_wall_s >= steps.measured_s - 1e-6).all()
+    assert 0.0 <= (details["waited_for_core_fraction"] or 0.0) < 1.0
     assert math.isfinite(report["step_time_abs_pct_error"]["median"])
     # 8 Poisson arrivals at 5/s to an engine whose steps take milliseconds: it sits idle between
     # some of them, and never before its first step; a step after idleness is predicted with the

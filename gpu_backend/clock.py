@@ -1,0 +1,58 @@
+"""The engine's clocks: wall time, or wall time less the time the engine's thread waited for a core.
+
+On a CPU shared with other processes a single-threaded engine step is often ready to run and not
+running: the kernel gives the core to another task for whole scheduler ticks (4 ms here). That wait
+is the machine's, not the engine's: a profile measured in thread CPU time cannot predict it, and
+it is amplified into queueing when it lands on a busy stretch of a replay (docs/results/
+2026-12-02-cpu-validation.md). `UncontendedClock` is `time.perf_counter` minus the thread's
+run-queue wait from Linux's schedstat (`/proc/<pid>/task/<tid>/schedstat`, second field, ns): on a
+quiet machine it is the wall clock; on a loaded one it is the wall clock the engine would have seen
+had it had a core to itself (caches shared with the other tasks still slow its own work). It reads
+the thread that made it, so it is for an engine stepping on one thread (`Engine.run_workload`, one
+torch thread); sleeping does not count as waiting, so idle waits for arrivals pass as on the wall.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+CLOCKS = ("wall", "uncontended")
+
+
+class UncontendedClock:
+    """Seconds: `time.perf_counter()` minus the run-queue wait of the thread that created this clock."""
+
+    def __init__(self) -> None:
+        self._fd = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
+
+    def waited_s(self) -> float:
+        """The thread's run-queue wait so far (ready to run, no core given), in seconds."""
+        return int(os.pread(self._fd, 96, 0).split()[1]) * 1e-9
+
+    def __call__(self) -> float:
+        return time.perf_counter() - self.waited_s()
+
+    def __del__(self) -> None:
+        try:
+            os.close(self._fd)
+        except (OSError, AttributeError):
+            pass
+
+    @staticmethod
+    def available() -> bool:
+        """True where the kernel exposes per-thread schedstat (Linux with sched info)."""
+        try:
+            UncontendedClock().waited_s()
+        except (OSError, ValueError, IndexError):
+            return False
+        return True
+
+
+def make_clock(name: str):
+    """The clock called `name` (one of `CLOCKS`), made on the calling thread."""
+    if name == "wall":
+        return time.perf_counter
+    if name == "uncontended":
+        return UncontendedClock()
+    raise ValueError(f"engine.clock: {name!r} is not allowed; choose one of {', '.join(CLOCKS)}")
