@@ -13,7 +13,10 @@ thread's CPU time; "detrend" with the machine's drift taken out (each step's err
 neighbours' median); "drift" the calibration's engine steps' slow-down from before to after the run
 (`calibrate.bench.bracket_drift_pct`); "held" the calibration's held-out error; "waited" the share of
 the steps' wall time the engine's thread waited for a core (left out on validate's engine clock,
-`calibrate.validate.engine_clock`); then warnings and
+`calibrate.validate.engine_clock`); "util" the predicted run's busy share of its span, "amp" how
+many % the mean TTFT moves per % of every step's time (`calibrate.validate.conditioning`: above ~2
+the workload is near saturation and its mean errors say more about queueing than the model); then
+warnings and
 the median signed error by step kind (decode-only 1, 2-4, 5+; prefill-only; mixed).
 """
 from __future__ import annotations
@@ -83,7 +86,7 @@ def main(argv=None) -> int:
     for title, paths in groups:
         print(f"\n{title}")
         print(f"{'workload':<{width}} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} "
-              f"{'detrend':>8} {'drift':>6} {'held':>5} {'waited':>6} {'load':>5} bar")
+              f"{'detrend':>8} {'drift':>6} {'held':>5} {'waited':>6} {'util':>5} {'amp':>5} {'load':>5} bar")
         met = 0
         for toml in paths:
             with warnings.catch_warnings():  # counted in the table and listed after it
@@ -106,6 +109,8 @@ def main(argv=None) -> int:
                   + f" {cpu:>7.1f}% {details['step_time_abs_pct_error_detrended']['median'] or float('nan'):>7.1f}%"
                   + f" {drift if drift is not None else float('nan'):>+5.1f}% {held if held is not None else float('nan'):>4.1f}%"
                   + f" {(details.get('waited_for_core_fraction') or 0.0) * 100:>5.1f}%"
+                  + f" {details.get('predicted_utilization') or float('nan'):>5.2f}"
+                  + f" {(details.get('mean_amplification') or {}).get('ttft_s') or float('nan'):>5.1f}"
                   f" {details['load_avg_1m'][1]:>5.2f} {'met' if this else 'MISSED'}"
                   + (" (calibration warned)" if details.get("calibration_warnings") else ""))
         print(f"  {met} of {len(paths)} met the bar")

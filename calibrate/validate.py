@@ -27,13 +27,14 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit_checks import check_profile
-from gpu_backend.clock import UncontendedClock
 from calibrate.model_dims import resolve_model
+from gpu_backend.clock import UncontendedClock
 from policies import Request
 from records.display import number
 from records.files import write_json
 from records.results import pooled_itls
 from sim.config import load_config
+from sim.latency.base import LatencyModel
 from sim.latency.profiled import Profile, ProfiledLatencyModel
 from sim.notes import with_notes
 from sim.runner import build_cache_config, simulate
@@ -65,6 +66,44 @@ def compare(sim_summary: dict, engine_summary: dict, step_errors: np.ndarray) ->
     steps = {"median": float(np.median(err)) if err.size else None,
              "p90": float(np.percentile(err, 90)) if err.size else None}
     return {"step_time_abs_pct_error": steps, "metrics": metrics}
+
+
+class ScaledLatency(LatencyModel):
+    """`inner`'s step times (and after-idle cost) times `factor`: how the means move with the steps."""
+
+    def __init__(self, inner, factor: float) -> None:
+        self.inner, self.factor = inner, factor
+        self.after_idle_s = factor * float(getattr(inner, "after_idle_s", 0.0) or 0.0)
+
+    def step_time(self, plan) -> float:
+        return self.factor * self.inner.step_time(plan)
+
+    def is_pure(self) -> bool:
+        return self.inner.is_pure()
+
+
+#: the step-time change (+-) `conditioning` simulates
+SENSITIVITY_STEP = 0.05
+
+
+def conditioning(config, lm, predicted) -> dict:
+    """How much the workload's means amplify a step-time error, and how busy it keeps the engine.
+
+    `amplification` {metric: % change of the mean per % change of every step time}, from two more
+    simulations with every step +-5% (`SENSITIVITY_STEP`): near saturation queueing turns a 2% step
+    error into a 10% TTFT error, and a mean error there says little about the model; `utilization`:
+    the predicted run's busy time over its span (first arrival to last finish)."""
+    out = {}
+    runs = [simulate(config, latency_model=ScaledLatency(lm, 1.0 + d)).summary for d in (SENSITIVITY_STEP, -SENSITIVITY_STEP)]
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        base = (predicted.summary.get(name) or {}).get("mean")
+        hi, lo = ((r.get(name) or {}).get("mean") for r in runs)
+        out[name] = (round(float((hi - lo) / base / (2 * SENSITIVITY_STEP)), 2)
+                     if None not in (base, hi, lo) and base > 0 else None)
+    steps, reqs = predicted.steps, predicted.requests
+    span = float(reqs.finish_time.max() - reqs.arrival_time.min()) if len(reqs) else 0.0
+    util = float(steps.duration.sum()) / span if span > 0 and len(steps) else None
+    return {"amplification": out, "utilization": None if util is None else round(util, 3)}
 
 
 def engine_config_for(config, device: str):
@@ -210,6 +249,7 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     engine, measured, records = run["engine"], run["measured"], run["records"]
     load_before, load_after = run["load_before"], run["load_after"]
     predicted = simulate(config, latency_model=lm)
+    cond = conditioning(config, lm, predicted)
 
     rows = []
     for plan, m, c, idle, w in records:
@@ -246,6 +286,8 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                "wall_over_cpu_median": float((steps.measured_wall_s / steps.measured_cpu_s).median()) if len(steps)
                else None,
                "missing_ops": list(lm.missing_ops),
+               # how ill-conditioned the means are on this workload (`conditioning`)
+               "mean_amplification": cond["amplification"], "predicted_utilization": cond["utilization"],
                # the calibration's checks of its own fits: a clamped scale or a missed held-out check
                # (a loaded profile made before the checks existed is checked now)
                "calibration_warnings": calibration_warnings(prof.meta),

@@ -58,6 +58,12 @@ def report_lines(report: dict, details: dict) -> list[str]:
     if waited is not None:
         lines.append(f"engine clock: {details.get('engine_clock')} (its thread waited for a core {waited * 100:.1f}% of the "
                      "steps' wall time; left out of every measured time)")
+    amp = details.get("mean_amplification") or {}
+    if amp.get("ttft_s") is not None:
+        lines.append(f"diagnostic: a 1% error in every step moves the mean TTFT {amp['ttft_s']:.1f}%, TPOT "
+                     f"{amp.get('tpot_s') or 0:.1f}%, E2E {amp.get('e2e_s') or 0:.1f}% on this workload (predicted "
+                     f"utilization {details.get('predicted_utilization') or 0:.2f}; well above 1: queueing "
+                     "amplifies the step error)")
     dt = details.get("step_time_abs_pct_error_detrended") or {}
     if dt.get("median") is not None:
         lines.append(f"diagnostic: per-step error with the machine's drift over the run taken out (each step against "
