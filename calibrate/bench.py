@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from calibrate.engine_steps import (ENGINE_GROUPS, ENGINE_POLICIES, IDLE_S, fit_engine_steps, interleave,
+from calibrate.engine_steps import (ENGINE_GROUPS, ENGINE_POLICIES, IDLE_GAPS, fit_engine_steps, interleave,
                                     split_after_idle)
 from calibrate.fit import fit_op
 from calibrate.fit_checks import check_profile, warn
@@ -360,9 +360,10 @@ def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: f
 
 
 def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, max_prompt: int = 1000,
-                         max_output: int = 40, progress: bool = True, seed: int = 0) -> list[tuple[str, BatchPlan, float, bool]]:
+                         max_output: int = 40, progress: bool = True, seed: int = 0) -> list[tuple[str, BatchPlan, float, float]]:
     """[(configuration, plan, seconds, after_idle)] of every step of the calibration workload (module
-    docstring: `calibrate.engine_steps`); after_idle marks a group's first step, which follows the idle pause."""
+    docstring: `calibrate.engine_steps`); after_idle is the idle pause (seconds) before a group's first
+    step, False for every other step."""
     mc = bench.config
     max_len = mc.max_position_embeddings
     max_prompt = max(4, min(max_prompt, max_len // 2))
@@ -416,11 +417,13 @@ def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, 
                 p = int(np.exp(rng.uniform(np.log(4), np.log(max_prompt))))
                 group.append((p, int(rng.integers(2, max_output + 1)),
                               rng.integers(3, min(mc.vocab_size, 200), p).tolist()))
-            for name, engine, _, keep in runs:
+            for k, (name, engine, _, keep) in enumerate(runs):
                 # the engine sits idle first, as a server between arrivals does: its next step finds
-                # cold caches (measured: 11-16% over the model on a validation run's post-idle steps)
-                time.sleep(IDLE_S)
-                keep[1] = True
+                # cold caches (measured: 11-16% over the model on a validation run's post-idle steps),
+                # the colder the longer it slept: the pauses cycle through IDLE_GAPS
+                gap = IDLE_GAPS[(g + k) % len(IDLE_GAPS)]
+                time.sleep(gap)
+                keep[1] = gap
                 for i, (p, o, ids) in enumerate(group):
                     engine.add_request(Request(f"{name}-{g}-{i}", 0.0, p, o, prompt_token_ids=list(ids)))
                 engine.run_until_done()
@@ -448,6 +451,8 @@ def add_engine_fit(profile: Profile, steps: list) -> dict:
                                                 dict(step_error), source)
     profile.meta["in_step_scale"] = {k: round(p[k], 4) for k in ("dense", "attn_prefill", "attn_decode")}
     profile.meta["after_idle_s"] = round(fit["after_idle_s"], 7)
+    if fit.get("after_idle_curve"):
+        profile.meta["after_idle_curve"] = fit["after_idle_curve"]
     profile.meta["engine_step_fit"] = {**fit["stats"], "params": {k: round(v, 7) for k, v in p.items()}}
     return fit
 

@@ -9,9 +9,9 @@ sequences have real, uneven block tables). Both are measured on the real `Engine
 1. the workload: fixed and seeded, sharing nothing with any validation workload (`ENGINE_GROUPS`
    of requests arriving together, prompts log-uniform over 4 to ~1,000 tokens, 2 to 40 outputs),
    run under the three `ENGINE_POLICIES` so that single decodes, decode batches, first and later
-   chunks, whole prompts and mixed steps all occur; each engine sleeps `IDLE_S` before a group;
+   chunks, whole prompts and mixed steps all occur; each engine sleeps before a group (`IDLE_GAPS`);
 2. `fit_engine_steps`: the host overhead and the in-step scales of the op curves from those steps,
-   and the after-idle excess (`after_idle_s`).
+   and the after-idle excess (`after_idle_s`, and by the length of the pause: `after_idle_curve`).
 """
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ SCALE_BOUNDS = (0.67, 1.5)
 #: seconds each engine sleeps before a group arrives (a server's engine waits for arrivals in
 #: sleeps of up to 50 ms); the first step after it gives `after_idle_s`
 IDLE_S = 0.03
+#: the pauses the calibration's groups cycle through: a validate run's engine idled 0.01-1 s before
+#: its after-idle steps, and their excess grew with the pause (1.9 ms after 10-30 ms, 3.5 ms after
+#: 0.3 s and more: docs/results/2026-12-02-cpu-validation.md)
+IDLE_GAPS = (0.01, 0.03, 0.1, 0.3)
 PARAMS = ("step_s", "per_seq_s", "per_prefill_seq_s", "dense", "attn_prefill", "attn_decode")
 
 
@@ -71,12 +75,16 @@ def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def split_after_idle(steps: list[tuple]) -> tuple[list, list]:
-    """([(configuration, plan, seconds)] of steady steps, the same of steps after an idle pause) of
-    `steps` (configuration, plan, seconds[, after_idle]), leaving out empty and untimed steps."""
+    """([(configuration, plan, seconds)] of steady steps, [(configuration, plan, seconds, pause seconds)]
+    of steps after an idle pause) of `steps` (configuration, plan, seconds[, after_idle]), leaving out
+    empty and untimed steps; after_idle is the pause in seconds (True: `IDLE_S`), false for a steady step."""
     steady, idle = [], []
     for n, p, t, *rest in steps:
         if t > 0 and not p.is_empty:
-            (idle if rest and rest[0] else steady).append((n, p, t))
+            if rest and rest[0]:
+                idle.append((n, p, t, IDLE_S if rest[0] is True else float(rest[0])))
+            else:
+                steady.append((n, p, t))
     return steady, idle
 
 
@@ -97,7 +105,8 @@ def fit_engine_steps(model, steps: list[tuple]) -> dict:
     ones. The error is reported in-sample and leave-one-configuration-out (each scheduler configuration
     predicted by the fit on the others). Steps that followed an idle pause (cold caches) are left out;
     the median of their time over the fit's prediction is `after_idle_s` (>= 0; 0 with fewer than 3
-    such steps; the simulator's replica adds it to a step that follows an idle wait).
+    such steps; the simulator's replica adds it to a step that follows an idle wait), and with pauses of
+    several lengths (at least 3 steps each) `after_idle_curve` gives it per pause length.
     """
     steps, idle = split_after_idle(steps)
     if len(steps) < 8:
@@ -123,12 +132,19 @@ def fit_engine_steps(model, steps: list[tuple]) -> dict:
     step_pts = [[float(X[i, 1]), float(y[i] - ops_part[i] - params[2] * X[i, 2])] for i in range(len(y))]
     pre_pts = [[float(X[i, 2]), float(y[i] - ops_part[i] - params[0] - params[1] * X[i, 1])]
                for i in range(len(y)) if X[i, 2] > 0]
-    after_idle = 0.0
+    after_idle, curve = 0.0, None
     if len(idle) >= 3:
-        xi = np.array([_features(model, p) for _, p, _ in idle])
-        after_idle = max(float(np.median(np.array([t for _, _, t in idle]) - (xi[:, :6] @ params + xi[:, 6]))), 0.0)
+        xi = np.array([_features(model, p) for _, p, _, _ in idle])
+        excess = np.array([t for _, _, t, _ in idle]) - (xi[:, :6] @ params + xi[:, 6])
+        after_idle = max(float(np.median(excess)), 0.0)
+        gaps = np.array([g for *_, g in idle])
+        knots = sorted(set(gaps.tolist()))
+        if len(knots) >= 2 and all((gaps == g).sum() >= 3 for g in knots):
+            # the median excess per pause, never less after a longer pause (caches only get colder)
+            ys = np.maximum.accumulate([max(float(np.median(excess[gaps == g])), 0.0) for g in knots])
+            curve = {"idle_s": [float(g) for g in knots], "excess_s": [round(float(y), 7) for y in ys]}
     return {
-        "after_idle_s": after_idle,
+        "after_idle_s": after_idle, "after_idle_curve": curve,
         "params": dict(zip(PARAMS, (float(v) for v in params))),
         "step_points": step_pts, "prefill_points": pre_pts,
         "max_num_seqs": int(X[:, 1].max()),

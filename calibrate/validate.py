@@ -74,6 +74,9 @@ class ScaledLatency(LatencyModel):
     def __init__(self, inner, factor: float) -> None:
         self.inner, self.factor = inner, factor
         self.after_idle_s = factor * float(getattr(inner, "after_idle_s", 0.0) or 0.0)
+        cost = getattr(inner, "after_idle_cost", None)
+        if cost is not None:
+            self.after_idle_cost = lambda idle_s: factor * cost(idle_s)
 
     def step_time(self, plan) -> float:
         return self.factor * self.inner.step_time(plan)
@@ -130,7 +133,8 @@ def engine_clock(device: str) -> str:
 def run_engine(config, device: str, progress: bool = True, model=None, clock: str | None = None):
     """Run the config's workload on the engine (on `model` when given; its clock `clock`, default
     `engine_clock(device)`); returns (engine, EngineResult, [(plan, measured seconds, CPU seconds,
-    after_idle, wall seconds)]): measured on the engine clock, wall including any wait for a core."""
+    after_idle, wall seconds)]): measured on the engine clock, wall including any wait for a core;
+    after_idle is the idle seconds before a step that followed an idle wait, else 0."""
     from calibrate.engine_config import build_engine
 
     engine = build_engine(config, device, model=model, clock=clock or engine_clock(device))
@@ -155,8 +159,9 @@ def run_engine(config, device: str, progress: bool = True, model=None, clock: st
         end = engine.clock()
         # the engine sat idle before this step (waiting for an arrival) when more than a millisecond
         # passed between the previous step's end and this one's start: its caches went cold, which a
-        # profile's `after_idle_s` charges (the simulator's replica adds it after an idle wait)
-        idle = prev_end[0] is not None and end - (result.duration + sched) - prev_end[0] > IDLE_GAP_S
+        # profile's `after_idle_cost(idle seconds)` charges (the simulator's replica adds it after an idle wait)
+        gap = end - (result.duration + sched) - prev_end[0] if prev_end[0] is not None else 0.0
+        idle = gap if gap > IDLE_GAP_S else 0.0
         prev_end[0] = end
         records.append((plan, result.duration + sched, cpu[0] + sched, idle, wall[0] + sched))
 
@@ -253,13 +258,13 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
 
     rows = []
     for plan, m, c, idle, w in records:
-        p = lm.step_time(plan) + (lm.after_idle_s if idle else 0.0)
+        p = lm.step_time(plan) + (lm.after_idle_cost(idle) if idle else 0.0)
         rows.append({"step_id": plan.step_id, "num_seqs": plan.num_seqs, "num_prefill_tokens": plan.num_prefill_tokens,
                      "num_decode_tokens": plan.num_decode_tokens, "num_swap_blocks":
                      len(plan.swap_out_blocks) + len(plan.swap_in_blocks),
                      "measured_s": m, "measured_wall_s": w, "predicted_s": p, "abs_pct_error": abs(p - m) / m * 100.0,
                      "measured_cpu_s": c, "abs_pct_error_vs_cpu": abs(p - c) / c * 100.0 if c > 0 else float("nan"),
-                     "after_idle": idle})
+                     "after_idle": bool(idle), "idle_s": idle})
     steps = pd.DataFrame(rows)
     report = compare(predicted.summary, measured.summary, steps["abs_pct_error"].to_numpy() if len(steps) else [])
 

@@ -162,6 +162,8 @@ class Replica:
         # what the first step after an idle wait costs on top (a latency model's `after_idle_s`,
         # e.g. a calibrated profile's: the engine's caches went cold while it slept)
         after_idle, was_idle = float(getattr(self.latency_model, "after_idle_s", 0.0) or 0.0), False
+        # ... or, from a model that says so, the cost after that long a wait (longer waits, colder caches)
+        idle_cost, idle_for = getattr(self.latency_model, "after_idle_cost", None), 0.0
         # the KV offload tier: the copy time synchronous backends add to a step, and when a load lands
         offload_seconds = getattr(scheduler, "offload_seconds", None) or (lambda plan: 0.0)
         next_wakeup = getattr(scheduler, "next_wakeup", None)
@@ -230,6 +232,7 @@ class Replica:
                 else:
                     yield self._wakeup
                 self._wakeup = None
+                idle_for = (idle_for if was_idle else 0.0) + (env.now - now)  # waits in a row add up
                 was_idle = env.now > now
                 continue
             duration = float(step_time(plan))
@@ -238,7 +241,7 @@ class Replica:
             if not duration > 0.0:
                 raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
             if was_idle:
-                duration += after_idle
+                duration += after_idle if idle_cost is None else float(idle_cost(idle_for))
                 was_idle = False
             record = record_step(plan, now, duration, scheduler, name)
             self._step_index += 1

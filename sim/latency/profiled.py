@@ -9,7 +9,7 @@ attention per chunk over (chunk, context), decode attention once over (batch, me
 two all-reduces when TP > 1; once per step the embedding, final norm, LM head and sampler, the swap
 copies and the engine's host overhead. `meta.in_step_scale` multiplies the op curves inside a step
 (ops timed alone run in other cache conditions), `meta.after_idle_s` is charged to the first step
-after an idle wait, and `meta.executor_skips_padding` leaves static batching's padding uncharged.
+after an idle wait (or, with `meta.after_idle_curve`, the cost at that wait's length), and `meta.executor_skips_padding` leaves static batching's padding uncharged.
 """
 from __future__ import annotations
 
@@ -314,6 +314,32 @@ def _in_step_scale(raw: Any) -> tuple[float, float, float]:
     return out[0], out[1], out[2]
 
 
+def _idle_curve(raw: Any):
+    """`meta.after_idle_curve` {"idle_s": [ascending seconds > 0], "excess_s": [seconds >= 0]} as a
+    function of log(idle seconds), linear between the knots and flat beyond them; None when absent."""
+    if raw is None:
+        return None
+    try:
+        xs, ys = [float(v) for v in raw["idle_s"]], [float(v) for v in raw["excess_s"]]
+    except (TypeError, KeyError, ValueError):
+        raise _err("profile.meta.after_idle_curve", f"expected {{idle_s: [...], excess_s: [...]}}, got {raw!r}") from None
+    if not xs or len(xs) != len(ys) or any(not x > 0 for x in xs) or any(b <= a for a, b in zip(xs, xs[1:])) \
+            or any(not (math.isfinite(y) and y >= 0) for y in ys):
+        raise _err("profile.meta.after_idle_curve", "expected ascending idle_s > 0 and as many excess_s >= 0, "
+                   f"got {raw!r}")
+    lx = [math.log(x) for x in xs]
+
+    def cost(v: float) -> float:
+        if v <= lx[0]:
+            return ys[0]
+        if v >= lx[-1]:
+            return ys[-1]
+        i = bisect.bisect_right(lx, v)
+        return ys[i - 1] + (ys[i] - ys[i - 1]) * (v - lx[i - 1]) / (lx[i] - lx[i - 1])
+
+    return cost
+
+
 def _get_dim(model: Any, dim: str) -> Any:
     for name in _ALIASES[dim]:
         v = model.get(name) if isinstance(model, Mapping) else getattr(model, name, None)
@@ -360,6 +386,7 @@ class ProfiledLatencyModel(LatencyModel):
                 or not math.isfinite(self.after_idle_s) or self.after_idle_s < 0:
             raise _err("profile.meta.after_idle_s", f"expected seconds >= 0, got {self.after_idle_s!r}")
         self.after_idle_s = float(self.after_idle_s)
+        self._idle_curve = _idle_curve(profile.meta.get("after_idle_curve"))
         self._op = {name: (profile.ops[name].curve if name in profile.ops else zero) for name in OP_INPUTS}
         if "attn_prefill" not in profile.ops or "attn_decode" not in profile.ops:  # guarded by from_dict
             raise _err("profile.ops", "attention curves are required")
@@ -416,6 +443,13 @@ class ProfiledLatencyModel(LatencyModel):
             "overhead": (op["step_overhead"](num_seqs) + op["prefill_overhead"](num_prefill_seqs)
                          if not plan.is_empty else 0.0),
         }
+
+    def after_idle_cost(self, idle_s: float) -> float:
+        """Seconds the first step after `idle_s` of idleness costs on top of its plan: `meta.after_idle_curve`
+        interpolated in log(idle) between its knots and flat beyond them, else `after_idle_s`."""
+        if self._idle_curve is None:
+            return self.after_idle_s
+        return self._idle_curve(math.log(max(idle_s, 1e-6)))
 
     def step_time(self, plan: BatchPlan) -> float:
         """Seconds one step of `plan` takes on the profiled device."""

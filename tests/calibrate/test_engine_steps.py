@@ -117,6 +117,40 @@ def test_steps_after_an_idle_pause_stay_out_of_the_fit_and_give_after_idle_s():
     assert fit_engine_steps(lm, [s[:3] for s in steps])["after_idle_s"] == 0.0
 
 
+def test_pauses_of_several_lengths_give_the_after_idle_cost_per_length():
+    lm = ProfiledLatencyModel(Profile.from_dict(tiny_profile_dict()))
+    rng = np.random.default_rng(6)
+    excess = {0.01: 4e-4, 0.1: 1.2e-3, 0.3: 1.0e-3}  # the longest pause measured a little less: noise
+    steps = []
+    for k, (name, plan) in enumerate(_plans(rng)):
+        t = lm.step_time(plan) * float(rng.normal(1.0, 0.005))
+        gap = list(excess)[(k // 10) % 3] if k % 10 == 0 else 0.0
+        steps.append((name, plan, t + excess.get(gap, 0.0), gap))
+    curve = fit_engine_steps(lm, steps)["after_idle_curve"]
+    assert curve["idle_s"] == [0.01, 0.1, 0.3]
+    # per pause, never less after a longer one (caches only get colder)
+    assert curve["excess_s"] == pytest.approx([4e-4, 1.2e-3, 1.2e-3], rel=0.15)
+    d = tiny_profile_dict()
+    d["meta"]["after_idle_curve"] = curve
+    model = ProfiledLatencyModel(Profile.from_dict(d))
+    assert model.after_idle_cost(0.001) == pytest.approx(curve["excess_s"][0])  # flat beyond the knots
+    assert model.after_idle_cost(5.0) == pytest.approx(curve["excess_s"][-1])
+    mid = curve["excess_s"][0] + 0.5 * (curve["excess_s"][1] - curve["excess_s"][0])
+    assert model.after_idle_cost(float(np.sqrt(0.01 * 0.1))) == pytest.approx(mid)  # linear in log(pause)
+    # a profile without the curve charges its one after_idle_s after any pause
+    plain = ProfiledLatencyModel(Profile.from_dict(tiny_profile_dict()))
+    assert plain.after_idle_cost(0.01) == plain.after_idle_cost(3.0) == plain.after_idle_s
+
+
+@pytest.mark.parametrize("bad", [{"idle_s": [0.1, 0.01], "excess_s": [0, 0]}, {"idle_s": [0.1], "excess_s": [-1]},
+                                 {"idle_s": [0.1]}, [1, 2]])
+def test_a_bad_after_idle_curve_is_named(bad):
+    d = tiny_profile_dict()
+    d["meta"]["after_idle_curve"] = bad
+    with pytest.raises(ConfigError, match=r"profile\.meta\.after_idle_curve"):
+        ProfiledLatencyModel(Profile.from_dict(d))
+
+
 @pytest.mark.parametrize("bad", [-1e-3, "slow", float("nan"), True])
 def test_a_bad_after_idle_time_is_named(bad):
     d = tiny_profile_dict()

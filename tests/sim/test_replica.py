@@ -217,6 +217,20 @@ def test_the_first_step_after_an_idle_wait_pays_the_models_after_idle_time():
     assert reqs[2].first_token_time - reqs[2].arrival_time == pytest.approx(0.025)
 
 
+def test_a_model_with_an_after_idle_cost_is_charged_by_the_length_of_the_wait():
+    latency = ConstantLatency(0.02)
+    latency.after_idle_s = 1.0  # unused: the cost by idle length wins
+    latency.after_idle_cost = lambda idle_s: 0.01 * idle_s
+    reqs = make_requests(2, arrivals=[0.5, 10.0], prompt=40, max_tokens=3)
+    rec = run_requests(make_sched("chunked"), latency, reqs)
+    steps = steps_table(rec.steps)
+    first_end = reqs[0].finish_time
+    # request 0 waited from t=0, request 1 from the end of request 0's last step (waits in a row add up)
+    assert reqs[0].first_token_time - 0.5 == pytest.approx(0.02 + 0.005)
+    assert reqs[1].first_token_time - 10.0 == pytest.approx(0.02 + 0.01 * (10.0 - first_end))
+    assert (steps["duration"] > 0.0205).sum() == 2
+
+
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_async_scheduling_a_mid_step_arrival_joins_the_step_after_next(async_scheduling):
     """vLLM's async scheduling plans step n+1 while step n runs: a request that arrives during step
