@@ -11,7 +11,8 @@ around the engine's run (`--one-profile`: one profile first, for all). The bar: 
 <= 5%, mean TTFT, TPOT and E2E within 10%. Columns: "cpu med" the per-step error against the engine
 thread's CPU time; "detrend" with the machine's drift taken out (each step's error minus its 51
 neighbours' median); "drift" the calibration's engine steps' slow-down from before to after the run
-(`calibrate.bench.bracket_drift_pct`); "held" the calibration's held-out error; "waited" the share of
+(`calibrate.bench.bracket_drift_pct`); "held" the calibration's held-out error; "offer" the load a
+random workload was drawn at (against the generator's rough rates); "waited" the share of
 the steps' wall time the engine's thread waited for a core (left out on validate's engine clock,
 `calibrate.validate.engine_clock`); "util" the predicted run's busy share of its span, "amp" how
 many % the mean TTFT moves per % of every step's time (`calibrate.validate.conditioning`: above ~2
@@ -69,12 +70,15 @@ def main(argv=None) -> int:
     out = Path(args.out)
     torch.set_num_threads(1)
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    groups = []
+    groups, offered = [], {}
     if args.random:
         from calibrate.random_workloads import write
 
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "little")
+        from calibrate.random_workloads import draw
+
         paths = write(seed, args.random, out / f"random-{seed}")
+        offered.update({(w := draw(seed, i))["name"]: w["offered_load"] for i in range(args.random)})
         groups.append((f"fresh random workloads (seed {seed}; rerun: --random {args.random} --seed {seed})", paths))
     if not args.no_shipped:
         groups.append(("shipped workloads (examples/validate-*.toml)", sorted((REPO / "examples").glob("validate-*.toml"))))
@@ -86,7 +90,7 @@ def main(argv=None) -> int:
     for title, paths in groups:
         print(f"\n{title}")
         print(f"{'workload':<{width}} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} "
-              f"{'detrend':>8} {'drift':>6} {'held':>5} {'waited':>6} {'util':>5} {'amp':>5} {'load':>5} bar")
+              f"{'detrend':>8} {'drift':>6} {'held':>5} {'waited':>6} {'offer':>5} {'util':>5} {'amp':>5} {'load':>5} bar")
         met = 0
         for toml in paths:
             with warnings.catch_warnings():  # counted in the table and listed after it
@@ -109,6 +113,7 @@ def main(argv=None) -> int:
                   + f" {cpu:>7.1f}% {details['step_time_abs_pct_error_detrended']['median'] or float('nan'):>7.1f}%"
                   + f" {drift if drift is not None else float('nan'):>+5.1f}% {held if held is not None else float('nan'):>4.1f}%"
                   + f" {(details.get('waited_for_core_fraction') or 0.0) * 100:>5.1f}%"
+                  + f" {offered.get(toml.stem, float('nan')):>5.2f}"
                   + f" {details.get('predicted_utilization') or float('nan'):>5.2f}"
                   + f" {(details.get('mean_amplification') or {}).get('ttft_s') or float('nan'):>5.1f}"
                   f" {details['load_avg_1m'][1]:>5.2f} {'met' if this else 'MISSED'}"

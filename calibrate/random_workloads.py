@@ -59,6 +59,10 @@ def draw(seed: int, index: int) -> dict:
     - scheduler: chunked with a small (24-96) or a large (384-1024) token budget, or continuous
       (whole prompts, prefill-first);
     - memory: a roomy KV pool, or a small one under recompute or swap preemption.
+
+    `offered_load`: the load drawn (0.35-0.8) against the rough rates `TOKEN_S`, `OUTPUT_S`; bursts and
+    the real engine's speed put the calibrated utilization anywhere from 0.3 to 1.0 (see
+    `calibrate.validate.conditioning`).
     """
     rng = np.random.default_rng([seed, index])
     policy = POLICIES[index % len(POLICIES)]
@@ -123,7 +127,7 @@ def draw(seed: int, index: int) -> dict:
     else:
         sched["preemption"] = "recompute"
     name = f"random-{seed}-{index:02d}-{policy}-{arrival}-{memory}"
-    return {"name": name, "model": {"name": MODEL, "dtype": "float32"}, "hardware": hardware,
+    return {"name": name, "offered_load": round(load, 3), "model": {"name": MODEL, "dtype": "float32"}, "hardware": hardware,
             "scheduler": sched, "cache": {"block_size": BLOCK_SIZE}, "workload": workload}
 
 
@@ -143,7 +147,9 @@ def to_toml(workload: dict, model_path: str | Path, profile_path: str | Path) ->
     """The TOML text of `workload` (a `draw` result), its model at `model_path`; `profile_path` is the
     profile `servesim simulate` uses (validate measures its own)."""
     lines = [f"# servesim validate {workload['name']}.toml --device cpu",
-             "# A random validation workload (calibrate.random_workloads.draw): nothing was tuned on it.", ""]
+             "# A random validation workload (calibrate.random_workloads.draw): nothing was tuned on it.",
+             f"# offered load {workload['offered_load']} of the rough service rate it was drawn against (TOKEN_S, "
+             "OUTPUT_S); validate's predicted_utilization gives it against the calibrated profile", ""]
     for section in ("model", "hardware", "scheduler", "cache", "workload"):
         body = dict(workload[section])
         if section == "model":
