@@ -11,14 +11,10 @@ examples/azure_conv_fit.toml. Saturation is measured first: the same replica und
     python benchmarks/sim_speed.py --sizes 1000 2000    # other memory sizes
     python benchmarks/sim_speed.py --no-fast-decode     # the step-by-step loop (simulate(fast_decode=False))
 
-Timing runs on one core (a single Python thread); CPU seconds are printed beside wall seconds because
-on a shared machine the wall clock also counts time spent waiting for the core. The timed run is repeated
-(`--repeat`, default 3) and the run with the least CPU time is reported (all CPU times are listed): on a
-shared machine the others measure the neighbours too. Each timed run starts after a `gc.collect()` (not
-timed), so that it does not carry the previous run's objects, as a run in a fresh process would not, and
-ends with one (timed): `simulate()` pauses the cyclic collector, whose pass over the run's objects
-comes due afterwards. Memory is measured in a fresh subprocess per size:
-the peak of Python allocations (tracemalloc) during `simulate()`, and the process's max RSS.
+One Python thread; CPU seconds beside wall seconds (on a shared machine the wall clock counts the
+neighbours too), the least-CPU of `--repeat` runs (default 3), each after an untimed gc.collect() and
+ending with a timed one (simulate() pauses the cyclic collector). Memory in a fresh subprocess per
+size: the tracemalloc peak during simulate() and the max RSS.
 Prints figures; it is not a pass/fail test.
 """
 from __future__ import annotations

@@ -1,21 +1,17 @@
 """The simulator's prefill fast path: stretches of mixed (prefill + decode) steps without their plans.
 
-A chunked scheduler's step while prompts are being prefilled is: every running decode one token,
-the partial prefills their chunks, then admissions from the waiting queue while budget, seats and
-blocks last. Building that plan and updating after it costs O(batch) Python per step; here the
-running decodes that open the batch (the cohort) are carried in bulk, as `sim.decode_replay` carries
-an all-decode stretch: their contexts summed, their block boundaries on a heap, their tokens and
-times written once when they end or the stretch does. Only the few other requests (the prefilling
-tail and the admissions) are scheduled request by request, with the scheduler's own rules (its
-`_chunk`, `admit_head`, `BlockManager.allocate_slots`), and a step's time comes from its sums
-(`LatencyModel.totals_step_time`; all-decode steps together by `decode_step_times`). A stretch ends
-before a step that would preempt, and before one that would not end strictly before the
-environment's next event; after a finish, or once all-decode (the decode replay's) -- unless the
-replica is alone with its arrivals (`carry_through`): then it waits such events out inside the
-step and ends its finished requests itself, as the loop would. Nothing else can happen in
-between, so the tables are the step-by-step loop's (tests/sim/test_fast_path.py). Only for
-`Scheduler.mixed_runs` policies, FCFS queues, no swap, no KV offload, no speculative decoding, and
-prefix caching only for prompts without ids.
+A chunked scheduler's step while prompts are prefilled is: every running decode one token, the
+partial prefills their chunks, then admissions while budget, seats and blocks last. Planning that
+costs O(batch) Python per step; here the running decodes that open the batch (the cohort) are
+carried in bulk, as `sim.decode_replay` carries an all-decode stretch (contexts summed, block
+boundaries on a heap, tokens and times written once). Only the prefilling tail and the admissions
+are scheduled one by one, by the scheduler's own rules (`admit_head`, `BlockManager.allocate_slots`),
+and a step's time comes from its sums (`LatencyModel.totals_step_time`). A stretch ends before a
+step that would preempt or would not end strictly before the environment's next event, and after
+a finish or once all-decode -- unless the replica is alone with its arrivals (`carry_through`):
+then it waits such events out and ends its finished requests itself. Nothing else can happen in
+between, so the tables are the loop's (tests/sim/test_fast_path.py). Only for `Scheduler.mixed_runs`
+policies, FCFS queues, no swap, KV offload or speculation, prefix caching only without prompt ids.
 """
 from __future__ import annotations
 

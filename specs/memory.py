@@ -1,20 +1,17 @@
 """KV cache memory: bytes per token and per block, weight bytes, and how many blocks fit.
 
 Everything is PER GPU: with tensor parallelism each GPU holds 1/tp of the weights and of the KV
-heads (KV heads fewer than tp are replicated, as in vLLM), and a "block" is the per-GPU shard of
-`block_size` tokens' K and V; the block COUNT is the same on every GPU of a replica. Multi-head
-latent attention (MLA) caches one latent per token (`kv_lora_rank + qk_rope_head_dim` values per
-layer), which has no heads to shard: every TP rank holds all of it (vLLM replicates it). MoE routed
-experts are spread over max(tp, ep) GPUs (`hardware.ep`, see `specs.hardware`).
-
-GPU blocks follow vLLM's profiling rule::
+heads (fewer KV heads than tp are replicated, as in vLLM); a "block" is the per-GPU shard of
+`block_size` tokens' K and V, and the block COUNT is the same on every GPU of a replica. MLA caches
+one unsharded latent per token (`kv_lora_rank + qk_rope_head_dim` per layer, on every rank); MoE
+routed experts spread over max(tp, ep) GPUs (`hardware.ep`). GPU blocks follow vLLM's rule::
 
     kv_bytes = memory_bytes x gpu_memory_utilization - weight_bytes - activation_reserve
 
 with the reserve of the engine generation's profiling (`hardware.memory_profiling`): vLLM v1's
 (`activation_reserve_bytes`, checked against vLLM 0.11/0.19 logs in tests/specs/test_memory.py) or
-vLLM v0's (`v0_activation_reserve_bytes`: 0.2-0.4, early 2024, whose profiling samples every profiled sequence
-and counts all memory in use on the device; a worked example in the same tests).
+vLLM v0's (`v0_activation_reserve_bytes`: 0.2-0.4, early 2024, which samples every profiled
+sequence and counts all memory in use on the device; a worked example in the same tests).
 """
 from __future__ import annotations
 

@@ -4,25 +4,8 @@ Semantics read from inference-perf's source history (`datagen/shared_prefix_data
 `apis/user_session.py`, `loadgen/load_timer.py`, `loadgen/load_generator.py`, releases 0.1-0.6 and
 main to 2026-08; docs/results/2026-12-02-client-workloads.md):
 
-- Lengths: one system-prompt length per group, then per group the question and output lengths of
-  its `num_users_per_system_prompt` prompts; an int is a fixed length, a mapping is a Distribution
-  (normal by default, also fixed / uniform / lognormal / poisson / skew_normal), clipped to [min, max]
-  and rounded. The prompts are shuffled once. A prompt is the group's system prompt + its question.
-- Load stages run one after another: stage k sends `int(rate * duration)` requests; `constant`
-  spaces them by exponential gaps rescaled to sum to `duration`, `poisson` draws a Poisson count per
-  second and spreads each second's requests the same way; `concurrent` sends `num_requests` with at
-  most `concurrency_level` in flight. The next stage starts when every request of the stage has
-  finished, plus `load.interval` seconds (default 1). Every stage restarts at prompt 0.
-- Multi-turn chat (`enable_multi_turn_chat`): prompt i belongs to user session i; what a turn sends
-  changed between releases (`CHAT_BEHAVIOURS`, chosen by `behaviour_for(version)`). Before 0.3 the
-  flag did not exist: every request is system prompt + question. In 0.3-0.4 each request carried
-  its own copy of its session (the maintainers' diagnosis in #443: the session objects were copied,
-  so neither its lock nor its context was shared): every turn is the system prompt + question, sent
-  at its time. From 0.5 a per-process session registry is shared, but its sessions start empty (the
-  generator's, seeded with the system prompt, are never registered): a turn sends the session's
-  context + the prompt (0.5: the question alone, no system prompt; 0.6 on: system prompt +
-  question), waits for the session's previous turn, and the context becomes the turn's prompt +
-  its answer; a failed (rejected) turn leaves it unchanged; sessions restart every stage.
+- Lengths, load stages (run one after another, each restarting at prompt 0) and multi-turn
+  sessions per release: on `SharedPrefixProfile`, `SharedPrefixWorkload` and `behaviour_for`.
 - `server.ignore_eos` (default true here): every answer is exactly the sampled output length.
 
 A profile's optional `client` mapping (`version`, `behaviour`, `prompt_scale`) says which release
@@ -75,7 +58,19 @@ def parse_version(version) -> tuple[int, ...] | None:
 
 
 def behaviour_for(version, multi_turn: bool = True) -> tuple[str, str]:
-    """(behaviour, why) of a shared_prefix profile sent by inference-perf `version` (None: unknown)."""
+    """(behaviour, why) of a shared_prefix profile sent by inference-perf `version` (None: unknown).
+
+    - Multi-turn chat (`enable_multi_turn_chat`): prompt i belongs to user session i; what a turn sends
+      changed between releases (`CHAT_BEHAVIOURS`, chosen by `behaviour_for(version)`). Before 0.3 the
+      flag did not exist: every request is system prompt + question. In 0.3-0.4 each request carried
+      its own copy of its session (the maintainers' diagnosis in #443: the session objects were copied,
+      so neither its lock nor its context was shared): every turn is the system prompt + question, sent
+      at its time. From 0.5 a per-process session registry is shared, but its sessions start empty (the
+      generator's, seeded with the system prompt, are never registered): a turn sends the session's
+      context + the prompt (0.5: the question alone, no system prompt; 0.6 on: system prompt +
+      question), waits for the session's previous turn, and the context becomes the turn's prompt +
+      its answer; a failed (rejected) turn leaves it unchanged; sessions restart every stage.
+    """
     if not multi_turn:
         return "single-turn", "enable_multi_turn_chat is off"
     if version is None:
@@ -180,7 +175,13 @@ class LoadStage:
 
 @dataclass(frozen=True)
 class SharedPrefixProfile:
-    """An inference-perf profile with `data.type: shared_prefix`, parsed and validated."""
+    """An inference-perf profile with `data.type: shared_prefix`, parsed and validated.
+
+    - Lengths: one system-prompt length per group, then per group the question and output lengths of
+      its `num_users_per_system_prompt` prompts; an int is a fixed length, a mapping is a Distribution
+      (normal by default, also fixed / uniform / lognormal / poisson / skew_normal), clipped to [min, max]
+      and rounded. The prompts are shuffled once. A prompt is the group's system prompt + its question.
+    """
 
     num_groups: int
     num_prompts_per_group: int
@@ -316,6 +317,12 @@ class _Send:
 
 class SharedPrefixWorkload:
     """The profile's requests, released as the load generator would release them.
+
+    - Load stages run one after another: stage k sends `int(rate * duration)` requests; `constant`
+      spaces them by exponential gaps rescaled to sum to `duration`, `poisson` draws a Poisson count per
+      second and spreads each second's requests the same way; `concurrent` sends `num_requests` with at
+      most `concurrency_level` in flight. The next stage starts when every request of the stage has
+      finished, plus `load.interval` seconds (default 1). Every stage restarts at prompt 0.
 
     Requests known before the run starts are returned by `start()`; a multi-turn chat's next turn,
     a concurrent stage's next request and every later stage are returned by `on_finish()`.
