@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from policies import FinishReason
-from policies.presets import DEFAULT_VLLM_VERSION
+from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 from fidelity.engine_settings import ALIASES
 from fidelity.runs import RealRun
 from fidelity.sources.guidellm import GuidellmWorkload, read_guidellm_requests
@@ -314,7 +314,8 @@ def version_assumption(run: RealRun) -> str | None:
     if not run.server.engine_version and not any(n in run.recorded_args for n in ALIASES["engine_version"]):
         said.append("engine version not recorded: assumed " + (
             "a vLLM v0 engine (whole prompts, prefill-only steps, no padding cap)"
-            if not run.server.enable_chunked_prefill else f"vLLM {DEFAULT_VLLM_VERSION}'s limits where none is given"))
+            if not run.server.enable_chunked_prefill else f"vLLM {DEFAULT_VLLM_VERSION}'s limits where none is given, and its default async scheduling "
+            f"({'on' if async_scheduling_default(DEFAULT_VLLM_VERSION) else 'off'})"))
     client = CLIENTS.get(run.measured_by) or ("guidellm" if (run.profile or {}).get("benchmarks") else None)
     if client and (client == "distserve" or recorded_version(run, client) is None):
         said.append(f"client version not recorded: assumed {CLIENT_ASSUMED[client]}")

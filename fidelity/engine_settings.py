@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from fidelity.runs import DEFAULT_GPU, RealRun, engine_version
+from fidelity.runs import DEFAULT_GPU, RealRun, async_scheduling, engine_version
 
 MODELLED = "modelled"
 NOT_MODELLED = "not modelled"
@@ -131,7 +131,8 @@ ASSUMED_DEFAULTS = {
     "gpu_memory_utilization": lambda run: (0.9, "vLLM's default; the KV pool its profiling rule leaves"),
     "kv_cache_dtype": lambda run: ("auto", "the model dtype"),
     "kv_offloading_size": lambda run: ("off", "no CPU tier of the prefix cache"),
-    "async_scheduling": lambda run: (False, "simulated off (recent vLLM releases turn it on by default)"),
+    "async_scheduling": lambda run: (async_scheduling(run.server), "the engine release's default (vLLM >= 0.14: on, "
+                                     "vllm-project/vllm#27614; before: off); v0 engines: off"),
 }
 
 

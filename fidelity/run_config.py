@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from fidelity.client_workload import write_resolved_profile
-from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs,  # noqa: F401 (re-exported)
+from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs, async_scheduling,  # noqa: F401 (re-exported)
                            engine_version)
 from fidelity.sources.inference_perf import (LengthDistribution, SharedPrefixProfile, SharedPrefixWorkload,
                                              shared_prefix_profile)
@@ -89,8 +89,8 @@ def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
                    "max_num_seqs": server.max_num_seqs or preset.max_num_seqs, "preemption": "recompute"}
     if server.max_model_len:
         section["max_model_len"] = server.max_model_len
-    if server.async_scheduling:  # a request arriving during step n joins step n+2
-        section["async_scheduling"] = True
+    if section["policy"] == "vllm" and async_scheduling(server):  # recorded, else the release's default
+        section["async_scheduling"] = True  # a request arriving during step n joins step n+2
     return section
 
 

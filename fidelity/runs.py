@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
+
 if TYPE_CHECKING:  # pandas where a table is built: importing a source (its workload kind) stays light
     import pandas as pd
 
@@ -67,7 +69,7 @@ class ServerArgs:
     kv_cache_dtype: str | None = None  # vLLM's --kv-cache-dtype ("auto", "fp8", ...)
     kv_offloading_size: float | None = None  # vLLM's --kv-offloading-size (GiB over the TP ranks; None: off)
     kv_offloading_backend: str | None = None  # vLLM's --kv-offloading-backend ("native", "lmcache")
-    async_scheduling: bool | None = None  # vLLM's --async-scheduling (None: not recorded, simulated off)
+    async_scheduling: bool | None = None  # vLLM's --async-scheduling (None: not recorded, the release's default)
 
 
 def engine_version(server: ServerArgs) -> str:
@@ -83,6 +85,20 @@ def engine_version(server: ServerArgs) -> str:
         return "0.19"
     # the v1 presets start at 0.11; older engines (v0) use the 'continuous' policy instead
     return min(SUPPORTED_VERSIONS, key=lambda s: abs(int(s.split(".")[1]) - minor) if major == 0 else 0)
+
+
+def async_scheduling(server: ServerArgs) -> bool:
+    """--async-scheduling as the run's engine had it: the recorded value, else its release's default
+    (`policies.presets.async_scheduling_default`; unknown version: the assumed preset's); v0 engines: off."""
+    if server.async_scheduling is not None:
+        return server.async_scheduling
+    if not server.enable_chunked_prefill:
+        return False
+    v = server.engine_version or DEFAULT_VLLM_VERSION
+    try:
+        return async_scheduling_default(v)
+    except ValueError:
+        return async_scheduling_default(DEFAULT_VLLM_VERSION)
 
 
 @dataclass

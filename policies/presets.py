@@ -48,3 +48,19 @@ VLLM_V0_VERSIONS: dict[str, dict[str, int]] = {
 }
 
 VLLM_CACHE = {"block_size": 16, "watermark": 0.0, "enable_prefix_caching": True}
+
+# vLLM's async scheduling (plan step n+1 while step n runs) became the default in v0.14.0
+# (vllm-project/vllm#27614): `SchedulerConfig.async_scheduling` is False in the v0.13.0 sdist and
+# `Field(default=None)` in v0.14.0, where `VllmConfig.__post_init__` resolves None to True unless
+# pipeline_parallel_size > 1, a speculative method other than EAGLE/MTP, disable_padded_drafter_batch,
+# or an executor other than mp / uni / external_launcher (e.g. ray) turns it off.
+ASYNC_SCHEDULING_DEFAULT_FROM = (0, 14)
+
+
+def async_scheduling_default(version: str) -> bool:
+    """vLLM's default --async-scheduling for a release "MAJOR.MINOR[...]" (before the exceptions above)."""
+    try:
+        major, minor = (int(x) for x in str(version).split(".")[:2])
+    except ValueError:
+        raise ValueError(f"engine version: {version!r} is not MAJOR.MINOR (e.g. '0.13', '0.14.1')") from None
+    return (major, minor) >= ASYNC_SCHEDULING_DEFAULT_FROM

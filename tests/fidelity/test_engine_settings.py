@@ -114,3 +114,11 @@ def test_an_unrecorded_engine_release_is_said_in_one_line(tmp_path, capsys):
                  "--set", "hardware.latency=roofline"]) == 0
     err = capsys.readouterr().err
     assert sum("engine version not recorded" in ln for ln in err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("version, on", [("0.13.0", False), ("0.14.0", True)])  # v0.14.0: vllm#27614's default
+def test_unrecorded_async_scheduling_follows_the_release_default(tmp_path, version, on):
+    folder = synthetic_run(tmp_path / "run", vllm_version=version)
+    row = {r["setting"]: r for r in settings_table(load_run(folder))}["async_scheduling"]
+    assert row["status"] == ASSUMED and row["value"] is on
+    assert config_from_run(folder, measured_kernels=False).scheduler.async_scheduling is on

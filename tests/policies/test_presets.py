@@ -73,3 +73,24 @@ def test_v0_versions_are_the_continuous_policy_with_that_eras_limits(version):
         assert (cfg.max_num_seqs, cfg.max_paddings) == (row["max_num_seqs"], row["max_paddings"])
     assert SchedulerConfig.preset("vllm", version=version, max_num_batched_tokens=16384).max_num_batched_tokens == 16384
 
+
+
+# The boundary read from vLLM's release sdists (PyPI): v0.13.0's vllm/config/scheduler.py has
+# `async_scheduling: bool = False`; v0.14.0's has `Field(default=None)`, resolved to True by
+# VllmConfig.__post_init__ (vllm-project/vllm#27614).
+@pytest.mark.parametrize("version", ["0.11", "0.12.0", "0.13", "0.13.0"])
+def test_async_scheduling_off_by_default_before_v0_14(version):
+    from policies.presets import async_scheduling_default
+    assert async_scheduling_default(version) is False
+
+
+@pytest.mark.parametrize("version", ["0.14", "0.14.0", "0.15", "0.19", "1.0"])
+def test_async_scheduling_on_by_default_from_v0_14(version):
+    from policies.presets import async_scheduling_default
+    assert async_scheduling_default(version) is True
+
+
+def test_async_scheduling_default_rejects_a_bad_version():
+    from policies.presets import async_scheduling_default
+    with pytest.raises(ValueError, match="MAJOR.MINOR"):
+        async_scheduling_default("latest")
