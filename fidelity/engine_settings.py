@@ -163,7 +163,7 @@ def settings_table(run: RealRun) -> list[dict]:
     for name, (value, where) in sorted(run.recorded_args.items()):
         status, note = (NOT_MODELLED, run.unmodelled_args[name]) if name in run.unmodelled_args else \
             classify(name, value)
-        if name == "async_scheduling" and value and run.server.async_scheduling:  # its loader passes it on
+        if name == "async_scheduling" and value and async_scheduling(run.server):  # passed on, or the release default
             status, note = MODELLED, ASYNC_MODELLED
         rows.append({"run": run.name, "setting": name, "value": value, "status": status, "note": note,
                      "recorded_in": where})
