@@ -142,6 +142,19 @@ class Replica:
         for hook in self.on_finish:
             hook(request, now)
 
+    def _replayed(self, durations: list, finished: list, now: float, sweep: bool) -> float:
+        """Account a fast path's stretch: its steps' busy time (added one by one, as the loop adds
+        them), the requests it ended at `now`, and a sweep when asked; returns `now`."""
+        busy = self.busy_time
+        for duration in durations:
+            busy += duration
+        self.busy_time = busy
+        for request in finished:
+            self.request_ended(request, now)
+        if sweep:
+            self._sweep(now)
+        return now
+
     def _sweep(self, now: float) -> None:
         """Report requests that ended outside `update` (say, aborted on the scheduler directly).
 
@@ -172,42 +185,19 @@ class Replica:
             if mixed is not None and mixed.carry and not was_idle:  # it runs decode stretches too
                 replayed = yield from mixed.run(now)
                 if replayed is not None:
-                    durations, finished, now = replayed
-                    busy = self.busy_time
-                    for duration in durations:
-                        busy += duration
-                    self.busy_time = busy
-                    for request in finished:
-                        self.request_ended(request, now)
-                    if live is None or len(live) != len(own):
-                        self._sweep(now)
+                    now = self._replayed(*replayed, sweep=live is None or len(live) != len(own))
                     continue
             if replay is not None:
                 num_steps = scheduler.decode_horizon()
                 if num_steps:
                     replayed = yield from replay.run(now, num_steps)
                     if replayed is not None:  # else the first step would preempt: schedule() runs it
-                        durations, finished, now = replayed
-                        busy = self.busy_time
-                        for duration in durations:
-                            busy += duration
-                        self.busy_time = busy
-                        for request in finished:
-                            self.request_ended(request, now)
-                        self._sweep(now)
+                        now = self._replayed(*replayed, sweep=True)
                         continue
             if mixed is not None and not mixed.carry and not was_idle:
                 replayed = yield from mixed.run(now)
                 if replayed is not None:  # else the first step would preempt or span the next event
-                    durations, finished, now = replayed
-                    busy = self.busy_time
-                    for duration in durations:
-                        busy += duration
-                    self.busy_time = busy
-                    for request in finished:
-                        self.request_ended(request, now)
-                    if live is None or len(live) != len(own):
-                        self._sweep(now)
+                    now = self._replayed(*replayed, sweep=live is None or len(live) != len(own))
                     continue
             plan = scheduler.schedule(now)
             if live is None or len(live) != len(own):  # _sweep's own test, without the call
