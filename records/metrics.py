@@ -284,7 +284,13 @@ def format_summary(summary: dict) -> str:
     if parts:
         names = (("client_send_s", "send"), ("api_server_s", "API server"), ("engine_queue_s", "queue"),
                  ("prefill_steps_s", "prefill steps"), ("first_chunk_s", "first chunk"))
-        lines.append("TTFT parts     " + " + ".join(f"{label} {ms(parts[k])}" for k, label in names) + " ms (means)")
+        edges = ("client_send_s", "api_server_s", "first_chunk_s")
+        if any(parts[k] for k in edges):
+            lines.append("TTFT parts     " + " + ".join(f"{label} {ms(parts[k])}" for k, label in names) + " ms (means)")
+        else:  # no front end simulated: printing its parts as 0 ms would read as measured zeros
+            lines.append(f"TTFT parts     queue {ms(parts['engine_queue_s'])} + prefill steps "
+                         f"{ms(parts['prefill_steps_s'])} ms (means; send, API server, first chunk: "
+                         "no [frontend] simulated)")
     stall = summary["max_stall_s"]
     kv = summary["kv_usage"]
     lines += [

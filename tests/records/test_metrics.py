@@ -125,3 +125,15 @@ def test_format_summary_mentions_every_headline():
     text = format_summary(summary_of([a]))
     for word in ("TTFT", "TPOT", "ITL", "E2E", "throughput", "goodput", "max stall", "preemptions"):
         assert word in text
+
+
+def test_ttft_parts_line_names_only_what_was_simulated():
+    """Without a front end the send/API/first-chunk parts are not simulated: the line says so
+    instead of printing them as 0 ms; with one, every part is printed and they sum to the mean."""
+    a = make_done_request("a", 0.0, [1.0, 1.5])
+    summary = summary_of([a])
+    line = next(x for x in format_summary(summary).splitlines() if x.startswith("TTFT parts"))
+    assert "no [frontend] simulated" in line and "API server 0" not in line
+    parts = {**summary["ttft_parts"], "api_server_s": 0.002, "engine_queue_s": summary["ttft_parts"]["engine_queue_s"] - 0.002}
+    line = next(x for x in format_summary({**summary, "ttft_parts": parts}).splitlines() if x.startswith("TTFT parts"))
+    assert "API server 2" in line and "first chunk 0" in line
