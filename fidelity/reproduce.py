@@ -149,7 +149,7 @@ def _system(pred: Prediction) -> RunSystem | None:
         return None
 
 
-def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: str = "auto", gpu: str | None = None,
+def reproduce(runs: list[RealRun], fit: str | HostOverhead = "source", workload: str = "auto", gpu: str | None = None,
               gpu_model: str = "auto", iterations: int = 1, progress: bool = True) -> Reproduction:
     """Simulate and score `runs`.
 
@@ -163,7 +163,7 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "loo", workload: st
        GPU model's host prior (`predict.host_prior`: none, documented constants, or host times
        measured on the *other* runs' idle engines). `fit="none"` scores step 1.
        `fit=HostOverhead` applies given terms to every run (the caller excludes the runs they were
-       fitted on). `fit="source"`: nothing measured or fitted on a run's own source reaches it
+       fitted on). `fit="source"` (default): nothing measured or fitted on a run's own source reaches it
        (`reproduce_source_out`).
     """
     if isinstance(fit, str) and fit not in FITS:

@@ -8,9 +8,10 @@ the not-modelled ones are also noted on stderr and in `report.csv`'s `not_modell
 `ttft_parts.csv` (each run's mean TTFT as named parts, measured and predicted, with their origins:
 `fidelity.ttft_parts`), `workload.csv` (the client behaviour simulated and the generated against the
 measured request lengths: `fidelity.client_workload`) and
-`errors.png` (predicted vs measured). With `--fit loo` (default) each run is predicted with terms
-fitted on the other runs of its source only; with `--fit source` nothing measured or fitted on its
-own source (campaign folder) reaches it (`fidelity.reproduce.reproduce_source_out`); `--overhead FILE` applies a fitted layer instead and
+`errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
+deployment) nothing measured or fitted on a run's own source (campaign folder) reaches it
+(`fidelity.reproduce.reproduce_source_out`); with `--fit loo` each run is predicted with terms
+fitted on the other runs of its source only; `--overhead FILE` applies a fitted layer instead and
 leaves the runs it was fitted on out of the score.
 """
 from __future__ import annotations
@@ -41,9 +42,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("groundtruth", help=FOLDER_HELP)
     options.add_out(parser, "report.md, report.csv, medians.csv, fits.json, settings.csv and errors.png", required=True,
                     metavar="REPORT")
-    parser.add_argument("--fit", choices=("loo", "source", "none"), default="loo",
-                        help="loo: host-overhead terms fitted leave-one-run-out within each source (default); "
-                             "source: nothing measured or fitted on a run's own source (campaign); "
+    parser.add_argument("--fit", choices=("source", "loo", "none"), default="source",
+                        help="source: nothing measured or fitted on a run's own source (campaign; default, "
+                             "a new deployment's situation); loo: host-overhead terms fitted leave-one-run-out "
+                             "within each source; "
                              "none: the GPU model alone")
     parser.add_argument("--overhead", metavar="FILE", help="a fitted overhead layer (servesim calibrate fit-runs); "
                         "the runs it was fitted on are excluded from the score")

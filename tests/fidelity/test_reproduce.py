@@ -43,7 +43,7 @@ def test_no_run_is_predicted_with_a_fit_that_saw_it(three_runs, monkeypatch):
         return real_fit(systems)
 
     monkeypatch.setattr(reproduce_module, "fit_overhead", spy)
-    rep = reproduce(find_runs(three_runs), gpu_model="roofline", progress=False)
+    rep = reproduce(find_runs(three_runs), fit="loo", gpu_model="roofline", progress=False)
     for name, fit in rep.fits.items():
         assert name not in fit["fitted_on"] and len(fit["fitted_on"]) == 2
     assert all(set(row.fitted_on.split(";")) == set(rep.fits[row.run]["fitted_on"])
@@ -59,7 +59,7 @@ def test_a_runs_own_measurements_cannot_move_its_prediction(three_runs):
     # if leave-one-out leaked, tripling run0's measured latencies would change run0's prediction
     runs = find_runs(three_runs)
     def predicted(rs):
-        return reproduce(rs, gpu_model="roofline", progress=False).table.set_index(["run", "metric"])["predicted"]
+        return reproduce(rs, fit="loo", gpu_model="roofline", progress=False).table.set_index(["run", "metric"])["predicted"]
 
     base, moved = predicted(runs), predicted(scaled(runs, "run0", 3.0))
     pd.testing.assert_series_equal(base.loc["run0"], moved.loc["run0"])
