@@ -37,6 +37,7 @@ class FinishReason(str, Enum):
     STOP = "stop"  # the executor saw an EOS / stop token
     REJECTED = "rejected"  # can never be served (see reject_reason)
     ABORTED = "aborted"  # cancelled by its client
+    TIMED_OUT = "timed_out"  # its client gave up waiting (the client's request timeout) and disconnected
 
 
 class IllegalTransition(RuntimeError):

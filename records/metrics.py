@@ -131,6 +131,7 @@ def summarize(requests: "pd.DataFrame", steps: "pd.DataFrame", itls: np.ndarray 
         "num_finished": num_finished,
         "num_rejected": int((reasons == "rejected").sum()),
         "num_aborted": int((reasons == "aborted").sum()),
+        "num_timed_out": int((reasons == "timed_out").sum()),
         "num_unfinished": int((reasons == "unfinished").sum()),
         "duration_s": duration,
         "throughput": {
@@ -265,7 +266,8 @@ def format_summary(summary: dict) -> str:
     tp = summary["throughput"]
     lines = [
         f"requests       {number(summary['num_requests'])} ({number(summary['num_finished'])} finished, "
-        f"{number(summary['num_rejected'])} rejected, {number(summary.get('num_aborted', 0))} aborted)",
+        f"{number(summary['num_rejected'])} rejected, {number(summary.get('num_aborted', 0))} aborted"
+        + (f", {number(summary['num_timed_out'])} timed out" if summary.get("num_timed_out") else "") + ")",
         f"duration       {number(summary['duration_s'])} s simulated, {number(summary['num_steps'])} steps",
         f"throughput     {number(tp['requests_per_s'])} req/s, {number(tp['output_tokens_per_s'])} output tok/s, "
         f"{number(tp['total_tokens_per_s'])} total tok/s",

@@ -180,6 +180,7 @@ class RunningSummary:
             "num_finished": num_finished,
             "num_rejected": self.reasons.get("rejected", 0),
             "num_aborted": self.reasons.get("aborted", 0),
+            "num_timed_out": self.reasons.get("timed_out", 0),
             "num_unfinished": self.reasons.get("unfinished", 0),
             "duration_s": duration,
             "throughput": {

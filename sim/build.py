@@ -88,7 +88,8 @@ def build_replica(env: simpy.Environment, config: Any, recorder, name: str, late
     scheduler = build_scheduler(config, build_cache_config(config), name)
     return Replica(env, scheduler, with_proposer(resolve_latency_model(latency_model, config), config), recorder,
                    name=name, fast_decode=fast_decode,
-                   async_scheduling=getattr(config.scheduler, "async_scheduling", False))
+                   async_scheduling=getattr(config.scheduler, "async_scheduling", False),
+                   request_timeout_s=config.workload.request_timeout_s)
 
 
 def run_workload(config: Any, workload=None):

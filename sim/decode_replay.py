@@ -63,8 +63,11 @@ class DecodeReplay:
     """A replica's decode fast path: `run(now, num_steps)` replays a stretch (see the module docstring).
 
     `build` gives one for a latency model that can time stretches, else None (the replica then
-    schedules every step).
+    schedules every step). `deadline` (set by a replica whose client has a timeout): a callable
+    giving the earliest deadline of a live request; a stretch's steps end before it, as before an event.
     """
+
+    deadline: Callable[[], float] | None = None
 
     def __init__(self, env: simpy.Environment, scheduler, decode_times: DecodeTimes, recorder: Recorder,
                  name: str) -> None:
@@ -92,6 +95,8 @@ class DecodeReplay:
         # every context (new token included) of the first step: num_tokens summed, in C loops
         context_sum = sum(map(_num_prompt_tokens, running)) + sum(map(len, map(_output_token_ids, running)))
         next_event = env.peek()  # nothing else happens before it, so nothing can interfere
+        if self.deadline is not None:  # nor past a client's deadline: the replica aborts it then
+            next_event = min(next_event, self.deadline())
         step_id, num_waiting = scheduler.step_id, scheduler.num_waiting
         decode_times = self.decode_times
         durations, end_times = [], []

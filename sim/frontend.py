@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from policies import ConfigError
+from policies import ConfigError, FinishReason
 from policies.config import check_number
 from records.files import read_json_object
 from sim.latency.base import LatencyModel
@@ -87,8 +87,8 @@ class FrontendConfig:
             request.token_times = [t + delay for t in request.token_times]
         if request.first_token_time is not None:
             request.first_token_time += delay
-        if request.finish_time is not None:
-            request.finish_time += delay
+        if request.finish_time is not None and request.finish_reason is not FinishReason.TIMED_OUT:
+            request.finish_time += delay  # a timed-out one's is its client's deadline already
 
     def split_ttft_parts(self, parts: dict | None) -> dict | None:
         """A summary's `ttft_parts` (`records.metrics.ttft_parts_of_sums`: the request times alone)

@@ -113,6 +113,9 @@ class MixedReplay:
         self.replica = replica
 
     carry, until, replica = False, float("inf"), None
+    # set by a replica whose client has a timeout: the earliest deadline of a live request (a
+    # stretch's steps end before it; requests submitted during a stretch's waits are seen after them)
+    deadline: Callable[[], float] | None = None
 
     def run(self, now: float):
         """Replay the mixed steps from `now` (a SimPy generator).
@@ -155,6 +158,10 @@ class MixedReplay:
         tail = running[num_cohort:]  # the other running requests, scheduled one by one
         free = bm.num_free_gpu_blocks
         next_event, until = env.peek(), self.until
+        deadline = self.deadline  # a client's timeout: no step may end at or past the next deadline
+        if deadline is not None:
+            until = min(until, deadline())
+            next_event = min(next_event, until)
         step_id, name, recorder, replica = sch.step_id, self.name, self.recorder, self.replica
         durations, ends, records, tail_finished = [], [], [], []
         t, j, last = now, 0, False
@@ -214,6 +221,9 @@ class MixedReplay:
                         add_step_rows(recorder, records)
                         records = []
                         next_event = env.peek()
+                        if deadline is not None:  # the submits in the wait have deadlines too
+                            until = min(until, deadline())
+                            next_event = min(next_event, until)
                         break
                     if done < count:
                         break
@@ -383,6 +393,9 @@ class MixedReplay:
                     break
             if spans or (ended and carry):
                 next_event = env.peek()  # the hooks may have scheduled follow-ups
+                if deadline is not None:  # and the submits in the wait have deadlines too
+                    until = min(until, deadline())
+                    next_event = min(next_event, until)
             # tail requests now decoding join the cohort, from the front (keeping running order)
             joins = 0
             for req in tail:

@@ -10,16 +10,19 @@ Arrivals come from outside (a runner, or a router for several replicas in one en
 Every step is recorded as a `StepRecord`; finished requests go to the `on_finish` hooks, which is
 where closed-loop workloads and routers react. Stretches of steps the scheduler can foretell are
 replayed in one go by the fast paths (`Replica`'s `fast_decode`), with the step-by-step tables.
+A client's request timeout (`request_timeout_s`) gives each request a deadline the replica honours.
 """
 from __future__ import annotations
 
 import gc
+import math
 from contextlib import contextmanager
+from heapq import heappop, heappush
 from typing import Callable
 
 import simpy
 
-from policies import Request, StepResult
+from policies import FinishReason, Request, StepResult
 from records.results import Recorder, record_step
 from sim.decode_replay import DecodeReplay
 from sim.mixed_replay import MixedReplay
@@ -44,11 +47,19 @@ class Replica:
     `async_scheduling` (vLLM's `--async-scheduling`): the engine plans step n+1 while step n runs,
     so a request submitted during step n is first seen by the plan of step n+2 (at once when no step
     runs). The scheduling time itself is not hidden. The fast paths are off with it.
+
+    `request_timeout_s` (the client's timeout, `workload.request_timeout_s`; None: it waits): a
+    request not finished by arrival + timeout is given up by its client, which disconnects; the
+    engine aborts it (its blocks freed) at its first step boundary at or after that deadline, as
+    vLLM handles an abort between steps, and one that finishes in the step spanning its deadline
+    is lost to the client too. Either way it ends TIMED_OUT with `finish_time` = its deadline (what
+    the client records). An idle replica wakes at the next deadline; the fast paths end their
+    stretches before it (`next_deadline`), so the tables are the step-by-step loop's.
     """
 
     def __init__(self, env: simpy.Environment, scheduler, latency_model, recorder: Recorder | None = None,
                  name: str = "0", on_finish: FinishHook | None = None, fast_decode: bool = True,
-                 async_scheduling: bool = False) -> None:
+                 async_scheduling: bool = False, request_timeout_s: float | None = None) -> None:
         self.env = env
         self.scheduler = scheduler
         self.latency_model = latency_model
@@ -64,11 +75,17 @@ class Replica:
         self._step_index = 0  # steps started so far (async scheduling: which step a submit fell in)
         self._in_step = False
         self._deferred: list[tuple[Request, int]] = []  # async: (request, step it arrived during)
+        self.request_timeout_s = None if request_timeout_s is None else float(request_timeout_s)
+        self._deadlines: list[tuple[float, int, Request]] = []  # heap: (deadline, order, request) of live ones
         fast_decode = fast_decode and not self.async_scheduling
         self._replay = DecodeReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
             if fast_decode else None
         self._mixed = MixedReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
             if fast_decode else None
+        if self.request_timeout_s is not None:  # their stretches end before the next deadline
+            for replay in (self._replay, self._mixed):
+                if replay is not None:
+                    replay.deadline = self.next_deadline
         self.process = env.process(self._loop())
 
     # --- for routers ----------------------------------------------------------------------------
@@ -88,6 +105,8 @@ class Replica:
             self.request_ended(request, now)
             return
         self._live[request.req_id] = request
+        if self.request_timeout_s is not None:
+            heappush(self._deadlines, (request.arrival_time + self.request_timeout_s, self.num_submitted, request))
         self.wake()
 
     def wake(self) -> None:
@@ -105,6 +124,36 @@ class Replica:
         if request is not None:
             self.request_ended(request, self.env.now)
         return request
+
+    def next_deadline(self) -> float:
+        """The earliest deadline of a live request here (inf: none, or no client timeout)."""
+        heap = self._deadlines
+        while heap and heap[0][2].is_finished:  # ended otherwise since: forgotten lazily
+            heappop(heap)
+        return heap[0][0] if heap else math.inf
+
+    def _time_out(self, now: float) -> None:
+        """Abort every live request whose deadline is <= `now` (at a step boundary): TIMED_OUT."""
+        heap, abort = self._deadlines, self.scheduler.abort_request
+        while heap and heap[0][0] <= now:
+            deadline, _, request = heappop(heap)
+            if request.is_finished or abort(request.req_id, now) is None:
+                continue
+            self._mark_timed_out(request, deadline)
+            self.request_ended(request, now)
+
+    def _timed_out(self, request: Request) -> None:
+        """A request that ended after its deadline (finished in the step spanning it, or aborted
+        later): its client had given up at the deadline, so it is TIMED_OUT then."""
+        deadline = request.arrival_time + self.request_timeout_s
+        if request.finish_time > deadline and request.finish_reason not in (FinishReason.REJECTED,
+                                                                            FinishReason.TIMED_OUT):
+            self._mark_timed_out(request, deadline)
+
+    def _mark_timed_out(self, request: Request, deadline: float) -> None:
+        request.finish_reason = FinishReason.TIMED_OUT
+        request.finish_time = deadline
+        request.reject_reason = f"client timeout: not finished {self.request_timeout_s:g} s after it was sent"
 
     def run_alone(self, until: float | None = None) -> None:
         """Say that nothing else in the environment reads or changes this replica's running requests
@@ -137,6 +186,8 @@ class Replica:
     def request_ended(self, request: Request, now: float) -> None:
         """Count a request that ended at `now` and run the on_finish hooks (the loop and the fast
         paths call it once per request, at the end of the step it ended in)."""
+        if self.request_timeout_s is not None:
+            self._timed_out(request)
         self._live.pop(request.req_id, None)
         self.num_finished += 1
         for hook in self.on_finish:
@@ -180,8 +231,11 @@ class Replica:
         # the KV offload tier: the copy time synchronous backends add to a step, and when a load lands
         offload_seconds = getattr(scheduler, "offload_seconds", None) or (lambda plan: 0.0)
         next_wakeup = getattr(scheduler, "next_wakeup", None)
+        deadlines = self._deadlines  # the client's timeouts, checked at every step boundary
         while True:
             now = env.now
+            if deadlines and deadlines[0][0] <= now:
+                self._time_out(now)
             if mixed is not None and mixed.carry and not was_idle:  # it runs decode stretches too
                 replayed = yield from mixed.run(now)
                 if replayed is not None:
@@ -214,6 +268,10 @@ class Replica:
                     self._release(None, now)
                     continue
                 wake_at = next_wakeup() if next_wakeup is not None else None
+                if deadlines:  # a waiting request's client may give up before anything can run
+                    deadline = self.next_deadline()
+                    if deadline < math.inf:
+                        wake_at = deadline if wake_at is None else min(wake_at, deadline)
                 if wake_at is not None and wake_at <= now:
                     continue
                 self._wakeup = env.event()

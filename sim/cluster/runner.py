@@ -13,6 +13,7 @@ from typing import Any
 
 import simpy
 
+from policies import ConfigError
 from records.results import Recorder, end_unfinished
 from sim.arrivals import Arrivals
 from sim.build import end_reason, make_recorder, progress_bar, run_workload
@@ -25,6 +26,11 @@ from sim.result import SimResult, finish_run
 
 def simulate_cluster(config: Any, progress: bool = False, latency_model=None, workload=None, out=None,
                      stream: bool | None = None, plot: bool = False, fast_decode: bool = True) -> SimResult:
+    if is_disaggregated(config) and config.workload.request_timeout_s is not None:
+        # a request there is two halves on two pools with a KV transfer between: whose deadline
+        # aborts what (and frees which blocks) is not modelled
+        raise ConfigError("workload.request_timeout_s: a client timeout is not modelled with prefill/decode "
+                          "disaggregation; leave it unset (the client waits) or use colocated replicas")
     workload = run_workload(config, workload)
     recorder = make_recorder(config, out, stream, plot)
     if not isinstance(recorder, Recorder):  # streamed: replicas that cannot affect one another run alone

@@ -9,6 +9,7 @@ registers its load generators and length tables there), so this module names no 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -149,6 +150,8 @@ class WorkloadConfig:
         classes = [{ name = "chat", priority = 0, fraction = 0.8 }, { name = "batch", priority = 1, fraction = 0.2 }]
         too_long = "clip"         # clip | filter | keep (keep: the scheduler rejects them)
         max_model_len = 4096      # overrides the limit build_workload is given
+        request_timeout_s = 300.0 # the client gives up on a request not finished this long after it sent
+                                  #   it (ends "timed_out", aborted in the engine); default none: it waits
         seed = 0
 
     Nested tables may be given as dicts: `__post_init__` turns them into `LengthDist` / `PriorityClass`.
@@ -174,6 +177,7 @@ class WorkloadConfig:
     classes: tuple = ()
     too_long: str = "clip"
     max_model_len: int | None = None
+    request_timeout_s: float | None = None  # the client's timeout (sim.replica.Replica: its deadlines)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -214,6 +218,10 @@ class WorkloadConfig:
         check_choice("workload.too_long", self.too_long, TOO_LONG)
         check_int("workload.max_model_len", self.max_model_len, 2, allow_none=True)
         check_int("workload.seed", self.seed, 0)
+        t = self.request_timeout_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf):
+            raise ConfigError(f"workload.request_timeout_s: expected a finite number of seconds > 0, or leave it "
+                              f"unset for a client that waits for every answer; got {t!r}")
         if self.kind == "closed_loop" and self.num_requests is None and self.duration is None:
             s("num_requests", 1000)  # documented default, so a closed loop always ends
         if self.kind in ("poisson", "gamma", "constant") and self.num_requests is None and self.duration is None:

@@ -517,3 +517,30 @@ def test_every_policy_declaring_mixed_runs_keeps_the_chunked_pass():
         assert issubclass(cls, ChunkedScheduler), cls
         overridden = [name for name in REPRODUCED if getattr(cls, name) is not getattr(ChunkedScheduler, name)]
         assert not overridden, (cls.__name__, overridden)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_client_timeouts_are_identical_with_and_without_fast_paths(monkeypatch, seed):
+    """A client timeout (`workload.request_timeout_s`) gives every request a deadline that both fast
+    paths must end their stretches before (the replica aborts at the boundary at or after it):
+    random scenarios of both kinds, the timeout short enough that many requests time out."""
+    import dataclasses
+
+    rnd = random.Random(3000 + seed)
+    config = (random_chunked_config if seed % 2 else random_config)(seed)
+    timeout = rnd.choice([0.05, 0.2, 0.5, 1.5])
+    config = dataclasses.replace(config, workload=dataclasses.replace(config.workload, request_timeout_s=timeout))
+    slow, fast, replayed = run_both(monkeypatch, config)
+    assert_identical(slow, fast)
+    table = fast.requests
+    done = table["finish_reason"].isin(["length", "stop"])
+    assert (table.loc[done, "finish_time"] <= table.loc[done, "arrival_time"] + timeout).all()
+
+
+def test_timeouts_inside_carried_and_decode_stretches(monkeypatch):
+    """The benchmark scenario overloaded, with a timeout: most steps still replayed, many requests
+    timed out, the tables the loop's."""
+    slow, fast, replayed = run_both(monkeypatch, azure_like(200, **{"workload.rate": 15,
+                                                                    "workload.request_timeout_s": 2.0}))
+    assert_identical(slow, fast)
+    assert 20 < fast.summary["num_timed_out"] < 180 and replayed > len(fast.steps) // 2
