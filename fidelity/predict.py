@@ -59,6 +59,7 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     evidence: list[str] = field(default_factory=list)  # where the unfitted host terms came from (source-out)
     ttft_part_origins: dict[str, str] = field(default_factory=dict)  # fidelity.ttft_parts.PARTS -> origin
+    gpu_model_note: str = ""  # what the GPU step-time data holds besides a profile (report.csv column)
 
     def means(self) -> dict[str, float]:
         """Mean TTFT, TPOT, E2E; TPOT of the means when the run's is (`RealRun.tpot_of_means`)."""
@@ -288,7 +289,8 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
     """(step-time model, its kind) for the run's GPU and model; `compute_factor` (aiconfigurator):
     None = `compute_prior`. With `source_out`, no choice made on the run's own source's
     measurements: DistServe's vLLM file keeps its own prefill fit (the choice of the other
-    file's came from the DistServe runs' first-token gaps)."""
+    file's came from the DistServe runs' first-token gaps), and its alignment factors are divided
+    out (`DISTSERVE_ALIGNMENT`: DistServe set them aligning its simulator with these runs)."""
     if kind not in GPU_MODEL_KINDS:
         raise ValueError(f"gpu_model: {kind!r} is not allowed; choose one of {', '.join(GPU_MODEL_KINDS)}")
     spec = config.model.spec()
@@ -308,8 +310,8 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
     if kind in ("auto", "distserve"):
         path = distserve_profile(run)
         if path is not None and run.server.model == "facebook/opt-13b":
-            return DistServeLatencyModel(path, run.server.model, config.hardware.tp,
-                                         own_prefill=source_out), "distserve"
+            return DistServeLatencyModel(path, run.server.model, config.hardware.tp, own_prefill=source_out,
+                                         pre_alignment=source_out), "distserve"
         if kind == "distserve":
             raise ValueError(f"gpu_model: no DistServe coefficients for run {run.name}")
     if kind in ("auto", "aiconfigurator"):
@@ -393,8 +395,12 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     if source_out and measured_run.inferred_args:
         evidence.append("engine defaults for " + ", ".join(sorted(measured_run.inferred_args)) +
                         " (inferred from the source's timings otherwise)")
+    gpu_note = base.alignment_note() if isinstance(base, DistServeLatencyModel) else ""
+    if gpu_note and source_out:  # the report's `fitted_on` names it with the host terms' origins
+        evidence.insert(0, "GPU step times: " + gpu_note)
     front = [e for e in evidence if e.startswith("front end")]
     if front and overhead.frontend_s:  # source-out: the front end is our serve stack's measurement
         origins = {**origins, "api_server_s": front[0]}
     return Prediction(run=measured_run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
-                      workload=kind, overhead=overhead, notes=notes, evidence=evidence, ttft_part_origins=origins)
+                      workload=kind, overhead=overhead, notes=notes, evidence=evidence, ttft_part_origins=origins,
+                      gpu_model_note=gpu_note)

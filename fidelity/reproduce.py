@@ -29,7 +29,7 @@ from fidelity.runs import DEFAULT_GPU, METRICS, RealRun
 class Reproduction:
     """Scores per run and metric, the fits used, and the simulated runs."""
 
-    table: pd.DataFrame  # run, source, metric, measured, predicted, error, fit, fitted_on, gpu_model, workload
+    table: pd.DataFrame  # run, source, metric, measured, predicted, error, fit, fitted_on, gpu_model(_note), ...
     fits: dict[str, dict] = field(default_factory=dict)  # run -> {overhead terms, fitted_on}
     group_fits: dict[str, dict] = field(default_factory=dict)  # source -> terms fitted on all its runs
     predictions: dict[str, Prediction] = field(default_factory=dict)
@@ -133,7 +133,8 @@ def _rows(pred: Prediction, fit_label: str, fitted_on: list[str]) -> list[dict]:
         "run": pred.run.name, "source": pred.run.source, "metric": m,
         "measured": measured[m], "predicted": predicted[m],
         "error": (predicted[m] - measured[m]) / measured[m] if measured[m] else np.nan,
-        "fit": fit_label, "fitted_on": ";".join(fitted_on), "gpu_model": pred.gpu_model, "workload": pred.workload,
+        "fit": fit_label, "fitted_on": ";".join(fitted_on), "gpu_model": pred.gpu_model,
+        "gpu_model_note": pred.gpu_model_note, "workload": pred.workload,
         "num_requests": pred.run.num_requests, "not_modelled": ";".join(not_modelled(pred.run)),
         "definition": definition(pred.run.measured_by, m),
     } for m in METRICS]

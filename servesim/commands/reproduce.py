@@ -81,6 +81,11 @@ def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[s
     for source, row in medians.iterrows():
         cells = " | ".join(f"{100 * row[m]:.1f}%" if m in row and pd.notna(row[m]) else "-" for m in METRICS)
         lines.append(f"| {source} | {int(row['num_runs'])} | {cells} |")
+    if "gpu_model_note" in table:  # what the GPU step-time data holds besides a profile (DistServe's alignment)
+        notes = table[table["gpu_model_note"].fillna("") != ""].drop_duplicates(["source", "gpu_model_note"])
+        if len(notes):
+            lines += ["", "## GPU step-time data", ""] + [f"- {r.source}: {r.gpu_model_note}"
+                                                         for r in notes.itertuples(index=False)]
     lines += ["", "## Per run", ""]
     for metric in METRICS:
         lines += [f"### {LABELS[metric]} (s)", "", "| source | run | measured | predicted | error | GPU model | host-overhead terms |",

@@ -130,6 +130,33 @@ def test_distserve_settings_are_the_launch_scripts_and_listed(shared_data):
     assert "\n" not in line and "engine version not recorded" in line and "client version not recorded" in line
 
 
+def test_distserve_source_out_uses_the_pre_alignment_curve_and_says_so(shared_data):
+    """Under source-out a DistServe run's step times are DistServe's profiled curve (3261c76), its
+    alignment to these runs divided out, and `fitted_on` says so; under `none` the aligned file
+    stays and the report discloses that it holds DistServe's alignment to these runs."""
+    from fidelity.predict import gpu_latency_model
+    from fidelity.run_config import config_dict_for_run
+    from sim.config import load_config
+
+    runs = [r for r in find_runs(shared_data / "groundtruth" / "distserve-a100-opt13b") if r.name == "vllm-100-1"]
+    if not runs:
+        pytest.skip("no DistServe run vllm-100-1")
+    run = runs[0]
+    config = load_config(config_dict_for_run(run))
+    model, kind = gpu_latency_model(run, config, "auto", source_out=True)
+    assert kind == "distserve"
+    assert model.prefill == pytest.approx([15.751574849507277, 0.10036374192949256, 5.76898915900792e-06], rel=1e-9)
+    assert model.decode_small == pytest.approx([19.562534173678987, 0.0004941120550644942, 0.05060571771697455],
+                                               rel=1e-9)
+    aligned, _ = gpu_latency_model(run, config, "auto")
+    assert aligned.decode_small[0] == pytest.approx(1.2 * model.decode_small[0])
+    out = reproduce(runs, fit="source", progress=False).table
+    assert out["fitted_on"].str.contains("alignment to these runs divided out").all()
+    assert out["gpu_model_note"].str.contains("divided out").all()
+    none = reproduce(runs, fit="none", progress=False).table
+    assert none["gpu_model_note"].str.contains("INCLUDE DistServe's alignment").all()
+
+
 def test_v1_source_out_host_time_is_our_engines_step_fit():
     """Without an idle-host layer of another source, a vLLM v1 run's host time per step and per
     sequence is our own engine's CPU step fit, and the evidence names that profile."""

@@ -152,3 +152,38 @@ def test_the_runs_back_to_back_prefills_follow_the_chosen_prefill_fit(shared_dat
         mid = [int(np.median(band[:, 0]))]
         assert envelope_ms == pytest.approx(chosen.prefill_ms(mid), rel=0.12)
         assert envelope_ms < 0.85 * own.prefill_ms(mid)
+
+
+# DistServe 3261c76 (2024-04-22, "Add a few curves"): the profiled OPT-13B TP1 curves of the vLLM
+# file, before DistServe's alignment factors were baked in (4c68ed9); copied from that commit
+PROFILED_3261C76 = {"prefill": [15.751574849507277, 0.10036374192949256, 5.76898915900792e-06],
+                    "decoding_smallbs": [19.562534173678987, 0.0004941120550644942, 0.05060571771697455],
+                    "decoding_largebs": [16.8386301447433, 0.00040897725301957885, 0.10000261546561776]}
+ENGINE_PREFILL_3261C76 = [16.456860431694288, 0.09264750660897617, 6.474785740229194e-06]
+
+
+def test_pre_alignment_divides_out_distserves_factors(tmp_path):
+    """`pre_alignment` divides each fit by its DistServe factor (x1.4 prefill, x1.2 decode for the
+    vLLM file; x1.1 prefill for DistServe's engine); without it the file's values stand."""
+    path = write_profiles(tmp_path)
+    pre = DistServeLatencyModel(path, own_prefill=True, pre_alignment=True)
+    assert pre.prefill == pytest.approx([v / 1.4 for v in VLLM["prefill"]])
+    assert pre.decode_small == pytest.approx([v / 1.2 for v in VLLM["decoding_smallbs"]])
+    assert pre.decode_large == pytest.approx([v / 1.2 for v in VLLM["decoding_largebs"]])
+    assert DistServeLatencyModel(path, pre_alignment=True).prefill == pytest.approx([v / 1.1 for v in ENGINE["prefill"]])
+    assert DistServeLatencyModel(path, own_prefill=True).prefill == pytest.approx(VLLM["prefill"])
+    assert "divided out" in pre.alignment_note() and "3cb7744" in pre.alignment_note()
+    assert "INCLUDE" in DistServeLatencyModel(path).alignment_note()
+
+
+def test_the_shipped_files_divided_out_are_the_profiled_curves(shared_data):
+    """The shipped coefficients with `DISTSERVE_ALIGNMENT` divided out are DistServe's profiled
+    curves of 3261c76, fit by fit; as shipped, they are not (the factors are in them)."""
+    _, coefficients = distserve_files(shared_data)
+    pre = DistServeLatencyModel(coefficients, own_prefill=True, pre_alignment=True)
+    for got, fit in ((pre.prefill, "prefill"), (pre.decode_small, "decoding_smallbs"), (pre.decode_large, "decoding_largebs")):
+        assert got == pytest.approx(PROFILED_3261C76[fit], rel=1e-9)
+    assert DistServeLatencyModel(coefficients, pre_alignment=True).prefill == pytest.approx(ENGINE_PREFILL_3261C76, rel=1e-9)
+    shipped = DistServeLatencyModel(coefficients, own_prefill=True)
+    assert shipped.prefill[0] == pytest.approx(1.4 * PROFILED_3261C76["prefill"][0])
+    assert shipped.decode_small[0] == pytest.approx(1.2 * PROFILED_3261C76["decoding_smallbs"][0])
