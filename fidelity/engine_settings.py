@@ -46,6 +46,7 @@ USED: dict[str, str] = {
     "kv_cache_dtype": "model.kv_cache_dtype: fp8 halves the KV bytes per token; auto = the model dtype",
     "kv_offloading_size": "cache.offload_size_gb: a CPU tier of the prefix cache (policies.kv_offload)",
     "kv_offloading_backend": "cache.offload_backend",
+    "max_paddings": "scheduler.max_paddings: a padded prompt batch stops admitting past this padding (v0.2.2-0.3)",
     "vllm_version": "the vllm preset's version (its default limits)",
     "engine_version": "the vllm preset's version (its default limits)",
     "gpu": "hardware.gpu", "hardware": "hardware.gpu",
@@ -140,6 +141,10 @@ ASYNC_MODELLED = ("scheduler.async_scheduling: step n+1 planned while step n run
                   "joins step n+2 (the host time per step is not hidden: the host terms keep it)")
 
 
+V0_RELEASE_NOTE = ("a vLLM v0 engine (scheduler.policy continuous); the release picks its KV profiling rule "
+                   "(hardware.memory_profiling: v0-peak up to 0.2.4, else v0) and max_paddings' default")
+
+
 def classify(name: str, value) -> tuple[str, str]:
     """(status, note) of one recorded setting."""
     if name in VALUE_LIMITS:
@@ -165,6 +170,8 @@ def settings_table(run: RealRun) -> list[dict]:
             classify(name, value)
         if name == "async_scheduling" and value and async_scheduling(run.server):  # passed on, or the release default
             status, note = MODELLED, ASYNC_MODELLED
+        if name in ALIASES["engine_version"] and not run.server.enable_chunked_prefill:
+            note = V0_RELEASE_NOTE
         rows.append({"run": run.name, "setting": name, "value": value, "status": status, "note": note,
                      "recorded_in": where})
     for name, (default, why) in sorted(run.inferred_args.items()):

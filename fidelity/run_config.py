@@ -18,16 +18,36 @@ import numpy as np
 
 from fidelity.client_workload import write_resolved_profile
 from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs, async_scheduling,  # noqa: F401 (re-exported)
-                           engine_version)
+                           engine_version, release)
 from fidelity.sources.inference_perf import (LengthDistribution, SharedPrefixProfile, SharedPrefixWorkload,
                                              shared_prefix_profile)
 from policies import ConfigError, FinishReason, SchedulerConfig
+from policies.presets import VLLM_V0_VERSIONS
 from sim.workload.traces import write_trace_csv
 from specs.gpu_spec import get_gpu
 from specs.model_catalog import get_model
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 V0_WATERMARK = 0.01  # vLLM v0 `SelfAttnBlockSpaceManager(watermark=0.01)`
+# the last release whose KV profiling counts torch's peak allocation only (`specs.memory` "v0-peak"):
+# vllm-project/vllm#2031 (2023-12-12, after 0.2.4's bump) moved it to `mem_get_info`
+V0_PEAK_PROFILING_UNTIL = (0, 2, 4)
+
+
+def v0_memory_profiling(server: ServerArgs) -> str:
+    """`hardware.memory_profiling` of a v0 engine: "v0-peak" for a recorded release <= 0.2.4, else "v0"
+    (an unrecorded release: the later rule, as before releases were told apart)."""
+    r = release(server)
+    return "v0-peak" if r is not None and r[0] == 0 and r <= V0_PEAK_PROFILING_UNTIL else "v0"
+
+
+def v0_max_paddings(server: ServerArgs) -> int:
+    """The prefill batch's padding cap of a v0 engine: the recorded `max_paddings`, else the recorded
+    release's default (`policies.presets.VLLM_V0_VERSIONS`), else 0 (no cap: release unknown)."""
+    if server.max_paddings is not None:
+        return int(server.max_paddings)
+    r = release(server)
+    return int(VLLM_V0_VERSIONS.get(f"{r[0]}.{r[1]}", {}).get("max_paddings", 0)) if r else 0
 
 
 SUFFIXES = ("-instruct", "-chat", "-hf", "-base", "-it", "-2507", "-v0.1", "-v0.2", "-v0.3")
@@ -83,6 +103,8 @@ def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
         # vLLM v0 without chunked prefill: whole prompts, prefill-first batches (ENGINE-SEMANTICS §1.3)
         section = {"policy": "continuous", "max_num_batched_tokens": server.max_num_batched_tokens or 2048,
                    "max_num_seqs": server.max_num_seqs or 256, "preemption": "recompute"}
+        if v0_max_paddings(server):  # vLLM 0.2.2-0.3: padded prompt batches, their padding capped
+            section["max_paddings"] = v0_max_paddings(server)
     else:
         preset = SchedulerConfig.preset("vllm", version=engine_version(server), usage=usage, large_gpu=_large_gpu(gpu))
         section = {"policy": "vllm", "max_num_batched_tokens": server.max_num_batched_tokens or preset.max_num_batched_tokens,
@@ -233,7 +255,7 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
     if s.gpu_memory_utilization:
         hardware["gpu_memory_utilization"] = s.gpu_memory_utilization
     if not s.enable_chunked_prefill:  # the v0 engine (as `scheduler_section`): its profiling sizes the pool
-        hardware["memory_profiling"] = "v0"
+        hardware["memory_profiling"] = v0_memory_profiling(s)
     model = {"name": resolve_model_name(s.model)}
     if s.kv_cache_dtype and s.kv_cache_dtype.startswith("fp8"):
         model["kv_cache_dtype"] = "fp8"

@@ -70,6 +70,7 @@ class ServerArgs:
     kv_offloading_size: float | None = None  # vLLM's --kv-offloading-size (GiB over the TP ranks; None: off)
     kv_offloading_backend: str | None = None  # vLLM's --kv-offloading-backend ("native", "lmcache")
     async_scheduling: bool | None = None  # vLLM's --async-scheduling (None: not recorded, the release's default)
+    max_paddings: int | None = None  # vLLM 0.2.2-0.3's --max-paddings (None: not recorded, the release's default)
 
 
 def engine_version(server: ServerArgs) -> str:
@@ -85,6 +86,15 @@ def engine_version(server: ServerArgs) -> str:
         return "0.19"
     # the v1 presets start at 0.11; older engines (v0) use the 'continuous' policy instead
     return min(SUPPORTED_VERSIONS, key=lambda s: abs(int(s.split(".")[1]) - minor) if major == 0 else 0)
+
+
+def release(server: ServerArgs) -> tuple[int, int, int] | None:
+    """The run's recorded engine release as (major, minor, patch), or None (unrecorded, unparsable)."""
+    try:
+        parts = [int(x) for x in str(server.engine_version).split(".")[:3]] if server.engine_version else []
+    except ValueError:
+        return None
+    return (*parts, 0, 0)[:3] if parts else None
 
 
 def async_scheduling(server: ServerArgs) -> bool:

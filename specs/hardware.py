@@ -12,7 +12,8 @@ from specs.gpu_spec import GPUSpec, get_gpu
 from specs.model_catalog import get_model
 from specs.model_spec import DTYPE_BYTES, ModelSpec
 
-MEMORY_PROFILES = ("v1", "v0")  # engine generations whose profiling sizes the KV pool (specs.memory)
+# engine generations whose profiling sizes the KV pool (specs.memory); "v0-peak": vLLM <= 0.2.4
+MEMORY_PROFILES = ("v1", "v0", "v0-peak")
 
 DTYPES = ("auto", "float16", "bfloat16", "float32", "fp8")
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8")
@@ -48,7 +49,8 @@ class HardwareConfig:
     `latency` picks the step-time model: "roofline" (datasheet) or "profiled" (needs `profile`).
     `enforce_eager` (vLLM's flag) models an engine without CUDA graphs.
     `memory_profiling` is the engine generation whose profiling sizes the KV pool: "v1" (vLLM >= 0.8's
-    engine) or "v0" (vLLM 0.2-0.4: profiles sampling of every sequence; see `specs.memory`).
+    engine), "v0" (vLLM 0.2.5-0.4: profiles sampling of every sequence, counts all device memory in
+    use) or "v0-peak" (vLLM <= 0.2.4: the same profiling, torch's peak allocation only; `specs.memory`).
     `ep` spreads a MoE model's routed experts over `ep` expert-parallel groups (1 = every expert
     sharded over the `tp` GPUs). With ep <= tp (ep divides tp) the replica's tp GPUs form ep groups,
     each holding E/ep experts sharded tp/ep ways (SGLang's moe_tp = tp/ep). With ep > tp (tp divides
@@ -70,7 +72,7 @@ class HardwareConfig:
     enforce_eager: bool = False  # vLLM's flag: no CUDA graphs (the roofline adds per-layer launch costs)
     ep: int = 1  # expert-parallel degree of a MoE model (see the class docstring)
     ep_link_bandwidth_gbps: float | None = None  # the all-to-all's GB/s per GPU per direction (None: see roofline)
-    memory_profiling: str = "v1"  # "v1" or "v0": whose profiling rule sizes the KV pool (specs.memory)
+    memory_profiling: str = "v1"  # "v1", "v0" or "v0-peak": whose profiling rule sizes the KV pool
 
     def __post_init__(self) -> None:
         get_gpu(self.gpu)  # fail early on an unknown GPU

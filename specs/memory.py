@@ -11,7 +11,8 @@ routed experts spread over max(tp, ep) GPUs (`hardware.ep`). GPU blocks follow v
 with the reserve of the engine generation's profiling (`hardware.memory_profiling`): vLLM v1's
 (`activation_reserve_bytes`, checked against vLLM 0.11/0.19 logs in tests/specs/test_memory.py) or
 vLLM v0's (`v0_activation_reserve_bytes`: 0.2-0.4, early 2024, which samples every profiled
-sequence and counts all memory in use on the device; a worked example in the same tests).
+sequence and counts all memory in use on the device; a worked example in the same tests), or
+vLLM <= 0.2.4's (`"v0-peak"`: the same profiling run, but only torch's peak allocation is counted).
 """
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def activation_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: 
 
 
 def v0_activation_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int = 2048,
-                                max_num_seqs: int = 256) -> int:
+                                max_num_seqs: int = 256, non_torch: bool = True) -> int:
     """Memory vLLM v0 (0.2-0.4, `Worker.profile_num_available_blocks`) keeps away from the KV cache.
 
     v0 runs one forward of `max_num_batched_tokens` tokens split over `max_num_seqs` prompts, samples
@@ -102,7 +103,10 @@ def v0_activation_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_token
       `V0_SAMPLER_ACT_COPIES` tensors in the activations' dtype and `V0_SAMPLER_INT_BYTES` (the
       logits are gathered whole on the driver rank, whose count the engine takes: vocab not / tp);
       the fp32 probabilities and log-probabilities that follow need less (4 + 4 + two fp32 copies);
-    * `V0_NON_TORCH_BYTES`: the CUDA context and NCCL buffers `total - free` counts.
+    * `V0_NON_TORCH_BYTES`: the CUDA context and NCCL buffers `total - free` counts; not with
+      `non_torch=False`, vLLM <= 0.2.4's rule (v0.2.3 `Worker.profile_num_available_blocks`:
+      `total_memory x utilization - torch.cuda.max_memory_allocated()`, with `total_memory` from
+      `get_device_properties`; `mem_get_info` came with vllm-project/vllm#2031, 2023-12-12, in 0.2.5).
     CUDA graphs are captured after the cache is allocated in v0, so they reserve nothing here.
     """
     act, h = model.act_dtype_bytes, model.hidden_size
@@ -114,14 +118,16 @@ def v0_activation_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_token
     forward = max_num_batched_tokens * per_token
     per_entry = V0_SAMPLER_ACT_COPIES * act + V0_SAMPLER_INT_BYTES
     sampler = max_num_batched_tokens * h * act + max_num_seqs * model.vocab_size * per_entry
-    return max(forward, sampler) + V0_NON_TORCH_BYTES
+    return max(forward, sampler) + (V0_NON_TORCH_BYTES if non_torch else 0)
 
 
 def profiling_reserve_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int = 2048, max_num_seqs: int = 256,
                             profiling: str = "v1") -> int:
-    """The reserve of the engine generation's profiling: "v1" (`activation_reserve_bytes`) or "v0"."""
-    if profiling == "v0":
-        return v0_activation_reserve_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
+    """The reserve of the engine generation's profiling: "v1" (`activation_reserve_bytes`), "v0" or
+    "v0-peak" (`v0_activation_reserve_bytes`, with and without the non-torch memory)."""
+    if profiling in ("v0", "v0-peak"):
+        return v0_activation_reserve_bytes(model, tp, max_num_batched_tokens, max_num_seqs,
+                                           non_torch=profiling == "v0")
     if profiling != "v1":
         raise ConfigError(f"hardware.memory_profiling: {profiling!r} is not allowed; choose one of "
                           f"{', '.join(MEMORY_PROFILES)}")

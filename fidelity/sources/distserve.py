@@ -44,9 +44,10 @@ DISTSERVE_VLLM_LAUNCH_ORIGIN = ("DistServe evaluation/2-benchmark-serving/2-star
 DISTSERVE_VLLM_LAUNCH: dict[str, object] = {
     "max_num_batched_tokens": 16384, "max_num_seqs": 1024, "block_size": 16, "gpu_memory_utilization": 0.95,
     "swap_space": 16, "dtype": "float16", "seed": 0, "tensor_parallel_size": 1,
-    # the runs' own prefill batches exceed this cap (a 323-token prompt padded to 1728 next to a
-    # 1728-token one, `distserve_prefill_batches`); the script's next version (6e7474d, "Update startup
-    # params for old vLLM") drops the flag, which the vLLM release that made the runs did not know
+    # vLLM 0.2.3's cap on a padded prompt batch (its default too), simulated. Six of the eight runs
+    # never pad past it; the two rate-2 runs do (a 323-token prompt padded to 1728 next to a
+    # 1728-token one, `distserve_prefill_batches`): they look like another launch (bde5424's 524288,
+    # docs/results/2026-12-02-distserve.md), but only their own timings say so, so the script stands
     "max_paddings": 256,
     "engine_use_ray": True, "worker_use_ray": True,
 }
@@ -54,9 +55,13 @@ DISTSERVE_VLLM_LAUNCH: dict[str, object] = {
 # whose first tokens arrive within 0.6 ms of each other were prefilled in one step, and five of the
 # eight runs co-schedule 1699 + 1728 = 3427 prompt tokens in one step, above vLLM's default of 2048.
 DISTSERVE_MAX_NUM_BATCHED_TOKENS = int(DISTSERVE_VLLM_LAUNCH["max_num_batched_tokens"])
-DISTSERVE_UNMODELLED = {
-    "max_paddings": "no padding cap simulated: the runs' own prefill batches exceed 256 padding tokens",
-}
+DISTSERVE_UNMODELLED: dict[str, str] = {}
+# The engine: DistServe's fork of vLLM v0.2.3 (interestingLSY/vllm distserve-baseline-vllm-v0.2.3, a
+# timing-only diff from v0.2.3), read from DistServe's source, not from the runs' timings. v0.2.3 sizes
+# its KV pool by torch's peak allocation (`hardware.memory_profiling = "v0-peak"`, `fidelity.run_config`)
+DISTSERVE_VLLM_RELEASE = "0.2.3"
+DISTSERVE_VLLM_RELEASE_ORIGIN = ("DistServe distserve/evaluation/0-test-single-forward-performance/INSTRUCTIONS.md "
+                                 "@ 8f13114: 'We use version v0.2.3' (branch distserve-baseline-vllm)")
 # first tokens closer than this were sampled by the same step (the gap between steps is >= 20 ms)
 DISTSERVE_SAME_STEP_S = 0.002
 
@@ -104,8 +109,8 @@ def load_distserve_run(path: Path) -> RealRun:
     monotonic clock, latencies in ms). vLLM of early 2024 (the v0 engine): no chunked prefill, no
     prefix caching; the engine arguments are the launch script's (`DISTSERVE_VLLM_LAUNCH`, listed
     in settings.csv with where they were read; those simulated otherwise, `DISTSERVE_UNMODELLED`).
-    The KV capacity is vLLM v0's profiling rule (`specs.memory`, `hardware.memory_profiling = "v0"`,
-    set for every v0 run by `fidelity.run_config`) at the script's 0.95:
+    The KV capacity is vLLM 0.2.3's profiling rule (`specs.memory`, `hardware.memory_profiling =
+    "v0-peak"`, set by `fidelity.run_config` from the release) at the script's 0.95:
     `profile_data/max_num_tokens.csv` next to the runs is the capacity of DistServe's *own* engine
     (its simulator's input for DistServe instances), not of the vLLM baseline.
     """
@@ -122,15 +127,17 @@ def load_distserve_run(path: Path) -> RealRun:
         "ttft_s": np.array([r["ttft_ms"] for r in recs]) / 1e3,
         "e2e_s": np.array([r["latency_ms"] for r in recs]) / 1e3,
     })
-    # the v0 engine (no chunked prefill), release not recorded: no padding cap (the runs' own batches
-    # exceed the script's, see DISTSERVE_VLLM_LAUNCH); budget, sequences and block size the script's
+    # the v0 engine (no chunked prefill) of DistServe's vLLM 0.2.3; budget, sequences, block size and
+    # padding cap the script's
     launch = DISTSERVE_VLLM_LAUNCH
     server = ServerArgs(model="facebook/opt-13b", gpu="A100", tensor_parallel_size=1, max_model_len=2048,
                         max_num_batched_tokens=int(launch["max_num_batched_tokens"]),
                         max_num_seqs=int(launch["max_num_seqs"]), enable_chunked_prefill=False,
-                        block_size=int(launch["block_size"]), enable_prefix_caching=False, engine_version=None,
+                        block_size=int(launch["block_size"]), enable_prefix_caching=False,
+                        engine_version=DISTSERVE_VLLM_RELEASE, max_paddings=int(launch["max_paddings"]),
                         gpu_memory_utilization=float(launch["gpu_memory_utilization"]))
     recorded = {k: (v, DISTSERVE_VLLM_LAUNCH_ORIGIN) for k, v in launch.items()}
+    recorded["engine_version"] = (DISTSERVE_VLLM_RELEASE, DISTSERVE_VLLM_RELEASE_ORIGIN)
     return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests,
                    recorded_args=recorded, unmodelled_args=DISTSERVE_UNMODELLED, measured_by="distserve")
 

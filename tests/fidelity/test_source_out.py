@@ -121,13 +121,15 @@ def test_distserve_settings_are_the_launch_scripts_and_listed(shared_data):
     rows = {r["setting"]: r for r in settings_table(run)}
     assert set(DISTSERVE_VLLM_LAUNCH) <= set(rows)
     assert all(rows[k]["recorded_in"] == DISTSERVE_VLLM_LAUNCH_ORIGIN for k in DISTSERVE_VLLM_LAUNCH)
-    # simulated otherwise than the script says: listed as not modelled, never dropped
-    assert rows["max_paddings"]["status"] == NOT_MODELLED
-    # the script's 0.95, sized by vLLM v0's profiling rule
+    # vLLM 0.2.3's padding cap, as the script sets it (and 0.2.3's default): simulated
+    assert rows["max_paddings"]["status"] != NOT_MODELLED
+    assert config_dict_for_run(run)["scheduler"]["max_paddings"] == 256
+    # the script's 0.95, sized by vLLM 0.2.3's profiling rule (torch's peak), the release named with its origin
     assert rows["gpu_memory_utilization"]["status"] != NOT_MODELLED and run.server.gpu_memory_utilization == 0.95
-    assert config_dict_for_run(run)["hardware"]["memory_profiling"] == "v0"
-    line = version_assumption(run)  # neither release is recorded: both assumptions, one line
-    assert "\n" not in line and "engine version not recorded" in line and "client version not recorded" in line
+    assert rows["engine_version"]["value"] == "0.2.3" and "INSTRUCTIONS.md" in rows["engine_version"]["recorded_in"]
+    assert config_dict_for_run(run)["hardware"]["memory_profiling"] == "v0-peak"
+    line = version_assumption(run)  # the client's release is not recorded: said, in one line
+    assert "\n" not in line and "engine version not recorded" not in line and "client version not recorded" in line
 
 
 def test_distserve_source_out_uses_the_pre_alignment_curve_and_says_so(shared_data):

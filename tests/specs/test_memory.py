@@ -174,6 +174,21 @@ def test_v0_reserve_worked_example_opt13b_on_an_a100():
     assert num_gpu_blocks(m, hw, 16, 16384, 1024) == pool // bytes_per_block(m, 1, 16)
 
 
+def test_v0_peak_is_torchs_peak_against_the_total_memory():
+    """vLLM <= 0.2.4 (`"v0-peak"`, v0.2.3's `profile_num_available_blocks`): total x utilization -
+    `max_memory_allocated`, the weights and the profiling run's peak, no non-torch memory. OPT-13B on
+    an A100-80GB at DistServe's 0.95 / 16384 tokens / 1024 sequences: 4019 blocks (the later rule:
+    3978, V0_NON_TORCH_BYTES fewer)."""
+    from specs.memory import V0_NON_TORCH_BYTES
+    m = get_model("OPT-13B")
+    peak, later = (make_hardware(gpu="A100-80G", gpu_memory_utilization=0.95, memory_profiling=p)
+                   for p in ("v0-peak", "v0"))
+    forward = 16384 * (2 * 20480 + 6 * 5120) * 2
+    pool = int(peak.gpu_spec().memory_bytes * 0.95) - weight_bytes_per_gpu(m, 1) - forward
+    assert num_gpu_blocks(m, peak, 16, 16384, 1024) == pool // bytes_per_block(m, 1, 16) == 4019
+    assert num_gpu_blocks(m, later, 16, 16384, 1024) == (pool - V0_NON_TORCH_BYTES) // bytes_per_block(m, 1, 16) == 3978
+
+
 def test_v0_sampler_peak_counts_every_sequence_over_the_whole_vocab():
     """Many short sequences: the sampler's (sequences x vocab) tensors set v0's reserve, linear in
     the sequences, and the driver rank samples the whole vocab whatever the TP degree."""

@@ -127,9 +127,10 @@ def distserve_files(shared_data: Path) -> tuple[list[Path], Path]:
     return runs, root / "profile_data" / "profiler-a100-80g.vllm.json"
 
 
-def test_the_runs_prefill_batches_exceed_vllms_default_budget_and_carry_no_padding_cap(shared_data):
+def test_the_runs_prefill_batches_exceed_vllms_default_budget(shared_data):
     """The loader's budget is above every co-scheduled prefill and vLLM's default (2048) is below
-    some; some steps pad a prompt by far more than vLLM 0.2.2-0.3's `max_paddings` (256)."""
+    some; some steps (of the two rate-2 runs, another launch: the loader keeps the script's cap)
+    pad a prompt by far more than vLLM 0.2.2-0.3's `max_paddings` (256)."""
     runs, _ = distserve_files(shared_data)
     batches = [b for path in runs for b in distserve_prefill_batches(path)]
     assert sum(len(b) for b in batches) == sum(load_distserve_run(p).num_requests for p in runs)
@@ -187,3 +188,19 @@ def test_the_shipped_files_divided_out_are_the_profiled_curves(shared_data):
     shipped = DistServeLatencyModel(coefficients, own_prefill=True)
     assert shipped.prefill[0] == pytest.approx(1.4 * PROFILED_3261C76["prefill"][0])
     assert shipped.decode_small[0] == pytest.approx(1.2 * PROFILED_3261C76["decoding_smallbs"][0])
+
+
+def test_six_of_the_runs_never_pad_past_the_cap_and_neither_does_the_simulation(shared_data):
+    """vLLM 0.2.3's `max_paddings` (256, the launch script's): the six runs of one server session never
+    pad a prefill batch past it, and the simulated DistServe run never does (its scheduler has the cap)."""
+    from fidelity.predict import predict_run
+
+    runs, _ = distserve_files(shared_data)
+    six = [p for p in runs if p.stem not in ("vllm-100-2", "vllm-200-2")]
+    assert len(six) == 6
+    assert all(len(b) * max(b) - sum(b) <= 256 for p in six for b in distserve_prefill_batches(p))
+    run = load_distserve_run(next(p for p in runs if p.stem == "vllm-100-2"))  # this run pads past it
+    req = predict_run(run, host="source-out").requests
+    batches = req.groupby("first_token_time")["num_prompt_tokens"].apply(list)  # one prefill step each
+    assert (batches.map(len) > 1).any()  # prompts are co-scheduled ...
+    assert max(len(b) * max(b) - sum(b) for b in batches) <= 256  # ... within the cap
