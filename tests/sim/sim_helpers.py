@@ -42,6 +42,12 @@ def make_requests(n: int, arrivals=None, prompt=16, max_tokens=4, start_id: int 
 
 def run_requests(scheduler, latency, requests, env=None):
     """Feed `requests` to one Replica at their arrival times and run to the end; returns the recorder."""
+    return run_replica(scheduler, latency, requests, env=env)[0]
+
+
+def run_replica(scheduler, latency, requests, env=None, **replica_kwargs):
+    """`run_requests` with Replica keyword arguments (`request_timeout_s`, `fast_decode`, ...);
+    returns (recorder, replica)."""
     import simpy
 
     from sim.replica import Replica
@@ -49,7 +55,7 @@ def run_requests(scheduler, latency, requests, env=None):
 
     env = env or simpy.Environment()
     recorder = Recorder()
-    replica = Replica(env, scheduler, latency, recorder)
+    replica = Replica(env, scheduler, latency, recorder, **replica_kwargs)
 
     def feed():
         for r in sorted(requests, key=lambda r: r.arrival_time):
@@ -59,7 +65,7 @@ def run_requests(scheduler, latency, requests, env=None):
 
     env.process(feed())
     env.run()
-    return recorder
+    return recorder, replica
 
 
 class LinearLatency:

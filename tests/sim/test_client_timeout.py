@@ -21,26 +21,9 @@ from sim.config import load_config
 from sim.replica import Replica
 from sim.runner import simulate
 from sim.workload import WorkloadConfig
-from sim_helpers import ConstantLatency, make_requests, make_sched
+from sim_helpers import ConstantLatency, make_requests, make_sched, run_replica
 
 ENDED = {"length", "stop", "rejected", "timed_out"}
-
-
-def run_replica(scheduler, latency, requests, timeout, **replica_kwargs):
-    """Feed `requests` to one Replica with a client timeout; returns (recorder, replica)."""
-    env = simpy.Environment()
-    recorder = Recorder()
-    replica = Replica(env, scheduler, latency, recorder, request_timeout_s=timeout, **replica_kwargs)
-
-    def feed():
-        for r in sorted(requests, key=lambda r: r.arrival_time):
-            if r.arrival_time > env.now:
-                yield env.timeout(r.arrival_time - env.now)
-            replica.submit(r)
-
-    env.process(feed())
-    env.run()
-    return recorder, replica
 
 
 def overload_config(timeout=2.0, **workload):
@@ -74,7 +57,7 @@ def test_every_request_ends_and_every_block_returns(policy, preemption):
     rng = np.random.default_rng(0)
     requests = make_requests(120, arrivals=np.cumsum(rng.exponential(0.02, 120)),
                              prompt=rng.integers(8, 120, 120), max_tokens=rng.integers(1, 60, 120))
-    recorder, replica = run_replica(sched, ConstantLatency(0.004, 1e-5), requests, timeout=0.6, fast_decode=False)
+    recorder, replica = run_replica(sched, ConstantLatency(0.004, 1e-5), requests, request_timeout_s=0.6, fast_decode=False)
     table = requests_table(recorder.requests)
     assert len(table) == 120 and replica.num_outstanding == 0 and not sched.requests
     check_ended(table, 0.6)
@@ -90,7 +73,7 @@ def test_a_request_finishing_in_the_step_that_spans_its_deadline_is_lost_to_its_
     step, whose token the client never sees: timed out at 0.95 s. A 1.0 s timeout it meets."""
     for timeout, reason, finish in ((0.95, "timed_out", 0.95), (1.0, "length", 1.0)):
         recorder, _ = run_replica(make_sched("chunked"), ConstantLatency(0.1), make_requests(1, max_tokens=10),
-                                  timeout)
+                                  request_timeout_s=timeout)
         row = requests_table(recorder.requests).iloc[0]
         assert row["finish_reason"] == reason and row["finish_time"] == pytest.approx(finish, abs=1e-12)
 
@@ -198,7 +181,7 @@ def test_single_server_with_a_deadline_fails_the_mm1_fraction(lam, mu, tau):
     rng = np.random.default_rng(7)
     requests = make_requests(n, arrivals=np.cumsum(rng.exponential(1.0 / lam, n)), prompt=4, max_tokens=1)
     sched = make_sched("chunked", max_num_seqs=1)
-    recorder, _ = run_replica(sched, ExponentialSteps(mu, seed=11), requests, timeout=tau)
+    recorder, _ = run_replica(sched, ExponentialSteps(mu, seed=11), requests, request_timeout_s=tau)
     table = requests_table(recorder.requests)
     check_ended(table, tau)
     failed = float((table["finish_reason"] == "timed_out").mean())
