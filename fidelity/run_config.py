@@ -103,8 +103,8 @@ def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
         # vLLM v0 without chunked prefill: whole prompts, prefill-first batches (ENGINE-SEMANTICS §1.3)
         section = {"policy": "continuous", "max_num_batched_tokens": server.max_num_batched_tokens or 2048,
                    "max_num_seqs": server.max_num_seqs or 256, "preemption": "recompute"}
-        if v0_max_paddings(server):  # vLLM 0.2.2-0.3: padded prompt batches, their padding capped
-            section["max_paddings"] = v0_max_paddings(server)
+        if max_paddings := v0_max_paddings(server):  # vLLM 0.2.2-0.3: padded prompt batches, padding capped
+            section["max_paddings"] = max_paddings
     else:
         preset = SchedulerConfig.preset("vllm", version=engine_version(server), usage=usage, large_gpu=_large_gpu(gpu))
         section = {"policy": "vllm", "max_num_batched_tokens": server.max_num_batched_tokens or preset.max_num_batched_tokens,

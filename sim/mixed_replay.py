@@ -117,6 +117,15 @@ class MixedReplay:
     # stretch's steps end before it; requests submitted during a stretch's waits are seen after them)
     deadline: Callable[[], float] | None = None
 
+    def _horizon(self, until: float) -> tuple[float, float]:
+        """(the environment's next event, `until`), both no later than a client's next deadline
+        (`deadline`): no step of a stretch may end at or past it."""
+        next_event = self.env.peek()
+        if self.deadline is not None:
+            until = min(until, self.deadline())
+            next_event = min(next_event, until)
+        return next_event, until
+
     def run(self, now: float):
         """Replay the mixed steps from `now` (a SimPy generator).
 
@@ -157,11 +166,7 @@ class MixedReplay:
         heapify(ending)  # (the step at which a member reaches max_tokens, its place)
         tail = running[num_cohort:]  # the other running requests, scheduled one by one
         free = bm.num_free_gpu_blocks
-        next_event, until = env.peek(), self.until
-        deadline = self.deadline  # a client's timeout: no step may end at or past the next deadline
-        if deadline is not None:
-            until = min(until, deadline())
-            next_event = min(next_event, until)
+        next_event, until = self._horizon(self.until)
         step_id, name, recorder, replica = sch.step_id, self.name, self.recorder, self.replica
         durations, ends, records, tail_finished = [], [], [], []
         t, j, last = now, 0, False
@@ -220,10 +225,7 @@ class MixedReplay:
                         clock, since = end, len(durations)
                         add_step_rows(recorder, records)
                         records = []
-                        next_event = env.peek()
-                        if deadline is not None:  # the submits in the wait have deadlines too
-                            until = min(until, deadline())
-                            next_event = min(next_event, until)
+                        next_event, until = self._horizon(until)  # the wait's submits have deadlines too
                         break
                     if done < count:
                         break
@@ -392,10 +394,8 @@ class MixedReplay:
                 if j > len(ends) // 2 + 64:  # keep `ends` short: restart the stretch's step count
                     break
             if spans or (ended and carry):
-                next_event = env.peek()  # the hooks may have scheduled follow-ups
-                if deadline is not None:  # and the submits in the wait have deadlines too
-                    until = min(until, deadline())
-                    next_event = min(next_event, until)
+                # the hooks may have scheduled follow-ups, and the wait's submits have deadlines too
+                next_event, until = self._horizon(until)
             # tail requests now decoding join the cohort, from the front (keeping running order)
             joins = 0
             for req in tail:
