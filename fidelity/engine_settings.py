@@ -53,8 +53,7 @@ USED: dict[str, str] = {
 }
 # known vLLM arguments servesim does not model, and why (the simulation runs as if at the default)
 UNUSED: dict[str, str] = {
-    "async_scheduling": "vLLM overlaps scheduling step n+1 with step n; the simulation schedules, "
-                        "executes and updates in turn (the host terms hold the scheduling time)",
+    "async_scheduling": "a vLLM v0 engine (no chunked prefill) has no async scheduling: simulated without it",
     "enforce_eager": "eager launches vs CUDA graphs: the GPU data's own launch mode applies",
     "swap_space": "the CPU swap pool of vLLM v0's swap preemption: preemption is recompute here",
     "cpu_offload_gb": "weights offloaded to CPU memory are not modelled",
@@ -138,7 +137,8 @@ ASSUMED_DEFAULTS = {
 
 
 ASYNC_MODELLED = ("scheduler.async_scheduling: step n+1 planned while step n runs, so an arrival during step n "
-                  "joins step n+2 (the host time per step is not hidden: the host terms keep it)")
+                  "joins step n+2, and a step's host terms run beside the previous step's GPU time (a step takes "
+                  "max(GPU, host), the first after an idle wait GPU + host)")
 
 
 V0_RELEASE_NOTE = ("a vLLM v0 engine (scheduler.policy continuous); the release picks its KV profiling rule "

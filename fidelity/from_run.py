@@ -29,6 +29,7 @@ from typing import Sequence
 
 from calibrate.fit import fit_op
 from calibrate.importers import dims_of_spec, import_profile
+from fidelity.client_timeout import client_timeout
 from fidelity.client_workload import check_workload
 from fidelity.predict import compute_prior, host_prior
 from fidelity.run_config import (DEFAULT_GPU, GUIDELLM_RATE_TYPES, MODELS_DIR, SUFFIXES,  # noqa: F401 (re-exported)
@@ -79,6 +80,9 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
         check = check_workload(run)
         if check is not None:  # which client behaviour is simulated, and how it compares with the run's
             config = with_notes(config, check.lines())
+    timeout, origin = client_timeout(run)
+    if timeout is not None and config.workload.request_timeout_s == timeout:  # not overridden
+        config = with_notes(config, [f"workload: the client gives up on a request after {timeout:g} s ({origin})"])
     chosen = any(o.replace(" ", "").startswith(("hardware.latency=", "hardware.profile=")) for o in overrides)
     if measured_kernels and not chosen and config.hardware.latency == "roofline":
         path = measured_profile_file(config, run)

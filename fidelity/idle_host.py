@@ -24,6 +24,7 @@ from fidelity.host_layer import FORMAT, HOST_DIR, VLLM_V1_H100, IdleHostLayer, s
 from fidelity.host_overhead import HostOverhead
 from fidelity.predict import gpu_latency_model, predict_run
 from fidelity.run_config import config_dict_for_run
+from fidelity.runs import async_scheduling
 from policies import BatchPlan, Request, ScheduledSeq
 from sim.config import load_config
 from sim.latency.roofline import RooflineConstants
@@ -47,7 +48,11 @@ def one_decode_step(gpu_model, context_len: int) -> float:
 def idle_host_times(run, gpu_model, min_output_tokens: int = 4, samples: int = 8) -> np.ndarray:
     """Host seconds per step of each request of `run` that was alone in the engine: its measured
     TPOT less the GPU time `gpu_model` (no host terms) gives its decode steps, averaged over
-    `samples` context lengths between its first and last token."""
+    `samples` context lengths between its first and last token. Empty for an engine with async
+    scheduling (`fidelity.runs.async_scheduling`): there a lone decode step takes max(GPU, host),
+    so its TPOT does not show the host time."""
+    if async_scheduling(run.server):
+        return np.zeros(0)
     meas = run.requests
     if not len(meas) or meas["tpot_s"].isna().all():
         return np.zeros(0)

@@ -61,13 +61,29 @@ class RunSystem:
         return {m: float((self.A[m] @ theta).mean()) for m in METRICS if len(self.y[m])}
 
 
+def hidden_parts(steps: pd.DataFrame, overhead: HostOverhead) -> tuple[np.ndarray, np.ndarray]:
+    """(host hidden, GPU hidden) per step of a simulation run with `overhead`: async scheduling
+    overlapped a step that took less than its GPU + host time (`sim.replica.Replica`), and the
+    shorter part is the one hidden. Where a part is hidden its terms do not move the step, so
+    the step's linear equation leaves them out (the fit's linearization at these terms)."""
+    th = theta_of(overhead)
+    device = th[0] * steps["gpu_s"].to_numpy(float)
+    host = th[1] + np.column_stack([steps[c].to_numpy(float) for c in STEP_FEATURES[2:]]) @ th[2:5]
+    overlapped = steps["duration"].to_numpy(float) < (device + host) * (1 - 1e-9) - 1e-12
+    return overlapped & (device >= host), overlapped & (device < host)
+
+
 def _window_features(steps: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per (a, b): sum over steps of (overlap of the step with (a, b]) / duration * the step's features."""
+    """Per (a, b): sum over steps of (overlap of the step with (a, b]) / duration * the step's features
+    (without the hidden part's, `hidden_parts`, where the steps table says which)."""
     start = steps["start"].to_numpy(float)
     dur = steps["duration"].to_numpy(float)
     end = start + dur
     F = np.column_stack([steps["gpu_s"].to_numpy(float), np.ones(len(steps)), steps["num_seqs"].to_numpy(float),
                          steps["num_tokens"].to_numpy(float), steps["num_sampled"].to_numpy(float)])
+    if "host_hidden" in steps:
+        F[steps["host_hidden"].to_numpy(bool), 1:] = 0.0
+        F[steps["gpu_hidden"].to_numpy(bool), 0] = 0.0
     C = np.vstack([np.zeros((1, F.shape[1])), np.cumsum(F, axis=0)])
     out = np.zeros((len(a), F.shape[1]))
     for j, (lo, hi) in enumerate(zip(a, b)):

@@ -25,6 +25,7 @@ from calibrate.importers import dims_of_spec, import_profile
 from fidelity.client_workload import resolved_profile
 from fidelity.host_layer import shipped_layer
 from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend
+from fidelity.overhead_fit import hidden_parts
 from fidelity.metric_definitions import definition
 from fidelity.replay import ReplayWorkload
 from fidelity.run_config import config_dict_for_run
@@ -386,6 +387,8 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
         log = latency.steps_log()
         if len(log) == len(steps):
             steps = pd.concat([steps, log], axis=1)
+            if config.scheduler.async_scheduling:  # the part overlap hid leaves the step's equation
+                steps["host_hidden"], steps["gpu_hidden"] = hidden_parts(steps, overhead)
         steps["engine"] = engine
         step_tables.append(steps)
     requests = pd.concat(req_tables, ignore_index=True)

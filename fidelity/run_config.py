@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fidelity.client_timeout import client_timeout
 from fidelity.client_workload import write_resolved_profile
 from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs, async_scheduling,  # noqa: F401 (re-exported)
                            engine_version, release)
@@ -299,4 +300,7 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
             data["workload"] = {"kind": "inference_perf", "profile": str(write_resolved_profile(run, folder))}
         else:
             data["workload"] = profile_workload_section(run.profile, cache_dir=cache_dir)
+    timeout, _ = client_timeout(run)
+    if timeout is not None:  # the client gives up where it did (an overloaded run's failures)
+        data["workload"]["request_timeout_s"] = timeout
     return data

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fidelity.client_timeout import served_line, served_row
 from fidelity.client_workload import check_workload
 from fidelity.runs import RealRun
 
@@ -202,12 +203,17 @@ def ttft_parts_table(predictions) -> pd.DataFrame:
 
 
 def write_run_tables(rep, runs, out) -> list[str]:
-    """Beside report.csv: `ttft_parts.csv` (`ttft_parts_table`) and `workload.csv` (each run's
-    generated workload against its measured lengths, `fidelity.client_workload`); returns the
-    workload lines to print (what the client sent and any resolution by the measured lengths)."""
+    """Beside report.csv: `ttft_parts.csv` (`ttft_parts_table`), `workload.csv` (each run's
+    generated workload against its measured lengths, `fidelity.client_workload`) and `served.csv`
+    (its requests by how they ended, measured and predicted, `fidelity.client_timeout`); returns the
+    lines to print (what the client sent, any resolution by the measured lengths, and the runs
+    whose client gave up on requests)."""
     out = Path(out)
     ttft_parts_table(list(rep.predictions.values())).to_csv(out / "ttft_parts.csv", index=False)
     checks = [c for c in (check_workload(r) for r in runs) if c is not None]
     pd.DataFrame([c.row() for c in checks]).to_csv(out / "workload.csv", index=False)
+    served = [served_row(pred) for pred in rep.predictions.values()]
+    pd.DataFrame(served).to_csv(out / "served.csv", index=False)
     used = {name: pred.workload for name, pred in rep.predictions.items()}
-    return [f"{c.run}: {line}" for c in checks if used.get(c.run) != "replay" or c.resolution for line in c.lines()]
+    return [f"{c.run}: {line}" for c in checks if used.get(c.run) != "replay" or c.resolution for line in c.lines()] + \
+        [line for line in map(served_line, served) if line]

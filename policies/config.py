@@ -209,7 +209,7 @@ class SchedulerConfig:
     # its longest prompt, its padded size counts against the budget and its padding may not exceed this
     max_paddings: int = 0
     # vLLM's --async-scheduling: step n+1 is planned while step n runs, so a request that arrives
-    # during step n joins step n+2 (sim.replica.Replica; the scheduling time itself is not hidden)
+    # during step n joins step n+2 (sim.replica.Replica; a step's host work overlaps the previous step's GPU time)
     async_scheduling: bool = False
 
     def __post_init__(self) -> None:

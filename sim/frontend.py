@@ -23,7 +23,7 @@ from pathlib import Path
 from policies import ConfigError, FinishReason
 from policies.config import check_number
 from records.files import read_json_object
-from sim.latency.base import LatencyModel
+from sim.latency.base import LatencyModel, step_parts
 
 PROFILE_FORMAT = "servesim-frontend"
 
@@ -155,6 +155,12 @@ class OutputChargedLatency(LatencyModel):
         outputs = num_outputs(plan)
         # a step that streams nothing (a prefill chunk short of the prompt's end) wakes no event loop
         return self.inner.step_time(plan) + (self.s_per_step + self.s_per_output * outputs if outputs else 0.0)
+
+    def breakdown(self, plan) -> dict[str, float]:
+        """The inner model's parts (`step_parts`) and `output`, this charge (a host part)."""
+        outputs = num_outputs(plan)
+        return {**step_parts(self.inner, plan),
+                "output": self.s_per_step + self.s_per_output * outputs if outputs else 0.0}
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -25,6 +25,7 @@ import simpy
 from policies import FinishReason, Request, StepResult
 from records.results import Recorder, record_step
 from sim.decode_replay import DecodeReplay
+from sim.latency.base import host_split
 from sim.mixed_replay import MixedReplay
 
 FinishHook = Callable[[Request, float], None]
@@ -46,7 +47,10 @@ class Replica:
 
     `async_scheduling` (vLLM's `--async-scheduling`): the engine plans step n+1 while step n runs,
     so a request submitted during step n is first seen by the plan of step n+2 (at once when no step
-    runs). The scheduling time itself is not hidden. The fast paths are off with it.
+    runs), and the host work of a step (the latency model's `HOST_PARTS`: scheduling, input
+    preparation, output processing) runs while the GPU runs the one before: a step that follows
+    another at once takes max(device, host), the first after an idle wait device + host, as in vLLM's
+    `EngineCore.step_with_batch_queue`. The fast paths are off with it.
 
     `request_timeout_s` (the client's timeout, `workload.request_timeout_s`; None: it waits): a
     request not finished by arrival + timeout is given up by its client, which disconnects; the
@@ -232,6 +236,7 @@ class Replica:
         offload_seconds = getattr(scheduler, "offload_seconds", None) or (lambda plan: 0.0)
         next_wakeup = getattr(scheduler, "next_wakeup", None)
         deadlines = self._deadlines  # the client's timeouts, checked at every step boundary
+        overlap, pipelined = self.async_scheduling, False  # async: the last step's host work hid this one's
         while True:
             now = env.now
             if deadlines and deadlines[0][0] <= now:
@@ -264,6 +269,7 @@ class Replica:
                 if not plan.is_empty:
                     add_step(record_step(plan, now, 0.0, scheduler, name))
                     scheduler.update(plan, StepResult(0.0), now)
+                pipelined = False  # nothing runs, so nothing hides the next step's host work
                 if self._deferred:  # async scheduling, no step to run: nothing is planned ahead
                     self._release(None, now)
                     continue
@@ -283,7 +289,12 @@ class Replica:
                 idle_for = (idle_for if was_idle else 0.0) + (env.now - now)  # waits in a row add up
                 was_idle = env.now > now
                 continue
-            duration = float(step_time(plan))
+            if overlap:
+                device, host = host_split(self.latency_model, plan)
+                duration = max(device, host) if pipelined else device + host
+                pipelined = True
+            else:
+                duration = float(step_time(plan))
             if plan.offload_load_blocks or plan.offload_store_blocks:
                 duration += offload_seconds(plan)
             if not duration > 0.0:

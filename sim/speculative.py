@@ -19,7 +19,7 @@ from dataclasses import replace
 from policies import ConfigError
 from policies.schedulers import make_scheduler
 from policies.speculative import AcceptanceSampler
-from sim.latency.base import LatencyModel
+from sim.latency.base import LatencyModel, step_parts
 from sim.latency.roofline import RooflineConstants, RooflineLatencyModel
 from specs import get_model
 
@@ -96,6 +96,11 @@ class SpeculativeLatencyModel(LatencyModel):
         if self.proposer is not None and plan.seqs:
             t += self.proposer_time(plan)
         return t
+
+    def breakdown(self, plan) -> dict[str, float]:
+        """The inner model's parts (`step_parts`) and `proposer`, the draft passes (device time)."""
+        return {**step_parts(self.inner, plan),
+                "proposer": self.proposer_time(plan) if self.proposer is not None and plan.seqs else 0.0}
 
 
 def with_proposer(latency_model, config):

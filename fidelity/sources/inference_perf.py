@@ -513,7 +513,7 @@ def read_summary_means(path: Path, requested_output: float | None = None) -> dic
     chunk: `fidelity.metric_definitions`). n is `requested_output`, the mean max_tokens the client
     asked for, when given (under ignore_eos the server generates exactly that; the summary's
     output_len counts the re-tokenized text, which can fall well short), else the summary's mean
-    output_len."""
+    output_len. `num_successes` / `num_failures`: the summary's counts, where it has them."""
     with open(path) as f:
         data = json.load(f)
     ok = data.get("successes") or {}
@@ -526,6 +526,9 @@ def read_summary_means(path: Path, requested_output: float | None = None) -> dic
     out["tpot_s"] = math.nan
     if isinstance(n, (int, float)) and n > 1 and "ttft_s" in out and "e2e_s" in out:
         out["tpot_s"] = (out["e2e_s"] - out["ttft_s"]) / (float(n) - 1)
+    for key, part in (("num_successes", ok), ("num_failures", data.get("failures") or {})):
+        if isinstance(part, dict) and isinstance(part.get("count"), (int, float)):
+            out[key] = float(part["count"])  # requests the means are over, and those the client gave up on
     return out
 
 

@@ -7,7 +7,8 @@ medians of |error| per source and over all runs), `report.csv` (the same rows), 
 the not-modelled ones are also noted on stderr and in `report.csv`'s `not_modelled`),
 `ttft_parts.csv` (each run's mean TTFT as named parts, measured and predicted, with their origins:
 `fidelity.ttft_parts`), `workload.csv` (the client behaviour simulated and the generated against the
-measured request lengths: `fidelity.client_workload`) and
+measured request lengths: `fidelity.client_workload`), `served.csv` (each run's requests by how
+they ended, measured and predicted, with the client's timeout: `fidelity.client_timeout`) and
 `errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
 deployment) nothing measured or fitted on a run's own source (campaign folder) reaches it
 (`fidelity.reproduce.reproduce_source_out`); with `--fit loo` each run is predicted with terms
@@ -40,7 +41,7 @@ LABELS = {"ttft_s": "mean TTFT", "tpot_s": "mean TPOT", "e2e_s": "mean E2E"}
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("groundtruth", help=FOLDER_HELP)
-    options.add_out(parser, "report.md, report.csv, medians.csv, fits.json, settings.csv and errors.png", required=True,
+    options.add_out(parser, "report.md, report.csv, medians.csv, fits.json, settings.csv, served.csv and errors.png", required=True,
                     metavar="REPORT")
     parser.add_argument("--fit", choices=("source", "loo", "none"), default="source",
                         help="source: nothing measured or fitted on a run's own source (campaign; default, "

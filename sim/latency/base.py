@@ -44,6 +44,33 @@ class LatencyModel:
         return None
 
 
+#: `breakdown` keys that are host work outside the forward pass: the engine's overhead op, the named
+#: host terms (`fidelity.host_overhead`), a front end's per-output charge. With async scheduling the
+#: host prepares step n+1 while the GPU runs step n, so these overlap the other (device) parts.
+HOST_PARTS = frozenset({"overhead", "schedule", "prepare", "sample", "output"})
+
+
+def step_parts(latency_model, plan: BatchPlan) -> dict[str, float]:
+    """The model's own `breakdown(plan)` (its values sum to `step_time`), else {"step": step_time}.
+
+    A breakdown reached through attribute forwarding would leave out a wrapper's own cost, so
+    only one defined on the model's class counts."""
+    if callable(getattr(type(latency_model), "breakdown", None)):
+        return latency_model.breakdown(plan)
+    return {"step": latency_model.step_time(plan)}
+
+
+def host_split(latency_model, plan: BatchPlan) -> tuple[float, float]:
+    """(device seconds, host seconds) of the step of `plan`: `step_parts` split by `HOST_PARTS`."""
+    device = host = 0.0
+    for key, seconds in step_parts(latency_model, plan).items():
+        if key in HOST_PARTS:
+            host += seconds
+        else:
+            device += seconds
+    return device, host
+
+
 class ConstantLatencyModel(LatencyModel):
     """Every non-empty step takes `step_s` (+ `per_token_s` per computed token): queueing-theory tests."""
 

@@ -28,7 +28,7 @@ class NoHost:
         return self.lm.step_time(plan)
 
 
-def _measured_with_host(tmp_path, host_s: float):
+def _measured_with_host(tmp_path, host_s: float, async_scheduling: bool = False):
     """A run whose requests arrive far apart (alone in the engine), measured with `host_s` per step."""
     from sim.config import load_config
     from fidelity.from_run import config_dict_for_run
@@ -36,9 +36,10 @@ def _measured_with_host(tmp_path, host_s: float):
     from sim.runner import simulate
 
     req = make_requests(12, rate=0.2, seed=4)
-    folder = write_exp_config(tmp_path / "idle", gpu="H100")
+    folder = write_exp_config(tmp_path / "idle", gpu="H100", async_scheduling=async_scheduling)
     run = RealRun("idle", "hand-made", folder, ServerArgs(model=MODEL, gpu="H100", max_model_len=4096,
-                                                          max_num_batched_tokens=2048, max_num_seqs=64),
+                                                          max_num_batched_tokens=2048, max_num_seqs=64,
+                                                          async_scheduling=async_scheduling),
                   req.assign(prefix_group=-1, num_prefix_tokens=0))
     config = load_config(config_dict_for_run(run))
     gpu = NoHost(config)
@@ -55,6 +56,16 @@ def test_host_time_of_requests_alone_is_recovered(tmp_path):
     h = idle_host_times(run, gpu)
     assert len(h) >= 10
     assert np.median(h) == pytest.approx(0.8e-3, rel=0.05)
+
+
+def test_an_async_engine_hides_its_host_time_so_none_is_measured(tmp_path):
+    """With async scheduling a lone request's steps take max(GPU, host): its TPOT is the GPU's, and
+    reading host time off it would measure nothing, so nothing is read."""
+    run, gpu = _measured_with_host(tmp_path, 0.8e-3, async_scheduling=True)
+    serial, _ = _measured_with_host(tmp_path / "serial", 0.8e-3)
+    assert run.requests["tpot_s"].median() < serial.requests["tpot_s"].median() - 0.5e-3  # the host time hid
+    assert len(idle_host_times(serial, gpu)) >= 10
+    assert len(idle_host_times(run, gpu)) == 0
 
 
 def test_overlapping_requests_are_not_used():

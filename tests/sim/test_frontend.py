@@ -13,7 +13,8 @@ from policies import ConfigError, Request
 from sim.config import config_to_toml, load_config
 from sim.frontend import FrontendConfig
 from sim.runner import simulate
-from sim_helpers import ConstantLatency, make_requests, run_requests
+from sim.latency.base import host_split
+from sim_helpers import ConstantLatency, make_requests, make_sched, run_requests
 
 STEP_S, PER_TOKEN_S = 0.004, 2e-5  # a constant-time latency model: step = STEP_S + PER_TOKEN_S * tokens
 
@@ -98,6 +99,20 @@ def test_a_step_that_streams_nothing_pays_no_per_step_term():
     charged = run([(0.0, 1200, 3)], {"engine_s_per_step": 1e-3})
     extra = charged.steps["duration"].to_numpy() - base.steps["duration"].to_numpy()
     np.testing.assert_allclose(extra, [0.0, 0.0] + [1e-3] * (len(extra) - 2), rtol=0, atol=1e-12)
+
+
+def test_the_engine_share_is_host_time_in_the_steps_parts():
+    """Async scheduling overlaps host parts with the GPU (`sim.latency.base.host_split`): the
+    engine's per-output charge is one, the inner model's step stays device time."""
+    scheduler = make_sched("chunked")
+    for r in make_requests(2, prompt=40, max_tokens=3):
+        scheduler.add_request(r, 0.0)
+    plan = scheduler.schedule(0.0)  # both whole prompts: each samples its first token
+    model = FrontendConfig(engine_s_per_step=6e-4, engine_s_per_output=5e-5).charge(ConstantLatency(STEP_S))
+    device, host = host_split(model, plan)
+    assert device == pytest.approx(ConstantLatency(STEP_S).step_time(plan), abs=1e-15)
+    assert host == pytest.approx(6e-4 + 2 * 5e-5, abs=1e-15)
+    assert device + host == pytest.approx(model.step_time(plan), abs=1e-15)
 
 
 def test_zero_engine_terms_leave_the_latency_model_itself():

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 import pytest
 import simpy
 
@@ -253,3 +255,53 @@ def test_async_scheduling_a_mid_step_arrival_joins_the_step_after_next(async_sch
     assert idle.first_scheduled_time == pytest.approx(5.0)
     for r in (first, mid, idle):
         assert r.finish_reason.value == "length" and r.num_output_tokens == 6
+
+
+class SplitLatency:
+    """Device time per token plus host time per sequence, as a `breakdown` (no `step_time` shortcut)."""
+
+    def __init__(self, device_per_token: float, host_s: float, host_per_seq: float = 0.0) -> None:
+        self.device_per_token, self.host_s, self.host_per_seq = device_per_token, host_s, host_per_seq
+
+    def breakdown(self, plan) -> dict[str, float]:
+        return {"linear": 0.01 + self.device_per_token * plan.num_tokens,
+                "overhead": self.host_s + self.host_per_seq * plan.num_seqs}
+
+    def step_time(self, plan) -> float:
+        return sum(self.breakdown(plan).values())
+
+
+@pytest.mark.parametrize("host_s", [0.002, 0.03])  # hidden behind the GPU, then longer than it
+def test_async_scheduling_hides_host_work_behind_the_previous_step(host_s):
+    """With async scheduling a step that follows another at once takes max(device, host); the first
+    step after an idle wait has nothing to hide behind and takes device + host. Without it every
+    step takes device + host."""
+    durations = {}
+    for async_scheduling in (False, True):
+        latency = SplitLatency(1e-4, host_s, host_per_seq=1e-4)
+        reqs = make_requests(3, arrivals=[0.0, 0.0, 20.0], prompt=50, max_tokens=8)
+        rec = Recorder()
+        env = simpy.Environment()
+        replica = Replica(env, make_sched("chunked"), latency, rec, async_scheduling=async_scheduling)
+        for r in reqs:
+            env.process(_submit_at(env, replica, r))
+        env.run()
+        steps = steps_table(rec.steps)
+        assert all(r.finish_reason.value == "length" and r.num_output_tokens == 8 for r in reqs)
+        durations[async_scheduling] = steps
+    serial, overlapped = durations[False], durations[True]
+    assert len(serial) == len(overlapped)
+    tokens = (overlapped["num_prefill_tokens"] + overlapped["num_decode_tokens"] + overlapped["num_padding_tokens"])
+    device = 0.01 + 1e-4 * tokens.to_numpy()
+    host = host_s + 1e-4 * overlapped["num_seqs"].to_numpy()
+    assert serial["duration"].to_numpy() == pytest.approx(device + host)
+    after_idle = overlapped["start"].isin([0.0, 20.0]).to_numpy()
+    assert after_idle.sum() == 2
+    got = overlapped["duration"].to_numpy()
+    assert got[after_idle] == pytest.approx((device + host)[after_idle])
+    assert got[~after_idle] == pytest.approx(np.maximum(device, host)[~after_idle])
+
+
+def _submit_at(env, replica, request):
+    yield env.timeout(request.arrival_time)
+    replica.submit(request)

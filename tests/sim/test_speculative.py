@@ -13,6 +13,7 @@ from policies import (BatchPlan, CacheConfig, ConfigError, Request, ScheduledSeq
 from policies.speculative import AcceptanceSampler, NgramProposer
 from sim.config import config_to_toml, load_config
 from sim.latency import RooflineLatencyModel
+from sim.latency.base import host_split
 from sim.build import build_cache_config
 from sim.runner import simulate
 from sim.speculative import build_scheduler, with_proposer
@@ -222,6 +223,11 @@ def test_verify_step_costs_its_width_and_the_proposer():
     mtp = with_proposer(lm, single(3, 0.8, method="mtp"))
     extra = mtp.step_time(verify) - t_ver
     assert 0 < extra < 0.25 * (draft.step_time(verify) - t_ver)  # one layer + head vs a whole 7B model
+    # the parts async scheduling splits by (sim.latency.base.host_split) sum to the step, the proposer's on the GPU
+    for model in (draft, mtp):
+        device, host = host_split(model, verify)
+        assert device + host == pytest.approx(model.step_time(verify), rel=1e-12)
+        assert host == pytest.approx(lm.breakdown(verify)["overhead"], rel=1e-12)
 
 
 def test_config_errors_name_the_field():
