@@ -9,7 +9,9 @@ requests the means are over, so a prediction must give up where the client did
   releases before it) the client passes no timeout and aiohttp's session default applies,
   `ClientTimeout(total=300)` (`aiohttp.client.DEFAULT_TIMEOUT`): the whole request, stream included.
 - other clients (guidellm, vLLM's bench, DistServe's, LLMServingSim's offline engine): no timeout
-  is modelled, and `client_timeout` says so.
+  is modelled, and `client_timeout` says so. guidellm's `request_timeout` (300 s by default) is an
+  httpx timeout per read, not per request: a stream that keeps sending never hits it, so it is not
+  a deadline from the send.
 """
 from __future__ import annotations
 
