@@ -61,14 +61,19 @@ class RunSystem:
         return {m: float((self.A[m] @ theta).mean()) for m in METRICS if len(self.y[m])}
 
 
+def _step_features(steps: pd.DataFrame) -> np.ndarray:
+    """Per step, the `STEP_FEATURES` the terms multiply (steps x 5; "one" the constant)."""
+    return np.column_stack([np.ones(len(steps)) if c == "one" else steps[c].to_numpy(float) for c in STEP_FEATURES])
+
+
 def hidden_parts(steps: pd.DataFrame, overhead: HostOverhead) -> tuple[np.ndarray, np.ndarray]:
     """(host hidden, GPU hidden) per step of a simulation run with `overhead`: async scheduling
     overlapped a step that took less than its GPU + host time (`sim.replica.Replica`), and the
     shorter part is the one hidden. Where a part is hidden its terms do not move the step, so
     the step's linear equation leaves them out (the fit's linearization at these terms)."""
     th = theta_of(overhead)
-    device = th[0] * steps["gpu_s"].to_numpy(float)
-    host = th[1] + np.column_stack([steps[c].to_numpy(float) for c in STEP_FEATURES[2:]]) @ th[2:5]
+    F = _step_features(steps)
+    device, host = th[0] * F[:, 0], F[:, 1:] @ th[1:5]
     overlapped = steps["duration"].to_numpy(float) < (device + host) * (1 - 1e-9) - 1e-12
     return overlapped & (device >= host), overlapped & (device < host)
 
@@ -79,8 +84,7 @@ def _window_features(steps: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.nd
     start = steps["start"].to_numpy(float)
     dur = steps["duration"].to_numpy(float)
     end = start + dur
-    F = np.column_stack([steps["gpu_s"].to_numpy(float), np.ones(len(steps)), steps["num_seqs"].to_numpy(float),
-                         steps["num_tokens"].to_numpy(float), steps["num_sampled"].to_numpy(float)])
+    F = _step_features(steps)
     if "host_hidden" in steps:
         F[steps["host_hidden"].to_numpy(bool), 1:] = 0.0
         F[steps["gpu_hidden"].to_numpy(bool), 0] = 0.0

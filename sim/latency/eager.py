@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from policies import BatchPlan, ConfigError
+from sim.latency.base import HOST_PARTS
 from sim.latency.profiled import ProfiledLatencyModel, Profile
 
 
@@ -39,8 +40,6 @@ def launch_seconds(profile: Profile) -> float:
 class EagerLatencyModel(ProfiledLatencyModel):
     """`ProfiledLatencyModel` whose kernels overlap the host's launch path (see the module docstring)."""
 
-    HOST = ("overhead",)
-
     def __init__(self, profile: Profile, model: Any = None, block_size: int = 16) -> None:
         super().__init__(profile, model=model, block_size=block_size)
         self.launch_s = launch_seconds(profile)
@@ -48,7 +47,7 @@ class EagerLatencyModel(ProfiledLatencyModel):
     def breakdown(self, plan: BatchPlan, *args, **kwargs) -> dict[str, float]:
         """The profiled components plus `launch_wait`: the time the GPU waits for launches."""
         parts = super().breakdown(plan, *args, **kwargs)
-        device = sum(v for k, v in parts.items() if k not in self.HOST)
+        device = sum(v for k, v in parts.items() if k not in HOST_PARTS)
         parts["launch_wait"] = max(self.launch_s - device, 0.0) if not plan.is_empty else 0.0
         return parts
 
