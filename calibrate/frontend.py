@@ -224,16 +224,46 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
+class _TimedTokenizer:
+    """Wraps the server's tokenizer: times each `encode` (wall clock) on the thread that calls it.
+
+    The server's handler tokenizes and then adds the request on one thread, so the engine wrapper
+    reads the last time of that thread and pairs it with the request: that encode lies inside the
+    request's ingress, whatever the machine's load (a separate timing of the same text need not).
+    """
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._last = threading.local()
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def encode(self, *args, **kwargs):
+        t = time.perf_counter()
+        ids = self._tokenizer.encode(*args, **kwargs)
+        self._last.seconds = time.perf_counter() - t
+        return ids
+
+    def pop_last(self) -> float | None:
+        """The calling thread's last encode time, once (None when it has not encoded since)."""
+        seconds, self._last.seconds = getattr(self._last, "seconds", None), None
+        return seconds
+
+
 class _Stamping:
     """Wraps the server's engine: keeps every submitted Request and times its `on_output` calls.
 
     The engine's clock is turned into `time.perf_counter` with `offset` (read once at start), so
-    the client's and the engine's stamps compare.
+    the client's and the engine's stamps compare. With a `_TimedTokenizer`, each request's own
+    encode time is kept too (`encode_s`).
     """
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, tokenizer: _TimedTokenizer | None = None) -> None:
         self._engine = engine
+        self._tokenizer = tokenizer
         self.requests: dict = {}
+        self.encode_s: dict = {}
         self.callback_s: list[float] = []
         self.offset = time.perf_counter() - engine.now()
 
@@ -242,6 +272,8 @@ class _Stamping:
 
     def add_request(self, request, on_output=None) -> None:
         self.requests[request.req_id] = request
+        if self._tokenizer is not None:
+            self.encode_s[request.req_id] = self._tokenizer.pop_last()
 
         def timed(out, cb=on_output):
             t = time.perf_counter()
@@ -319,7 +351,8 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     num_ids = {n: len(tokenizer.encode(text)) for n, text in prompts.items()}  # as the server counts them
     encode_s = time_tokenizer(tokenizer, prompts, max(num_repeats, 20))
 
-    engine = server.engine = _Stamping(server.engine)
+    timed_tokenizer = server.tokenizer = _TimedTokenizer(server.tokenizer)
+    engine = server.engine = _Stamping(server.engine, timed_tokenizer)
     model = server.config.model_name
 
     def body(n: int) -> dict:
@@ -361,11 +394,13 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
             else:
                 k_bare[k].append(_run_bare_batch(server, [body(lengths[0])] * k))
     ingress: dict[int, list[float]] = {n: [] for n in lengths}
+    served_encode: dict[int, list[float]] = {n: [] for n in lengths}
     before_stamp, first_egress, last_egress, all_egress, num_unpaired = [], [], [], [], 0
     for n, (sent, req_id, chunks) in results:
         request = engine.requests[req_id]
         # the engine took it at its first schedule() (it was idle: no step to wait for)
         ingress[n].append(request.first_scheduled_time + engine.offset - sent)
+        served_encode[n].append(engine.encode_s[req_id])
         # the server stamps arrival_time as its handler starts: what lies before is outside its records
         before_stamp.append(request.arrival_time + engine.offset - sent)
         produced = [t + engine.offset for t in request.token_times]  # the steps' end stamps
@@ -424,6 +459,10 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
             # the egress, what a client's TTFT exceeds the server's records by
             "ingress_before_server_stamp_s_median": statistics.median(before_stamp),
             "tokenizer_encode_s_median": [encode_s[n] for n in lengths],
+            # the server's own encode of each request (wall clock, inside its ingress), paired with
+            # `ingress_s` request by request
+            "served_encode_s": [served_encode[n] for n in lengths],
+            "ingress_s": [ingress[n] for n in lengths],
             "tokenizer_s_per_token": encode_per_token,
             "tokenizer_intercept_s": encode_intercept,
             "egress_first_chunk_s_median": statistics.median(first_egress),

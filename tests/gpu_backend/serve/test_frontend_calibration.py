@@ -2,7 +2,7 @@
 engine behind the real app (uvicorn on a thread, the client in its own process): fast, no model.
 
 Invariants, not copied numbers: tokenizing takes longer for longer prompts; the ingress contains the
-tokenization, so each median ingress exceeds the tokenizer's own time on that prompt; the fitted
+tokenization, so each request's ingress exceeds the server's encode of its prompt; the fitted
 terms are positive; the profile reads back into the simulator's [frontend] section.
 """
 from __future__ import annotations
@@ -53,9 +53,11 @@ def test_terms_are_positive_and_the_ingress_holds_the_tokenizer(profile):
     # the tokenizer's own time grows with the prompt (in-process, quiet); the ingress medians cross the
     # HTTP stack on a shared 2-core machine, so their order at 16 vs 3072 tokens is noise-prone
     assert m["tokenizer_encode_s_median"][0] < m["tokenizer_encode_s_median"][-1]
-    # the request is tokenized on its way in: its ingress holds at least the tokenizer's own time
-    for ingress, encode in zip(m["ingress_s_median"], m["tokenizer_encode_s_median"]):
-        assert ingress > encode
+    # the request is tokenized on its way in: each request's ingress holds the server's encode of it
+    # (timed in the server, so machine load moves both; a separate timing of the text need not agree)
+    for ingresses, encodes in zip(m["ingress_s"], m["served_encode_s"]):
+        assert len(ingresses) == len(encodes) == 7
+        assert all(0 < encode < ingress for ingress, encode in zip(ingresses, encodes))
     # the server's arrival stamp lies inside the ingress, after the client's send
     assert 0 < m["ingress_before_server_stamp_s_median"] < m["ingress_s_median"][0]
     # the probe spells whole words: every token made a chunk of its own, so every request pairs
