@@ -90,9 +90,10 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
             config = replace(config, hardware=replace(config.hardware, latency="profiled", profile=str(path)))
             front = any(o.replace(" ", "").startswith("frontend.") for o in overrides)
             if not front and not config.frontend.enabled:
-                gap = host_prior("aiconfigurator", run, config.hardware.gpu).frontend_s
-                if gap:  # the API process's part of each TTFT, as reproduce adds it
-                    config = replace(config, frontend=replace(config.frontend, request_overhead_s=gap))
+                prior = host_prior("aiconfigurator", run, config.hardware.gpu)
+                if prior.frontend_s or prior.frontend_per_token_s:  # what lies outside the engine, as reproduce adds it
+                    config = replace(config, frontend=replace(config.frontend, request_overhead_s=prior.frontend_s,
+                                                              tokenize_s_per_token=prior.frontend_per_token_s))
     return config
 
 

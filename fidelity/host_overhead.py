@@ -31,7 +31,8 @@ class HostOverhead:
     prepare_per_token_s         per token of the step: input preparation (ids, positions, slots)
     sample_per_seq_s            per sampled sequence: sampling + output processing in the step
     compute_scale               correction of the GPU model's kernel time (1 = as profiled)
-    frontend_s                  per request, before the engine queue: HTTP, tokenization
+    frontend_s                  per request, outside the engine: HTTP, tokenization, first chunk
+    frontend_per_token_s        per request and prompt token, outside the engine: tokenizing
     ==========================  ===============================================================
     """
 
@@ -41,6 +42,7 @@ class HostOverhead:
     sample_per_seq_s: float = 0.0
     compute_scale: float = 1.0
     frontend_s: float = 0.0
+    frontend_per_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -60,6 +62,10 @@ class HostOverhead:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def frontend_for(self, num_prompt_tokens):
+        """Seconds of front end per request (an array for an array of prompt lengths)."""
+        return self.frontend_s + self.frontend_per_token_s * num_prompt_tokens
 
 
 def step_features(plan: BatchPlan) -> tuple[int, int, int]:
@@ -105,7 +111,8 @@ class HostOverheadLatencyModel:
 def apply_frontend(requests: pd.DataFrame, overhead: HostOverhead) -> pd.DataFrame:
     """A requests table with the front end's per-request time added to TTFT and E2E (TPOT unchanged)."""
     out = requests.copy()
+    tokens = out["num_prompt_tokens"].to_numpy(float) if "num_prompt_tokens" in out else 0.0
     for col in ("ttft_s", "e2e_s"):
         if col in out:
-            out[col] = out[col] + overhead.frontend_s
+            out[col] = out[col] + overhead.frontend_for(tokens)
     return out

@@ -6,8 +6,9 @@ engine's host work between them (scheduling, input preparation, sampling, output
 what the GPU model alone predicts for that step (`idle_host_times`), it leaves the host time per
 step, request by request, with no fitting and no queueing in the way; its median over a run is one
 number per run, and a run is never predicted with its own. The same requests give the front end's
-share of TTFT (`frontend_gaps`) and the slowdown of a busy engine's compute-bound GEMMs
-(`compute_factors`).
+share of TTFT (`frontend_gaps`), where a client timed them too what its TTFT holds beyond the
+server's (`client_gaps`, a line over prompt tokens: `client_line`), and the slowdown of a busy
+engine's compute-bound GEMMs (`compute_factors`).
 
 `IdleHostLayer` (`fidelity.host_layer`, re-exported here) is the file form (`fidelity/host/*.json`);
 its `host_s_for(run)` is the median over the *other* runs (all of them for a run it never saw, such
@@ -89,13 +90,50 @@ def frontend_gaps(run) -> np.ndarray:
     return gap[ok]
 
 
+def client_gaps(run) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt tokens, seconds) per request alone in the engine that its client timed too
+    (guidellm's `guidellm_per_request.csv`, joined to vLLM's spans by response id): the client's
+    TTFT less the span's. That is what lies outside the server's records: the client's send, HTTP
+    and tokenizing before vLLM's arrival stamp, the first chunk's way back. Each is a difference of
+    the two machines' clocks, in opposite directions, so their sum carries no clock offset.
+    Empty without both files."""
+    client_path, spans_path = Path(run.path) / "guidellm_per_request.csv", Path(run.path) / "per_request_server_spans.csv"
+    if not (client_path.is_file() and spans_path.is_file()):
+        return np.zeros(0), np.zeros(0)
+    client, spans = pd.read_csv(client_path), pd.read_csv(spans_path)
+    need_c, need_s = ("status", "ttft_ms", "response_id"), ("request_id", "ttft_s", "start_unix_ns", "e2e_s", "prompt_tokens")
+    if any(c not in client for c in need_c) or any(c not in spans for c in need_s):
+        return np.zeros(0), np.zeros(0)
+    spans = spans[alone(spans.assign(arrival_time=spans["start_unix_ns"] / 1e9)).to_numpy()]
+    spans = spans.assign(response_id=spans["request_id"].astype(str).str.replace(r"-\d+$", "", regex=True))
+    client = client[client["status"].astype(str).str.startswith("success")]
+    j = client[["response_id", "ttft_ms"]].merge(spans[["response_id", "ttft_s", "prompt_tokens"]], on="response_id")
+    gap = (j["ttft_ms"].astype(float) / 1e3 - j["ttft_s"].astype(float)).to_numpy(float)
+    tokens = j["prompt_tokens"].to_numpy(float)
+    ok = np.isfinite(gap) & np.isfinite(tokens) & (gap >= 0)
+    return tokens[ok], gap[ok]
+
+
+def client_line(tokens: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    """(intercept, slope >= 0) of `seconds` over `tokens`, Theil-Sen (the median of pairwise slopes):
+    a run's first request pays its warm-up (30 ms against 9), which would tilt a least-squares line."""
+    x, y = np.asarray(tokens, float), np.asarray(seconds, float)
+    i, j = np.triu_indices(len(x), k=1)
+    keep = x[j] != x[i]
+    slope = max(float(np.median((y[j][keep] - y[i][keep]) / (x[j][keep] - x[i][keep]))), 0.0) if keep.any() else 0.0
+    return max(float(np.median(y - slope * x)), 0.0), slope
+
+
 def measure_layer(runs, gpu_model: str = "aiconfigurator", min_requests: int = 5) -> IdleHostLayer:
     """The layer of `runs`: each run's median over its idle-engine requests (at least `min_requests`)."""
-    per_run, counts, front = {}, {}, {}
+    per_run, counts, front, client = {}, {}, {}, {}
     for run in runs:
         gaps = frontend_gaps(run)
         if len(gaps) >= min_requests:
             front[run.name] = float(np.median(gaps))
+        tokens, beyond = client_gaps(run)
+        if len(beyond) >= min_requests:
+            client[run.name] = client_line(tokens, beyond)
         config = load_config(config_dict_for_run(run))
         # kernel times as measured (factor 1): a one-sequence decode step is a weight read, which
         # the sustained-compute factor does not touch, and the layer must not depend on itself
@@ -109,7 +147,8 @@ def measure_layer(runs, gpu_model: str = "aiconfigurator", min_requests: int = 5
         if len(f) >= min_requests:
             compute[run.name] = float(np.median(f))
     return IdleHostLayer(per_run, source=", ".join(sorted({r.source for r in runs})), gpu_model=gpu_model,
-                         num_requests=counts, frontend_per_run=front, compute_factor_per_run=compute)
+                         num_requests=counts, frontend_per_run=front, compute_factor_per_run=compute,
+                         client_frontend_per_run=client)
 
 
 PROBE_FACTOR = 1.5

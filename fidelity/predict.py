@@ -156,13 +156,29 @@ def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = Non
         return HostOverhead()
 
     c = RooflineConstants()
-    step_s, front_s = c.step_overhead_s, 0.0
+    step_s, front_s, per_token = c.step_overhead_s, 0.0, 0.0
     layer = _measured_layer(run, gpu) if measured else None
     if layer is not None:
         name = run.name if run is not None else None
         step_s = layer.host_s_for(name) if layer.host_s_for(name) is not None else step_s
-        front_s = layer.frontend_s_for(name) or 0.0
-    return HostOverhead(schedule_s=step_s, schedule_per_seq_s=c.per_seq_overhead_s, frontend_s=front_s)
+        front_s, per_token = layer_frontend(layer, run, name)
+    return HostOverhead(schedule_s=step_s, schedule_per_seq_s=c.per_seq_overhead_s, frontend_s=front_s,
+                        frontend_per_token_s=per_token)
+
+
+def client_timed(run: RealRun | None) -> bool:
+    """True when the run's TTFT was timed at its client (it ends when the first chunk arrives there)."""
+    return run is not None and definition(run.measured_by, "ttft_s").startswith("client")
+
+
+def layer_frontend(layer, run: RealRun | None, name: str | None = None) -> tuple[float, float]:
+    """(seconds, seconds per prompt token) of a vLLM v1 API server's front end from an idle-host
+    layer (medians over its runs other than `name`): the span's gap between arrival and the engine
+    queue (and the first token back), plus, for a run timed at its client, the line of what a
+    client's TTFT holds beyond the span (its send, HTTP, tokenizing, the first chunk's way back)."""
+    front = layer.frontend_s_for(name) or 0.0
+    line = layer.client_frontend_for(name) if client_timed(run) else None
+    return (front + line[0], line[1]) if line is not None else (front, 0.0)
 
 
 def _measured_layer(run: RealRun | None, gpu: str | None, source_out: bool = False):
@@ -228,8 +244,11 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
       its engine core, like ours, is a Python loop that schedules, prepares inputs and samples);
       else the documented constants (`sim.latency.RooflineConstants`); DistServe's coefficients
       hold the per-step constant in their intercept, so there only the per-sequence constant;
-    - an API-server run's front end: our own serve stack's measured ingress (`SERVE_STACK_FRONTEND`,
-      `request_overhead_s`), plus its first chunk's egress where the run's TTFT is the client's
+    - an API-server run's front end: for vLLM v1 on an H100, a real vLLM API server's, measured on
+      requests alone in the engines of another source (the idle-host layer: the spans' gap, plus
+      the client's TTFT beyond the span where the run's is the client's, `layer_frontend`); else
+      our own serve stack's measured ingress (`SERVE_STACK_FRONTEND`, `request_overhead_s`), plus
+      its first chunk's egress where the run's TTFT is the client's
       (`fidelity.metric_definitions`: DistServe's, inference-perf's, guidellm's);
     - a vLLM v0 engine (no chunked prefill) runs in the API server's process, as our serve stack's
       engine does: each step also pays what ours pays per streamed output and per streaming step
@@ -240,8 +259,15 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
     stack = serve_stack_frontend() if api_server(run) else None
     # a TTFT timed at the client (DistServe's, inference-perf's, guidellm's) ends when the first chunk
     # reaches it: our stack's egress of that chunk is part of it, as its ingress is
-    client_side = gpu_model == "distserve" or definition(run.measured_by, "ttft_s").startswith("client")
-    front, per_out, per_step = 0.0, 0.0, 0.0
+    client_side = gpu_model == "distserve" or client_timed(run)
+    front, per_token, per_out, per_step = 0.0, 0.0, 0.0, 0.0
+    layer = _measured_layer(run, gpu, source_out=True) if gpu_model == "aiconfigurator" else None
+    if api_server(run) and layer is not None and layer.frontend_s_for(None) is not None:
+        front, per_token = layer_frontend(layer, run)
+        beyond = " + the client's TTFT beyond the span" if per_token else ""
+        evidence.append(f"front end {front * 1e3:.1f} ms + {per_token * 1e6:.2f} us/prompt token: a vLLM API "
+                        f"server's, on requests alone in the engine ({layer.source}: span gap{beyond})")
+        stack = None
     if stack is not None and gpu_model in ("aiconfigurator", "distserve"):
         front = stack.get("request_overhead_s", 0.0) + (stack.get("stream_overhead_s", 0.0) if client_side else 0.0)
         evidence.append(f"front end {front * 1e3:.1f} ms: our serve stack ({SERVE_STACK_FRONTEND.name}"
@@ -258,7 +284,6 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
         why = "the roofline carries its own host constants" if gpu_model == "roofline" else \
             "the GPU data times whole engine steps or layers"
         return HostOverhead(), [f"none: {why}"]
-    layer = _measured_layer(run, gpu, source_out=True)
     ours = our_engine_host() if run.server.enable_chunked_prefill else None
     per_seq = c.per_seq_overhead_s
     if layer is not None and layer.host_s_for(None) is not None:
@@ -272,7 +297,7 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
         evidence.insert(0, "host time per step and per sequence: documented constants (RooflineConstants)")
         step_s = c.step_overhead_s
     return HostOverhead(schedule_s=step_s + per_step, schedule_per_seq_s=per_seq,
-                        sample_per_seq_s=per_out, frontend_s=front), evidence
+                        sample_per_seq_s=per_out, frontend_s=front, frontend_per_token_s=per_token), evidence
 
 
 def compute_prior(run: RealRun | None = None, gpu: str | None = None, measured: bool = True,
@@ -380,7 +405,7 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
         req = result.requests.copy()
         req["engine"] = engine
         parts, origins = predicted_parts(req, config.frontend if config.frontend.enabled else None,
-                                         overhead.frontend_s, label)
+                                         overhead.frontend_s, label, overhead.frontend_per_token_s)
         req[list(PARTS)] = parts[list(PARTS)].to_numpy()  # TTFT's named parts (they sum to ttft_s)
         req_tables.append(req)
         steps = result.steps[["start", "duration"]].copy().reset_index(drop=True)
@@ -402,7 +427,7 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     if gpu_note and source_out:  # the report's `fitted_on` names it with the host terms' origins
         evidence.insert(0, "GPU step times: " + gpu_note)
     front = [e for e in evidence if e.startswith("front end")]
-    if front and overhead.frontend_s:  # source-out: the front end is our serve stack's measurement
+    if front and (overhead.frontend_s or overhead.frontend_per_token_s):  # source-out: where it came from
         origins = {**origins, "api_server_s": front[0]}
     return Prediction(run=measured_run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
                       workload=kind, overhead=overhead, notes=notes, evidence=evidence, ttft_part_origins=origins,

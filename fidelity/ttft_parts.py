@@ -30,13 +30,13 @@ PARTS = ("client_send_s", "api_server_s", "engine_queue_s", "prefill_steps_s", "
 
 
 def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
-                    gpu_model: str = "") -> tuple[pd.DataFrame, dict[str, str]]:
+                    gpu_model: str = "", frontend_per_token_s: float = 0.0) -> tuple[pd.DataFrame, dict[str, str]]:
     """Per request (the simulator's `requests` table, before `apply_frontend` adds `frontend_s`):
     the parts as columns (NaN for a request with no first token), and each part's origin.
 
     The parts come from the simulated arrival, first schedule and first token, and the front end:
     `frontend` (`sim.frontend.FrontendConfig`, calibrate.frontend's measurement of our serve
-    stack) and the host prior's `frontend_s`."""
+    stack) and the host prior's `frontend_s` (+ `frontend_per_token_s` per prompt token)."""
     n = requests["num_prompt_tokens"].to_numpy(dtype=float)
     ingress = frontend.request_overhead_s + frontend.tokenize_s_per_token * n if frontend is not None else 0.0 * n
     egress = frontend.stream_overhead_s if frontend is not None else 0.0
@@ -48,7 +48,7 @@ def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
     out = pd.DataFrame({
         "req_id": requests["req_id"].to_numpy(),
         "client_send_s": nan,
-        "api_server_s": ingress + frontend_s + nan,
+        "api_server_s": ingress + frontend_s + frontend_per_token_s * n + nan,
         "engine_queue_s": scheduled - arrival - ingress + nan,
         "prefill_steps_s": first - egress - scheduled + nan,
         "first_chunk_s": egress + nan,
@@ -58,8 +58,9 @@ def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
     if fe:
         api.append(f"[frontend] {frontend.request_overhead_s * 1e3:.2f} ms + "
                    f"{frontend.tokenize_s_per_token * 1e6:.2f} us/prompt token (our serve stack, calibrate.frontend)")
-    if frontend_s:
-        api.append(f"host prior front end {frontend_s * 1e3:.1f} ms (fidelity.predict.host_prior)")
+    if frontend_s or frontend_per_token_s:
+        per_token = f" + {frontend_per_token_s * 1e6:.2f} us/prompt token" if frontend_per_token_s else ""
+        api.append(f"host prior front end {frontend_s * 1e3:.1f} ms{per_token} (fidelity.predict.host_prior)")
     origins = {
         "client_send_s": "not modelled: the simulated client sends at the server",
         "api_server_s": "; ".join(api) or "not modelled (no [frontend], no host front end)",

@@ -109,6 +109,11 @@ def test_shipped_layer_is_reproduced_from_the_runs(shared_data):
     # handing a request to the engine core and its first token back: milliseconds
     assert all(2e-4 < v < 1e-2 for v in fresh.frontend_per_run.values())
     assert fresh.compute_factor_per_run == pytest.approx(shipped.compute_factor_per_run, rel=1e-3)
+    # the two runs a client timed too: milliseconds per request plus a tokenizer's microseconds per token
+    assert len(fresh.client_frontend_per_run) == 2
+    for run, (intercept, per_token) in fresh.client_frontend_per_run.items():
+        assert (intercept, per_token) == pytest.approx(shipped.client_frontend_per_run[run], rel=1e-3)
+        assert 1e-3 < intercept < 1e-2 and 2e-7 < per_token < 1e-5
     # a busy H100's sustained clock under its power limit: compute-bound work somewhat slower, not 2x
     assert len(fresh.compute_factor_per_run) >= 3
     assert all(1.0 < v < 1.3 for v in fresh.compute_factor_per_run.values())
@@ -149,3 +154,92 @@ def test_a_broken_layer_file_is_one_error_naming_the_host_layer(tmp_path, text, 
     with pytest.raises(ValueError, match=f"^host layer: .*{match}"):
         IdleHostLayer.load(path)
     assert IdleHostLayer.load(IdleHostLayer.load(VLLM_V1_H100).save(path)) == IdleHostLayer.load(VLLM_V1_H100)
+
+
+def _client_timed_folder(tmp_path, beyond_s, warm_up_s=0.025):
+    """Spans of requests alone (and three overlapping ones) with guidellm's client rows whose TTFT
+    exceeds the span's by `beyond_s(prompt tokens)`; the first request also pays `warm_up_s`."""
+    import pandas as pd
+
+    req = make_requests(14, seed=2, prompt=(500, 4000))
+    arrival = np.arange(14) * 10.0
+    arrival[[5, 6, 7]] = [50.0, 50.1, 50.2]  # these three overlap: their gaps also hold a step wait
+    folder = write_exp_config(tmp_path / "client", gpu="H100")
+    ttft, e2e = np.full(14, 0.3), np.full(14, 2.0)
+    write_spans(folder, req.assign(req_id=[f"cmpl-{i}-0" for i in range(14)], arrival_time=arrival), ttft, e2e)
+    beyond = beyond_s(req["num_prompt_tokens"].to_numpy(float))
+    beyond[0] += warm_up_s
+    beyond[[5, 6, 7]] += 0.5
+    status = ["successful"] * 13 + ["errored"]
+    beyond[13] += 5.0  # a failed request's times say nothing
+    pd.DataFrame({"status": status, "response_id": [f"cmpl-{i}" for i in range(14)],
+                  "ttft_ms": (ttft + beyond) * 1e3}).to_csv(folder / "guidellm_per_request.csv", index=False)
+    return load_server_run(folder), req
+
+
+def test_the_clients_ttft_beyond_the_span_is_a_line_over_prompt_tokens(tmp_path):
+    from fidelity.idle_host import client_gaps, client_line
+
+    run, req = _client_timed_folder(tmp_path, lambda n: 0.0035 + 1.8e-6 * n)
+    tokens, beyond = client_gaps(run)
+    assert len(beyond) == 10  # the overlapping three and the failed one are left out
+    intercept, slope = client_line(tokens, beyond)
+    # the warm-up request does not tilt it (a least-squares line would)
+    assert (intercept, slope) == pytest.approx((0.0035, 1.8e-6), rel=1e-6)
+    lsq_slope, lsq_intercept = np.polyfit(tokens, beyond, 1)
+    assert abs(lsq_intercept - 0.0035) > 1e-3
+    layer = measure_layer([run])
+    assert layer.client_frontend_per_run[run.name] == pytest.approx((0.0035, 1.8e-6), rel=1e-6)
+    (run.path / "guidellm_per_request.csv").unlink()  # spans alone: no client times to compare
+    assert client_gaps(run)[1].size == 0 and measure_layer([run]).client_frontend_per_run == {}
+
+
+def test_client_lines_are_medians_over_other_runs_and_read_back(tmp_path):
+    layer = IdleHostLayer({"a": 1e-3}, client_frontend_per_run={"a": (3e-3, 1e-6), "b": (5e-3, 3e-6),
+                                                                 "c": (4e-3, 2e-6)})
+    assert layer.client_frontend_for("a") == pytest.approx((4.5e-3, 2.5e-6))
+    assert layer.client_frontend_for(None) == pytest.approx((4e-3, 2e-6))
+    assert IdleHostLayer({"a": 1e-3}).client_frontend_for(None) is None
+    path = layer.save(tmp_path / "layer.json")
+    assert IdleHostLayer.load(path).client_frontend_per_run == layer.client_frontend_per_run
+    import json
+    data = json.loads(path.read_text())
+    data["client_frontend_per_run"]["a"] = [3e-3]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"^host layer.client_frontend_per_run.a: .*expected \[seconds"):
+        IdleHostLayer.load(path)
+
+
+def test_a_client_timed_v1_run_gets_a_real_api_servers_front_end(tmp_path):
+    """Source-out: a vLLM v1 H100 run timed at its client takes the layer's span gap plus its client
+    line (a real vLLM API server's, measured on another source); one timed at the server only the
+    span gap; a run of the layer's own source our serve stack's."""
+    from fidelity.predict import source_out_prior
+
+    layer = IdleHostLayer.load(VLLM_V1_H100)
+    intercept, per_token = layer.client_frontend_for(None)
+    server = ServerArgs(model=MODEL, gpu="H100")
+    client = RealRun("unseen", "other", tmp_path, server, make_requests(2), measured_by="inference-perf-summary")
+    prior, evidence = source_out_prior("aiconfigurator", client)
+    assert prior.frontend_s == pytest.approx(layer.frontend_s_for(None) + intercept)
+    assert prior.frontend_per_token_s == pytest.approx(per_token)
+    assert any("a vLLM API server's" in e for e in evidence)
+    spans = RealRun("unseen", "other", tmp_path, server, make_requests(2), measured_by="vllm-spans")
+    prior, _ = source_out_prior("aiconfigurator", spans)
+    assert (prior.frontend_s, prior.frontend_per_token_s) == (pytest.approx(layer.frontend_s_for(None)), 0.0)
+    own = RealRun(sorted(layer.per_run)[0], layer.source, tmp_path, server, make_requests(2), measured_by="vllm-spans")
+    prior, evidence = source_out_prior("aiconfigurator", own)
+    assert any("our serve stack" in e for e in evidence) and prior.frontend_per_token_s == 0.0
+
+
+def test_the_front_end_per_prompt_token_adds_to_ttft_and_e2e_only():
+    import pandas as pd
+
+    from fidelity.host_overhead import apply_frontend
+
+    req = pd.DataFrame({"num_prompt_tokens": [100, 1000], "ttft_s": [0.1, 0.2], "e2e_s": [1.0, 2.0],
+                        "tpot_s": [0.01, 0.02]})
+    out = apply_frontend(req, HostOverhead(frontend_s=0.003, frontend_per_token_s=2e-6))
+    assert out["ttft_s"].tolist() == pytest.approx([0.1032, 0.205])
+    assert (out["e2e_s"] - req["e2e_s"]).tolist() == pytest.approx([0.0032, 0.005])
+    assert out["tpot_s"].tolist() == req["tpot_s"].tolist()
