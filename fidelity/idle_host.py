@@ -26,6 +26,7 @@ from fidelity.host_overhead import HostOverhead
 from fidelity.predict import gpu_latency_model, predict_run
 from fidelity.run_config import config_dict_for_run
 from fidelity.runs import async_scheduling
+from fidelity.sources.guidellm import successes_with_spans
 from policies import BatchPlan, Request, ScheduledSeq
 from sim.config import load_config
 from sim.latency.roofline import RooflineConstants
@@ -97,17 +98,14 @@ def client_gaps(run) -> tuple[np.ndarray, np.ndarray]:
     and tokenizing before vLLM's arrival stamp, the first chunk's way back. Each is a difference of
     the two machines' clocks, in opposite directions, so their sum carries no clock offset.
     Empty without both files."""
-    client_path, spans_path = Path(run.path) / "guidellm_per_request.csv", Path(run.path) / "per_request_server_spans.csv"
-    if not (client_path.is_file() and spans_path.is_file()):
+    j = successes_with_spans(Path(run.path))
+    need = ("ttft_ms", "ttft_s", "start_unix_ns", "e2e_s", "prompt_tokens")
+    if j is None or any(c not in j for c in need):
         return np.zeros(0), np.zeros(0)
-    client, spans = pd.read_csv(client_path), pd.read_csv(spans_path)
-    need_c, need_s = ("status", "ttft_ms", "response_id"), ("request_id", "ttft_s", "start_unix_ns", "e2e_s", "prompt_tokens")
-    if any(c not in client for c in need_c) or any(c not in spans for c in need_s):
-        return np.zeros(0), np.zeros(0)
-    spans = spans[alone(spans.assign(arrival_time=spans["start_unix_ns"] / 1e9)).to_numpy()]
-    spans = spans.assign(response_id=spans["request_id"].astype(str).str.replace(r"-\d+$", "", regex=True))
-    client = client[client["status"].astype(str).str.startswith("success")]
-    j = client[["response_id", "ttft_ms"]].merge(spans[["response_id", "ttft_s", "prompt_tokens"]], on="response_id")
+    # alone among all the engine's requests, those the client saw fail too
+    spans = pd.read_csv(Path(run.path) / "per_request_server_spans.csv")
+    lone = spans.loc[alone(spans.assign(arrival_time=spans["start_unix_ns"] / 1e9)).to_numpy(), "request_id"]
+    j = j[j["request_id"].isin(set(lone.astype(str)))]
     gap = (j["ttft_ms"].astype(float) / 1e3 - j["ttft_s"].astype(float)).to_numpy(float)
     tokens = j["prompt_tokens"].to_numpy(float)
     ok = np.isfinite(gap) & np.isfinite(tokens) & (gap >= 0)

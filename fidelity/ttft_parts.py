@@ -25,6 +25,7 @@ import pandas as pd
 from fidelity.client_timeout import served_line, served_row
 from fidelity.client_workload import check_workload
 from fidelity.runs import RealRun
+from fidelity.sources.guidellm import successes_with_spans
 
 PARTS = ("client_send_s", "api_server_s", "engine_queue_s", "prefill_steps_s", "first_chunk_s")
 
@@ -141,16 +142,10 @@ def measured_parts(run: RealRun) -> tuple[pd.DataFrame | None, dict[str, str], s
 def client_view(run: RealRun, server: pd.DataFrame) -> tuple[pd.DataFrame | None, dict[str, str]]:
     """The client's view of the same requests, where its per-request times join the spans
     (guidellm's `response_id`): the client's send and first chunk around the server's parts."""
-    path = run.path / "guidellm_per_request.csv"
-    if not path.is_file():
+    joined = successes_with_spans(Path(run.path))
+    if joined is None or not len(joined):
         return None, {}
-    client = pd.read_csv(path)
-    client = client[client["status"].astype(str).str.startswith("success")]
-    spans = pd.read_csv(run.path / "per_request_server_spans.csv")
-    spans["response_id"] = spans["request_id"].astype(str).str.replace(r"-\d+$", "", regex=True)
-    joined = client.merge(spans[["response_id", "start_unix_ns"]], on="response_id", how="inner")
-    if not len(joined):
-        return None, {}
+    joined = joined[["response_id", "ttft_ms", "request_start_time", "start_unix_ns"]].copy()
     joined["req_id"] = joined["response_id"] + "-0"
     j = joined.merge(server, on="req_id", how="inner")
     c_ttft = j["ttft_ms"].astype(float) / 1e3

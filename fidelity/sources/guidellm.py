@@ -195,6 +195,22 @@ def read_guidellm_requests(path: Path) -> pd.DataFrame:
     })
 
 
+def successes_with_spans(folder: Path) -> pd.DataFrame | None:
+    """guidellm's successful requests (`guidellm_per_request.csv`) joined to vLLM's spans of the same
+    requests (`per_request_server_spans.csv`) by response id (a span's `request_id` is the response
+    id plus `-<choice>`); the span's columns keep their names, the client's `prompt_tokens` and
+    `output_tokens` get `_client`. None when either file is missing."""
+    client_path, spans_path = folder / "guidellm_per_request.csv", folder / "per_request_server_spans.csv"
+    if not (client_path.is_file() and spans_path.is_file()):
+        return None
+    client, spans = pd.read_csv(client_path), pd.read_csv(spans_path)
+    if "status" not in client or "response_id" not in client or "request_id" not in spans:
+        return None
+    client = client[client["status"].astype(str).str.startswith("success")]
+    spans = spans.assign(response_id=spans["request_id"].astype(str).str.replace(r"-\d+$", "", regex=True))
+    return client.merge(spans, on="response_id", how="inner", suffixes=("_client", ""))
+
+
 def prefix_from_guidellm(requests: pd.DataFrame, profile: dict | None) -> pd.DataFrame:
     """guidellm's synthetic `prefix_tokens`: one prefix shared by every request of the run (from
     0.4, `prefix_count` of them; which request drew which is not recorded, so they are dealt in turn)."""
