@@ -185,7 +185,10 @@ class WorkloadConfig:
         if self.kind is None:
             profile_kind = next(iter(registry.KINDS), None) if self.profile else None
             s("kind", "trace" if self.trace else profile_kind or "poisson")
-        check_choice("workload.kind", self.kind, workload_kinds())
+        if self.kind not in workload_kinds():  # a source's kind exists once its module is imported
+            raise ConfigError(f"workload.kind: {self.kind!r} is not allowed; choose one of "
+                              f"{', '.join(workload_kinds())} (the sources' kinds, such as inference_perf, "
+                              f"register on `import fidelity.workloads`, as servesim's commands do)")
         self._check_profile()
         if self.rate is not None:
             check_number("workload.rate", self.rate, 0.0, strict_min=True)
