@@ -94,6 +94,10 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
                 if prior.frontend_s or prior.frontend_per_token_s:  # what lies outside the engine, as reproduce adds it
                     config = replace(config, frontend=replace(config.frontend, request_overhead_s=prior.frontend_s,
                                                               tokenize_s_per_token=prior.frontend_per_token_s))
+                    config = with_notes(config, [
+                        f"frontend: {prior.frontend_s * 1e3:.2f} ms + {prior.frontend_per_token_s * 1e6:.2f} us/prompt "
+                        "token outside the engine: a vLLM API server's, measured on idle engines of other runs "
+                        "(the idle-host layer, fidelity.predict.host_prior)"])
     return config
 
 

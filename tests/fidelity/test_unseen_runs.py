@@ -160,14 +160,21 @@ def test_single_turn_shared_prefix_replay_shares_each_groups_system_prompt(tmp_p
     assert (run.requests["num_prefix_tokens"] == sp["system_prompt_len"]).all()
 
 
-def test_simulate_from_run_predicts_what_reproduce_predicts(tmp_path, aiconfigurator):
-    # one GPU model and one host time for both commands: the same replayed run, the same means
+@pytest.mark.parametrize("layout", ["spans", "inference-perf"])
+def test_simulate_from_run_predicts_what_reproduce_predicts(tmp_path, aiconfigurator, layout):
+    # one GPU model, one host time and one front end for both commands: the same means (a client-timed
+    # run's front end holds the client line of the idle-host layer, per request and prompt token)
     from fidelity.from_run import config_from_run
+    from fidelity.predict import host_prior
     from sim.runner import simulate
 
-    folder, _ = make_unseen_run(tmp_path / "both", QWEN_7B, 1, "spans", multi_turn=False)
+    folder, _ = make_unseen_run(tmp_path / "both", QWEN_7B, 1, layout, multi_turn=False)
     config = config_from_run(folder, ["hardware.gpu=H100"])
     assert config.hardware.latency == "profiled"
+    prior = host_prior("aiconfigurator", load_server_run(folder), "H100")
+    assert (prior.frontend_per_token_s > 0) == (layout == "inference-perf")
+    assert config.frontend.request_overhead_s == pytest.approx(prior.frontend_s)
+    assert config.frontend.tokenize_s_per_token == pytest.approx(prior.frontend_per_token_s)
     via_config = simulate(config).requests
     via_reproduce = predict_run(load_server_run(folder)).requests
     assert len(via_config) == len(via_reproduce)
