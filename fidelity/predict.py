@@ -138,8 +138,9 @@ def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = Non
 
     - vLLM v1 (chunked prefill) on an H100, with `measured`: the per-step host time measured on
       idle engines of the shipped vLLM 0.11 H100 runs and the front-end part of their TTFTs
-      (`fidelity.idle_host`), each the median over the runs other than `run` (never a run's
-      own measurement);
+      (`fidelity.idle_host`; for a run timed at its client, also the client's TTFT beyond vLLM's
+      span, per request and prompt token: `layer_frontend`), each the median over the runs other
+      than `run` (never a run's own measurement);
     - otherwise the project's documented constants (`sim.latency.RooflineConstants`: a per-step
       and a per-sequence term, not fitted to any run).
 

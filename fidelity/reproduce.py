@@ -120,6 +120,8 @@ def prior_label(pred: Prediction) -> str:
         out += f", {o.sample_per_seq_s * 1e3:.2f} ms/seq"
     if o.frontend_s:
         out += f", front end {o.frontend_s * 1e3:.1f} ms"
+    if o.frontend_per_token_s:
+        out += f" + {o.frontend_per_token_s * 1e6:.2f} us/prompt token"
     return "; ".join([out, *pred.notes])
 
 
