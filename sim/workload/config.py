@@ -187,8 +187,8 @@ class WorkloadConfig:
             s("kind", "trace" if self.trace else profile_kind or "poisson")
         if self.kind not in workload_kinds():  # a source's kind exists once its module is imported
             raise ConfigError(f"workload.kind: {self.kind!r} is not allowed; choose one of "
-                              f"{', '.join(workload_kinds())} (the sources' kinds, such as inference_perf, "
-                              f"register on `import fidelity.workloads`, as servesim's commands do)")
+                              f"{', '.join(workload_kinds())} (a source's own kinds register when its package is "
+                              f"imported, as servesim's commands import them all)")
         self._check_profile()
         if self.rate is not None:
             check_number("workload.rate", self.rate, 0.0, strict_min=True)

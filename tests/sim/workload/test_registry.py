@@ -75,7 +75,7 @@ def test_without_registrations_only_sims_own_kinds_and_formats(monkeypatch, tmp_
     monkeypatch.setattr(registry, "KINDS", {})
     monkeypatch.setattr(registry, "TRACE_FORMATS", {})
     with pytest.raises(ConfigError, match=r"^workload\.kind: 'toy' is not allowed; choose one of poisson, gamma, "
-                                          r"constant, staged, closed_loop, trace \(the sources' kinds"):
+                                          r"constant, staged, closed_loop, trace \(a source's own kinds"):
         WorkloadConfig(kind="toy")
     with pytest.raises(ConfigError, match=r"^workload\.trace_format: 'toylens' is not allowed; choose one of auto, "
                                           r"csv, azure, mooncake$"):
@@ -108,5 +108,5 @@ def test_a_registered_format_is_detected_read_and_gives_lengths_only(toy, tmp_pa
 
 def test_an_unregistered_kind_names_the_allowed_ones_and_how_sources_register():
     with pytest.raises(ConfigError, match=r"^workload\.kind: 'nope' is not allowed; choose one of poisson, .*"
-                                          r"register on `import fidelity\.workloads`"):
+                                          r"register when its package is imported"):
         WorkloadConfig(kind="nope")
