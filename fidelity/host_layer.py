@@ -72,10 +72,9 @@ class IdleHostLayer:
     def client_frontend_for(self, run_name: str | None = None) -> tuple[float, float] | None:
         """(intercept s, s per prompt token) of a client's TTFT beyond the server's: the medians
         of each over every run but `run_name` (None without one)."""
-        lines = [v for k, v in self.client_frontend_per_run.items() if k != run_name]
-        if not lines:
-            return None
-        return float(np.median([a for a, _ in lines])), float(np.median([b for _, b in lines]))
+        intercept = _median_but({k: a for k, (a, _) in self.client_frontend_per_run.items()}, run_name)
+        per_token = _median_but({k: b for k, (_, b) in self.client_frontend_per_run.items()}, run_name)
+        return None if intercept is None else (intercept, per_token)
 
     def compute_factor_for(self, run_name: str | None = None) -> float | None:
         """The sustained-compute factor of GEMMs: the median over every run but `run_name`."""

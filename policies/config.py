@@ -29,9 +29,11 @@ def check_keys(section: str, given: Iterable, allowed: Iterable[str] | type) -> 
             raise ConfigError(f"{section}.{key}: unknown key; allowed keys: {', '.join(allowed)}")
 
 
-def check_choice(field: str, value: object, allowed: tuple) -> None:
+def check_choice(field: str, value: object, allowed: tuple, hint: str = "") -> None:
+    """One line naming `field`, `value` and the `allowed` ones (then `hint`, in brackets) unless allowed."""
     if value not in allowed:
-        raise ConfigError(f"{field}: {value!r} is not allowed; choose one of {', '.join(map(str, allowed))}")
+        raise ConfigError(f"{field}: {value!r} is not allowed; choose one of {', '.join(map(str, allowed))}"
+                          + (f" ({hint})" if hint else ""))
 
 
 def check_int(field: str, value: object, minimum: int | None = None, allow_none: bool = False) -> None:

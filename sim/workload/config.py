@@ -185,10 +185,8 @@ class WorkloadConfig:
         if self.kind is None:
             profile_kind = next(iter(registry.KINDS), None) if self.profile else None
             s("kind", "trace" if self.trace else profile_kind or "poisson")
-        if self.kind not in workload_kinds():  # a source's kind exists once its module is imported
-            raise ConfigError(f"workload.kind: {self.kind!r} is not allowed; choose one of "
-                              f"{', '.join(workload_kinds())} (a source's own kinds register when its package is "
-                              f"imported, as servesim's commands import them all)")
+        check_choice("workload.kind", self.kind, workload_kinds(), hint="a source's own kinds register when its "
+                     "package is imported, as servesim's commands import them all")
         self._check_profile()
         if self.rate is not None:
             check_number("workload.rate", self.rate, 0.0, strict_min=True)
