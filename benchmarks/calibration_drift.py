@@ -27,8 +27,8 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
 
-    from calibrate.bench import OpBench
-    from calibrate.engine_steps import ENGINE_GROUPS, _features, _solve, interleave, measure_engine_steps
+    from calibrate.bench import OpBench, measure_engine_steps
+    from calibrate.engine_steps import ENGINE_GROUPS, _features, _solve, interleave
     from gpu_backend.model_config import ModelConfig
     from sim.latency.profiled import ProfiledLatencyModel
 
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     lm = ProfiledLatencyModel.from_file(REPO / "examples/profiles/tiny-llama-cpu.json")
     bench = OpBench(ModelConfig.from_json(REPO / "examples/tiny-llama/config.json"))
-    plans = [p for _, p, _, _ in measure_engine_steps(bench, ENGINE_GROUPS, progress=False) if not p.is_empty]
+    plans = [p for _, p, *_ in measure_engine_steps(bench, ENGINE_GROUPS, progress=False) if not p.is_empty]
     X = np.array([_features(lm, p) for p in plans])
     # request ids are "{configuration}-{g}-{i}", g the group's place in the order the calibration ran them
     group = np.array([int(str(p.seqs[0].request.req_id).split("-")[-2]) for p in plans])

@@ -18,7 +18,11 @@ the steps' wall time the engine's thread waited for a core (left out on validate
 many % the mean TTFT moves per % of every step's time (`calibrate.validate.conditioning`: above ~2
 the workload is near saturation and its mean errors say more about queueing than the model); then
 warnings and
-the median signed error by step kind (decode-only 1, 2-4, 5+; prefill-only; mixed).
+the median signed error by step kind (decode-only 1, 2-4, 5+; prefill-only; mixed). "speed": how much
+slower (+) the machine ran the engine during the run than during its calibration, read by the speed
+probe (`calibrate.speed_probe`, which the calibration divides out of its own timings); "@speed" and
+"@s mean" (the worst of the three means): a diagnostic, the comparison with every prediction scaled
+by that speed. `--no-speed-probe`: neither.
 """
 from __future__ import annotations
 
@@ -63,6 +67,8 @@ def main(argv=None) -> int:
     ap.add_argument("--random", type=int, default=0, metavar="N", help="also validate N fresh random workloads, first")
     ap.add_argument("--seed", type=int, default=None, help="their seed (default: a new one, printed)")
     ap.add_argument("--no-shipped", action="store_true", help="leave out the shipped examples/validate-*.toml")
+    ap.add_argument("--no-speed-probe", action="store_true",
+                    help="without the speed probe (calibrate.speed_probe): the profile's machine, as before it")
     args = ap.parse_args(argv)
     if args.random < 0:
         raise SystemExit(f"--random: expected a count >= 0, got {args.random}")
@@ -90,13 +96,14 @@ def main(argv=None) -> int:
     for title, paths in groups:
         print(f"\n{title}")
         print(f"{'workload':<{width}} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} "
-              f"{'detrend':>8} {'drift':>6} {'held':>5} {'waited':>6} {'offer':>5} {'util':>5} {'amp':>5} {'load':>5} bar")
+              f"{'detrend':>8} {'drift':>6} {'held':>5} {'waited':>6} {'offer':>5} {'util':>5} {'amp':>5} {'load':>5} "
+              f"{'speed':>6} {'@speed':>6} {'@s mean':>7} bar")
         met = 0
         for toml in paths:
             with warnings.catch_warnings():  # counted in the table and listed after it
                 warnings.simplefilter("ignore", CalibrationWarning)
                 report = validate(toml, "cpu", profile=prof_path, out_dir=out / toml.stem, quick=grid,
-                                  progress=False)
+                                  progress=False, speed_probe=not args.no_speed_probe)
             details = json.loads((out / toml.stem / "details.json").read_text())
             st, m = report["step_time_abs_pct_error"], report["metrics"]
             errs = [m[k]["mean"]["abs_pct_error"] for k in ("ttft_s", "tpot_s", "e2e_s")]
@@ -106,6 +113,7 @@ def main(argv=None) -> int:
             cpu = details["step_time_abs_pct_error_vs_cpu_time"]["median"]
             held = (details.get("engine_step_fit") or {}).get("holdout_median_abs_pct")
             drift = details.get("bracket_drift_pct")
+            ref = details.get("at_run_speed") or {}
             if details.get("calibration_warnings"):
                 warned.append((toml.stem, details["calibration_warnings"]))
             print(f"{toml.stem:<{width}} {st['median']:>7.1f}% {st['p90']:>7.1f}% "
@@ -116,7 +124,11 @@ def main(argv=None) -> int:
                   + f" {offered.get(toml.stem, float('nan')):>5.2f}"
                   + f" {details.get('predicted_utilization') or float('nan'):>5.2f}"
                   + f" {(details.get('mean_amplification') or {}).get('ttft_s') or float('nan'):>5.1f}"
-                  f" {details['load_avg_1m'][1]:>5.2f} {'met' if this else 'MISSED'}"
+                  f" {details['load_avg_1m'][1]:>5.2f}"
+                  + f" {((details.get('speed_probe') or {}).get('run_median') or 1.0) * 100 - 100:>+5.1f}%"
+                  + f" {(ref.get('step_time_abs_pct_error') or {}).get('median') or float('nan'):>5.1f}%"
+                  + f" {max((e for e in (ref.get('mean_abs_pct_error') or {}).values() if e is not None), default=float('nan')):>6.1f}%"
+                  + f" {'met' if this else 'MISSED'}"
                   + (" (calibration warned)" if details.get("calibration_warnings") else ""))
         print(f"  {met} of {len(paths)} met the bar")
     print(f"\nbar (step <= 5%, TTFT/TPOT/E2E <= 10%): {'met' if ok else 'not met'}; reports under {out}")

@@ -315,11 +315,14 @@ SAMPLED_OPS = ("lm_head", "sampler")
 
 
 def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: float = 1.0, passes=(0, 1),
-                points: dict | None = None, too_slow: set | None = None) -> dict[str, list]:
+                points: dict | None = None, too_slow: set | None = None, probe=None,
+                stamps: dict | None = None) -> dict[str, list]:
     """Raw points per op: {op: [[x..., seconds], ...]} (see module docstring).
 
     `passes`: which of the two passes to run (0 forward, 1 in reverse); a caller running them apart
-    (`calibrate` around a bracketed run) hands the same `points` and `too_slow` to both calls."""
+    (`calibrate` around a bracketed run) hands the same `points` and `too_slow` to both calls.
+    `probe` (a `calibrate.speed_probe.SpeedProbe`) is read between shapes, and `stamps` gets, per op,
+    the time each of its points was taken (aligned with `points[op]`), for `normalize_speed`."""
     cases: list[tuple[str, tuple, Callable[[], tuple[Callable, tuple]]]] = []
     for op in TOKEN_OPS:
         for T in grid.tokens:
@@ -352,18 +355,24 @@ def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: f
                 if (op, i) in too_slow or reps[pass_] == 0:
                     continue
                 fn, xs = make()
+                if probe is not None:
+                    probe.maybe_read("ops")
                 times = time_call(fn, grid.warmup, reps[pass_], bench.device)
                 points.setdefault(op, []).extend([[*map(float, xs), t] for t in times])
+                if stamps is not None:
+                    stamps.setdefault(op, []).extend([time.perf_counter()] * len(times))
                 if pass_ == 0 and float(np.median(times)) > max_call_s:  # grids ascend: skip larger shapes
                     too_slow.update((op, j) for j, (o, _, _) in order if o == op and j > i)
     return points
 
 
 def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, max_prompt: int = 1000,
-                         max_output: int = 40, progress: bool = True, seed: int = 0) -> list[tuple[str, BatchPlan, float, float]]:
-    """[(configuration, plan, seconds, after_idle)] of every step of the calibration workload (module
-    docstring: `calibrate.engine_steps`); after_idle is the idle pause (seconds) before a group's first
-    step, False for every other step."""
+                         max_output: int = 40, progress: bool = True, seed: int = 0,
+                         probe=None) -> list[tuple[str, BatchPlan, float, float, float]]:
+    """[(configuration, plan, seconds, after_idle, at)] of every step of the calibration workload
+    (module docstring: `calibrate.engine_steps`); after_idle is the idle pause (seconds) before a
+    group's first step, False for every other step; at is `time.perf_counter()` at the step's end.
+    `probe` (a `calibrate.speed_probe.SpeedProbe`) is read after a step, outside its timing."""
     mc = bench.config
     max_len = mc.max_position_embeddings
     max_prompt = max(4, min(max_prompt, max_len // 2))
@@ -393,8 +402,10 @@ def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, 
             sched = engine.schedule_time_s - last[0]
             last[0] = engine.schedule_time_s
             if keep[0]:
-                out.append((name, plan, spent[0] + sched, keep[1]))
+                out.append((name, plan, spent[0] + sched, keep[1], time.perf_counter()))
                 keep[1] = False  # only a group's first step follows the idle pause
+            if probe is not None:  # after a step, never between an idle pause and the step after it
+                probe.maybe_read()
 
         engine.runner.execute = timed_execute
         engine.step_hooks.append(hook)
@@ -494,7 +505,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = False, progress: bool = True,
               seed: int = 0, grid: Grid | None = None, between: Callable[[], object] | None = None,
-              model=None, max_len: int | None = None) -> Profile:
+              model=None, max_len: int | None = None, probe=True) -> Profile:
     """Measure and fit a profile of the engine running `model_path` (a HF config.json) on `device`.
 
     `quick`: the grid's mode (`Grid.make`: True / "quick", False / "full", "smoke"). `max_len`: the
@@ -512,10 +523,22 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
     engine that then runs the same object runs on the same memory: two models of one process can run
     the same steps well over the validation bar apart, and a profile cannot carry where its weights
     lay over to another model (figures: docs/results/2026-12-02-docstring-history.md).
+
+    `probe`: the machine's speed is read throughout (`calibrate.speed_probe`; True: a probe of its own,
+    or a `SpeedProbe` on the same model that `validate` also reads during its run; False: none), and
+    every engine step is divided by the speed at its time against the median reading after the
+    calibration's engine steps (the bracketed run's readings left out), and every op timing by the
+    speed among the op benchmarks against theirs: the profile describes the machine at that
+    reference speed, `meta.speed_probe` keeps it.
     """
     t0 = time.perf_counter()
     mc = ModelConfig.from_json(model_path)
     bench = OpBench(mc, device, seed=seed, model=model)
+    if probe is True:
+        from calibrate.speed_probe import SpeedProbe
+
+        probe = SpeedProbe(bench.model, device)
+    probe = probe or None
     mode = "smoke" if quick == "smoke" else "quick" if quick in (True, "quick") else "full"
     grid = grid or Grid.make(mode, max_len=min(max_len or mc.max_position_embeddings, mc.max_position_embeddings))
     max_call_s = 2.0 if mode == "full" else 0.25
@@ -527,32 +550,47 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
     # and the two op passes go on either side of them. Each engine phase starts on a settled heap.
     first, second = grid.engine_groups[0::2], grid.engine_groups[1::2]
     workload = {"max_prompt": grid.engine_max_prompt, "max_output": grid.engine_max_output}
-    t_between = 0.0
+    t_between, run_window, stamps = 0.0, None, {}
+    workload["probe"] = probe
     try:
         if between is None:
             _settle()
             steps = measure_engine_steps(bench, first, progress=progress, seed=seed, **workload)
-            points = measure_ops(bench, grid, progress, max_call_s=max_call_s)
+            points = measure_ops(bench, grid, progress, max_call_s=max_call_s, probe=probe, stamps=stamps)
         else:
             # symmetric around the run: op pass 1, engine half 1, the run, engine half 2, op pass 2 (in
             # reverse), so that the op curves and the engine steps both see the machine of the run on
             # average (with both op passes first, the op curves were centred ~half a calibration
             # before the run, and a machine drifting by minutes put that into the in-step scales)
             points, too_slow = {}, set()
-            measure_ops(bench, grid, progress, max_call_s=max_call_s, passes=(0,), points=points, too_slow=too_slow)
+            measure_ops(bench, grid, progress, max_call_s=max_call_s, passes=(0,), points=points, too_slow=too_slow,
+                        probe=probe, stamps=stamps)
             _settle()
             steps = measure_engine_steps(bench, first, progress=progress, seed=seed, **workload)
             _settle()
             t = time.perf_counter()
             between()
-            t_between = time.perf_counter() - t
+            run_window = (t, time.perf_counter())
+            t_between = run_window[1] - t
         num_first = len(steps)
         _settle()
         steps += measure_engine_steps(bench, second, progress=progress, seed=seed + 1, **workload)
         if between is not None:
-            measure_ops(bench, grid, progress, max_call_s=max_call_s, passes=(1,), points=points, too_slow=too_slow)
+            measure_ops(bench, grid, progress, max_call_s=max_call_s, passes=(1,), points=points, too_slow=too_slow,
+                        probe=probe, stamps=stamps)
     finally:
         gc.unfreeze()
+    speed_meta = None
+    if probe is not None:
+        # the calibration's own readings define the reference speed; a bracketed run's are its own
+        reference = probe.level(*run_window, outside=True) if run_window else probe.level()
+        raw_steps = steps
+        steps = probe.normalize_steps(steps, reference)
+        points = probe.normalize_points(points, stamps)
+        speed_meta = probe.summary(reference, *(run_window or (None, None)))
+        cal = probe.speed_at([s[4] for s in raw_steps], reference)
+        speed_meta["calibration_p10"] = round(float(np.percentile(cal, 10)), 4)
+        speed_meta["calibration_p90"] = round(float(np.percentile(cal, 90)), 4)
     # every small token count timed: keep the measured medians there (calibrate.fit._pwl)
     ops = {name: fit_op(name, pts, exact_prefix=True) for name, pts in points.items()}
     dims = resolve_model(str(model_path), 1, _dtype_name(bench.dtype))
@@ -570,6 +608,8 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
         "clock": clock_for(bench.device)[1],
         "load_avg_1m_at_start": round(os.getloadavg()[0], 2),  # other processes on the machine
     }
+    if speed_meta is not None:
+        meta["speed_probe"] = speed_meta
     profile = Profile(meta=meta, model=dims, ops=ops)
     add_engine_fit(profile, steps)
     profile.meta["calibration_s"] = round(time.perf_counter() - t0 - t_between, 1)

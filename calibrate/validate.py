@@ -28,7 +28,7 @@ import pandas as pd
 
 from calibrate.fit_checks import check_profile
 from calibrate.model_dims import resolve_model
-from gpu_backend.clock import UncontendedClock
+from gpu_backend.clock import ExcludingClock, UncontendedClock
 from policies import Request
 from records.display import number
 from records.files import write_json
@@ -130,14 +130,18 @@ def engine_clock(device: str) -> str:
     return "wall"
 
 
-def run_engine(config, device: str, progress: bool = True, model=None, clock: str | None = None):
+def run_engine(config, device: str, progress: bool = True, model=None, clock: str | None = None, probe=None):
     """Run the config's workload on the engine (on `model` when given; its clock `clock`, default
     `engine_clock(device)`); returns (engine, EngineResult, [(plan, measured seconds, CPU seconds,
-    after_idle, wall seconds)]): measured on the engine clock, wall including any wait for a core;
-    after_idle is the idle seconds before a step that followed an idle wait, else 0."""
+    after_idle, wall seconds, at)]): measured on the engine clock, wall including any wait for a core;
+    after_idle is the idle seconds before a step that followed an idle wait, else 0; at is
+    `time.perf_counter()` at the step's end. `probe` (a `calibrate.speed_probe.SpeedProbe` on the same
+    model) is read after steps, its time left out of the engine clock (`gpu_backend.clock.ExcludingClock`)."""
     from calibrate.engine_config import build_engine
 
     engine = build_engine(config, device, model=model, clock=clock or engine_clock(device))
+    if probe is not None:
+        engine.clock = engine.runner.clock = ExcludingClock(engine.clock)
     records = []
     last = [engine.schedule_time_s]
     cpu, wall = [0.0], [0.0]
@@ -163,7 +167,10 @@ def run_engine(config, device: str, progress: bool = True, model=None, clock: st
         gap = end - (result.duration + sched) - prev_end[0] if prev_end[0] is not None else 0.0
         idle = gap if gap > IDLE_GAP_S else 0.0
         prev_end[0] = end
-        records.append((plan, result.duration + sched, cpu[0] + sched, idle, wall[0] + sched))
+        records.append((plan, result.duration + sched, cpu[0] + sched, idle, wall[0] + sched, time.perf_counter()))
+        if probe is not None:  # after a step: never between an idle wait and the step after it
+            with engine.clock.excluded():
+                probe.maybe_read()
 
     engine.step_hooks.append(hook)
     # warm the engine up on a throwaway request so first-call costs do not land in step 1
@@ -188,23 +195,32 @@ def _warm_up(engine) -> None:
 
 def validate(config_path: str | Path, device: str = "cpu", profile: str | Path | None = None,
              out_dir: str | Path | None = None, quick: bool | str = True, overrides=(), progress: bool = True,
-             threads: int | None = 1) -> dict:
+             threads: int | None = 1, speed_probe: bool = True) -> dict:
     """Run the whole check (see module docstring); returns the `validation.json` dict.
 
     `quick`: the calibration grid's mode (`calibrate.bench.Grid.make`); the grid covers the config's
     `max_model_len`. The calibration's checks of its own fits (`calibrate.fit_checks`) go to
     details.json (`calibration_warnings`), the report page, and as `CalibrationWarning`s."""
-    return run_validation(config_path, device, profile, out_dir, quick, overrides, progress, threads)[0]
+    return run_validation(config_path, device, profile, out_dir, quick, overrides, progress, threads,
+                          speed_probe=speed_probe)[0]
 
 
 def run_validation(config_path: str | Path, device: str = "cpu", profile: str | Path | None = None,
                    out_dir: str | Path | None = None, quick: bool | str = True, overrides=(), progress: bool = True,
-                   threads: int | None = 1, notes=()) -> tuple[dict, dict]:
+                   threads: int | None = 1, notes=(), speed_probe: bool = True) -> tuple[dict, dict]:
     """`validate`, returning (the `validation.json` dict, the `details.json` dict); `notes` join the
-    config's (`sim.notes`), kept in both runs' config.toml."""
+    config's (`sim.notes`), kept in both runs' config.toml.
+
+    `speed_probe`: read the machine's speed through the calibration and the run
+    (`calibrate.speed_probe`): the calibration divides it out of its timings, and details.json says
+    how fast the machine ran during the run (`speed_probe`) and what the comparison would be with
+    each step's prediction times the speed around it (`at_run_speed`, a diagnostic: the probe's
+    readings during a run and during a calibration differed by ~5% with no change in the steps)."""
     import torch
 
     from calibrate.bench import calibrate
+    from calibrate.speed_probe import PROBE_PLAN, SpeedProbe
+    from gpu_backend.engine import build_engine_model
 
     if threads is not None and torch.device(device).type == "cpu":
         torch.set_num_threads(threads)
@@ -222,13 +238,20 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                          f"{engine_cfg.cache.num_cpu_blocks}; set model.dtype to the engine's dtype "
                          f"({engine_cfg.dtype}) and hardware.num_gpu_blocks")
     run: dict = {}
+    # the profile is measured on the very model the engine runs: two models of one process ran CPU
+    # steps up to 18% apart (calibrate's `model`); the speed probe runs it too
+    model = build_engine_model(engine_cfg, device)
+    probe = SpeedProbe(model, device) if speed_probe else None
 
-    def run_measured_engine(model=None) -> None:
+    def run_measured_engine() -> None:
         run["load_before"] = os.getloadavg()[0]
-        run["engine"], run["measured"], run["records"] = run_engine(config, device, progress, model)
+        start = time.perf_counter()
+        run["engine"], run["measured"], run["records"] = run_engine(config, device, progress, model, probe=probe)
+        run["window"] = (start, time.perf_counter())
         run["load_after"] = os.getloadavg()[0]
 
     t0 = time.perf_counter()
+    reference = None
     if profile is not None:
         prof = Profile.load(profile)
         made_with = prof.meta.get("num_threads")
@@ -237,36 +260,49 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                   f"{torch.get_num_threads()}; op times differ with the thread count", file=sys.stderr)
         t_cal = time.perf_counter() - t0
         run_measured_engine()
+        made = prof.meta.get("speed_probe") or {}
+        plan = made.get("plan") or {}
+        if (plan.get("decodes"), plan.get("kv_len"), plan.get("prefill_chunk")) == PROBE_PLAN:
+            reference = made.get("reference_s")  # the profile's reference speed, read by the same probe
     else:
         # the calibration brackets the engine run (half its engine steps before, half after): on a
         # machine whose speed drifts the profile then sees the run's conditions on average; the
         # calibration workload and the validated one still share nothing
-        # ... and on the very model the engine runs: two models of one process ran CPU steps up to
-        # 18% apart (calibrate's `model`), so the profile is measured on the one the run uses
-        from gpu_backend.engine import build_engine_model
-
-        model = build_engine_model(engine_cfg, device)
         prof = calibrate(model_path, device, quick=quick, progress=progress, model=model,
-                         between=lambda: run_measured_engine(model), max_len=config.scheduler.max_model_len)
+                         between=run_measured_engine, max_len=config.scheduler.max_model_len,
+                         probe=probe or False)
         t_cal = prof.meta["calibration_s"]
+        reference = (prof.meta.get("speed_probe") or {}).get("reference_s")
     lm = ProfiledLatencyModel(prof, model=resolve_model(model_path, 1, prof.model["dtype"]),
                               block_size=config.cache.block_size)
     engine, measured, records = run["engine"], run["measured"], run["records"]
     load_before, load_after = run["load_before"], run["load_after"]
     predicted = simulate(config, latency_model=lm)
     cond = conditioning(config, lm, predicted)
+    # the machine's speed around each step against the profile's reference (1.0 without a probe)
+    speed = (probe.speed_at([r[5] for r in records], reference) if probe is not None and reference
+             else np.ones(len(records)))
+    run_speed = float(np.median(speed)) if len(speed) else 1.0
 
     rows = []
-    for plan, m, c, idle, w in records:
+    for (plan, m, c, idle, w, _), f in zip(records, speed):
         p = lm.step_time(plan) + (lm.after_idle_cost(idle) if idle else 0.0)
         rows.append({"step_id": plan.step_id, "num_seqs": plan.num_seqs, "num_prefill_tokens": plan.num_prefill_tokens,
                      "num_decode_tokens": plan.num_decode_tokens, "num_swap_blocks":
                      len(plan.swap_out_blocks) + len(plan.swap_in_blocks),
                      "measured_s": m, "measured_wall_s": w, "predicted_s": p, "abs_pct_error": abs(p - m) / m * 100.0,
                      "measured_cpu_s": c, "abs_pct_error_vs_cpu": abs(p - c) / c * 100.0 if c > 0 else float("nan"),
-                     "after_idle": bool(idle), "idle_s": idle})
+                     "after_idle": bool(idle), "idle_s": idle, "speed": float(f),
+                     "abs_pct_error_at_speed": abs(p * f - m) / m * 100.0})
     steps = pd.DataFrame(rows)
     report = compare(predicted.summary, measured.summary, steps["abs_pct_error"].to_numpy() if len(steps) else [])
+    # the diagnostic: each step predicted at the speed around it, the run simulated at its median speed
+    at_speed = None
+    if probe is not None and reference:
+        scaled = simulate(config, latency_model=ScaledLatency(lm, run_speed))
+        c = compare(scaled.summary, measured.summary, steps["abs_pct_error_at_speed"].to_numpy() if len(steps) else [])
+        at_speed = {"step_time_abs_pct_error": c["step_time_abs_pct_error"],
+                    "mean_abs_pct_error": {k: c["metrics"][k]["mean"]["abs_pct_error"] for k in ("ttft_s", "tpot_s", "e2e_s")}}
 
     details = {"config": str(config_path), "device": device, "profile_meta": prof.meta,
                "profile_path": str(profile) if profile else None, "calibration_s": round(t_cal, 1),
@@ -291,6 +327,10 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                "wall_over_cpu_median": float((steps.measured_wall_s / steps.measured_cpu_s).median()) if len(steps)
                else None,
                "missing_ops": list(lm.missing_ops),
+               # the machine's speed through the run against the calibration's reference
+               # (`calibrate.speed_probe`), and the comparison with the predictions scaled by it
+               "speed_probe": (probe.summary(reference, *run["window"]) if probe is not None else None),
+               "at_run_speed": at_speed,
                # how ill-conditioned the means are on this workload (`conditioning`)
                "mean_amplification": cond["amplification"], "predicted_utilization": cond["utilization"],
                # the calibration's checks of its own fits: a clamped scale or a missed held-out check

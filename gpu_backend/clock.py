@@ -14,6 +14,7 @@ torch thread); sleeping does not count as waiting, so idle waits for arrivals pa
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 import threading
 import time
 
@@ -47,6 +48,29 @@ class UncontendedClock:
         except (OSError, ValueError, IndexError):
             return False
         return True
+
+
+class ExcludingClock:
+    """An engine clock that leaves out the intervals `exclude`d from it: work done on the engine's
+    thread between steps that is not the engine's (`calibrate.speed_probe`'s reference steps), so
+    that the replay's arrivals meet the engine as they would have without it."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.excluded_s = 0.0
+
+    @contextmanager
+    def excluded(self):
+        """Leave out the time the `with` block takes (on the inner clock: a wait for a core that
+        an uncontended inner clock already leaves out is not left out twice)."""
+        t = self.inner()
+        try:
+            yield
+        finally:
+            self.excluded_s += self.inner() - t
+
+    def __call__(self) -> float:
+        return self.inner() - self.excluded_s
 
 
 def make_clock(name: str):

@@ -30,6 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", default=None, choices=("smoke", "quick", "full"),
                         help="the calibration grid (default quick; smoke: a handful of shapes, seconds, for dry "
                              "runs of the machinery, not for accuracy)")
+    parser.add_argument("--no-speed-probe", action="store_true",
+                        help="do not read the machine's speed through the calibration and the run (calibrate."
+                             "speed_probe); the predictions are then the profile's machine's")
     options.add_threads(parser)
     options.add_set(parser)
     options.add_json(parser, "validation.json")
@@ -74,9 +77,28 @@ def report_lines(report: dict, details: dict) -> list[str]:
                 " run again on a quieter machine)" if abs(drift) > 5.0 else "")
         how = f"{drift:.1f}% slower" if drift >= 0 else f"{-drift:.1f}% faster"
         lines.append(f"diagnostic: the calibration's engine steps ran {how} after the run than before it{note}")
+    lines += speed_lines(details)
     line = held_out_line(details.get("profile_meta") or {})
     if line:
         lines.append(line)
+    return lines
+
+
+def speed_lines(details: dict) -> list[str]:
+    """What the speed probe saw (`calibrate.speed_probe`), and the comparison at the profile's speed."""
+    probe = details.get("speed_probe") or {}
+    if probe.get("run_median") is None:
+        return []
+    f = probe["run_median"]
+    how = f"{(f - 1) * 100:.1f}% slower" if f >= 1 else f"{(1 - f) * 100:.1f}% faster"
+    lines = [f"diagnostic: by the speed probe ({probe['run_num_readings']} readings) the machine ran the engine {how} "
+             f"during the run than during its calibration (p10-p90 {probe['run_p10']:.2f}-{probe['run_p90']:.2f})"]
+    scaled = details.get("at_run_speed") or {}
+    st, means = (scaled.get("step_time_abs_pct_error") or {}).get("median"), scaled.get("mean_abs_pct_error") or {}
+    if st is not None:
+        lines.append("diagnostic: with every prediction scaled by that speed: per-step median " + percent(st / 100)
+                     + ", mean " + ", ".join(f"{k.split('_')[0].upper()} {percent(v / 100)}"
+                                             for k, v in means.items() if v is not None))
     return lines
 
 
@@ -95,7 +117,8 @@ def run(args) -> int:
         warnings.simplefilter("ignore", CalibrationWarning)
         report, details = run_validation(args.config, args.device, args.profile, out, quick=grid,
                                          overrides=args.overrides, progress=options.progress(args),
-                                         threads=args.threads, notes=notes)
+                                         threads=args.threads, notes=notes,
+                                         speed_probe=not args.no_speed_probe)
     if args.json:
         options.print_json(report)
     options.say(args, *report_lines(report, details), f"report: {out}/index.html")

@@ -5,6 +5,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from calibrate.validate import LATENCY_METRICS, STATS, THROUGHPUT, compare
@@ -114,6 +115,17 @@ def test_validate_writes_the_report(tmp_path):
     assert not steps.after_idle.iloc[0] and steps.after_idle.sum() >= 1
     assert steps.after_idle.iloc[1:].to_numpy()[gaps].all()
     assert report["metrics"]["e2e_s"]["mean"]["measured"] > 0
+    # the speed probe read the machine through the run against the profile's reference, and the
+    # diagnostic compares each step's prediction times the speed around it
+    probe = details["speed_probe"]
+    assert probe["reference_s"] == profile.meta["speed_probe"]["reference_s"] > 0
+    assert probe["run_num_readings"] >= 1 and probe["run_p10"] <= probe["run_median"] <= probe["run_p90"]
+    assert (steps.speed > 0).all()
+    scaled = (steps.predicted_s * steps.speed - steps.measured_s).abs() / steps.measured_s * 100
+    assert np.allclose(steps.abs_pct_error_at_speed, scaled)
+    at_speed = details["at_run_speed"]
+    assert at_speed["step_time_abs_pct_error"]["median"] == pytest.approx(steps.abs_pct_error_at_speed.median())
+    assert set(at_speed["mean_abs_pct_error"]) == {"ttft_s", "tpot_s", "e2e_s"}
 
 
 @pytest.mark.slow

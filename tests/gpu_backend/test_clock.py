@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpu_backend.clock import UncontendedClock, make_clock
+from gpu_backend.clock import ExcludingClock, UncontendedClock, make_clock
 from gpu_backend.engine import Engine, EngineConfig
 from policies import CacheConfig, ConfigError, Request, SchedulerConfig
 
@@ -78,3 +78,16 @@ def test_an_engine_on_the_uncontended_clock_steps_on_its_thread_only(tiny_model)
     assert len(steps) == 3 and (steps.duration > 0).all() and engine.now() > 0
     with pytest.raises(ConfigError, match="engine.clock"):  # a background thread would read another thread's waits
         engine.start()
+
+
+def test_the_excluding_clock_leaves_out_what_it_is_told_to_and_nothing_else():
+    clock = ExcludingClock(time.perf_counter)
+    a = clock()
+    with clock.excluded():
+        time.sleep(0.05)
+    b = clock()
+    time.sleep(0.02)
+    c = clock()
+    assert 0.0 <= b - a < 0.01  # the excluded sleep did not pass on this clock
+    assert c - b >= 0.02  # an ordinary one did
+    assert clock.excluded_s >= 0.05
