@@ -2,12 +2,13 @@
 every shipped one, each with a quick profile made in its own run (as `servesim validate` does).
 
     .venv/bin/python benchmarks/validate_cpu.py [--random N] [--seed S] [--no-shipped] [--out runs/validate-cpu]
-                                                [--full] [--one-profile]
+                                                [--full] [--one-profile] [--floor S] [--no-speed-probe]
 
 `--random N` first draws N workloads nobody tuned anything on (`calibrate.random_workloads`; seed
 `--seed`, default a new one, printed; TOML files beside the reports), then the shipped
 examples/validate-*.toml. Each run calibrates examples/tiny-llama (quick grid, one torch thread)
-around the engine's run (`--one-profile`: one profile first, for all). The bar: per-step median
+around the engine's run (`--one-profile`: one profile first, for all; `--floor S`: first measure for
+S seconds what a perfect model would score on this machine, `benchmarks/machine_floor.py`). The bar: per-step median
 <= 5%, mean TTFT, TPOT and E2E within 10%. Columns: "cpu med" the per-step error against the engine
 thread's CPU time; "detrend" with the machine's drift taken out (each step's error minus its 51
 neighbours' median); "drift" the calibration's engine steps' slow-down from before to after the run
@@ -36,6 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def by_kind(steps_csv: Path) -> dict[str, str]:
@@ -67,6 +69,8 @@ def main(argv=None) -> int:
     ap.add_argument("--random", type=int, default=0, metavar="N", help="also validate N fresh random workloads, first")
     ap.add_argument("--seed", type=int, default=None, help="their seed (default: a new one, printed)")
     ap.add_argument("--no-shipped", action="store_true", help="leave out the shipped examples/validate-*.toml")
+    ap.add_argument("--floor", type=float, default=0.0, metavar="S",
+                    help="first measure the machine's per-step floor for S seconds (benchmarks/machine_floor.py)")
     ap.add_argument("--no-speed-probe", action="store_true",
                     help="without the speed probe (calibrate.speed_probe): the profile's machine, as before it")
     args = ap.parse_args(argv)
@@ -75,6 +79,10 @@ def main(argv=None) -> int:
     grid = args.grid or ("full" if args.full else "quick")
     out = Path(args.out)
     torch.set_num_threads(1)
+    if args.floor > 0:  # what a perfect model would score on this machine now (the bar's floor)
+        from machine_floor import main as floor
+
+        floor(["--seconds", str(args.floor)])
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     groups, offered = [], {}
     if args.random:
