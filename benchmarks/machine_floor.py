@@ -58,7 +58,7 @@ def main(argv=None) -> int:
                                                            max_num_seqs=args.batch, max_model_len=2048),
                        cache=CacheConfig(block_size=16, num_gpu_blocks=blocks), clock=engine_clock("cpu"))
     engine = Engine(cfg, "cpu")
-    probe = SpeedProbe(engine.model, "cpu", interval_s=args.probe_interval)
+    probe = SpeedProbe(engine.model, "cpu", clock=time.thread_time, interval_s=args.probe_interval)
     steps: list[tuple[int, int, float, float]] = []  # (repetition, position, seconds, time)
     rep, pos = [0], [0]
 

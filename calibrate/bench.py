@@ -36,6 +36,7 @@ from calibrate.engine_steps import (ENGINE_GROUPS, ENGINE_POLICIES, IDLE_GAPS, f
 from calibrate.fit import fit_op
 from calibrate.fit_checks import check_profile, warn
 from calibrate.model_dims import resolve_model
+from calibrate.speed_probe import SpeedProbe, fake_seq
 from gpu_backend.attention import select_backend
 from gpu_backend.attention.torch_backend import write_kv
 from gpu_backend.engine import Engine, EngineConfig, resolve_dtype
@@ -161,18 +162,10 @@ def device_name(device: torch.device) -> str:
     return f"cpu: {name} ({torch.get_num_threads()} threads)"
 
 
-def _fake_seq(req_id, num_tokens: int, computed: int, first_block: int, block_size: int) -> ScheduledSeq:
-    """A sequence with token ids and its own contiguous block table, for batch assembly."""
-    ctx = computed + num_tokens
-    r = Request(req_id, 0.0, ctx, 1, prompt_token_ids=[3] * ctx)
-    r.block_table = list(range(first_block, first_block + -(-ctx // block_size)))
-    return ScheduledSeq(r, num_tokens, computed, True)
-
-
 def _decode_seqs(batch: int, kv_len: int, block_size: int) -> list[ScheduledSeq]:
     """`batch` decodes at `kv_len` with interleaved block tables (blocks 0 .. batch x blocks-per-seq - 1)."""
     per = -(-kv_len // block_size)
-    seqs = [_fake_seq(i, 1, kv_len - 1, 0, block_size) for i in range(batch)]
+    seqs = [fake_seq(i, 1, kv_len - 1, 0, block_size) for i in range(batch)]
     for i, s in enumerate(seqs):
         s.request.block_table = [i + j * batch for j in range(per)]
     return seqs
@@ -291,7 +284,7 @@ class OpBench:
         return lambda: self.backend.forward(q, k, v, kv.k[0], kv.v[0], batch.meta, scale)
 
     def prefill(self, chunk: int, context: int) -> Callable[[], object]:
-        return self.attention([_fake_seq(0, chunk, context - chunk, 0, self.block_size)])
+        return self.attention([fake_seq(0, chunk, context - chunk, 0, self.block_size)])
 
     def decode(self, batch: int, kv_len: int) -> Callable[[], object]:
         # interleaved block tables (sequence i owns blocks i, i + batch, i + 2 batch, ...): decoding
@@ -535,9 +528,7 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
     mc = ModelConfig.from_json(model_path)
     bench = OpBench(mc, device, seed=seed, model=model)
     if probe is True:
-        from calibrate.speed_probe import SpeedProbe
-
-        probe = SpeedProbe(bench.model, device)
+        probe = SpeedProbe(bench.model, device, clock=clock_for(bench.device)[0])
     probe = probe or None
     mode = "smoke" if quick == "smoke" else "quick" if quick in (True, "quick") else "full"
     grid = grid or Grid.make(mode, max_len=min(max_len or mc.max_position_embeddings, mc.max_position_embeddings))

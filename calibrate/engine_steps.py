@@ -8,7 +8,7 @@ sequences have real, uneven block tables). Both are measured on the real `Engine
 
 1. the workload: fixed and seeded, sharing nothing with any validation workload (`ENGINE_GROUPS`
    of requests arriving together, prompts log-uniform over 4 to ~1,000 tokens, 2 to 40 outputs),
-   run under the three `ENGINE_POLICIES` so that single decodes, decode batches, first and later
+   run under the four `ENGINE_POLICIES` so that single decodes, decode batches, first and later
    chunks, whole prompts and mixed steps all occur; each engine sleeps before a group (`IDLE_GAPS`);
 2. `fit_engine_steps`: the host overhead and the in-step scales of the op curves from those steps,
    and the after-idle excess (`after_idle_s`, and by the length of the pause: `after_idle_curve`).
@@ -19,8 +19,11 @@ import numpy as np
 
 from policies import BatchPlan
 
-#: (policy, max_num_batched_tokens or None for the model length) of the calibration runs
-ENGINE_POLICIES = (("chunked", 64), ("chunked", 256), ("continuous", None))
+#: (policy, max_num_batched_tokens or None for the model length) of the calibration runs. A budget
+#: of 16 gives mixed steps of a few decodes and a short chunk: without it the per-prefill-sequence
+#: cost and the dense work per token could not be told apart (both grow with a 64-token chunk), and
+#: a 24-token budget's mixed steps came out 26% over (docs/results/2026-12-06-speed-probe.md)
+ENGINE_POLICIES = (("chunked", 16), ("chunked", 64), ("chunked", 256), ("continuous", None))
 #: sizes of the request groups submitted together (capped at max_num_seqs)
 ENGINE_GROUPS = (1, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 # a factor beyond these means the op curves and the engine steps were timed in different machine

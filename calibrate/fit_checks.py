@@ -11,7 +11,7 @@ Checks:
 - an in-step scale at (within 0.5% of) a bound of `SCALE_BOUNDS`: the fit wanted to go further,
   so that scale and everything it multiplies are not measured but clamped;
 - the fit's held-out error (each scheduler configuration of the calibration workload predicted
-  by the fit on the other two) above `HELD_OUT_LIMIT_PCT`: the fit does not carry over to step
+  by the fit on the others) above `HELD_OUT_LIMIT_PCT`: the fit does not carry over to step
   mixes it was not fitted on, which is what a validation workload is.
 """
 from __future__ import annotations

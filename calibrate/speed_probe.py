@@ -20,9 +20,15 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from typing import Callable
 
 import numpy as np
 import torch
+
+from gpu_backend.attention import select_backend
+from gpu_backend.kv_cache import KVCache
+from gpu_backend.model_runner import ModelRunner
+from policies import BatchPlan, Request, ScheduledSeq
 
 #: (decodes, their KV length, prefill chunk tokens): a small mixed step of every kind of op
 PROBE_PLAN = (2, 64, 16)
@@ -37,25 +43,29 @@ INTERVAL_S = 0.2
 WINDOW = 9
 
 
+def fake_seq(req_id, num_tokens: int, computed: int, first_block: int, block_size: int) -> ScheduledSeq:
+    """A sequence with token ids and its own contiguous block table, for a hand-made plan (the
+    probe's, and `calibrate.bench`'s op benchmarks)."""
+    ctx = computed + num_tokens
+    r = Request(req_id, 0.0, ctx, 1, prompt_token_ids=[3] * ctx)
+    r.block_table = list(range(first_block, first_block + -(-ctx // block_size)))
+    return ScheduledSeq(r, num_tokens, computed, True)
+
+
 class SpeedProbe:
     """Readings of a fixed reference step on `model`, and the machine's relative speed from them."""
 
-    def __init__(self, model, device: str | torch.device = "cpu", interval_s: float = INTERVAL_S,
-                 window: int = WINDOW) -> None:
-        from calibrate.bench import _fake_seq, clock_for
-        from gpu_backend.attention import select_backend
-        from gpu_backend.kv_cache import KVCache
-        from gpu_backend.model_runner import ModelRunner
-        from policies import BatchPlan
-
+    def __init__(self, model, device: str | torch.device = "cpu", *, clock: Callable[[], float],
+                 interval_s: float = INTERVAL_S, window: int = WINDOW) -> None:
+        """`clock`: the calibration's (`calibrate.bench.clock_for`), so that readings and timings agree."""
         self.device = torch.device(device)
         self.interval_s, self.window = interval_s, window
-        self.clock, _ = clock_for(self.device)
+        self.clock = clock
         decodes, kv_len, chunk = PROBE_PLAN
         block_size = 16
         per = -(-kv_len // block_size)
-        seqs = [_fake_seq(f"probe{i}", 1, kv_len - 1, i * per, block_size) for i in range(decodes)]
-        seqs.append(_fake_seq("probe-prefill", chunk, 0, decodes * per, block_size))
+        seqs = [fake_seq(f"probe{i}", 1, kv_len - 1, i * per, block_size) for i in range(decodes)]
+        seqs.append(fake_seq("probe-prefill", chunk, 0, decodes * per, block_size))
         num_blocks = decodes * per + -(-chunk // block_size)
         dtype = next(model.parameters()).dtype
         kv = KVCache(model.config, num_blocks, block_size, 0, dtype, self.device)

@@ -218,7 +218,7 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     readings during a run and during a calibration differed by ~5% with no change in the steps)."""
     import torch
 
-    from calibrate.bench import calibrate
+    from calibrate.bench import calibrate, clock_for
     from calibrate.speed_probe import PROBE_PLAN, SpeedProbe
     from gpu_backend.engine import build_engine_model
 
@@ -241,7 +241,7 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     # the profile is measured on the very model the engine runs: two models of one process ran CPU
     # steps up to 18% apart (calibrate's `model`); the speed probe runs it too
     model = build_engine_model(engine_cfg, device)
-    probe = SpeedProbe(model, device) if speed_probe else None
+    probe = SpeedProbe(model, device, clock=clock_for(torch.device(device))[0]) if speed_probe else None
 
     def run_measured_engine() -> None:
         run["load_before"] = os.getloadavg()[0]

@@ -122,7 +122,7 @@ def test_a_run_between_the_engine_halves_is_bracketed_and_not_counted(tmp_path):
     assert profile.meta["calibration_s"] <= total - 0.25  # the bracketed run is not calibration time (0.1 s rounding)
     # engine steps on both sides of it: the first half's group (1 request) and the second half's (3)
     fit = profile.meta["engine_step_fit"]
-    assert fit["num_steps"] > 0 and set(fit["configurations"]) == {"chunked-64", "chunked-256", "continuous-512"}
+    assert fit["num_steps"] > 0 and set(fit["configurations"]) == {"chunked-16", "chunked-64", "chunked-256", "continuous-512"}
     assert isinstance(profile.meta["bracket_drift_pct"], float)  # both halves measured
 
 

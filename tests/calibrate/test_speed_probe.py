@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ def micro_model(tmp_path_factory):
     return build_model(ModelConfig.from_json(path), seed=0)
 
 
-def probe_with(readings, window: int = 3, model=None) -> SpeedProbe:
+def probe_with(readings, window: int = 3) -> SpeedProbe:
     """A probe holding hand-made (time, seconds, context) readings."""
     probe = SpeedProbe.__new__(SpeedProbe)
     probe.readings, probe.window, probe.interval_s = list(readings), window, 0.1
@@ -76,7 +77,7 @@ def test_normalizing_divides_a_slow_stretch_out_of_steps_and_op_points():
 
 
 def test_a_real_probe_reads_at_most_every_interval(micro_model):
-    probe = SpeedProbe(micro_model, "cpu", interval_s=60.0)
+    probe = SpeedProbe(micro_model, "cpu", clock=time.thread_time, interval_s=60.0)
     spent = probe.maybe_read()
     assert spent > 0 and len(probe.readings) == 1
     assert probe.maybe_read() == 0.0 and len(probe.readings) == 1  # within the interval: nothing
@@ -108,7 +109,7 @@ def test_reading_the_probe_between_steps_leaves_the_engine_s_results_alone(micro
     prompts = [[5 + i + j % 7 for j in range(20 + 9 * i)] for i in range(3)]
     plain = _tokens(_engine(micro_model), prompts)
     engine = _engine(micro_model)
-    probe = SpeedProbe(micro_model, "cpu", interval_s=0.0)
+    probe = SpeedProbe(micro_model, "cpu", clock=time.thread_time, interval_s=0.0)
     engine.step_hooks.append(lambda plan, result: probe.read())
     probed = _tokens(engine, prompts)
     assert len(probe.readings) >= 6
