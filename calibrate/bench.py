@@ -447,13 +447,17 @@ def add_engine_fit(profile: Profile, steps: list) -> dict:
     step_error = {"median_abs_pct": st["median_abs_pct"], "max_abs_pct": st["max_abs_pct"],
                   "loo_median_abs_pct": st["holdout_median_abs_pct"], "loo_max_abs_pct": st["holdout_max_abs_pct"],
                   "of": "whole engine steps (loo: each scheduler configuration predicted from the others)"}
-    step = PiecewiseLinear((1.0, top), (p["step_s"] + p["per_seq_s"], p["step_s"] + p["per_seq_s"] * top))
+    # a negative per-step constant is the in-step saving on the ops' floor (calibrate.engine_steps._solve):
+    # the overhead curve keeps what is >= 0, `meta.in_step_offset_s` the rest
+    a = max(p["step_s"], 0.0)
+    step = PiecewiseLinear((1.0, top), (a + p["per_seq_s"], a + p["per_seq_s"] * top))
     profile.ops["step_overhead"] = OpProfile("step_overhead", ("num_seqs",), step, fit["step_points"],
                                              dict(step_error), source)
     pre = PiecewiseLinear((1.0, 2.0), (p["per_prefill_seq_s"], 2 * p["per_prefill_seq_s"]))
     profile.ops["prefill_overhead"] = OpProfile("prefill_overhead", ("num_seqs",), pre, fit["prefill_points"],
                                                 dict(step_error), source)
     profile.meta["in_step_scale"] = {k: round(p[k], 4) for k in ("dense", "attn_prefill", "attn_decode")}
+    profile.meta["in_step_offset_s"] = round(min(p["step_s"], 0.0), 7)
     profile.meta["after_idle_s"] = round(fit["after_idle_s"], 7)
     if fit.get("after_idle_curve"):
         profile.meta["after_idle_curve"] = fit["after_idle_curve"]

@@ -8,7 +8,9 @@ the GEMMs, norms, rotary, KV writes and residual adds over all tokens of the ste
 attention per chunk over (chunk, context), decode attention once over (batch, mean KV length),
 two all-reduces when TP > 1; once per step the embedding, final norm, LM head and sampler, the swap
 copies and the engine's host overhead. `meta.in_step_scale` multiplies the op curves inside a step
-(ops timed alone run in other cache conditions), `meta.after_idle_s` is charged to the first step
+(ops timed alone run in other cache conditions), `meta.in_step_offset_s` (<= 0) is what every step
+saves on the ops' per-step floor as timed alone (cold weights, a micro-benchmark's own calls),
+`meta.after_idle_s` is charged to the first step
 after an idle wait (or, with `meta.after_idle_curve`, the cost at that wait's length), and `meta.executor_skips_padding` leaves static batching's padding uncharged.
 """
 from __future__ import annotations
@@ -387,6 +389,11 @@ class ProfiledLatencyModel(LatencyModel):
             raise _err("profile.meta.after_idle_s", f"expected seconds >= 0, got {self.after_idle_s!r}")
         self.after_idle_s = float(self.after_idle_s)
         self._idle_curve = _idle_curve(profile.meta.get("after_idle_curve"))
+        self.offset_s = profile.meta.get("in_step_offset_s", 0.0)
+        if isinstance(self.offset_s, bool) or not isinstance(self.offset_s, (int, float)) \
+                or not math.isfinite(self.offset_s) or self.offset_s > 0:
+            raise _err("profile.meta.in_step_offset_s", f"expected seconds <= 0, got {self.offset_s!r}")
+        self.offset_s = float(self.offset_s)
         self._op = {name: (profile.ops[name].curve if name in profile.ops else zero) for name in OP_INPUTS}
         if "attn_prefill" not in profile.ops or "attn_decode" not in profile.ops:  # guarded by from_dict
             raise _err("profile.ops", "attention curves are required")
@@ -441,7 +448,7 @@ class ProfiledLatencyModel(LatencyModel):
             "lm_head": dense * (op["lm_head"](num_sampled) + op["sampler"](num_sampled)),
             "swap": op["swap_out"](out_bytes) + op["swap_in"](in_bytes),
             "overhead": (op["step_overhead"](num_seqs) + op["prefill_overhead"](num_prefill_seqs)
-                         if not plan.is_empty else 0.0),
+                         + (self.offset_s if scaled else 0.0) if not plan.is_empty else 0.0),
         }
 
     def after_idle_cost(self, idle_s: float) -> float:

@@ -168,3 +168,57 @@ def test_the_calibration_alternates_small_and_large_groups():
         # a drift in time is nearly uncorrelated with the group size (ascending order: exactly 1)
         assert abs(np.corrcoef(np.arange(len(order)), np.argsort(np.argsort(order)))[0, 1]) <= 0.3
     assert interleave((1, 2, 4, 8, 16, 32)) == (1, 32, 2, 16, 4, 8)
+
+
+def _synthetic_steps(lm, truth: dict, rng) -> list[tuple[str, BatchPlan, float]]:
+    steps = []
+    for name, plan in _plans(rng):
+        b = lm.breakdown(plan, scaled=False)
+        n_pre = sum(1 for s in plan.seqs if not s.is_decode)
+        t = (truth["step_s"] + truth["per_seq_s"] * plan.num_seqs + truth["per_prefill_seq_s"] * n_pre
+             + truth["dense"] * (b["linear"] + b["elementwise"] + b["embed"] + b["lm_head"])
+             + truth["attn_prefill"] * b["attn_prefill"] + truth["attn_decode"] * b["attn_decode"] + b["swap"])
+        steps.append((name, plan, t * float(rng.normal(1.0, 0.01))))
+    return steps
+
+
+def test_a_step_cheaper_than_its_ops_alone_gives_a_negative_offset_not_a_shrunk_scale():
+    """Ops timed alone pay a per-step floor a step's ops do not: the fit finds the saving as a negative
+    constant with the dense scale where it is, and the profile carries it as `in_step_offset_s`."""
+    from calibrate.bench import add_engine_fit
+
+    d = tiny_profile_dict()
+    lm = ProfiledLatencyModel(Profile.from_dict(d))
+    truth = {"step_s": -2.5e-4, "per_seq_s": 6e-5, "per_prefill_seq_s": 2e-4, "dense": 1.05, "attn_prefill": 1.1,
+             "attn_decode": 1.3}
+    steps = _synthetic_steps(lm, truth, np.random.default_rng(5))
+    profile = Profile.from_dict(d)
+    fit = add_engine_fit(profile, steps)
+    assert fit["params"]["step_s"] == pytest.approx(truth["step_s"], rel=0.3)
+    for key in ("dense", "attn_prefill", "attn_decode"):
+        assert fit["params"][key] == pytest.approx(truth[key], rel=0.05), key
+    assert profile.meta["in_step_offset_s"] == pytest.approx(fit["params"]["step_s"], abs=1e-7)
+    # the overhead curve keeps only what is >= 0; the composed model still reproduces the steps
+    assert profile.ops["step_overhead"].curve(1) == pytest.approx(fit["params"]["per_seq_s"], rel=1e-3)
+    fitted = ProfiledLatencyModel(profile)
+    errors = [abs(fitted.step_time(p) / t - 1) for _, p, t in steps]
+    assert np.median(errors) < 0.02 and min(fitted.step_time(p) for _, p, _ in steps) > 0
+
+
+def test_the_offset_is_added_once_to_every_step_and_left_out_unscaled():
+    base = tiny_profile_dict()
+    offset = json.loads(json.dumps(base))
+    offset["meta"]["in_step_offset_s"] = -1e-4
+    a, b = ProfiledLatencyModel(Profile.from_dict(base)), ProfiledLatencyModel(Profile.from_dict(offset))
+    for plan in (_plan(1, 40, []), _plan(7, 300, [(64, 200)]), _plan(0, 16, [(128, 128)])):
+        assert b.step_time(plan) == pytest.approx(a.step_time(plan) - 1e-4)
+        assert b.breakdown(plan, scaled=False) == a.breakdown(plan, scaled=False)
+    assert b.step_time(BatchPlan(0, ())) == 0.0
+
+
+@pytest.mark.parametrize("bad", [1e-4, "none", True, float("nan")])
+def test_a_bad_in_step_offset_is_named(bad):
+    d = tiny_profile_dict()
+    d["meta"]["in_step_offset_s"] = bad
+    with pytest.raises(ConfigError, match=r"profile\.meta\.in_step_offset_s"):
+        ProfiledLatencyModel(Profile.from_dict(d))
