@@ -393,6 +393,10 @@ def diagnostics(details: dict) -> list[str]:
     if drift is not None:
         notes.append(f"the calibration's engine steps ran {abs(drift):.1f}% {'slower' if drift >= 0 else 'faster'} "
                      "after the run than before it")
+    speed = (details.get("speed_probe") or {}).get("run_median")
+    if speed is not None:
+        notes.append(f"by the speed probe the machine ran the engine {abs(speed - 1) * 100:.1f}% "
+                     f"{'slower' if speed >= 1 else 'faster'} during the run than during its calibration")
     if details.get("load_avg_1m"):
         notes.append(f"load average {details['load_avg_1m'][0]}-{details['load_avg_1m'][1]}")
     held = (details.get("engine_step_fit") or {}).get("holdout_median_abs_pct")

@@ -126,6 +126,7 @@ def test_validate_writes_the_report(tmp_path):
     at_speed = details["at_run_speed"]
     assert at_speed["step_time_abs_pct_error"]["median"] == pytest.approx(steps.abs_pct_error_at_speed.median())
     assert set(at_speed["mean_abs_pct_error"]) == {"ttft_s", "tpot_s", "e2e_s"}
+    assert "by the speed probe the machine ran the engine" in (out / "index.html").read_text()
 
 
 @pytest.mark.slow
