@@ -44,11 +44,8 @@ def _plans(rng) -> list[tuple[str, BatchPlan]]:
     return out
 
 
-def test_known_overhead_and_scales_are_recovered_and_a_burst_does_not_bend_them():
-    lm = ProfiledLatencyModel(Profile.from_dict(tiny_profile_dict()))
-    truth = {"step_s": 4e-4, "per_seq_s": 6e-5, "per_prefill_seq_s": 2e-4, "dense": 1.3, "attn_prefill": 0.8,
-             "attn_decode": 1.4}
-    rng = np.random.default_rng(3)
+def _synthetic_steps(lm, truth: dict, rng) -> list[tuple[str, BatchPlan, float]]:
+    """Steps of `_plans` timed as `truth` composes them from the op curves, with 1% noise."""
     steps = []
     for name, plan in _plans(rng):
         b = lm.breakdown(plan, scaled=False)
@@ -56,8 +53,15 @@ def test_known_overhead_and_scales_are_recovered_and_a_burst_does_not_bend_them(
         t = (truth["step_s"] + truth["per_seq_s"] * plan.num_seqs + truth["per_prefill_seq_s"] * n_pre
              + truth["dense"] * (b["linear"] + b["elementwise"] + b["embed"] + b["lm_head"])
              + truth["attn_prefill"] * b["attn_prefill"] + truth["attn_decode"] * b["attn_decode"] + b["swap"])
-        t *= float(rng.normal(1.0, 0.01))
-        steps.append((name, plan, t))
+        steps.append((name, plan, t * float(rng.normal(1.0, 0.01))))
+    return steps
+
+
+def test_known_overhead_and_scales_are_recovered_and_a_burst_does_not_bend_them():
+    lm = ProfiledLatencyModel(Profile.from_dict(tiny_profile_dict()))
+    truth = {"step_s": 4e-4, "per_seq_s": 6e-5, "per_prefill_seq_s": 2e-4, "dense": 1.3, "attn_prefill": 0.8,
+             "attn_decode": 1.4}
+    steps = _synthetic_steps(lm, truth, np.random.default_rng(3))
     for i in range(0, len(steps), 10):  # one step in ten hit by a burst of load: 3x slower
         name, plan, t = steps[i]
         steps[i] = (name, plan, 3 * t)
@@ -168,18 +172,6 @@ def test_the_calibration_alternates_small_and_large_groups():
         # a drift in time is nearly uncorrelated with the group size (ascending order: exactly 1)
         assert abs(np.corrcoef(np.arange(len(order)), np.argsort(np.argsort(order)))[0, 1]) <= 0.3
     assert interleave((1, 2, 4, 8, 16, 32)) == (1, 32, 2, 16, 4, 8)
-
-
-def _synthetic_steps(lm, truth: dict, rng) -> list[tuple[str, BatchPlan, float]]:
-    steps = []
-    for name, plan in _plans(rng):
-        b = lm.breakdown(plan, scaled=False)
-        n_pre = sum(1 for s in plan.seqs if not s.is_decode)
-        t = (truth["step_s"] + truth["per_seq_s"] * plan.num_seqs + truth["per_prefill_seq_s"] * n_pre
-             + truth["dense"] * (b["linear"] + b["elementwise"] + b["embed"] + b["lm_head"])
-             + truth["attn_prefill"] * b["attn_prefill"] + truth["attn_decode"] * b["attn_decode"] + b["swap"])
-        steps.append((name, plan, t * float(rng.normal(1.0, 0.01))))
-    return steps
 
 
 def test_a_step_cheaper_than_its_ops_alone_gives_a_negative_offset_not_a_shrunk_scale():
