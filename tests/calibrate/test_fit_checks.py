@@ -92,3 +92,21 @@ def test_validate_reports_a_loaded_profiles_failed_checks_loudly(tmp_path, capsy
     assert len(details["calibration_warnings"]) == 1 and "dense" in details["calibration_warnings"][0]
     assert details["engine_step_fit"]["holdout_median_abs_pct"] is not None
     assert "calibration warning" in (out / "index.html").read_text()
+
+
+@pytest.mark.parametrize("load, advice", [(0.3, "machine_floor.py"), (7.5, "rerun on a quieter machine")])
+def test_the_load_line_says_what_to_do_at_that_load(monkeypatch, load, advice):
+    import io
+
+    from calibrate.fit_checks import print_warnings
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    out = io.StringIO()
+    print_warnings({"warnings": ["a scale at its bound"], "load_avg_1m_at_start": load, "load_avg_1m_at_end": load},
+                   file=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "WARNING: calibration: a scale at its bound"
+    assert lines[1].startswith(f"WARNING: calibration: load average {load}-{load} while it ran; ") and advice in lines[1]
+    out = io.StringIO()
+    print_warnings({"warnings": [], "load_avg_1m_at_start": load, "load_avg_1m_at_end": load}, file=out)
+    assert out.getvalue() == ""  # nothing to qualify, no load line
