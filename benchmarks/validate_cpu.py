@@ -121,7 +121,7 @@ def main(argv=None) -> int:
             cpu = details["step_time_abs_pct_error_vs_cpu_time"]["median"]
             held = (details.get("engine_step_fit") or {}).get("holdout_median_abs_pct")
             drift = details.get("bracket_drift_pct")
-            ref = details.get("at_run_speed") or {}
+            at_speed = details.get("at_run_speed") or {}
             if details.get("calibration_warnings"):
                 warned.append((toml.stem, details["calibration_warnings"]))
             print(f"{toml.stem:<{width}} {st['median']:>7.1f}% {st['p90']:>7.1f}% "
@@ -134,8 +134,8 @@ def main(argv=None) -> int:
                   + f" {(details.get('mean_amplification') or {}).get('ttft_s') or float('nan'):>5.1f}"
                   f" {details['load_avg_1m'][1]:>5.2f}"
                   + f" {((details.get('speed_probe') or {}).get('run_median') or 1.0) * 100 - 100:>+5.1f}%"
-                  + f" {(ref.get('step_time_abs_pct_error') or {}).get('median') or float('nan'):>5.1f}%"
-                  + f" {max((e for e in (ref.get('mean_abs_pct_error') or {}).values() if e is not None), default=float('nan')):>6.1f}%"
+                  + f" {(at_speed.get('step_time_abs_pct_error') or {}).get('median') or float('nan'):>5.1f}%"
+                  + f" {max((e for e in (at_speed.get('mean_abs_pct_error') or {}).values() if e is not None), default=float('nan')):>6.1f}%"
                   + f" {'met' if this else 'MISSED'}"
                   + (" (calibration warned)" if details.get("calibration_warnings") else ""))
         print(f"  {met} of {len(paths)} met the bar")

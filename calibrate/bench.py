@@ -315,7 +315,7 @@ def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: f
     `passes`: which of the two passes to run (0 forward, 1 in reverse); a caller running them apart
     (`calibrate` around a bracketed run) hands the same `points` and `too_slow` to both calls.
     `probe` (a `calibrate.speed_probe.SpeedProbe`) is read between shapes, and `stamps` gets, per op,
-    the time each of its points was taken (aligned with `points[op]`), for `normalize_speed`."""
+    the time each of its points was taken (aligned with `points[op]`), for `SpeedProbe.normalize_points`."""
     cases: list[tuple[str, tuple, Callable[[], tuple[Callable, tuple]]]] = []
     for op in TOKEN_OPS:
         for T in grid.tokens:

@@ -14,9 +14,9 @@ torch thread); sleeping does not count as waiting, so idle waits for arrivals pa
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 import threading
 import time
+from contextlib import contextmanager
 
 CLOCKS = ("wall", "uncontended")
 
@@ -51,7 +51,7 @@ class UncontendedClock:
 
 
 class ExcludingClock:
-    """An engine clock that leaves out the intervals `exclude`d from it: work done on the engine's
+    """An engine clock that leaves out the intervals run inside `excluded()`: work done on the engine's
     thread between steps that is not the engine's (`calibrate.speed_probe`'s reference steps), so
     that the replay's arrivals meet the engine as they would have without it."""
 

@@ -85,7 +85,7 @@ def report_lines(report: dict, details: dict) -> list[str]:
 
 
 def speed_lines(details: dict) -> list[str]:
-    """What the speed probe saw (`calibrate.speed_probe`), and the comparison at the profile's speed."""
+    """What the speed probe saw (`calibrate.speed_probe`), and the comparison at the run's speed."""
     probe = details.get("speed_probe") or {}
     if probe.get("run_median") is None:
         return []
