@@ -30,7 +30,7 @@ from calibrate.fit_checks import check_profile
 from calibrate.model_dims import resolve_model
 from gpu_backend.clock import ExcludingClock, UncontendedClock
 from policies import Request
-from records.display import number
+from records.display import number, slower_or_faster
 from records.files import write_json
 from records.results import pooled_itls
 from sim.config import load_config
@@ -391,12 +391,11 @@ def diagnostics(details: dict) -> list[str]:
         notes.append(f"per-step error with the machine's drift over the run taken out: {detrended:.1f}%")
     drift = details.get("bracket_drift_pct")
     if drift is not None:
-        notes.append(f"the calibration's engine steps ran {abs(drift):.1f}% {'slower' if drift >= 0 else 'faster'} "
-                     "after the run than before it")
+        notes.append(f"the calibration's engine steps ran {slower_or_faster(drift)} after the run than before it")
     speed = (details.get("speed_probe") or {}).get("run_median")
     if speed is not None:
-        notes.append(f"by the speed probe the machine ran the engine {abs(speed - 1) * 100:.1f}% "
-                     f"{'slower' if speed >= 1 else 'faster'} during the run than during its calibration")
+        notes.append(f"by the speed probe the machine ran the engine {slower_or_faster((speed - 1) * 100)} during "
+                     "the run than during its calibration")
     if details.get("load_avg_1m"):
         notes.append(f"load average {details['load_avg_1m'][0]}-{details['load_avg_1m'][1]}")
     held = (details.get("engine_step_fit") or {}).get("holdout_median_abs_pct")

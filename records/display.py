@@ -52,6 +52,11 @@ def percent(fraction) -> str:
     return number(pct, 2) + "%"
 
 
+def slower_or_faster(pct: float) -> str:
+    """A signed slow-down in % as words: 4.2 -> "4.2% slower", -3.0 -> "3.0% faster" (0 reads slower)."""
+    return f"{abs(pct):.1f}% {'slower' if pct >= 0 else 'faster'}"
+
+
 def ms(seconds, digits: int = 3) -> str:
     """Seconds shown as milliseconds (the unit of the latency tables)."""
     if _missing(seconds):

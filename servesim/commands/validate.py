@@ -13,7 +13,7 @@ from pathlib import Path
 
 from calibrate.fit_checks import CalibrationWarning, held_out_line, print_warnings
 from calibrate.validate import run_validation
-from records.display import number, percent
+from records.display import number, percent, slower_or_faster
 from servesim.commands import options
 from servesim.commands.calibrate import small_grid
 from sim.notes import setting_notes
@@ -75,8 +75,8 @@ def report_lines(report: dict, details: dict) -> list[str]:
     if drift is not None:
         note = (" (above 5%: the machine changed speed around the run, which the per-step figure mostly measures;"
                 " run again on a quieter machine)" if abs(drift) > 5.0 else "")
-        how = f"{drift:.1f}% slower" if drift >= 0 else f"{-drift:.1f}% faster"
-        lines.append(f"diagnostic: the calibration's engine steps ran {how} after the run than before it{note}")
+        lines.append(f"diagnostic: the calibration's engine steps ran {slower_or_faster(drift)} after the run than "
+                     f"before it{note}")
     lines += speed_lines(details)
     line = held_out_line(details.get("profile_meta") or {})
     if line:
@@ -89,8 +89,7 @@ def speed_lines(details: dict) -> list[str]:
     probe = details.get("speed_probe") or {}
     if probe.get("run_median") is None:
         return []
-    f = probe["run_median"]
-    how = f"{(f - 1) * 100:.1f}% slower" if f >= 1 else f"{(1 - f) * 100:.1f}% faster"
+    how = slower_or_faster((probe["run_median"] - 1) * 100)
     lines = [f"diagnostic: by the speed probe ({probe['run_num_readings']} readings) the machine ran the engine {how} "
              f"during the run than during its calibration (p10-p90 {probe['run_p10']:.2f}-{probe['run_p90']:.2f})"]
     scaled = details.get("at_run_speed") or {}

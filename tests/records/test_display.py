@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from records.display import ms, number, percent
+from records.display import ms, number, percent, slower_or_faster
 
 
 def parse(text: str) -> float:
@@ -36,3 +36,9 @@ def test_the_app_card_case_and_missing_values():
     assert number(15.0, trim=True) == "15" and number(0.25, trim=True) == "0.25"
     assert percent(0.1234) == "12.3%" and percent(1.0) == "100.0%" and percent(0.04) == "4.0%"
     assert percent(0.0000042) == "0.00042%" and percent(0.0) == "0.0%"
+
+
+@pytest.mark.parametrize("pct, text", [(4.24, "4.2% slower"), (-3.0, "3.0% faster"), (0.0, "0.0% slower"),
+                                       (-16.5, "16.5% faster")])
+def test_a_signed_slow_down_reads_as_slower_or_faster(pct, text):
+    assert slower_or_faster(pct) == text
