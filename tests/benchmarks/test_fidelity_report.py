@@ -1,19 +1,13 @@
 """`benchmarks/fidelity_report.py`: the source-out target line says what is met and what is not."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pandas as pd
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fidelity_report.py"
+from benchmark_helpers import load_benchmark
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("fidelity_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("fidelity_report")
 
 
 def test_target_check_names_each_miss():

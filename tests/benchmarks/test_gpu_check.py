@@ -11,7 +11,6 @@ and what they depend on), so nothing else is needed on a machine with torch and 
 from __future__ import annotations
 
 import importlib.metadata as md
-import importlib.util
 import json
 import re
 import subprocess
@@ -21,15 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from benchmark_helpers import load_benchmark
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_check")
 
 
 def probe_wheel(folder: Path) -> Path:

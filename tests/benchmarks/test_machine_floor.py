@@ -1,21 +1,17 @@
 """`benchmarks/machine_floor.py`: the per-step floor of the CPU bar, measured on this machine."""
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
+from benchmark_helpers import load_benchmark
+
 pytest.importorskip("torch")
-REPO = Path(__file__).resolve().parents[2]
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("machine_floor", REPO / "benchmarks" / "machine_floor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("machine_floor")
 
 
 def test_the_floor_is_measured_from_repeated_identical_steps(capsys):
