@@ -64,7 +64,7 @@ def main(argv=None) -> int:
 
     def hook(plan, result) -> None:
         if plan.num_prefill_tokens == 0:
-            steps.append((rep[0], pos[0], result.duration, time.perf_counter()))
+            steps.append((rep[0], pos[0], engine.last_step.duration, time.perf_counter()))
             pos[0] += 1
         probe.maybe_read()
 

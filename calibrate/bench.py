@@ -404,8 +404,8 @@ def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, 
     out: list[tuple[str, BatchPlan, float, bool]] = []
     max_seqs = max(groups)
     blocks = max_seqs * -(-(max_prompt + max_output) // bench.block_size) + 16
-    # (name, engine, last schedule time, [record steps, next step follows the pause]): one engine per
-    # scheduler configuration, all on the same model weights
+    # (name, engine, [record steps, next step follows the pause]): one engine per scheduler
+    # configuration, all on the same model weights
     runs = []
     for policy, budget in policies:
         name = f"{policy}-{budget or max_len}"
@@ -413,34 +413,28 @@ def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, 
             policy=policy, max_num_batched_tokens=budget or max_len, max_num_seqs=max_seqs, max_model_len=max_len),
             cache=CacheConfig(block_size=bench.block_size, num_gpu_blocks=blocks), dtype=_dtype_name(bench.dtype))
         engine = Engine(cfg, bench.device, model=bench.model)
-        execute, spent, last, keep = engine.runner.execute, [0.0], [0.0], [False, False]
+        # the engine's steps on the ops' clock: a step's duration is its whole iteration (`Engine._step`)
+        engine.clock = engine.runner.clock = clock
+        engine._t0 = clock()
+        keep = [False, False]
 
-        def timed_execute(plan, execute=execute, spent=spent):
-            t = clock()
-            result = execute(plan)
-            spent[0] = clock() - t
-            return result
-
-        def hook(plan, result, engine=engine, name=name, spent=spent, last=last, keep=keep):
-            sched = engine.schedule_time_s - last[0]
-            last[0] = engine.schedule_time_s
+        def hook(plan, result, engine=engine, name=name, keep=keep):
             if keep[0]:
-                out.append((name, plan, spent[0] + sched, keep[1], time.perf_counter()))
+                out.append((name, plan, engine.last_step.duration, keep[1], time.perf_counter()))
                 keep[1] = False  # only a group's first step follows the idle pause
             if probe is not None:  # after a step, never between an idle pause and the step after it
                 probe.maybe_read()
 
-        engine.runner.execute = timed_execute
         engine.step_hooks.append(hook)
-        runs.append((name, engine, last, keep))
+        runs.append((name, engine, keep))
     with torch.inference_mode(), tqdm(total=len(policies) * len(groups), desc="calibrate engine steps", unit="group",
                                       disable=not progress, mininterval=0.5) as bar:
-        for name, engine, last, keep in runs:
+        for name, engine, keep in runs:
             # a throwaway request first: first calls of each shape pay allocations the engine's
             # steady state does not
             engine.add_request(Request(f"{name}-warm", 0.0, 40, 4, prompt_token_ids=[5] * 40))
             engine.run_until_done()
-            last[0], keep[0] = engine.schedule_time_s, True
+            keep[0] = True
         # group by group, each through every configuration in turn: a stretch of the machine running
         # slower (other processes, other tenants of a shared host) then lands on every configuration
         # alike instead of on one, which the fit would read as that configuration's own cost; and small
@@ -451,7 +445,7 @@ def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, 
                 p = int(np.exp(rng.uniform(np.log(4), np.log(max_prompt))))
                 group.append((p, int(rng.integers(2, max_output + 1)),
                               rng.integers(3, min(mc.vocab_size, 200), p).tolist()))
-            for k, (name, engine, _, keep) in enumerate(runs):
+            for k, (name, engine, keep) in enumerate(runs):
                 # the engine sits idle first, as a server between arrivals does: its next step finds
                 # cold caches (measured: 11-16% over the model on a validation run's post-idle steps),
                 # the colder the longer it slept: the pauses cycle through IDLE_GAPS

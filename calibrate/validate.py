@@ -143,31 +143,26 @@ def run_engine(config, device: str, progress: bool = True, model=None, clock: st
     if probe is not None:
         engine.clock = engine.runner.clock = ExcludingClock(engine.clock)
     records = []
-    last = [engine.schedule_time_s]
-    cpu, wall = [0.0], [0.0]
-    execute = engine.runner.execute
-
-    def timed_execute(plan):  # the step's CPU time on this thread: a contention-free diagnostic
-        c, w = time.thread_time(), time.perf_counter()
-        result = execute(plan)
-        cpu[0], wall[0] = time.thread_time() - c, time.perf_counter() - w
-        return result
-
-    engine.runner.execute = timed_execute
-
+    at_entry = [0.0, 0.0]  # thread CPU and wall time when the current iteration began
     prev_end = [None]
+    step = engine._step
+
+    def timed_step():  # the iteration's CPU time on this thread: a contention-free diagnostic
+        at_entry[0], at_entry[1] = time.thread_time(), time.perf_counter()
+        return step()
+
+    engine._step = timed_step
 
     def hook(plan, result):
-        sched = engine.schedule_time_s - last[0]
-        last[0] = engine.schedule_time_s
-        end = engine.clock()
+        rec = engine.last_step  # the whole iteration on the engine clock (`Engine._step`)
+        cpu, wall = time.thread_time() - at_entry[0], time.perf_counter() - at_entry[1]
         # the engine sat idle before this step (waiting for an arrival) when more than a millisecond
         # passed between the previous step's end and this one's start: its caches went cold, which a
         # profile's `after_idle_cost(idle seconds)` charges (the simulator's replica adds it after an idle wait)
-        gap = end - (result.duration + sched) - prev_end[0] if prev_end[0] is not None else 0.0
+        gap = rec.start - prev_end[0] if prev_end[0] is not None else 0.0
         idle = gap if gap > IDLE_GAP_S else 0.0
-        prev_end[0] = end
-        records.append((plan, result.duration + sched, cpu[0] + sched, idle, wall[0] + sched, time.perf_counter()))
+        prev_end[0] = rec.start + rec.duration
+        records.append((plan, rec.duration, cpu, idle, wall, time.perf_counter()))
         if probe is not None:  # after a step: never between an idle wait and the step after it
             with engine.clock.excluded():
                 probe.maybe_read()
@@ -175,7 +170,6 @@ def run_engine(config, device: str, progress: bool = True, model=None, clock: st
     engine.step_hooks.append(hook)
     # warm the engine up on a throwaway request so first-call costs do not land in step 1
     _warm_up(engine)
-    last[0] = engine.schedule_time_s
     records.clear()
     prev_end[0] = None
     workload = build_workload(config.workload, config.scheduler.max_model_len)
