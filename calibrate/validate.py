@@ -136,12 +136,14 @@ def run_engine(config, device: str, progress: bool = True, model=None, clock: st
     after_idle, wall seconds, at)]): measured on the engine clock, wall including any wait for a core;
     after_idle is the idle seconds before a step that followed an idle wait, else 0; at is
     `time.perf_counter()` at the step's end. `probe` (a `calibrate.speed_probe.SpeedProbe` on the same
-    model) is read after steps, its time left out of the engine clock (`gpu_backend.clock.ExcludingClock`)."""
+    model) is read after steps; it and this function's own bookkeeping are left out of the engine clock
+    (`gpu_backend.clock.ExcludingClock`)."""
     from calibrate.engine_config import build_engine
 
     engine = build_engine(config, device, model=model, clock=clock or engine_clock(device))
-    if probe is not None:
-        engine.clock = engine.runner.clock = ExcludingClock(engine.clock)
+    # this function's own bookkeeping after each step, and the probe, run outside the engine's time:
+    # a server has neither, and the replay's arrivals should meet the engine as they would there
+    engine.clock = engine.runner.clock = ExcludingClock(engine.clock)
     records = []
     at_entry = [0.0, 0.0]  # thread CPU and wall time when the current iteration began
     prev_end = [None]
@@ -154,17 +156,18 @@ def run_engine(config, device: str, progress: bool = True, model=None, clock: st
     engine._step = timed_step
 
     def hook(plan, result):
-        rec = engine.last_step  # the whole iteration on the engine clock (`Engine._step`)
-        cpu, wall = time.thread_time() - at_entry[0], time.perf_counter() - at_entry[1]
-        # the engine sat idle before this step (waiting for an arrival) when more than a millisecond
-        # passed between the previous step's end and this one's start: its caches went cold, which a
-        # profile's `after_idle_cost(idle seconds)` charges (the simulator's replica adds it after an idle wait)
-        gap = rec.start - prev_end[0] if prev_end[0] is not None else 0.0
-        idle = gap if gap > IDLE_GAP_S else 0.0
-        prev_end[0] = rec.start + rec.duration
-        records.append((plan, rec.duration, cpu, idle, wall, time.perf_counter()))
-        if probe is not None:  # after a step: never between an idle wait and the step after it
-            with engine.clock.excluded():
+        with engine.clock.excluded():
+            rec = engine.last_step  # the whole iteration on the engine clock (`Engine._step`)
+            cpu, wall = time.thread_time() - at_entry[0], time.perf_counter() - at_entry[1]
+            # the engine sat idle before this step (waiting for an arrival) when more than a millisecond
+            # passed between the previous step's end and this one's start: its caches went cold, which a
+            # profile's `after_idle_cost(idle seconds)` charges (the simulator's replica adds it after an
+            # idle wait)
+            gap = rec.start - prev_end[0] if prev_end[0] is not None else 0.0
+            idle = gap if gap > IDLE_GAP_S else 0.0
+            prev_end[0] = rec.start + rec.duration
+            records.append((plan, rec.duration, cpu, idle, wall, time.perf_counter()))
+            if probe is not None:  # after a step: never between an idle wait and the step after it
                 probe.maybe_read()
 
     engine.step_hooks.append(hook)
