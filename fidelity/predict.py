@@ -214,12 +214,16 @@ OUR_ENGINE_PROFILE = Path(__file__).resolve().parents[1] / "examples" / "profile
 
 
 def our_engine_host() -> dict | None:
-    """`step_s` and `per_seq_s` of our engine's host time per step (`OUR_ENGINE_PROFILE`), or None."""
+    """`step_s` and `per_seq_s` of our engine's host time per step (`OUR_ENGINE_PROFILE`), or None.
+
+    A fit's per-step constant below 0 is not host time but the ops' isolated floor coming off
+    (`meta.in_step_offset_s`): the host time per step is then 0, as in the profile's `step_overhead`."""
     try:
         params = read_json_object(OUR_ENGINE_PROFILE, "engine profile")["meta"]["engine_step_fit"]["params"]
-        return {k: float(params[k]) for k in ("step_s", "per_seq_s")}
+        host = {k: float(params[k]) for k in ("step_s", "per_seq_s")}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    return {**host, "step_s": max(host["step_s"], 0.0)}
 
 
 def api_server(run: RealRun) -> bool:

@@ -159,6 +159,21 @@ def test_distserve_source_out_uses_the_pre_alignment_curve_and_says_so(shared_da
     assert none["gpu_model_note"].str.contains("INCLUDE DistServe's alignment").all()
 
 
+def test_our_engines_host_time_never_reads_the_in_step_offset_as_host_time(tmp_path, monkeypatch):
+    """A calibration whose per-step constant went below 0 (`meta.in_step_offset_s`) has no host time
+    per step; its per-sequence time still counts."""
+    import json
+
+    import fidelity.predict as predict
+
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"meta": {"engine_step_fit": {"params": {"step_s": -2.5e-4, "per_seq_s": 1e-4}}}}))
+    monkeypatch.setattr(predict, "OUR_ENGINE_PROFILE", path)
+    assert predict.our_engine_host() == {"step_s": 0.0, "per_seq_s": 1e-4}
+    path.write_text(json.dumps({"meta": {"engine_step_fit": {"params": {"step_s": 3e-4, "per_seq_s": 1e-4}}}}))
+    assert predict.our_engine_host() == {"step_s": 3e-4, "per_seq_s": 1e-4}
+
+
 def test_v1_source_out_host_time_is_our_engines_step_fit():
     """Without an idle-host layer of another source, a vLLM v1 run's host time per step and per
     sequence is our own engine's CPU step fit, and the evidence names that profile."""
