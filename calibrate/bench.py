@@ -7,8 +7,7 @@ What is timed (one layer's modules from `gpu_backend.model.op_registry`; x num_h
   and the LM head over rotating copies of their weights (`OpBench.cold`);
 - prefill attention over (chunk tokens, context length), one sequence, through the engine's
   attention backend (which also writes the chunk's K/V: `attention_includes_kv_write`); decode
-  attention over (batch size, KV length); both over rotating KV pools (`OpBench.attention`); swap
-  copies over bytes (`KVCache.swap_out` / `swap_in`);
+  attention over (batch size, KV length); swap copies over bytes (`KVCache.swap_out` / `swap_in`);
 - the engine's own steps on a fixed calibration workload (`measure_engine_steps`, fitted by
   `calibrate.engine_steps`): host overhead and the op curves' in-step scales.
 
@@ -21,7 +20,6 @@ import copy
 import datetime as _dt
 import gc
 import itertools
-import math
 import os
 import platform
 import time
@@ -275,43 +273,15 @@ class OpBench:
         raise ValueError(f"op: {name!r} is not a token op")
 
     def attention(self, seqs: list[ScheduledSeq]) -> Callable[[], object]:
-        """The backend's attention over `seqs`, each call on the next of a rotation of KV pools.
-
-        As with the weights (`cold`): in an engine step a layer's KV comes back only after the
-        whole model's weights and every other layer's KV went through the caches, while a call
-        repeated on one pool reads it from cache. One pool holds the blocks the call reads; the
-        pools together cover one step's traffic (weights + every layer's share, up to
-        `COLD_BYTES_CAP`). Hot, the tiny model's decode attention at 4-12 x 260-512 tokens timed
-        13-22% below the same calls inside engine steps; rotated, -12..+4% (docs/results)."""
         c = self.config
         num_blocks = max(b for s in seqs for b in s.request.block_table) + 1
-        pools = self.kv_pools(num_blocks)
+        kv = self.kv_cache(num_blocks)
         batch = build_input_batch(BatchPlan(0, tuple(seqs)), self.block_size, self.device)
         T = batch.meta.num_tokens
         q = self.rand(T, c.num_attention_heads, c.head_dim)
         k, v = self.rand(T, c.num_key_value_heads, c.head_dim), self.rand(T, c.num_key_value_heads, c.head_dim)
         scale = c.head_dim ** -0.5
-        it = itertools.cycle(pools)
-
-        def call():
-            k_cache, v_cache = next(it)
-            return self.backend.forward(q, k, v, k_cache, v_cache, batch.meta, scale)
-
-        call.pools = pools
-        return call
-
-    def kv_pools(self, num_blocks: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """[(k, v)] pools of `num_blocks` blocks of one layer ([N, B, Hkv, D] each), enough of them that
-        together they cover one step's traffic: the weights plus every layer's `num_blocks` (see
-        `attention`), at most `COLD_BYTES_CAP` and 256 pools."""
-        c = self.config
-        shape = (num_blocks, self.block_size, c.num_key_value_heads, c.head_dim)
-        own = 2 * math.prod(shape) * torch.empty((), dtype=self.dtype).element_size()
-        step = min(self.weight_bytes + c.num_hidden_layers * own, COLD_BYTES_CAP)
-        n = max(1, min(-(-step // own), 256))
-        # zeros are written, not mapped lazily: every pool is real memory, as the engine's written blocks
-        return [(torch.zeros(shape, dtype=self.dtype, device=self.device),
-                 torch.zeros(shape, dtype=self.dtype, device=self.device)) for _ in range(n)]
+        return lambda: self.backend.forward(q, k, v, kv.k[0], kv.v[0], batch.meta, scale)
 
     def prefill(self, chunk: int, context: int) -> Callable[[], object]:
         return self.attention([fake_seq(0, chunk, context - chunk, 0, self.block_size)])

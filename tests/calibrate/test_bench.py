@@ -98,28 +98,6 @@ def test_cold_weights_rotate_over_one_step_of_weight_traffic(tmp_path):
         assert all(torch.equal(f(x), ref) for _ in range(2 * len(copies)))
 
 
-def test_attention_rotates_over_kv_pools_of_one_step_of_traffic(tmp_path):
-    from calibrate.bench import COLD_BYTES_CAP, OpBench
-    from gpu_backend.model_config import ModelConfig
-
-    (tmp_path / "config.json").write_text(json.dumps(MICRO))
-    bench = OpBench(ModelConfig.from_json(tmp_path / "config.json"), "cpu")
-    f = bench.decode(3, 40)
-    pools = f.pools
-    own = 2 * pools[0][0].numel() * pools[0][0].element_size()
-    # distinct memory per pool, together one step's traffic (weights + every layer's share), not more
-    assert len({k.data_ptr() for k, _ in pools} | {v.data_ptr() for _, v in pools}) == 2 * len(pools)
-    step = min(bench.weight_bytes + bench.config.num_hidden_layers * own, COLD_BYTES_CAP)
-    assert len(pools) * own >= step > (len(pools) - 1) * own
-    assert len(pools) > bench.config.num_hidden_layers  # the weights count too
-    # each call writes its tokens into the next pool in turn, and computes what one pool would
-    with torch.inference_mode():
-        first = f()
-        assert all(torch.equal(f(), first) for _ in range(len(pools) - 1))
-    written = [bool(k.abs().sum() > 0) for k, _ in pools]
-    assert all(written)
-
-
 def test_a_run_between_the_engine_halves_is_bracketed_and_not_counted(tmp_path):
     import time
 
