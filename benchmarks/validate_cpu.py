@@ -19,7 +19,8 @@ the steps' wall time the engine's thread waited for a core (left out on validate
 many % the mean TTFT moves per % of every step's time (`calibrate.validate.conditioning`: above ~2
 the workload is near saturation and its mean errors say more about queueing than the model); then
 warnings and
-the median signed error by step kind (decode-only 1, 2-4, 5+; prefill-only; mixed). "speed": how much
+the median signed error by step kind (decode-only 1, 2-4, 5+; prefill-only; mixed; the decode-only
+steps 1-3 after a step that carried prefill tokens). "speed": how much
 slower (+) the machine ran the engine during the run than during its calibration, read by the speed
 probe (`calibrate.speed_probe`, which the calibration divides out of its own timings); "@speed" and
 "@s mean" (the worst of the three means): a diagnostic, the comparison with every prediction scaled
@@ -45,11 +46,16 @@ def by_kind(steps_csv: Path) -> dict[str, str]:
     import numpy as np
     import pandas as pd
 
-    d = pd.read_csv(steps_csv)
+    d = pd.read_csv(steps_csv).sort_values("step_id")
     err = (d.predicted_s - d.measured_cpu_s) / d.measured_cpu_s * 100.0
     dec = d.num_prefill_tokens == 0
+    # steps since the last one that carried prefill tokens: the first few decode steps after a prefill
+    # run slower than the model says (a warm-up the plan-pure step time does not charge)
+    prefills_so_far = (~dec).cumsum()
+    since = dec.astype(int).groupby(prefills_so_far).cumsum()
     kinds = {"dec1": dec & (d.num_seqs == 1), "dec2-4": dec & d.num_seqs.between(2, 4), "dec5+": dec & (d.num_seqs >= 5),
-             "prefill": d.num_decode_tokens == 0, "mixed": ~dec & (d.num_decode_tokens > 0)}
+             "prefill": d.num_decode_tokens == 0, "mixed": ~dec & (d.num_decode_tokens > 0),
+             "dec1-3 after prefill": dec & since.between(1, 3) & (prefills_so_far > 0)}
     return {k: f"{np.median(err[m]):+.1f}% ({int(m.sum())})" for k, m in kinds.items() if m.any()}
 
 
