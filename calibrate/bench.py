@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from calibrate.engine_steps import (ENGINE_GROUPS, ENGINE_POLICIES, IDLE_GAPS, fit_engine_steps, interleave,
-                                    split_after_idle)
+from calibrate.engine_steps import (ENGINE_GROUPS, ENGINE_POLICIES, IDLE_GAPS, after_prefill_excess,
+                                    fit_engine_steps, interleave, split_after_idle)
 from calibrate.fit import fit_op
 from calibrate.fit_checks import check_profile, warn
 from calibrate.model_dims import resolve_model
@@ -456,6 +456,9 @@ def add_engine_fit(profile: Profile, steps: list) -> dict:
     if fit.get("after_idle_curve"):
         profile.meta["after_idle_curve"] = fit["after_idle_curve"]
     profile.meta["engine_step_fit"] = {**fit["stats"], "params": {k: round(v, 7) for k, v in p.items()}}
+    excess = after_prefill_excess(ProfiledLatencyModel(profile), steps)
+    if excess:
+        profile.meta["after_prefill_excess"] = excess
     return fit
 
 

@@ -11,7 +11,8 @@ sequences have real, uneven block tables). Both are measured on the real `Engine
    run under the four `ENGINE_POLICIES` so that single decodes, decode batches, first and later
    chunks, whole prompts and mixed steps all occur; each engine sleeps before a group (`IDLE_GAPS`);
 2. `fit_engine_steps`: the host overhead and the in-step scales of the op curves from those steps,
-   and the after-idle excess (`after_idle_s`, and by the length of the pause: `after_idle_curve`).
+   and the after-idle excess (`after_idle_s`, and by the length of the pause: `after_idle_curve`);
+3. `after_prefill_excess`: the factors on the first decode-only steps after a prefill.
 """
 from __future__ import annotations
 
@@ -80,6 +81,43 @@ def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 
     x0 = np.array([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
     return least_squares(rel, x0, bounds=(lo, hi), loss="cauchy", f_scale=0.05).x
+
+
+#: decode-only steps after one that carried prefill tokens that get a factor of their own: on the tiny
+#: CPU model the first three or four ran 18, 10, 6, 4% over the model in validation runs (a warm-up
+#: after any prefill, larger after a longer one), ~0 from the sixth on
+AFTER_PREFILL_STEPS = 5
+#: steps each k needs for its factor (fewer: none)
+AFTER_PREFILL_MIN_STEPS = 5
+
+
+def after_prefill_excess(model, steps: list[tuple]) -> list[float]:
+    """[e_1, ..., e_K] (`meta.after_prefill_excess`, K <= `AFTER_PREFILL_STEPS`, trailing zeros
+    dropped): the median of time over `model`'s prediction of the k-th decode-only step after one that
+    carried prefill tokens, over the same median of the decode-only steps further on, less 1 (>= 0).
+    `steps`: (configuration, plan, seconds, ...) in the order each configuration ran them; a
+    configuration's decode steps before its first prefill are left out."""
+    since: dict[str, int] = {}
+    near: list[list[float]] = [[] for _ in range(AFTER_PREFILL_STEPS)]
+    steady: list[float] = []
+    for name, plan, t, *_ in steps:
+        if plan.is_empty or not t > 0:
+            continue
+        if plan.num_prefill_tokens:
+            since[name] = 0
+            continue
+        if not plan.num_decode_tokens or name not in since:
+            continue
+        since[name] += 1
+        k = since[name]
+        (near[k - 1] if k <= AFTER_PREFILL_STEPS else steady).append(t / model.step_time(plan))
+    if len(steady) < AFTER_PREFILL_MIN_STEPS:
+        return []
+    base = float(np.median(steady))
+    out = [max(float(np.median(r)) / base - 1.0, 0.0) if len(r) >= AFTER_PREFILL_MIN_STEPS else 0.0 for r in near]
+    while out and out[-1] == 0.0:
+        out.pop()
+    return [round(e, 4) for e in out]
 
 
 def split_after_idle(steps: list[tuple]) -> tuple[list, list]:

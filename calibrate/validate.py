@@ -77,6 +77,9 @@ class ScaledLatency(LatencyModel):
         cost = getattr(inner, "after_idle_cost", None)
         if cost is not None:
             self.after_idle_cost = lambda idle_s: factor * cost(idle_s)
+        self.after_prefill_excess = getattr(inner, "after_prefill_excess", ())
+        if self.after_prefill_excess:
+            self.after_prefill_factor = inner.after_prefill_factor
 
     def step_time(self, plan) -> float:
         return self.factor * self.inner.step_time(plan)
@@ -282,8 +285,15 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     run_speed = float(np.median(speed)) if len(speed) else 1.0
 
     rows = []
+    since_prefill = 1 << 30  # decode-only steps since the last one that carried prefill tokens
     for (plan, m, c, idle, w, _), f in zip(records, speed):
-        p = lm.step_time(plan) + (lm.after_idle_cost(idle) if idle else 0.0)
+        warm = 1.0
+        if plan.num_prefill_tokens:
+            since_prefill = 0
+        elif plan.num_decode_tokens:
+            since_prefill += 1
+            warm = lm.after_prefill_factor(since_prefill)
+        p = lm.step_time(plan) * warm + (lm.after_idle_cost(idle) if idle else 0.0)
         rows.append({"step_id": plan.step_id, "num_seqs": plan.num_seqs, "num_prefill_tokens": plan.num_prefill_tokens,
                      "num_decode_tokens": plan.num_decode_tokens, "num_swap_blocks":
                      len(plan.swap_out_blocks) + len(plan.swap_in_blocks),

@@ -81,7 +81,11 @@ class Replica:
         self._deferred: list[tuple[Request, int]] = []  # async: (request, step it arrived during)
         self.request_timeout_s = None if request_timeout_s is None else float(request_timeout_s)
         self._deadlines: list[tuple[float, int, Request]] = []  # heap: (deadline, order, request) of live ones
-        fast_decode = fast_decode and not self.async_scheduling
+        # a model whose decode steps after a prefill cost more (`after_prefill_factor`) needs each
+        # step's place in the sequence, which the replays (timing stretches from plans alone) lack
+        self._after_prefill = getattr(latency_model, "after_prefill_factor", None) \
+            if getattr(latency_model, "after_prefill_excess", ()) else None
+        fast_decode = fast_decode and not self.async_scheduling and self._after_prefill is None
         self._replay = DecodeReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
             if fast_decode else None
         self._mixed = MixedReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
@@ -237,6 +241,7 @@ class Replica:
         next_wakeup = getattr(scheduler, "next_wakeup", None)
         deadlines = self._deadlines  # the client's timeouts, checked at every step boundary
         overlap, pipelined = self.async_scheduling, False  # async: the last step's host work hid this one's
+        after_prefill, since_prefill = self._after_prefill, 1 << 30  # decode steps since one with prefill
         while True:
             now = env.now
             if deadlines and deadlines[0][0] <= now:
@@ -299,6 +304,12 @@ class Replica:
                 duration += offload_seconds(plan)
             if not duration > 0.0:
                 raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
+            if after_prefill is not None:
+                if plan.num_prefill_tokens:
+                    since_prefill = 0
+                elif plan.num_decode_tokens:
+                    since_prefill += 1
+                    duration *= after_prefill(since_prefill)
             if was_idle:
                 duration += after_idle if idle_cost is None else float(idle_cost(idle_for))
                 was_idle = False

@@ -316,6 +316,16 @@ def _in_step_scale(raw: Any) -> tuple[float, float, float]:
     return out[0], out[1], out[2]
 
 
+def _after_prefill(raw: Any) -> tuple[float, ...]:
+    """`meta.after_prefill_excess` [e_1, ..., e_K], each >= 0, as a tuple (absent: ())."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)) or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                                                 or not math.isfinite(v) or v < 0 for v in raw):
+        raise _err("profile.meta.after_prefill_excess", f"expected a list of fractions >= 0, got {raw!r}")
+    return tuple(float(v) for v in raw)
+
+
 def _idle_curve(raw: Any):
     """`meta.after_idle_curve` {"idle_s": [ascending seconds > 0], "excess_s": [seconds >= 0]} as a
     function of log(idle seconds), linear between the knots and flat beyond them; None when absent."""
@@ -389,6 +399,7 @@ class ProfiledLatencyModel(LatencyModel):
             raise _err("profile.meta.after_idle_s", f"expected seconds >= 0, got {self.after_idle_s!r}")
         self.after_idle_s = float(self.after_idle_s)
         self._idle_curve = _idle_curve(profile.meta.get("after_idle_curve"))
+        self.after_prefill_excess = _after_prefill(profile.meta.get("after_prefill_excess"))
         self.offset_s = profile.meta.get("in_step_offset_s", 0.0)
         if isinstance(self.offset_s, bool) or not isinstance(self.offset_s, (int, float)) \
                 or not math.isfinite(self.offset_s) or self.offset_s > 0:
@@ -450,6 +461,13 @@ class ProfiledLatencyModel(LatencyModel):
             "overhead": (op["step_overhead"](num_seqs) + op["prefill_overhead"](num_prefill_seqs)
                          + (self.offset_s if scaled else 0.0) if not plan.is_empty else 0.0),
         }
+
+    def after_prefill_factor(self, k: int) -> float:
+        """The factor on the `k`-th decode-only step after a step that carried prefill tokens:
+        1 + `meta.after_prefill_excess`[k - 1], 1 beyond it. The simulator's replica applies it (the
+        step time of a plan alone cannot know what ran before it)."""
+        e = self.after_prefill_excess
+        return 1.0 + e[k - 1] if 0 < k <= len(e) else 1.0
 
     def after_idle_cost(self, idle_s: float) -> float:
         """Seconds the first step after `idle_s` of idleness costs on top of its plan: `meta.after_idle_curve`

@@ -214,3 +214,27 @@ def test_a_bad_in_step_offset_is_named(bad):
     d["meta"]["in_step_offset_s"] = bad
     with pytest.raises(ConfigError, match=r"profile\.meta\.in_step_offset_s"):
         ProfiledLatencyModel(Profile.from_dict(d))
+
+
+def test_the_after_prefill_excess_is_read_off_the_steps_that_follow_a_prefill():
+    from calibrate.engine_steps import AFTER_PREFILL_STEPS, after_prefill_excess
+
+    lm = ProfiledLatencyModel(Profile.from_dict(tiny_profile_dict()))
+    rng = np.random.default_rng(3)
+    truth = [0.3, 0.12, 0.05]  # the first three decode steps after a prefill; none after that
+    steps = []
+    for name in ("a", "b"):  # two configurations, their steps interleaved: each keeps its own count
+        steps.append((name, _plan(2, 100, []), 1.0))  # decodes before any prefill: left out
+    for group in range(12):
+        for name in ("a", "b"):
+            steps.append((name, _plan(0, 0, [(40, 40 + group)]), lm.step_time(_plan(0, 0, [(40, 40 + group)]))))
+        for k in range(1, 9):
+            for name in ("a", "b"):
+                plan = _plan(2 + group % 3, 64 + 8 * k, [])
+                e = truth[k - 1] if k <= len(truth) else 0.0
+                steps.append((name, plan, lm.step_time(plan) * (1 + e) * 1.1 * float(rng.normal(1.0, 0.005))))
+    got = after_prefill_excess(lm, steps)
+    assert len(got) == len(truth) <= AFTER_PREFILL_STEPS  # trailing zeros dropped
+    assert got == pytest.approx(truth, abs=0.015)  # relative to the steady steps (all 10% over the model)
+    # too few steps of each k (two configurations x one group): no factors
+    assert after_prefill_excess(lm, steps[:20]) == []

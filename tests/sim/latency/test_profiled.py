@@ -245,3 +245,15 @@ def test_a_profile_for_another_tensor_parallel_degree_is_refused():
     assert build_latency_model(model, HardwareConfig(latency="profiled", profile=profile, tp=1), 16).tp == 1
     with pytest.raises(ConfigError, match="^hardware.tp: .*tensor parallel 1"):
         build_latency_model(model, HardwareConfig(latency="profiled", profile=profile, tp=2), 16)
+
+
+def test_after_prefill_factors_come_from_the_profile_and_a_bad_list_is_named():
+    p = make_profile()
+    assert ProfiledLatencyModel(p).after_prefill_factor(1) == 1.0  # absent: no factor
+    p.meta["after_prefill_excess"] = [0.2, 0.05]
+    lm = ProfiledLatencyModel(p)
+    assert [lm.after_prefill_factor(k) for k in (0, 1, 2, 3)] == [1.0, 1.2, 1.05, 1.0]
+    for bad in ([-0.1], "0.2", [float("nan")], [True]):
+        p.meta["after_prefill_excess"] = bad
+        with pytest.raises(ConfigError, match="^profile.meta.after_prefill_excess: expected a list of fractions >= 0"):
+            ProfiledLatencyModel(p)
