@@ -83,11 +83,14 @@ class DecodeReplay:
         decode_times = decode_time_function(latency_model)
         return None if decode_times is None else cls(env, scheduler, decode_times, recorder, name)
 
-    def run(self, now: float, num_steps: int):
+    def run(self, now: float, num_steps: int, since_prefill: int = 1 << 30, after_prefill=None):
         """Replay up to `num_steps` (at most `decode_horizon()`) steps from `now` (a SimPy generator).
 
         Returns (the steps' durations, the requests that ended, the time they ended), or None when
         nothing was replayed (the first step would preempt: schedule() must run it).
+        `after_prefill(k)`, when given, is the factor on the k-th decode step after the last one that
+        carried prefill tokens (`ProfiledLatencyModel.after_prefill_factor`), `since_prefill` that
+        count before the stretch: as the replica's loop charges them step by step.
         """
         env, scheduler = self.env, self.scheduler
         running = scheduler.running
@@ -106,6 +109,8 @@ class DecodeReplay:
             count = min(chunk, num_steps - first)
             for duration in decode_times(running, step_id, n, context_sum, first, count):
                 duration = float(duration)
+                if after_prefill is not None:
+                    duration *= after_prefill(since_prefill + len(durations) + 1)
                 if not duration > 0.0:
                     raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
                 end = t + duration  # as SimPy adds a timeout's delay to its clock

@@ -81,15 +81,16 @@ class Replica:
         self._deferred: list[tuple[Request, int]] = []  # async: (request, step it arrived during)
         self.request_timeout_s = None if request_timeout_s is None else float(request_timeout_s)
         self._deadlines: list[tuple[float, int, Request]] = []  # heap: (deadline, order, request) of live ones
-        # a model whose decode steps after a prefill cost more (`after_prefill_factor`) needs each
-        # step's place in the sequence, which the replays (timing stretches from plans alone) lack
+        # a model whose decode steps after a prefill cost more (`after_prefill_factor`): each step's
+        # place in the sequence counts (the decode replay is told it; the mixed replay is not used)
         self._after_prefill = getattr(latency_model, "after_prefill_factor", None) \
             if getattr(latency_model, "after_prefill_excess", ()) else None
-        fast_decode = fast_decode and not self.async_scheduling and self._after_prefill is None
+        fast_decode = fast_decode and not self.async_scheduling
         self._replay = DecodeReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
             if fast_decode else None
+        # the mixed replay times its steps from sums alone: with those factors, step by step
         self._mixed = MixedReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
-            if fast_decode else None
+            if fast_decode and self._after_prefill is None else None
         if self.request_timeout_s is not None:  # their stretches end before the next deadline
             for replay in (self._replay, self._mixed):
                 if replay is not None:
@@ -254,8 +255,9 @@ class Replica:
             if replay is not None:
                 num_steps = scheduler.decode_horizon()
                 if num_steps:
-                    replayed = yield from replay.run(now, num_steps)
+                    replayed = yield from replay.run(now, num_steps, since_prefill, after_prefill)
                     if replayed is not None:  # else the first step would preempt: schedule() runs it
+                        since_prefill += len(replayed[0])
                         now = self._replayed(*replayed, sweep=True)
                         continue
             if mixed is not None and not mixed.carry and not was_idle:

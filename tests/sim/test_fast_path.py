@@ -176,6 +176,26 @@ def test_the_profiled_model_is_identical(monkeypatch):
     assert replayed > 0
 
 
+def test_a_profile_with_after_prefill_factors_is_identical(monkeypatch):
+    """The decode replay charges the factors on a stretch's first steps after a prefill as the loop
+    does step by step (the mixed replay stands aside for such a profile)."""
+    from pathlib import Path
+
+    from sim.latency.profiled import Profile, ProfiledLatencyModel
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    profile = Profile.load(examples / "profiles" / "tiny-llama-cpu.json")
+    profile.meta["after_prefill_excess"] = [0.4, 0.2, 0.1]
+    warm = ProfiledLatencyModel(profile)
+    slow, fast, replayed = run_both(monkeypatch, azure_like(80), latency_model=warm)
+    assert_identical(slow, fast)
+    assert replayed > 0
+    # and the factors did something: the same workload without them ends sooner
+    plain = simulate(azure_like(80), latency_model=ProfiledLatencyModel.from_file(
+        examples / "profiles" / "tiny-llama-cpu.json"))
+    assert slow.steps.duration.sum() > plain.steps.duration.sum()
+
+
 class Recording:
     """Not a `LatencyModel` (so it declares nothing): every step must reach `step_time`."""
 
