@@ -92,11 +92,13 @@ def test_scales_multiply_the_op_groups_and_leave_overhead_alone():
     assert b.breakdown(plan, scaled=False) == x
 
 
-@pytest.mark.parametrize("bad", [{"dense": -1.0}, {"dense": "fast"}, {"attn_mlp": 1.0}, [1.0]])
-def test_a_bad_in_step_scale_is_named(bad):
+@pytest.mark.parametrize("key, bad", [("in_step_scale", v) for v in ({"dense": -1.0}, {"dense": "fast"},
+                                                                     {"attn_mlp": 1.0}, [1.0])]
+                         + [("in_step_offset_s", v) for v in (1e-4, "none", True, float("nan"))])
+def test_a_bad_in_step_term_is_named(key, bad):
     d = tiny_profile_dict()
-    d["meta"]["in_step_scale"] = bad
-    with pytest.raises(ConfigError, match=r"profile\.meta\.in_step_scale"):
+    d["meta"][key] = bad
+    with pytest.raises(ConfigError, match=rf"profile\.meta\.{key}"):
         ProfiledLatencyModel(Profile.from_dict(d))
 
 
@@ -206,14 +208,6 @@ def test_the_offset_is_added_once_to_every_step_and_left_out_unscaled():
         assert b.step_time(plan) == pytest.approx(a.step_time(plan) - 1e-4)
         assert b.breakdown(plan, scaled=False) == a.breakdown(plan, scaled=False)
     assert b.step_time(BatchPlan(0, ())) == 0.0
-
-
-@pytest.mark.parametrize("bad", [1e-4, "none", True, float("nan")])
-def test_a_bad_in_step_offset_is_named(bad):
-    d = tiny_profile_dict()
-    d["meta"]["in_step_offset_s"] = bad
-    with pytest.raises(ConfigError, match=r"profile\.meta\.in_step_offset_s"):
-        ProfiledLatencyModel(Profile.from_dict(d))
 
 
 def test_the_after_prefill_excess_is_read_off_the_steps_that_follow_a_prefill():
