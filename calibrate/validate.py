@@ -34,7 +34,7 @@ from records.display import number, slower_or_faster
 from records.files import write_json
 from records.results import pooled_itls
 from sim.config import load_config
-from sim.latency.base import LatencyModel
+from sim.latency.base import LatencyModel, after_prefill_step
 from sim.latency.profiled import Profile, ProfiledLatencyModel
 from sim.notes import with_notes
 from sim.runner import build_cache_config, simulate
@@ -287,12 +287,7 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     rows = []
     since_prefill = 1 << 30  # decode-only steps since the last one that carried prefill tokens
     for (plan, m, c, idle, w, _), f in zip(records, speed):
-        warm = 1.0
-        if plan.num_prefill_tokens:
-            since_prefill = 0
-        elif plan.num_decode_tokens:
-            since_prefill += 1
-            warm = lm.after_prefill_factor(since_prefill)
+        since_prefill, warm = after_prefill_step(plan, since_prefill, lm.after_prefill_factor)  # as the replica
         p = lm.step_time(plan) * warm + (lm.after_idle_cost(idle) if idle else 0.0)
         rows.append({"step_id": plan.step_id, "num_seqs": plan.num_seqs, "num_prefill_tokens": plan.num_prefill_tokens,
                      "num_decode_tokens": plan.num_decode_tokens, "num_swap_blocks":

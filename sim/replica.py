@@ -25,7 +25,7 @@ import simpy
 from policies import FinishReason, Request, StepResult
 from records.results import Recorder, record_step
 from sim.decode_replay import DecodeReplay
-from sim.latency.base import host_split
+from sim.latency.base import after_prefill_step, host_split
 from sim.mixed_replay import MixedReplay
 
 FinishHook = Callable[[Request, float], None]
@@ -307,11 +307,8 @@ class Replica:
             if not duration > 0.0:
                 raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
             if after_prefill is not None:
-                if plan.num_prefill_tokens:
-                    since_prefill = 0
-                elif plan.num_decode_tokens:
-                    since_prefill += 1
-                    duration *= after_prefill(since_prefill)
+                since_prefill, factor = after_prefill_step(plan, since_prefill, after_prefill)
+                duration *= factor
             if was_idle:
                 duration += after_idle if idle_cost is None else float(idle_cost(idle_for))
                 was_idle = False

@@ -6,6 +6,8 @@ with small constants.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from policies import BatchPlan
 from policies.batch_plan import PlanTotals
 
@@ -69,6 +71,18 @@ def host_split(latency_model, plan: BatchPlan) -> tuple[float, float]:
         else:
             device += seconds
     return device, host
+
+
+def after_prefill_step(plan: BatchPlan, since: int, factor: Callable[[int], float]) -> tuple[int, float]:
+    """(decode-only steps since the last step that carried prefill tokens, counting `plan`; the factor
+    on `plan`'s time): a prefill-carrying step resets the count (factor 1), a decode-only step is the
+    next one and gets `factor(count)` (e.g. `ProfiledLatencyModel.after_prefill_factor`), any other
+    leaves both alone. The replica's loop and validate's per-step prediction count alike."""
+    if plan.num_prefill_tokens:
+        return 0, 1.0
+    if plan.num_decode_tokens:
+        return since + 1, factor(since + 1)
+    return since, 1.0
 
 
 class ConstantLatencyModel(LatencyModel):
