@@ -371,7 +371,7 @@ def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, 
     max_prompt = max(4, min(max_prompt, max_len // 2))
     clock, _ = clock_for(bench.device)
     rng = np.random.default_rng(seed + 11)
-    out: list[tuple[str, BatchPlan, float, bool]] = []
+    out: list[tuple[str, BatchPlan, float, float, float]] = []
     max_seqs = max(groups)
     blocks = max_seqs * -(-(max_prompt + max_output) // bench.block_size) + 16
     # (name, engine, [record steps, next step follows the pause]): one engine per scheduler
