@@ -36,6 +36,9 @@ class BlockManager:
       drops to 0 stays findable until the LRU queue hands it out again (eviction). A lookup never covers
       the last token (`num_tokens - 1`), so a full hit still recomputes it for logits. Unlike v1 we do
       not keep duplicate blocks under one hash: a second block with the same content stays unhashed.
+      A chunk's full blocks are offered when allocated, before their KV is written (a request admitted
+      later in the same step may share them, as in v1); a request that lets them go before that
+      step ran (preempted in it) withdraws the ones nobody else holds.
     - The watermark (vLLM v0, 1% there, 0 in v1) only guards admissions and swap-ins, never the
       growth of a running request.
     """
@@ -182,6 +185,28 @@ class BlockManager:
                 block_hash[b] = h
                 cached[h] = b
         req.num_registered_blocks = n_full
+
+    def _uncache_uncomputed(self, req: "Request") -> None:
+        """Withdraw from the prefix cache the blocks `req` offered ahead of computing them (its last
+        allocation registers the full blocks of the chunk it was scheduled for), unless another
+        request holds them too. Called as `req` lets go of its blocks: one preempted in the step that
+        allocated them never writes their KV, so a later hit would read blocks that hold nothing."""
+        table, rc, block_hash, cached = req.block_table, self.ref_counts, self.block_hash, self.cached
+        for i in range(req.num_computed_tokens // self.block_size, min(req.num_registered_blocks, len(table))):
+            b = table[i]
+            h = block_hash[b]
+            if rc[b] == 1 and h is not None and h == req.block_hashes[i]:
+                if cached.get(h) == b:
+                    del cached[h]
+                block_hash[b] = None
+
+    def lends_uncomputed(self, req: "Request") -> bool:
+        """Does another request hold a block that `req` registered but has not computed yet (a prefix
+        hit on a chunk scheduled in this step)? Preempting `req` now would leave that request reading
+        KV nobody writes."""
+        table, rc = req.block_table, self.ref_counts
+        return any(rc[table[i]] > 1 for i in range(req.num_computed_tokens // self.block_size,
+                                                   min(req.num_registered_blocks, len(table))))
 
     # --- allocation -------------------------------------------------------------------------------
     def _pop_free(self) -> int:
@@ -339,6 +364,7 @@ class BlockManager:
                 else:
                     fq.update(dict.fromkeys(reversed(table)))
             else:
+                self._uncache_uncomputed(req)
                 to_tail = fq.move_to_end
                 for b in reversed(table):
                     rc[b] -= 1

@@ -465,7 +465,11 @@ class Scheduler:
         """Priority queue: preempt the lowest-priority, newest running request below `req`'s priority."""
         if self.config.queue != "priority" or not self.priority_admission_preemption:
             return False
-        victim = self.preemptor.pick_priority_victim(self.running, req, step.resumed)
+        exclude = step.resumed
+        bm = self.block_manager
+        if bm.cached:  # a request admitted in this step may share blocks a running one computes in it
+            exclude = exclude | {r.req_id for r in self.running if bm.lends_uncomputed(r)}
+        victim = self.preemptor.pick_priority_victim(self.running, req, exclude)
         if victim is None:
             return False
         self._preempt(victim, step)

@@ -15,6 +15,12 @@ def make_req(req_id=0, prompt=10, ids=None, max_tokens=4) -> Request:
     return Request(req_id, 0.0, prompt, max_tokens, prompt_token_ids=ids)
 
 
+def prefill(bm: BlockManager, req: Request, n: int) -> None:
+    """Allocate `n` tokens for `req` and compute them (the step ran: their KV is written)."""
+    bm.allocate(req, n)
+    req.num_computed_tokens += n
+
+
 def test_allocate_rounds_up_and_free_returns_every_block():
     bm = make_bm()
     r = make_req(prompt=10)
@@ -128,7 +134,7 @@ def test_different_content_never_hits_and_parent_chains_matter():
 def test_freed_cached_blocks_stay_findable_until_evicted_lru():
     bm = make_bm(num_gpu_blocks=4, prefix=True)
     a = make_req(0, 9, list(range(9)))
-    bm.allocate(a, 9)  # 3 blocks, 2 of them cached
+    prefill(bm, a, 9)  # 3 blocks, 2 of them cached
     bm.free(a)
     assert bm.num_free_gpu_blocks == 4 and bm.num_cached_blocks == 2
     again = make_req(1, 9, list(range(9)))
@@ -144,7 +150,7 @@ def test_freed_cached_blocks_stay_findable_until_evicted_lru():
 def test_unhashed_blocks_are_evicted_before_cached_ones():
     bm = make_bm(num_gpu_blocks=6, prefix=True)
     a = make_req(0, 9, list(range(9)))
-    bm.allocate(a, 9)  # blocks: 2 hashed + 1 partial
+    prefill(bm, a, 9)  # blocks: 2 hashed + 1 partial
     bm.free(a)
     b = make_req(1, 4)  # no ids: 1 block
     bm.allocate(b, 4)
@@ -159,6 +165,38 @@ def test_counters_and_hit_rate():
     assert bm.prefix_cache_hit_rate == pytest.approx(0.4)
 
 
+def test_blocks_registered_ahead_of_their_kv_leave_the_cache_with_a_preempted_request():
+    """A chunk's full blocks are offered to the prefix cache when allocated (vLLM v1: a request
+    admitted later in the same step may share them, its KV written in the same forward pass). A
+    request that lets go of them before that step ran (preempted in it) takes them out again:
+    nobody writes their KV. Blocks it did compute stay findable; a block another request already
+    shares stays with it, and `lends_uncomputed` says so (the scheduler must not preempt then)."""
+    bm = make_bm(num_gpu_blocks=16, prefix=True)
+    ids = list(range(100, 116))  # 4 full blocks
+    a = make_req(0, 16, ids)
+    prefill(bm, a, 8)  # blocks 0-1 computed
+    bm.allocate(a, 8)  # blocks 2-3 registered for the next chunk, not yet computed
+    assert bm.get_computed_blocks(make_req(1, 16, list(ids)))[1] == 12  # they are findable now
+    assert not bm.lends_uncomputed(a)
+    bm.free(a)  # preempted before the chunk ran
+    bm.check_invariants()
+    assert bm.get_computed_blocks(make_req(2, 16, list(ids)))[1] == 8  # only what was computed
+
+    a = make_req(3, 16, ids)
+    blocks, hit = bm.get_computed_blocks(a)
+    bm.allocate(a, 16 - hit, blocks)
+    a.num_computed_tokens = hit  # the 2 computed blocks are hits; a registers blocks 2-3 ahead
+    b = make_req(4, 14, ids[:14])
+    blocks, hit = bm.get_computed_blocks(b)
+    assert hit == 12
+    bm.allocate(b, 2, blocks)  # shares a's block 2, whose KV a writes in this step
+    b.num_computed_tokens = hit
+    assert bm.lends_uncomputed(a) and not bm.lends_uncomputed(b)
+    bm.free(b)
+    assert not bm.lends_uncomputed(a)
+    bm.check_invariants()
+
+
 def test_check_invariants_catches_a_leak():
     bm = make_bm()
     r = make_req()
@@ -171,7 +209,7 @@ def test_check_invariants_catches_a_leak():
 def test_a_freed_requests_tail_block_is_evicted_first():
     bm = make_bm(num_gpu_blocks=3, block_size=4, prefix=True)
     a = make_req(0, 12, list(range(12)))
-    bm.allocate(a, 12)  # 3 full blocks, all cached
+    prefill(bm, a, 12)  # 3 full blocks, all cached
     bm.free(a)  # freed in reverse order: the tail block is at the LRU head
     bm.allocate(make_req(1, 4), 4)  # takes one block: evicts a's last block
     again = make_req(2, 13, list(range(12)) + [99])

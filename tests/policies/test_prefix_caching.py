@@ -73,3 +73,39 @@ def test_recompute_after_preemption_reuses_its_own_cached_blocks():
     seq = next(s for s in plan.seqs if s.req_id == 1)
     assert seq.num_computed_tokens >= 40 - 4  # its prompt blocks were still cached: only the tail recomputes
     assert seq.num_computed_tokens % 4 == 0 and b.num_recomputes == 1
+
+
+def test_a_chunk_preempted_before_it_ran_is_never_a_hit():
+    """A running chunk's full blocks are registered when allocated; preempted in that same step
+    (here by a higher-priority admission), nobody writes them, so a later lookup must miss them."""
+    sched = make_scheduler(policy="chunked", queue="priority", enable_prefix_caching=True, block_size=4,
+                           max_num_batched_tokens=12, max_num_seqs=1)
+    a, c = make_requests(2, prompt=[16, 4], max_tokens=2, priority=[1, 0])
+    a.prompt_token_ids = list(range(1, 17))
+    sched.add_request(a, 0.0)
+    step(sched, 0.0)  # a computes blocks 0-2
+    sched.add_request(c, 0.01)
+    plan, _ = step(sched, 0.01)  # a's last chunk registers block 3, then c takes its seat
+    assert a.num_preemptions == 1 and a.req_id not in plan.num_scheduled_tokens
+    again = Request(2, 0.02, 17, 1, prompt_token_ids=list(range(1, 18)))
+    assert sched.block_manager.get_computed_blocks(again)[1] == 12  # blocks 0-2 only
+
+
+def test_a_running_chunk_that_a_newcomer_shares_is_not_preempted_in_that_step():
+    """A newcomer admitted after a running request's chunk may hit that chunk's blocks (their KV is
+    written in the same forward pass); a higher-priority admission later in the step must then take
+    another seat or wait, or the newcomer would read blocks nobody writes."""
+    sched = make_scheduler(policy="chunked", queue="priority", enable_prefix_caching=True, block_size=4,
+                           max_num_batched_tokens=12, max_num_seqs=2)
+    a, b, c = make_requests(3, prompt=[16, 20, 4], max_tokens=2, priority=[2, 0, 1])
+    a.prompt_token_ids = list(range(1, 17))
+    b.prompt_token_ids = list(range(1, 17)) + [90, 91, 92, 93]
+    sched.add_request(a, 0.0)
+    step(sched, 0.0)  # a computes blocks 0-2
+    sched.add_request(b, 0.01)
+    sched.add_request(c, 0.01)
+    plan, _ = step(sched, 0.01)  # a's last chunk registers block 3; b hits blocks 0-3; c finds no seat
+    assert plan.num_scheduled_tokens == {a.req_id: 4, b.req_id: 4}
+    assert b.num_cached_tokens == 16 and b.block_table[:4] == a.block_table[:4]
+    assert a.num_preemptions == 0 and c.first_scheduled_time is None
+    sched.block_manager.check_invariants()
