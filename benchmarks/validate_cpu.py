@@ -56,6 +56,8 @@ def by_kind(steps_csv: Path) -> dict[str, str]:
     kinds = {"dec1": dec & (d.num_seqs == 1), "dec2-4": dec & d.num_seqs.between(2, 4), "dec5+": dec & (d.num_seqs >= 5),
              "prefill": d.num_decode_tokens == 0, "mixed": ~dec & (d.num_decode_tokens > 0),
              "dec1-3 after prefill": dec & since.between(1, 3) & (prefills_so_far > 0)}
+    if "num_context_tokens" in d:  # long contexts: where the decode attention curve is least certain
+        kinds["dec ctx>=256/seq"] = dec & (d.num_context_tokens >= 256 * d.num_seqs)
     return {k: f"{np.median(err[m]):+.1f}% ({int(m.sum())})" for k, m in kinds.items() if m.any()}
 
 

@@ -31,8 +31,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from calibrate.engine_steps import (ENGINE_GROUPS, ENGINE_POLICIES, IDLE_GAPS, after_prefill_excess,
-                                    fit_engine_steps, interleave, split_after_idle)
+from calibrate.engine_steps import (AFTER_PREFILL_CYCLE, AFTER_PREFILL_DECODERS, AFTER_PREFILL_SIZES, ENGINE_GROUPS,
+                                    ENGINE_POLICIES, IDLE_GAPS, after_prefill_curve, fit_engine_steps, interleave,
+                                    split_after_idle)
 from calibrate.fit import fit_op
 from calibrate.fit_checks import check_profile, warn
 from calibrate.model_dims import resolve_model
@@ -64,6 +65,7 @@ class Grid:
     engine_groups: tuple[int, ...] = ENGINE_GROUPS  # request groups of the engine-step calibration
     engine_max_prompt: int = 1000  # the longest prompt of the engine-step calibration workload
     engine_max_output: int = 40  # ... and its longest output
+    after_prefill_repeats: int = 12  # cycles per prefill size of the after-prefill probe
 
     @classmethod
     def make(cls, quick: bool | str, max_len: int = 2048, max_seqs: int = 256) -> "Grid":
@@ -72,7 +74,7 @@ class Grid:
         if quick == "smoke":
             return cls((1, 2, 3, 8, 64, 256), (1, 2, 3, 8), _pairs((4, 64, 256), (0, 16, 64), max_len),
                        tuple((b, L) for b in (1, 2, 4, 8) for L in (16, 64, 256) if L <= max_len), (1, 4), 1, 2,
-                       (1, 3, 2, 4), 128, 8)
+                       (1, 3, 2, 4), 128, 8, 2)
         if quick not in (True, False, "quick", "full"):
             raise ValueError(f"grid: {quick!r} is not allowed; choose one of smoke, quick, full")
         quick = quick in (True, "quick")
@@ -98,7 +100,7 @@ class Grid:
         batches, kvs = ((1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128),
                         (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048))
         return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
-                   (1, 4, 16, 64, 256), 3, 11, ENGINE_GROUPS * 2)
+                   (1, 4, 16, 64, 256), 3, 11, ENGINE_GROUPS * 2, after_prefill_repeats=16)
 
 
 def _to_max_len(chunks: tuple[int, ...], max_len: int) -> tuple[int, ...]:
@@ -456,10 +458,60 @@ def add_engine_fit(profile: Profile, steps: list) -> dict:
     if fit.get("after_idle_curve"):
         profile.meta["after_idle_curve"] = fit["after_idle_curve"]
     profile.meta["engine_step_fit"] = {**fit["stats"], "params": {k: round(v, 7) for k, v in p.items()}}
-    excess = after_prefill_excess(ProfiledLatencyModel(profile), steps)
-    if excess:
-        profile.meta["after_prefill_excess"] = excess
     return fit
+
+
+def measure_after_prefill(bench, repeats: int, progress: bool = True) -> list[tuple[int, int, float]]:
+    """[(prefill tokens, k, seconds)] of the after-prefill probe (`calibrate.engine_steps.after_prefill_curve`):
+    `AFTER_PREFILL_DECODERS` sequences decode while, every `AFTER_PREFILL_CYCLE` steps, a request of one
+    of `AFTER_PREFILL_SIZES` tokens (those that fit the model) arrives and ends with its prefill, so
+    the decode batch after it is the one before it: what changes is what the prefill left in the
+    caches. k is 0 for the prefill step, then counts the decode-only steps after it. The sizes take
+    turns (`repeats` cycles each), so a slow stretch of the machine lands on all of them alike."""
+    mc = bench.config
+    max_len = mc.max_position_embeddings
+    sizes = [n for n in AFTER_PREFILL_SIZES if n <= max_len // 2]
+    clock, _ = clock_for(bench.device)
+    prompt, outputs = 32, (len(sizes) + 1) * AFTER_PREFILL_CYCLE + 2
+    cfg = EngineConfig(model=mc, scheduler=SchedulerConfig(
+        policy="continuous", max_num_batched_tokens=max_len, max_num_seqs=AFTER_PREFILL_DECODERS + 1,
+        max_model_len=max_len), cache=CacheConfig(block_size=bench.block_size, num_gpu_blocks=(
+            AFTER_PREFILL_DECODERS * -(-(prompt + outputs) // bench.block_size) + -(-max(sizes) // bench.block_size) + 4)),
+        dtype=_dtype_name(bench.dtype))
+    engine = Engine(cfg, bench.device, model=bench.model)
+    engine.clock = engine.runner.clock = clock  # the ops' clock; a step is its whole iteration
+    engine._t0 = clock()
+    rng = np.random.default_rng(17)
+    out: list[tuple[int, int, float]] = []
+    state = {"keep": False, "size": 0, "k": 0}
+
+    def hook(plan, result):
+        if plan.num_prefill_tokens:
+            state["size"], state["k"] = plan.num_prefill_tokens, 0
+        elif plan.num_decode_tokens:
+            state["k"] += 1
+        if state["keep"]:
+            out.append((state["size"], state["k"], engine.last_step.duration))
+
+    engine.step_hooks.append(hook)
+    with torch.inference_mode(), tqdm(total=repeats + 1, desc="calibrate after-prefill steps", unit="round",
+                                      disable=not progress, mininterval=0.5) as bar:
+        for r in range(repeats + 1):  # round 0 pays the first calls of each shape: not kept
+            for i in range(AFTER_PREFILL_DECODERS):
+                engine.add_request(Request(f"ap-{r}-d{i}", 0.0, prompt, outputs, ignore_eos=True,
+                                           prompt_token_ids=rng.integers(3, min(mc.vocab_size, 200), prompt).tolist()))
+            for _ in range(AFTER_PREFILL_CYCLE):  # the decoders' own prefill settles first
+                engine.step()
+            state["keep"] = r > 0
+            for j, n in enumerate(sizes[r % len(sizes):] + sizes[:r % len(sizes)]):
+                engine.add_request(Request(f"ap-{r}-p{j}", 0.0, n, 1, ignore_eos=True,
+                                           prompt_token_ids=rng.integers(3, min(mc.vocab_size, 200), n).tolist()))
+                for _ in range(AFTER_PREFILL_CYCLE):
+                    engine.step()
+            state["keep"] = False
+            engine.run_until_done()
+            bar.update(1)
+    return out
 
 
 def _settle() -> None:
@@ -567,6 +619,8 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
         num_first = len(steps)
         _settle()
         steps += measure_engine_steps(bench, second, progress=progress, seed=seed + 1, **workload)
+        _settle()
+        after_prefill = measure_after_prefill(bench, grid.after_prefill_repeats, progress=progress)
         if between is not None:
             measure_ops(bench, grid, progress, max_call_s=max_call_s, passes=(1,), points=points, too_slow=too_slow,
                         probe=probe, stamps=stamps)
@@ -604,6 +658,9 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
         meta["speed_probe"] = speed_meta
     profile = Profile(meta=meta, model=dims, ops=ops)
     add_engine_fit(profile, steps)
+    curve = after_prefill_curve(after_prefill)
+    if curve is not None:
+        profile.meta["after_prefill_curve"] = curve
     profile.meta["calibration_s"] = round(time.perf_counter() - t0 - t_between, 1)
     if between is not None:
         profile.meta["bracketed_s"] = round(t_between, 1)  # the run measured between the two halves

@@ -12,7 +12,8 @@ sequences have real, uneven block tables). Both are measured on the real `Engine
    chunks, whole prompts and mixed steps all occur; each engine sleeps before a group (`IDLE_GAPS`);
 2. `fit_engine_steps`: the host overhead and the in-step scales of the op curves from those steps,
    and the after-idle excess (`after_idle_s`, and by the length of the pause: `after_idle_curve`);
-3. `after_prefill_excess`: the factors on the first decode-only steps after a prefill.
+3. `after_prefill_curve`: the seconds the first decode-only steps after a prefill take on top of their
+   plans, by the prefill's size, from a probe of its own (`calibrate.bench.measure_after_prefill`).
 """
 from __future__ import annotations
 
@@ -83,41 +84,45 @@ def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return least_squares(rel, x0, bounds=(lo, hi), loss="cauchy", f_scale=0.05).x
 
 
-#: decode-only steps after one that carried prefill tokens that get a factor of their own: on the tiny
+#: decode-only steps after one that carried prefill tokens that get a cost of their own: on the tiny
 #: CPU model the first three or four ran 18, 10, 6, 4% over the model in validation runs (a warm-up
 #: after any prefill, larger after a longer one), ~0 from the sixth on
 AFTER_PREFILL_STEPS = 5
-#: steps each k needs for its factor (fewer: none)
-AFTER_PREFILL_MIN_STEPS = 5
+#: prefill sizes the after-prefill probe times (`calibrate.bench.measure_after_prefill`): the excess grew
+#: with the prefill's size, on the tiny CPU model from ~0.1 ms after 16 tokens to ~1.2 ms after 1,024
+#: on the first decode step, alike with 1 or 4 decoding sequences (docs/results/2026-12-06-after-prefill.md)
+AFTER_PREFILL_SIZES = (16, 64, 256, 1024)
+#: steps of one probe cycle: the prefill, then decode-only steps; the last few are the cycle's steady ones
+AFTER_PREFILL_CYCLE = 12
+#: sequences decoding through the probe (the excess is a cost per step, not per sequence)
+AFTER_PREFILL_DECODERS = 2
 
 
-def after_prefill_excess(model, steps: list[tuple]) -> list[float]:
-    """[e_1, ..., e_K] (`meta.after_prefill_excess`, K <= `AFTER_PREFILL_STEPS`, trailing zeros
-    dropped): the median of time over `model`'s prediction of the k-th decode-only step after one that
-    carried prefill tokens, over the same median of the decode-only steps further on, less 1 (>= 0).
-    `steps`: (configuration, plan, seconds, ...) in the order each configuration ran them; a
-    configuration's decode steps before its first prefill are left out."""
-    since: dict[str, int] = {}
-    near: list[list[float]] = [[] for _ in range(AFTER_PREFILL_STEPS)]
-    steady: list[float] = []
-    for name, plan, t, *_ in steps:
-        if plan.is_empty or not t > 0:
-            continue
-        if plan.num_prefill_tokens:
-            since[name] = 0
-            continue
-        if not plan.num_decode_tokens or name not in since:
-            continue
-        since[name] += 1
-        k = since[name]
-        (near[k - 1] if k <= AFTER_PREFILL_STEPS else steady).append(t / model.step_time(plan))
-    if len(steady) < AFTER_PREFILL_MIN_STEPS:
-        return []
-    base = float(np.median(steady))
-    out = [max(float(np.median(r)) / base - 1.0, 0.0) if len(r) >= AFTER_PREFILL_MIN_STEPS else 0.0 for r in near]
-    while out and out[-1] == 0.0:
-        out.pop()
-    return [round(e, 4) for e in out]
+def after_prefill_curve(records: list[tuple[int, int, float]], min_cycles: int = 2) -> dict | None:
+    """`meta.after_prefill_curve` from the probe's `records` (prefill tokens of the cycle's prefill, k, seconds),
+    k = 0 for the prefill step itself, 1, 2, ... for the decode-only steps after it: per prefill size, the
+    median seconds of the k-th step (k <= `AFTER_PREFILL_STEPS`) less the median of the same cycles' steps
+    from k = AFTER_PREFILL_STEPS + 2 on, at least 0, and never less after a longer prefill (its
+    activations leave no more of the caches to the decode step; the largest step of the noise goes).
+    None with fewer than `min_cycles` cycles of some size."""
+    by_size: dict[int, dict[int, list[float]]] = {}
+    for prefill_tokens, k, t in records:
+        if k >= 1 and t > 0:
+            by_size.setdefault(prefill_tokens, {}).setdefault(k, []).append(t)
+    sizes = sorted(by_size)
+    rows = []
+    for n in sizes:
+        steps = by_size[n]
+        steady = [t for k, ts in steps.items() if k > AFTER_PREFILL_STEPS + 1 for t in ts]
+        near = [steps.get(k, []) for k in range(1, AFTER_PREFILL_STEPS + 1)]
+        if min(len(ts) for ts in near) < min_cycles or len(steady) < min_cycles:
+            return None
+        base = float(np.median(steady))
+        rows.append([max(float(np.median(ts)) - base, 0.0) for ts in near])
+    if not rows:
+        return None
+    rows = np.maximum.accumulate(np.array(rows), axis=0)
+    return {"prefill_tokens": sizes, "excess_s": [[round(float(v), 7) for v in row] for row in rows]}
 
 
 def split_after_idle(steps: list[tuple]) -> tuple[list, list]:

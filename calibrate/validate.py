@@ -34,7 +34,7 @@ from records.display import number, slower_or_faster
 from records.files import write_json
 from records.results import pooled_itls
 from sim.config import load_config
-from sim.latency.base import LatencyModel, after_prefill_step
+from sim.latency.base import NO_PREFILL_YET, LatencyModel, after_prefill_step
 from sim.latency.profiled import Profile, ProfiledLatencyModel
 from sim.notes import with_notes
 from sim.runner import build_cache_config, simulate
@@ -77,9 +77,9 @@ class ScaledLatency(LatencyModel):
         cost = getattr(inner, "after_idle_cost", None)
         if cost is not None:
             self.after_idle_cost = lambda idle_s: factor * cost(idle_s)
-        self.after_prefill_excess = getattr(inner, "after_prefill_excess", ())
-        if self.after_prefill_excess:
-            self.after_prefill_factor = inner.after_prefill_factor
+        self.has_after_prefill = getattr(inner, "has_after_prefill", False)
+        if self.has_after_prefill:  # the extra seconds are the machine's too: scaled alike
+            self.after_prefill_cost = lambda k, n, seconds: factor * inner.after_prefill_cost(k, n, seconds / factor)
 
     def step_time(self, plan) -> float:
         return self.factor * self.inner.step_time(plan)
@@ -285,13 +285,16 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     run_speed = float(np.median(speed)) if len(speed) else 1.0
 
     rows = []
-    since_prefill = 1 << 30  # decode-only steps since the last one that carried prefill tokens
+    since_prefill = NO_PREFILL_YET  # decode-only steps since the last one that carried prefill tokens
     for (plan, m, c, idle, w, _), f in zip(records, speed):
-        since_prefill, warm = after_prefill_step(plan, since_prefill, lm.after_prefill_factor)  # as the replica
-        p = lm.step_time(plan) * warm + (lm.after_idle_cost(idle) if idle else 0.0)
+        since_prefill, p = after_prefill_step(plan, since_prefill, lm.after_prefill_cost, lm.step_time(plan))  # as the replica
+        p += lm.after_idle_cost(idle) if idle else 0.0
         rows.append({"step_id": plan.step_id, "num_seqs": plan.num_seqs, "num_prefill_tokens": plan.num_prefill_tokens,
                      "num_decode_tokens": plan.num_decode_tokens, "num_swap_blocks":
                      len(plan.swap_out_blocks) + len(plan.swap_in_blocks),
+                     # KV tokens the step's sequences attend to before their new ones (long-context
+                     # decode is where the attention curves are least certain)
+                     "num_context_tokens": sum(s.num_computed_tokens for s in plan.seqs if not s.is_padding),
                      "measured_s": m, "measured_wall_s": w, "predicted_s": p, "abs_pct_error": abs(p - m) / m * 100.0,
                      "measured_cpu_s": c, "abs_pct_error_vs_cpu": abs(p - c) / c * 100.0 if c > 0 else float("nan"),
                      "after_idle": bool(idle), "idle_s": idle, "speed": float(f),

@@ -23,7 +23,7 @@ import simpy
 
 from policies import BatchPlan, FinishReason, Request, RequestState, ScheduledSeq
 from records.results import Recorder, add_step_rows
-from sim.latency.base import LatencyModel
+from sim.latency.base import NO_PREFILL_YET, LatencyModel
 
 _GEN = RequestState.RUNNING_GEN
 _LENGTH = FinishReason.LENGTH
@@ -83,14 +83,15 @@ class DecodeReplay:
         decode_times = decode_time_function(latency_model)
         return None if decode_times is None else cls(env, scheduler, decode_times, recorder, name)
 
-    def run(self, now: float, num_steps: int, since_prefill: int = 1 << 30, after_prefill=None):
+    def run(self, now: float, num_steps: int, since_prefill: tuple[int, int] = NO_PREFILL_YET, after_prefill=None):
         """Replay up to `num_steps` (at most `decode_horizon()`) steps from `now` (a SimPy generator).
 
         Returns (the steps' durations, the requests that ended, the time they ended), or None when
         nothing was replayed (the first step would preempt: schedule() must run it).
-        `after_prefill(k)`, when given, is the factor on the k-th decode step after the last one that
-        carried prefill tokens (`ProfiledLatencyModel.after_prefill_factor`), `since_prefill` that
-        count before the stretch: as the replica's loop charges them step by step.
+        `after_prefill(k, prefill tokens, seconds)`, when given, is the cost of the k-th decode step
+        after the last one that carried prefill tokens (`ProfiledLatencyModel.after_prefill_cost`),
+        `since_prefill` (that count before the stretch, that step's prefill tokens): as the
+        replica's loop charges them step by step.
         """
         env, scheduler = self.env, self.scheduler
         running = scheduler.running
@@ -110,7 +111,7 @@ class DecodeReplay:
             for duration in decode_times(running, step_id, n, context_sum, first, count):
                 duration = float(duration)
                 if after_prefill is not None:
-                    duration *= after_prefill(since_prefill + len(durations) + 1)
+                    duration = after_prefill(since_prefill[0] + len(durations) + 1, since_prefill[1], duration)
                 if not duration > 0.0:
                     raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
                 end = t + duration  # as SimPy adds a timeout's delay to its clock

@@ -25,7 +25,7 @@ import simpy
 from policies import FinishReason, Request, StepResult
 from records.results import Recorder, record_step
 from sim.decode_replay import DecodeReplay
-from sim.latency.base import after_prefill_step, host_split
+from sim.latency.base import NO_PREFILL_YET, after_prefill_step, host_split
 from sim.mixed_replay import MixedReplay
 
 FinishHook = Callable[[Request, float], None]
@@ -81,10 +81,10 @@ class Replica:
         self._deferred: list[tuple[Request, int]] = []  # async: (request, step it arrived during)
         self.request_timeout_s = None if request_timeout_s is None else float(request_timeout_s)
         self._deadlines: list[tuple[float, int, Request]] = []  # heap: (deadline, order, request) of live ones
-        # a model whose decode steps after a prefill cost more (`after_prefill_factor`): each step's
+        # a model whose decode steps after a prefill cost more (`after_prefill_cost`): each step's
         # place in the sequence counts (the decode replay is told it; the mixed replay is not used)
-        self._after_prefill = getattr(latency_model, "after_prefill_factor", None) \
-            if getattr(latency_model, "after_prefill_excess", ()) else None
+        self._after_prefill = getattr(latency_model, "after_prefill_cost", None) \
+            if getattr(latency_model, "has_after_prefill", False) else None
         fast_decode = fast_decode and not self.async_scheduling
         self._replay = DecodeReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
             if fast_decode else None
@@ -242,7 +242,7 @@ class Replica:
         next_wakeup = getattr(scheduler, "next_wakeup", None)
         deadlines = self._deadlines  # the client's timeouts, checked at every step boundary
         overlap, pipelined = self.async_scheduling, False  # async: the last step's host work hid this one's
-        after_prefill, since_prefill = self._after_prefill, 1 << 30  # decode steps since one with prefill
+        after_prefill, since_prefill = self._after_prefill, NO_PREFILL_YET  # decode steps since a prefill
         while True:
             now = env.now
             if deadlines and deadlines[0][0] <= now:
@@ -257,7 +257,7 @@ class Replica:
                 if num_steps:
                     replayed = yield from replay.run(now, num_steps, since_prefill, after_prefill)
                     if replayed is not None:  # else the first step would preempt: schedule() runs it
-                        since_prefill += len(replayed[0])
+                        since_prefill = (since_prefill[0] + len(replayed[0]), since_prefill[1])
                         now = self._replayed(*replayed, sweep=True)
                         continue
             if mixed is not None and not mixed.carry and not was_idle:
@@ -307,8 +307,7 @@ class Replica:
             if not duration > 0.0:
                 raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
             if after_prefill is not None:
-                since_prefill, factor = after_prefill_step(plan, since_prefill, after_prefill)
-                duration *= factor
+                since_prefill, duration = after_prefill_step(plan, since_prefill, after_prefill, duration)
             if was_idle:
                 duration += after_idle if idle_cost is None else float(idle_cost(idle_for))
                 was_idle = False

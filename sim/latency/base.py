@@ -73,16 +73,24 @@ def host_split(latency_model, plan: BatchPlan) -> tuple[float, float]:
     return device, host
 
 
-def after_prefill_step(plan: BatchPlan, since: int, factor: Callable[[int], float]) -> tuple[int, float]:
-    """(decode-only steps since the last step that carried prefill tokens, counting `plan`; the factor
-    on `plan`'s time): a prefill-carrying step resets the count (factor 1), a decode-only step is the
-    next one and gets `factor(count)` (e.g. `ProfiledLatencyModel.after_prefill_factor`), any other
-    leaves both alone. The replica's loop and validate's per-step prediction count alike."""
+#: the replica's count before any prefill: (decode-only steps since one that carried prefill tokens,
+#: that step's prefill tokens)
+NO_PREFILL_YET = (1 << 30, 0)
+
+
+def after_prefill_step(plan: BatchPlan, state: tuple[int, int], cost: Callable[[int, int, float], float],
+                       seconds: float) -> tuple[tuple[int, int], float]:
+    """(the count after `plan`, `plan`'s step seconds): `state` is (decode-only steps since the last step
+    that carried prefill tokens, that step's prefill tokens). A prefill-carrying step starts a new
+    count, a decode-only step is the next one and takes `cost(k, prefill tokens, seconds)` (e.g.
+    `ProfiledLatencyModel.after_prefill_cost`), any other leaves both alone. The replica's loop, its
+    decode replay and validate's per-step prediction count alike."""
     if plan.num_prefill_tokens:
-        return 0, 1.0
+        return (0, plan.num_prefill_tokens), seconds
     if plan.num_decode_tokens:
-        return since + 1, factor(since + 1)
-    return since, 1.0
+        k = state[0] + 1
+        return (k, state[1]), cost(k, state[1], seconds)
+    return state, seconds
 
 
 class ConstantLatencyModel(LatencyModel):

@@ -11,7 +11,9 @@ copies and the engine's host overhead. `meta.in_step_scale` multiplies the op cu
 (ops timed alone run in other cache conditions), `meta.in_step_offset_s` (<= 0) is what every step
 saves on the ops' per-step floor as timed alone (cold weights, a micro-benchmark's own calls),
 `meta.after_idle_s` is charged to the first step
-after an idle wait (or, with `meta.after_idle_curve`, the cost at that wait's length), and `meta.executor_skips_padding` leaves static batching's padding uncharged.
+after an idle wait (or, with `meta.after_idle_curve`, the cost at that wait's length), the replica
+adds `meta.after_prefill_curve` to the first decode steps after a prefill (`after_prefill_cost`), and
+`meta.executor_skips_padding` leaves static batching's padding uncharged.
 """
 from __future__ import annotations
 
@@ -326,6 +328,39 @@ def _after_prefill(raw: Any) -> tuple[float, ...]:
     return tuple(float(v) for v in raw)
 
 
+def _prefill_curve(raw: Any):
+    """`meta.after_prefill_curve` {"prefill_tokens": [ascending counts > 0], "excess_s": [[seconds >= 0 for
+    k = 1..K] per count]} as cost(k, prefill tokens) in seconds: linear in log(tokens) between the
+    knots, flat above the last, shrinking in proportion below the first; 0 for k > K. None when absent."""
+    if raw is None:
+        return None
+    name = "profile.meta.after_prefill_curve"
+    try:
+        xs = [float(v) for v in raw["prefill_tokens"]]
+        ys = [[float(v) for v in row] for row in raw["excess_s"]]
+    except (TypeError, KeyError, ValueError):
+        raise _err(name, f"expected {{prefill_tokens: [...], excess_s: [[...], ...]}}, got {raw!r}") from None
+    if not xs or len(xs) != len(ys) or any(not x > 0 for x in xs) or any(b <= a for a, b in zip(xs, xs[1:])) \
+            or len({len(row) for row in ys}) != 1 or any(not (math.isfinite(y) and y >= 0) for row in ys for y in row):
+        raise _err(name, "expected ascending prefill_tokens > 0 and one row of excess_s >= 0 per count, "
+                   f"all rows of one length, got {raw!r}")
+    lx, num_k = [math.log(x) for x in xs], len(ys[0])
+
+    def cost(k: int, prefill_tokens: int) -> float:
+        if not 0 < k <= num_k or prefill_tokens <= 0:
+            return 0.0
+        if prefill_tokens <= xs[0]:
+            return ys[0][k - 1] * prefill_tokens / xs[0]
+        if prefill_tokens >= xs[-1]:
+            return ys[-1][k - 1]
+        v = math.log(prefill_tokens)
+        i = bisect.bisect_right(lx, v)
+        a, b = ys[i - 1][k - 1], ys[i][k - 1]
+        return a + (b - a) * (v - lx[i - 1]) / (lx[i] - lx[i - 1])
+
+    return cost
+
+
 def _idle_curve(raw: Any):
     """`meta.after_idle_curve` {"idle_s": [ascending seconds > 0], "excess_s": [seconds >= 0]} as a
     function of log(idle seconds), linear between the knots and flat beyond them; None when absent."""
@@ -400,6 +435,9 @@ class ProfiledLatencyModel(LatencyModel):
         self.after_idle_s = float(self.after_idle_s)
         self._idle_curve = _idle_curve(profile.meta.get("after_idle_curve"))
         self.after_prefill_excess = _after_prefill(profile.meta.get("after_prefill_excess"))
+        self._prefill_curve = _prefill_curve(profile.meta.get("after_prefill_curve"))
+        # the replica counts decode steps after a prefill only for a model that charges them
+        self.has_after_prefill = bool(self.after_prefill_excess) or self._prefill_curve is not None
         self.offset_s = profile.meta.get("in_step_offset_s", 0.0)
         if isinstance(self.offset_s, bool) or not isinstance(self.offset_s, (int, float)) \
                 or not math.isfinite(self.offset_s) or self.offset_s > 0:
@@ -464,10 +502,19 @@ class ProfiledLatencyModel(LatencyModel):
 
     def after_prefill_factor(self, k: int) -> float:
         """The factor on the `k`-th decode-only step after a step that carried prefill tokens:
-        1 + `meta.after_prefill_excess`[k - 1], 1 beyond it. The simulator's replica applies it (the
-        step time of a plan alone cannot know what ran before it)."""
+        1 + `meta.after_prefill_excess`[k - 1], 1 beyond it."""
         e = self.after_prefill_excess
         return 1.0 + e[k - 1] if 0 < k <= len(e) else 1.0
+
+    def after_prefill_cost(self, k: int, prefill_tokens: int, seconds: float) -> float:
+        """Seconds the `k`-th decode-only step after a step of `prefill_tokens` prefill tokens takes,
+        its plan alone costing `seconds`: times `after_prefill_factor(k)`, plus `meta.after_prefill_curve`
+        at (k, prefill_tokens). The simulator's replica applies it (a plan's step time cannot know what
+        ran before it: a prefill leaves the caches to its activations, more the longer it was)."""
+        seconds *= self.after_prefill_factor(k)
+        if self._prefill_curve is not None:
+            seconds += self._prefill_curve(k, prefill_tokens)
+        return seconds
 
     def after_idle_cost(self, idle_s: float) -> float:
         """Seconds the first step after `idle_s` of idleness costs on top of its plan: `meta.after_idle_curve`

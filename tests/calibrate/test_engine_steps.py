@@ -210,25 +210,27 @@ def test_the_offset_is_added_once_to_every_step_and_left_out_unscaled():
     assert b.step_time(BatchPlan(0, ())) == 0.0
 
 
-def test_the_after_prefill_excess_is_read_off_the_steps_that_follow_a_prefill():
-    from calibrate.engine_steps import AFTER_PREFILL_STEPS, after_prefill_excess
+def test_the_after_prefill_curve_is_read_off_the_probes_cycles():
+    """Per prefill size, the k-th decode step's median over the same cycles' steady steps: a known
+    excess comes back through noise and a burst, never less after a longer prefill; too few cycles
+    give none."""
+    from calibrate.engine_steps import AFTER_PREFILL_CYCLE, AFTER_PREFILL_STEPS, after_prefill_curve
 
-    lm = ProfiledLatencyModel(Profile.from_dict(tiny_profile_dict()))
-    rng = np.random.default_rng(3)
-    truth = [0.3, 0.12, 0.05]  # the first three decode steps after a prefill; none after that
-    steps = []
-    for name in ("a", "b"):  # two configurations, their steps interleaved: each keeps its own count
-        steps.append((name, _plan(2, 100, []), 1.0))  # decodes before any prefill: left out
-    for group in range(12):
-        for name in ("a", "b"):
-            steps.append((name, _plan(0, 0, [(40, 40 + group)]), lm.step_time(_plan(0, 0, [(40, 40 + group)]))))
-        for k in range(1, 9):
-            for name in ("a", "b"):
-                plan = _plan(2 + group % 3, 64 + 8 * k, [])
-                e = truth[k - 1] if k <= len(truth) else 0.0
-                steps.append((name, plan, lm.step_time(plan) * (1 + e) * 1.1 * float(rng.normal(1.0, 0.005))))
-    got = after_prefill_excess(lm, steps)
-    assert len(got) == len(truth) <= AFTER_PREFILL_STEPS  # trailing zeros dropped
-    assert got == pytest.approx(truth, abs=0.015)  # relative to the steady steps (all 10% over the model)
-    # too few steps of each k (two configurations x one group): no factors
-    assert after_prefill_excess(lm, steps[:20]) == []
+    rng = np.random.default_rng(5)
+    truth = {16: [1e-4, 2e-5], 256: [9e-4, 4e-4, 1e-4], 1024: [8e-4, 5e-4, 2e-4]}  # 1024 below 256 at k=1
+    records = []
+    for cycle in range(12):
+        for n, excess in truth.items():
+            records.append((n, 0, 0.02))  # the prefill step itself: not a decode step
+            for k in range(1, AFTER_PREFILL_CYCLE):
+                t = 2e-3 * rng.normal(1.0, 0.01) + (excess[k - 1] if k <= len(excess) else 0.0)
+                records.append((n, k, t * (3.0 if cycle == 4 and k == 1 else 1.0)))  # one burst
+    curve = after_prefill_curve(records)
+    assert curve["prefill_tokens"] == [16, 256, 1024]
+    got = np.array(curve["excess_s"])
+    assert got.shape == (3, AFTER_PREFILL_STEPS)
+    want = np.array([[(truth[n][k] if k < len(truth[n]) else 0.0) for k in range(AFTER_PREFILL_STEPS)]
+                     for n in (16, 256, 1024)])
+    want[2] = np.maximum(want[2], want[1])  # never less after a longer prefill
+    assert got == pytest.approx(want, abs=6e-5)
+    assert after_prefill_curve(records[:AFTER_PREFILL_CYCLE * 3]) is None  # one cycle per size

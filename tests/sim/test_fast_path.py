@@ -176,9 +176,9 @@ def test_the_profiled_model_is_identical(monkeypatch):
     assert replayed > 0
 
 
-def test_a_profile_with_after_prefill_factors_is_identical(monkeypatch):
-    """The decode replay charges the factors on a stretch's first steps after a prefill as the loop
-    does step by step (the mixed replay stands aside for such a profile)."""
+def test_a_profile_with_after_prefill_costs_is_identical(monkeypatch):
+    """The decode replay charges the factors and the curve's seconds on a stretch's first steps after
+    a prefill as the loop does step by step (the mixed replay stands aside for such a profile)."""
     from pathlib import Path
 
     from sim.latency.profiled import Profile, ProfiledLatencyModel
@@ -186,6 +186,7 @@ def test_a_profile_with_after_prefill_factors_is_identical(monkeypatch):
     examples = Path(__file__).resolve().parents[2] / "examples"
     profile = Profile.load(examples / "profiles" / "tiny-llama-cpu.json")
     profile.meta["after_prefill_excess"] = [0.4, 0.2, 0.1]
+    profile.meta["after_prefill_curve"] = {"prefill_tokens": [16, 256], "excess_s": [[2e-4, 1e-4], [1e-3, 4e-4]]}
     warm = ProfiledLatencyModel(profile)
     slow, fast, replayed = run_both(monkeypatch, azure_like(80), latency_model=warm)
     assert_identical(slow, fast)

@@ -307,15 +307,19 @@ def _submit_at(env, replica, request):
     replica.submit(request)
 
 
-def test_decode_steps_just_after_a_prefill_cost_the_models_after_prefill_factors():
-    """A latency model with `after_prefill_excess` / `after_prefill_factor`: the k-th decode-only
-    step after a step that carried prefill tokens takes (1 + e_k) x its plan's time, and nothing
-    else changes (all requests at t=0: the schedule does not depend on the times)."""
-    class Warm(ConstantLatency):
-        after_prefill_excess = (0.5, 0.25)
+def test_decode_steps_just_after_a_prefill_cost_the_models_after_prefill_cost():
+    """A latency model with `has_after_prefill` / `after_prefill_cost`: the k-th decode-only step after
+    a step that carried P prefill tokens takes what the model says for (k, P, its plan's time), and
+    nothing else changes (all requests at t=0: the schedule does not depend on the times)."""
+    def cost(k, prefill_tokens, seconds):
+        factor = 1.5 if k == 1 else 1.25 if k == 2 else 1.0
+        return seconds * factor + (prefill_tokens * 1e-5 if k <= 2 else 0.0)
 
-        def after_prefill_factor(self, k):
-            return 1.0 + self.after_prefill_excess[k - 1] if 0 < k <= 2 else 1.0
+    class Warm(ConstantLatency):
+        has_after_prefill = True
+
+        def after_prefill_cost(self, k, prefill_tokens, seconds):
+            return cost(k, prefill_tokens, seconds)
 
     def run(latency):
         reqs = make_requests(6, prompt=[40, 90, 20, 150, 60, 30], max_tokens=[12, 5, 20, 8, 15, 3])
@@ -324,10 +328,10 @@ def test_decode_steps_just_after_a_prefill_cost_the_models_after_prefill_factors
     base, warm = run(ConstantLatency(0.01, per_token=1e-4)), run(Warm(0.01, per_token=1e-4))
     cols = ["num_prefill_tokens", "num_decode_tokens", "num_seqs"]
     assert base[cols].equals(warm[cols])  # the same steps
-    since, expected = 1 << 30, []
-    for pf, dec in zip(base.num_prefill_tokens, base.num_decode_tokens):
-        since = 0 if pf else since + 1
-        expected.append(1.5 if since == 1 else 1.25 if since == 2 else 1.0)
-    ratio = (warm.duration / base.duration).to_numpy()
-    assert np.allclose(ratio, expected)
-    assert {1.5, 1.25, 1.0} <= set(expected)  # first, second and later decode steps all occur
+    since, last, expected, ks = 1 << 30, 0, [], set()
+    for pf, dec, t in zip(base.num_prefill_tokens, base.num_decode_tokens, base.duration):
+        since, last = (0, pf) if pf else (since + 1, last)
+        expected.append(cost(since, last, t) if not pf else t)
+        ks.add(min(since, 3))
+    assert np.allclose(warm.duration.to_numpy(), expected)
+    assert {0, 1, 2, 3} <= ks  # prefill, first, second and later decode steps all occur

@@ -257,3 +257,29 @@ def test_after_prefill_factors_come_from_the_profile_and_a_bad_list_is_named():
         p.meta["after_prefill_excess"] = bad
         with pytest.raises(ConfigError, match="^profile.meta.after_prefill_excess: expected a list of fractions >= 0"):
             ProfiledLatencyModel(p)
+
+
+def test_the_after_prefill_curve_adds_seconds_by_step_and_prefill_size_and_a_bad_one_is_named():
+    """`meta.after_prefill_curve`: seconds on the k-th decode step after a prefill of P tokens, linear
+    in log P between knots, flat above the last, in proportion below the first, 0 past its steps."""
+    p = make_profile()
+    lm = ProfiledLatencyModel(p)
+    assert not lm.has_after_prefill and lm.after_prefill_cost(1, 512, 0.01) == 0.01  # absent: the plan's time
+    p.meta["after_prefill_curve"] = {"prefill_tokens": [16, 256], "excess_s": [[1e-4, 5e-5], [9e-4, 3e-4]]}
+    lm = ProfiledLatencyModel(p)
+    assert lm.has_after_prefill
+    cost = lm.after_prefill_cost
+    assert cost(1, 16, 0.01) == pytest.approx(0.01 + 1e-4)
+    assert cost(1, 64, 0.01) == pytest.approx(0.01 + 1e-4 + 8e-4 / 2)  # 64 lies halfway in log between 16 and 256
+    assert cost(2, 4096, 0.01) == pytest.approx(0.01 + 3e-4)  # flat above the last knot
+    assert cost(1, 4, 0.01) == pytest.approx(0.01 + 1e-4 / 4)  # a quarter of the first knot's tokens
+    assert cost(3, 256, 0.01) == cost(0, 256, 0.01) == 0.01  # past its steps; a prefill step itself
+    p.meta["after_prefill_excess"] = [0.5]  # old profiles' factors still apply, before the seconds
+    assert ProfiledLatencyModel(p).after_prefill_cost(1, 16, 0.01) == pytest.approx(0.015 + 1e-4)
+    for bad in ({"prefill_tokens": [256, 16], "excess_s": [[0.0], [0.0]]},
+                {"prefill_tokens": [16], "excess_s": [[-1e-4]]},
+                {"prefill_tokens": [16, 64], "excess_s": [[1e-4], [1e-4, 0.0]]},
+                {"prefill_tokens": [16]}, [1e-4]):
+        p.meta["after_prefill_curve"] = bad
+        with pytest.raises(ConfigError, match="^profile.meta.after_prefill_curve: expected"):
+            ProfiledLatencyModel(p)
