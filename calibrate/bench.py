@@ -461,59 +461,56 @@ def add_engine_fit(profile: Profile, steps: list) -> dict:
     return fit
 
 
-def measure_after_prefill(bench, repeats: int, progress: bool = True) -> list[tuple[int, int, int, float]]:
-    """[(decode batch size, prefill tokens, k, seconds)] of the after-prefill probe
-    (`calibrate.engine_steps.after_prefill_curve`), run at each of `AFTER_PREFILL_DECODERS`: that many
-    sequences decode while, every `AFTER_PREFILL_CYCLE` steps, a request of one of `AFTER_PREFILL_SIZES`
-    tokens (those that fit the model) arrives and ends with its prefill, so the decode batch after it
-    is the one before it: what changes is what the prefill left in the caches. k is 0 for the prefill
-    step, then counts the decode-only steps after it. The sizes take turns (`repeats` cycles each), so
-    a slow stretch of the machine lands on all of them alike."""
+def measure_after_prefill(bench, repeats: int, progress: bool = True) -> list[tuple[int, int, float]]:
+    """[(prefill tokens, k, seconds)] of the after-prefill probe (`calibrate.engine_steps.after_prefill_curve`):
+    `AFTER_PREFILL_DECODERS` sequences decode while, every `AFTER_PREFILL_CYCLE` steps, a request of one
+    of `AFTER_PREFILL_SIZES` tokens (those that fit the model) arrives and ends with its prefill, so
+    the decode batch after it is the one before it: what changes is what the prefill left in the
+    caches. k is 0 for the prefill step, then counts the decode-only steps after it. The sizes take
+    turns (`repeats` cycles each), so a slow stretch of the machine lands on all of them alike."""
     mc = bench.config
     max_len = mc.max_position_embeddings
     sizes = [n for n in AFTER_PREFILL_SIZES if n <= max_len // 2]
     clock, _ = clock_for(bench.device)
     prompt, outputs = 32, (len(sizes) + 1) * AFTER_PREFILL_CYCLE + 2
+    cfg = EngineConfig(model=mc, scheduler=SchedulerConfig(
+        policy="continuous", max_num_batched_tokens=max_len, max_num_seqs=AFTER_PREFILL_DECODERS + 1,
+        max_model_len=max_len), cache=CacheConfig(block_size=bench.block_size, num_gpu_blocks=(
+            AFTER_PREFILL_DECODERS * -(-(prompt + outputs) // bench.block_size) + -(-max(sizes) // bench.block_size) + 4)),
+        dtype=_dtype_name(bench.dtype))
+    engine = Engine(cfg, bench.device, model=bench.model)
+    engine.clock = engine.runner.clock = clock  # the ops' clock; a step is its whole iteration
+    engine._t0 = clock()
     rng = np.random.default_rng(17)
-    out: list[tuple[int, int, int, float]] = []
-    with torch.inference_mode(), tqdm(total=(repeats + 1) * len(AFTER_PREFILL_DECODERS), unit="round",
-                                      desc="calibrate after-prefill steps", disable=not progress,
-                                      mininterval=0.5) as bar:
-        for decoders in AFTER_PREFILL_DECODERS:
-            cfg = EngineConfig(model=mc, scheduler=SchedulerConfig(
-                policy="continuous", max_num_batched_tokens=max_len, max_num_seqs=decoders + 1, max_model_len=max_len),
-                cache=CacheConfig(block_size=bench.block_size, num_gpu_blocks=(
-                    decoders * -(-(prompt + outputs) // bench.block_size) + -(-max(sizes) // bench.block_size) + 4)),
-                dtype=_dtype_name(bench.dtype))
-            engine = Engine(cfg, bench.device, model=bench.model)
-            engine.clock = engine.runner.clock = clock  # the ops' clock; a step is its whole iteration
-            engine._t0 = clock()
-            state = {"keep": False, "size": 0, "k": 0}
+    out: list[tuple[int, int, float]] = []
+    state = {"keep": False, "size": 0, "k": 0}
 
-            def hook(plan, result, engine=engine, state=state, decoders=decoders):
-                if plan.num_prefill_tokens:
-                    state["size"], state["k"] = plan.num_prefill_tokens, 0
-                elif plan.num_decode_tokens:
-                    state["k"] += 1
-                if state["keep"]:
-                    out.append((decoders, state["size"], state["k"], engine.last_step.duration))
+    def hook(plan, result):
+        if plan.num_prefill_tokens:
+            state["size"], state["k"] = plan.num_prefill_tokens, 0
+        elif plan.num_decode_tokens:
+            state["k"] += 1
+        if state["keep"]:
+            out.append((state["size"], state["k"], engine.last_step.duration))
 
-            engine.step_hooks.append(hook)
-            for r in range(repeats + 1):  # round 0 pays the first calls of each shape: not kept
-                for i in range(decoders):
-                    engine.add_request(Request(f"ap-{r}-d{i}", 0.0, prompt, outputs, ignore_eos=True,
-                                               prompt_token_ids=rng.integers(3, min(mc.vocab_size, 200), prompt).tolist()))
-                for _ in range(AFTER_PREFILL_CYCLE):  # the decoders' own prefill settles first
+    engine.step_hooks.append(hook)
+    with torch.inference_mode(), tqdm(total=repeats + 1, desc="calibrate after-prefill steps", unit="round",
+                                      disable=not progress, mininterval=0.5) as bar:
+        for r in range(repeats + 1):  # round 0 pays the first calls of each shape: not kept
+            for i in range(AFTER_PREFILL_DECODERS):
+                engine.add_request(Request(f"ap-{r}-d{i}", 0.0, prompt, outputs, ignore_eos=True,
+                                           prompt_token_ids=rng.integers(3, min(mc.vocab_size, 200), prompt).tolist()))
+            for _ in range(AFTER_PREFILL_CYCLE):  # the decoders' own prefill settles first
+                engine.step()
+            state["keep"] = r > 0
+            for j, n in enumerate(sizes[r % len(sizes):] + sizes[:r % len(sizes)]):
+                engine.add_request(Request(f"ap-{r}-p{j}", 0.0, n, 1, ignore_eos=True,
+                                           prompt_token_ids=rng.integers(3, min(mc.vocab_size, 200), n).tolist()))
+                for _ in range(AFTER_PREFILL_CYCLE):
                     engine.step()
-                state["keep"] = r > 0
-                for j, n in enumerate(sizes[r % len(sizes):] + sizes[:r % len(sizes)]):
-                    engine.add_request(Request(f"ap-{r}-p{j}", 0.0, n, 1, ignore_eos=True,
-                                               prompt_token_ids=rng.integers(3, min(mc.vocab_size, 200), n).tolist()))
-                    for _ in range(AFTER_PREFILL_CYCLE):
-                        engine.step()
-                state["keep"] = False
-                engine.run_until_done()
-                bar.update(1)
+            state["keep"] = False
+            engine.run_until_done()
+            bar.update(1)
     return out
 
 

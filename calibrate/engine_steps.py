@@ -94,40 +94,35 @@ AFTER_PREFILL_STEPS = 5
 AFTER_PREFILL_SIZES = (16, 64, 256, 1024)
 #: steps of one probe cycle: the prefill, then decode-only steps; the last few are the cycle's steady ones
 AFTER_PREFILL_CYCLE = 12
-#: decode batch sizes the probe runs at: the excess is a cost per step, not per sequence, but it shrank
-#: as the batch grew (the tiny CPU model after 256-1,024 tokens: ~40% less with 12 decoders than with 1)
-AFTER_PREFILL_DECODERS = (2, 8)
+#: sequences decoding through the probe (the excess is a cost per step, not per sequence)
+AFTER_PREFILL_DECODERS = 2
 
 
-def after_prefill_curve(records: list[tuple[int, int, int, float]], min_cycles: int = 2) -> dict | None:
-    """`meta.after_prefill_curve` from the probe's `records` (decode batch size, prefill tokens of the cycle's
-    prefill, k, seconds), k = 0 for the prefill step itself, 1, 2, ... for the decode-only steps after it:
-    per batch size and prefill size, the median seconds of the k-th step (k <= `AFTER_PREFILL_STEPS`) less
-    the median of the same cycles' steps from k = AFTER_PREFILL_STEPS + 2 on, at least 0, and never
-    less after a longer prefill (its activations leave no more of the caches to the decode step; the
-    largest step of the noise goes). None with fewer than `min_cycles` cycles of some size."""
-    cells: dict[int, dict[int, dict[int, list[float]]]] = {}
-    for num_seqs, prefill_tokens, k, t in records:
+def after_prefill_curve(records: list[tuple[int, int, float]], min_cycles: int = 2) -> dict | None:
+    """`meta.after_prefill_curve` from the probe's `records` (prefill tokens of the cycle's prefill, k, seconds),
+    k = 0 for the prefill step itself, 1, 2, ... for the decode-only steps after it: per prefill size, the
+    median seconds of the k-th step (k <= `AFTER_PREFILL_STEPS`) less the median of the same cycles' steps
+    from k = AFTER_PREFILL_STEPS + 2 on, at least 0, and never less after a longer prefill (its
+    activations leave no more of the caches to the decode step; the largest step of the noise goes).
+    None with fewer than `min_cycles` cycles of some size."""
+    by_size: dict[int, dict[int, list[float]]] = {}
+    for prefill_tokens, k, t in records:
         if k >= 1 and t > 0:
-            cells.setdefault(num_seqs, {}).setdefault(prefill_tokens, {}).setdefault(k, []).append(t)
-    batches = sorted(cells)
-    sizes = sorted({n for by_size in cells.values() for n in by_size})
-    tables = []
-    for b in batches:
-        rows = []
-        for n in sizes:
-            steps = cells[b].get(n, {})
-            steady = [t for k, ts in steps.items() if k > AFTER_PREFILL_STEPS + 1 for t in ts]
-            near = [steps.get(k, []) for k in range(1, AFTER_PREFILL_STEPS + 1)]
-            if min(len(ts) for ts in near) < min_cycles or len(steady) < min_cycles:
-                return None
-            base = float(np.median(steady))
-            rows.append([max(float(np.median(ts)) - base, 0.0) for ts in near])
-        rows = np.maximum.accumulate(np.array(rows), axis=0)
-        tables.append([[round(float(v), 7) for v in row] for row in rows])
-    if not tables:
+            by_size.setdefault(prefill_tokens, {}).setdefault(k, []).append(t)
+    sizes = sorted(by_size)
+    rows = []
+    for n in sizes:
+        steps = by_size[n]
+        steady = [t for k, ts in steps.items() if k > AFTER_PREFILL_STEPS + 1 for t in ts]
+        near = [steps.get(k, []) for k in range(1, AFTER_PREFILL_STEPS + 1)]
+        if min(len(ts) for ts in near) < min_cycles or len(steady) < min_cycles:
+            return None
+        base = float(np.median(steady))
+        rows.append([max(float(np.median(ts)) - base, 0.0) for ts in near])
+    if not rows:
         return None
-    return {"num_seqs": batches, "prefill_tokens": sizes, "excess_s": tables}
+    rows = np.maximum.accumulate(np.array(rows), axis=0)
+    return {"prefill_tokens": sizes, "excess_s": [[round(float(v), 7) for v in row] for row in rows]}
 
 
 def split_after_idle(steps: list[tuple]) -> tuple[list, list]:

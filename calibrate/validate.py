@@ -79,8 +79,7 @@ class ScaledLatency(LatencyModel):
             self.after_idle_cost = lambda idle_s: factor * cost(idle_s)
         self.has_after_prefill = getattr(inner, "has_after_prefill", False)
         if self.has_after_prefill:  # the extra seconds are the machine's too: scaled alike
-            self.after_prefill_cost = lambda k, n, seconds, num_seqs=1: factor * inner.after_prefill_cost(
-                k, n, seconds / factor, num_seqs)
+            self.after_prefill_cost = lambda k, n, seconds: factor * inner.after_prefill_cost(k, n, seconds / factor)
 
     def step_time(self, plan) -> float:
         return self.factor * self.inner.step_time(plan)

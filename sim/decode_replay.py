@@ -88,7 +88,7 @@ class DecodeReplay:
 
         Returns (the steps' durations, the requests that ended, the time they ended), or None when
         nothing was replayed (the first step would preempt: schedule() must run it).
-        `after_prefill(k, prefill tokens, seconds, num_seqs)`, when given, is the cost of the k-th decode step
+        `after_prefill(k, prefill tokens, seconds)`, when given, is the cost of the k-th decode step
         after the last one that carried prefill tokens (`ProfiledLatencyModel.after_prefill_cost`),
         `since_prefill` (that count before the stretch, that step's prefill tokens): as the
         replica's loop charges them step by step.
@@ -111,7 +111,7 @@ class DecodeReplay:
             for duration in decode_times(running, step_id, n, context_sum, first, count):
                 duration = float(duration)
                 if after_prefill is not None:
-                    duration = after_prefill(since_prefill[0] + len(durations) + 1, since_prefill[1], duration, n)
+                    duration = after_prefill(since_prefill[0] + len(durations) + 1, since_prefill[1], duration)
                 if not duration > 0.0:
                     raise ValueError(f"latency model: step_time must be > 0 seconds, got {duration!r}")
                 end = t + duration  # as SimPy adds a timeout's delay to its clock

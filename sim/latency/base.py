@@ -78,18 +78,18 @@ def host_split(latency_model, plan: BatchPlan) -> tuple[float, float]:
 NO_PREFILL_YET = (1 << 30, 0)
 
 
-def after_prefill_step(plan: BatchPlan, state: tuple[int, int], cost: Callable[[int, int, float, int], float],
+def after_prefill_step(plan: BatchPlan, state: tuple[int, int], cost: Callable[[int, int, float], float],
                        seconds: float) -> tuple[tuple[int, int], float]:
     """(the count after `plan`, `plan`'s step seconds): `state` is (decode-only steps since the last step
     that carried prefill tokens, that step's prefill tokens). A prefill-carrying step starts a new
-    count, a decode-only step is the next one and takes `cost(k, prefill tokens, seconds, num_seqs)` (e.g.
+    count, a decode-only step is the next one and takes `cost(k, prefill tokens, seconds)` (e.g.
     `ProfiledLatencyModel.after_prefill_cost`), any other leaves both alone. The replica's loop, its
     decode replay and validate's per-step prediction count alike."""
     if plan.num_prefill_tokens:
         return (0, plan.num_prefill_tokens), seconds
     if plan.num_decode_tokens:
         k = state[0] + 1
-        return (k, state[1]), cost(k, state[1], seconds, plan.num_seqs)
+        return (k, state[1]), cost(k, state[1], seconds)
     return state, seconds
 
 

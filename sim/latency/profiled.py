@@ -329,52 +329,34 @@ def _after_prefill(raw: Any) -> tuple[float, ...]:
 
 
 def _prefill_curve(raw: Any):
-    """`meta.after_prefill_curve` {"num_seqs": [ascending decode batch sizes], "prefill_tokens": [ascending
-    counts > 0], "excess_s": [[[seconds >= 0 for k = 1..K] per count] per batch size]} as
-    cost(k, prefill tokens, num_seqs) in seconds: linear in log(tokens) between the count knots, flat
-    above the last, shrinking in proportion below the first; linear in the batch size between its
-    knots, flat beyond; 0 for k > K. Without "num_seqs", "excess_s" holds one batch size's rows.
-    None when absent."""
+    """`meta.after_prefill_curve` {"prefill_tokens": [ascending counts > 0], "excess_s": [[seconds >= 0 for
+    k = 1..K] per count]} as cost(k, prefill tokens) in seconds: linear in log(tokens) between the
+    knots, flat above the last, shrinking in proportion below the first; 0 for k > K. None when absent."""
     if raw is None:
         return None
     name = "profile.meta.after_prefill_curve"
     try:
         xs = [float(v) for v in raw["prefill_tokens"]]
-        rows = raw["excess_s"]
-        ns = [float(v) for v in raw["num_seqs"]] if "num_seqs" in raw else None
-        tables = [[[float(v) for v in row] for row in table] for table in (rows if ns is not None else [rows])]
+        ys = [[float(v) for v in row] for row in raw["excess_s"]]
     except (TypeError, KeyError, ValueError):
         raise _err(name, f"expected {{prefill_tokens: [...], excess_s: [[...], ...]}}, got {raw!r}") from None
-    ns = ns or [1.0]
-    if not xs or len(ns) != len(tables) or any(len(t) != len(xs) for t in tables) \
-            or any(not x > 0 for x in xs + ns) or any(b <= a for a, b in zip(xs, xs[1:])) \
-            or any(b <= a for a, b in zip(ns, ns[1:])) \
-            or len({len(row) for t in tables for row in t}) != 1 \
-            or any(not (math.isfinite(y) and y >= 0) for t in tables for row in t for y in row):
-        raise _err(name, "expected ascending prefill_tokens > 0 (and num_seqs > 0) and one row of excess_s >= 0 "
-                   f"per count (per batch size), all rows of one length, got {raw!r}")
-    lx, num_k = [math.log(x) for x in xs], len(tables[0][0])
+    if not xs or len(xs) != len(ys) or any(not x > 0 for x in xs) or any(b <= a for a, b in zip(xs, xs[1:])) \
+            or len({len(row) for row in ys}) != 1 or any(not (math.isfinite(y) and y >= 0) for row in ys for y in row):
+        raise _err(name, "expected ascending prefill_tokens > 0 and one row of excess_s >= 0 per count, "
+                   f"all rows of one length, got {raw!r}")
+    lx, num_k = [math.log(x) for x in xs], len(ys[0])
 
-    def at_size(table, k: int, prefill_tokens: int) -> float:
-        if prefill_tokens <= xs[0]:
-            return table[0][k - 1] * prefill_tokens / xs[0]
-        if prefill_tokens >= xs[-1]:
-            return table[-1][k - 1]
-        v = math.log(prefill_tokens)
-        i = bisect.bisect_right(lx, v)
-        a, b = table[i - 1][k - 1], table[i][k - 1]
-        return a + (b - a) * (v - lx[i - 1]) / (lx[i] - lx[i - 1])
-
-    def cost(k: int, prefill_tokens: int, num_seqs: int) -> float:
+    def cost(k: int, prefill_tokens: int) -> float:
         if not 0 < k <= num_k or prefill_tokens <= 0:
             return 0.0
-        if num_seqs <= ns[0]:
-            return at_size(tables[0], k, prefill_tokens)
-        if num_seqs >= ns[-1]:
-            return at_size(tables[-1], k, prefill_tokens)
-        i = bisect.bisect_right(ns, num_seqs)
-        a, b = at_size(tables[i - 1], k, prefill_tokens), at_size(tables[i], k, prefill_tokens)
-        return a + (b - a) * (num_seqs - ns[i - 1]) / (ns[i] - ns[i - 1])
+        if prefill_tokens <= xs[0]:
+            return ys[0][k - 1] * prefill_tokens / xs[0]
+        if prefill_tokens >= xs[-1]:
+            return ys[-1][k - 1]
+        v = math.log(prefill_tokens)
+        i = bisect.bisect_right(lx, v)
+        a, b = ys[i - 1][k - 1], ys[i][k - 1]
+        return a + (b - a) * (v - lx[i - 1]) / (lx[i] - lx[i - 1])
 
     return cost
 
@@ -524,15 +506,14 @@ class ProfiledLatencyModel(LatencyModel):
         e = self.after_prefill_excess
         return 1.0 + e[k - 1] if 0 < k <= len(e) else 1.0
 
-    def after_prefill_cost(self, k: int, prefill_tokens: int, seconds: float, num_seqs: int = 1) -> float:
-        """Seconds the `k`-th decode-only step (of `num_seqs` sequences) after a step of `prefill_tokens`
-        prefill tokens takes, its plan alone costing `seconds`: times `after_prefill_factor(k)`, plus
-        `meta.after_prefill_curve` at (k, prefill_tokens, num_seqs). The simulator's replica applies it
-        (a plan's step time cannot know what ran before it: a prefill leaves the caches to its
-        activations, more the longer it was)."""
+    def after_prefill_cost(self, k: int, prefill_tokens: int, seconds: float) -> float:
+        """Seconds the `k`-th decode-only step after a step of `prefill_tokens` prefill tokens takes,
+        its plan alone costing `seconds`: times `after_prefill_factor(k)`, plus `meta.after_prefill_curve`
+        at (k, prefill_tokens). The simulator's replica applies it (a plan's step time cannot know what
+        ran before it: a prefill leaves the caches to its activations, more the longer it was)."""
         seconds *= self.after_prefill_factor(k)
         if self._prefill_curve is not None:
-            seconds += self._prefill_curve(k, prefill_tokens, num_seqs)
+            seconds += self._prefill_curve(k, prefill_tokens)
         return seconds
 
     def after_idle_cost(self, idle_s: float) -> float:

@@ -158,22 +158,19 @@ def test_grids_reach_the_longest_prompt_and_context_and_never_pass_them(max_len)
 
 
 def test_the_after_prefill_probe_keeps_the_decode_batch_and_cycles_through_the_sizes(tmp_path):
-    """Every kept cycle, at each probe batch size: one prefill of a probe size (those up to half the
-    model's length), then decode-only steps of the same decoders, k counting up to the cycle's end;
-    each size as often."""
+    """Every kept cycle: one prefill of a probe size (those up to half the model's length), then
+    decode-only steps of the same decoders, k counting up to the cycle's end; each size as often."""
     from calibrate.bench import OpBench, measure_after_prefill
-    from calibrate.engine_steps import AFTER_PREFILL_CYCLE, AFTER_PREFILL_DECODERS, AFTER_PREFILL_SIZES
+    from calibrate.engine_steps import AFTER_PREFILL_CYCLE, AFTER_PREFILL_SIZES
     from gpu_backend.model_config import ModelConfig
 
     (tmp_path / "config.json").write_text(json.dumps(MICRO))
     bench = OpBench(ModelConfig.from_json(tmp_path / "config.json"), "cpu")
     records = measure_after_prefill(bench, repeats=2, progress=False)
     sizes = [n for n in AFTER_PREFILL_SIZES if n <= MICRO["max_position_embeddings"] // 2]
-    assert len(records) == len(AFTER_PREFILL_DECODERS) * 2 * len(sizes) * AFTER_PREFILL_CYCLE
-    assert all(t > 0 for *_, t in records)
+    assert len(records) == 2 * len(sizes) * AFTER_PREFILL_CYCLE and all(t > 0 for *_, t in records)
     for i in range(0, len(records), AFTER_PREFILL_CYCLE):
         cycle = records[i:i + AFTER_PREFILL_CYCLE]
-        assert [k for _, _, k, _ in cycle] == list(range(AFTER_PREFILL_CYCLE))
-        assert len({(b, n) for b, n, _, _ in cycle}) == 1 and cycle[0][1] in sizes
-    for b in AFTER_PREFILL_DECODERS:
-        assert sorted(n for d, n, k, _ in records if k == 0 and d == b) == sorted(sizes * 2)
+        assert [k for _, k, _ in cycle] == list(range(AFTER_PREFILL_CYCLE))
+        assert len({n for n, _, _ in cycle}) == 1 and cycle[0][0] in sizes
+    assert sorted(n for n, k, _ in records if k == 0) == sorted(sizes * 2)

@@ -309,18 +309,17 @@ def _submit_at(env, replica, request):
 
 def test_decode_steps_just_after_a_prefill_cost_the_models_after_prefill_cost():
     """A latency model with `has_after_prefill` / `after_prefill_cost`: the k-th decode-only step after
-    a step that carried P prefill tokens takes what the model says for (k, P, its plan's time, its
-    sequences), and
+    a step that carried P prefill tokens takes what the model says for (k, P, its plan's time), and
     nothing else changes (all requests at t=0: the schedule does not depend on the times)."""
-    def cost(k, prefill_tokens, seconds, num_seqs):
+    def cost(k, prefill_tokens, seconds):
         factor = 1.5 if k == 1 else 1.25 if k == 2 else 1.0
-        return seconds * factor + (prefill_tokens * 1e-5 / num_seqs if k <= 2 else 0.0)
+        return seconds * factor + (prefill_tokens * 1e-5 if k <= 2 else 0.0)
 
     class Warm(ConstantLatency):
         has_after_prefill = True
 
-        def after_prefill_cost(self, k, prefill_tokens, seconds, num_seqs=1):
-            return cost(k, prefill_tokens, seconds, num_seqs)
+        def after_prefill_cost(self, k, prefill_tokens, seconds):
+            return cost(k, prefill_tokens, seconds)
 
     def run(latency):
         reqs = make_requests(6, prompt=[40, 90, 20, 150, 60, 30], max_tokens=[12, 5, 20, 8, 15, 3])
@@ -330,9 +329,9 @@ def test_decode_steps_just_after_a_prefill_cost_the_models_after_prefill_cost():
     cols = ["num_prefill_tokens", "num_decode_tokens", "num_seqs"]
     assert base[cols].equals(warm[cols])  # the same steps
     since, last, expected, ks = 1 << 30, 0, [], set()
-    for pf, dec, n, t in zip(base.num_prefill_tokens, base.num_decode_tokens, base.num_seqs, base.duration):
+    for pf, dec, t in zip(base.num_prefill_tokens, base.num_decode_tokens, base.duration):
         since, last = (0, pf) if pf else (since + 1, last)
-        expected.append(cost(since, last, t, n) if not pf else t)
+        expected.append(cost(since, last, t) if not pf else t)
         ks.add(min(since, 3))
     assert np.allclose(warm.duration.to_numpy(), expected)
     assert {0, 1, 2, 3} <= ks  # prefill, first, second and later decode steps all occur

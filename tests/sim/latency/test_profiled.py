@@ -274,20 +274,12 @@ def test_the_after_prefill_curve_adds_seconds_by_step_and_prefill_size_and_a_bad
     assert cost(2, 4096, 0.01) == pytest.approx(0.01 + 3e-4)  # flat above the last knot
     assert cost(1, 4, 0.01) == pytest.approx(0.01 + 1e-4 / 4)  # a quarter of the first knot's tokens
     assert cost(3, 256, 0.01) == cost(0, 256, 0.01) == 0.01  # past its steps; a prefill step itself
-    # by decode batch size: linear between its knots, flat beyond
-    p.meta["after_prefill_curve"] = {"num_seqs": [2, 8], "prefill_tokens": [16, 256],
-                                     "excess_s": [[[1e-4], [9e-4]], [[1e-4], [3e-4]]]}
-    lm = ProfiledLatencyModel(p)
-    assert [lm.after_prefill_cost(1, 256, 0.0, n) for n in (1, 2, 5, 8, 16)] == pytest.approx(
-        [9e-4, 9e-4, 6e-4, 3e-4, 3e-4])
     p.meta["after_prefill_excess"] = [0.5]  # old profiles' factors still apply, before the seconds
     assert ProfiledLatencyModel(p).after_prefill_cost(1, 16, 0.01) == pytest.approx(0.015 + 1e-4)
     for bad in ({"prefill_tokens": [256, 16], "excess_s": [[0.0], [0.0]]},
                 {"prefill_tokens": [16], "excess_s": [[-1e-4]]},
                 {"prefill_tokens": [16, 64], "excess_s": [[1e-4], [1e-4, 0.0]]},
-                {"prefill_tokens": [16]}, [1e-4],
-                {"num_seqs": [8, 2], "prefill_tokens": [16], "excess_s": [[[0.0]], [[0.0]]]},
-                {"num_seqs": [2, 8], "prefill_tokens": [16], "excess_s": [[[0.0]]]}):
+                {"prefill_tokens": [16]}, [1e-4]):
         p.meta["after_prefill_curve"] = bad
         with pytest.raises(ConfigError, match="^profile.meta.after_prefill_curve: expected"):
             ProfiledLatencyModel(p)
