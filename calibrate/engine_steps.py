@@ -122,6 +122,8 @@ def after_prefill_curve(records: list[tuple[int, int, float]], min_cycles: int =
     if not rows:
         return None
     rows = np.maximum.accumulate(np.array(rows), axis=0)
+    if not rows.any():  # nothing to charge (a device whose caches a prefill does not disturb)
+        return None
     return {"prefill_tokens": sizes, "excess_s": [[round(float(v), 7) for v in row] for row in rows]}
 
 

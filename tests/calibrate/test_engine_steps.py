@@ -234,3 +234,5 @@ def test_the_after_prefill_curve_is_read_off_the_probes_cycles():
     want[2] = np.maximum(want[2], want[1])  # never less after a longer prefill
     assert got == pytest.approx(want, abs=6e-5)
     assert after_prefill_curve(records[:AFTER_PREFILL_CYCLE * 3]) is None  # one cycle per size
+    flat = [(n, k, 2e-3) for n, k, _ in records]
+    assert after_prefill_curve(flat) is None  # nothing to charge
