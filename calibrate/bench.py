@@ -454,11 +454,10 @@ def add_engine_fit(profile: Profile, steps: list) -> dict:
                                                 dict(step_error), source)
     profile.meta["in_step_scale"] = {k: round(p[k], 4) for k in ("dense", "attn_prefill", "attn_decode")}
     profile.meta["in_step_offset_s"] = round(min(p["step_s"], 0.0), 7)
-    profile.meta["in_step_per_context_token_s"] = float(f"{p['per_context_token_s']:.4g}")
     profile.meta["after_idle_s"] = round(fit["after_idle_s"], 7)
     if fit.get("after_idle_curve"):
         profile.meta["after_idle_curve"] = fit["after_idle_curve"]
-    profile.meta["engine_step_fit"] = {**fit["stats"], "params": {k: float(f"{v:.6g}") for k, v in p.items()}}
+    profile.meta["engine_step_fit"] = {**fit["stats"], "params": {k: round(v, 7) for k, v in p.items()}}
     return fit
 
 

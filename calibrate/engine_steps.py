@@ -38,9 +38,7 @@ IDLE_S = 0.03
 #: its after-idle steps, and their excess grew with the pause (1.9 ms after 10-30 ms, 3.5 ms after
 #: 0.3 s and more: docs/results/2026-12-02-cpu-validation.md)
 IDLE_GAPS = (0.01, 0.03, 0.1, 0.3)
-PARAMS = ("step_s", "per_seq_s", "per_prefill_seq_s", "dense", "attn_prefill", "attn_decode", "per_context_token_s")
-#: the context-token feature's unit (a million tokens): its coefficient then sits near the others' scale
-CONTEXT_UNIT = 1e6
+PARAMS = ("step_s", "per_seq_s", "per_prefill_seq_s", "dense", "attn_prefill", "attn_decode")
 
 
 
@@ -60,14 +58,11 @@ def interleave(groups) -> tuple[int, ...]:
 
 
 def _features(model, plan: BatchPlan) -> np.ndarray:
-    """[1, num_seqs, num_prefill_seqs, dense, attn_prefill, attn_decode, decode context tokens / CONTEXT_UNIT,
-    swap] of `plan` (seconds for ops)."""
+    """[1, num_seqs, num_prefill_seqs, dense, attn_prefill, attn_decode, swap] of `plan` (seconds for ops)."""
     b = model.breakdown(plan, scaled=False)
     n_pre = sum(1 for s in plan.seqs if not s.is_decode)
-    context = sum(s.context_len for s in plan.seqs if s.is_decode and not s.is_padding)
     dense = b["linear"] + b["elementwise"] + b["embed"] + b["lm_head"]
-    return np.array([1.0, plan.num_seqs, n_pre, dense, b["attn_prefill"], b["attn_decode"], context / CONTEXT_UNIT,
-                     b["swap"] + b["all_reduce"]])
+    return np.array([1.0, plan.num_seqs, n_pre, dense, b["attn_prefill"], b["attn_decode"], b["swap"] + b["all_reduce"]])
 
 
 def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -78,14 +73,14 @@ def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     # >= 0 it sat at 0 in every calibration and the dense scale shrank in its place (0.67-0.87), which
     # took as much off the compute of a long chunk as off a decode's floor: prefill-only steps of a
     # 64-token chunk -7%, of 256 -15%. Bounded so that no step of at least one token can go below 0.
-    lo = [-SCALE_BOUNDS[0] * float(X[:, 3].min()), 0.0, 0.0] + [SCALE_BOUNDS[0]] * 3 + [0.0]
-    hi = [np.inf, np.inf, np.inf] + [SCALE_BOUNDS[1]] * 3 + [np.inf]
-    A, fixed = X[:, :7], X[:, 7]
+    lo = [-SCALE_BOUNDS[0] * float(X[:, 3].min()), 0.0, 0.0] + [SCALE_BOUNDS[0]] * 3
+    hi = [np.inf, np.inf, np.inf] + [SCALE_BOUNDS[1]] * 3
+    A, fixed = X[:, :6], X[:, 6]
 
     def rel(p):
         return (A @ p + fixed - y) / y
 
-    x0 = np.array([0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
+    x0 = np.array([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
     return least_squares(rel, x0, bounds=(lo, hi), loss="cauchy", f_scale=0.05).x
 
 
@@ -153,16 +148,12 @@ def fit_engine_steps(model, steps: list[tuple]) -> dict:
 
         measured = a + b * num_seqs + c * num_prefill_seqs
                    + s_dense * (GEMMs, norms, rotary, embedding, LM head, sampler)
-                   + s_prefill * prefill attention + s_decode * decode attention
-                   + g * decode context tokens + swaps
+                   + s_prefill * prefill attention + s_decode * decode attention + swaps
 
     fitted on relative error with a Cauchy loss (a step hit by a burst of load from other processes
-    must not bend it), a, b, c, g >= 0 and the scales within `SCALE_BOUNDS`. a + b * num_seqs becomes
-    `step_overhead`, c * num_prefill_seqs `prefill_overhead`, the scales `meta.in_step_scale`, g
-    `meta.in_step_per_context_token_s` (see `sim.latency.profiled`). Why g: inside a step a decode's
-    time grew with its context faster than the attention op timed alone says (the KV it reads comes
-    from memory, and evicts what the next layer's GEMMs read); one scale on the op cannot also fit
-    the short contexts. Why scales and not only an additive residual: an op's in-step cost differs
+    must not bend it), a, b, c >= 0 and the scales within `SCALE_BOUNDS`. a + b * num_seqs becomes
+    `step_overhead`, c * num_prefill_seqs `prefill_overhead`, the scales `meta.in_step_scale` (see
+    `sim.latency.profiled`). Why scales and not only an additive residual: an op's in-step cost differs
     from its isolated cost by a factor (caches), so a residual that fits small steps is wrong for large
     ones. The error is reported in-sample and leave-one-configuration-out (each scheduler configuration
     predicted by the fit on the others). Steps that followed an idle pause (cold caches) are left out;
@@ -177,7 +168,7 @@ def fit_engine_steps(model, steps: list[tuple]) -> dict:
     y = np.array([t for _, _, t in steps])
     names = np.array([n for n, _, _ in steps])
     params = _solve(X, y)
-    pred = X[:, :7] @ params + X[:, 7]
+    pred = X[:, :6] @ params + X[:, 6]
     err = np.abs(pred - y) / y * 100.0
     holdout, by_config = [], {}
     for name in np.unique(names):
@@ -185,19 +176,19 @@ def fit_engine_steps(model, steps: list[tuple]) -> dict:
             break
         train = names != name
         p = _solve(X[train], y[train])
-        e = np.abs(X[~train, :7] @ p + X[~train, 7] - y[~train]) / y[~train] * 100.0
+        e = np.abs(X[~train, :6] @ p + X[~train, 6] - y[~train]) / y[~train] * 100.0
         holdout.extend(e)
         by_config[str(name)] = round(float(np.median(e)), 2)
     # residual points of the host-overhead curves: measured minus the scaled ops (and, for
     # step_overhead, minus the prefill extra), one row per step
-    ops_part = X[:, 3:7] @ params[3:7] + X[:, 7]
+    ops_part = X[:, 3:6] @ params[3:6] + X[:, 6]
     step_pts = [[float(X[i, 1]), float(y[i] - ops_part[i] - params[2] * X[i, 2])] for i in range(len(y))]
     pre_pts = [[float(X[i, 2]), float(y[i] - ops_part[i] - params[0] - params[1] * X[i, 1])]
                for i in range(len(y)) if X[i, 2] > 0]
     after_idle, curve = 0.0, None
     if len(idle) >= 3:
         xi = np.array([_features(model, p) for _, p, _, _ in idle])
-        excess = np.array([t for _, _, t, _ in idle]) - (xi[:, :7] @ params + xi[:, 7])
+        excess = np.array([t for _, _, t, _ in idle]) - (xi[:, :6] @ params + xi[:, 6])
         after_idle = max(float(np.median(excess)), 0.0)
         gaps = np.array([g for *_, g in idle])
         knots = sorted(set(gaps.tolist()))
@@ -207,7 +198,7 @@ def fit_engine_steps(model, steps: list[tuple]) -> dict:
             curve = {"idle_s": [float(g) for g in knots], "excess_s": [round(float(y), 7) for y in ys]}
     return {
         "after_idle_s": after_idle, "after_idle_curve": curve,
-        "params": dict(zip(PARAMS, (float(v) for v in params[:6]))) | {PARAMS[6]: float(params[6]) / CONTEXT_UNIT},
+        "params": dict(zip(PARAMS, (float(v) for v in params))),
         "step_points": step_pts, "prefill_points": pre_pts,
         "max_num_seqs": int(X[:, 1].max()),
         "stats": {"num_steps": int(len(y)), "num_after_idle_steps": len(idle),

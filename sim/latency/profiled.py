@@ -10,8 +10,6 @@ two all-reduces when TP > 1; once per step the embedding, final norm, LM head an
 copies and the engine's host overhead. `meta.in_step_scale` multiplies the op curves inside a step
 (ops timed alone run in other cache conditions), `meta.in_step_offset_s` (<= 0) is what every step
 saves on the ops' per-step floor as timed alone (cold weights, a micro-benchmark's own calls),
-`meta.in_step_per_context_token_s` is charged per context token of the step's decodes (in a step a
-decode's time grows with its context faster than the attention op timed alone),
 `meta.after_idle_s` is charged to the first step
 after an idle wait (or, with `meta.after_idle_curve`, the cost at that wait's length), the replica
 adds `meta.after_prefill_curve` to the first decode steps after a prefill (`after_prefill_cost`), and
@@ -445,12 +443,6 @@ class ProfiledLatencyModel(LatencyModel):
                 or not math.isfinite(self.offset_s) or self.offset_s > 0:
             raise _err("profile.meta.in_step_offset_s", f"expected seconds <= 0, got {self.offset_s!r}")
         self.offset_s = float(self.offset_s)
-        self.per_context_token_s = profile.meta.get("in_step_per_context_token_s", 0.0)
-        if isinstance(self.per_context_token_s, bool) or not isinstance(self.per_context_token_s, (int, float)) \
-                or not math.isfinite(self.per_context_token_s) or self.per_context_token_s < 0:
-            raise _err("profile.meta.in_step_per_context_token_s",
-                       f"expected seconds >= 0, got {self.per_context_token_s!r}")
-        self.per_context_token_s = float(self.per_context_token_s)
         self._op = {name: (profile.ops[name].curve if name in profile.ops else zero) for name in OP_INPUTS}
         if "attn_prefill" not in profile.ops or "attn_decode" not in profile.ops:  # guarded by from_dict
             raise _err("profile.ops", "attention curves are required")
@@ -499,7 +491,7 @@ class ProfiledLatencyModel(LatencyModel):
             "linear": dense * L * linear,
             "elementwise": dense * L * elementwise,
             "attn_prefill": s_pre * L * prefill_attn,
-            "attn_decode": s_dec * L * decode_attn + (self.per_context_token_s * decode_kv if scaled else 0.0),
+            "attn_decode": s_dec * L * decode_attn,
             "all_reduce": L * comm,
             "embed": dense * (op["embed"](t) + op["input_norm"](t)),  # embedding and the final norm
             "lm_head": dense * (op["lm_head"](num_sampled) + op["sampler"](num_sampled)),

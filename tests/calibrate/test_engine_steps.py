@@ -78,32 +78,6 @@ def test_known_overhead_and_scales_are_recovered_and_a_burst_does_not_bend_them(
     assert set(by) == {"cfg0", "cfg1", "cfg2"} and min(by.values()) <= stats["holdout_median_abs_pct"] <= max(by.values())
 
 
-def test_a_cost_per_decode_context_token_is_recovered_and_charged_to_decode_attention():
-    """Steps whose decodes pay g seconds per context token beyond the op curves: the fit finds g,
-    and the profile charges g x the decodes' context tokens to the step's decode attention only."""
-    lm = ProfiledLatencyModel(Profile.from_dict(tiny_profile_dict()))
-    truth = {"step_s": 4e-4, "per_seq_s": 6e-5, "per_prefill_seq_s": 2e-4, "dense": 1.3, "attn_prefill": 0.8,
-             "attn_decode": 1.1}
-    g = 4e-7
-    rng = np.random.default_rng(7)
-    steps = []
-    for name, plan, t in _synthetic_steps(lm, truth, rng):
-        context = sum(s.context_len for s in plan.seqs if s.is_decode)
-        steps.append((name, plan, t + g * context))
-    got = fit_engine_steps(lm, steps)["params"]
-    assert got["per_context_token_s"] == pytest.approx(g, rel=0.15)
-    assert got["attn_decode"] == pytest.approx(truth["attn_decode"], rel=0.1)
-    d = tiny_profile_dict()
-    d["meta"]["in_step_per_context_token_s"] = g
-    with_g, base = ProfiledLatencyModel(Profile.from_dict(d)), lm
-    plan = _plan(5, 300, [(64, 200)])
-    context = sum(s.context_len for s in plan.seqs if s.is_decode)
-    x, y = base.breakdown(plan), with_g.breakdown(plan)
-    assert y["attn_decode"] == pytest.approx(x["attn_decode"] + g * context)
-    assert {k: v for k, v in y.items() if k != "attn_decode"} == {k: v for k, v in x.items() if k != "attn_decode"}
-    assert with_g.breakdown(plan, scaled=False) == base.breakdown(plan, scaled=False)
-
-
 def test_scales_multiply_the_op_groups_and_leave_overhead_alone():
     base = tiny_profile_dict()
     scaled = json.loads(json.dumps(base))
@@ -120,8 +94,7 @@ def test_scales_multiply_the_op_groups_and_leave_overhead_alone():
 
 @pytest.mark.parametrize("key, bad", [("in_step_scale", v) for v in ({"dense": -1.0}, {"dense": "fast"},
                                                                      {"attn_mlp": 1.0}, [1.0])]
-                         + [("in_step_offset_s", v) for v in (1e-4, "none", True, float("nan"))]
-                         + [("in_step_per_context_token_s", v) for v in (-1e-9, "none", True, float("inf"))])
+                         + [("in_step_offset_s", v) for v in (1e-4, "none", True, float("nan"))])
 def test_a_bad_in_step_term_is_named(key, bad):
     d = tiny_profile_dict()
     d["meta"][key] = bad
