@@ -186,13 +186,17 @@ class BlockManager:
                 cached[h] = b
         req.num_registered_blocks = n_full
 
+    def _registered_ahead(self, req: "Request") -> range:
+        """Indices in `req`'s table of the blocks it offered to the prefix cache ahead of computing them
+        (its last allocation registers the full blocks of the chunk it was scheduled for)."""
+        return range(req.num_computed_tokens // self.block_size, min(req.num_registered_blocks, len(req.block_table)))
+
     def _uncache_uncomputed(self, req: "Request") -> None:
-        """Withdraw from the prefix cache the blocks `req` offered ahead of computing them (its last
-        allocation registers the full blocks of the chunk it was scheduled for), unless another
-        request holds them too. Called as `req` lets go of its blocks: one preempted in the step that
-        allocated them never writes their KV, so a later hit would read blocks that hold nothing."""
+        """Withdraw from the prefix cache the blocks `req` registered ahead of computing them, unless
+        another request holds them too. Called as `req` lets go of its blocks: one preempted in the step
+        that allocated them never writes their KV, so a later hit would read blocks that hold nothing."""
         table, rc, block_hash, cached = req.block_table, self.ref_counts, self.block_hash, self.cached
-        for i in range(req.num_computed_tokens // self.block_size, min(req.num_registered_blocks, len(table))):
+        for i in self._registered_ahead(req):
             b = table[i]
             h = block_hash[b]
             if rc[b] == 1 and h is not None and h == req.block_hashes[i]:
@@ -205,8 +209,7 @@ class BlockManager:
         hit on a chunk scheduled in this step)? Preempting `req` now would leave that request reading
         KV nobody writes."""
         table, rc = req.block_table, self.ref_counts
-        return any(rc[table[i]] > 1 for i in range(req.num_computed_tokens // self.block_size,
-                                                   min(req.num_registered_blocks, len(table))))
+        return any(rc[table[i]] > 1 for i in self._registered_ahead(req))
 
     # --- allocation -------------------------------------------------------------------------------
     def _pop_free(self) -> int:
