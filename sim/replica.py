@@ -88,7 +88,7 @@ class Replica:
         fast_decode = fast_decode and not self.async_scheduling
         self._replay = DecodeReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
             if fast_decode else None
-        # the mixed replay times its steps from sums alone: with those factors, step by step
+        # the mixed replay times its steps from sums alone: with those costs, step by step
         self._mixed = MixedReplay.build(env, scheduler, latency_model, self.recorder, self.name) \
             if fast_decode and self._after_prefill is None else None
         if self.request_timeout_s is not None:  # their stretches end before the next deadline

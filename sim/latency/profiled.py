@@ -353,10 +353,8 @@ def _prefill_curve(raw: Any):
             return ys[0][k - 1] * prefill_tokens / xs[0]
         if prefill_tokens >= xs[-1]:
             return ys[-1][k - 1]
-        v = math.log(prefill_tokens)
-        i = bisect.bisect_right(lx, v)
-        a, b = ys[i - 1][k - 1], ys[i][k - 1]
-        return a + (b - a) * (v - lx[i - 1]) / (lx[i] - lx[i - 1])
+        i, t = _locate(lx, math.log(prefill_tokens))
+        return ys[i][k - 1] + (ys[i + 1][k - 1] - ys[i][k - 1]) * t
 
     return cost
 
