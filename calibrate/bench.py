@@ -36,7 +36,6 @@ from calibrate.engine_steps import (AFTER_PREFILL_CYCLE, AFTER_PREFILL_DECODERS,
                                     split_after_idle)
 from calibrate.fit import fit_op
 from calibrate.fit_checks import check_profile, warn
-from calibrate.in_step_ops import measure_in_step_ops, merge_points
 from calibrate.model_dims import resolve_model
 from calibrate.speed_probe import SpeedProbe, fake_seq
 from gpu_backend.attention import select_backend
@@ -67,7 +66,6 @@ class Grid:
     engine_max_prompt: int = 1000  # the longest prompt of the engine-step calibration workload
     engine_max_output: int = 40  # ... and its longest output
     after_prefill_repeats: int = 12  # cycles per prefill size of the after-prefill probe
-    in_step_rounds: int = 4  # rounds of every decode batch size whose GEMMs are timed in-step (CPU)
 
     @classmethod
     def make(cls, quick: bool | str, max_len: int = 2048, max_seqs: int = 256) -> "Grid":
@@ -76,7 +74,7 @@ class Grid:
         if quick == "smoke":
             return cls((1, 2, 3, 8, 64, 256), (1, 2, 3, 8), _pairs((4, 64, 256), (0, 16, 64), max_len),
                        tuple((b, L) for b in (1, 2, 4, 8) for L in (16, 64, 256) if L <= max_len), (1, 4), 1, 2,
-                       (1, 3, 2, 4), 128, 8, 2, 1)
+                       (1, 3, 2, 4), 128, 8, 2)
         if quick not in (True, False, "quick", "full"):
             raise ValueError(f"grid: {quick!r} is not allowed; choose one of smoke, quick, full")
         quick = quick in (True, "quick")
@@ -102,8 +100,7 @@ class Grid:
         batches, kvs = ((1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128),
                         (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048))
         return cls(tokens, sampled, _pairs(chunks, extra, max_len), _grid(batches, kvs, max_len),
-                   (1, 4, 16, 64, 256), 3, 11, ENGINE_GROUPS * 2, after_prefill_repeats=16,
-                   in_step_rounds=8)
+                   (1, 4, 16, 64, 256), 3, 11, ENGINE_GROUPS * 2, after_prefill_repeats=16)
 
 
 def _to_max_len(chunks: tuple[int, ...], max_len: int) -> tuple[int, ...]:
@@ -624,11 +621,6 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
         steps += measure_engine_steps(bench, second, progress=progress, seed=seed + 1, **workload)
         _settle()
         after_prefill = measure_after_prefill(bench, grid.after_prefill_repeats, progress=progress)
-        in_step = {}
-        if bench.device.type == "cpu" and grid.in_step_rounds:  # not on CUDA: calibrate.in_step_ops
-            _settle()
-            in_step = measure_in_step_ops(bench, grid.in_step_rounds, clock=clock_for(bench.device)[0],
-                                          progress=progress, probe=probe, seed=seed)
         if between is not None:
             measure_ops(bench, grid, progress, max_call_s=max_call_s, passes=(1,), points=points, too_slow=too_slow,
                         probe=probe, stamps=stamps)
@@ -641,14 +633,10 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
         raw_steps = steps
         steps = probe.normalize_steps(steps, reference)
         points = probe.normalize_points(points, stamps)
-        for rows in in_step.values():  # in-step: against the engine steps' reference, as the steps
-            for r, f in zip(rows, probe.speed_at([r[2] for r in rows], reference)):
-                r[1] /= f
         speed_meta = probe.summary(reference, *(run_window or (None, None)))
         cal = probe.speed_at([s[4] for s in raw_steps], reference)
         speed_meta["calibration_p10"] = round(float(np.percentile(cal, 10)), 4)
         speed_meta["calibration_p90"] = round(float(np.percentile(cal, 90)), 4)
-    points = merge_points(points, in_step)
     # every small token count timed: keep the measured medians there (calibrate.fit._pwl)
     ops = {name: fit_op(name, pts, exact_prefix=True) for name, pts in points.items()}
     dims = resolve_model(str(model_path), 1, _dtype_name(bench.dtype))
@@ -668,10 +656,6 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
     }
     if speed_meta is not None:
         meta["speed_probe"] = speed_meta
-    if any(in_step.values()):  # which op points were timed inside engine steps (calibrate.in_step_ops)
-        meta["in_step_ops"] = {"ops": sorted(op for op, rows in in_step.items() if rows),
-                               "num_tokens": sorted({int(r[0]) for rows in in_step.values() for r in rows}),
-                               "num_points": sum(len(rows) for rows in in_step.values())}
     profile = Profile(meta=meta, model=dims, ops=ops)
     add_engine_fit(profile, steps)
     curve = after_prefill_curve(after_prefill)
