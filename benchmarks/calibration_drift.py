@@ -27,7 +27,8 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
 
-    from calibrate.bench import OpBench, measure_engine_steps
+    from calibrate.op_bench import OpBench
+    from calibrate.engine_bench import measure_engine_steps
     from calibrate.engine_steps import ENGINE_GROUPS, _features, _solve, interleave
     from gpu_backend.model_config import ModelConfig
     from sim.latency.profiled import ProfiledLatencyModel

@@ -12,7 +12,7 @@ S seconds what a perfect model would score on this machine, `benchmarks/machine_
 <= 5%, mean TTFT, TPOT and E2E within 10%. Columns: "cpu med" the per-step error against the engine
 thread's CPU time; "detrend" with the machine's drift taken out (each step's error minus its 51
 neighbours' median); "drift" the calibration's engine steps' slow-down from before to after the run
-(`calibrate.bench.bracket_drift_pct`); "held" the calibration's held-out error; "offer" the load a
+(`calibrate.engine_bench.bracket_drift_pct`); "held" the calibration's held-out error; "offer" the load a
 random workload was drawn at (against the generator's rough rates); "waited" the share of
 the steps' wall time the engine's thread waited for a core (left out on validate's engine clock,
 `calibrate.validate.engine_clock`); "util" the predicted run's busy share of its span, "amp" how

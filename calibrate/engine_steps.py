@@ -4,7 +4,7 @@ Op curves are timed in isolation; a real engine step also pays host work no op a
 (scheduling, batch assembly, module calls, Python glue, sampling bookkeeping) and runs its ops in
 other cache conditions (between two steps the scheduler, sampler and bookkeeping evict the caches;
 sequences have real, uneven block tables). Both are measured on the real `Engine` (by
-`calibrate.bench.measure_engine_steps`, which runs it); this module holds the workload and the fit:
+`calibrate.engine_bench.measure_engine_steps`, which runs it); this module holds the workload and the fit:
 
 1. the workload: fixed and seeded, sharing nothing with any validation workload (`ENGINE_GROUPS`
    of requests arriving together, prompts log-uniform over 4 to ~1,000 tokens, 2 to 40 outputs),
@@ -13,7 +13,7 @@ sequences have real, uneven block tables). Both are measured on the real `Engine
 2. `fit_engine_steps`: the host overhead and the in-step scales of the op curves from those steps,
    and the after-idle excess (`after_idle_s`, and by the length of the pause: `after_idle_curve`);
 3. `after_prefill_curve`: the seconds the first decode-only steps after a prefill take on top of their
-   plans, by the prefill's size, from a probe of its own (`calibrate.bench.measure_after_prefill`).
+   plans, by the prefill's size, from a probe of its own (`calibrate.engine_bench.measure_after_prefill`).
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 #: CPU model the first three or four ran 18, 10, 6, 4% over the model in validation runs (a warm-up
 #: after any prefill, larger after a longer one), ~0 from the sixth on
 AFTER_PREFILL_STEPS = 5
-#: prefill sizes the after-prefill probe times (`calibrate.bench.measure_after_prefill`): the excess grew
+#: prefill sizes the after-prefill probe times (`calibrate.engine_bench.measure_after_prefill`): the excess grew
 #: with the prefill's size, on the tiny CPU model from ~0.1 ms after 16 tokens to ~1.2 ms after 1,024
 #: on the first decode step, alike with 1 or 4 decoding sequences (docs/results/2026-12-06-after-prefill.md)
 AFTER_PREFILL_SIZES = (16, 64, 256, 1024)

@@ -8,7 +8,7 @@ probe (a loop of small matmuls) followed that speed only loosely; the engine's o
 
 The probe runs one fixed `BatchPlan` (a few decodes and a short prefill chunk, `PROBE_PLAN`) on the
 model the engine runs, on a small KV cache of its own, at most every `interval_s` and timed on the
-calibration's clock (`calibrate.bench.clock_for`: thread CPU time on a CPU). `speed_at(t)` is the
+calibration's clock (`calibrate.op_bench.clock_for`: thread CPU time on a CPU). `speed_at(t)` is the
 median of the readings nearest to `t` over a reference level (the calibration's median reading):
 1.10 means the machine ran the engine 10% slower than at the reference. `calibrate` divides its op
 timings and engine steps by it, so that a slow stretch within a calibration does not bend its fit
@@ -57,7 +57,7 @@ class SpeedProbe:
 
     def __init__(self, model, device: str | torch.device = "cpu", *, clock: Callable[[], float],
                  interval_s: float = INTERVAL_S, window: int = WINDOW) -> None:
-        """`clock`: the calibration's (`calibrate.bench.clock_for`), so that readings and timings agree."""
+        """`clock`: the calibration's (`calibrate.op_bench.clock_for`), so that readings and timings agree."""
         self.device = torch.device(device)
         self.interval_s, self.window = interval_s, window
         self.clock = clock
@@ -128,7 +128,7 @@ class SpeedProbe:
         return out
 
     def normalize_steps(self, steps: list, reference: float) -> list:
-        """`calibrate.bench.measure_engine_steps`' (configuration, plan, seconds, after_idle, at) with
+        """`calibrate.engine_bench.measure_engine_steps`' (configuration, plan, seconds, after_idle, at) with
         seconds divided by the speed at `at`: the steps of a machine running at the reference speed."""
         if not steps:
             return steps
@@ -136,7 +136,7 @@ class SpeedProbe:
         return [(n, p, t / f, idle, at) for (n, p, t, idle, at), f in zip(steps, speed)]
 
     def normalize_points(self, points: dict, stamps: dict) -> dict:
-        """`calibrate.bench.measure_ops`' {op: [[x..., seconds]]} with each time divided by the speed
+        """`calibrate.op_bench.measure_ops`' {op: [[x..., seconds]]} with each time divided by the speed
         when it was taken (`stamps`, aligned with the points), against the median reading among the
         op benchmarks (the in-step scales carry the op timings over to the steps' reference)."""
         reference, out = self.level(context="ops"), {}

@@ -123,7 +123,7 @@ def engine_clock(device: str) -> str:
     """The engine clock a validation run uses on `device` (`gpu_backend.clock`).
 
     On a single-threaded CPU run, "uncontended": the profile is measured in the thread's CPU time
-    (`calibrate.bench.clock_for`), so the run it is compared with leaves out the time its thread
+    (`calibrate.op_bench.clock_for`), so the run it is compared with leaves out the time its thread
     waited for a core too; on a shared machine that wait was up to half of every step for minutes at a
     time, and it compounds into queueing the profile cannot know of. Otherwise the wall clock."""
     import torch
@@ -198,7 +198,7 @@ def validate(config_path: str | Path, device: str = "cpu", profile: str | Path |
              threads: int | None = 1, speed_probe: bool = True) -> dict:
     """Run the whole check (see module docstring); returns the `validation.json` dict.
 
-    `quick`: the calibration grid's mode (`calibrate.bench.Grid.make`); the grid covers the config's
+    `quick`: the calibration grid's mode (`calibrate.grid.Grid.make`); the grid covers the config's
     `max_model_len`. The calibration's checks of its own fits (`calibrate.fit_checks`) go to
     details.json (`calibration_warnings`), the report page, and as `CalibrationWarning`s."""
     return run_validation(config_path, device, profile, out_dir, quick, overrides, progress, threads,
@@ -218,7 +218,8 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     readings during a run and during a calibration differed by ~5% with no change in the steps)."""
     import torch
 
-    from calibrate.bench import calibrate, clock_for
+    from calibrate.bench import calibrate
+    from calibrate.op_bench import clock_for
     from calibrate.speed_probe import PROBE_PLAN, SpeedProbe
     from gpu_backend.engine import build_engine_model
 
@@ -327,7 +328,7 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                # the machine's speed drifting over the run (other tenants of a shared host) is taken out
                "step_time_abs_pct_error_detrended": detrended_error(steps),
                # the machine's speed change across the run, seen by the calibration's engine steps
-               # before and after it (calibrate.bench.bracket_drift_pct); None with --profile
+               # before and after it (calibrate.engine_bench.bracket_drift_pct); None with --profile
                "bracket_drift_pct": prof.meta.get("bracket_drift_pct") if profile is None else None,
                "wall_over_cpu_median": float((steps.measured_wall_s / steps.measured_cpu_s).median()) if len(steps)
                else None,

@@ -1,7 +1,7 @@
 """Factory helpers for the calibrate tests: a micro Llama config and a tiny calibration grid."""
 from __future__ import annotations
 
-from calibrate.bench import Grid
+from calibrate.grid import Grid
 
 MICRO = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,

@@ -179,7 +179,7 @@ def test_the_calibration_alternates_small_and_large_groups():
 def test_a_step_cheaper_than_its_ops_alone_gives_a_negative_offset_not_a_shrunk_scale():
     """Ops timed alone pay a per-step floor a step's ops do not: the fit finds the saving as a negative
     constant with the dense scale where it is, and the profile carries it as `in_step_offset_s`."""
-    from calibrate.bench import add_engine_fit
+    from calibrate.engine_bench import add_engine_fit
 
     d = tiny_profile_dict()
     lm = ProfiledLatencyModel(Profile.from_dict(d))
