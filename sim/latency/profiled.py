@@ -379,8 +379,8 @@ def _idle_curve(raw: Any):
             return ys[0]
         if v >= lx[-1]:
             return ys[-1]
-        i = bisect.bisect_right(lx, v)
-        return ys[i - 1] + (ys[i] - ys[i - 1]) * (v - lx[i - 1]) / (lx[i] - lx[i - 1])
+        i, t = _locate(lx, v)
+        return ys[i] + (ys[i + 1] - ys[i]) * t
 
     return cost
 
