@@ -1,19 +1,10 @@
-"""Micro-benchmarks of the engine's own ops on a device, fitted into a profile (`servesim calibrate`).
+"""`calibrate`: a profile of the engine on a device, measured and fitted (`servesim calibrate`).
 
-What is timed (one layer's modules from `gpu_backend.model.op_registry`; x num_hidden_layers = the stack):
-
-- over token counts T: QKV, O, gate/up and down projections, SwiGLU, RMSNorm, rotary, KV writes
-  (the backend's scatter), embedding; over sampled rows S: the LM head and the sampler; the GEMMs
-  and the LM head over rotating copies of their weights (`OpBench.cold`);
-- prefill attention over (chunk tokens, context length), one sequence, through the engine's
-  attention backend (which also writes the chunk's K/V: `attention_includes_kv_write`); decode
-  attention over (batch size, KV length); swap copies over bytes (`KVCache.swap_out` / `swap_in`);
-- the engine's own steps on a fixed calibration workload (`measure_engine_steps`, fitted by
-  `calibrate.engine_steps`): host overhead and the op curves' in-step scales.
-
-The parts: `calibrate.grid` (the shapes), `calibrate.op_bench` (the ops one at a time),
-`calibrate.engine_bench` (the engine's steps and their fit); `calibrate` here runs them in order and
-writes the profile.
+The parts, run in order by `calibrate`: the engine's own steps on a fixed calibration workload and
+the after-prefill probe (`calibrate.engine_bench`); the ops one at a time over the shapes of a
+`calibrate.grid.Grid` (`calibrate.op_bench`); the machine's speed read throughout and divided out
+of every timing (`calibrate.speed_probe`). The op curves are fitted by `calibrate.fit`, the host
+overhead and the curves' in-step scales from the engine steps by `calibrate.engine_steps`.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ WINDOW = 9
 
 def fake_seq(req_id, num_tokens: int, computed: int, first_block: int, block_size: int) -> ScheduledSeq:
     """A sequence with token ids and its own contiguous block table, for a hand-made plan (the
-    probe's, and `calibrate.bench`'s op benchmarks)."""
+    probe's, and `calibrate.op_bench`'s op benchmarks)."""
     ctx = computed + num_tokens
     r = Request(req_id, 0.0, ctx, 1, prompt_token_ids=[3] * ctx)
     r.block_table = list(range(first_block, first_block + -(-ctx // block_size)))
