@@ -209,17 +209,19 @@ SERVE_STACK_FRONTEND = Path(__file__).resolve().parents[1] / "examples" / "profi
 
 
 #: our own engine's CPU calibration (`servesim calibrate`, `meta.engine_step_fit`): its host time per
-#: engine step and per scheduled sequence, fitted on our engine's own steps (no serving run)
-OUR_ENGINE_PROFILE = Path(__file__).resolve().parents[1] / "examples" / "profiles" / "tiny-llama-cpu.json"
+#: engine step and per scheduled sequence, fitted on our engine's own steps (no serving run); the meta
+#: of one named calibration, kept apart from examples/profiles so that re-measuring those does not
+#: move the source-out figures
+OUR_ENGINE_HOST = Path(__file__).resolve().parent / "host" / "our-engine-cpu.json"
 
 
 def our_engine_host() -> dict | None:
-    """`step_s` and `per_seq_s` of our engine's host time per step (`OUR_ENGINE_PROFILE`), or None.
+    """`step_s` and `per_seq_s` of our engine's host time per step (`OUR_ENGINE_HOST`), or None.
 
     A fit's per-step constant below 0 is not host time but the ops' isolated floor coming off
     (`meta.in_step_offset_s`): the host time per step is then 0, as in the profile's `step_overhead`."""
     try:
-        params = read_json_object(OUR_ENGINE_PROFILE, "engine profile")["meta"]["engine_step_fit"]["params"]
+        params = read_json_object(OUR_ENGINE_HOST, "our engine's host time")["meta"]["engine_step_fit"]["params"]
         host = {k: float(params[k]) for k in ("step_s", "per_seq_s")}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -245,7 +247,7 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
     source (`reproduce --fit source`):
 
     - host time per step: an idle-host layer only if measured on other sources; else, for vLLM v1
-      (chunked prefill), our own engine's host time per step and per sequence (`OUR_ENGINE_PROFILE`:
+      (chunked prefill), our own engine's host time per step and per sequence (`OUR_ENGINE_HOST`:
       its engine core, like ours, is a Python loop that schedules, prepares inputs and samples);
       else the documented constants (`sim.latency.RooflineConstants`); DistServe's coefficients
       hold the per-step constant in their intercept, so there only the per-sequence constant;
@@ -297,7 +299,7 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
     elif ours is not None:  # vLLM v1's engine core: a Python loop scheduling, preparing and sampling, as ours
         step_s, per_seq = ours["step_s"], ours["per_seq_s"]
         evidence.insert(0, f"host time per step {step_s * 1e3:.2f} ms + {per_seq * 1e3:.3f} ms per sequence: "
-                           f"our engine's CPU step fit ({OUR_ENGINE_PROFILE.name} meta.engine_step_fit)")
+                           f"our engine's CPU step fit ({OUR_ENGINE_HOST.name} meta.engine_step_fit)")
     else:
         evidence.insert(0, "host time per step and per sequence: documented constants (RooflineConstants)")
         step_s = c.step_overhead_s

@@ -168,7 +168,7 @@ def test_our_engines_host_time_never_reads_the_in_step_offset_as_host_time(tmp_p
 
     path = tmp_path / "profile.json"
     path.write_text(json.dumps({"meta": {"engine_step_fit": {"params": {"step_s": -2.5e-4, "per_seq_s": 1e-4}}}}))
-    monkeypatch.setattr(predict, "OUR_ENGINE_PROFILE", path)
+    monkeypatch.setattr(predict, "OUR_ENGINE_HOST", path)
     assert predict.our_engine_host() == {"step_s": 0.0, "per_seq_s": 1e-4}
     path.write_text(json.dumps({"meta": {"engine_step_fit": {"params": {"step_s": 3e-4, "per_seq_s": 1e-4}}}}))
     assert predict.our_engine_host() == {"step_s": 3e-4, "per_seq_s": 1e-4}
@@ -176,8 +176,8 @@ def test_our_engines_host_time_never_reads_the_in_step_offset_as_host_time(tmp_p
 
 def test_v1_source_out_host_time_is_our_engines_step_fit():
     """Without an idle-host layer of another source, a vLLM v1 run's host time per step and per
-    sequence is our own engine's CPU step fit, and the evidence names that profile."""
-    from fidelity.predict import OUR_ENGINE_PROFILE, our_engine_host
+    sequence is our own engine's CPU step fit, and the evidence names that file."""
+    from fidelity.predict import OUR_ENGINE_HOST, our_engine_host
 
     ours = our_engine_host()
     if ours is None:
@@ -185,6 +185,6 @@ def test_v1_source_out_host_time_is_our_engines_step_fit():
     o, evidence = source_out_prior("aiconfigurator", _run("new"), "A100")  # no H100 idle layer applies
     assert o.schedule_s == pytest.approx(ours["step_s"])
     assert o.schedule_per_seq_s == pytest.approx(ours["per_seq_s"])
-    assert OUR_ENGINE_PROFILE.name in evidence[0]
+    assert OUR_ENGINE_HOST.name in evidence[0]
     v0, _ = source_out_prior("aiconfigurator", _run("old", enable_chunked_prefill=False), "A100")
     assert v0.schedule_per_seq_s != pytest.approx(ours["per_seq_s"])  # a v0 engine: not ours
