@@ -14,7 +14,6 @@ Prints figures; it is not a pass/fail test.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from policies import ConfigError, SchedulerConfig, SpeculativeConfig
-from policies.config import (OFFLOAD_BACKENDS, check_cache_knobs, check_choice, check_int, check_keys,
+from policies.config import (OFFLOAD_BACKENDS, check_cache_knobs, check_choice, check_keys,
                              check_number)
 from records.metrics import SLOConfig
 from sim.cluster.autoscaler import AutoscalingConfig

@@ -1,8 +1,6 @@
 """TTFT as named parts: they sum to each request's TTFT, measured and predicted, and each names its origin."""
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from fidelity.ttft_parts import PARTS, measured_parts, predicted_parts, ttft_parts_table

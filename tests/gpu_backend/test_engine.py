@@ -5,7 +5,6 @@ greedy outputs equal `LlamaForCausalLM` run one prompt at a time; every KV block
 end; every request ended; and the KV tensors (NaN-filled at start) were written only at the slots
 the plans' block tables allot to the scheduled tokens (or in whole blocks swapped back in).
 """
-import math
 import threading
 
 import pytest

@@ -1,7 +1,6 @@
 """Batch assembly against a per-token Python reference, for random mixed plans."""
 import random
 
-import numpy as np
 import pytest
 
 from engine_factories import make_plan, make_request

@@ -1,7 +1,6 @@
 """Every notebook runs top to bottom (small settings) and matches its source in notebooks/src/."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 

@@ -1,5 +1,4 @@
 """Prefill/decode disaggregation: KV transfer time, TTFT on a slow link, block holds, admission, goodput."""
-import math
 
 import numpy as np
 import pytest

@@ -5,7 +5,7 @@ import pytest
 
 from policies import ConfigError
 from sim.latency.eager import EagerLatencyModel
-from sim.latency.profiled import OP_INPUTS, PiecewiseLinear, ProfiledLatencyModel
+from sim.latency.profiled import PiecewiseLinear, ProfiledLatencyModel
 from test_profiled import make_profile, plan, seq
 
 
