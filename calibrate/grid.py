@@ -34,7 +34,8 @@ class Grid:
             raise ValueError(f"grid: {quick!r} is not allowed; choose one of smoke, quick, full")
         quick = quick in (True, "quick")
         if quick:
-            # every count of 1-8 tokens: small-M GEMM kernels are not monotone there (calibrate.fit._pwl)
+            # every count of 1-8 tokens: small-M GEMM kernels are not monotone there when their weights
+            # come from memory (calibrate.fit._pwl; docs/results/2026-12-06-in-step-ops.md)
             tokens = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
             sampled = (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
             # cached context 0 (a first chunk: SDPA's causal kernel) and 16 (a later chunk: the
