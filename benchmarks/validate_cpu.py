@@ -24,7 +24,9 @@ steps 1-3 after a step that carried prefill tokens). "speed": how much
 slower (+) the machine ran the engine during the run than during its calibration, read by the speed
 probe (`calibrate.speed_probe`, which the calibration divides out of its own timings); "@speed" and
 "@s mean" (the worst of the three means): a diagnostic, the comparison with every prediction scaled
-by that speed. `--no-speed-probe`: neither.
+by that speed. `--no-speed-probe`: neither. Last, the decode-only steps of all runs pooled with each
+run's own level taken out, by decode batch and context per sequence (`decode_shape`): what the model
+gets wrong whatever speed the machine ran at.
 """
 from __future__ import annotations
 
@@ -59,6 +61,40 @@ def by_kind(steps_csv: Path) -> dict[str, str]:
     if "num_context_tokens" in d:  # long contexts: where the decode attention curve is least certain
         kinds["dec ctx>=256/seq"] = dec & (d.num_context_tokens >= 256 * d.num_seqs)
     return {k: f"{np.median(err[m]):+.1f}% ({int(m.sum())})" for k, m in kinds.items() if m.any()}
+
+
+def decode_shape(steps_csvs: list[Path], min_steps: int = 5):
+    """The model's error by decode batch and context per sequence with each run's own level taken out.
+
+    A run's per-step figure is mostly the level the machine met (its speed against the calibration),
+    which hides a shape the model gets wrong at every level. Per run: each decode-only step's
+    predicted / measured (the engine thread's CPU time) over the run's median of it over all its
+    steps, as a signed %, the median per cell (cells of at least `min_steps` steps); then per cell the median over runs, and how
+    many runs had it: a DataFrame (median_pct, runs) indexed by decode batch (1, 2, 3, 4, 5-8, 9+) and
+    context tokens per sequence (<=128, 129-256, 257-512, >512), empty without decode steps."""
+    import numpy as np
+    import pandas as pd
+
+    cells = []
+    for path in steps_csvs:
+        d = pd.read_csv(path)
+        ratio = d.predicted_s / d.measured_cpu_s
+        dec = (d.num_prefill_tokens == 0) & (d.num_decode_tokens > 0)
+        if "num_context_tokens" not in d or not dec.any():
+            continue
+        # the level as a factor: a machine 30% slower scales every measured step alike
+        rel = (ratio / float(np.median(ratio)) - 1.0)[dec] * 100.0
+        seqs = d.num_seqs[dec]
+        batch = pd.cut(seqs, [0, 1, 2, 3, 4, 8, np.inf], labels=["1", "2", "3", "4", "5-8", "9+"])
+        ctx = pd.cut(d.num_context_tokens[dec] / seqs, [-np.inf, 128, 256, 512, np.inf],
+                     labels=["<=128", "129-256", "257-512", ">512"])
+        g = pd.DataFrame({"batch": batch, "ctx": ctx, "rel": rel}).groupby(["batch", "ctx"], observed=True).rel
+        run = g.median()[g.size() >= min_steps]
+        cells.append(run)
+    if not cells:
+        return pd.DataFrame()
+    runs = pd.concat(cells, axis=1)
+    return pd.DataFrame({"median_pct": runs.median(axis=1), "runs": runs.notna().sum(axis=1)})
 
 
 def main(argv=None) -> int:
@@ -156,6 +192,12 @@ def main(argv=None) -> int:
     print("\nmedian signed error vs engine CPU time by step kind (steps):")
     for toml in [p for _, paths in groups for p in paths]:
         print(f"  {toml.stem:<24} " + "  ".join(f"{k} {v}" for k, v in by_kind(out / toml.stem / "steps.csv").items()))
+    shape = decode_shape([out / toml.stem / "steps.csv" for _, paths in groups for toml in paths])
+    if not shape.empty:
+        print("\ndecode-only steps, each run's level taken out: median over runs of the run's median signed error "
+              "(runs) by decode batch x context tokens per sequence")
+        table = shape.apply(lambda r: f"{r.median_pct:+.1f}% ({int(r.runs)})", axis=1).unstack("ctx").fillna("")
+        print(table.to_string())
     return 0
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from benchmark_helpers import load_benchmark
 
@@ -23,3 +24,28 @@ def test_the_decode_steps_just_after_a_prefill_are_their_own_kind(tmp_path):
     assert kinds["dec1-3 after prefill"] == "-20.0% (6)"
     assert kinds["dec2-4"] == "+0.0% (14)"  # the median of all decode steps: 8 steady, 6 slow
     assert kinds["prefill"] == "+0.0% (1)" and kinds["mixed"] == "+0.0% (1)"
+
+
+def write_decode_steps(path, level: float, rows):
+    """A steps.csv of decode-only steps (num_seqs, context tokens, predicted over measured - 1), the
+    machine's level (`level`: measured times run that much slower) applied to every step."""
+    pd.DataFrame([{"step_id": i, "num_seqs": n, "num_prefill_tokens": 0, "num_decode_tokens": n,
+                   "num_context_tokens": ctx, "predicted_s": 1.0 + off, "measured_cpu_s": 1.0 + level}
+                  for i, (n, ctx, off) in enumerate(rows)]).to_csv(path)
+    return path
+
+
+def test_the_decode_shape_takes_each_runs_level_out(tmp_path):
+    """Two runs at very different machine levels, the model 10% over at batches of two in both: the
+    shape shows +10 points there and 0 elsewhere, whatever the level; thin cells are left out."""
+    decode_shape = load_benchmark("validate_cpu").decode_shape
+    rows = [(1, 64, 0.0)] * 20 + [(2, 2 * 64, 0.1)] * 6 + [(4, 4 * 300, 0.0)] * 6 + [(3, 3 * 64, 0.5)] * 2
+    a = write_decode_steps(tmp_path / "a.csv", 0.0, rows)
+    b = write_decode_steps(tmp_path / "b.csv", 0.3, rows)  # the machine 30% slower in this run
+    shape = decode_shape([a, b])
+    assert shape.loc[("2", "<=128"), "median_pct"] == pytest.approx(10.0)
+    assert shape.loc[("1", "<=128"), "median_pct"] == pytest.approx(0.0)
+    assert shape.loc[("4", "257-512"), "median_pct"] == pytest.approx(0.0)
+    assert (shape.runs == 2).all()
+    assert ("3", "<=128") not in shape.index  # 2 steps: below min_steps
+    assert decode_shape([]).empty
