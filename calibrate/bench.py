@@ -26,7 +26,8 @@ from calibrate.fit import fit_op
 from calibrate.fit_checks import check_profile, warn
 from calibrate.grid import Grid
 from calibrate.model_dims import resolve_model
-from calibrate.op_bench import OpBench, clock_for, device_name, measure_ops
+from calibrate.op_bench import (OpBench, clock_for, device_name, measure_ops, measure_ragged_decode,
+                                padding_discount)
 from calibrate.speed_probe import SpeedProbe
 from gpu_backend.model_config import ModelConfig
 from sim.latency.profiled import Profile
@@ -104,6 +105,8 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
         steps += measure_engine_steps(bench, second, progress=progress, seed=seed + 1, **workload)
         settle()
         after_prefill = measure_after_prefill(bench, grid.after_prefill_repeats, progress=progress)
+        # the torch backend pads decodes to the longest context: what the padding costs (op_bench)
+        ragged = measure_ragged_decode(bench, grid) if bench.backend.name == "torch" else []
         if between is not None:
             measure_ops(bench, grid, progress, max_call_s=max_call_s, passes=(1,), points=points, too_slow=too_slow,
                         probe=probe, stamps=stamps)
@@ -139,6 +142,9 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
     }
     if speed_meta is not None:
         meta["speed_probe"] = speed_meta
+    discount = padding_discount(ragged)
+    if discount is not None:  # before the engine-step fit, whose decode attention it lowers
+        meta["attn_decode_padding_discount"] = discount
     profile = Profile(meta=meta, model=dims, ops=ops)
     add_engine_fit(profile, steps)
     curve = after_prefill_curve(after_prefill)

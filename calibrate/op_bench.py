@@ -91,6 +91,22 @@ def _decode_seqs(batch: int, kv_len: int, block_size: int) -> list[ScheduledSeq]
     return seqs
 
 
+def _ragged_seqs(lens: list[int], block_size: int) -> list[ScheduledSeq]:
+    """Decodes at the KV lengths `lens`, their block tables interleaved as growing sequences leave them
+    (block j of every sequence that has one, then block j + 1, ...), as `_decode_seqs` does for one length."""
+    seqs = [fake_seq(i, 1, L - 1, 0, block_size) for i, L in enumerate(lens)]
+    needed = [-(-L // block_size) for L in lens]
+    tables, nxt = [[] for _ in lens], 0
+    for j in range(max(needed)):
+        for i, n in enumerate(needed):
+            if j < n:
+                tables[i].append(nxt)
+                nxt += 1
+    for s, t in zip(seqs, tables):
+        s.request.block_table = t
+    return seqs
+
+
 class OpBench:
     """Builds the tiny inputs for each op and times them on one device (see module docstring)."""
 
@@ -212,6 +228,12 @@ class OpBench:
         # scattered blocks costs 15-25% more than contiguous ones at 30 x 900 tokens (measured here)
         return self.attention(_decode_seqs(batch, kv_len, self.block_size))
 
+    def ragged_decode(self, batch: int, kv_len: int) -> tuple[Callable[[], object], float]:
+        """(decode attention of `batch` sequences, mean KV length): one at `kv_len`, the others spread
+        geometrically over kv_len/16 .. kv_len/2, as decoding sequences that arrived apart are."""
+        lens = [kv_len] + [max(1, int(v)) for v in np.geomspace(kv_len / 16, kv_len / 2, batch - 1)]
+        return self.attention(_ragged_seqs(lens, self.block_size)), float(np.mean(lens))
+
     def swap(self, direction: str, num_blocks: int) -> tuple[Callable[[], object], int]:
         kv = self.kv_cache(num_blocks, num_blocks)
         pairs = [(i, i) for i in range(num_blocks)]
@@ -225,6 +247,50 @@ COLD_BYTES_CAP = 256 << 20
 TOKEN_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act", "input_norm", "rotary", "kv_write",
              "residual_add", "embed")
 SAMPLED_OPS = ("lm_head", "sampler")
+
+
+#: (decode batches, longest KV lengths) the ragged decode batches are timed at, those the grid has
+RAGGED_BATCHES, RAGGED_KV = (4, 8, 16, 32), (256, 512, 1024)
+
+
+def measure_ragged_decode(bench: OpBench, grid: Grid) -> list[tuple[int, int, float, float, float]]:
+    """[(batch, longest KV length, mean KV length, ragged seconds, uniform seconds)]: decode attention
+    of a ragged batch (`OpBench.ragged_decode`) and of the uniform batch at its longest length, timed
+    in turns (medians of the grid's repeats), at the grid's points among `RAGGED_BATCHES` x `RAGGED_KV`.
+
+    The torch backend pads every decode to the batch's longest context (`attn_decode_kv = "max"`), so
+    the grid's uniform batches price a ragged one at its longest length; but the padding gathers one
+    block over and over (block 0, from cache) where a uniform batch reads distinct blocks, and a
+    ragged batch of the calibration's engine steps ran 15-25% under the uniform one
+    (docs/results/2026-12-06-in-step-ops.md). `padding_discount` turns these into the profile's term."""
+    points = sorted({(b, L) for b, L in grid.decode if b in RAGGED_BATCHES and L in RAGGED_KV})
+    out = []
+    with torch.inference_mode():
+        for b, L in points:
+            (ragged, mean), uniform = bench.ragged_decode(b, L), bench.decode(b, L)
+            r, u = [], []
+            for _ in range(max(1, grid.repeats)):
+                r += time_call(ragged, grid.warmup, 1, bench.device)
+                u += time_call(uniform, grid.warmup, 1, bench.device)
+            out.append((b, L, mean, float(np.median(r)), float(np.median(u))))
+    return out
+
+
+def padding_discount(points: list[tuple[int, int, float, float, float]]) -> dict | None:
+    """The share of a padded decode batch's attention that its padding does not cost, per measured
+    (batch, longest KV length): (1 - ragged / uniform) / (1 - mean / longest) of `measure_ragged_decode`'s
+    points, within [0, 1], as `meta.attn_decode_padding_discount` {"batch", "max_kv", "discount"}
+    (a row per batch); None without a full table or when no point saves anything. On the tiny CPU
+    model it was ~0 while a uniform batch's KV fits the last-level cache and ~0.2 beyond
+    (16-32 decodes at 512-1024 tokens): the padding's block is read from cache, real blocks are not."""
+    batches, kvs = sorted({p[0] for p in points}), sorted({p[1] for p in points})
+    cell = {(b, L): (1.0 - r / u) / (1.0 - mean / L) for b, L, mean, r, u in points if u > 0 and mean < L}
+    if not cell or len(cell) != len(batches) * len(kvs):
+        return None
+    table = [[round(min(max(cell[b, L], 0.0), 1.0), 3) for L in kvs] for b in batches]
+    if not any(v > 0 for row in table for v in row):
+        return None
+    return {"batch": batches, "max_kv": kvs, "discount": table}
 
 
 def measure_ops(bench: OpBench, grid: Grid, progress: bool = True, max_call_s: float = 1.0, passes=(0, 1),

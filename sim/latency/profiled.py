@@ -5,8 +5,9 @@ by `calibrate`: micro-benchmarks of the engine's own ops, or an importer of publ
 It loads here without torch or scipy and its curves are evaluated in plain Python, so a planner
 can simulate with measured data on a laptop. A step is composed as the engine runs it: per layer
 the GEMMs, norms, rotary, KV writes and residual adds over all tokens of the step, prefill
-attention per chunk over (chunk, context), decode attention once over (batch, mean KV length),
-two all-reduces when TP > 1; once per step the embedding, final norm, LM head and sampler, the swap
+attention per chunk over (chunk, context), decode attention once over (batch, mean KV length; the
+longest with `meta.attn_decode_kv = "max"`, less `meta.attn_decode_padding_discount` of the padding's
+share), two all-reduces when TP > 1; once per step the embedding, final norm, LM head and sampler, the swap
 copies and the engine's host overhead. `meta.in_step_scale` multiplies the op curves inside a step
 (ops timed alone run in other cache conditions), `meta.in_step_offset_s` (<= 0) is what every step
 saves on the ops' per-step floor as timed alone (cold weights, a micro-benchmark's own calls),
@@ -359,6 +360,36 @@ def _prefill_curve(raw: Any):
     return cost
 
 
+def _discount_table(raw: Any):
+    """`meta.attn_decode_padding_discount` {"batch": [ascending], "max_kv": [ascending], "discount":
+    [[share in [0, 1] per max_kv] per batch]} as share(batch, longest KV length): bilinear between
+    the knots, the nearest edge beyond them. None when absent."""
+    if raw is None:
+        return None
+    name = "profile.meta.attn_decode_padding_discount"
+    try:
+        xs, ys = [float(v) for v in raw["batch"]], [float(v) for v in raw["max_kv"]]
+        zs = [[float(v) for v in row] for row in raw["discount"]]
+    except (TypeError, KeyError, ValueError):
+        raise _err(name, f"expected {{batch: [...], max_kv: [...], discount: [[...], ...]}}, got {raw!r}") from None
+    if not xs or not ys or any(b <= a for a, b in zip(xs, xs[1:])) or any(b <= a for a, b in zip(ys, ys[1:])) \
+            or len(zs) != len(xs) or any(len(row) != len(ys) for row in zs) \
+            or any(not (math.isfinite(z) and 0.0 <= z <= 1.0) for row in zs for z in row):
+        raise _err(name, "expected ascending batch and max_kv and one row of shares in [0, 1] per batch, "
+                   f"one share per max_kv, got {raw!r}")
+
+    def at(knots, v):
+        i, t = _locate(knots, v)
+        return (i, min(max(t, 0.0), 1.0)) if len(knots) > 1 else (0, 0.0)
+
+    def share(batch: float, max_kv: float) -> float:
+        (i, s), (j, t) = at(xs, batch), at(ys, max_kv)
+        i2, j2 = min(i + 1, len(xs) - 1), min(j + 1, len(ys) - 1)
+        return ((1 - s) * ((1 - t) * zs[i][j] + t * zs[i][j2]) + s * ((1 - t) * zs[i2][j] + t * zs[i2][j2]))
+
+    return share
+
+
 def _idle_curve(raw: Any):
     """`meta.after_idle_curve` {"idle_s": [ascending seconds > 0], "excess_s": [seconds >= 0]} as a
     function of log(idle seconds), linear between the knots and flat beyond them; None when absent."""
@@ -421,6 +452,8 @@ class ProfiledLatencyModel(LatencyModel):
         self.decode_kv = profile.meta.get("attn_decode_kv", "mean")
         if self.decode_kv not in ("mean", "max"):
             raise _err("profile.meta.attn_decode_kv", f"{self.decode_kv!r} is not allowed; choose one of mean, max")
+        # the share of a padded decode batch's attention its padding does not cost ("max" only)
+        self._padding_discount = _discount_table(profile.meta.get("attn_decode_padding_discount"))
         self.kv_write_in_attention = bool(profile.meta.get("attention_includes_kv_write", False))
         self.scale = _in_step_scale(profile.meta.get("in_step_scale"))
         self.skips_padding = profile.meta.get("executor_skips_padding", False)
@@ -476,6 +509,10 @@ class ProfiledLatencyModel(LatencyModel):
                 prefill_attn += op["attn_prefill"](s.num_tokens, s.context_len)
         kv = (max_kv if self.decode_kv == "max" else decode_kv / num_decode) if num_decode else 0
         decode_attn = op["attn_decode"](num_decode, kv) if num_decode else 0.0
+        if self.decode_kv == "max" and self._padding_discount is not None and num_decode and max_kv:
+            pad = 1.0 - decode_kv / (num_decode * max_kv)  # the padding's share of the padded batch
+            if pad > 0:
+                decode_attn *= 1.0 - self._padding_discount(num_decode, max_kv) * pad
         t = num_tokens
         linear = op["qkv_proj"](t) + op["o_proj"](t) + op["gate_up_proj"](t) + op["down_proj"](t)
         elementwise = op["act"](t) + 2 * op["input_norm"](t) + op["rotary"](t) + 2 * op["residual_add"](t)

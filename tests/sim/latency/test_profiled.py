@@ -142,6 +142,37 @@ def test_decode_attention_reads_max_kv_for_padded_backends():
     assert lm_max.breakdown(pl)["attn_decode"] > lm_mean.breakdown(pl)["attn_decode"]
 
 
+def test_the_padding_discount_charges_a_ragged_decode_batch_less_than_its_longest_context():
+    """With `attn_decode_padding_discount`, a padded decode batch pays uniform(batch, longest) less the
+    table's share of its padding; a uniform batch (no padding) and profiles without it pay the same."""
+    p = make_profile()
+    p.meta["attn_decode_kv"] = "max"
+    base = ProfiledLatencyModel(p)
+    p.meta["attn_decode_padding_discount"] = {"batch": [2, 8], "max_kv": [256, 1024],
+                                              "discount": [[0.0, 0.0], [0.0, 0.4]]}
+    lm = ProfiledLatencyModel(p)
+    ragged = plan(*[seq(str(i), 1, 99) for i in range(7)], seq("long", 1, 1023))  # 8 decodes, longest 1,024
+    pad = 1 - (7 * 100 + 1024) / (8 * 1024)
+    assert lm.breakdown(ragged)["attn_decode"] == pytest.approx(base.breakdown(ragged)["attn_decode"] * (1 - 0.4 * pad))
+    uniform = plan(*[seq(str(i), 1, 1023) for i in range(8)])
+    assert lm.breakdown(uniform)["attn_decode"] == pytest.approx(base.breakdown(uniform)["attn_decode"])
+    small = plan(seq("a", 1, 99), seq("b", 1, 255))  # 2 decodes at 256: the table says 0 there
+    assert lm.breakdown(small)["attn_decode"] == pytest.approx(base.breakdown(small)["attn_decode"])
+    mean_profile = make_profile()  # a backend that reads the mean KV length has no padding to discount
+    mean_profile.meta["attn_decode_padding_discount"] = p.meta["attn_decode_padding_discount"]
+    assert ProfiledLatencyModel(mean_profile).breakdown(ragged)["attn_decode"] == pytest.approx(
+        ProfiledLatencyModel(make_profile()).breakdown(ragged)["attn_decode"])
+
+
+@pytest.mark.parametrize("bad", [0.2, {"batch": [2], "max_kv": [256]}, {"batch": [8, 2], "max_kv": [256], "discount": [[0], [0]]},
+                                 {"batch": [2], "max_kv": [256], "discount": [[1.5]]}])
+def test_a_bad_padding_discount_is_named(bad):
+    p = make_profile()
+    p.meta["attn_decode_padding_discount"] = bad
+    with pytest.raises(ConfigError, match="profile.meta.attn_decode_padding_discount"):
+        ProfiledLatencyModel(p)
+
+
 def static_plan(padding: bool) -> BatchPlan:
     """A static batch's prefill of prompts 300 and 40 (padded to 300), then a decode with one finished slot."""
     a, b = seq("a", 300, 0), seq("b", 40, 0)
