@@ -84,16 +84,13 @@ def device_name(device: torch.device) -> str:
 
 def _decode_seqs(batch: int, kv_len: int, block_size: int) -> list[ScheduledSeq]:
     """`batch` decodes at `kv_len` with interleaved block tables (blocks 0 .. batch x blocks-per-seq - 1)."""
-    per = -(-kv_len // block_size)
-    seqs = [fake_seq(i, 1, kv_len - 1, 0, block_size) for i in range(batch)]
-    for i, s in enumerate(seqs):
-        s.request.block_table = [i + j * batch for j in range(per)]
-    return seqs
+    return _ragged_seqs([kv_len] * batch, block_size)
 
 
 def _ragged_seqs(lens: list[int], block_size: int) -> list[ScheduledSeq]:
     """Decodes at the KV lengths `lens`, their block tables interleaved as growing sequences leave them
-    (block j of every sequence that has one, then block j + 1, ...), as `_decode_seqs` does for one length."""
+    (block j of every sequence that has one, then block j + 1, ...): sequence i of a uniform batch owns
+    blocks i, i + batch, i + 2 batch, ..."""
     seqs = [fake_seq(i, 1, L - 1, 0, block_size) for i, L in enumerate(lens)]
     needed = [-(-L // block_size) for L in lens]
     tables, nxt = [[] for _ in lens], 0

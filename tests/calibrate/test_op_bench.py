@@ -50,7 +50,7 @@ def test_cold_weights_rotate_over_one_step_of_weight_traffic(tmp_path):
 
 
 def test_ragged_decodes_get_disjoint_interleaved_blocks_and_the_asked_longest_length(tmp_path):
-    from calibrate.op_bench import OpBench, _ragged_seqs
+    from calibrate.op_bench import OpBench, _decode_seqs, _ragged_seqs
     from gpu_backend.model_config import ModelConfig
 
     seqs = _ragged_seqs([40, 8, 20], 8)
@@ -59,6 +59,8 @@ def test_ragged_decodes_get_disjoint_interleaved_blocks_and_the_asked_longest_le
     assert sorted(b for t in tables for b in t) == list(range(9))  # every block once
     assert tables[0][:2] == [0, 3]  # block 0 of each sequence first, then block 1 of those that have one
     assert [s.context_len for s in seqs] == [40, 8, 20]
+    uniform = [s.request.block_table for s in _decode_seqs(3, 40, 8)]  # sequence i: i, i + 3, i + 6, ...
+    assert uniform == [[i + 3 * j for j in range(5)] for i in range(3)]
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(MICRO))
