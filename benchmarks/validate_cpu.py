@@ -69,9 +69,10 @@ def decode_shape(steps_csvs: list[Path], min_steps: int = 5):
     A run's per-step figure is mostly the level the machine met (its speed against the calibration),
     which hides a shape the model gets wrong at every level. Per run: each decode-only step's
     predicted / measured (the engine thread's CPU time) over the run's median of it over all its
-    steps, as a signed %, the median per cell (cells of at least `min_steps` steps); then per cell the median over runs, and how
-    many runs had it: a DataFrame (median_pct, runs) indexed by decode batch (1, 2, 3, 4, 5-8, 9+) and
-    context tokens per sequence (<=128, 129-256, 257-512, >512), empty without decode steps."""
+    steps, as a signed %, the median per cell (cells of at least `min_steps` steps); then per cell
+    the median over runs, and how many runs had it: a DataFrame (median_pct, runs) indexed by decode
+    batch (1, 2, 3, 4, 5-8, 9+) and context tokens per sequence (<=128, 129-256, 257-512, >512), empty
+    without decode steps."""
     import numpy as np
     import pandas as pd
 

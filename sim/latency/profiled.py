@@ -7,8 +7,8 @@ can simulate with measured data on a laptop. A step is composed as the engine ru
 the GEMMs, norms, rotary, KV writes and residual adds over all tokens of the step, prefill
 attention per chunk over (chunk, context), decode attention once over (batch, mean KV length; the
 longest with `meta.attn_decode_kv = "max"`, less `meta.attn_decode_padding_discount` of the padding's
-share), two all-reduces when TP > 1; once per step the embedding, final norm, LM head and sampler, the swap
-copies and the engine's host overhead. `meta.in_step_scale` multiplies the op curves inside a step
+share), two all-reduces when TP > 1; once per step the embedding, final norm, LM head and sampler,
+the swap copies and the engine's host overhead. `meta.in_step_scale` multiplies the op curves inside a step
 (ops timed alone run in other cache conditions), `meta.in_step_offset_s` (<= 0) is what every step
 saves on the ops' per-step floor as timed alone (cold weights, a micro-benchmark's own calls),
 `meta.after_idle_s` is charged to the first step
@@ -363,7 +363,8 @@ def _prefill_curve(raw: Any):
 def _discount_table(raw: Any):
     """`meta.attn_decode_padding_discount` {"batch": [ascending], "max_kv": [ascending], "discount":
     [[share in [0, 1] per max_kv] per batch]} as share(batch, longest KV length): bilinear between
-    the knots, the nearest edge beyond them. None when absent."""
+    the knots, the nearest edge beyond them (one knot on an axis: flat along it; `Grid2D` needs two).
+    None when absent."""
     if raw is None:
         return None
     name = "profile.meta.attn_decode_padding_discount"
