@@ -163,17 +163,9 @@ class OpBench:
 
     def token_op(self, name: str, T: int) -> Callable[[], object]:
         c, ops = self.config, self.ops
-        if name == "qkv_proj":
-            x, f = self.rand(T, c.hidden_size), self.cold(ops["qkv_proj"])
-            return lambda: f(x)
-        if name == "o_proj":
-            x, f = self.rand(T, c.q_size), self.cold(ops["o_proj"])
-            return lambda: f(x)
-        if name == "gate_up_proj":
-            x, f = self.rand(T, c.hidden_size), self.cold(ops["gate_up"])
-            return lambda: f(x)
-        if name == "down_proj":
-            x, f = self.rand(T, c.intermediate_size), self.cold(ops["down"])
+        if name in GEMMS:
+            module, width = GEMMS[name]
+            x, f = self.rand(T, getattr(c, width)), self.cold(ops[module])
             return lambda: f(x)
         if name == "act":
             x = self.rand(T, 2 * c.intermediate_size)
@@ -241,6 +233,9 @@ class OpBench:
 # the rotation of `OpBench.cold` stops at this many bytes: beyond any CPU's last-level cache share
 # and 5x an H100's L2, so the weights come from memory as they do in a step of a large model
 COLD_BYTES_CAP = 256 << 20
+#: the weight GEMMs: op name -> (`op_registry` key, the config's input width)
+GEMMS = {"qkv_proj": ("qkv_proj", "hidden_size"), "o_proj": ("o_proj", "q_size"),
+         "gate_up_proj": ("gate_up", "hidden_size"), "down_proj": ("down", "intermediate_size")}
 TOKEN_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act", "input_norm", "rotary", "kv_write",
              "residual_add", "embed")
 SAMPLED_OPS = ("lm_head", "sampler")
