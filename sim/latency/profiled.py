@@ -379,9 +379,9 @@ def _discount_table(raw: Any):
         raise _err(name, "expected ascending batch and max_kv and one row of shares in [0, 1] per batch, "
                    f"one share per max_kv, got {raw!r}")
 
-    def at(knots, v):
+    def at(knots, v):  # `_locate` clamped to the knots (one knot: (0, 0.0) already)
         i, t = _locate(knots, v)
-        return (i, min(max(t, 0.0), 1.0)) if len(knots) > 1 else (0, 0.0)
+        return i, min(max(t, 0.0), 1.0)
 
     def share(batch: float, max_kv: float) -> float:
         (i, s), (j, t) = at(xs, batch), at(ys, max_kv)

@@ -158,6 +158,10 @@ def test_the_padding_discount_charges_a_ragged_decode_batch_less_than_its_longes
     assert lm.breakdown(uniform)["attn_decode"] == pytest.approx(base.breakdown(uniform)["attn_decode"])
     small = plan(seq("a", 1, 99), seq("b", 1, 255))  # 2 decodes at 256: the table says 0 there
     assert lm.breakdown(small)["attn_decode"] == pytest.approx(base.breakdown(small)["attn_decode"])
+    p.meta["attn_decode_padding_discount"] = {"batch": [4], "max_kv": [256], "discount": [[0.4]]}  # one knot
+    assert ProfiledLatencyModel(p).breakdown(ragged)["attn_decode"] == pytest.approx(
+        base.breakdown(ragged)["attn_decode"] * (1 - 0.4 * pad))  # flat beyond it on both axes
+    p.meta["attn_decode_padding_discount"] = {"batch": [2, 8], "max_kv": [256, 1024], "discount": [[0.0, 0.0], [0.0, 0.4]]}
     mean_profile = make_profile()  # a backend that reads the mean KV length has no padding to discount
     mean_profile.meta["attn_decode_padding_discount"] = p.meta["attn_decode_padding_discount"]
     assert ProfiledLatencyModel(mean_profile).breakdown(ragged)["attn_decode"] == pytest.approx(
