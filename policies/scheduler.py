@@ -15,11 +15,11 @@ and the whole-prompt step budget are described on `Scheduler`.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from policies.batch_plan import ScheduledSeq
 from policies.block_manager import BlockManager
+from policies.offload_transfers import OffloadTransfers
 from policies.config import ConfigError
 from policies.preemption import SWAP, Preemptor
 from policies.request import FinishReason, RequestState
@@ -94,13 +94,9 @@ class Scheduler:
         self.max_num_seqs = config.max_num_seqs
         self.long_prefill_token_threshold = config.long_prefill_token_threshold
         self.max_paddings = config.max_paddings  # 0 = unpadded prompt batches (see `_padded_fits`)
-        # the KV offload tier: requests whose prefix is being loaded (native backend), req_id ->
-        # [request, hashes, when the load lands, step id of the plan that carries it]; the loads of the
-        # schedule() call in progress; per step id, the (store hashes, synchronous load hashes) to settle
-        self.loading: dict = {}
-        self._offload_loads: list[tuple[int, int]] = []
-        self._pending_sync_loads: list = []
-        self._offload_transfers: dict = {}
+        # the KV offload tier's copies in flight; `loading` (requests held for a native load) is its dict
+        self.transfers = OffloadTransfers()
+        self.loading = self.transfers.loading
         # speculative decoding: k drafts per step at most; `proposer(request)` gives a request's next
         # drafts (placeholders unless the executor sets a real one); `acceptance(num_drafts)` draws how
         # many a verify accepts when the executor reports none (the simulator sets it)
@@ -172,10 +168,7 @@ class Scheduler:
             self.running.remove(req)
         elif req.is_swapped:
             self.swapped.remove(req)
-        elif req_id in self.loading:  # its load may still be in flight: the tier's entries are released
-            entry = self.loading.pop(req_id)
-            self.block_manager.offload.finish_load(entry[1])
-        else:
+        elif not self.transfers.release(self.block_manager, req_id):  # else held for a load (released)
             self.waiting.remove(req)
         self._finish(req, reason, now)
         return req
@@ -196,7 +189,8 @@ class Scheduler:
         """
         self.now = now
         if self.loading:
-            self._land_loads(now)
+            for req in self.transfers.land(self.block_manager, now):
+                self.waiting.prepend(req)
         step = StepBuilder(self.token_budget)
         self._schedule_pass(step, now)
         while step.is_idle and step.preempted and self.has_unfinished():
@@ -204,7 +198,7 @@ class Scheduler:
             self._schedule_pass(step, now)
         plan = step.finish(self.step_id, now)
         if self.block_manager.offload is not None:
-            plan = self._with_offload(plan)
+            plan = self.transfers.attach(self.block_manager, plan)
         if not plan.is_empty:
             self.step_id += 1
         return plan
@@ -337,7 +331,7 @@ class Scheduler:
                     break
                 waiting.pop()
                 self._admitted(req, hit, cpu)
-                self._start_load(req, len(blocks), cpu)
+                self.transfers.start_load(bm, req, len(blocks), cpu, self.now)
                 continue
             n = self._chunk(req.num_tokens - loaded - hit - cpu, step.budget)
             if n <= 0 or (self.max_paddings and not self._padded_fits(step, n)):
@@ -350,7 +344,7 @@ class Scheduler:
             if not loaded:
                 self._admitted(req, hit, cpu)
                 if cpu:  # lmcache: loaded in this step, before its forward pass
-                    self._start_load(req, len(blocks), cpu)
+                    self.transfers.start_load(bm, req, len(blocks), cpu, self.now)
             req.transition(_CTX)
             if req.preempted_at is not None:  # back after a recompute preemption
                 req.mark_resumed(self.now)
@@ -371,71 +365,10 @@ class Scheduler:
         req.num_computed_tokens = hit + cpu
 
     # --- the KV offload tier ------------------------------------------------------------------------
-    def _start_load(self, req: "Request", first_block: int, num_tokens: int) -> None:
-        """Load `num_tokens` tokens of `req` (blocks from `first_block`) from the CPU tier: the copies go
-        into this step's plan; a native load holds the request in `loading` until it lands."""
-        bm = self.block_manager
-        pairs, hashes, ready_at = bm.offload_load(req, first_block, num_tokens // bm.block_size, self.now)
-        self._offload_loads.extend(pairs)
-        if bm.offload.synchronous:
-            self._pending_sync_loads.append(hashes)
-        else:
-            self.loading[req.req_id] = [req, hashes, ready_at, None]
-
-    def _land_loads(self, now: float) -> None:
-        """Requests whose native load has landed (its plan executed, its time come) wait again, at the
-        head of the queue in arrival order, their loaded blocks now in the GPU prefix cache."""
-        bm = self.block_manager
-        landed = [e for e in self.loading.values() if e[3] is not None and e[2] <= now]
-        if not landed:
-            return
-        landed.sort(key=lambda e: (e[0].arrival_time, e[3]))
-        for req, hashes, _, _ in reversed(landed):
-            del self.loading[req.req_id]
-            bm.offload.finish_load(hashes)
-            bm.cache_loaded_blocks(req)
-            self.waiting.prepend(req)
-
     def next_wakeup(self) -> float | None:
         """When the earliest native load in flight lands (None when none is): an idle replica sleeps
         until then or the next arrival."""
-        times = [e[2] for e in self.loading.values() if e[3] is not None]
-        return min(times) if times else None
-
-    def _with_offload(self, plan: "BatchPlan") -> "BatchPlan":
-        """`plan` with this step's offload copies: the loads admitted into it, and the stores of the
-        full blocks its sequences fill (lmcache: prompt chunks only)."""
-        bm = self.block_manager
-        loads, self._offload_loads = self._offload_loads, []
-        sync_loads, self._pending_sync_loads = self._pending_sync_loads, []
-        stores, store_hashes = [], []
-        prompt_only = bm.offload.synchronous
-        requests = [seq.request for seq in plan.seqs if not seq.is_padding]
-        for req in requests:
-            pairs, hashes = bm.offload_stores(req, prompt_only)
-            if pairs:
-                stores.extend(pairs)
-                store_hashes.extend(hashes)
-        if not loads and not stores:
-            return plan
-        if store_hashes or sync_loads:
-            self._offload_transfers[plan.step_id] = (store_hashes, sync_loads)
-        for entry in self.loading.values():
-            if entry[3] is None:
-                entry[3] = plan.step_id
-        return replace(plan, offload_load_blocks=tuple(loads), offload_store_blocks=tuple(stores))
-
-    def _settle_offload(self, plan: "BatchPlan", now: float) -> None:
-        """After the step of `plan` (ended at `now`): its stores are queued and findable once copied, its
-        synchronous loads done."""
-        done = self._offload_transfers.pop(plan.step_id, None)
-        if done is None:
-            return
-        tier = self.block_manager.offload
-        store_hashes, sync_loads = done
-        tier.finish_store(store_hashes, now)
-        for hashes in sync_loads:
-            tier.finish_load(hashes)
+        return self.transfers.next_wakeup()
 
     def offload_seconds(self, plan: "BatchPlan") -> float:
         """Seconds the plan's offload copies add to its step (lmcache's synchronous copies; 0 for native)."""
@@ -503,8 +436,8 @@ class Scheduler:
     def update(self, plan: "BatchPlan", result: "StepResult", now: float) -> list["Request"]:
         """Record one token per sampling sequence at `now`; finish and free the finished ones."""
         finished = []
-        if self._offload_transfers:
-            self._settle_offload(plan, now)
+        if self.transfers.has_unsettled:
+            self.transfers.settle(self.block_manager, plan, now)
         if plan.seqs:
             if self.num_spec_tokens:
                 self._record_spec_tokens(plan, result, now, finished)
