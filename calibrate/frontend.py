@@ -8,8 +8,8 @@ thread's share of streaming (`calibrate_frontend` says how each is timed and fit
 
 Two engines: the real one (`build_server` of the serving config) measures the front end as it runs
 beside real steps, which hold the interpreter lock part of the time, so the event loop waits for
-it; `probe_server(tokenizer)` puts a `ProbeEngine` whose steps sleep behind the same app (no torch;
-the front end alone; what the tests use). The terms are medians: the delays have long tails (a
+it; `calibrate.probe_engine.probe_server(tokenizer)` puts a `ProbeEngine` whose steps sleep behind
+the same app (no torch; the front end alone; what the tests use). The terms are medians: the delays have long tails (a
 thread waiting for the interpreter lock can wait a whole switch interval, 5 ms; other work on a
 shared machine), which the means beside them in `measurements` show and a constant delay cannot
 carry; the median is the typical request's, and stable from a quiet machine to a busy one.
@@ -24,15 +24,12 @@ import random
 import statistics
 import threading
 import time
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from gpu_backend.serve.background import BackgroundServer
-from gpu_backend.serve.config import ServeConfig
 from gpu_backend.serve.protocol import parse_request
 from gpu_backend.serve.stream_client import StreamClient, shares_clock
-from policies import FinishReason, RequestState
 from records.files import write_json
 from sim.frontend import PROFILE_FORMAT
 
@@ -48,10 +45,6 @@ _WORDS = (
     "house river garden letter morning evening window question answer village journey winter summer"
 ).split()
 
-# the probe's output: whole words, each one token's chunk of text
-PROBE_TEXT = " the house by the river was quiet in the morning and the garden was green"
-
-
 def prompt_text(tokenizer, num_tokens: int, seed: int = 0) -> str:
     """English-looking text of `num_tokens` tokens (special ones aside; decoded from that many ids, so
     re-encoding may differ by a token with other tokenizers)."""
@@ -61,140 +54,6 @@ def prompt_text(tokenizer, num_tokens: int, seed: int = 0) -> str:
         words.extend(rng.sample(_WORDS, len(_WORDS)))
     ids = tokenizer.encode(" ".join(words), add_special_tokens=False)[:num_tokens]
     return tokenizer.decode(ids)
-
-
-@dataclass(frozen=True)
-class _Output:
-    """The engine's per-token callback payload (the fields of gpu_backend.engine.RequestOutput)."""
-
-    req_id: object
-    new_token_ids: list
-    finished: bool
-    finish_reason: object
-    time: float
-
-
-class ProbeEngine:
-    """A stand-in engine with the real Engine's API and stamps, whose steps sleep (clock: perf_counter).
-
-    `add_request` appends to an ingress list under a short lock and wakes the engine thread, as the
-    real Engine does; the thread takes the list at a step boundary (stamping the request's
-    `first_scheduled_time`; at most `max_num_seqs` run, the rest wait), then gives each request one
-    token of `script` per step of `step_s` seconds, recording it at the step's end (`token_times`)
-    and calling `on_output`. The steps sleep, so the interpreter is free for the event loop: the
-    front end alone is timed. The serve tests' fake engine subclasses this (the `_hooks`).
-    """
-
-    def __init__(self, script: list[int], step_s: float = 0.004, max_num_seqs: int | None = None) -> None:
-        self.script = list(script)
-        self.step_s = step_s
-        self.max_num_seqs = max_num_seqs  # None: every request runs at once
-        self._lock = threading.Lock()
-        self._incoming: list = []
-        self._aborts: list = []
-        self._wake = threading.Event()
-        self._stop = False
-        self._thread: threading.Thread | None = None
-        self.waiting: list = []  # engine thread only: (request, on_output) not admitted yet
-        self.running: dict = {}  # req_id -> (request, on_output)
-        self.finished: list = []  # every request that ended, any reason
-        self.num_steps = 0
-
-    # --- the Engine API the server uses ---------------------------------------------------------
-    def now(self) -> float:
-        return time.perf_counter()
-
-    def add_request(self, request, on_output=None) -> None:
-        with self._lock:
-            self._incoming.append((request, on_output))
-        self._wake.set()
-
-    def abort(self, req_id) -> None:
-        with self._lock:
-            self._aborts.append(req_id)
-        self._wake.set()
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop = True
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def stats(self) -> dict:
-        return {"num_running": len(self.running), "num_waiting": len(self.waiting), "num_swapped": 0,
-                "num_used_gpu_blocks": 0, "num_gpu_blocks": 1, "kv_usage": 0.0, "num_preemptions": 0}
-
-    # --- hooks (a subclass adds pausing, KV accounting, stop tokens) ----------------------------
-    def _at_step_boundary(self) -> None:
-        """Called on the engine thread before each step boundary."""
-
-    def _after_token(self, request) -> None:
-        """Called on the engine thread after `request` recorded a token."""
-
-    def _finish_reason(self, request, token: int) -> FinishReason | None:
-        """Why `request` ends after recording `token`; None while it goes on."""
-        return FinishReason.LENGTH if request.num_output_tokens >= request.max_tokens else None
-
-    def _end(self, request, cb, reason: FinishReason, now: float, token_ids: list) -> None:
-        """Finish `request` (already out of `running`/`waiting`), then send its last output, as the
-        real Engine does."""
-        request.finish(reason, now)
-        self.finished.append(request)
-        if cb is not None:
-            cb(_Output(request.req_id, token_ids, True, reason.value, now))
-
-    # --- the loop -------------------------------------------------------------------------------
-    def _abort(self, req_id, now: float) -> None:
-        if req_id in self.running:
-            self._end(*self.running.pop(req_id), FinishReason.ABORTED, now, [])
-            return
-        for i, (request, cb) in enumerate(self.waiting):
-            if request.req_id == req_id:
-                del self.waiting[i]
-                self._end(request, cb, FinishReason.ABORTED, now, [])
-                return
-
-    def _loop(self) -> None:
-        while not self._stop:
-            self._at_step_boundary()
-            with self._lock:  # the short critical section: swap the ingress lists
-                incoming, self._incoming = self._incoming, []
-                aborts, self._aborts = self._aborts, []
-            self.waiting.extend(incoming)
-            now = self.now()
-            for req_id in aborts:
-                self._abort(req_id, now)
-            while self.waiting and (self.max_num_seqs is None or len(self.running) < self.max_num_seqs):
-                request, cb = self.waiting.pop(0)
-                request.transition(RequestState.RUNNING_CTX)
-                request.first_scheduled_time = now
-                self.running[request.req_id] = (request, cb)
-            if not self.running:
-                self._wake.wait(0.05)
-                self._wake.clear()
-                continue
-            time.sleep(self.step_s)  # a step that leaves the interpreter to the event loop
-            self.num_steps += 1
-            now = self.now()
-            for req_id, (request, cb) in list(self.running.items()):
-                token = self.script[request.num_output_tokens % len(self.script)]
-                if request.state is RequestState.RUNNING_CTX:
-                    request.transition(RequestState.RUNNING_GEN)
-                request.record_token(token, now)
-                self._after_token(request)
-                reason = self._finish_reason(request, token)
-                if reason is not None:
-                    del self.running[req_id]
-                    self._end(request, cb, reason, now, [token])
-                elif cb is not None:
-                    cb(_Output(req_id, [token], False, None, now))
 
 
 def time_tokenizer(tokenizer, prompts: dict[int, str], num_repeats: int) -> dict[int, float]:
@@ -282,15 +141,6 @@ class _Stamping:
         self._engine.add_request(request, on_output=timed if on_output is not None else None)
 
 
-def probe_server(tokenizer, step_s: float = 0.004, model_name: str = "tiny-llama"):
-    """An `OpenAIServer` with the real tokenizer in front of a `ProbeEngine` (no torch)."""
-    from gpu_backend.serve.server import OpenAIServer  # the serve extra (fastapi)
-
-    engine = ProbeEngine(tokenizer.encode(PROBE_TEXT, add_special_tokens=False), step_s=step_s)
-    return OpenAIServer(engine, tokenizer, ServeConfig(model_name=model_name), max_model_len=1 << 20,
-                        make_sampling=None)
-
-
 def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: int = 25,
                        num_output_tokens: int = 16, num_warmup: int = 5, progress: bool = True,
                        in_process: bool = False, concurrency=(2, 4)) -> dict:
@@ -333,10 +183,6 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     if not items or any(isinstance(k, bool) or not isinstance(k, int) or k < 2 for k in items):
         raise ValueError(f"concurrency: need integers >= 2 (requests streaming at once), got {concurrency!r}")
     ks = sorted(set(items))
-    from tqdm import tqdm
-
-    from gpu_backend.serve.server import build_app  # the serve extra (fastapi)
-
     tokenizer = server.tokenizer
     lengths = sorted({int(n) for n in prompt_lengths})
     if len(lengths) < 2 or lengths[0] < 1:
@@ -358,6 +204,99 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     def body(n: int) -> dict:
         return {"model": model, "prompt": prompts[n], "max_tokens": num_output_tokens, "stream": True,
                 "ignore_eos": True}
+
+    results, bare, k_streamed, k_bare = _send_all(server, engine, body, lengths, ks, num_repeats, num_warmup,
+                                                  in_process, progress)
+    load_after = os.getloadavg()
+    stamps = _pair_stamps(results, engine, tokenizer, lengths)
+    ingress, first_egress = stamps["ingress"], stamps["first_egress"]
+    last_egress, all_egress = stamps["last_egress"], stamps["all_egress"]
+    served_gaps = _gaps(engine.requests[req_id] for _, (_, req_id, _) in results)
+    bare_gaps = _gaps(bare)
+    served_interval, bare_interval = statistics.median(served_gaps), statistics.median(bare_gaps)
+    phases = _phases(served_gaps, bare_gaps, len(results), len(bare), k_streamed, k_bare)
+    per_step, per_output = fit_nonnegative_line([ph["outputs_per_step"] for ph in phases],
+                                                [ph["extra_s_median"] for ph in phases])
+    if not first_egress:
+        raise RuntimeError("calibrate front end: no first token made a chunk of its own; cannot time the egress")
+
+    xs = [num_ids[n] for n in lengths]
+    ingress_med = [statistics.median(ingress[n]) for n in lengths]
+    request_overhead, per_token = fit_line(xs, ingress_med)
+    encode_intercept, encode_per_token = fit_line(xs, [encode_s[n] for n in lengths])
+    terms = {
+        "request_overhead_s": max(request_overhead, 0.0),
+        "tokenize_s_per_token": max(per_token, 0.0),
+        # the chunks that matter most (TTFT), sent while the engine runs its next step
+        "stream_overhead_s": statistics.median(first_egress),
+        # what streaming adds to the engine's token interval, at 1 and k outputs per step
+        "engine_s_per_output": per_output,
+        "engine_s_per_step": per_step,
+    }
+    callback = engine.callback_s
+    return {
+        "format": PROFILE_FORMAT,
+        "frontend": terms,
+        "measurements": {
+            "engine": type(engine._engine).__name__,
+            "client": "thread" if in_process or not shares_clock() else "process",
+            "prompt_tokens": xs,
+            "ingress_s_median": ingress_med,
+            "ingress_s_mean": [statistics.fmean(ingress[n]) for n in lengths],
+            "ingress_s_p90": [_quantile(ingress[n], 0.9) for n in lengths],
+            # the part of the ingress before the server's arrival stamp (HTTP parsing, routing): with
+            # the egress, what a client's TTFT exceeds the server's records by
+            "ingress_before_server_stamp_s_median": statistics.median(stamps["before_stamp"]),
+            "tokenizer_encode_s_median": [encode_s[n] for n in lengths],
+            # the server's own encode of each request (wall clock, inside its ingress), paired with
+            # `ingress_s` request by request
+            "served_encode_s": [stamps["served_encode"][n] for n in lengths],
+            "ingress_s": [ingress[n] for n in lengths],
+            "tokenizer_s_per_token": encode_per_token,
+            "tokenizer_intercept_s": encode_intercept,
+            "egress_first_chunk_s_median": statistics.median(first_egress),
+            "egress_first_chunk_s_mean": statistics.fmean(first_egress),
+            "egress_first_chunk_s_p90": _quantile(first_egress, 0.9),
+            "egress_last_chunk_s_median": statistics.median(last_egress),
+            "egress_every_chunk_s_median": statistics.median(all_egress) if all_egress else None,
+            "engine_callback_s_per_output": statistics.median(callback) if callback else None,
+            "token_interval_s_median_streamed": served_interval,
+            "token_interval_s_median_bare": bare_interval,
+            "token_interval_s_mean_streamed": statistics.fmean(served_gaps),
+            "token_interval_s_mean_bare": statistics.fmean(bare_gaps),
+            # per phase (outputs per step): the token intervals streamed and bare, raw and summed up
+            "phases": phases,
+            "num_bare_requests": len(bare),
+            "num_requests": len(results),
+            "num_first_chunks_paired": len(first_egress),
+            "num_requests_not_fully_paired": stamps["num_unpaired"],
+        },
+        "metadata": {
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
+            "python": platform.python_version(),
+            "packages": _versions(("uvicorn", "fastapi", "httpx", "tokenizers", "torch")),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in load_after],
+            "tokenizer": str(getattr(tokenizer, "path", "")),
+            "settings": {"num_repeats": num_repeats, "num_output_tokens": num_output_tokens,
+                         "num_warmup": num_warmup, "prompt_lengths": lengths, "concurrency": ks},
+            "method": "calibrate/frontend.py: uvicorn on loopback, the real app and "
+                      "tokenizer, httpx streaming clients in their own processes; one request at a time, "
+                      f"then {', '.join(map(str, ks))} at once for the engine thread's share; medians",
+        },
+    }
+
+
+def _send_all(server, engine, body, lengths: list[int], ks: list[int], num_repeats: int, num_warmup: int,
+              in_process: bool, progress: bool):
+    """Run the calibration's requests against `server` on loopback: one at a time over `lengths`
+    (HTTP, and every third one's twin added to the engine directly), then rounds of k at once for
+    each k in `ks` (streamed or bare). Returns (HTTP results as (length, (sent, req_id, chunks)),
+    bare requests, per k the streamed batches' requests, per k the bare batches)."""
+    from tqdm import tqdm
+
+    from gpu_backend.serve.server import build_app  # the serve extra (fastapi)
 
     # HTTP requests, and every third one's twin added to the engine directly (its bare token
     # interval), shuffled together so that drifting machine load spreads over all of them
@@ -393,6 +332,14 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
                 k_streamed[k].append([engine.requests[req_id] for _, req_id, _ in answers])
             else:
                 k_bare[k].append(_run_bare_batch(server, [body(lengths[0])] * k))
+    return results, bare, k_streamed, k_bare
+
+
+def _pair_stamps(results, engine, tokenizer, lengths: list[int]) -> dict:
+    """Each HTTP request's client stamps against the engine's: its ingress (send to first schedule),
+    the server's encode, what lies before the server's arrival stamp, and the egress of its first,
+    last and (one chunk per token) every chunk; requests whose chunks and tokens do not pair up
+    are counted (`num_unpaired`)."""
     ingress: dict[int, list[float]] = {n: [] for n in lengths}
     served_encode: dict[int, list[float]] = {n: [] for n in lengths}
     before_stamp, first_egress, last_egress, all_egress, num_unpaired = [], [], [], [], 0
@@ -415,88 +362,9 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
             all_egress.extend(c - p for c, p in zip(chunks, produced))
         else:
             num_unpaired += 1
-    load_after = os.getloadavg()
-    served_gaps = _gaps(engine.requests[req_id] for _, (_, req_id, _) in results)
-    bare_gaps = _gaps(bare)
-    served_interval, bare_interval = statistics.median(served_gaps), statistics.median(bare_gaps)
-    phases = [_phase(1, served_gaps, bare_gaps, len(results), len(bare))]
-    for k in ks:
-        k_served_gaps = [g for batch in k_streamed[k] for g in _shared_gaps(batch)]
-        k_bare_gaps = [g for batch in k_bare[k] for g in _shared_gaps(batch)]
-        if not k_served_gaps or not k_bare_gaps:
-            raise RuntimeError(f"calibrate front end: no step was shared by all {k} concurrent requests")
-        phases.append(_phase(k, k_served_gaps, k_bare_gaps, k * len(k_streamed[k]), k * len(k_bare[k])))
-    per_step, per_output = fit_nonnegative_line([ph["outputs_per_step"] for ph in phases],
-                                                [ph["extra_s_median"] for ph in phases])
-    if not first_egress:
-        raise RuntimeError("calibrate front end: no first token made a chunk of its own; cannot time the egress")
-
-    xs = [num_ids[n] for n in lengths]
-    ingress_med = [statistics.median(ingress[n]) for n in lengths]
-    request_overhead, per_token = fit_line(xs, ingress_med)
-    encode_intercept, encode_per_token = fit_line(xs, [encode_s[n] for n in lengths])
-    terms = {
-        "request_overhead_s": max(request_overhead, 0.0),
-        "tokenize_s_per_token": max(per_token, 0.0),
-        # the chunks that matter most (TTFT), sent while the engine runs its next step
-        "stream_overhead_s": statistics.median(first_egress),
-        # what streaming adds to the engine's token interval, at 1 and k outputs per step
-        "engine_s_per_output": per_output,
-        "engine_s_per_step": per_step,
-    }
-    callback = engine.callback_s
-    return {
-        "format": PROFILE_FORMAT,
-        "frontend": terms,
-        "measurements": {
-            "engine": type(engine._engine).__name__,
-            "client": "thread" if in_process or not shares_clock() else "process",
-            "prompt_tokens": xs,
-            "ingress_s_median": ingress_med,
-            "ingress_s_mean": [statistics.fmean(ingress[n]) for n in lengths],
-            "ingress_s_p90": [_quantile(ingress[n], 0.9) for n in lengths],
-            # the part of the ingress before the server's arrival stamp (HTTP parsing, routing): with
-            # the egress, what a client's TTFT exceeds the server's records by
-            "ingress_before_server_stamp_s_median": statistics.median(before_stamp),
-            "tokenizer_encode_s_median": [encode_s[n] for n in lengths],
-            # the server's own encode of each request (wall clock, inside its ingress), paired with
-            # `ingress_s` request by request
-            "served_encode_s": [served_encode[n] for n in lengths],
-            "ingress_s": [ingress[n] for n in lengths],
-            "tokenizer_s_per_token": encode_per_token,
-            "tokenizer_intercept_s": encode_intercept,
-            "egress_first_chunk_s_median": statistics.median(first_egress),
-            "egress_first_chunk_s_mean": statistics.fmean(first_egress),
-            "egress_first_chunk_s_p90": _quantile(first_egress, 0.9),
-            "egress_last_chunk_s_median": statistics.median(last_egress),
-            "egress_every_chunk_s_median": statistics.median(all_egress) if all_egress else None,
-            "engine_callback_s_per_output": statistics.median(callback) if callback else None,
-            "token_interval_s_median_streamed": served_interval,
-            "token_interval_s_median_bare": bare_interval,
-            "token_interval_s_mean_streamed": statistics.fmean(served_gaps),
-            "token_interval_s_mean_bare": statistics.fmean(bare_gaps),
-            # per phase (outputs per step): the token intervals streamed and bare, raw and summed up
-            "phases": phases,
-            "num_bare_requests": len(bare),
-            "num_requests": len(results),
-            "num_first_chunks_paired": len(first_egress),
-            "num_requests_not_fully_paired": num_unpaired,
-        },
-        "metadata": {
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
-            "python": platform.python_version(),
-            "packages": _versions(("uvicorn", "fastapi", "httpx", "tokenizers", "torch")),
-            "load_average_before": [round(x, 2) for x in load_before],
-            "load_average_after": [round(x, 2) for x in load_after],
-            "tokenizer": str(getattr(tokenizer, "path", "")),
-            "settings": {"num_repeats": num_repeats, "num_output_tokens": num_output_tokens,
-                         "num_warmup": num_warmup, "prompt_lengths": lengths, "concurrency": ks},
-            "method": "calibrate/frontend.py: uvicorn on loopback, the real app and "
-                      "tokenizer, httpx streaming clients in their own processes; one request at a time, "
-                      f"then {', '.join(map(str, ks))} at once for the engine thread's share; medians",
-        },
-    }
+    return {"ingress": ingress, "served_encode": served_encode, "before_stamp": before_stamp,
+            "first_egress": first_egress, "last_egress": last_egress, "all_egress": all_egress,
+            "num_unpaired": num_unpaired}
 
 
 def _run_bare(server, body: dict, timeout_s: float = 120.0):
@@ -551,6 +419,19 @@ def _phase(outputs_per_step: int, streamed: list[float], bare: list[float], num_
         "bare_intervals_s": [round(g, 7) for g in bare],
     }
 
+
+def _phases(served_gaps: list[float], bare_gaps: list[float], num_served: int, num_bare: int,
+            k_streamed: dict, k_bare: dict) -> list[dict]:
+    """The engine-share phases: one output per step (the one-at-a-time requests' intervals), then k
+    per step for each k (the intervals over the steps all k requests of a batch share)."""
+    phases = [_phase(1, served_gaps, bare_gaps, num_served, num_bare)]
+    for k in sorted(k_streamed):
+        k_served_gaps = [g for batch in k_streamed[k] for g in _shared_gaps(batch)]
+        k_bare_gaps = [g for batch in k_bare[k] for g in _shared_gaps(batch)]
+        if not k_served_gaps or not k_bare_gaps:
+            raise RuntimeError(f"calibrate front end: no step was shared by all {k} concurrent requests")
+        phases.append(_phase(k, k_served_gaps, k_bare_gaps, k * len(k_streamed[k]), k * len(k_bare[k])))
+    return phases
 
 def fit_nonnegative_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares (intercept, slope) of ys over xs with both >= 0 (the best of the unconstrained

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 
-from calibrate.frontend import ProbeEngine
+from calibrate.probe_engine import ProbeEngine
 from policies import FinishReason
 
 SCRIPT_TEXT = " the quick brown fox jumps over the lazy dog."  # what the tests' fake engine spells

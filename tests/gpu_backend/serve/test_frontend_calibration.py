@@ -15,8 +15,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
 from calibrate.frontend import (  # noqa: E402
-    calibrate_frontend, fit_line, fit_nonnegative_line, probe_server, prompt_text, time_tokenizer,
+    calibrate_frontend, fit_line, fit_nonnegative_line, prompt_text, time_tokenizer,
 )
+from calibrate.probe_engine import probe_server  # noqa: E402
 from sim.frontend import FrontendConfig  # noqa: E402
 
 LENGTHS = (16, 512, 3072)  # spread wide, so the per-token slope stands well above timing noise
