@@ -25,6 +25,7 @@ from policies.preemption import SWAP, Preemptor
 from policies.request import FinishReason, RequestState
 from policies.speculative import placeholder_proposer
 from policies.step_builder import StepBuilder
+from policies.stretches import Stretches
 from policies.waiting_queue import make_queue
 
 if TYPE_CHECKING:
@@ -37,10 +38,11 @@ _GEN = RequestState.RUNNING_GEN
 _FINISHED = RequestState.FINISHED
 
 
-class Scheduler:
+class Scheduler(Stretches):
     """Shared state and mechanisms: queues, block manager, admission, preemption, update.
 
-    Subclasses implement `schedule(now)` by running the shared steps in their policy's order.
+    Subclasses implement `schedule(now)` by running the shared steps in their policy's order. What
+    a simulator replaying steps without their plans asks of it is `policies.stretches.Stretches`.
 
     Admission (`add_request`) rejects at once, with a reason, a request that could never be served:
     - prompt + max_tokens > max_model_len (what vLLM's OpenAI server answers with a 400; this also
@@ -542,74 +544,3 @@ class Scheduler:
 
     def _on_finished(self, finished: list["Request"]) -> None:
         """Hook for policies that track finished requests (static batching)."""
-
-    # --- stretches of decode steps ----------------------------------------------------------------
-    decode_runs = False  # True where schedule() of an all-decode state is the steps decode_horizon counts
-
-    def decode_horizon(self) -> int:
-        """How many of the next steps are certainly plain decode steps (0 when not known).
-
-        Each of those steps schedules one token for every running request, in `running` order,
-        preempts nobody and admits nobody, and only the last one may finish requests (reaching
-        max_tokens); block allocations at block boundaries may happen inside (the free blocks may
-        run out: that step preempts). 0 when the policy does not schedule such steps
-        (`decode_runs`), some running request is still prefilling, something is swapped out, a
-        waiting request might be admitted (it is not when every seat is taken and admissions
-        cannot preempt), or the budget is short. With prefix caching, a request with token ids
-        ends the stretch before it allocates or registers a full block (those steps hash content).
-        A multi-step executor may run that many decode steps from one look at the state; the
-        simulator replays them in one go (`sim.decode_replay`).
-        """
-        running = self.running
-        n = len(running)
-        if (not self.decode_runs or not n or self.swapped or n > self.token_budget or self.loading
-                or self.num_spec_tokens):  # a verify step is no plain decode step
-            return 0
-        if running[-1].state is not _GEN:  # the newest request is the likeliest to be prefilling
-            return 0
-        if self.waiting and (n < self.max_num_seqs
-                             or (self.priority_admission_preemption and self.config.queue == "priority")):
-            return 0
-        bm = self.block_manager
-        bs, caching = bm.block_size, bm.enable_prefix_caching
-        horizon = 1 << 62
-        for req in running:
-            if req.state is not _GEN:
-                return 0
-            num_out = len(req.output_token_ids)
-            num_tokens = req.num_prompt_tokens + num_out
-            c = req.num_computed_tokens
-            if num_tokens - c != 1:
-                return 0
-            left = req.max_tokens - num_out  # the step at which it finishes (1 = the next one)
-            if caching and req.prompt_token_ids is not None:
-                left = min(left, (-num_tokens) % bs, len(req.block_table) * bs - c)
-            if left < horizon:
-                horizon = left
-        return horizon if horizon > 0 else 0
-
-    # --- stretches of mixed steps -----------------------------------------------------------------
-    mixed_runs = False  # True where a pass is _schedule_running, then swapped, then waiting (chunked)
-
-    def admit_head(self, num_tokens: int, now: float) -> "Request":
-        """Admit the head of the waiting queue with its first `num_tokens` tokens, as a pass at `now`
-        does for a request with nothing computed and no prefix hit (its blocks, watermark kept, must
-        fit: the caller checked). The caller advances `num_computed_tokens` as the plan's end does.
-        For a simulator replaying steps without their plans (`sim.mixed_replay`)."""
-        req = self.waiting.peek()
-        if not self.block_manager.allocate_slots(req, num_tokens, use_watermark=True):
-            raise RuntimeError(f"request {req.req_id}: not enough free KV blocks for {num_tokens} tokens")
-        self.waiting.pop()
-        self._admitted(req, 0, 0)
-        req.transition(_CTX)
-        if req.preempted_at is not None:
-            req.mark_resumed(now)
-        self.running.append(req)
-        return req
-
-    def skip_step_ids(self, num_steps: int) -> int:
-        """Take the ids of `num_steps` steps run without `schedule()` (the later steps of a stretch
-        `decode_horizon` counted, run from one look at the state); returns the first of them."""
-        first = self.step_id
-        self.step_id = first + num_steps
-        return first
