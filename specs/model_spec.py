@@ -23,7 +23,11 @@ from records.files import read_json_object
 
 MLP_KINDS = ("gated", "plain")  # gated: SwiGLU gate/up/down (Llama); plain: fc1 -> ReLU -> fc2 (OPT)
 POSITION_KINDS = ("rope", "learned")
-HF_MODEL_TYPES = ("llama", "mistral", "mixtral", "opt", "deepseek_v2", "deepseek_v3")
+#: Hugging Face `model_type`s read from a config.json. Dense decoders of llama's layer shapes (RMSNorm,
+#: rotary, a gated MLP of three matrices; qwen2's q/k/v biases and qwen3's q/k norms are too small to
+#: time) read as llama; mixtral and qwen3_moe as a MoE of such layers; opt and DeepSeek's MLA apart.
+LLAMA_SHAPED = ("llama", "mistral", "qwen2", "qwen3", "granite", "gemma")
+HF_MODEL_TYPES = LLAMA_SHAPED + ("mixtral", "qwen3_moe", "opt", "deepseek_v2", "deepseek_v3")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 
 
@@ -304,8 +308,11 @@ class ModelSpec:
     # --- construction -------------------------------------------------------------------------------
     @classmethod
     def from_hf_config(cls, path: str | Path, name: str | None = None) -> "ModelSpec":
-        """Read a Hugging Face `config.json` (a file, or a folder holding one) of a llama, mistral,
-        mixtral or opt model."""
+        """Read a Hugging Face `config.json` (a file, or a folder holding one) of a `HF_MODEL_TYPES` model.
+
+        What the spec cannot carry is refused with the reason rather than read approximately: a
+        sliding-window attention on every layer (qwen2's `use_sliding_window`), or a MoE whose layers
+        are not all sparse (qwen3_moe's `mlp_only_layers`, `decoder_sparse_step`)."""
         p = Path(path)
         if p.is_dir():
             p = p / "config.json"
@@ -339,6 +346,12 @@ class ModelSpec:
                     position_embedding="learned", bias=cfg.get("enable_bias", True), dtype_bytes=dtype_bytes,
                 )
             heads = need("num_attention_heads")
+            if cfg.get("use_sliding_window"):
+                raise ConfigError(f"model.name: {p}: use_sliding_window is on (attention over a window, not the "
+                                  "whole context): not modelled")
+            if model_type == "qwen3_moe" and (cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1):
+                raise ConfigError(f"model.name: {p}: a qwen3_moe with dense layers (mlp_only_layers, "
+                                  "decoder_sparse_step) is not modelled")
             if model_type in ("deepseek_v2", "deepseek_v3"):
                 return cls(
                     name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),
@@ -354,14 +367,17 @@ class ModelSpec:
                     v_head_dim=need("v_head_dim"), num_nextn_predict_layers=cfg.get("num_nextn_predict_layers", 0),
                     tie_word_embeddings=cfg.get("tie_word_embeddings", False), dtype_bytes=dtype_bytes,
                 )
+            experts = {"mixtral": "num_local_experts", "qwen3_moe": "num_experts"}.get(model_type)
             return cls(
                 name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),
                 num_attention_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
-                intermediate_size=need("intermediate_size"), vocab_size=need("vocab_size"),
+                # a MoE's MLP is its experts' (qwen3_moe's intermediate_size is an unused dense width)
+                intermediate_size=need("moe_intermediate_size" if model_type == "qwen3_moe" else "intermediate_size"),
+                vocab_size=need("vocab_size"),
                 max_position_embeddings=need("max_position_embeddings"), head_dim=cfg.get("head_dim"),
-                num_experts=cfg.get("num_local_experts", 0) if model_type == "mixtral" else 0,
-                num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if model_type == "mixtral" else 0,
-                tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+                num_experts=cfg.get(experts, 0) if experts else 0,
+                num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if experts else 0,
+                tie_word_embeddings=cfg.get("tie_word_embeddings", model_type == "gemma"),
                 bias=bool(cfg.get("attention_bias", False)), dtype_bytes=dtype_bytes,
             )
         except ConfigError as e:

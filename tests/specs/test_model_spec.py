@@ -81,6 +81,45 @@ def test_from_hf_config_mixtral_and_opt(tmp_path):
     assert spec.num_params == get_model("OPT-13B").num_params
 
 
+QWEN3_8B_HF = dict(model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_attention_heads=32,
+                   num_hidden_layers=36, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                   max_position_embeddings=40960, tie_word_embeddings=False, torch_dtype="bfloat16")
+QWEN3_30B_A3B_HF = dict(QWEN3_8B_HF, model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144,
+                        moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8, num_key_value_heads=4,
+                        num_hidden_layers=48, decoder_sparse_step=1, mlp_only_layers=[])
+
+
+def test_qwen3_dense_and_moe_configs_read_to_their_published_sizes(tmp_path):
+    # Qwen3-8B's model card: 8.2B parameters, 6.95B without embeddings; Qwen3-30B-A3B: 30.5B, 3.3B active
+    dense = ModelSpec.from_hf_config(make_hf_config(tmp_path, **QWEN3_8B_HF))
+    assert dense.num_params / 1e9 == pytest.approx(8.19, rel=0.01) and dense.num_experts == 0
+    moe = ModelSpec.from_hf_config(make_hf_config(tmp_path, **QWEN3_30B_A3B_HF))
+    assert moe.num_params / 1e9 == pytest.approx(30.5, rel=0.01)
+    assert moe.num_active_params / 1e9 == pytest.approx(3.3, rel=0.03)
+    assert moe.intermediate_size == 768  # the experts' width, not the unused dense one
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "granite", "gemma", "mistral"])
+def test_llama_shaped_families_read_as_llama(tmp_path, model_type):
+    fields = dict(LLAMA2_7B_HF, num_key_value_heads=8, head_dim=128)
+    llama = ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
+    other = ModelSpec.from_hf_config(make_hf_config(tmp_path, **dict(fields, model_type=model_type)))
+    assert (other.num_params, other.kv_bytes_per_token) == (llama.num_params, llama.kv_bytes_per_token)
+    untied = {k: v for k, v in fields.items() if k != "tie_word_embeddings"}
+    gemma = ModelSpec.from_hf_config(make_hf_config(tmp_path, **dict(untied, model_type="gemma")))
+    assert gemma.tie_word_embeddings  # Gemma's default: one matrix for the embedding and the LM head
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(QWEN3_8B_HF, model_type="qwen2", use_sliding_window=True), "use_sliding_window is on"),
+    (dict(QWEN3_30B_A3B_HF, mlp_only_layers=[0, 1]), "dense layers"),
+    (dict(QWEN3_30B_A3B_HF, decoder_sparse_step=2), "dense layers"),
+])
+def test_what_a_spec_cannot_carry_is_refused_with_the_reason(tmp_path, fields, match):
+    with pytest.raises(ConfigError, match=r"^model\.name: .*" + match):
+        ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
+
+
 @pytest.mark.parametrize("fields, match", [
     (dict(LLAMA2_7B_HF, model_type="gpt2"), "model_type 'gpt2' is not supported"),
     ({k: v for k, v in LLAMA2_7B_HF.items() if k != "hidden_size"}, "lacks 'hidden_size'"),
