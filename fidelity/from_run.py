@@ -61,6 +61,12 @@ def load_run(run_dir: str | Path) -> RealRun:
     return runs[0]
 
 
+def _override(overrides: Sequence[str], key: str) -> str | None:
+    """The value a `--set key=value` override gives (the last one), else None."""
+    values = [o.split("=", 1)[1].strip().strip('"') for o in overrides if o.replace(" ", "").startswith(key + "=")]
+    return values[-1] if values else None
+
+
 def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload: str = "auto",
                     measured_kernels: bool = True):
     """A `Config` rebuilt from the run folder's server arguments and load profile, then `overrides`.
@@ -71,8 +77,9 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
     the config keeps the roofline.
     """
     run = load_run(run_dir)
-    gpu = next((o.split("=", 1)[1].strip().strip('"') for o in overrides if o.replace(" ", "").startswith("hardware.gpu=")), None)
-    data = config_dict_for_run(run, gpu=gpu, workload=workload)
+    # what the run's own files cannot say (its GPU; a model servesim has no shapes for) may be given
+    gpu, model = _override(overrides, "hardware.gpu"), _override(overrides, "model.name")
+    data = config_dict_for_run(run, gpu=gpu, workload=workload, model=model)
     if run.server.data_parallel_size > 1:  # that many engines, requests dealt in turn (as reproduce does)
         data["cluster"] = {"num_replicas": run.server.data_parallel_size, "router": "round_robin"}
     config = load_config(data, overrides)

@@ -369,6 +369,22 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
     return SharedPrefixWorkload(resolved_profile(run))  # what the run's client release (or its lengths) says
 
 
+def why_unpredictable(run: RealRun, gpu: str | None = None, workload: str = "auto") -> str | None:
+    """Why `run` cannot be simulated from what it records, or None: a model servesim has no shapes
+    for, a GPU or a server argument outside what it models, no requests to replay and no profile.
+    `reproduce` lists such a run with its reason and predicts the others, as a workload's
+    unservable request is rejected and counted rather than stopping the run."""
+    if not run.has_per_request and not run.profile:
+        return f"run {run.name} records neither per-request arrivals nor a load profile (profile.yaml)"
+    try:  # the config predict_run builds, with a stand-in workload (the run's own is read later)
+        data = config_dict_for_run(run, gpu=gpu, workload=workload,
+                                   workload_section={"kind": "constant", "rate": 1.0, "num_requests": 1})
+        load_config(data)
+    except ValueError as exc:  # a ConfigError: one line naming the field
+        return str(exc)
+    return None
+
+
 def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: str = "auto",
                 gpu: str | None = None, gpu_model: str = "auto", overrides: tuple[str, ...] = (),
                 record: bool = False, host: str = "measured", compute_factor: float | None = None) -> Prediction:

@@ -24,6 +24,7 @@ from fidelity.sources.inference_perf import (LengthDistribution, SharedPrefixPro
                                              shared_prefix_profile)
 from policies import ConfigError, FinishReason, SchedulerConfig
 from policies.presets import VLLM_V0_VERSIONS
+from records.files import read_json_object
 from sim.workload.traces import write_trace_csv
 from specs.gpu_spec import get_gpu
 from specs.model_catalog import get_model
@@ -76,20 +77,60 @@ def model_name_candidates(name: str) -> list[str]:
     return out
 
 
-def resolve_model_name(name: str) -> str:
-    """A name `specs` knows for a HF model id (catalog alias, shipped config.json, or the id itself)."""
-    candidates = model_name_candidates(name)
-    for file in sorted(MODELS_DIR.glob("*.json")):
-        if name.split("/")[-1].lower().startswith(file.stem.lower()):
-            candidates.insert(0, str(file))
+#: HF config.json files a run folder may carry for its model (the name a campaign would save it as)
+RUN_MODEL_CONFIGS = ("config.json", "model_config.json")
+
+
+def run_model_config(run_dir: Path | None) -> Path | None:
+    """The model's Hugging Face config.json in a run folder (it has `model_type`), or None."""
+    for name in RUN_MODEL_CONFIGS if run_dir is not None else ():
+        path = Path(run_dir) / name
+        try:
+            if path.is_file() and "model_type" in read_json_object(path, "model config"):
+                return path
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def aiconfigurator_model_config(name: str) -> Path | None:
+    """aiconfigurator-core's copy of a model's HF config.json (`model_configs/<org>--<name>_config.json`),
+    when that extra is installed and holds the model, else None."""
+    try:
+        from importlib.util import find_spec
+
+        spec = find_spec("aiconfigurator_core")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / "model_configs"
+    wanted = f"{name.replace('/', '--')}_config.json".lower()
+    for path in folder.glob("*_config.json") if "/" in name else ():
+        if path.name.lower() == wanted:
+            return path
+    return None
+
+
+def resolve_model_name(name: str, run_dir: Path | None = None) -> str:
+    """A name `specs` knows for a HF model id: the config.json the run folder carries, a shipped
+    config.json (`MODELS_DIR`), a catalog name or alias, or aiconfigurator-core's copy of the model's
+    config (with that extra)."""
+    base = name.split("/")[-1].lower()
+    shipped = [str(f) for f in sorted(MODELS_DIR.glob("*.json"), reverse=True) if base.startswith(f.stem.lower())]
+    own, theirs = run_model_config(run_dir), aiconfigurator_model_config(name)
+    candidates = ([str(own)] if own else []) + shipped + model_name_candidates(name) + ([str(theirs)] if theirs else [])
+    why = ""
     for cand in candidates:
         try:
             get_model(cand)
             return cand
+        except ConfigError as exc:  # a config.json servesim cannot read: say why if nothing else fits
+            why = why or (f" ({exc})" if cand.endswith(".json") else "")
         except (ValueError, OSError):
             continue
-    raise ConfigError(f"model.name: {name!r} is not in the model catalog; give a HF config.json path with "
-                      f"--set model.name=PATH")
+    raise ConfigError(f"model.name: {name!r} is not in the model catalog{why}; put its Hugging Face config.json "
+                      f"in the run folder (config.json), or give it with --set model.name=PATH")
 
 
 def _large_gpu(gpu: str) -> bool:
@@ -238,8 +279,10 @@ def guidellm_workload_section(profile: dict, seed: int = 0) -> dict:
 
 
 def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "auto",
-                        cache_dir: str | Path | None = None, workload_section: dict | None = None) -> dict:
-    """The config (as a dict `load_config` reads) that describes `run`.
+                        cache_dir: str | Path | None = None, workload_section: dict | None = None,
+                        model: str | None = None) -> dict:
+    """The config (as a dict `load_config` reads) that describes `run` (`model`: a name or config.json
+    path to use instead of resolving the model the run names, `resolve_model_name`).
 
     `workload`: "replay" (the recorded requests), "profile" (the load generator's profile) or "auto"
     (replay when per-request arrivals are known). `workload_section` replaces the workload section
@@ -257,11 +300,11 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         hardware["gpu_memory_utilization"] = s.gpu_memory_utilization
     if not s.enable_chunked_prefill:  # the v0 engine (as `scheduler_section`): its profiling sizes the pool
         hardware["memory_profiling"] = v0_memory_profiling(s)
-    model = {"name": resolve_model_name(s.model)}
+    model_section = {"name": model or resolve_model_name(s.model, run.path)}
     if s.kv_cache_dtype and s.kv_cache_dtype.startswith("fp8"):
-        model["kv_cache_dtype"] = "fp8"
+        model_section["kv_cache_dtype"] = "fp8"
     data = {
-        "model": model,
+        "model": model_section,
         "hardware": hardware,
         "scheduler": scheduler_section(s, gpu, usage),
         "cache": {"block_size": s.block_size, "enable_prefix_caching": bool(s.enable_prefix_caching)},

@@ -26,7 +26,7 @@ import pandas as pd
 from fidelity.client_workload import version_assumption
 from fidelity.engine_settings import not_modelled, settings_table
 from fidelity.host_overhead import HostOverhead
-from fidelity.predict import GPU_MODEL_KINDS
+from fidelity.predict import GPU_MODEL_KINDS, why_unpredictable
 from fidelity.reproduce import reproduce
 from fidelity.run_folders import FOLDER_HELP, LAYOUTS, find_runs
 from fidelity.runs import METRICS
@@ -41,7 +41,7 @@ LABELS = {"ttft_s": "mean TTFT", "tpot_s": "mean TPOT", "e2e_s": "mean E2E"}
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("groundtruth", help=FOLDER_HELP)
-    options.add_out(parser, "report.md, report.csv, medians.csv, fits.json, settings.csv, served.csv and errors.png", required=True,
+    options.add_out(parser, "report.md, report.csv, medians.csv, fits.json, settings.csv, served.csv, not_predicted.csv and errors.png", required=True,
                     metavar="REPORT")
     parser.add_argument("--fit", choices=("source", "loo", "none"), default="source",
                         help="source: nothing measured or fitted on a run's own source (campaign; default, "
@@ -74,7 +74,7 @@ def load_overhead_layer(path: str | Path) -> tuple:
 
 
 def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[str], title: str,
-                    settings: pd.DataFrame | None = None) -> str:
+                    settings: pd.DataFrame | None = None, unpredicted: pd.DataFrame | None = None) -> str:
     lines = [f"# {title}", "", "Errors are (predicted - measured) / measured of each run's mean. "
              "Medians are of |error| over runs.", ""]
     lines += ["## Medians of |error|", "", "| source | runs | " + " | ".join(LABELS[m] for m in METRICS) + " |",
@@ -100,6 +100,11 @@ def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[s
         lines.append("")
     if excluded:
         lines += ["Excluded from the score (the given fit was trained on them): " + ", ".join(excluded), ""]
+    if unpredicted is not None and len(unpredicted):
+        lines += ["## Runs not predicted", "", "Found, but not simulated (not in the medians): what they record "
+                  "is outside what servesim models.", "", "| source | run | reason |", "|---|---|---|"]
+        lines += [f"| {r.source} | {r.run} | {r.reason} |" for r in unpredicted.itertuples(index=False)]
+        lines.append("")
     if settings is not None and len(settings):
         lines += ["## Engine settings not modelled or inferred", "",
                   "Every setting the runs record is in settings.csv (modelled, not modelled, no effect, inferred).", "",
@@ -141,6 +146,14 @@ def run(args: argparse.Namespace) -> int:
         runs = [r for r in runs if any(t in r.name or t in r.source for t in args.only)]
     if not runs:
         raise FileNotFoundError(f"{args.groundtruth}: no runs found (expected {LAYOUTS})")
+    # a run that cannot be simulated from what it records is listed with its reason, not a stop
+    skipped = [(r, why) for r in runs if (why := why_unpredictable(r, args.gpu, args.workload)) is not None]
+    for r, why in skipped:  # said even under --quiet: the score no longer covers every run found
+        print(f"warning: {r.name}: not predicted: {why}", file=sys.stderr)
+    runs = [r for r in runs if all(r is not s for s, _ in skipped)]
+    if not runs:
+        raise ConfigError(f"{args.groundtruth}: no run can be predicted ({len(skipped)} found; "
+                          f"{skipped[0][0].name}: {skipped[0][1]})")
     excluded: list[str] = []
     fit = args.fit
     if args.overhead:
@@ -166,7 +179,9 @@ def run(args: argparse.Namespace) -> int:
     med.to_csv(out / "medians.csv", index_label="source")
     write_json(out / "fits.json", {"per_run": rep.fits, "per_source": rep.group_fits})
     title = f"servesim reproduce {args.groundtruth} (fit: {'given layer' if args.overhead else args.fit})"
-    (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title, settings))
+    unpredicted = pd.DataFrame([(r.name, r.source, why) for r, why in skipped], columns=["run", "source", "reason"])
+    unpredicted.to_csv(out / "not_predicted.csv", index=False)
+    (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title, settings, unpredicted))
     plot_errors(rep.table, out / "errors.png")
     workload_lines = write_run_tables(rep, runs, out)  # ttft_parts.csv, workload.csv
     if workload_lines and not options.quiet(args):
@@ -177,5 +192,5 @@ def run(args: argparse.Namespace) -> int:
         options.say(args, med.to_string(float_format=lambda v: percent(v) if v < 10 else number(v, trim=True)))
     if not options.quiet(args):
         print(f"wrote {out}/report.md, report.csv, medians.csv, fits.json, settings.csv, errors.png, ttft_parts.csv, "
-              "workload.csv", file=sys.stderr)
+              "workload.csv, not_predicted.csv", file=sys.stderr)
     return 0

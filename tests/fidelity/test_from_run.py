@@ -66,6 +66,23 @@ def test_overrides_win_and_bad_values_name_the_field(tmp_path):
         config_from_run(run, ["hardware.gpu=TPU-v9"])
 
 
+def test_a_model_servesim_lacks_is_read_from_a_config_given_or_carried(tmp_path):
+    run = issue_run(tmp_path)
+    exp = run / "exp-config.yaml"
+    exp.write_text(exp.read_text().replace("meta-llama/Llama-2-7b-hf", "acme/Widget-12B"))
+    with pytest.raises(ConfigError, match=r"^model\.name: 'acme/Widget-12B' is not in the model catalog"):
+        config_from_run(run)
+    widget = dict(model_type="mistral", hidden_size=5120, intermediate_size=14336, num_attention_heads=32,
+                  num_hidden_layers=40, num_key_value_heads=8, head_dim=128, vocab_size=131072,
+                  max_position_embeddings=131072, tie_word_embeddings=False, torch_dtype="bfloat16")
+    given = tmp_path / "widget.json"
+    given.write_text(json.dumps(widget))
+    spec = config_from_run(run, [f"model.name={given}"]).model.spec()
+    assert (spec.num_layers, spec.head_dim, spec.q_size) == (40, 128, 4096)  # head_dim is not hidden / heads
+    (run / "config.json").write_text(json.dumps(widget))  # carried in the run folder
+    assert config_from_run(run).model.spec().num_params == spec.num_params
+
+
 def test_simulate_from_run_end_to_end(tmp_path):
     run = issue_run(tmp_path, stages=[{"rate": 2, "duration": 10}])
     out = tmp_path / "out"

@@ -142,3 +142,24 @@ def test_the_gate_judges_a_fit_by_re_simulating_each_held_in_run():
     assert sorted(calls) == list(names)  # each held-in run once, with the fit on the other two
     assert not fit_helps(systems, lambda name, overhead: {"ttft_s": 0.2, "tpot_s": 0.02, "e2e_s": 0.4},
                          measured, none)
+
+
+def test_a_run_whose_model_is_unknown_is_listed_with_its_reason_and_the_others_scored(tmp_path, capsys):
+    root = tmp_path / "gt" / "hand-made"
+    make_measured_run(root / "known", n=12, seed=0)
+    unknown = make_measured_run(root / "unknown", n=12, seed=1)
+    exp = unknown / "exp-config.yaml"
+    exp.write_text(exp.read_text().replace("meta-llama/Llama-2-7b-hf", "acme/Widget-9B"))
+    out = tmp_path / "rep"
+    assert main(["reproduce", str(tmp_path / "gt"), "--out", str(out), "--quiet", "--fit", "none",
+                 "--gpu-model", "roofline"]) == 0
+    assert set(pd.read_csv(out / "report.csv")["run"]) == {"known"}
+    skipped = pd.read_csv(out / "not_predicted.csv")
+    assert list(skipped["run"]) == ["unknown"] and "acme/Widget-9B" in skipped["reason"][0]
+    assert "## Runs not predicted" in (out / "report.md").read_text()
+    assert "unknown: not predicted: model.name:" in capsys.readouterr().err
+    (root / "known" / "exp-config.yaml").write_text(exp.read_text())  # now no run can be predicted
+    assert main(["reproduce", str(tmp_path / "gt"), "--out", str(out), "--quiet"]) == 2
+    *warnings, error = capsys.readouterr().err.strip().splitlines()
+    assert len(warnings) == 2 and all(w.startswith("warning: ") for w in warnings)
+    assert error.startswith("servesim reproduce: error:") and "no run can be predicted (2 found" in error

@@ -1,0 +1,56 @@
+"""Which model a run folder names (`fidelity.run_config.resolve_model_name`): the config.json the
+folder carries, the shipped configs, the catalog, aiconfigurator-core's copies; otherwise one line
+that says where a config would be read from."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from fidelity.run_config import aiconfigurator_model_config, resolve_model_name
+from policies import ConfigError
+from specs.model_catalog import get_model
+
+QWEN3_8B = dict(model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_attention_heads=32,
+                num_hidden_layers=36, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                max_position_embeddings=40960, tie_word_embeddings=False, torch_dtype="bfloat16")
+
+
+def write_config(folder, name="config.json", **fields):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps(fields))
+    return folder / name
+
+
+def test_a_run_folder_may_carry_its_models_config(tmp_path):
+    path = write_config(tmp_path / "run", **QWEN3_8B)
+    resolved = resolve_model_name("acme/Widget-8B-Instruct", tmp_path / "run")
+    assert resolved == str(path) and get_model(resolved).num_layers == 36
+    # a catalog model is still itself when its folder carries nothing
+    assert get_model(resolve_model_name("meta-llama/Llama-2-7b-hf", tmp_path / "empty")).name == "Llama-2-7B"
+
+
+def test_a_folders_other_json_files_are_not_taken_for_a_model(tmp_path):
+    write_config(tmp_path / "run", name="config.json", rate=4, stages=[])  # no model_type: some tool's config
+    with pytest.raises(ConfigError, match=r"^model\.name: 'acme/Widget-8B' is not in the model catalog; put its "
+                                          r"Hugging Face config\.json in the run folder"):
+        resolve_model_name("acme/Widget-8B", tmp_path / "run")
+
+
+def test_a_config_servesim_cannot_read_says_why(tmp_path):
+    write_config(tmp_path / "run", **dict(QWEN3_8B, model_type="gpt2"))
+    with pytest.raises(ConfigError, match=r"not in the model catalog \(.*model_type 'gpt2' is not supported"):
+        resolve_model_name("acme/Widget-8B", tmp_path / "run")
+
+
+def test_aiconfigurator_cores_copy_of_a_models_config_is_used(tmp_path, monkeypatch):
+    package = tmp_path / "aiconfigurator_core"
+    path = write_config(package / "model_configs", name="Acme--Widget-8B_config.json", **QWEN3_8B)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: SimpleNamespace(
+        submodule_search_locations=[str(package)]) if name == "aiconfigurator_core" else real(name, *a))
+    assert aiconfigurator_model_config("acme/widget-8b") == path  # HF ids are case-insensitive
+    assert aiconfigurator_model_config("Widget-8B") is None  # only an org/name id names a copy
+    assert resolve_model_name("Acme/Widget-8B") == str(path)
