@@ -9,6 +9,7 @@ which adds the measured GPU model and front end to it.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import math
 import os
 import tempfile
@@ -97,9 +98,7 @@ def aiconfigurator_model_config(name: str) -> Path | None:
     """aiconfigurator-core's copy of a model's HF config.json (`model_configs/<org>--<name>_config.json`),
     when that extra is installed and holds the model, else None."""
     try:
-        from importlib.util import find_spec
-
-        spec = find_spec("aiconfigurator_core")
+        spec = importlib.util.find_spec("aiconfigurator_core")
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
