@@ -30,7 +30,7 @@ from calibrate.op_bench import (OpBench, clock_for, device_name, measure_ops, me
                                 padding_discount)
 from calibrate.speed_probe import SpeedProbe
 from gpu_backend.model_config import ModelConfig
-from sim.latency.profiled import Profile
+from sim.latency.profile import Profile
 
 
 def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = False, progress: bool = True,

@@ -15,7 +15,9 @@ from calibrate.engine_steps import (AFTER_PREFILL_CYCLE, AFTER_PREFILL_DECODERS,
 from calibrate.op_bench import clock_for
 from gpu_backend.engine import Engine, EngineConfig
 from policies import BatchPlan, CacheConfig, Request, SchedulerConfig
-from sim.latency.profiled import OpProfile, PiecewiseLinear, Profile, ProfiledLatencyModel
+from sim.latency.curves import PiecewiseLinear
+from sim.latency.profile import OpProfile, Profile
+from sim.latency.profiled import ProfiledLatencyModel
 
 
 def measure_engine_steps(bench, groups=ENGINE_GROUPS, policies=ENGINE_POLICIES, max_prompt: int = 1000,

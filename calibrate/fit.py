@@ -20,7 +20,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from sim.latency.profiled import OP_INPUTS, Bilinear, Grid2D, OpProfile, PiecewiseLinear
+from sim.latency.curves import Bilinear, Grid2D, PiecewiseLinear
+from sim.latency.profile import OP_INPUTS, OpProfile
 
 
 def _medians(points: list) -> tuple[list[tuple[float, ...]], np.ndarray]:

@@ -1,6 +1,6 @@
 """Model dims for profiles: from a Hugging Face `config.json` (file or folder) or a few known names.
 
-A profile records the dims it was measured or imported for (`sim.latency.profiled.MODEL_DIMS`);
+A profile records the dims it was measured or imported for (`sim.latency.profile.MODEL_DIMS`);
 this module produces that dict from the one model shape, `specs.ModelSpec` (`profile_dims`). The
 known names are the Llama family the public per-op data serves, each a catalog model.
 """

@@ -35,7 +35,8 @@ from records.files import write_json
 from records.results import pooled_itls
 from sim.config import load_config
 from sim.latency.base import NO_PREFILL_YET, LatencyModel, after_prefill_step
-from sim.latency.profiled import Profile, ProfiledLatencyModel
+from sim.latency.profile import Profile
+from sim.latency.profiled import ProfiledLatencyModel
 from sim.notes import with_notes
 from sim.runner import build_cache_config, simulate
 from sim.workload import build_workload

@@ -297,7 +297,7 @@ class ModelSpec:
         return self.num_kv_heads
 
     def profile_dims(self, tp: int = 1, dtype: str = "bfloat16", name: str | None = None) -> dict:
-        """The `model` object a profile records (`sim.latency.profiled.MODEL_DIMS`, HF names): this
+        """The `model` object a profile records (`sim.latency.profile.MODEL_DIMS`, HF names): this
         shape on `tp` GPUs in `dtype`, under `name` (default: the spec's)."""
         return {"name": self.name if name is None else name, "num_hidden_layers": self.num_layers,
                 "hidden_size": self.hidden_size, "num_attention_heads": self.num_attention_heads,

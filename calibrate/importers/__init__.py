@@ -19,7 +19,7 @@ from calibrate.importers.eager_launch import add_eager_launch, host_work_ops
 from calibrate.importers.h100_microbench import import_h100_microbench
 from calibrate.importers.vidur import vidur_overlay
 from policies import ConfigError
-from sim.latency.profiled import Profile
+from sim.latency.profile import Profile
 
 SOURCES = ("aiconfigurator", "h100-microbench")
 KERNELS = ("native", "vidur")

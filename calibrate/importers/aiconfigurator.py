@@ -30,7 +30,7 @@ from calibrate.fit import fit_op, fit_pwl
 from calibrate.importers.derived import derived_ops
 from calibrate.model_dims import per_rank_shapes, resolve_model
 from policies import ConfigError
-from sim.latency.profiled import Profile
+from sim.latency.profile import Profile
 
 SYSTEMS = {"H100": "h100_sxm", "H200": "h200_sxm", "A100": "a100_sxm"}
 FRAMEWORKS = ("vllm", "sglang", "trtllm")  # preference order: servesim mirrors vLLM

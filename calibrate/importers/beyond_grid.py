@@ -1,6 +1,6 @@
 """Curves beyond their measured range: time in proportion to the work, not the last segment's slope.
 
-`sim.latency.profiled.PiecewiseLinear` continues a curve beyond its last knot with the slope of
+`sim.latency.curves.PiecewiseLinear` continues a curve beyond its last knot with the slope of
 its last segment. For a coarse grid (aiconfigurator's GEMMs: 16384 -> 32768 tokens) that slope is
 a measured compute-bound rate. For a dense, noisy grid it is noise: Vidur's per-op tables step by
 32 tokens up to 4096, and the slope between 4064 and 4096 tokens is the difference of two medians a
@@ -14,7 +14,8 @@ proportion to tokens or bytes. Within the data nothing changes. Nothing here is 
 """
 from __future__ import annotations
 
-from sim.latency.profiled import OpProfile, PiecewiseLinear, Profile
+from sim.latency.curves import PiecewiseLinear
+from sim.latency.profile import OpProfile, Profile
 
 
 def extend_in_proportion(op: OpProfile, factor: float = 2.0) -> OpProfile:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from calibrate.fit import fit_op
 from calibrate.model_dims import per_rank_shapes
 from policies import ConfigError
-from sim.latency.profiled import DTYPE_BYTES, OpProfile
+from sim.latency.profile import DTYPE_BYTES, OpProfile
 from sim.latency.roofline import RooflineConstants
 
 TOKEN_GRID = (1, 16, 256, 4096, 65536)

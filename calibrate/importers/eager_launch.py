@@ -20,7 +20,7 @@ import pandas as pd
 from calibrate.fit import fit_op
 from calibrate.importers.aiconfigurator import SYSTEMS, package_dir
 from policies import ConfigError
-from sim.latency.profiled import Profile
+from sim.latency.profile import Profile
 
 #: kernel-issuing op calls per decoder layer of an eager 2023 vLLM Llama layer (see `add_eager_launch`)
 CALLS_PER_LAYER = 14

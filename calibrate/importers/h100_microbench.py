@@ -26,7 +26,7 @@ from calibrate.importers.shared_data import shared_data_dir
 from calibrate.importers.derived import derived_ops
 from calibrate.model_dims import per_rank_shapes, resolve_model
 from policies import ConfigError
-from sim.latency.profiled import Profile
+from sim.latency.profile import Profile
 
 US = 1e-6
 DEFAULT_DIR = shared_data_dir() / "profiles" / "h100-kernel-microbench"

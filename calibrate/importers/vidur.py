@@ -23,7 +23,7 @@ from calibrate.fit import fit_op
 from calibrate.importers.beyond_grid import extend_dense_grids
 from calibrate.importers.shared_data import shared_data_dir
 from policies import ConfigError
-from sim.latency.profiled import Profile
+from sim.latency.profile import Profile
 
 DEFAULT_DIR = shared_data_dir() / "profiles" / "vidur-per-op"
 GPUS = {"H100": "h100", "A100": "a100"}

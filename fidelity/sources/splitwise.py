@@ -22,7 +22,8 @@ import numpy as np
 from calibrate.importers.eager_launch import host_work_ops
 from policies import BatchPlan, Request, ScheduledSeq
 from sim.latency.eager import EagerLatencyModel
-from sim.latency.profiled import Profile, ProfiledLatencyModel
+from sim.latency.profile import Profile
+from sim.latency.profiled import ProfiledLatencyModel
 
 CSV = Path("groundtruth/splitwise-static-batches/data/perf_model.csv")
 MODELS = {"llama2-70b": "llama-2-70b"}

@@ -21,7 +21,8 @@ from typing import Any
 
 from policies import BatchPlan, ConfigError
 from sim.latency.base import HOST_PARTS
-from sim.latency.profiled import ProfiledLatencyModel, Profile
+from sim.latency.profile import Profile
+from sim.latency.profiled import ProfiledLatencyModel
 
 
 def launch_seconds(profile: Profile) -> float:

@@ -1,9 +1,9 @@
 """Profiled latency model: step times from measured per-op latency curves (profile files).
 
-A *profile* is a JSON file (`"format": "servesim-profile"`, documented in docs/formats.md) written
+A *profile* (`sim.latency.profile.Profile`, a JSON file documented in docs/formats.md) is written
 by `calibrate`: micro-benchmarks of the engine's own ops, or an importer of published per-op data.
-It loads here without torch or scipy and its curves are evaluated in plain Python, so a planner
-can simulate with measured data on a laptop. A step is composed as the engine runs it: per layer
+It loads without torch or scipy and its curves (`sim.latency.curves`) are evaluated in plain
+Python, so a planner can simulate with measured data on a laptop. A step is composed as the engine runs it: per layer
 the GEMMs, norms, rotary, KV writes and residual adds over all tokens of the step, prefill
 attention per chunk over (chunk, context), decode attention once over (batch, mean KV length; the
 longest with `meta.attn_decode_kv = "max"`, less `meta.attn_decode_padding_discount` of the padding's
@@ -18,290 +18,21 @@ adds `meta.after_prefill_curve` to the first decode steps after a prefill (`afte
 """
 from __future__ import annotations
 
-import bisect
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from policies import BatchPlan, ConfigError
-from records.files import read_json_object, write_json
 from sim.latency.base import LatencyModel
+from sim.latency.curves import PiecewiseLinear, locate
+from sim.latency.profile import DTYPE_BYTES, OP_INPUTS, Profile
 
-FORMAT = "servesim-profile"
-VERSION = 1
-
-#: model dims a profile records; a mismatch with the simulated model is an error.
-MODEL_DIMS = (
-    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "intermediate_size", "vocab_size", "tensor_parallel_size",
-)
-REQUIRED_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attn_prefill", "attn_decode", "lm_head")
-#: op -> its inputs (the file must agree)
-OP_INPUTS: dict[str, tuple[str, ...]] = {
-    "qkv_proj": ("num_tokens",), "o_proj": ("num_tokens",), "gate_up_proj": ("num_tokens",),
-    "down_proj": ("num_tokens",), "act": ("num_tokens",), "input_norm": ("num_tokens",),
-    "rotary": ("num_tokens",), "kv_write": ("num_tokens",), "residual_add": ("num_tokens",), "embed": ("num_tokens",),
-    "lm_head": ("num_tokens",), "sampler": ("num_tokens",),
-    "attn_prefill": ("num_tokens", "context_len"), "attn_decode": ("batch_size", "kv_len"),
-    "all_reduce": ("bytes",), "swap_out": ("bytes",), "swap_in": ("bytes",), "step_overhead": ("num_seqs",),
-    "prefill_overhead": ("num_seqs",),
-}
 #: groups of ops `meta.in_step_scale` may scale (see the module docstring)
 IN_STEP_SCALE_KEYS = ("dense", "attn_prefill", "attn_decode")
-DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "half": 2, "bfloat16": 2, "bf16": 2,
-               "fp8": 1, "float8": 1, "int8": 1}
 
 
 def _err(field_name: str, msg: str) -> ConfigError:
     return ConfigError(f"{field_name}: {msg}")
-
-
-# --- curves -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PiecewiseLinear:
-    """Monotone piecewise-linear curve through (x, y) knots; see the module docstring for the ends."""
-
-    x: tuple[float, ...]
-    y: tuple[float, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.x) != len(self.y) or not self.x:
-            raise ValueError("curve: x and y must be non-empty and of equal length")
-        if any(b <= a for a, b in zip(self.x, self.x[1:])):
-            raise ValueError("curve.x: knots must be strictly increasing")
-        if any(not math.isfinite(v) or v < 0 for v in self.y):
-            raise ValueError("curve.y: values must be finite and >= 0")
-
-    def __call__(self, x: float) -> float:
-        if x <= 0:
-            return 0.0
-        xs, ys = self.x, self.y
-        if x <= xs[0]:
-            return ys[0]
-        if x >= xs[-1]:
-            if len(xs) == 1:
-                return ys[0]
-            slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0)
-            return ys[-1] + slope * (x - xs[-1])
-        i = bisect.bisect_right(xs, x)
-        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-        return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-
-    def to_dict(self) -> dict:
-        return {"kind": "pwl", "x": list(self.x), "y": list(self.y)}
-
-
-@dataclass(frozen=True)
-class Bilinear:
-    """``c0 + cx*x + cy*y + cxy*x*y`` with non-negative coefficients: monotone in x and y."""
-
-    coef: tuple[float, float, float, float]
-
-    def __post_init__(self) -> None:
-        if len(self.coef) != 4 or any(not math.isfinite(c) or c < 0 for c in self.coef):
-            raise ValueError("curve.coef: expected 4 finite non-negative numbers")
-
-    def __call__(self, x: float, y: float) -> float:
-        if x <= 0:
-            return 0.0
-        c0, cx, cy, cxy = self.coef
-        return c0 + cx * x + cy * y + cxy * x * y
-
-    def to_dict(self) -> dict:
-        return {"kind": "bilinear", "coef": list(self.coef)}
-
-
-def _locate(knots: tuple[float, ...], v: float) -> tuple[int, float]:
-    """(i, t): v = knots[i] + t * (knots[i+1] - knots[i]); t = 0 below the grid, t > 1 beyond it."""
-    if len(knots) == 1 or v <= knots[0]:
-        return 0, 0.0
-    if v >= knots[-1]:
-        i = len(knots) - 2
-    else:
-        i = bisect.bisect_right(knots, v) - 1
-    return i, (v - knots[i]) / (knots[i + 1] - knots[i])
-
-
-@dataclass(frozen=True)
-class Grid2D:
-    """Bilinear interpolation in a rectangular grid of medians (see the module docstring)."""
-
-    x: tuple[float, ...]
-    y: tuple[float, ...]
-    z: tuple[tuple[float, ...], ...]  # z[i][j] at (x[i], y[j])
-    y_minus_x: bool = False
-
-    def __post_init__(self) -> None:
-        if len(self.x) < 2 or len(self.y) < 2:
-            raise ValueError("curve: a grid needs at least 2 knots on each axis")
-        for name, knots in (("x", self.x), ("y", self.y)):
-            if any(b <= a for a, b in zip(knots, knots[1:])):
-                raise ValueError(f"curve.{name}: knots must be strictly increasing")
-        if len(self.z) != len(self.x) or any(len(row) != len(self.y) for row in self.z):
-            raise ValueError("curve.z: expected len(x) rows of len(y) values")
-        if any(not math.isfinite(v) or v < 0 for row in self.z for v in row):
-            raise ValueError("curve.z: values must be finite and >= 0")
-
-    def __call__(self, x: float, y: float) -> float:
-        if x <= 0:
-            return 0.0
-        if self.y_minus_x:
-            y = y - x
-        i, tx = _locate(self.x, x)
-        j, ty = _locate(self.y, y)
-        z = self.z
-        z00, z01, z10, z11 = z[i][j], z[i][j + 1], z[i + 1][j], z[i + 1][j + 1]
-        v = (z00 * (1 - tx) * (1 - ty) + z10 * tx * (1 - ty) + z01 * (1 - tx) * ty + z11 * tx * ty)
-        return max(v, 0.0)
-
-    def to_dict(self) -> dict:
-        return {"kind": "grid", "x": list(self.x), "y": list(self.y), "z": [list(r) for r in self.z],
-                "y_minus_x": self.y_minus_x}
-
-
-def curve_from_dict(d: Mapping, where: str) -> PiecewiseLinear | Bilinear | Grid2D:
-    """Build a curve from its JSON form; errors name `where` (the field path)."""
-    if not isinstance(d, Mapping):
-        raise _err(where, f"expected an object, got {type(d).__name__}")
-    kind = d.get("kind")
-    try:
-        if kind == "pwl":
-            return PiecewiseLinear(tuple(float(v) for v in d["x"]), tuple(float(v) for v in d["y"]))
-        if kind == "bilinear":
-            return Bilinear(tuple(float(v) for v in d["coef"]))
-        if kind == "grid":
-            return Grid2D(tuple(float(v) for v in d["x"]), tuple(float(v) for v in d["y"]),
-                          tuple(tuple(float(v) for v in row) for row in d["z"]), bool(d.get("y_minus_x", False)))
-    except KeyError as exc:
-        raise _err(where, f"missing key {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise _err(where, str(exc)) from None
-    raise _err(f"{where}.kind", f"{kind!r} is not allowed; choose one of pwl, bilinear, grid")
-
-
-# --- profile file -------------------------------------------------------------------------------
-@dataclass
-class OpProfile:
-    """One op's raw points, fitted curve and fit error."""
-
-    name: str
-    inputs: tuple[str, ...]
-    curve: PiecewiseLinear | Bilinear | Grid2D
-    points: list = field(default_factory=list)  # [[x..., seconds], ...]
-    fit_error: dict = field(default_factory=dict)  # {"median_abs_pct", "max_abs_pct"}
-    source: str = "measured"
-
-    def __call__(self, *xs: float) -> float:
-        return self.curve(*xs)
-
-    def to_dict(self) -> dict:
-        return {"inputs": list(self.inputs), "points": self.points, "curve": self.curve.to_dict(),
-                "fit_error": self.fit_error, "source": self.source}
-
-
-@dataclass
-class Profile:
-    """A device's per-op latency curves for one model shape (one TP rank), plus metadata."""
-
-    meta: dict
-    model: dict
-    ops: dict[str, OpProfile]
-
-    # -- I/O --
-    def to_dict(self) -> dict:
-        return {"format": FORMAT, "version": VERSION, "meta": self.meta, "model": self.model,
-                "ops": {name: op.to_dict() for name, op in sorted(self.ops.items())}}
-
-    def save(self, path: str | Path) -> Path:
-        return write_json(path, self.to_dict(), indent=1)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "Profile":
-        return cls.from_dict(read_json_object(path, "profile", missing=FileNotFoundError))
-
-    @classmethod
-    def from_dict(cls, data: Any) -> "Profile":
-        if not isinstance(data, Mapping):
-            raise _err("profile", "expected a JSON object at the top level")
-        if data.get("format") != FORMAT:
-            raise _err("profile.format", f"{data.get('format')!r} is not allowed; expected {FORMAT!r}")
-        if data.get("version") != VERSION:
-            raise _err("profile.version", f"{data.get('version')!r} is not supported; expected {VERSION}")
-        meta, model, ops_raw = data.get("meta"), data.get("model"), data.get("ops")
-        if not isinstance(meta, Mapping):
-            raise _err("profile.meta", "missing or not an object")
-        if not isinstance(model, Mapping):
-            raise _err("profile.model", "missing or not an object")
-        for dim in MODEL_DIMS:
-            v = model.get(dim)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise _err(f"profile.model.{dim}", f"expected a positive integer, got {v!r}")
-        if model.get("dtype") not in DTYPE_BYTES:
-            raise _err("profile.model.dtype", f"{model.get('dtype')!r} is not allowed; choose one of "
-                       f"{', '.join(DTYPE_BYTES)}")
-        if not isinstance(ops_raw, Mapping):
-            raise _err("profile.ops", "missing or not an object")
-        ops: dict[str, OpProfile] = {}
-        for name, raw in ops_raw.items():
-            where = f"profile.ops.{name}"
-            if name not in OP_INPUTS:
-                raise _err(where, f"unknown op; choose from {', '.join(OP_INPUTS)}")
-            if not isinstance(raw, Mapping):
-                raise _err(where, "expected an object")
-            inputs = tuple(raw.get("inputs") or ())
-            if inputs != OP_INPUTS[name]:
-                raise _err(f"{where}.inputs", f"{list(inputs)} does not match {list(OP_INPUTS[name])}")
-            curve = curve_from_dict(raw.get("curve"), f"{where}.curve")
-            if isinstance(curve, (Bilinear, Grid2D)) != (len(inputs) == 2):
-                raise _err(f"{where}.curve.kind", f"a {len(inputs)}-input op needs "
-                           f"{'bilinear or grid' if len(inputs) == 2 else 'pwl'}")
-            points = raw.get("points", [])
-            if not isinstance(points, list) or any(
-                    not isinstance(p, (list, tuple)) or len(p) != len(inputs) + 1 for p in points):
-                raise _err(f"{where}.points", f"expected a list of [{', '.join(inputs)}, seconds] rows")
-            ops[name] = OpProfile(name, inputs, curve, list(points), dict(raw.get("fit_error") or {}),
-                                  str(raw.get("source", "measured")))
-        missing = [op for op in REQUIRED_OPS if op not in ops]
-        if missing:
-            raise _err("profile.ops", f"missing required op(s) {', '.join(missing)}")
-        return cls(dict(meta), dict(model), ops)
-
-    # -- checks --
-    def check_model(self, model: Any) -> None:
-        """Raise if `model` (a dict or an object with HF config names) differs in any recorded dim."""
-        for dim in MODEL_DIMS:
-            theirs = _get_dim(model, dim)
-            if theirs is None:
-                continue
-            if int(theirs) != int(self.model[dim]):
-                raise _err(f"profile.model.{dim}",
-                           f"profile was made for {dim}={self.model[dim]} but the model has {theirs}; "
-                           f"re-run `servesim calibrate` (or import) for this model")
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """KV cache bytes per token on one rank (keys + values, all layers)."""
-        m = self.model
-        kv_heads = max(m["num_key_value_heads"] // m["tensor_parallel_size"], 1)
-        return 2 * m["num_hidden_layers"] * kv_heads * m["head_dim"] * DTYPE_BYTES[m["dtype"]]
-
-    def fit_error_table(self) -> list[tuple[str, int, float, float]]:
-        """(op, number of points, median abs %, max abs %) for every op: for CLI output."""
-        return [(name, len(op.points), float(op.fit_error.get("median_abs_pct", float("nan"))),
-                 float(op.fit_error.get("max_abs_pct", float("nan")))) for name, op in sorted(self.ops.items())]
-
-
-_ALIASES = {
-    "num_hidden_layers": ("num_hidden_layers", "num_layers", "n_layers"),
-    "hidden_size": ("hidden_size", "d_model"),
-    "num_attention_heads": ("num_attention_heads", "num_heads", "n_heads"),
-    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "n_kv_heads"),
-    "head_dim": ("head_dim",),
-    "intermediate_size": ("intermediate_size", "ffn_dim"),
-    "vocab_size": ("vocab_size",),
-    "tensor_parallel_size": ("tensor_parallel_size", "tp", "tp_size"),
-}
 
 
 def _in_step_scale(raw: Any) -> tuple[float, float, float]:
@@ -354,7 +85,7 @@ def _prefill_curve(raw: Any):
             return ys[0][k - 1] * prefill_tokens / xs[0]
         if prefill_tokens >= xs[-1]:
             return ys[-1][k - 1]
-        i, t = _locate(lx, math.log(prefill_tokens))
+        i, t = locate(lx, math.log(prefill_tokens))
         return ys[i][k - 1] + (ys[i + 1][k - 1] - ys[i][k - 1]) * t
 
     return cost
@@ -379,8 +110,8 @@ def _discount_table(raw: Any):
         raise _err(name, "expected ascending batch and max_kv and one row of shares in [0, 1] per batch, "
                    f"one share per max_kv, got {raw!r}")
 
-    def at(knots, v):  # `_locate` clamped to the knots (one knot: (0, 0.0) already)
-        i, t = _locate(knots, v)
+    def at(knots, v):  # `locate` clamped to the knots (one knot: (0, 0.0) already)
+        i, t = locate(knots, v)
         return i, min(max(t, 0.0), 1.0)
 
     def share(batch: float, max_kv: float) -> float:
@@ -411,18 +142,10 @@ def _idle_curve(raw: Any):
             return ys[0]
         if v >= lx[-1]:
             return ys[-1]
-        i, t = _locate(lx, v)
+        i, t = locate(lx, v)
         return ys[i] + (ys[i + 1] - ys[i]) * t
 
     return cost
-
-
-def _get_dim(model: Any, dim: str) -> Any:
-    for name in _ALIASES[dim]:
-        v = model.get(name) if isinstance(model, Mapping) else getattr(model, name, None)
-        if v is not None:
-            return v
-    return None
 
 
 # --- the latency model --------------------------------------------------------------------------

@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 from calibrate.bench import calibrate  # noqa: E402
 from calibrate_helpers import MICRO, micro_grid  # noqa: E402
 from servesim.commands.calibrate import run as cli_run  # noqa: E402
-from sim.latency.profiled import REQUIRED_OPS, Profile, ProfiledLatencyModel  # noqa: E402
+from sim.latency.profile import REQUIRED_OPS, Profile  # noqa: E402
+from sim.latency.profiled import ProfiledLatencyModel  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 
 from calibrate.fit import fit_op
 from calibrate.importers.beyond_grid import extend_dense_grids, extend_in_proportion
-from sim.latency.profiled import Profile
+from sim.latency.profile import Profile
 
 
 def dense_noisy_gemm(seed: int = 0, top: int = 4096, step: int = 128):

@@ -5,7 +5,7 @@ import pytest
 
 from calibrate.importers.eager_launch import CALLS_PER_LAYER, CALLS_PER_LAYER_TP1, add_eager_launch
 from policies import ConfigError
-from sim.latency.profiled import Profile
+from sim.latency.profile import Profile
 
 
 def dims(layers=80, tp=8):

@@ -8,7 +8,8 @@ import pytest
 
 from calibrate.engine_steps import fit_engine_steps
 from policies import BatchPlan, ConfigError, Request, ScheduledSeq
-from sim.latency.profiled import Profile, ProfiledLatencyModel
+from sim.latency.profile import Profile
+from sim.latency.profiled import ProfiledLatencyModel
 
 from pathlib import Path
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from calibrate.fit import fit_bilinear, fit_error, fit_grid, fit_op, fit_pwl
-from sim.latency.profiled import Bilinear, Grid2D
+from sim.latency.curves import Bilinear, Grid2D
 
 
 def roofline(x):

@@ -14,7 +14,8 @@ from fidelity.sources.splitwise import decode_plan, prefill_plan
 from servesim.cli import main
 from sim.latency import build_latency_model
 from sim.latency.eager import EagerLatencyModel
-from sim.latency.profiled import Profile, ProfiledLatencyModel
+from sim.latency.profile import Profile
+from sim.latency.profiled import ProfiledLatencyModel
 from sim.latency.roofline import RooflineConstants
 from specs import HardwareConfig, ModelConfig
 

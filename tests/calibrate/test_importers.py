@@ -8,7 +8,8 @@ import pytest
 from calibrate.importers import import_profile
 from calibrate.model_dims import per_rank_shapes, resolve_model
 from policies import ConfigError
-from sim.latency.profiled import Profile, ProfiledLatencyModel
+from sim.latency.profile import Profile
+from sim.latency.profiled import ProfiledLatencyModel
 
 H100_BF16_FLOPS = 989e12  # dense tensor-core peak (datasheet)
 H100_BW = 3.35e12

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from calibrate.model_dims import resolve_model
-from sim.latency.profiled import REQUIRED_OPS, Profile, ProfiledLatencyModel
+from sim.latency.profile import REQUIRED_OPS, Profile
+from sim.latency.profiled import ProfiledLatencyModel
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "examples" / "profiles" / "tiny-llama-cpu.json"

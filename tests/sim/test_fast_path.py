@@ -181,7 +181,8 @@ def test_a_profile_with_after_prefill_costs_is_identical(monkeypatch):
     a prefill as the loop does step by step (the mixed replay stands aside for such a profile)."""
     from pathlib import Path
 
-    from sim.latency.profiled import Profile, ProfiledLatencyModel
+    from sim.latency.profile import Profile
+    from sim.latency.profiled import ProfiledLatencyModel
 
     examples = Path(__file__).resolve().parents[2] / "examples"
     profile = Profile.load(examples / "profiles" / "tiny-llama-cpu.json")

@@ -33,7 +33,8 @@ from calibrate.importers.derived import host_overhead_op  # noqa: E402
 from calibrate.importers.eager_launch import add_eager_launch  # noqa: E402
 from fidelity.sources.splitwise import check, eager_profile, held_out_check, prefill_plan, summary  # noqa: E402
 from sim.latency.eager import EagerLatencyModel  # noqa: E402
-from sim.latency.profiled import Profile, ProfiledLatencyModel  # noqa: E402
+from sim.latency.profile import Profile  # noqa: E402
+from sim.latency.profiled import ProfiledLatencyModel  # noqa: E402
 
 TPS = (2, 4, 8)
 

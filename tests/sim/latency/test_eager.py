@@ -5,7 +5,8 @@ import pytest
 
 from policies import ConfigError
 from sim.latency.eager import EagerLatencyModel
-from sim.latency.profiled import PiecewiseLinear, ProfiledLatencyModel
+from sim.latency.curves import PiecewiseLinear
+from sim.latency.profiled import ProfiledLatencyModel
 from test_profiled import make_profile, plan, seq
 
 
@@ -75,7 +76,7 @@ def test_a_profile_with_a_launch_path_builds_the_eager_model(tmp_path):
     from pathlib import Path
 
     from sim.latency import build_latency_model
-    from sim.latency.profiled import Profile
+    from sim.latency.profile import Profile
     from specs import HardwareConfig, ModelConfig
 
     examples = Path(__file__).resolve().parents[3] / "examples"

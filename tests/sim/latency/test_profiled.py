@@ -1,85 +1,15 @@
-"""ProfiledLatencyModel and the profile file: curve evaluation, step composition, round trip, errors."""
+"""ProfiledLatencyModel: step composition from a profile's curves, its meta terms, the model's dims."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
+from profile_factories import DIMS, make_profile, plan, seq
 
 from policies import BatchPlan, ConfigError, Request, ScheduledSeq
-from sim.latency.profiled import (
-    OP_INPUTS, Bilinear, Grid2D, OpProfile, PiecewiseLinear, Profile, ProfiledLatencyModel,
-)
-
-DIMS = {"name": "toy", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
-        "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 688, "vocab_size": 2048,
-        "tensor_parallel_size": 1, "dtype": "float32"}
-
-
-def line(a: float, b: float) -> PiecewiseLinear:
-    """t = a + b*x for x >= 1 (two knots; extrapolates with the same slope)."""
-    return PiecewiseLinear((1.0, 1001.0), (a + b, a + b * 1001))
-
-
-def make_profile(**model_overrides) -> Profile:
-    ops = {}
-    for i, (name, inputs) in enumerate(OP_INPUTS.items()):
-        if len(inputs) == 2:
-            curve = Bilinear((1e-5, 1e-7, 1e-8, 1e-9))
-        else:
-            curve = line(1e-6 * (i + 1), 1e-8 * (i + 1))
-        ops[name] = OpProfile(name, inputs, curve, [], {"median_abs_pct": 0.0, "max_abs_pct": 0.0})
-    return Profile({"device": "test", "dtype": "float32", "source": "test"}, {**DIMS, **model_overrides}, ops)
-
-
-def seq(req_id, num_tokens: int, computed: int, samples: bool = True) -> ScheduledSeq:
-    return ScheduledSeq(Request(req_id, 0.0, max(computed + num_tokens, 1), 4), num_tokens, computed, samples)
-
-
-def plan(*seqs, **kw) -> BatchPlan:
-    return BatchPlan(0, tuple(seqs), **kw)
-
-
-# --- curves ---------------------------------------------------------------------------------------
-def test_pwl_interpolates_and_extends_its_ends():
-    c = PiecewiseLinear((10.0, 20.0, 40.0), (1.0, 2.0, 6.0))
-    assert c(15) == pytest.approx(1.5)
-    assert c(30) == pytest.approx(4.0)
-    assert c(5) == 1.0  # launch floor below the grid
-    assert c(60) == pytest.approx(10.0)  # last slope (0.2 / token) beyond the grid
-    assert c(0) == 0.0  # op not run
-
-
-def test_pwl_rejects_unsorted_or_negative_knots():
-    with pytest.raises(ValueError, match="curve.x"):
-        PiecewiseLinear((2.0, 1.0), (1.0, 2.0))
-    with pytest.raises(ValueError, match="curve.y"):
-        PiecewiseLinear((1.0, 2.0), (1.0, -2.0))
-
-
-def test_bilinear_is_monotone_in_both_inputs():
-    c = Bilinear((1.0, 2.0, 3.0, 4.0))
-    assert c(2, 5) == pytest.approx(1 + 4 + 15 + 40)
-    assert c(3, 5) > c(2, 5) and c(2, 6) > c(2, 5)
-    with pytest.raises(ValueError, match="curve.coef"):
-        Bilinear((1.0, -1.0, 0.0, 0.0))
-
-
-def test_grid_interpolates_bilinearly_and_extends_its_ends():
-    g = Grid2D((1.0, 3.0), (10.0, 20.0), ((1.0, 2.0), (3.0, 6.0)))
-    assert g(2, 15) == pytest.approx((1 + 2 + 3 + 6) / 4)
-    assert g(1, 5) == 1.0  # held below the grid
-    assert g(5, 20) == pytest.approx(10.0)  # the last cell's slope along x: 6 + 2 * (6 - 2) / 2
-    assert g(0, 15) == 0.0
-    with pytest.raises(ValueError, match="curve.z"):
-        Grid2D((1.0, 3.0), (10.0, 20.0), ((1.0, 2.0),))
-
-
-def test_grid_over_cached_context_separates_first_and_later_chunks():
-    # y_minus_x: second axis is context - chunk (tokens cached before the chunk)
-    g = Grid2D((16.0, 64.0), (0.0, 64.0), ((1.0, 3.0), (2.0, 6.0)), y_minus_x=True)
-    assert g(16, 16) == 1.0 and g(16, 80) == 3.0 and g(64, 128) == 6.0
+from sim.latency.profile import Profile
+from sim.latency.profiled import ProfiledLatencyModel
 
 
 # --- step composition -------------------------------------------------------------------------------
@@ -204,47 +134,7 @@ def test_executor_skips_padding_must_be_a_boolean():
         ProfiledLatencyModel(p)
 
 
-# --- file -------------------------------------------------------------------------------------------
-def test_profile_round_trips_through_its_file(tmp_path):
-    p = make_profile()
-    path = p.save(tmp_path / "p.json")
-    q = Profile.load(path)
-    assert q.to_dict() == p.to_dict()
-    pl = plan(seq("a", 1, 100), seq("c", 64, 0))
-    assert ProfiledLatencyModel(q).step_time(pl) == ProfiledLatencyModel(p).step_time(pl)
-
-
-@pytest.mark.parametrize("corrupt, field", [
-    (lambda d: d.pop("ops"), "profile.ops"),
-    (lambda d: d["ops"].pop("qkv_proj"), "profile.ops"),
-    (lambda d: d["ops"]["qkv_proj"]["curve"].update(kind="spline"), "profile.ops.qkv_proj.curve.kind"),
-    (lambda d: d["ops"]["attn_decode"].update(curve={"kind": "pwl", "x": [1], "y": [1]}),
-     "profile.ops.attn_decode.curve.kind"),
-    (lambda d: d["ops"]["attn_decode"].update(curve={"kind": "grid", "x": [1, 2], "y": [1, 2], "z": [[1, 2]]}),
-     "profile.ops.attn_decode.curve"),
-    (lambda d: d["ops"]["qkv_proj"]["curve"].update(x=[3, 2]), "profile.ops.qkv_proj.curve"),
-    (lambda d: d["ops"]["attn_decode"].update(inputs=["num_tokens"]), "profile.ops.attn_decode.inputs"),
-    (lambda d: d["model"].update(hidden_size="big"), "profile.model.hidden_size"),
-    (lambda d: d.update(format="other"), "profile.format"),
-    (lambda d: d.update(version=99), "profile.version"),
-])
-def test_a_corrupt_profile_names_the_field(tmp_path, corrupt, field):
-    d = make_profile().to_dict()
-    corrupt(d)
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(d))
-    with pytest.raises(ConfigError) as exc:
-        Profile.load(path)
-    assert str(exc.value).startswith(field)
-
-
-def test_a_truncated_file_is_a_clear_error(tmp_path):
-    path = make_profile().save(tmp_path / "p.json")
-    path.write_text(path.read_text()[:200])
-    with pytest.raises(ConfigError, match="^profile: .* not valid JSON"):
-        Profile.load(path)
-
-
+# --- the model's dims ------------------------------------------------------------------------------
 def test_a_profile_for_other_model_dims_is_refused():
     p = make_profile()
     with pytest.raises(ConfigError, match="^profile.model.hidden_size: .*4096"):
