@@ -45,6 +45,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="how long to repeat the workload")
     ap.add_argument("--batch", type=int, default=8, help="requests decoding together")
     ap.add_argument("--tokens", type=int, default=200, help="tokens each request decodes")
+    ap.add_argument("--model", default=str(REPO / "examples/tiny-llama/config.json"),
+                    help="the model's config.json (default examples/tiny-llama: its weights, ~13 MB, live in the "
+                         "last-level cache that other tenants share)")
     ap.add_argument("--probe-interval", type=float, default=0.0,
                     help="seconds between two probe readings (default 0: after every step; validate's: 0.2)")
     args = ap.parse_args(argv)
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
         if getattr(args, name) <= 0:
             raise SystemExit(f"--{name}: expected a positive number, got {getattr(args, name)}")
     torch.set_num_threads(1)
-    mc = ModelConfig.from_json(REPO / "examples/tiny-llama/config.json")
+    mc = ModelConfig.from_json(args.model)
     blocks = args.batch * -(-(64 + args.tokens) // 16) + 8
     cfg = EngineConfig(model=mc, scheduler=SchedulerConfig(policy="chunked", max_num_batched_tokens=2048,
                                                            max_num_seqs=args.batch, max_model_len=2048),

@@ -3,11 +3,13 @@ every shipped one, each with a quick profile made in its own run (as `servesim v
 
     .venv/bin/python benchmarks/validate_cpu.py [--random N] [--seed S] [--no-shipped] [--out runs/validate-cpu]
                                                 [--full] [--one-profile] [--floor S] [--no-speed-probe]
+                                                [--model tiny-llama|small-llama]
 
 `--random N` first draws N workloads nobody tuned anything on (`calibrate.random_workloads`; seed
 `--seed`, default a new one, printed; TOML files beside the reports), then the shipped
-examples/validate-*.toml. Each run calibrates examples/tiny-llama (quick grid, one torch thread)
-around the engine's run (`--one-profile`: one profile first, for all; `--floor S`: first measure for
+examples/validate-*.toml. Each run calibrates its model (quick grid, one torch thread; the random
+workloads' is `--model`: examples/tiny-llama, or examples/small-llama whose weights do not fit a
+shared last-level cache) around the engine's run (`--one-profile`: one profile first, for all; `--floor S`: first measure for
 S seconds what a perfect model would score on this machine, `benchmarks/machine_floor.py`). The bar: per-step median
 <= 5%, mean TTFT, TPOT and E2E within 10%. Columns: "cpu med" the per-step error against the engine
 thread's CPU time; "detrend" with the machine's drift taken out (each step's error minus its 51
@@ -112,6 +114,9 @@ def main(argv=None) -> int:
                     help="the calibration grid (default quick; smoke: seconds, for trying the machinery only)")
     ap.add_argument("--one-profile", action="store_true", help="one profile made first for every workload")
     ap.add_argument("--random", type=int, default=0, metavar="N", help="also validate N fresh random workloads, first")
+    ap.add_argument("--model", default="tiny-llama", choices=("tiny-llama", "small-llama"),
+                    help="the random workloads' model (small-llama: weights beyond a shared last-level cache, "
+                         "examples/small-llama/README.md); the shipped workloads name their own")
     ap.add_argument("--seed", type=int, default=None, help="their seed (default: a new one, printed)")
     ap.add_argument("--no-shipped", action="store_true", help="leave out the shipped examples/validate-*.toml")
     ap.add_argument("--floor", type=float, default=0.0, metavar="S",
@@ -121,13 +126,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.random < 0:
         raise SystemExit(f"--random: expected a count >= 0, got {args.random}")
+    from calibrate.random_workloads import validation_model
+
     grid = args.grid or ("full" if args.full else "quick")
     out = Path(args.out)
     torch.set_num_threads(1)
     if args.floor > 0:  # what a perfect model would score on this machine now (the bar's floor)
         from machine_floor import main as floor
 
-        floor(["--seconds", str(args.floor)])
+        floor(["--seconds", str(args.floor), "--model", str(REPO / validation_model(args.model).config)])
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     groups, offered = [], {}
     if args.random:
@@ -136,14 +143,14 @@ def main(argv=None) -> int:
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "little")
         from calibrate.random_workloads import draw
 
-        paths = write(seed, args.random, out / f"random-{seed}")
-        offered.update({(w := draw(seed, i))["name"]: w["offered_load"] for i in range(args.random)})
+        paths = write(seed, args.random, out / f"random-{seed}", model=args.model)
+        offered.update({(w := draw(seed, i, args.model))["name"]: w["offered_load"] for i in range(args.random)})
         groups.append((f"fresh random workloads (seed {seed}; rerun: --random {args.random} --seed {seed})", paths))
     if not args.no_shipped:
         groups.append(("shipped workloads (examples/validate-*.toml)", sorted((REPO / "examples").glob("validate-*.toml"))))
     prof_path = None
     if args.one_profile:
-        profile = calibrate(REPO / "examples/tiny-llama/config.json", "cpu", quick=grid, progress=True)
+        profile = calibrate(REPO / validation_model(args.model).config, "cpu", quick=grid, progress=True)
         prof_path = profile.save(out / "profile.json")
     ok, warned, width = True, [], max([26] + [len(p.stem) for _, paths in groups for p in paths])
     for title, paths in groups:

@@ -10,11 +10,14 @@ a roomy KV pool, or a small one under recompute or swap preemption (the ranges: 
 The policy, the arrival process and the memory case are stratified over `index`: any six
 consecutive workloads from a multiple of 3 (0-5, 3-8, ...) cover every policy and every arrival
 process twice and both preemption modes, and 0-8 every pair of policy and arrival process; the rest
-is drawn. Rates are drawn against a rough service rate of the tiny CPU model so that the engine is
-busy but not hopelessly overloaded (a queue that only grows measures the backlog, not the model).
+is drawn. Rates are drawn against a rough service rate of the validation model (`VALIDATION_MODELS`:
+the tiny CPU model, or small-llama, whose weights exceed a shared last-level cache) so that the
+engine is busy but not hopelessly overloaded (a queue that only grows measures the backlog, not the
+model).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,34 @@ BLOCK_SIZE = 16
 #: rough costs of the tiny CPU model, for choosing rates: seconds per prompt token, and per output token
 #: of a decode batch of ~8 (a 3 ms step shared, plus 0.4 ms a sequence)
 TOKEN_S, OUTPUT_S = 1.1e-4, 8e-4
+
+
+@dataclass(frozen=True)
+class ValidationModel:
+    """A CPU validation model: its config.json, the profile `servesim simulate` of a written file
+    uses (None: none shipped, the file then simulates with the roofline), and its rough costs on one
+    CPU thread for choosing rates (seconds per prompt token; per output token in a decode batch of ~8)."""
+
+    config: str
+    profile: str | None
+    token_s: float
+    output_s: float
+
+
+#: the validation models by name: the tiny one, and one whose weights exceed a shared last-level
+#: cache (examples/small-llama/README.md); its costs are the tiny one's times what one engine run
+#: of each measured on one thread (a 256-token prefill: 6.8x; a decode step of 8: 5.3x)
+VALIDATION_MODELS = {
+    "tiny-llama": ValidationModel(MODEL, PROFILE, TOKEN_S, OUTPUT_S),
+    "small-llama": ValidationModel("examples/small-llama/config.json", None, TOKEN_S * 6.8, OUTPUT_S * 5.3),
+}
+
+
+def validation_model(name: str) -> ValidationModel:
+    """The `VALIDATION_MODELS` entry `name`; an unknown one is named with the choices."""
+    if name not in VALIDATION_MODELS:
+        raise ValueError(f"model: {name!r} is not allowed; choose one of {', '.join(VALIDATION_MODELS)}")
+    return VALIDATION_MODELS[name]
 
 
 def _lengths(rng: np.random.Generator, max_len: int) -> tuple[dict, list[dict]]:
@@ -49,7 +80,7 @@ def _mean_lognormal(d: dict) -> float:
     return min(d["median"] * float(np.exp(d["sigma"] ** 2 / 2)), d["max"])
 
 
-def draw(seed: int, index: int) -> dict:
+def draw(seed: int, index: int, model: str = "tiny-llama") -> dict:
     """The config sections (model, hardware, scheduler, cache, workload) of random workload `index`.
 
     - arrivals: Poisson, bursty gamma (cv 2-4) or on/off (alternating busy and quiet stages);
@@ -60,10 +91,12 @@ def draw(seed: int, index: int) -> dict:
       (whole prompts, prefill-first);
     - memory: a roomy KV pool, or a small one under recompute or swap preemption.
 
-    `offered_load`: the load drawn (0.35-0.8) against the rough rates `TOKEN_S`, `OUTPUT_S`; bursts and
+    `model`: a `VALIDATION_MODELS` name; the workload is the same for every model but for its rates.
+    `offered_load`: the load drawn (0.35-0.8) against the model's rough costs; bursts and
     the real engine's speed put the calibrated utilization anywhere from 0.3 to 1.0 (see
     `calibrate.validate.conditioning`).
     """
+    costs = validation_model(model)
     rng = np.random.default_rng([seed, index])
     policy = POLICIES[index % len(POLICIES)]
     arrival = ARRIVALS[(index + index // len(POLICIES)) % len(ARRIVALS)]
@@ -92,7 +125,7 @@ def draw(seed: int, index: int) -> dict:
     mean_prompt = (sum(c["fraction"] * _mean_lognormal(c["prompt_len"]) for c in classes) if classes
                    else _mean_lognormal(prompt_len))
     # a request's share of the engine: its prompt's tokens plus its share of the decode steps
-    service_s = mean_prompt * TOKEN_S + mean_out * OUTPUT_S
+    service_s = mean_prompt * costs.token_s + mean_out * costs.output_s
     load = float(rng.uniform(0.35, 0.8))
     rate = round(load / service_s, 2)
     workload: dict = {"num_requests": num_requests, "output_len": output_len, "seed": int(rng.integers(0, 2**31 - 1)),
@@ -123,11 +156,11 @@ def draw(seed: int, index: int) -> dict:
     hardware: dict = {"latency": "profiled", "num_gpu_blocks": num_blocks}
     if memory == "swap":
         sched["preemption"] = "swap"
-        hardware["swap_space_gb"] = 0.05  # ~1,600 CPU blocks of the tiny model: never the limit
+        hardware["swap_space_gb"] = 0.05  # >= 390 CPU blocks (1,600 of the tiny model): never the limit
     else:
         sched["preemption"] = "recompute"
     name = f"random-{seed}-{index:02d}-{policy}-{arrival}-{memory}"
-    return {"name": name, "offered_load": round(load, 3), "model": {"name": MODEL, "dtype": "float32"}, "hardware": hardware,
+    return {"name": name, "offered_load": round(load, 3), "model": {"name": costs.config, "dtype": "float32"}, "hardware": hardware,
             "scheduler": sched, "cache": {"block_size": BLOCK_SIZE}, "workload": workload}
 
 
@@ -143,9 +176,9 @@ def _toml_value(v) -> str:
     return repr(v)
 
 
-def to_toml(workload: dict, model_path: str | Path, profile_path: str | Path) -> str:
+def to_toml(workload: dict, model_path: str | Path, profile_path: str | Path | None) -> str:
     """The TOML text of `workload` (a `draw` result), its model at `model_path`; `profile_path` is the
-    profile `servesim simulate` uses (validate measures its own)."""
+    profile `servesim simulate` uses (validate measures its own; None: the roofline)."""
     lines = [f"# servesim validate {workload['name']}.toml --device cpu",
              "# A random validation workload (calibrate.random_workloads.draw): nothing was tuned on it.",
              f"# offered load {workload['offered_load']} of the rough service rate it was drawn against (TOKEN_S, "
@@ -154,24 +187,30 @@ def to_toml(workload: dict, model_path: str | Path, profile_path: str | Path) ->
         body = dict(workload[section])
         if section == "model":
             body["name"] = str(model_path)
-        if section == "hardware":
+        if section == "hardware" and profile_path is not None:
             body["profile"] = str(profile_path)
+        elif section == "hardware":
+            body["latency"] = "roofline"
         lines.append(f"[{section}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in body.items()]
         lines.append("")
     return "\n".join(lines)
 
 
-def write(seed: int, count: int, folder: str | Path, model_path: str | Path | None = None) -> list[Path]:
-    """Write random workloads 0 .. count-1 of `seed` as TOML files under `folder`; their paths."""
+def write(seed: int, count: int, folder: str | Path, model_path: str | Path | None = None,
+          model: str = "tiny-llama") -> list[Path]:
+    """Write random workloads 0 .. count-1 of `seed` for validation model `model` as TOML files
+    under `folder` (`model_path`: its config.json elsewhere); their paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     repo = Path(__file__).resolve().parent.parent
-    model = Path(model_path) if model_path else repo / MODEL
+    chosen = validation_model(model)
+    config = Path(model_path) if model_path else repo / chosen.config
+    profile = (repo / chosen.profile).resolve() if chosen.profile else None
     out = []
     for i in range(count):
-        w = draw(seed, i)
+        w = draw(seed, i, model)
         path = folder / f"{w['name']}.toml"
-        path.write_text(to_toml(w, model.resolve(), (repo / PROFILE).resolve()))
+        path.write_text(to_toml(w, config.resolve(), profile))
         out.append(path)
     return out

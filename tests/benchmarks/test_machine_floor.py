@@ -36,3 +36,19 @@ def test_the_floor_is_measured_from_repeated_identical_steps(capsys):
 def test_a_non_positive_size_is_refused_with_its_name(flag):
     with pytest.raises(SystemExit, match=flag):
         load_script().main([flag, "0"])
+
+
+def test_another_model_is_measured_the_same_way(capsys):
+    import torch
+
+    threads = torch.get_num_threads()
+    small = str(load_script().REPO / "examples" / "small-llama" / "config.json")
+    try:
+        assert load_script().main(["--seconds", "1.0", "--batch", "2", "--tokens", "4", "--model", small]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    steps, reps = (int(x) for x in re.search(r"(\d+) decode steps in (\d+) repetitions", out).groups())
+    assert reps >= 3 and steps == reps * 3
+    with pytest.raises((FileNotFoundError, SystemExit)):
+        load_script().main(["--seconds", "1.0", "--model", str(load_script().REPO / "no-such-config.json")])

@@ -98,3 +98,23 @@ def test_the_engine_is_busy_but_not_swamped(index, tmp_path):
     assert result.summary["duration_s"] < 3.0 * last + 2.0
     busy = result.steps.duration.sum() / result.summary["duration_s"]
     assert busy > 0.2, busy
+
+
+def test_the_small_model_gets_the_same_workloads_at_its_own_rates(tmp_path):
+    """small-llama (weights beyond a shared last-level cache) costs ~5-7x the tiny model: the same
+    draws, its rates that much lower, its files loadable without a shipped profile."""
+    for i in range(6):
+        tiny, small = draw(9, i), draw(9, i, "small-llama")
+        assert small["offered_load"] == tiny["offered_load"] and small["scheduler"] == tiny["scheduler"]
+        assert small["model"]["name"].endswith("small-llama/config.json")
+        t, s = tiny["workload"], small["workload"]
+        assert {k: v for k, v in t.items() if k not in ("rate", "stages")} == \
+            {k: v for k, v in s.items() if k not in ("rate", "stages")}
+        ratio = (s.get("rate") or s["stages"][0][0]) / (t.get("rate") or t["stages"][0][0])
+        assert 1 / 6.8 - 0.01 <= ratio <= 1 / 5.3 + 0.01, ratio
+    for path in write(9, 3, tmp_path / "small", model="small-llama"):
+        config = load_config(path)
+        assert config.hardware.latency == "roofline" and Path(config.model.name).is_file()
+        assert simulate(config).summary["num_finished"] == config.workload.num_requests
+    with pytest.raises(ValueError, match="^model: 'huge-llama' is not allowed; choose one of tiny-llama, small-llama"):
+        draw(9, 0, "huge-llama")
