@@ -14,6 +14,11 @@ from policies.presets import DEFAULT_VLLM_VERSION, USAGES, VLLM_CACHE, VLLM_V0_V
 class ConfigError(ValueError):
     """A config field holds a value that is not allowed. The message names the field."""
 
+    @classmethod
+    def at(cls, field_name: str, msg: str) -> "ConfigError":
+        """`field_name: msg`, the one-line form every config error takes."""
+        return cls(f"{field_name}: {msg}")
+
 
 def check_keys(section: str, given: Iterable, allowed: Iterable[str] | type) -> None:
     """Refuse a table key that is not allowed: `section.key: unknown key; allowed keys: a, b, ...`.

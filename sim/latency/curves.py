@@ -15,10 +15,6 @@ from typing import Mapping
 from policies import ConfigError
 
 
-def _err(field_name: str, msg: str) -> ConfigError:
-    return ConfigError(f"{field_name}: {msg}")
-
-
 @dataclass(frozen=True)
 class PiecewiseLinear:
     """Monotone piecewise-linear curve through (x, y) knots; see the module docstring for the ends."""
@@ -124,7 +120,7 @@ class Grid2D:
 def curve_from_dict(d: Mapping, where: str) -> PiecewiseLinear | Bilinear | Grid2D:
     """Build a curve from its JSON form; errors name `where` (the field path)."""
     if not isinstance(d, Mapping):
-        raise _err(where, f"expected an object, got {type(d).__name__}")
+        raise ConfigError.at(where, f"expected an object, got {type(d).__name__}")
     kind = d.get("kind")
     try:
         if kind == "pwl":
@@ -135,7 +131,7 @@ def curve_from_dict(d: Mapping, where: str) -> PiecewiseLinear | Bilinear | Grid
             return Grid2D(tuple(float(v) for v in d["x"]), tuple(float(v) for v in d["y"]),
                           tuple(tuple(float(v) for v in row) for row in d["z"]), bool(d.get("y_minus_x", False)))
     except KeyError as exc:
-        raise _err(where, f"missing key {exc}") from None
+        raise ConfigError.at(where, f"missing key {exc}") from None
     except (TypeError, ValueError) as exc:
-        raise _err(where, str(exc)) from None
-    raise _err(f"{where}.kind", f"{kind!r} is not allowed; choose one of pwl, bilinear, grid")
+        raise ConfigError.at(where, str(exc)) from None
+    raise ConfigError.at(f"{where}.kind", f"{kind!r} is not allowed; choose one of pwl, bilinear, grid")

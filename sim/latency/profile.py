@@ -38,10 +38,6 @@ DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "half": 2, "bfl
                "fp8": 1, "float8": 1, "int8": 1}
 
 
-def _err(field_name: str, msg: str) -> ConfigError:
-    return ConfigError(f"{field_name}: {msg}")
-
-
 @dataclass
 class OpProfile:
     """One op's raw points, fitted curve and fit error."""
@@ -84,48 +80,48 @@ class Profile:
     @classmethod
     def from_dict(cls, data: Any) -> "Profile":
         if not isinstance(data, Mapping):
-            raise _err("profile", "expected a JSON object at the top level")
+            raise ConfigError.at("profile", "expected a JSON object at the top level")
         if data.get("format") != FORMAT:
-            raise _err("profile.format", f"{data.get('format')!r} is not allowed; expected {FORMAT!r}")
+            raise ConfigError.at("profile.format", f"{data.get('format')!r} is not allowed; expected {FORMAT!r}")
         if data.get("version") != VERSION:
-            raise _err("profile.version", f"{data.get('version')!r} is not supported; expected {VERSION}")
+            raise ConfigError.at("profile.version", f"{data.get('version')!r} is not supported; expected {VERSION}")
         meta, model, ops_raw = data.get("meta"), data.get("model"), data.get("ops")
         if not isinstance(meta, Mapping):
-            raise _err("profile.meta", "missing or not an object")
+            raise ConfigError.at("profile.meta", "missing or not an object")
         if not isinstance(model, Mapping):
-            raise _err("profile.model", "missing or not an object")
+            raise ConfigError.at("profile.model", "missing or not an object")
         for dim in MODEL_DIMS:
             v = model.get(dim)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise _err(f"profile.model.{dim}", f"expected a positive integer, got {v!r}")
+                raise ConfigError.at(f"profile.model.{dim}", f"expected a positive integer, got {v!r}")
         if model.get("dtype") not in DTYPE_BYTES:
-            raise _err("profile.model.dtype", f"{model.get('dtype')!r} is not allowed; choose one of "
-                       f"{', '.join(DTYPE_BYTES)}")
+            raise ConfigError.at("profile.model.dtype", f"{model.get('dtype')!r} is not allowed; choose one of "
+                                 f"{', '.join(DTYPE_BYTES)}")
         if not isinstance(ops_raw, Mapping):
-            raise _err("profile.ops", "missing or not an object")
+            raise ConfigError.at("profile.ops", "missing or not an object")
         ops: dict[str, OpProfile] = {}
         for name, raw in ops_raw.items():
             where = f"profile.ops.{name}"
             if name not in OP_INPUTS:
-                raise _err(where, f"unknown op; choose from {', '.join(OP_INPUTS)}")
+                raise ConfigError.at(where, f"unknown op; choose from {', '.join(OP_INPUTS)}")
             if not isinstance(raw, Mapping):
-                raise _err(where, "expected an object")
+                raise ConfigError.at(where, "expected an object")
             inputs = tuple(raw.get("inputs") or ())
             if inputs != OP_INPUTS[name]:
-                raise _err(f"{where}.inputs", f"{list(inputs)} does not match {list(OP_INPUTS[name])}")
+                raise ConfigError.at(f"{where}.inputs", f"{list(inputs)} does not match {list(OP_INPUTS[name])}")
             curve = curve_from_dict(raw.get("curve"), f"{where}.curve")
             if isinstance(curve, (Bilinear, Grid2D)) != (len(inputs) == 2):
-                raise _err(f"{where}.curve.kind", f"a {len(inputs)}-input op needs "
-                           f"{'bilinear or grid' if len(inputs) == 2 else 'pwl'}")
+                raise ConfigError.at(f"{where}.curve.kind", f"a {len(inputs)}-input op needs "
+                                     f"{'bilinear or grid' if len(inputs) == 2 else 'pwl'}")
             points = raw.get("points", [])
             if not isinstance(points, list) or any(
                     not isinstance(p, (list, tuple)) or len(p) != len(inputs) + 1 for p in points):
-                raise _err(f"{where}.points", f"expected a list of [{', '.join(inputs)}, seconds] rows")
+                raise ConfigError.at(f"{where}.points", f"expected a list of [{', '.join(inputs)}, seconds] rows")
             ops[name] = OpProfile(name, inputs, curve, list(points), dict(raw.get("fit_error") or {}),
                                   str(raw.get("source", "measured")))
         missing = [op for op in REQUIRED_OPS if op not in ops]
         if missing:
-            raise _err("profile.ops", f"missing required op(s) {', '.join(missing)}")
+            raise ConfigError.at("profile.ops", f"missing required op(s) {', '.join(missing)}")
         return cls(dict(meta), dict(model), ops)
 
     # -- checks --
@@ -136,9 +132,9 @@ class Profile:
             if theirs is None:
                 continue
             if int(theirs) != int(self.model[dim]):
-                raise _err(f"profile.model.{dim}",
-                           f"profile was made for {dim}={self.model[dim]} but the model has {theirs}; "
-                           f"re-run `servesim calibrate` (or import) for this model")
+                raise ConfigError.at(f"profile.model.{dim}",
+                                     f"profile was made for {dim}={self.model[dim]} but the model has {theirs}; "
+                                     f"re-run `servesim calibrate` (or import) for this model")
 
     @property
     def kv_bytes_per_token(self) -> int:

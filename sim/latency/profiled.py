@@ -31,21 +31,18 @@ from sim.latency.profile import DTYPE_BYTES, OP_INPUTS, Profile
 IN_STEP_SCALE_KEYS = ("dense", "attn_prefill", "attn_decode")
 
 
-def _err(field_name: str, msg: str) -> ConfigError:
-    return ConfigError(f"{field_name}: {msg}")
-
-
 def _in_step_scale(raw: Any) -> tuple[float, float, float]:
     """(dense, attn_prefill, attn_decode) factors from `meta.in_step_scale` (absent: 1, 1, 1)."""
     if raw is None:
         return 1.0, 1.0, 1.0
     if not isinstance(raw, Mapping) or set(raw) - set(IN_STEP_SCALE_KEYS):
-        raise _err("profile.meta.in_step_scale", f"expected an object with keys among {', '.join(IN_STEP_SCALE_KEYS)}")
+        raise ConfigError.at("profile.meta.in_step_scale",
+                             f"expected an object with keys among {', '.join(IN_STEP_SCALE_KEYS)}")
     out = []
     for key in IN_STEP_SCALE_KEYS:
         v = raw.get(key, 1.0)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise _err(f"profile.meta.in_step_scale.{key}", f"expected a positive number, got {v!r}")
+            raise ConfigError.at(f"profile.meta.in_step_scale.{key}", f"expected a positive number, got {v!r}")
         out.append(float(v))
     return out[0], out[1], out[2]
 
@@ -56,7 +53,7 @@ def _after_prefill(raw: Any) -> tuple[float, ...]:
         return ()
     if not isinstance(raw, (list, tuple)) or any(isinstance(v, bool) or not isinstance(v, (int, float))
                                                  or not math.isfinite(v) or v < 0 for v in raw):
-        raise _err("profile.meta.after_prefill_excess", f"expected a list of fractions >= 0, got {raw!r}")
+        raise ConfigError.at("profile.meta.after_prefill_excess", f"expected a list of fractions >= 0, got {raw!r}")
     return tuple(float(v) for v in raw)
 
 
@@ -71,11 +68,11 @@ def _prefill_curve(raw: Any):
         xs = [float(v) for v in raw["prefill_tokens"]]
         ys = [[float(v) for v in row] for row in raw["excess_s"]]
     except (TypeError, KeyError, ValueError):
-        raise _err(name, f"expected {{prefill_tokens: [...], excess_s: [[...], ...]}}, got {raw!r}") from None
+        raise ConfigError.at(name, f"expected {{prefill_tokens: [...], excess_s: [[...], ...]}}, got {raw!r}") from None
     if not xs or len(xs) != len(ys) or any(not x > 0 for x in xs) or any(b <= a for a, b in zip(xs, xs[1:])) \
             or len({len(row) for row in ys}) != 1 or any(not (math.isfinite(y) and y >= 0) for row in ys for y in row):
-        raise _err(name, "expected ascending prefill_tokens > 0 and one row of excess_s >= 0 per count, "
-                   f"all rows of one length, got {raw!r}")
+        raise ConfigError.at(name, "expected ascending prefill_tokens > 0 and one row of excess_s >= 0 per count, "
+                             f"all rows of one length, got {raw!r}")
     lx, num_k = [math.log(x) for x in xs], len(ys[0])
 
     def cost(k: int, prefill_tokens: int) -> float:
@@ -103,12 +100,13 @@ def _discount_table(raw: Any):
         xs, ys = [float(v) for v in raw["batch"]], [float(v) for v in raw["max_kv"]]
         zs = [[float(v) for v in row] for row in raw["discount"]]
     except (TypeError, KeyError, ValueError):
-        raise _err(name, f"expected {{batch: [...], max_kv: [...], discount: [[...], ...]}}, got {raw!r}") from None
+        raise ConfigError.at(name, f"expected {{batch: [...], max_kv: [...], discount: [[...], ...]}}, "
+                                   f"got {raw!r}") from None
     if not xs or not ys or any(b <= a for a, b in zip(xs, xs[1:])) or any(b <= a for a, b in zip(ys, ys[1:])) \
             or len(zs) != len(xs) or any(len(row) != len(ys) for row in zs) \
             or any(not (math.isfinite(z) and 0.0 <= z <= 1.0) for row in zs for z in row):
-        raise _err(name, "expected ascending batch and max_kv and one row of shares in [0, 1] per batch, "
-                   f"one share per max_kv, got {raw!r}")
+        raise ConfigError.at(name, "expected ascending batch and max_kv and one row of shares in [0, 1] per batch, "
+                             f"one share per max_kv, got {raw!r}")
 
     def at(knots, v):  # `locate` clamped to the knots (one knot: (0, 0.0) already)
         i, t = locate(knots, v)
@@ -130,11 +128,12 @@ def _idle_curve(raw: Any):
     try:
         xs, ys = [float(v) for v in raw["idle_s"]], [float(v) for v in raw["excess_s"]]
     except (TypeError, KeyError, ValueError):
-        raise _err("profile.meta.after_idle_curve", f"expected {{idle_s: [...], excess_s: [...]}}, got {raw!r}") from None
+        raise ConfigError.at("profile.meta.after_idle_curve",
+                             f"expected {{idle_s: [...], excess_s: [...]}}, got {raw!r}") from None
     if not xs or len(xs) != len(ys) or any(not x > 0 for x in xs) or any(b <= a for a, b in zip(xs, xs[1:])) \
             or any(not (math.isfinite(y) and y >= 0) for y in ys):
-        raise _err("profile.meta.after_idle_curve", "expected ascending idle_s > 0 and as many excess_s >= 0, "
-                   f"got {raw!r}")
+        raise ConfigError.at("profile.meta.after_idle_curve", "expected ascending idle_s > 0 and as many excess_s >= 0, "
+                             f"got {raw!r}")
     lx = [math.log(x) for x in xs]
 
     def cost(v: float) -> float:
@@ -163,7 +162,7 @@ class ProfiledLatencyModel(LatencyModel):
         if model is not None:
             profile.check_model(model)
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise _err("cache.block_size", f"expected a positive integer, got {block_size!r}")
+            raise ConfigError.at("cache.block_size", f"expected a positive integer, got {block_size!r}")
         self.profile = profile
         self.block_size = block_size
         m = profile.model
@@ -175,18 +174,20 @@ class ProfiledLatencyModel(LatencyModel):
         self.missing_ops = tuple(sorted(op for op in OP_INPUTS if op not in profile.ops))
         self.decode_kv = profile.meta.get("attn_decode_kv", "mean")
         if self.decode_kv not in ("mean", "max"):
-            raise _err("profile.meta.attn_decode_kv", f"{self.decode_kv!r} is not allowed; choose one of mean, max")
+            raise ConfigError.at("profile.meta.attn_decode_kv",
+                                 f"{self.decode_kv!r} is not allowed; choose one of mean, max")
         # the share of a padded decode batch's attention its padding does not cost ("max" only)
         self._padding_discount = _discount_table(profile.meta.get("attn_decode_padding_discount"))
         self.kv_write_in_attention = bool(profile.meta.get("attention_includes_kv_write", False))
         self.scale = _in_step_scale(profile.meta.get("in_step_scale"))
         self.skips_padding = profile.meta.get("executor_skips_padding", False)
         if not isinstance(self.skips_padding, bool):
-            raise _err("profile.meta.executor_skips_padding", f"expected true or false, got {self.skips_padding!r}")
+            raise ConfigError.at("profile.meta.executor_skips_padding",
+                                 f"expected true or false, got {self.skips_padding!r}")
         self.after_idle_s = profile.meta.get("after_idle_s", 0.0)
         if isinstance(self.after_idle_s, bool) or not isinstance(self.after_idle_s, (int, float)) \
                 or not math.isfinite(self.after_idle_s) or self.after_idle_s < 0:
-            raise _err("profile.meta.after_idle_s", f"expected seconds >= 0, got {self.after_idle_s!r}")
+            raise ConfigError.at("profile.meta.after_idle_s", f"expected seconds >= 0, got {self.after_idle_s!r}")
         self.after_idle_s = float(self.after_idle_s)
         self._idle_curve = _idle_curve(profile.meta.get("after_idle_curve"))
         self.after_prefill_excess = _after_prefill(profile.meta.get("after_prefill_excess"))
@@ -196,11 +197,11 @@ class ProfiledLatencyModel(LatencyModel):
         self.offset_s = profile.meta.get("in_step_offset_s", 0.0)
         if isinstance(self.offset_s, bool) or not isinstance(self.offset_s, (int, float)) \
                 or not math.isfinite(self.offset_s) or self.offset_s > 0:
-            raise _err("profile.meta.in_step_offset_s", f"expected seconds <= 0, got {self.offset_s!r}")
+            raise ConfigError.at("profile.meta.in_step_offset_s", f"expected seconds <= 0, got {self.offset_s!r}")
         self.offset_s = float(self.offset_s)
         self._op = {name: (profile.ops[name].curve if name in profile.ops else zero) for name in OP_INPUTS}
         if "attn_prefill" not in profile.ops or "attn_decode" not in profile.ops:  # guarded by from_dict
-            raise _err("profile.ops", "attention curves are required")
+            raise ConfigError.at("profile.ops", "attention curves are required")
 
     @classmethod
     def from_file(cls, path: str | Path, model: Any = None, block_size: int = 16) -> "ProfiledLatencyModel":
