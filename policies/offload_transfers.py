@@ -27,7 +27,8 @@ class OffloadTransfers:
     - per step id, the (store hashes, synchronous load hashes) that `settle` finishes after it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, block_manager: "BlockManager") -> None:
+        self.block_manager = block_manager  # its `offload` tier, its blocks
         self.loading: dict = {}
         self._loads: list[tuple[int, int]] = []
         self._sync_loads: list = []
@@ -38,10 +39,10 @@ class OffloadTransfers:
         """True while some executed step's copies still wait for `settle`."""
         return bool(self._by_step)
 
-    def start_load(self, bm: "BlockManager", req: "Request", first_block: int, num_tokens: int,
-                   now: float) -> None:
+    def start_load(self, req: "Request", first_block: int, num_tokens: int, now: float) -> None:
         """Load `num_tokens` tokens of `req` (blocks from `first_block`) from the CPU tier: the copies go
         into the plan being built; a native load holds the request in `loading` until it lands."""
+        bm = self.block_manager
         pairs, hashes, ready_at = bm.offload_load(req, first_block, num_tokens // bm.block_size, now)
         self._loads.extend(pairs)
         if bm.offload.synchronous:
@@ -49,7 +50,7 @@ class OffloadTransfers:
         else:
             self.loading[req.req_id] = [req, hashes, ready_at, None]
 
-    def land(self, bm: "BlockManager", now: float) -> list["Request"]:
+    def land(self, now: float) -> list["Request"]:
         """The requests whose native load has landed by `now` (its plan executed, its time come), their
         loaded blocks now in the GPU prefix cache, in the order to put them back at the head of the
         waiting queue one by one (so that they end up there in arrival order)."""
@@ -57,7 +58,7 @@ class OffloadTransfers:
         if not landed:
             return []
         landed.sort(key=lambda e: (e[0].arrival_time, e[3]))
-        back = []
+        bm, back = self.block_manager, []
         for req, hashes, _, _ in reversed(landed):
             del self.loading[req.req_id]
             bm.offload.finish_load(hashes)
@@ -70,18 +71,19 @@ class OffloadTransfers:
         times = [e[2] for e in self.loading.values() if e[3] is not None]
         return min(times) if times else None
 
-    def release(self, bm: "BlockManager", req_id) -> bool:
+    def release(self, req_id) -> bool:
         """Forget a request that ends while held for its load (its tier entries released); False when
         `req_id` is not held here."""
         entry = self.loading.pop(req_id, None)
         if entry is None:
             return False
-        bm.offload.finish_load(entry[1])
+        self.block_manager.offload.finish_load(entry[1])
         return True
 
-    def attach(self, bm: "BlockManager", plan: "BatchPlan") -> "BatchPlan":
+    def attach(self, plan: "BatchPlan") -> "BatchPlan":
         """`plan` with this step's copies: the loads admitted into it, and the stores of the full blocks
         its sequences fill (lmcache: prompt chunks only)."""
+        bm = self.block_manager
         loads, self._loads = self._loads, []
         sync_loads, self._sync_loads = self._sync_loads, []
         stores, store_hashes = [], []
@@ -102,13 +104,14 @@ class OffloadTransfers:
                 entry[3] = plan.step_id
         return replace(plan, offload_load_blocks=tuple(loads), offload_store_blocks=tuple(stores))
 
-    def settle(self, bm: "BlockManager", plan: "BatchPlan", now: float) -> None:
+    def settle(self, plan: "BatchPlan", now: float) -> None:
         """After the step of `plan` (ended at `now`): its stores are queued and findable once copied, its
         synchronous loads done."""
         done = self._by_step.pop(plan.step_id, None)
         if done is None:
             return
         store_hashes, sync_loads = done
-        bm.offload.finish_store(store_hashes, now)
+        tier = self.block_manager.offload
+        tier.finish_store(store_hashes, now)
         for hashes in sync_loads:
-            bm.offload.finish_load(hashes)
+            tier.finish_load(hashes)

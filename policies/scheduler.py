@@ -97,7 +97,7 @@ class Scheduler(Stretches):
         self.long_prefill_token_threshold = config.long_prefill_token_threshold
         self.max_paddings = config.max_paddings  # 0 = unpadded prompt batches (see `_padded_fits`)
         # the KV offload tier's copies in flight; `loading` (requests held for a native load) is its dict
-        self.transfers = OffloadTransfers()
+        self.transfers = OffloadTransfers(self.block_manager)
         self.loading = self.transfers.loading
         # speculative decoding: k drafts per step at most; `proposer(request)` gives a request's next
         # drafts (placeholders unless the executor sets a real one); `acceptance(num_drafts)` draws how
@@ -170,7 +170,7 @@ class Scheduler(Stretches):
             self.running.remove(req)
         elif req.is_swapped:
             self.swapped.remove(req)
-        elif not self.transfers.release(self.block_manager, req_id):  # else held for a load (released)
+        elif not self.transfers.release(req_id):  # else held for a load (released)
             self.waiting.remove(req)
         self._finish(req, reason, now)
         return req
@@ -191,7 +191,7 @@ class Scheduler(Stretches):
         """
         self.now = now
         if self.loading:
-            for req in self.transfers.land(self.block_manager, now):
+            for req in self.transfers.land(now):
                 self.waiting.prepend(req)
         step = StepBuilder(self.token_budget)
         self._schedule_pass(step, now)
@@ -200,7 +200,7 @@ class Scheduler(Stretches):
             self._schedule_pass(step, now)
         plan = step.finish(self.step_id, now)
         if self.block_manager.offload is not None:
-            plan = self.transfers.attach(self.block_manager, plan)
+            plan = self.transfers.attach(plan)
         if not plan.is_empty:
             self.step_id += 1
         return plan
@@ -333,7 +333,7 @@ class Scheduler(Stretches):
                     break
                 waiting.pop()
                 self._admitted(req, hit, cpu)
-                self.transfers.start_load(bm, req, len(blocks), cpu, self.now)
+                self.transfers.start_load(req, len(blocks), cpu, self.now)
                 continue
             n = self._chunk(req.num_tokens - loaded - hit - cpu, step.budget)
             if n <= 0 or (self.max_paddings and not self._padded_fits(step, n)):
@@ -346,7 +346,7 @@ class Scheduler(Stretches):
             if not loaded:
                 self._admitted(req, hit, cpu)
                 if cpu:  # lmcache: loaded in this step, before its forward pass
-                    self.transfers.start_load(bm, req, len(blocks), cpu, self.now)
+                    self.transfers.start_load(req, len(blocks), cpu, self.now)
             req.transition(_CTX)
             if req.preempted_at is not None:  # back after a recompute preemption
                 req.mark_resumed(self.now)
@@ -439,7 +439,7 @@ class Scheduler(Stretches):
         """Record one token per sampling sequence at `now`; finish and free the finished ones."""
         finished = []
         if self.transfers.has_unsettled:
-            self.transfers.settle(self.block_manager, plan, now)
+            self.transfers.settle(plan, now)
         if plan.seqs:
             if self.num_spec_tokens:
                 self._record_spec_tokens(plan, result, now, finished)
