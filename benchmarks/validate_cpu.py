@@ -105,6 +105,7 @@ def main(argv=None) -> int:
 
     from calibrate.bench import calibrate
     from calibrate.fit_checks import CalibrationWarning
+    from calibrate.random_workloads import VALIDATION_MODELS, draw, write
     from calibrate.validate import validate
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
                     help="the calibration grid (default quick; smoke: seconds, for trying the machinery only)")
     ap.add_argument("--one-profile", action="store_true", help="one profile made first for every workload")
     ap.add_argument("--random", type=int, default=0, metavar="N", help="also validate N fresh random workloads, first")
-    ap.add_argument("--model", default="tiny-llama", choices=("tiny-llama", "small-llama"),
+    ap.add_argument("--model", default="tiny-llama", choices=tuple(VALIDATION_MODELS),
                     help="the random workloads' model (small-llama: weights beyond a shared last-level cache, "
                          "examples/small-llama/README.md); the shipped workloads name their own")
     ap.add_argument("--seed", type=int, default=None, help="their seed (default: a new one, printed)")
@@ -126,23 +127,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.random < 0:
         raise SystemExit(f"--random: expected a count >= 0, got {args.random}")
-    from calibrate.random_workloads import validation_model
-
+    model_config = REPO / VALIDATION_MODELS[args.model].config
     grid = args.grid or ("full" if args.full else "quick")
     out = Path(args.out)
     torch.set_num_threads(1)
     if args.floor > 0:  # what a perfect model would score on this machine now (the bar's floor)
         from machine_floor import main as floor
 
-        floor(["--seconds", str(args.floor), "--model", str(REPO / validation_model(args.model).config)])
+        floor(["--seconds", str(args.floor), "--model", str(model_config)])
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     groups, offered = [], {}
     if args.random:
-        from calibrate.random_workloads import write
-
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "little")
-        from calibrate.random_workloads import draw
-
         paths = write(seed, args.random, out / f"random-{seed}", model=args.model)
         offered.update({(w := draw(seed, i, args.model))["name"]: w["offered_load"] for i in range(args.random)})
         groups.append((f"fresh random workloads (seed {seed}; rerun: --random {args.random} --seed {seed})", paths))
@@ -150,7 +146,7 @@ def main(argv=None) -> int:
         groups.append(("shipped workloads (examples/validate-*.toml)", sorted((REPO / "examples").glob("validate-*.toml"))))
     prof_path = None
     if args.one_profile:
-        profile = calibrate(REPO / validation_model(args.model).config, "cpu", quick=grid, progress=True)
+        profile = calibrate(model_config, "cpu", quick=grid, progress=True)
         prof_path = profile.save(out / "profile.json")
     ok, warned, width = True, [], max([26] + [len(p.stem) for _, paths in groups for p in paths])
     for title, paths in groups:

@@ -369,6 +369,10 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
     return SharedPrefixWorkload(resolved_profile(run))  # what the run's client release (or its lengths) says
 
 
+#: a workload section for a config whose simulation brings its own Workload object (load_config needs one)
+STAND_IN_WORKLOAD = {"kind": "constant", "rate": 1.0, "num_requests": 1}
+
+
 def why_unpredictable(run: RealRun, gpu: str | None = None, workload: str = "auto") -> str | None:
     """Why `run` cannot be simulated from what it records, or None: a model servesim has no shapes
     for, a GPU or a server argument outside what it models, no requests to replay and no profile.
@@ -377,8 +381,7 @@ def why_unpredictable(run: RealRun, gpu: str | None = None, workload: str = "aut
     if not run.has_per_request and not run.profile:
         return f"run {run.name} records neither per-request arrivals nor a load profile (profile.yaml)"
     try:  # the config predict_run builds, with a stand-in workload (the run's own is read later)
-        data = config_dict_for_run(run, gpu=gpu, workload=workload,
-                                   workload_section={"kind": "constant", "rate": 1.0, "num_requests": 1})
+        data = config_dict_for_run(run, gpu=gpu, workload=workload, workload_section=dict(STAND_IN_WORKLOAD))
         load_config(data)
     except ValueError as exc:  # a ConfigError: one line naming the field
         return str(exc)
@@ -408,7 +411,7 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     data_section = (run.profile or {}).get("data")
     if kind == "profile" and not (isinstance(data_section, dict) and data_section.get("type") == "shared_prefix"):
         kind = "guidellm"  # guidellm profiles: its benchmarks, driven by the simulated server
-    placeholder = {"kind": "constant", "rate": 1.0, "num_requests": 1} if kind == "guidellm" else None
+    placeholder = dict(STAND_IN_WORKLOAD) if kind == "guidellm" else None
     data = config_dict_for_run(run, gpu=gpu, workload=workload, workload_section=placeholder)
     config = load_config(data, overrides)
     dp = max(1, run.server.data_parallel_size)
