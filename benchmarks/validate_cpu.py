@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     if args.one_profile:
         profile = calibrate(model_config, "cpu", quick=grid, progress=True)
         prof_path = profile.save(out / "profile.json")
-    ok, warned, width = True, [], max([26] + [len(p.stem) for _, paths in groups for p in paths])
+    ok, warned, cache_notes, width = True, [], set(), max([26] + [len(p.stem) for _, paths in groups for p in paths])
     for title, paths in groups:
         print(f"\n{title}")
         print(f"{'workload':<{width}} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} "
@@ -172,6 +172,8 @@ def main(argv=None) -> int:
             at_speed = details.get("at_run_speed") or {}
             if details.get("calibration_warnings"):
                 warned.append((toml.stem, details["calibration_warnings"]))
+            if (details.get("last_level_cache") or {}).get("note"):
+                cache_notes.add(details["last_level_cache"]["note"])
             print(f"{toml.stem:<{width}} {st['median']:>7.1f}% {st['p90']:>7.1f}% "
                   + " ".join(f"{e:>6.1f}%" if e is not None else f"{'-':>7}" for e in errs)
                   + f" {cpu:>7.1f}% {details['step_time_abs_pct_error_detrended']['median'] or float('nan'):>7.1f}%"
@@ -191,6 +193,8 @@ def main(argv=None) -> int:
     for stem, msgs in warned:
         for msg in msgs:
             print(f"WARNING: {stem}: calibration: {msg}")
+    for note in sorted(cache_notes):  # calibrate.cpu_cache: why a run may miss on a shared machine
+        print(f"note: {note}")
     print(f"load average after: {os.getloadavg()[0]:.2f}  ({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
           f"{os.cpu_count()} CPUs)")
     print("\nmedian signed error vs engine CPU time by step kind (steps):")

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.cpu_cache import last_level_cache, weight_bytes
 from calibrate.fit_checks import check_profile
 from calibrate.model_dims import resolve_model
 from gpu_backend.clock import ExcludingClock, UncontendedClock
@@ -244,6 +245,7 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     # steps up to 18% apart (calibrate's `model`); the speed probe runs it too
     model = build_engine_model(engine_cfg, device)
     probe = SpeedProbe(model, device, clock=clock_for(torch.device(device))[0]) if speed_probe else None
+    cache = last_level_cache() if torch.device(device).type == "cpu" else None
 
     def run_measured_engine() -> None:
         run["load_before"] = os.getloadavg()[0]
@@ -347,6 +349,8 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                                    ("median_abs_pct", "holdout_median_abs_pct", "holdout_p90_abs_pct",
                                     "holdout_median_abs_pct_by_configuration")},
                "in_step_scale": prof.meta.get("in_step_scale"),
+               # whether the model's weights fit the CPU's last-level cache (`calibrate.cpu_cache`)
+               "last_level_cache": cache.as_dict(weight_bytes(model)) if cache is not None else None,
                "fit_error": {n: op.fit_error for n, op in prof.ops.items()},
                "engine_summary": measured.summary, "sim_summary": predicted.summary}
     if out_dir is not None:
@@ -403,6 +407,9 @@ def diagnostics(details: dict) -> list[str]:
     if speed is not None:
         notes.append(f"by the speed probe the machine ran the engine {slower_or_faster((speed - 1) * 100)} during "
                      "the run than during its calibration")
+    if (details.get("last_level_cache") or {}).get("weights_fit"):
+        notes.append("the model's weights fit in the CPU's last-level cache: its step times depend on what other "
+                     "tenants leave of it")
     if details.get("load_avg_1m"):
         notes.append(f"load average {details['load_avg_1m'][0]}-{details['load_avg_1m'][1]}")
     held = (details.get("engine_step_fit") or {}).get("holdout_median_abs_pct")

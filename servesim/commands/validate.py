@@ -78,6 +78,9 @@ def report_lines(report: dict, details: dict) -> list[str]:
         lines.append(f"diagnostic: the calibration's engine steps ran {slower_or_faster(drift)} after the run than "
                      f"before it{note}")
     lines += speed_lines(details)
+    cache_note = (details.get("last_level_cache") or {}).get("note")
+    if cache_note:
+        lines.append(f"diagnostic: {cache_note}")
     line = held_out_line(details.get("profile_meta") or {})
     if line:
         lines.append(line)

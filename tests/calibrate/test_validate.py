@@ -128,6 +128,15 @@ def test_validate_writes_the_report(tmp_path):
     assert at_speed["step_time_abs_pct_error"]["median"] == pytest.approx(steps.abs_pct_error_at_speed.median())
     assert set(at_speed["mean_abs_pct_error"]) == {"ttft_s", "tpot_s", "e2e_s"}
     assert "by the speed probe the machine ran the engine" in (out / "index.html").read_text()
+    # the tiny model's weights against this CPU's last-level cache, where Linux describes one
+    from calibrate.cpu_cache import last_level_cache
+
+    cache = details["last_level_cache"]
+    if last_level_cache() is None:
+        assert cache is None
+    else:
+        assert 10e6 < cache["weight_bytes"] < 20e6  # ~3.3M float32 parameters (examples/tiny-llama)
+        assert cache["weights_fit"] == (cache["weight_bytes"] <= cache["size_bytes"]) == (cache["note"] is not None)
 
 
 @pytest.mark.slow
