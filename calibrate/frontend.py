@@ -22,15 +22,13 @@ import os
 import platform
 import random
 import statistics
-import threading
 import time
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 
+from calibrate.frontend_stamps import Stamping, TimedTokenizer
 from gpu_backend.serve.background import BackgroundServer
 from gpu_backend.serve.protocol import parse_request
 from gpu_backend.serve.stream_client import StreamClient, shares_clock
-from records.files import write_json
 from sim.frontend import PROFILE_FORMAT
 
 # words of plain English: prompts are shuffled runs of them (as benchmark clients' synthetic text)
@@ -81,64 +79,6 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     return my - slope * mx, slope
-
-
-class _TimedTokenizer:
-    """Wraps the server's tokenizer: times each `encode` (wall clock) on the thread that calls it.
-
-    The server's handler tokenizes and then adds the request on one thread, so the engine wrapper
-    reads the last time of that thread and pairs it with the request: that encode lies inside the
-    request's ingress, whatever the machine's load (a separate timing of the same text need not).
-    """
-
-    def __init__(self, tokenizer) -> None:
-        self._tokenizer = tokenizer
-        self._last = threading.local()
-
-    def __getattr__(self, name):
-        return getattr(self._tokenizer, name)
-
-    def encode(self, *args, **kwargs):
-        t = time.perf_counter()
-        ids = self._tokenizer.encode(*args, **kwargs)
-        self._last.seconds = time.perf_counter() - t
-        return ids
-
-    def pop_last(self) -> float | None:
-        """The calling thread's last encode time, once (None when it has not encoded since)."""
-        seconds, self._last.seconds = getattr(self._last, "seconds", None), None
-        return seconds
-
-
-class _Stamping:
-    """Wraps the server's engine: keeps every submitted Request and times its `on_output` calls.
-
-    The engine's clock is turned into `time.perf_counter` with `offset` (read once at start), so
-    the client's and the engine's stamps compare. With a `_TimedTokenizer`, each request's own
-    encode time is kept too (`encode_s`).
-    """
-
-    def __init__(self, engine, tokenizer: _TimedTokenizer | None = None) -> None:
-        self._engine = engine
-        self._tokenizer = tokenizer
-        self.requests: dict = {}
-        self.encode_s: dict = {}
-        self.callback_s: list[float] = []
-        self.offset = time.perf_counter() - engine.now()
-
-    def __getattr__(self, name):
-        return getattr(self._engine, name)
-
-    def add_request(self, request, on_output=None) -> None:
-        self.requests[request.req_id] = request
-        if self._tokenizer is not None:
-            self.encode_s[request.req_id] = self._tokenizer.pop_last()
-
-        def timed(out, cb=on_output):
-            t = time.perf_counter()
-            cb(out)
-            self.callback_s.append(time.perf_counter() - t)
-        self._engine.add_request(request, on_output=timed if on_output is not None else None)
 
 
 def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: int = 25,
@@ -197,8 +137,8 @@ def calibrate_frontend(server, prompt_lengths=(16, 128, 512, 896), num_repeats: 
     num_ids = {n: len(tokenizer.encode(text)) for n, text in prompts.items()}  # as the server counts them
     encode_s = time_tokenizer(tokenizer, prompts, max(num_repeats, 20))
 
-    timed_tokenizer = server.tokenizer = _TimedTokenizer(server.tokenizer)
-    engine = server.engine = _Stamping(server.engine, timed_tokenizer)
+    timed_tokenizer = server.tokenizer = TimedTokenizer(server.tokenizer)
+    engine = server.engine = Stamping(server.engine, timed_tokenizer)
     model = server.config.model_name
 
     def body(n: int) -> dict:
@@ -460,40 +400,3 @@ def _versions(names: tuple[str, ...]) -> dict:
         except PackageNotFoundError:
             out[name] = None
     return out
-
-
-def write_profile(profile: dict, path: str | Path) -> Path:
-    """Write the profile as JSON to `path`, and its engine-share figure beside it (same name, .png)."""
-    path = write_json(path, profile)
-    if profile.get("measurements", {}).get("phases"):
-        plot_engine_share(profile, path.with_suffix(".png"))
-    return path
-
-
-def plot_engine_share(profile: dict, path: str | Path) -> Path:
-    """The engine thread's share per phase: the token interval's streamed-minus-bare extra (median and
-    mean) against outputs per step, with the charged line engine_s_per_step + engine_s_per_output x outputs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    phases, fe = profile["measurements"]["phases"], profile["frontend"]
-    xs = [ph["outputs_per_step"] for ph in phases]
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    ax.plot(xs, [ph["extra_s_median"] * 1e3 for ph in phases], "o", label="measured extra (median, fitted)")
-    ax.plot(xs, [ph["extra_s_mean"] * 1e3 for ph in phases], "o", mfc="none", label="measured extra (mean)")
-    line = [0, max(xs) + 1]
-    ax.plot(line, [(fe["engine_s_per_step"] + fe["engine_s_per_output"] * x) * 1e3 for x in line], "-",
-            label=f"charged: {fe['engine_s_per_step'] * 1e3:.3f} + {fe['engine_s_per_output'] * 1e3:.3f} x outputs")
-    ax.set_xlabel("outputs per step (concurrent streams)")
-    ax.set_ylabel("token interval, streamed - bare (ms)")
-    load = profile.get("metadata", {}).get("load_average_before", ["?"])[0]
-    ax.set_title(f"engine thread's share of streaming ({profile['measurements']['engine']}, load {load})", fontsize=9)
-    ax.set_xlim(0, max(xs) + 1)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)

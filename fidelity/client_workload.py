@@ -30,8 +30,9 @@ from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 from fidelity.engine_settings import ALIASES
 from fidelity.runs import RealRun
 from fidelity.sources.guidellm import GuidellmWorkload, read_guidellm_requests
-from fidelity.sources.inference_perf import (LATEST_READ, CHAT_BEHAVIOURS, SharedPrefixProfile, SharedPrefixWorkload, behaviour_for,
-                                             read_inference_perf_requests)
+from fidelity.sources.inference_perf import SharedPrefixWorkload
+from fidelity.sources.inference_perf_profile import LATEST_READ, CHAT_BEHAVIOURS, SharedPrefixProfile, behaviour_for
+from fidelity.sources.inference_perf_results import read_inference_perf_requests
 from fidelity.sources.vllm_server import read_yaml, run_file
 
 BAND = 1.5  # generated / measured prompt mean beyond [1/BAND, BAND]: not tokenization noise

@@ -32,7 +32,8 @@ from fidelity.run_config import config_dict_for_run
 from fidelity.runs import METRICS, RealRun, tpot
 from fidelity.sources.distserve import DistServeLatencyModel, distserve_host_prior
 from fidelity.sources.guidellm import GuidellmWorkload
-from fidelity.sources.inference_perf import SharedPrefixWorkload, shared_prefix_profile
+from fidelity.sources.inference_perf import SharedPrefixWorkload
+from fidelity.sources.inference_perf_results import shared_prefix_profile
 from fidelity.sources.llmservingsim import LayerProfileLatencyModel
 from fidelity.ttft_parts import PARTS, predicted_parts
 from records.files import read_json_object

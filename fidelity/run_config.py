@@ -21,8 +21,9 @@ from fidelity.client_timeout import client_timeout
 from fidelity.client_workload import write_resolved_profile
 from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs, async_scheduling,  # noqa: F401 (re-exported)
                            engine_version, release)
-from fidelity.sources.inference_perf import (LengthDistribution, SharedPrefixProfile, SharedPrefixWorkload,
-                                             shared_prefix_profile)
+from fidelity.sources.inference_perf import SharedPrefixWorkload
+from fidelity.sources.inference_perf_profile import LengthDistribution, SharedPrefixProfile
+from fidelity.sources.inference_perf_results import shared_prefix_profile
 from policies import ConfigError, FinishReason, SchedulerConfig
 from policies.presets import VLLM_V0_VERSIONS
 from records.files import read_json_object

@@ -15,7 +15,7 @@ import streamlit as st
 
 from records.display import percent
 from ui import charts
-from calibrate.validate import diagnostics as phrases
+from calibrate.validation_page import diagnostics as phrases
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from policies import ConfigError, Request
-from fidelity.sources.inference_perf import parse_version
+from fidelity.sources.inference_perf_profile import parse_version
 from fidelity.synthetic_prompt import SyntheticPrompt
 from fidelity.runs import measured_table
 

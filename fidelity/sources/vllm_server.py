@@ -22,8 +22,8 @@ import yaml
 
 from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, measured_table
 from fidelity.sources.guidellm import prefix_from_guidellm, read_guidellm_requests
-from fidelity.sources.inference_perf import (prefix_from_shared_prefix, read_inference_perf_requests, read_summary_means,
-                                             requested_output_mean)
+from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
+                                                     read_summary_means, requested_output_mean)
 
 
 # --- YAML / profiles -----------------------------------------------------------------------------

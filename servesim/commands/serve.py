@@ -19,7 +19,8 @@ import tomllib
 from pathlib import Path
 from typing import Mapping
 
-from calibrate.frontend import calibrate_frontend, write_profile
+from calibrate.frontend import calibrate_frontend
+from calibrate.frontend_profile import write_profile
 from calibrate.probe_engine import probe_server
 from gpu_backend.serve.config import ServeConfig, build_serve_config
 from gpu_backend.serve.tokenizer import Tokenizer

@@ -17,7 +17,7 @@ from fidelity.client_workload import check_workload
 from fidelity.engine_settings import ASSUMED, settings_table
 from fidelity.from_run import load_run
 from fidelity.run_folders import find_runs
-from fidelity.sources.inference_perf import SharedPrefixProfile
+from fidelity.sources.inference_perf_profile import SharedPrefixProfile
 from fidelity.sources.vllm_server import ignored_profile_keys, load_server_run, read_yaml
 from servesim.cli import main
 

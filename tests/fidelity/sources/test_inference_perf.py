@@ -10,7 +10,8 @@ import pytest
 from fidelity_helpers import ISSUE_PROFILE
 
 from policies import ConfigError, FinishReason
-from fidelity.sources.inference_perf import LengthDistribution, SharedPrefixProfile, SharedPrefixWorkload
+from fidelity.sources.inference_perf import SharedPrefixWorkload
+from fidelity.sources.inference_perf_profile import LengthDistribution, SharedPrefixProfile
 from sim.workload import WorkloadConfig, build_workload
 
 
@@ -98,7 +99,7 @@ def test_sessions_restart_each_stage_from_05(version):
 
 
 def test_an_unknown_release_is_said_and_a_bad_one_names_the_field():
-    from fidelity.sources.inference_perf import behaviour_for
+    from fidelity.sources.inference_perf_profile import behaviour_for
 
     behaviour, why = behaviour_for(None)
     assert behaviour == "chat-0.6" and "assumed" in why

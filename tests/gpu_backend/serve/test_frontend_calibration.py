@@ -114,7 +114,7 @@ def test_bad_concurrency_is_refused(tokenizer):
 
 
 def test_the_profile_is_what_the_simulator_reads(profile, tmp_path):
-    from calibrate.frontend import write_profile
+    from calibrate.frontend_profile import write_profile
 
     path = write_profile(profile, tmp_path / "fe.json")
     fe = FrontendConfig.from_profile(path)
