@@ -38,6 +38,18 @@ def test_a_non_positive_size_is_refused_with_its_name(flag):
         load_script().main([flag, "0"])
 
 
+def test_a_short_run_still_repeats_three_times(capsys):
+    import torch
+
+    threads = torch.get_num_threads()
+    try:  # far shorter than one repetition: the run goes on until there are three
+        assert load_script().main(["--seconds", "0.001", "--batch", "1", "--tokens", "3"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    steps, reps = (int(x) for x in re.search(r"(\d+) decode steps in (\d+) repetitions", capsys.readouterr().out).groups())
+    assert reps == 3 and steps == 3 * 2
+
+
 def test_another_model_is_measured_the_same_way(capsys):
     import torch
 
