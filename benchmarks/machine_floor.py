@@ -4,9 +4,10 @@
 
 Runs the same decode workload over and over on the tiny CPU engine (examples/tiny-llama, one torch
 thread, the engine clock `validate` uses): `--batch` requests of a 64-token prompt decoding
-`--tokens` tokens, then again, for `--seconds` and at least three times (a step's median needs three
-repetitions; on a busy machine a short run would otherwise fall short). Every repetition runs exactly the same steps, so
-the best prediction of a step is the median of its own repetitions (the "oracle"). Printed:
+`--tokens` tokens, then again, for `--seconds` and at least three times (a step's median needs
+three repetitions; on a busy machine a short run would otherwise fall short). Every repetition runs
+exactly the same steps, so the best prediction of a step is the median of its own repetitions (the
+"oracle"). Printed:
 
 - oracle: the median |error| of each step against that median, the figure a perfect model would
   score on `servesim validate`'s per-step median here (the issue 15 bar is 5%);

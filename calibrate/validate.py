@@ -27,8 +27,8 @@ import pandas as pd
 
 from calibrate.cpu_cache import last_level_cache, weight_bytes
 from calibrate.fit_checks import check_profile
-from calibrate.validation_page import write_html, write_plots
 from calibrate.model_dims import resolve_model
+from calibrate.validation_page import write_html, write_plots
 from gpu_backend.clock import ExcludingClock, UncontendedClock
 from policies import Request
 from records.files import write_json

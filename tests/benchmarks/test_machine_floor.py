@@ -46,7 +46,8 @@ def test_a_short_run_still_repeats_three_times(capsys):
         assert load_script().main(["--seconds", "0.001", "--batch", "1", "--tokens", "3"]) == 0
     finally:
         torch.set_num_threads(threads)
-    steps, reps = (int(x) for x in re.search(r"(\d+) decode steps in (\d+) repetitions", capsys.readouterr().out).groups())
+    out = capsys.readouterr().out
+    steps, reps = (int(x) for x in re.search(r"(\d+) decode steps in (\d+) repetitions", out).groups())
     assert reps == 3 and steps == 3 * 2
 
 
