@@ -3,13 +3,14 @@ every shipped one, each with a quick profile made in its own run (as `servesim v
 
     .venv/bin/python benchmarks/validate_cpu.py [--random N] [--seed S] [--no-shipped] [--out runs/validate-cpu]
                                                 [--full] [--one-profile] [--floor S] [--no-speed-probe]
-                                                [--model tiny-llama|small-llama]
+                                                [--model auto|tiny-llama|small-llama]
 
 `--random N` first draws N workloads nobody tuned anything on (`calibrate.random_workloads`; seed
 `--seed`, default a new one, printed; TOML files beside the reports), then the shipped
 examples/validate-*.toml. Each run calibrates its model (quick grid, one torch thread; the random
 workloads' is `--model`: examples/tiny-llama, or examples/small-llama whose weights do not fit a
-shared last-level cache) around the engine's run (`--one-profile`: one profile first, for all; `--floor S`: first measure for
+shared last-level cache; by default the smallest whose weights exceed this CPU's last-level cache,
+`calibrate.random_workloads.default_model`) around the engine's run (`--one-profile`: one profile first, for all; `--floor S`: first measure for
 S seconds what a perfect model would score on this machine, `benchmarks/machine_floor.py`). The bar: per-step median
 <= 5%, mean TTFT, TPOT and E2E within 10%. Columns: "cpu med" the per-step error against the engine
 thread's CPU time; "detrend" with the machine's drift taken out (each step's error minus its 51
@@ -105,7 +106,8 @@ def main(argv=None) -> int:
 
     from calibrate.bench import calibrate
     from calibrate.fit_checks import CalibrationWarning
-    from calibrate.random_workloads import VALIDATION_MODELS, draw, write
+    from calibrate.cpu_cache import last_level_cache
+    from calibrate.random_workloads import AUTO, VALIDATION_MODELS, default_model, draw, write
     from calibrate.validate import validate
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,9 +117,10 @@ def main(argv=None) -> int:
                     help="the calibration grid (default quick; smoke: seconds, for trying the machinery only)")
     ap.add_argument("--one-profile", action="store_true", help="one profile made first for every workload")
     ap.add_argument("--random", type=int, default=0, metavar="N", help="also validate N fresh random workloads, first")
-    ap.add_argument("--model", default="tiny-llama", choices=tuple(VALIDATION_MODELS),
-                    help="the random workloads' model (small-llama: weights beyond a shared last-level cache, "
-                         "examples/small-llama/README.md); the shipped workloads name their own")
+    ap.add_argument("--model", default=AUTO, choices=(AUTO, *VALIDATION_MODELS),
+                    help="the random workloads' model (default auto: the smallest whose weights exceed this "
+                         "CPU's last-level cache, so that other tenants of that cache do not decide its steps' "
+                         "times; examples/small-llama/README.md); the shipped workloads name their own")
     ap.add_argument("--seed", type=int, default=None, help="their seed (default: a new one, printed)")
     ap.add_argument("--no-shipped", action="store_true", help="leave out the shipped examples/validate-*.toml")
     ap.add_argument("--floor", type=float, default=0.0, metavar="S",
@@ -127,6 +130,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.random < 0:
         raise SystemExit(f"--random: expected a count >= 0, got {args.random}")
+    if args.model == AUTO:
+        args.model, why = default_model(last_level_cache())
+        print(f"random workloads' model: {args.model} ({why})")
     model_config = REPO / VALIDATION_MODELS[args.model].config
     grid = args.grid or ("full" if args.full else "quick")
     out = Path(args.out)

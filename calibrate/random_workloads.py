@@ -22,6 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from calibrate.cpu_cache import CpuCache
+from specs.model_spec import ModelSpec
+
 POLICIES = ("chunked-small", "continuous", "chunked-large")
 ARRIVALS = ("poisson", "gamma", "on_off")
 MEMORY = ("roomy", "recompute", "roomy", "swap", "roomy", "recompute")
@@ -53,6 +56,31 @@ VALIDATION_MODELS = {
     "tiny-llama": ValidationModel(MODEL, PROFILE, TOKEN_S, OUTPUT_S),
     "small-llama": ValidationModel("examples/small-llama/config.json", None, TOKEN_S * 6.8, OUTPUT_S * 5.3),
 }
+
+
+#: the name that picks the validation model by the machine's last-level cache (`default_model`)
+AUTO = "auto"
+
+
+def weights_bytes(name: str) -> int:
+    """Bytes of validation model `name`'s float32 weights (the CPU engine's dtype), from its config.json."""
+    repo = Path(__file__).resolve().parent.parent
+    return ModelSpec.from_hf_config(repo / validation_model(name).config).num_params * 4
+
+
+def default_model(cache: CpuCache | None) -> tuple[str, str]:
+    """(name, why) of the validation model to use on a CPU with last-level cache `cache`: the
+    smallest whose weights do not fit in it, so that its steps read them from memory whatever other
+    tenants of a shared cache do (`calibrate.cpu_cache`); the tiny model where Linux describes no
+    cache or every model fits (the cheapest; its verdict then depends on the neighbours, and
+    `validate` says so)."""
+    if cache is None:
+        return "tiny-llama", "no last-level cache described here"
+    size = f"{cache.size_bytes / 2 ** 20:.0f} MiB L{cache.level}"
+    for name in sorted(VALIDATION_MODELS, key=weights_bytes):
+        if weights_bytes(name) > cache.size_bytes:
+            return name, f"the smallest validation model whose weights ({weights_bytes(name) / 2 ** 20:.0f} MiB) exceed this CPU's {size}"
+    return "tiny-llama", f"every validation model's weights fit this CPU's {size}"
 
 
 def validation_model(name: str) -> ValidationModel:

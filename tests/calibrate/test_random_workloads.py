@@ -118,3 +118,21 @@ def test_the_small_model_gets_the_same_workloads_at_its_own_rates(tmp_path):
         assert simulate(config).summary["num_finished"] == config.workload.num_requests
     with pytest.raises(ValueError, match="^model: 'huge-llama' is not allowed; choose one of tiny-llama, small-llama"):
         draw(9, 0, "huge-llama")
+
+
+def test_the_default_model_is_the_smallest_whose_weights_exceed_the_cache():
+    from calibrate.cpu_cache import CpuCache
+    from calibrate.random_workloads import VALIDATION_MODELS, default_model, weights_bytes
+
+    tiny, small = weights_bytes("tiny-llama"), weights_bytes("small-llama")
+    assert 10e6 < tiny < 20e6 and 100e6 < small < 130e6  # ~3.8M and ~31M float32 parameters
+    assert set(VALIDATION_MODELS) == {"tiny-llama", "small-llama"}
+    # this VM's shared 32 MiB L3 holds the tiny model's weights: the small one streams them
+    name, why = default_model(CpuCache(3, 32 * 2 ** 20, "0-1"))
+    assert name == "small-llama" and "32 MiB L3" in why
+    # a cache smaller than the tiny model's weights: the tiny one already reads them from memory
+    assert default_model(CpuCache(3, 8 * 2 ** 20, "0-3"))[0] == "tiny-llama"
+    # a cache that holds both, and a machine that describes none: the cheapest, said as such
+    name, why = default_model(CpuCache(3, 256 * 2 ** 20, "0-63"))
+    assert name == "tiny-llama" and "every validation model" in why
+    assert default_model(None) == ("tiny-llama", "no last-level cache described here")

@@ -173,15 +173,20 @@ def random_seed() -> int:
 def test_validate_meets_the_cpu_acceptance_bar_on_random_workloads(index, tmp_path):
     """Issue 15: the same bar on workloads nothing was tuned on (`calibrate.random_workloads`; six of
     them cover every policy and arrival process twice and both preemption modes), each with
-    validate's own calibration. The failure names the seed: SERVESIM_VALIDATE_SEED=S reruns it;
-    SERVESIM_VALIDATE_MODEL=small-llama runs the model whose weights exceed a shared last-level cache
-    (examples/small-llama/README.md; ~6 minutes a workload on one core, the tiny model's ~40 s)."""
+    validate's own calibration. The failure names the seed: SERVESIM_VALIDATE_SEED=S reruns it.
+    The model: SERVESIM_VALIDATE_MODEL (tiny-llama, small-llama), by default the smallest whose
+    weights exceed this CPU's last-level cache (`calibrate.random_workloads.default_model`: on a
+    cache other tenants share, the tiny model's steps move with them; small-llama takes ~3-6 minutes
+    a workload on one core, the tiny model ~40 s)."""
     torch = pytest.importorskip("torch")
-    from calibrate.random_workloads import write
+    from calibrate.cpu_cache import last_level_cache
+    from calibrate.random_workloads import AUTO, default_model, write
     from calibrate.validate import validate
 
     seed = random_seed()
-    model = os.environ.get("SERVESIM_VALIDATE_MODEL", "tiny-llama")
+    model = os.environ.get("SERVESIM_VALIDATE_MODEL", AUTO)
+    if model == AUTO:
+        model = default_model(last_level_cache())[0]
     path = write(seed, index + 1, tmp_path, model=model)[index]
     threads = torch.get_num_threads()
     try:
