@@ -10,9 +10,10 @@ every shipped one, each with a quick profile made in its own run (as `servesim v
 examples/validate-*.toml. Each run calibrates its model (quick grid, one torch thread; the random
 workloads' is `--model`: examples/tiny-llama, or examples/small-llama whose weights do not fit a
 shared last-level cache; by default the smallest whose weights exceed this CPU's last-level cache,
-`calibrate.random_workloads.default_model`) around the engine's run (`--one-profile`: one profile first, for all; `--floor S`: first measure for
-S seconds what a perfect model would score on this machine, `benchmarks/machine_floor.py`). The bar: per-step median
-<= 5%, mean TTFT, TPOT and E2E within 10%. Columns: "cpu med" the per-step error against the engine
+`calibrate.random_workloads.default_model`) around the engine's run (`--one-profile`: one profile
+first, for all; `--floor S`: first measure for S seconds what a perfect model would score on this
+machine, `benchmarks/machine_floor.py`). The bar: per-step median <= 5%, mean TTFT, TPOT and E2E
+within 10%. Columns: "cpu med" the per-step error against the engine
 thread's CPU time; "detrend" with the machine's drift taken out (each step's error minus its 51
 neighbours' median); "drift" the calibration's engine steps' slow-down from before to after the run
 (`calibrate.engine_bench.bracket_drift_pct`); "held" the calibration's held-out error; "offer" the load a
