@@ -1,0 +1,39 @@
+"""`servesim validate`'s printed table and diagnostics (`servesim.commands.validate.report_lines`)."""
+from __future__ import annotations
+
+from calibrate.validate import LATENCY_METRICS, STATS, THROUGHPUT
+from servesim.commands.validate import report_lines
+
+
+def report() -> dict:
+    cell = {"predicted": 0.011, "measured": 0.010, "abs_pct_error": 10.0}
+    return {"step_time_abs_pct_error": {"median": 3.0, "p90": 6.0},
+            "metrics": {**{m: {s: dict(cell) for s in STATS} for m in LATENCY_METRICS},
+                        "throughput": {t: dict(cell) for t in THROUGHPUT}}}
+
+
+def test_the_table_has_a_row_per_measured_statistic():
+    lines = report_lines(report(), {})
+    assert lines[0].startswith("per-step time abs error: median 3")
+    rows = lines[2:]
+    assert len(rows) == len(LATENCY_METRICS) * len(STATS) + len(THROUGHPUT)
+    assert not any(line.startswith("diagnostic") for line in rows)
+
+
+def test_a_cache_that_holds_the_weights_is_a_diagnostic_line():
+    note = "the model's weights (15 MiB) fit in this CPU's 32 MiB L3 cache: ..."
+    lines = report_lines(report(), {"last_level_cache": {"weights_fit": True, "note": note}})
+    assert f"diagnostic: {note}" in lines
+    lines = report_lines(report(), {"last_level_cache": {"weights_fit": False, "note": None}})
+    assert not any("last-level" in line or "L3" in line for line in lines)
+
+
+def test_the_speed_probe_says_how_the_run_compares_with_its_calibration():
+    d = {"speed_probe": {"run_median": 1.05, "run_num_readings": 12, "run_p10": 1.01, "run_p90": 1.08},
+         "at_run_speed": {"step_time_abs_pct_error": {"median": 2.0},
+                          "mean_abs_pct_error": {"ttft_s": 4.0, "tpot_s": 1.0, "e2e_s": None}}}
+    lines = report_lines(report(), d)
+    probe = [line for line in lines if "speed probe (12 readings)" in line]
+    assert len(probe) == 1 and "slower" in probe[0]
+    scaled = [line for line in lines if "scaled by that speed" in line]
+    assert len(scaled) == 1 and "TTFT 4" in scaled[0] and "E2E" not in scaled[0]
