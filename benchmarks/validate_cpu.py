@@ -11,7 +11,7 @@ examples/validate-*.toml. Each run calibrates its model (quick grid, one torch t
 workloads' is `--model`: examples/tiny-llama, or examples/small-llama whose weights do not fit a
 shared last-level cache; by default the smallest whose weights exceed this CPU's last-level cache,
 `calibrate.random_workloads.default_model`) around the engine's run (`--one-profile`: one profile
-first, for all; `--floor S`: first measure for S seconds what a perfect model would score on this
+per model, for all its workloads; `--floor S`: first measure for S seconds what a perfect model would score on this
 machine, `benchmarks/machine_floor.py`). The bar: per-step median <= 5%, mean TTFT, TPOT and E2E
 within 10%. Columns: "cpu med" the per-step error against the engine
 thread's CPU time; "detrend" with the machine's drift taken out (each step's error minus its 51
@@ -152,13 +152,15 @@ def main(argv=None) -> int:
     from calibrate.cpu_cache import last_level_cache
     from calibrate.random_workloads import AUTO, VALIDATION_MODELS, default_model, draw, write
     from calibrate.validate import validate
+    from sim.config import load_config
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "runs" / "validate-cpu"))
     ap.add_argument("--full", action="store_true", help="calibrate on the full grid")
     ap.add_argument("--grid", choices=("smoke", "quick", "full"), default=None,
                     help="the calibration grid (default quick; smoke: seconds, for trying the machinery only)")
-    ap.add_argument("--one-profile", action="store_true", help="one profile made first for every workload")
+    ap.add_argument("--one-profile", action="store_true",
+                    help="one profile per model, made at its first workload, for every workload of that model")
     ap.add_argument("--random", type=int, default=0, metavar="N", help="also validate N fresh random workloads, first")
     ap.add_argument("--model", default=AUTO, choices=(AUTO, *VALIDATION_MODELS),
                     help="the random workloads' model (default auto: the smallest whose weights exceed this "
@@ -193,10 +195,17 @@ def main(argv=None) -> int:
         groups.append((f"fresh random workloads (seed {seed}; rerun: --random {args.random} --seed {seed})", paths))
     if not args.no_shipped:
         groups.append(("shipped workloads (examples/validate-*.toml)", sorted((REPO / "examples").glob("validate-*.toml"))))
-    prof_path = None
-    if args.one_profile:
-        profile = calibrate(model_config, "cpu", quick=grid, progress=True)
-        prof_path = profile.save(out / "profile.json")
+    profiles: dict[str, Path] = {}  # --one-profile: one per model the workloads name, made at its first
+
+    def profile_for(toml: Path) -> Path | None:
+        if not args.one_profile:
+            return None
+        model = str(load_config(toml).model.name)  # the shipped workloads name the tiny model, whatever --model
+        if model not in profiles:
+            profiles[model] = calibrate(model, "cpu", quick=grid, progress=True).save(
+                out / f"profile-{Path(model).parent.name}.json")
+        return profiles[model]
+
     summary: list[dict] = []
     ok, warned, cache_notes, width = True, [], set(), max([26] + [len(p.stem) for _, paths in groups for p in paths])
     for title, paths in groups:
@@ -206,9 +215,10 @@ def main(argv=None) -> int:
               f"{'speed':>6} {'@speed':>6} {'@s mean':>7} bar")
         met = 0
         for toml in paths:
+            profile = profile_for(toml)
             with warnings.catch_warnings():  # counted in the table and listed after it
                 warnings.simplefilter("ignore", CalibrationWarning)
-                report = validate(toml, "cpu", profile=prof_path, out_dir=out / toml.stem, quick=grid,
+                report = validate(toml, "cpu", profile=profile, out_dir=out / toml.stem, quick=grid,
                                   progress=False, speed_probe=not args.no_speed_probe)
             details = json.loads((out / toml.stem / "details.json").read_text())
             st, m = report["step_time_abs_pct_error"], report["metrics"]
