@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8, help="requests decoding together")
     ap.add_argument("--tokens", type=int, default=200, help="tokens each request decodes")
     ap.add_argument("--model", default=str(REPO / "examples/tiny-llama/config.json"),
-                    help="the model's config.json (default examples/tiny-llama: its weights, ~13 MB, live in the "
+                    help="the model's config.json (default examples/tiny-llama: its weights, ~15 MB, live in the "
                          "last-level cache that other tenants share)")
     ap.add_argument("--probe-interval", type=float, default=0.0,
                     help="seconds between two probe readings (default 0: after every step; validate's: 0.2)")

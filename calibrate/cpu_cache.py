@@ -24,9 +24,13 @@ class CpuCache:
     size_bytes: int
     shared_cpus: str
 
+    def holds(self, num_bytes: int) -> bool:
+        """Whether `num_bytes` fit in this cache."""
+        return num_bytes <= self.size_bytes
+
     def weights_note(self, weight_bytes: int) -> str | None:
         """A warning line when `weight_bytes` fit in this cache, else None."""
-        if weight_bytes > self.size_bytes:
+        if not self.holds(weight_bytes):
             return None
         return (f"the model's weights ({weight_bytes / 2 ** 20:.0f} MiB) fit in this CPU's "
                 f"{self.size_bytes / 2 ** 20:.0f} MiB L{self.level} cache: where other tenants share that "
@@ -36,7 +40,7 @@ class CpuCache:
     def as_dict(self, weight_bytes: int) -> dict:
         """details.json's `last_level_cache`: the cache and whether `weight_bytes` fit in it."""
         return {"level": self.level, "size_bytes": self.size_bytes, "shared_cpus": self.shared_cpus,
-                "weight_bytes": int(weight_bytes), "weights_fit": weight_bytes <= self.size_bytes,
+                "weight_bytes": int(weight_bytes), "weights_fit": self.holds(weight_bytes),
                 "note": self.weights_note(weight_bytes)}
 
 

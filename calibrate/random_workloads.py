@@ -25,6 +25,7 @@ import numpy as np
 from calibrate.cpu_cache import CpuCache
 from specs.model_spec import ModelSpec
 
+REPO = Path(__file__).resolve().parent.parent
 POLICIES = ("chunked-small", "continuous", "chunked-large")
 ARRIVALS = ("poisson", "gamma", "on_off")
 MEMORY = ("roomy", "recompute", "roomy", "swap", "roomy", "recompute")
@@ -64,8 +65,7 @@ AUTO = "auto"
 
 def weights_bytes(name: str) -> int:
     """Bytes of validation model `name`'s float32 weights (the CPU engine's dtype), from its config.json."""
-    repo = Path(__file__).resolve().parent.parent
-    return ModelSpec.from_hf_config(repo / validation_model(name).config).num_params * 4
+    return ModelSpec.from_hf_config(REPO / validation_model(name).config).num_params * 4
 
 
 def default_model(cache: CpuCache | None) -> tuple[str, str]:
@@ -77,9 +77,10 @@ def default_model(cache: CpuCache | None) -> tuple[str, str]:
     if cache is None:
         return "tiny-llama", "no last-level cache described here"
     size = f"{cache.size_bytes / 2 ** 20:.0f} MiB L{cache.level}"
-    for name in sorted(VALIDATION_MODELS, key=weights_bytes):
-        if weights_bytes(name) > cache.size_bytes:
-            return name, f"the smallest validation model whose weights ({weights_bytes(name) / 2 ** 20:.0f} MiB) exceed this CPU's {size}"
+    for num_bytes, name in sorted((weights_bytes(n), n) for n in VALIDATION_MODELS):
+        if not cache.holds(num_bytes):
+            return name, (f"the smallest validation model whose weights ({num_bytes / 2 ** 20:.0f} MiB) exceed "
+                          f"this CPU's {size}")
     return "tiny-llama", f"every validation model's weights fit this CPU's {size}"
 
 
@@ -209,8 +210,9 @@ def to_toml(workload: dict, model_path: str | Path, profile_path: str | Path | N
     profile `servesim simulate` uses (validate measures its own; None: the roofline)."""
     lines = [f"# servesim validate {workload['name']}.toml --device cpu",
              "# A random validation workload (calibrate.random_workloads.draw): nothing was tuned on it.",
-             f"# offered load {workload['offered_load']} of the rough service rate it was drawn against (TOKEN_S, "
-             "OUTPUT_S); validate's predicted_utilization gives it against the calibrated profile", ""]
+             f"# offered load {workload['offered_load']} of the rough service rate it was drawn against (its "
+             "model's costs in VALIDATION_MODELS); validate's predicted_utilization gives it against the "
+             "calibrated profile", ""]
     for section in ("model", "hardware", "scheduler", "cache", "workload"):
         body = dict(workload[section])
         if section == "model":
@@ -231,10 +233,9 @@ def write(seed: int, count: int, folder: str | Path, model_path: str | Path | No
     under `folder` (`model_path`: its config.json elsewhere); their paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    repo = Path(__file__).resolve().parent.parent
     chosen = validation_model(model)
-    config = Path(model_path) if model_path else repo / chosen.config
-    profile = (repo / chosen.profile).resolve() if chosen.profile else None
+    config = Path(model_path) if model_path else REPO / chosen.config
+    profile = (REPO / chosen.profile).resolve() if chosen.profile else None
     out = []
     for i in range(count):
         w = draw(seed, i, model)
