@@ -12,9 +12,10 @@ calibration's clock (`calibrate.op_bench.clock_for`: thread CPU time on a CPU). 
 median of the readings nearest to `t` over a reference level (the calibration's median reading):
 1.10 means the machine ran the engine 10% slower than at the reference. `calibrate` divides its op
 timings and engine steps by it, so that a slow stretch within a calibration does not bend its fit
-(the profile then describes the machine at the reference speed). `validate` reports the speed
-during its run and, as a diagnostic only, the comparison with the predictions scaled by it: run and
-calibration readings differed by ~5% where the steps did not (what ran around them differs).
+(the profile then describes the machine at the reference speed). `validate` reads the speed during
+its run and compares the predictions scaled by it too; they are its headline only where the model's
+weights exceed the CPU's last-level cache (`calibrate.validate.speed_basis`): where they fit, run and
+calibration readings differed by ~5% with no change in the steps (what the cache held before them).
 """
 from __future__ import annotations
 

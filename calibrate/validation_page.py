@@ -25,6 +25,9 @@ def diagnostics(details: dict) -> list[str]:
     if speed is not None:
         notes.append(f"by the speed probe the machine ran the engine {slower_or_faster((speed - 1) * 100)} during "
                      "the run than during its calibration")
+    basis = details.get("speed_basis") or {}
+    if basis.get("why"):
+        notes.append(f"predictions at the {basis['basis']}'s speed: {basis['why']}")
     if (details.get("last_level_cache") or {}).get("weights_fit"):
         notes.append("the model's weights fit in the CPU's last-level cache: its step times depend on what other "
                      "tenants leave of it")

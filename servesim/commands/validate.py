@@ -88,17 +88,23 @@ def report_lines(report: dict, details: dict) -> list[str]:
 
 
 def speed_lines(details: dict) -> list[str]:
-    """What the speed probe saw (`calibrate.speed_probe`), and the comparison at the run's speed."""
+    """What the speed probe saw (`calibrate.speed_probe`), which speed the figures above are at
+    (`calibrate.validate.speed_basis`) and why, and the same comparison at the other speed."""
     probe = details.get("speed_probe") or {}
     if probe.get("run_median") is None:
         return []
     how = slower_or_faster((probe["run_median"] - 1) * 100)
     lines = [f"diagnostic: by the speed probe ({probe['run_num_readings']} readings) the machine ran the engine {how} "
              f"during the run than during its calibration (p10-p90 {probe['run_p10']:.2f}-{probe['run_p90']:.2f})"]
-    scaled = details.get("at_run_speed") or {}
-    st, means = (scaled.get("step_time_abs_pct_error") or {}).get("median"), scaled.get("mean_abs_pct_error") or {}
+    basis = details.get("speed_basis") or {"basis": "calibration"}
+    at_run = basis["basis"] == "run"
+    if basis.get("why"):
+        lines.append(f"the figures above are at the {'run' if at_run else 'calibration'}'s speed: {basis['why']}")
+    other = details.get("at_calibration_speed" if at_run else "at_run_speed") or {}
+    st, means = (other.get("step_time_abs_pct_error") or {}).get("median"), other.get("mean_abs_pct_error") or {}
     if st is not None:
-        lines.append("diagnostic: with every prediction scaled by that speed: per-step median " + percent(st / 100)
+        lines.append(f"diagnostic: at the {'calibration' if at_run else 'run'}'s speed instead"
+                     f"{'' if at_run else ' (every prediction scaled by it)'}: per-step median " + percent(st / 100)
                      + ", mean " + ", ".join(f"{k.split('_')[0].upper()} {percent(v / 100)}"
                                              for k, v in means.items() if v is not None))
     return lines

@@ -1,6 +1,7 @@
 """`servesim validate`: the report's structure, and the acceptance check on the shipped CPU workloads."""
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -69,9 +70,11 @@ seed = 3
     return path
 
 
-def test_validate_writes_the_report(tmp_path):
+def test_validate_writes_the_report(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
+    import calibrate.validate as validate_module
     from calibrate.bench import calibrate
+    from calibrate.cpu_cache import CpuCache
     from calibrate.validate import validate
     from calibrate_helpers import micro_grid
 
@@ -85,6 +88,9 @@ def test_validate_writes_the_report(tmp_path):
         prof_path = profile.save(tmp_path / "profile.json")
         out = tmp_path / "report"
         report = validate(tiny_toml(tmp_path), "cpu", profile=prof_path, out_dir=out, progress=False)
+        # again on a CPU whose last-level cache the weights exceed: the figures are at the run's speed
+        monkeypatch.setattr(validate_module, "last_level_cache", lambda: CpuCache(3, 2 ** 20, "0-1"))
+        at_run = validate(tiny_toml(tmp_path), "cpu", profile=prof_path, out_dir=tmp_path / "at-run", progress=False)
     finally:
         torch.set_num_threads(threads)
     assert json.loads((out / "validation.json").read_text()) == json.loads(json.dumps(report))
@@ -122,12 +128,32 @@ def test_validate_writes_the_report(tmp_path):
     assert probe["reference_s"] == profile.meta["speed_probe"]["reference_s"] > 0
     assert probe["run_num_readings"] >= 1 and probe["run_p10"] <= probe["run_median"] <= probe["run_p90"]
     assert (steps.speed > 0).all()
-    scaled = (steps.predicted_s * steps.speed - steps.measured_s).abs() / steps.measured_s * 100
+    at_calibration = steps.get("predicted_at_calibration_s", steps.predicted_s)
+    scaled = (at_calibration * steps.speed - steps.measured_s).abs() / steps.measured_s * 100
     assert np.allclose(steps.abs_pct_error_at_speed, scaled)
     at_speed = details["at_run_speed"]
     assert at_speed["step_time_abs_pct_error"]["median"] == pytest.approx(steps.abs_pct_error_at_speed.median())
     assert set(at_speed["mean_abs_pct_error"]) == {"ttft_s", "tpot_s", "e2e_s"}
     assert "by the speed probe the machine ran the engine" in (out / "index.html").read_text()
+    # the headline is at the speed `speed_basis` picks for this machine's cache, and says why
+    basis = details["speed_basis"]
+    headline = details["at_run_speed" if basis["basis"] == "run" else "at_calibration_speed"]
+    assert headline["step_time_abs_pct_error"] == report["step_time_abs_pct_error"]
+    assert html.escape(basis["why"]) in (out / "index.html").read_text()
+    # at the run's speed: each step's prediction is the calibration's times the speed around it, the
+    # means those of a simulation at the run's median speed; the calibration's figures are kept
+    run_steps = pd.read_csv(tmp_path / "at-run" / "steps.csv")
+    run_details = json.loads((tmp_path / "at-run" / "details.json").read_text())
+    assert run_details["speed_basis"]["basis"] == "run" and "exceed" in run_details["speed_basis"]["why"]
+    assert np.allclose(run_steps.predicted_s, run_steps.predicted_at_calibration_s * run_steps.speed)
+    assert np.allclose(run_steps.abs_pct_error, run_steps.abs_pct_error_at_speed)
+    assert at_run["step_time_abs_pct_error"]["median"] == pytest.approx(run_steps.abs_pct_error.median())
+    assert run_details["at_calibration_speed"]["step_time_abs_pct_error"]["median"] == pytest.approx(
+        run_steps.abs_pct_error_at_calibration_speed.median())
+    speed = run_details["speed_basis"]["run_speed"]
+    sim = json.loads((tmp_path / "at-run" / "sim" / "summary.json").read_text())
+    assert at_run["metrics"]["e2e_s"]["mean"]["predicted"] == pytest.approx(sim["e2e_s"]["mean"])
+    assert speed == pytest.approx(float(np.median(run_steps.speed)))
     # the tiny model's weights against this CPU's last-level cache, where Linux describes one
     from calibrate.cpu_cache import last_level_cache
 
@@ -243,3 +269,17 @@ def test_conditioning_measures_how_queueing_amplifies_a_step_error():
     assert out["light"]["amplification"]["tpot_s"] == pytest.approx(1.0, abs=0.15)
     assert out["light"]["utilization"] < out["heavy"]["utilization"] <= 1.0 + 1e-9
     assert out["heavy"]["amplification"]["ttft_s"] > out["light"]["amplification"]["ttft_s"] + 0.3
+
+
+def test_the_speed_basis_is_the_runs_only_where_the_probe_follows_the_machine():
+    from calibrate.cpu_cache import CpuCache
+    from calibrate.validate import speed_basis
+
+    l3 = CpuCache(3, 32 * 2 ** 20, "0-1")
+    assert speed_basis("cpu", True, l3, 118 * 2 ** 20)["basis"] == "run"  # small-llama's weights: from memory
+    fits = speed_basis("cpu", True, l3, 15 * 2 ** 20)  # tiny-llama's: from the shared cache
+    assert fits["basis"] == "calibration" and "32 MiB L3" in fits["why"]
+    # no probe, no cache described, or a GPU: nothing says the probe's run readings follow the machine
+    for args in (("cpu", False, l3), ("cpu", True, None), ("cuda", True, l3), ("cuda:0", True, None)):
+        basis = speed_basis(*args, 118 * 2 ** 20)
+        assert basis["basis"] == "calibration" and basis["why"]

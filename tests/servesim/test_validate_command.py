@@ -35,5 +35,19 @@ def test_the_speed_probe_says_how_the_run_compares_with_its_calibration():
     lines = report_lines(report(), d)
     probe = [line for line in lines if "speed probe (12 readings)" in line]
     assert len(probe) == 1 and "slower" in probe[0]
-    scaled = [line for line in lines if "scaled by that speed" in line]
+    scaled = [line for line in lines if "at the run's speed instead" in line]
     assert len(scaled) == 1 and "TTFT 4" in scaled[0] and "E2E" not in scaled[0]
+
+
+def test_figures_at_the_runs_speed_say_so_and_give_the_calibrations():
+    d = {"speed_probe": {"run_median": 0.97, "run_num_readings": 30, "run_p10": 0.95, "run_p90": 0.99},
+         "speed_basis": {"basis": "run", "why": "the model's weights (118 MiB) exceed the 32 MiB L3 cache: ..."},
+         "at_run_speed": {"step_time_abs_pct_error": {"median": 3.0},
+                          "mean_abs_pct_error": {"ttft_s": 10.0, "tpot_s": 10.0, "e2e_s": 10.0}},
+         "at_calibration_speed": {"step_time_abs_pct_error": {"median": 6.5},
+                                  "mean_abs_pct_error": {"ttft_s": 8.0, "tpot_s": 2.0, "e2e_s": 1.5}}}
+    lines = report_lines(report(), d)
+    assert any(line.startswith("the figures above are at the run's speed: the model's weights") for line in lines)
+    other = [line for line in lines if "at the calibration's speed instead" in line]
+    assert len(other) == 1 and "median 6.5" in other[0] and "TPOT 2" in other[0]
+    assert not any("at the run's speed instead" in line for line in lines)
