@@ -349,7 +349,8 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                # (`calibrate.speed_probe`), and the comparison with the predictions scaled by it
                "speed_probe": (probe.summary(reference, *run["window"]) if probe is not None else None),
                "at_run_speed": at_speed,
-               # which speed the headline figures are at, and why (`speed_basis`); the other basis's
+               # which speed validation.json's figures are at and why (`speed_basis`), and the comparison
+               # at the calibration's speed (the headline where the basis is the calibration)
                "speed_basis": {**basis, "run_speed": run_speed},
                "at_calibration_speed": at_calibration,
                # how ill-conditioned the means are on this workload (`conditioning`)
