@@ -110,9 +110,8 @@ BAR_STEP, BAR_MEAN = 5.0, 10.0  # % per-step median; % each of the mean TTFT, TP
 
 def write_summary(out: Path, rows: list[dict]) -> Path | None:
     """summary.csv (one row per workload: group, workload, step median, TTFT, TPOT, E2E, met, the
-    speed they are at) under
-    `out`, and summary.png beside it: each workload's four figures against the bar's two lines
-    (None for the figure without matplotlib)."""
+    speed they are at) under `out`, and summary.png beside it: each workload's four figures against
+    the bar's two lines (None for the figure without matplotlib)."""
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
