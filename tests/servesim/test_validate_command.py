@@ -41,7 +41,7 @@ def test_the_speed_probe_says_how_the_run_compares_with_its_calibration():
 
 def test_figures_at_the_runs_speed_say_so_and_give_the_calibrations():
     d = {"speed_probe": {"run_median": 0.97, "run_num_readings": 30, "run_p10": 0.95, "run_p90": 0.99},
-         "speed_basis": {"basis": "run", "why": "the model's weights (118 MiB) exceed the 32 MiB L3 cache: ..."},
+         "speed_basis": {"basis": "run", "why": "the model's weights (118 MiB) exceed the 32 MiB L3 cache; ..."},
          "at_run_speed": {"step_time_abs_pct_error": {"median": 3.0},
                           "mean_abs_pct_error": {"ttft_s": 10.0, "tpot_s": 10.0, "e2e_s": 10.0}},
          "at_calibration_speed": {"step_time_abs_pct_error": {"median": 6.5},
