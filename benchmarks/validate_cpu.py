@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     from calibrate.fit_checks import CalibrationWarning
     from calibrate.cpu_cache import last_level_cache
     from calibrate.random_workloads import AUTO, VALIDATION_MODELS, default_model, draw, write
-    from calibrate.validate import validate
+    from calibrate.validate import other_speed, validate
     from sim.config import load_config
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -225,8 +225,7 @@ def main(argv=None) -> int:
                                   progress=False, speed_probe=not args.no_speed_probe)
             details = json.loads((out / toml.stem / "details.json").read_text())
             st, m = report["step_time_abs_pct_error"], report["metrics"]
-            basis = (details.get("speed_basis") or {}).get("basis", "calibration")
-            other = details.get("at_calibration_speed" if basis == "run" else "at_run_speed") or {}
+            basis, other = other_speed(details)
             errs = [m[k]["mean"]["abs_pct_error"] for k in ("ttft_s", "tpot_s", "e2e_s")]
             this = st["median"] <= BAR_STEP and all(e is not None and e <= BAR_MEAN for e in errs)
             summary.append({"group": title, "workload": toml.stem, "step_median_pct": st["median"],

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 from calibrate.fit_checks import CalibrationWarning, held_out_line, print_warnings
-from calibrate.validate import run_validation
+from calibrate.validate import other_speed, run_validation
 from records.display import number, percent, slower_or_faster
 from servesim.commands import options
 from servesim.commands.calibrate import small_grid
@@ -96,11 +96,11 @@ def speed_lines(details: dict) -> list[str]:
     how = slower_or_faster((probe["run_median"] - 1) * 100)
     lines = [f"diagnostic: by the speed probe ({probe['run_num_readings']} readings) the machine ran the engine {how} "
              f"during the run than during its calibration (p10-p90 {probe['run_p10']:.2f}-{probe['run_p90']:.2f})"]
-    basis = details.get("speed_basis") or {"basis": "calibration"}
-    at_run = basis["basis"] == "run"
-    if basis.get("why"):
-        lines.append(f"the figures above are at the {'run' if at_run else 'calibration'}'s speed: {basis['why']}")
-    other = details.get("at_calibration_speed" if at_run else "at_run_speed") or {}
+    basis, other = other_speed(details)
+    at_run = basis == "run"
+    why = (details.get("speed_basis") or {}).get("why")
+    if why:
+        lines.append(f"the figures above are at the {basis}'s speed: {why}")
     st, means = (other.get("step_time_abs_pct_error") or {}).get("median"), other.get("mean_abs_pct_error") or {}
     if st is not None:
         lines.append(f"diagnostic: at the {'calibration' if at_run else 'run'}'s speed instead"
