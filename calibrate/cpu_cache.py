@@ -24,6 +24,11 @@ class CpuCache:
     size_bytes: int
     shared_cpus: str
 
+    @property
+    def name(self) -> str:
+        """The cache as a line names it: "32 MiB L3"."""
+        return f"{self.size_bytes / 2 ** 20:.0f} MiB L{self.level}"
+
     def holds(self, num_bytes: int) -> bool:
         """Whether `num_bytes` fit in this cache."""
         return num_bytes <= self.size_bytes
@@ -33,7 +38,7 @@ class CpuCache:
         if not self.holds(weight_bytes):
             return None
         return (f"the model's weights ({weight_bytes / 2 ** 20:.0f} MiB) fit in this CPU's "
-                f"{self.size_bytes / 2 ** 20:.0f} MiB L{self.level} cache: where other tenants share that "
+                f"{self.name} cache: where other tenants share that "
                 "cache (a cloud VM) its steps' times move with what they leave of it, whatever the "
                 "calibration saw; examples/small-llama's weights do not fit (its README)")
 

@@ -76,12 +76,11 @@ def default_model(cache: CpuCache | None) -> tuple[str, str]:
     `validate` says so)."""
     if cache is None:
         return "tiny-llama", "no last-level cache described here"
-    size = f"{cache.size_bytes / 2 ** 20:.0f} MiB L{cache.level}"
     for num_bytes, name in sorted((weights_bytes(n), n) for n in VALIDATION_MODELS):
         if not cache.holds(num_bytes):
             return name, (f"the smallest validation model whose weights ({num_bytes / 2 ** 20:.0f} MiB) exceed "
-                          f"this CPU's {size}")
-    return "tiny-llama", f"every validation model's weights fit this CPU's {size}"
+                          f"this CPU's {cache.name}")
+    return "tiny-llama", f"every validation model's weights fit this CPU's {cache.name}"
 
 
 def validation_model(name: str) -> ValidationModel:

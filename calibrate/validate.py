@@ -416,11 +416,10 @@ def speed_basis(device: str, probed: bool, cache: CpuCache | None, weight_bytes:
         return {"basis": "calibration", "why": "Linux does not describe this CPU's last-level cache, so whether "
                                                "the probe follows the machine is unknown"}
     if cache.holds(weight_bytes):
-        return {"basis": "calibration", "why": f"the model's weights fit the {cache.size_bytes / 2 ** 20:.0f} MiB "
-                                               f"L{cache.level} cache, so the probe's readings follow its contents"}
-    return {"basis": "run", "why": f"the model's weights ({weight_bytes / 2 ** 20:.0f} MiB) exceed the "
-                                   f"{cache.size_bytes / 2 ** 20:.0f} MiB L{cache.level} cache; steps and probe "
-                                   "stream them from memory alike, so the probe follows the machine"}
+        return {"basis": "calibration", "why": f"the model's weights fit the {cache.name} cache, so the probe's "
+                                               "readings follow its contents"}
+    return {"basis": "run", "why": f"the model's weights ({weight_bytes / 2 ** 20:.0f} MiB) exceed the {cache.name} "
+                                   "cache; steps and probe stream them from memory alike, so the probe follows the machine"}
 
 
 def other_speed(details: dict) -> tuple[str, dict]:
