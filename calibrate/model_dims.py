@@ -2,7 +2,8 @@
 
 A profile records the dims it was measured or imported for (`sim.latency.profile.MODEL_DIMS`);
 this module produces that dict from the one model shape, `specs.ModelSpec` (`profile_dims`). The
-known names are the Llama family the public per-op data serves, each a catalog model.
+known names are the Llama family the public per-op data serves, each a catalog model; a config.json
+may also be OPT's (a plain MLP and learned positions, recorded in the dict).
 """
 from __future__ import annotations
 
@@ -60,7 +61,9 @@ def resolve_model(model: str, tp: int = 1, dtype: str = "bfloat16") -> dict:
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
-        spec = _llama_shape(read_json_object(path, "model"), path)
+        cfg = read_json_object(path, "model")
+        # OPT's config names its MLP width ffn_dim and its layer differs from Llama's: the spec reads it
+        spec = ModelSpec.from_hf_config(path) if cfg.get("model_type") == "opt" else _llama_shape(cfg, path)
         name = spec.name
     else:
         name = _norm(model)
@@ -74,7 +77,10 @@ def resolve_model(model: str, tp: int = 1, dtype: str = "bfloat16") -> dict:
 
 
 def per_rank_shapes(dims: dict) -> dict[str, tuple[int, int]]:
-    """GEMM (k, n) per tensor-parallel rank for each linear op (Megatron-style column/row split)."""
+    """GEMM (k, n) per tensor-parallel rank for each linear op (Megatron-style column/row split).
+
+    A plain MLP (`mlp_kind` "plain", OPT's fc1 -> ReLU -> fc2) keeps the op names: `gate_up_proj`
+    is fc1 (hidden -> intermediate), `down_proj` fc2."""
     tp = dims["tensor_parallel_size"]
     h, hd = dims["hidden_size"], dims["head_dim"]
     q = dims["num_attention_heads"] // tp
@@ -83,7 +89,7 @@ def per_rank_shapes(dims: dict) -> dict[str, tuple[int, int]]:
     return {
         "qkv_proj": (h, (q + 2 * kv) * hd),
         "o_proj": (q * hd, h),
-        "gate_up_proj": (h, 2 * inter),
+        "gate_up_proj": (h, inter if dims.get("mlp_kind", "gated") == "plain" else 2 * inter),
         "down_proj": (inter, h),
         "lm_head": (h, -(-dims["vocab_size"] // tp)),
     }

@@ -303,7 +303,10 @@ class ModelSpec:
                 "hidden_size": self.hidden_size, "num_attention_heads": self.num_attention_heads,
                 "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
                 "intermediate_size": self.intermediate_size, "vocab_size": self.vocab_size,
-                "tensor_parallel_size": tp, "dtype": dtype}
+                "tensor_parallel_size": tp, "dtype": dtype,
+                # the layer's kind only where it is not Llama's (older profiles omit both keys)
+                **({"mlp_kind": self.mlp_kind} if self.mlp_kind != "gated" else {}),
+                **({"position_embedding": self.position_embedding} if self.position_embedding != "rope" else {})}
 
     # --- construction -------------------------------------------------------------------------------
     @classmethod

@@ -40,18 +40,13 @@ HELP = {
 
 def dims_of_spec(spec, tp: int = 1, dtype: str = "bfloat16") -> dict:
     """The profile `model` dict of a `specs.ModelSpec` (any catalog model or config.json,
-    MoE fields included), for importers that are given a model the known names lack."""
+    MoE fields and an OPT layer's kinds included), for importers that are given a model the known
+    names lack."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ConfigError(f"tp: expected a positive integer, got {tp!r}")
-    if getattr(spec, "mlp_kind", "gated") != "gated" or getattr(spec, "position_embedding", "rope") != "rope":
-        raise ConfigError(f"model: {spec.name} is not a Llama-family decoder (gated MLP, rotary positions); "
-                          "the importers time only those layers")
     if spec.num_attention_heads % tp:
         raise ConfigError(f"tp: {tp} does not divide num_attention_heads={spec.num_attention_heads}")
-    dims = {"name": spec.name, "num_hidden_layers": spec.num_layers, "hidden_size": spec.hidden_size,
-            "num_attention_heads": spec.num_attention_heads, "num_key_value_heads": spec.num_kv_heads,
-            "head_dim": spec.head_dim, "intermediate_size": spec.intermediate_size, "vocab_size": spec.vocab_size,
-            "tensor_parallel_size": tp, "dtype": dtype}
+    dims = spec.profile_dims(tp, dtype)  # an OPT layer's kinds (plain MLP, learned positions) included
     if spec.num_experts:
         dims.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok)
     return dims

@@ -24,14 +24,20 @@ def elementwise_bytes_per_token(dims: dict) -> dict[str, float]:
     kv = max(dims["num_key_value_heads"] // tp, 1)
     inter = dims["intermediate_size"] // tp
     vocab = per_rank_shapes(dims)["lm_head"][1]
-    return {
+    plain = dims.get("mlp_kind", "gated") == "plain"
+    learned = dims.get("position_embedding", "rope") == "learned"
+    out = {
         "input_norm": 3 * h * b,  # read x and residual, write normed (vLLM fuses the residual add here)
-        "act": 3 * inter * b,  # read gate and up, write silu(gate) * up
+        # read gate and up, write silu(gate) * up; a plain MLP's ReLU / GELU reads and writes fc1's output
+        "act": (2 if plain else 3) * inter * b,
         "rotary": 2 * (q + kv) * hd * b,  # read and write q and k
         "kv_write": 2 * 2 * kv * hd * b,  # read k, v; scatter them into the paged cache
-        "embed": h * b,
+        "embed": (3 if learned else 1) * h * b,  # learned positions: read both rows, write their sum
         "sampler": 2 * vocab * 4,  # fp32 logits read twice (softmax, sample)
     }
+    if learned:  # positions are added at the embedding; no rotary kernel in the layers
+        del out["rotary"]
+    return out
 
 
 def derived_ops(dims: dict, mem_bw: float, efficiency: float, launch_s: float, why: str) -> dict[str, OpProfile]:

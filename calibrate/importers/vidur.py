@@ -54,6 +54,9 @@ def _medians(rows: list[dict], key: str, col: str) -> list[list[float]]:
 def vidur_overlay(profile: Profile, data_dir: str | Path | None = None, extend: bool = True) -> Profile:
     """Replace `profile`'s layer GEMMs, elementwise ops and all-reduce with Vidur's eager measurements
     (continued in proportion to their input beyond Vidur's grid unless `extend` is False)."""
+    if profile.model.get("mlp_kind", "gated") != "gated":  # matched by dims alone, a gated layer would stand in
+        raise ConfigError(f"kernels: vidur-per-op times gated (Llama-family) MLPs only, not the "
+                          f"{profile.model['mlp_kind']} MLP of {profile.model.get('name', 'this model')}")
     root = Path(data_dir) if data_dir else DEFAULT_DIR
     if not root.is_dir():
         raise ConfigError(f"data_dir: vidur-per-op data not found at {root}")

@@ -23,6 +23,8 @@ MODEL_DIMS = (
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "tensor_parallel_size",
 )
+#: the layer's kind a profile may record, with the value an absent key means (a Llama layer)
+LAYER_KINDS = {"mlp_kind": ("gated", ("gated", "plain")), "position_embedding": ("rope", ("rope", "learned"))}
 REQUIRED_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attn_prefill", "attn_decode", "lm_head")
 #: op -> its inputs (the file must agree)
 OP_INPUTS: dict[str, tuple[str, ...]] = {
@@ -94,6 +96,10 @@ class Profile:
             v = model.get(dim)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError.at(f"profile.model.{dim}", f"expected a positive integer, got {v!r}")
+        for key, (default, allowed) in LAYER_KINDS.items():
+            if model.get(key, default) not in allowed:
+                raise ConfigError.at(f"profile.model.{key}", f"{model.get(key)!r} is not allowed; choose one of "
+                                     f"{', '.join(allowed)}")
         if model.get("dtype") not in DTYPE_BYTES:
             raise ConfigError.at("profile.model.dtype", f"{model.get('dtype')!r} is not allowed; choose one of "
                                  f"{', '.join(DTYPE_BYTES)}")
@@ -126,7 +132,8 @@ class Profile:
 
     # -- checks --
     def check_model(self, model: Any) -> None:
-        """Raise if `model` (a dict or an object with HF config names) differs in any recorded dim."""
+        """Raise if `model` (a dict or an object with HF config names) differs in any recorded dim or
+        layer kind (`LAYER_KINDS`; absent means a Llama layer on either side)."""
         for dim in MODEL_DIMS:
             theirs = _get_dim(model, dim)
             if theirs is None:
@@ -135,6 +142,12 @@ class Profile:
                 raise ConfigError.at(f"profile.model.{dim}",
                                      f"profile was made for {dim}={self.model[dim]} but the model has {theirs}; "
                                      f"re-run `servesim calibrate` (or import) for this model")
+        for key, (default, _) in LAYER_KINDS.items():  # an OPT layer is not a Llama layer of the same dims
+            mine = self.model.get(key, default)
+            theirs = (model.get(key) if isinstance(model, Mapping) else getattr(model, key, None)) or default
+            if theirs != mine:
+                raise ConfigError.at(f"profile.model.{key}", f"profile was made for {key}={mine} but the model has "
+                                     f"{theirs}; re-run `servesim calibrate` (or import) for this model")
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -32,6 +32,34 @@ def test_model_dims_split_per_rank():
         resolve_model("gpt-9")
 
 
+def opt_config(tmp_path, drop: tuple = (), **kw) -> str:
+    """An OPT config.json (HF names: ffn_dim, no intermediate_size), less the keys in `drop`."""
+    import json
+
+    cfg = {"model_type": "opt", "num_hidden_layers": 2, "hidden_size": 1024, "num_attention_heads": 16,
+           "ffn_dim": 4096, "vocab_size": 50272, "max_position_embeddings": 2048, **kw}
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k not in drop}))
+    return str(tmp_path / "config.json")
+
+
+def test_an_opt_layer_keeps_its_plain_mlp_and_learned_positions(tmp_path):
+    from calibrate.importers.derived import elementwise_bytes_per_token
+
+    dims = resolve_model(opt_config(tmp_path), tp=2)
+    assert (dims["mlp_kind"], dims["position_embedding"]) == ("plain", "learned")
+    shapes = per_rank_shapes(dims)
+    assert shapes["gate_up_proj"] == (1024, 4096 // 2)  # fc1 alone, not a gate and an up
+    assert shapes["down_proj"] == (4096 // 2, 1024)  # fc2
+    llama = per_rank_shapes({**dims, "mlp_kind": "gated"})
+    assert llama["gate_up_proj"] == (1024, 4096)
+    ew, ew_llama = elementwise_bytes_per_token(dims), elementwise_bytes_per_token(
+        {**dims, "mlp_kind": "gated", "position_embedding": "rope"})
+    assert "rotary" not in ew and "rotary" in ew_llama  # positions are added once, at the embedding
+    assert ew["act"] == 2 / 3 * ew_llama["act"] and ew["embed"] == 3 * ew_llama["embed"]
+    with pytest.raises(ConfigError, match="^model.name: .* lacks 'ffn_dim'"):
+        resolve_model(opt_config(tmp_path, drop=("ffn_dim",)))
+
+
 def test_aiconfigurator_gemms_sit_between_the_roofline_bounds(aic_h100):
     # a real GEMM can beat neither the FLOP peak nor the weight-read time, and on a big m it is
     # within 3x of the FLOP bound: catches ms/us/s unit slips and wrong per-rank shapes
@@ -145,6 +173,30 @@ def test_vidur_overlay_errors_name_the_field(shared_data):
         import_profile("aiconfigurator", "H100", "llama-2-70b", 8, kernels="cutlass")
     with pytest.raises(ConfigError, match="^model: vidur-per-op has no h100"):
         import_profile("aiconfigurator", "H100", "llama-3-8b", 1, kernels="vidur")  # Vidur: A100 only
+
+
+def test_an_opt_model_from_aiconfigurator_matches_an_independent_a100_profile(shared_data):
+    """OPT-13B on an A100 from aiconfigurator's per-op kernels against DistServe's profiled vLLM
+    iterations of the same model and GPU (its alignment factors divided out): two measurements by
+    different people. Decode reads the weights once a step, so the plain MLP's shapes decide it: a
+    gated shape (fc1 twice as wide) would read ~20% more."""
+    pytest.importorskip("aiconfigurator_core")
+    from fidelity.sources.distserve import DistServeLatencyModel
+    from fidelity.sources.splitwise import decode_plan
+    from specs import get_model
+
+    from calibrate.importers import dims_of_spec
+
+    spec = get_model("OPT-13B")
+    ours = ProfiledLatencyModel(import_profile("aiconfigurator", "A100", dims_of_spec(spec, 1), 1, host="none"),
+                                model=spec)
+    path = shared_data / "groundtruth" / "distserve-a100-opt13b" / "profile_data" / "profiler-a100-80g.vllm.json"
+    theirs = DistServeLatencyModel(path, "facebook/opt-13b", 1, own_prefill=True, pre_alignment=True)
+    for batch in (1, 8, 32, 64):
+        plan = decode_plan(batch, 600)
+        assert ours.step_time(plan) == pytest.approx(theirs.step_time(plan), rel=0.10), batch
+    with pytest.raises(ConfigError, match="^kernels: vidur-per-op times gated"):
+        import_profile("aiconfigurator", "A100", dims_of_spec(spec, 1), 1, kernels="vidur")
 
 
 def test_vidur_all_reduce_stays_inside_one_node(shared_data):

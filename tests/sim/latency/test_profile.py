@@ -31,6 +31,8 @@ def test_profile_round_trips_through_its_file(tmp_path):
     (lambda d: d["ops"]["qkv_proj"]["curve"].update(x=[3, 2]), "profile.ops.qkv_proj.curve"),
     (lambda d: d["ops"]["attn_decode"].update(inputs=["num_tokens"]), "profile.ops.attn_decode.inputs"),
     (lambda d: d["model"].update(hidden_size="big"), "profile.model.hidden_size"),
+    (lambda d: d["model"].update(mlp_kind="swiglu"), "profile.model.mlp_kind"),
+    (lambda d: d["model"].update(position_embedding="alibi"), "profile.model.position_embedding"),
     (lambda d: d.update(format="other"), "profile.format"),
     (lambda d: d.update(version=99), "profile.version"),
 ])

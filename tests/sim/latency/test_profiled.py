@@ -147,6 +147,16 @@ def test_a_profile_for_other_model_dims_is_refused():
         ProfiledLatencyModel(p, model=Spec())
 
 
+def test_a_profile_for_another_layer_kind_is_refused():
+    # same dims, another layer: an OPT layer's fc1 is half a gated MLP's gate_up GEMM
+    with pytest.raises(ConfigError, match="^profile.model.mlp_kind: .*gated but the model has plain"):
+        ProfiledLatencyModel(make_profile(), model={**DIMS, "mlp_kind": "plain"})
+    opt = make_profile(mlp_kind="plain", position_embedding="learned")
+    with pytest.raises(ConfigError, match="^profile.model.mlp_kind: .*plain but the model has gated"):
+        ProfiledLatencyModel(opt, model=DIMS)  # a dict without the keys is a Llama layer
+    ProfiledLatencyModel(opt, model={**DIMS, "mlp_kind": "plain", "position_embedding": "learned"})
+
+
 def test_profiles_load_without_torch(tmp_path):
     path = make_profile().save(tmp_path / "p.json")
     code = ("import sys; sys.modules['torch'] = None; sys.modules['scipy'] = None\n"
