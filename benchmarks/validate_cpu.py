@@ -26,7 +26,10 @@ warnings and
 the median signed error by step kind (decode-only 1, 2-4, 5+; prefill-only; mixed; the decode-only
 steps 1-3 after a step that carried prefill tokens). "speed": how much
 slower (+) the machine ran the engine during the run than during its calibration, read by the speed
-probe (`calibrate.speed_probe`, which the calibration divides out of its own timings); "at": the
+probe (`calibrate.speed_probe`, which the calibration divides out of its own timings); "scat": the
+probe's own fixed step's median |deviation| from the speed around it during the run
+(`SpeedProbe.scatter`), the per-step floor of the machine measured alongside the run, where
+`--floor S` measures one before it; "at": the
 speed the figures are at (`calibrate.validate.speed_basis`: "run" where the model's weights exceed
 the last-level cache and the probe follows the machine, else "cal"), "other" and "o mean" (the worst
 of the three means) the same comparison at the other speed. `--no-speed-probe`: the calibration's
@@ -110,13 +113,14 @@ BAR_STEP, BAR_MEAN = 5.0, 10.0  # % per-step median; % each of the mean TTFT, TP
 
 def write_summary(out: Path, rows: list[dict]) -> Path | None:
     """summary.csv (one row per workload: group, workload, step median, TTFT, TPOT, E2E, met, the
-    speed they are at) under `out`, and summary.png beside it: each workload's four figures against
+    speed they are at, the speed probe's own scatter in the run: the machine's per-step floor)
+    under `out`, and summary.png beside it: each workload's four figures against
     the bar's two lines (None for the figure without matplotlib)."""
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
     table = pd.DataFrame(rows, columns=["group", "workload", "step_median_pct", "ttft_pct", "tpot_pct", "e2e_pct", "met",
-                                        "speed_basis"])
+                                        "speed_basis", "probe_scatter_pct"])
     table.to_csv(out / "summary.csv", index=False)
     try:
         import matplotlib
@@ -215,7 +219,7 @@ def main(argv=None) -> int:
         print(f"\n{title}")
         print(f"{'workload':<{width}} {'step med':>8} {'step p90':>8} {'TTFT':>7} {'TPOT':>7} {'E2E':>7} {'cpu med':>8} "
               f"{'detrend':>8} {'drift':>6} {'held':>5} {'waited':>6} {'offer':>5} {'util':>5} {'amp':>5} {'load':>5} "
-              f"{'speed':>6} {'at':>3} {'other':>6} {'o mean':>7} bar")
+              f"{'speed':>6} {'scat':>5} {'at':>3} {'other':>6} {'o mean':>7} bar")
         met = 0
         for toml in paths:
             profile = profile_for(toml)
@@ -228,9 +232,11 @@ def main(argv=None) -> int:
             basis, other = other_speed(details)
             errs = [m[k]["mean"]["abs_pct_error"] for k in ("ttft_s", "tpot_s", "e2e_s")]
             this = st["median"] <= BAR_STEP and all(e is not None and e <= BAR_MEAN for e in errs)
+            # the probe's fixed step around the speed nearest it: the machine's per-step floor, in the run
+            scat = (details.get("speed_probe") or {}).get("run_scatter_pct")
             summary.append({"group": title, "workload": toml.stem, "step_median_pct": st["median"],
                             "ttft_pct": errs[0], "tpot_pct": errs[1], "e2e_pct": errs[2], "met": bool(this),
-                            "speed_basis": basis})
+                            "speed_basis": basis, "probe_scatter_pct": scat})
             ok &= this
             met += this
             cpu = details["step_time_abs_pct_error_vs_cpu_time"]["median"]
@@ -250,6 +256,7 @@ def main(argv=None) -> int:
                   + f" {(details.get('mean_amplification') or {}).get('ttft_s') or float('nan'):>5.1f}"
                   f" {details['load_avg_1m'][1]:>5.2f}"
                   + f" {((details.get('speed_probe') or {}).get('run_median') or 1.0) * 100 - 100:>+5.1f}%"
+                  + f" {scat if scat is not None else float('nan'):>4.1f}%"
                   + f" {basis[:3]:>3}"
                   + f" {(other.get('step_time_abs_pct_error') or {}).get('median') or float('nan'):>5.1f}%"
                   + f" {max((e for e in (other.get('mean_abs_pct_error') or {}).values() if e is not None), default=float('nan')):>6.1f}%"

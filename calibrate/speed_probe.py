@@ -146,6 +146,23 @@ class SpeedProbe:
             out[op] = [[*r[:-1], r[-1] / f] for r, f in zip(rows, speed)]
         return out
 
+    def scatter(self, start: float = float("-inf"), end: float = float("inf"), outside: bool = False) -> float | None:
+        """Median |reading / the speed around it - 1| in % over the "steps" readings within [start, end]
+        (`outside`: not within it); None with fewer than three readings in all (no median to miss).
+
+        The probe times one fixed step, and `speed_at` gives each time the median of the readings
+        nearest to it: a prediction that was exact up to that speed would still miss each reading by
+        this much. It is the per-step error floor of the machine at that time, for steps of the
+        probe's size: where it nears a per-step bar, the machine, not the model, decides the figure."""
+        mine = [(t, s) for t, s, c in self.readings if c == "steps"]
+        if len(mine) < 3:
+            return None
+        chosen = [(t, s) for t, s in mine if (start <= t <= end) != outside]
+        if not chosen:
+            return None
+        around = self.speed_at([t for t, _ in chosen], 1.0)  # the window's median reading, in seconds
+        return float(np.median([abs(s / a - 1.0) for (_, s), a in zip(chosen, around)]) * 100.0)
+
     def summary(self, reference: float, start: float | None = None, end: float | None = None) -> dict:
         """What the readings say, for a report: the reference, and the run's speed within [start, end]."""
         out = {"plan": {"decodes": PROBE_PLAN[0], "kv_len": PROBE_PLAN[1], "prefill_chunk": PROBE_PLAN[2]},
@@ -158,4 +175,8 @@ class SpeedProbe:
                 out.update({"run_num_readings": len(inside), "run_median": round(float(np.median(s)), 4),
                             "run_p10": round(float(np.percentile(s, 10)), 4),
                             "run_p90": round(float(np.percentile(s, 90)), 4)})
+            for key, outside in (("run_scatter_pct", False), ("calibration_scatter_pct", True)):
+                v = self.scatter(start, end, outside)
+                if v is not None:
+                    out[key] = round(v, 2)
         return out

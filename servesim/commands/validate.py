@@ -98,6 +98,16 @@ def speed_lines(details: dict) -> list[str]:
              f"during the run than during its calibration (p10-p90 {probe['run_p10']:.2f}-{probe['run_p90']:.2f})"]
     basis, other = other_speed(details)
     at_run = basis == "run"
+    scatter = probe.get("run_scatter_pct")
+    if scatter is not None:
+        head = ((details.get("at_run_speed" if at_run else "at_calibration_speed") or {})
+                .get("step_time_abs_pct_error") or {}).get("median")
+        cal = probe.get("calibration_scatter_pct")
+        mostly = head is not None and scatter >= 0.5 * head
+        lines.append(f"diagnostic: the probe's fixed step scattered {scatter:.1f}% around the speed nearest it during "
+                     f"the run{f' ({cal:.1f}% during the calibration)' if cal is not None else ''}: the per-step "
+                     "error a prediction exact up to the machine's speed would still show"
+                     + ("; half the per-step figure or more, so much of that figure is the machine's" if mostly else ""))
     why = (details.get("speed_basis") or {}).get("why")
     if why:
         lines.append(f"the figures above are at the {basis}'s speed: {why}")

@@ -54,13 +54,15 @@ def test_the_decode_shape_takes_each_runs_level_out(tmp_path):
 def test_the_summary_is_a_table_and_a_figure_of_every_workload(tmp_path):
     write_summary = load_benchmark("validate_cpu").write_summary
     rows = [{"group": "fresh", "workload": "random-7-00-chunked-small-poisson-roomy", "step_median_pct": 3.0,
-             "ttft_pct": 4.0, "tpot_pct": 2.0, "e2e_pct": 1.0, "met": True, "speed_basis": "run"},
+             "ttft_pct": 4.0, "tpot_pct": 2.0, "e2e_pct": 1.0, "met": True, "speed_basis": "run",
+             "probe_scatter_pct": 1.2},
             {"group": "fresh", "workload": "random-7-01-continuous-gamma-recompute", "step_median_pct": 6.0,
              "ttft_pct": None, "tpot_pct": 2.0, "e2e_pct": 1.0, "met": False, "speed_basis": "calibration"}]
     plot = write_summary(tmp_path / "out", rows)
     table = pd.read_csv(tmp_path / "out" / "summary.csv")
     assert list(table.workload) == [r["workload"] for r in rows] and table.met.tolist() == [True, False]
     assert table.speed_basis.tolist() == ["run", "calibration"]  # the speed each row's figures are at
+    assert table.probe_scatter_pct.tolist()[0] == 1.2 and pd.isna(table.probe_scatter_pct.tolist()[1])
     assert pd.isna(table.ttft_pct[1])  # a metric the run had none of stays empty, not 0
     pytest.importorskip("matplotlib")
     assert plot == tmp_path / "out" / "summary.png" and plot.stat().st_size > 0

@@ -52,6 +52,24 @@ def test_readings_of_another_context_do_not_move_the_speed():
     assert probe.level(2.0, 4.0, outside=True) == pytest.approx(0.001)
 
 
+def test_the_scatter_is_each_readings_distance_from_the_speed_around_it():
+    steady = probe_with([(float(t), 0.001, "steps") for t in range(20)])
+    assert steady.scatter() == pytest.approx(0.0)
+    # a drift is followed by the window, so it is no scatter: 1.0 ms to 1.2 ms over 100 readings
+    drift = probe_with([(float(t), 0.001 * (1 + 0.002 * t), "steps") for t in range(100)])
+    assert drift.scatter() < 0.5
+    # alternating 1.0 / 1.2 ms: each reading sits between two of the other kind (window 3)
+    jitter = probe_with([(float(t), 0.001 if t % 2 else 0.0012, "steps") for t in range(40)])
+    assert 15.0 < jitter.scatter() < 21.0
+    # within a window of time, or outside it; too few readings: None
+    mixed = probe_with([(float(t), 0.001 if t < 20 or t % 2 else 0.0012, "steps") for t in range(40)])
+    assert mixed.scatter(0.0, 18.0) == pytest.approx(0.0)
+    assert mixed.scatter(0.0, 18.0, outside=True) > 15.0
+    assert probe_with([(0.0, 0.001, "steps")]).scatter() is None
+    summary = mixed.summary(0.001, 21.0, 39.0)
+    assert summary["run_scatter_pct"] > 15.0 and summary["calibration_scatter_pct"] < 5.0
+
+
 def test_without_readings_or_reference_the_speed_is_one():
     assert np.allclose(probe_with([]).speed_at([1.0, 2.0], 0.001), 1.0)
     assert np.allclose(probe_with([(0.0, 0.002, "steps")]).speed_at([1.0], None), 1.0)

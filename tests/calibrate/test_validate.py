@@ -127,6 +127,8 @@ def test_validate_writes_the_report(tmp_path, monkeypatch):
     probe = details["speed_probe"]
     assert probe["reference_s"] == profile.meta["speed_probe"]["reference_s"] > 0
     assert probe["run_num_readings"] >= 1 and probe["run_p10"] <= probe["run_median"] <= probe["run_p90"]
+    # the probe's own scatter around the speed it gives: the machine's per-step floor in the run
+    assert 0.0 <= probe["run_scatter_pct"] < 100.0
     assert (steps.speed > 0).all()
     at_calibration = steps.get("predicted_at_calibration_s", steps.predicted_s)
     scaled = (at_calibration * steps.speed - steps.measured_s).abs() / steps.measured_s * 100

@@ -39,6 +39,21 @@ def test_the_speed_probe_says_how_the_run_compares_with_its_calibration():
     assert len(scaled) == 1 and "TTFT 4" in scaled[0] and "E2E" not in scaled[0]
 
 
+def test_the_probes_own_scatter_is_given_as_the_machines_per_step_floor():
+    d = {"speed_probe": {"run_median": 1.0, "run_num_readings": 40, "run_p10": 0.9, "run_p90": 1.1,
+                         "run_scatter_pct": 4.0, "calibration_scatter_pct": 1.5},
+         "speed_basis": {"basis": "run", "why": "..."},
+         "at_run_speed": {"step_time_abs_pct_error": {"median": 7.0}, "mean_abs_pct_error": {}}}
+    floor = [line for line in report_lines(report(), d) if "scattered" in line]
+    assert len(floor) == 1 and "4.0%" in floor[0] and "(1.5% during the calibration)" in floor[0]
+    assert "much of that figure is the machine's" in floor[0]  # 4.0 >= half of 7.0
+    d["at_run_speed"]["step_time_abs_pct_error"]["median"] = 9.0
+    floor = [line for line in report_lines(report(), d) if "scattered" in line]
+    assert len(floor) == 1 and "much of that figure" not in floor[0]
+    del d["speed_probe"]["run_scatter_pct"]
+    assert not any("scattered" in line for line in report_lines(report(), d))
+
+
 def test_figures_at_the_runs_speed_say_so_and_give_the_calibrations():
     d = {"speed_probe": {"run_median": 0.97, "run_num_readings": 30, "run_p10": 0.95, "run_p90": 0.99},
          "speed_basis": {"basis": "run", "why": "the model's weights (118 MiB) exceed the 32 MiB L3 cache; ..."},
