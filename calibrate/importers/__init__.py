@@ -46,6 +46,14 @@ def dims_of_spec(spec, tp: int = 1, dtype: str = "bfloat16") -> dict:
         raise ConfigError(f"tp: expected a positive integer, got {tp!r}")
     if spec.num_attention_heads % tp:
         raise ConfigError(f"tp: {tp} does not divide num_attention_heads={spec.num_attention_heads}")
+    # what the dims cannot say would be timed as something else: refused with the reason
+    if getattr(spec, "is_mla", False):
+        raise ConfigError(f"model: {spec.name} uses multi-head latent attention (kv_lora_rank > 0); the importers "
+                          "time multi-head and grouped-query attention only")
+    if spec.num_experts and (spec.num_shared_experts or spec.first_k_dense_replace
+                             or spec.moe_intermediate_size != spec.intermediate_size):
+        raise ConfigError(f"model: {spec.name} is a fine-grained MoE (shared experts, leading dense layers or an "
+                          "expert width apart from the dense one); the importers time Mixtral-style MoE layers only")
     dims = spec.profile_dims(tp, dtype)  # an OPT layer's kinds (plain MLP, learned positions) included
     if spec.num_experts:
         dims.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok)

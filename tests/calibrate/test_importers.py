@@ -60,6 +60,20 @@ def test_an_opt_layer_keeps_its_plain_mlp_and_learned_positions(tmp_path):
         resolve_model(opt_config(tmp_path, drop=("ffn_dim",)))
 
 
+def test_a_model_the_dims_cannot_describe_is_refused_with_the_reason():
+    from dataclasses import replace
+
+    from calibrate.importers import dims_of_spec
+    from specs import get_model
+
+    with pytest.raises(ConfigError, match="^model: DeepSeek-V3 uses multi-head latent attention"):
+        dims_of_spec(get_model("DeepSeek-V3"), 8)
+    fine = replace(get_model("Mixtral-8x7B"), num_shared_experts=1)
+    with pytest.raises(ConfigError, match="^model: .* is a fine-grained MoE"):
+        dims_of_spec(fine, 2)
+    assert dims_of_spec(get_model("Mixtral-8x7B"), 2)["num_experts"] == 8  # a Mixtral-style MoE is fine
+
+
 def test_aiconfigurator_gemms_sit_between_the_roofline_bounds(aic_h100):
     # a real GEMM can beat neither the FLOP peak nor the weight-read time, and on a big m it is
     # within 3x of the FLOP bound: catches ms/us/s unit slips and wrong per-rank shapes
