@@ -11,6 +11,7 @@ from pathlib import Path
 
 from policies import ConfigError
 from records.files import read_json_object
+from sim.latency.profile import layer_kind
 from specs.model_catalog import get_model
 from specs.model_spec import ModelSpec
 
@@ -89,7 +90,7 @@ def per_rank_shapes(dims: dict) -> dict[str, tuple[int, int]]:
     return {
         "qkv_proj": (h, (q + 2 * kv) * hd),
         "o_proj": (q * hd, h),
-        "gate_up_proj": (h, inter if dims.get("mlp_kind", "gated") == "plain" else 2 * inter),
+        "gate_up_proj": (h, inter if layer_kind(dims, "mlp_kind") == "plain" else 2 * inter),
         "down_proj": (inter, h),
         "lm_head": (h, -(-dims["vocab_size"] // tp)),
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from calibrate.fit import fit_op
 from calibrate.model_dims import per_rank_shapes
 from policies import ConfigError
-from sim.latency.profile import DTYPE_BYTES, OpProfile
+from sim.latency.profile import DTYPE_BYTES, OpProfile, layer_kind
 from sim.latency.roofline import RooflineConstants
 
 TOKEN_GRID = (1, 16, 256, 4096, 65536)
@@ -24,8 +24,8 @@ def elementwise_bytes_per_token(dims: dict) -> dict[str, float]:
     kv = max(dims["num_key_value_heads"] // tp, 1)
     inter = dims["intermediate_size"] // tp
     vocab = per_rank_shapes(dims)["lm_head"][1]
-    plain = dims.get("mlp_kind", "gated") == "plain"
-    learned = dims.get("position_embedding", "rope") == "learned"
+    plain = layer_kind(dims, "mlp_kind") == "plain"
+    learned = layer_kind(dims, "position_embedding") == "learned"
     out = {
         "input_norm": 3 * h * b,  # read x and residual, write normed (vLLM fuses the residual add here)
         # read gate and up, write silu(gate) * up; a plain MLP's ReLU / GELU reads and writes fc1's output

@@ -23,7 +23,7 @@ from calibrate.fit import fit_op
 from calibrate.importers.beyond_grid import extend_dense_grids
 from calibrate.importers.shared_data import shared_data_dir
 from policies import ConfigError
-from sim.latency.profile import Profile
+from sim.latency.profile import Profile, layer_kind
 
 DEFAULT_DIR = shared_data_dir() / "profiles" / "vidur-per-op"
 GPUS = {"H100": "h100", "A100": "a100"}
@@ -54,7 +54,7 @@ def _medians(rows: list[dict], key: str, col: str) -> list[list[float]]:
 def vidur_overlay(profile: Profile, data_dir: str | Path | None = None, extend: bool = True) -> Profile:
     """Replace `profile`'s layer GEMMs, elementwise ops and all-reduce with Vidur's eager measurements
     (continued in proportion to their input beyond Vidur's grid unless `extend` is False)."""
-    if profile.model.get("mlp_kind", "gated") != "gated":  # matched by dims alone, a gated layer would stand in
+    if layer_kind(profile.model, "mlp_kind") != "gated":  # matched by dims alone, a gated layer would stand in
         raise ConfigError(f"kernels: vidur-per-op times gated (Llama-family) MLPs only, not the "
                           f"{profile.model['mlp_kind']} MLP of {profile.model.get('name', 'this model')}")
     root = Path(data_dir) if data_dir else DEFAULT_DIR

@@ -142,9 +142,8 @@ class Profile:
                 raise ConfigError.at(f"profile.model.{dim}",
                                      f"profile was made for {dim}={self.model[dim]} but the model has {theirs}; "
                                      f"re-run `servesim calibrate` (or import) for this model")
-        for key, (default, _) in LAYER_KINDS.items():  # an OPT layer is not a Llama layer of the same dims
-            mine = self.model.get(key, default)
-            theirs = (model.get(key) if isinstance(model, Mapping) else getattr(model, key, None)) or default
+        for key in LAYER_KINDS:  # an OPT layer is not a Llama layer of the same dims
+            mine, theirs = layer_kind(self.model, key), layer_kind(model, key)
             if theirs != mine:
                 raise ConfigError.at(f"profile.model.{key}", f"profile was made for {key}={mine} but the model has "
                                      f"{theirs}; re-run `servesim calibrate` (or import) for this model")
@@ -171,6 +170,8 @@ _ALIASES = {
     "intermediate_size": ("intermediate_size", "ffn_dim"),
     "vocab_size": ("vocab_size",),
     "tensor_parallel_size": ("tensor_parallel_size", "tp", "tp_size"),
+    "mlp_kind": ("mlp_kind",),
+    "position_embedding": ("position_embedding",),
 }
 
 
@@ -180,3 +181,8 @@ def _get_dim(model: Any, dim: str) -> Any:
         if v is not None:
             return v
     return None
+
+
+def layer_kind(model: Any, key: str) -> str:
+    """A model's (dict or object) layer kind `key` of `LAYER_KINDS`, Llama's where it records none."""
+    return _get_dim(model, key) or LAYER_KINDS[key][0]
