@@ -1,9 +1,11 @@
 """Model dims for profiles: from a Hugging Face `config.json` (file or folder) or a few known names.
 
 A profile records the dims it was measured or imported for (`sim.latency.profile.MODEL_DIMS`);
-this module produces that dict from the one model shape, `specs.ModelSpec` (`profile_dims`). The
-known names are the Llama family the public per-op data serves, each a catalog model; a config.json
-may also be OPT's (a plain MLP and learned positions, recorded in the dict).
+this module produces that dict from the one model shape, `specs.ModelSpec` (`dims_of_spec`). The
+known names are the models the public per-op data serves, each a catalog model. A config.json is
+read by `ModelSpec.from_hf_config` where its `model_type` is one the spec knows (OPT's layer kinds
+and a Mixtral-style MoE's experts then reach the dict); any other type is read as a Llama layer,
+unless it carries experts, which a dense reading would drop.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from policies import ConfigError
 from records.files import read_json_object
 from sim.latency.profile import layer_kind
 from specs.model_catalog import get_model
-from specs.model_spec import ModelSpec
+from specs.model_spec import HF_MODEL_TYPES, ModelSpec
 
 # name -> the catalog model of that shape (Llama 3.1 has Llama 3's dims)
 KNOWN: dict[str, str] = {
@@ -26,15 +28,19 @@ KNOWN: dict[str, str] = {
     "llama-3.1-8b": "Llama-3-8B",
     "llama-3.1-70b": "Llama-3-70B",
     "mistral-7b": "Mistral-7B",
+    "mixtral-8x7b": "Mixtral-8x7B",
 }
+# config.json keys that give a model experts (Mixtral, Qwen MoE, DeepSeek, DBRX, ...)
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 
 def _norm(name: str) -> str:
     n = name.lower().split("/")[-1].replace("_", "-")
     for prefix in ("meta-", ):
         n = n.removeprefix(prefix)
-    for suffix in ("-hf", "-chat", "-instruct"):
-        n = n.removesuffix(suffix)
+    for _ in range(2):  # "-instruct-v0.1", "-chat-hf"
+        for suffix in ("-hf", "-chat", "-instruct", "-v0.1"):
+            n = n.removesuffix(suffix)
     return n.replace("llama2", "llama-2").replace("llama3", "llama-3")
 
 
@@ -54,6 +60,40 @@ def _llama_shape(cfg: dict, path: Path) -> ModelSpec:
         raise ConfigError(f"model: {path} lacks {exc}") from None
 
 
+def spec_of_config(path: Path) -> ModelSpec:
+    """The shape a config.json describes: `ModelSpec.from_hf_config` for the types it knows, else the
+    Llama layer of its dims; refused where that would drop experts."""
+    cfg = read_json_object(path, "model")
+    if cfg.get("model_type") in HF_MODEL_TYPES:
+        return ModelSpec.from_hf_config(path)
+    experts = [k for k in EXPERT_KEYS if cfg.get(k)]
+    if experts:
+        raise ConfigError(f"model: {path}: model_type {cfg.get('model_type')!r} has experts ({experts[0]}) and "
+                          f"is not a MoE servesim reads; MoE types read: mixtral, qwen3_moe")
+    return _llama_shape(cfg, path)
+
+
+def dims_of_spec(spec: ModelSpec, tp: int = 1, dtype: str = "bfloat16", name: str | None = None) -> dict:
+    """The profile `model` dict of `spec` on `tp` GPUs in `dtype`, under `name` (default: the spec's):
+    a Mixtral-style MoE's experts and an OPT layer's kinds included. What the dims cannot say would be
+    timed as something else, so it is refused with the reason."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"tp: expected a positive integer, got {tp!r}")
+    if spec.num_attention_heads % tp:
+        raise ConfigError(f"tp: {tp} does not divide num_attention_heads={spec.num_attention_heads}")
+    if getattr(spec, "is_mla", False):
+        raise ConfigError(f"model: {spec.name} uses multi-head latent attention (kv_lora_rank > 0); the importers "
+                          "time multi-head and grouped-query attention only")
+    if spec.num_experts and (spec.num_shared_experts or spec.first_k_dense_replace
+                             or spec.moe_intermediate_size != spec.intermediate_size):
+        raise ConfigError(f"model: {spec.name} is a fine-grained MoE (shared experts, leading dense layers or an "
+                          "expert width apart from the dense one); the importers time Mixtral-style MoE layers only")
+    dims = spec.profile_dims(tp, dtype, name)  # an OPT layer's kinds (plain MLP, learned positions) included
+    if spec.num_experts:
+        dims.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok)
+    return dims
+
+
 def resolve_model(model: str, tp: int = 1, dtype: str = "bfloat16") -> dict:
     """The profile `model` dict for `model` (a known name, a config.json, or a folder holding one)."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
@@ -62,9 +102,7 @@ def resolve_model(model: str, tp: int = 1, dtype: str = "bfloat16") -> dict:
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
-        cfg = read_json_object(path, "model")
-        # OPT's config names its MLP width ffn_dim and its layer differs from Llama's: the spec reads it
-        spec = ModelSpec.from_hf_config(path) if cfg.get("model_type") == "opt" else _llama_shape(cfg, path)
+        spec = spec_of_config(path)
         name = spec.name
     else:
         name = _norm(model)
@@ -72,9 +110,7 @@ def resolve_model(model: str, tp: int = 1, dtype: str = "bfloat16") -> dict:
             raise ConfigError(f"model: {model!r} is neither a config.json nor a known name; choose one of "
                               f"{', '.join(KNOWN)} or pass a path to a Hugging Face config.json")
         spec = get_model(KNOWN[name])
-    if spec.num_attention_heads % tp:
-        raise ConfigError(f"tp: {tp} does not divide num_attention_heads={spec.num_attention_heads}")
-    return spec.profile_dims(tp, dtype, name)
+    return dims_of_spec(spec, tp, dtype, name)
 
 
 def per_rank_shapes(dims: dict) -> dict[str, tuple[int, int]]:

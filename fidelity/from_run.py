@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Sequence
 
 from calibrate.fit import fit_op
-from calibrate.importers import dims_of_spec, import_profile
+from calibrate.importers import import_profile
+from calibrate.model_dims import dims_of_spec
 from fidelity.client_timeout import client_timeout
 from fidelity.client_workload import check_workload
 from fidelity.predict import compute_prior, host_prior

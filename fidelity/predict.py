@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.importers import dims_of_spec, import_profile
+from calibrate.importers import import_profile
+from calibrate.model_dims import dims_of_spec
 from fidelity.client_workload import resolved_profile
 from fidelity.host_layer import shipped_layer
 from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend

@@ -31,6 +31,28 @@ HF_MODEL_TYPES = LLAMA_SHAPED + ("mixtral", "qwen3_moe", "opt", "deepseek_v2", "
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 
 
+def quantized_weight_bytes(quant, path) -> int:
+    """Bytes per weight of a checkpoint's `quantization_config`: 1 for the FP8 forms vLLM serves as
+    FP8 (`fp8`, ModelOpt's FP8, compressed-tensors' 8-bit float weights). Any other form (4-bit AWQ,
+    GPTQ, NVFP4, MXFP4, int8, ...) is refused with the reason: read as 16-bit it would double or
+    quadruple the weight bytes, and its kernels are not the spec's 16-bit or FP8 GEMMs."""
+    where = f"model.name: {path}: quantization_config"
+    if not isinstance(quant, dict):
+        raise ConfigError(f"{where}: expected an object, got {quant!r}")
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8":
+        return 1  # an FP8 checkpoint (DeepSeek-V3): vLLM serves its weights in FP8
+    if method == "modelopt" and str(quant.get("quant_algo", "")).upper() == "FP8":
+        return 1
+    if method == "compressed-tensors":
+        weights = [g.get("weights") or {} for g in (quant.get("config_groups") or {}).values() if isinstance(g, dict)]
+        if weights and all(w.get("num_bits") == 8 and w.get("type") == "float" for w in weights):
+            return 1
+    form = ", ".join(f"{k} {quant[k]!r}" for k in ("quant_method", "quant_algo", "bits") if k in quant) or "no quant_method"
+    raise ConfigError(f"{where} ({form}) is not modelled; servesim models 16-bit and FP8 weights "
+                      "(quant_method fp8, modelopt FP8, compressed-tensors 8-bit float)")
+
+
 def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
     """K and V of one token on one GPU: 2 x layers x kv_heads/tp x head_dim x dtype bytes.
 
@@ -326,9 +348,8 @@ class ModelSpec:
                               f"choose one of {', '.join(HF_MODEL_TYPES)}")
         name = name or cfg.get("_name_or_path") or p.parent.name or model_type
         dtype_bytes = DTYPE_BYTES.get(str(cfg.get("torch_dtype", "float16")), 2)
-        quant = cfg.get("quantization_config") or {}
-        if isinstance(quant, dict) and quant.get("quant_method") == "fp8":
-            dtype_bytes = 1  # an FP8 checkpoint (DeepSeek-V3): vLLM serves its weights in FP8
+        if cfg.get("quantization_config"):
+            dtype_bytes = quantized_weight_bytes(cfg["quantization_config"], p)
 
         def need(key: str):
             if key not in cfg:

@@ -38,28 +38,6 @@ HELP = {
 }
 
 
-def dims_of_spec(spec, tp: int = 1, dtype: str = "bfloat16") -> dict:
-    """The profile `model` dict of a `specs.ModelSpec` (any catalog model or config.json,
-    MoE fields and an OPT layer's kinds included), for importers that are given a model the known
-    names lack."""
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ConfigError(f"tp: expected a positive integer, got {tp!r}")
-    if spec.num_attention_heads % tp:
-        raise ConfigError(f"tp: {tp} does not divide num_attention_heads={spec.num_attention_heads}")
-    # what the dims cannot say would be timed as something else: refused with the reason
-    if getattr(spec, "is_mla", False):
-        raise ConfigError(f"model: {spec.name} uses multi-head latent attention (kv_lora_rank > 0); the importers "
-                          "time multi-head and grouped-query attention only")
-    if spec.num_experts and (spec.num_shared_experts or spec.first_k_dense_replace
-                             or spec.moe_intermediate_size != spec.intermediate_size):
-        raise ConfigError(f"model: {spec.name} is a fine-grained MoE (shared experts, leading dense layers or an "
-                          "expert width apart from the dense one); the importers time Mixtral-style MoE layers only")
-    dims = spec.profile_dims(tp, dtype)  # an OPT layer's kinds (plain MLP, learned positions) included
-    if spec.num_experts:
-        dims.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok)
-    return dims
-
-
 def import_profile(source: str, gpu: str, model, tp: int = 1, data_dir: str | Path | None = None,
                    host: str = "graphs", kernels: str = "native", compute_factor: float = 1.0,
                    extend_grids: bool = True, call_s: float | None = None, calls_per_layer: int | None = None,

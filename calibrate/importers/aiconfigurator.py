@@ -278,7 +278,7 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
     key = gpu.upper().replace("-SXM", "").replace("_SXM", "")
     if key not in SYSTEMS:
         raise ConfigError(f"gpu: {gpu!r} is not allowed; choose one of {', '.join(SYSTEMS)}")
-    if isinstance(model, dict):  # dims already resolved (calibrate.importers.dims_of_spec)
+    if isinstance(model, dict):  # dims already resolved (calibrate.model_dims.dims_of_spec)
         dims = {**model, "tensor_parallel_size": tp}
     else:
         dims = resolve_model(model, tp)

@@ -57,6 +57,9 @@ def import_h100_microbench(gpu: str, model: str, tp: int = 1, data_dir: str | Pa
     if not root.is_dir():
         raise FileNotFoundError(f"--data-dir: h100-kernel-microbench not found at {root}")
     dims = {**model, "tensor_parallel_size": tp} if isinstance(model, dict) else resolve_model(model, tp)
+    if dims.get("num_experts"):  # its dense GEMMs would stand in for the experts
+        raise ConfigError(f"model: h100-microbench has no MoE kernels for {dims.get('name', 'this model')} "
+                          f"({dims['num_experts']} experts); use source aiconfigurator")
     ops = {}
     gemm_rows = _rows(root / "gemm" / "h100" / "data.csv")
     for op, (k, n) in per_rank_shapes(dims).items():

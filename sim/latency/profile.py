@@ -23,6 +23,8 @@ MODEL_DIMS = (
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "tensor_parallel_size",
 )
+#: a MoE's experts, which a profile records where it has them (absent or 0: a dense MLP)
+EXPERT_DIMS = ("num_experts", "num_experts_per_tok")
 #: the layer's kind a profile may record, with the value an absent key means (a Llama layer)
 LAYER_KINDS = {"mlp_kind": ("gated", ("gated", "plain")), "position_embedding": ("rope", ("rope", "learned"))}
 REQUIRED_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attn_prefill", "attn_decode", "lm_head")
@@ -132,8 +134,9 @@ class Profile:
 
     # -- checks --
     def check_model(self, model: Any) -> None:
-        """Raise if `model` (a dict or an object with HF config names) differs in any recorded dim or
-        layer kind (`LAYER_KINDS`; absent means a Llama layer on either side)."""
+        """Raise if `model` (a dict or an object with HF config names) differs in any recorded dim,
+        expert count (`EXPERT_DIMS`; absent means dense) or layer kind (`LAYER_KINDS`; absent means a
+        Llama layer on either side)."""
         for dim in MODEL_DIMS:
             theirs = _get_dim(model, dim)
             if theirs is None:
@@ -142,6 +145,11 @@ class Profile:
                 raise ConfigError.at(f"profile.model.{dim}",
                                      f"profile was made for {dim}={self.model[dim]} but the model has {theirs}; "
                                      f"re-run `servesim calibrate` (or import) for this model")
+        for dim in EXPERT_DIMS:  # a MoE is not the dense layer of one expert's width (absent: dense)
+            mine, theirs = int(self.model.get(dim) or 0), int(_get_dim(model, dim) or 0)
+            if theirs != mine:
+                raise ConfigError.at(f"profile.model.{dim}", f"profile was made for {dim}={mine} but the model has "
+                                     f"{theirs}; re-run `servesim calibrate` (or import) for this model")
         for key in LAYER_KINDS:  # an OPT layer is not a Llama layer of the same dims
             mine, theirs = layer_kind(self.model, key), layer_kind(model, key)
             if theirs != mine:
@@ -172,6 +180,8 @@ _ALIASES = {
     "tensor_parallel_size": ("tensor_parallel_size", "tp", "tp_size"),
     "mlp_kind": ("mlp_kind",),
     "position_embedding": ("position_embedding",),
+    "num_experts": ("num_experts", "num_local_experts"),
+    "num_experts_per_tok": ("num_experts_per_tok",),
 }
 
 

@@ -63,7 +63,7 @@ def test_an_opt_layer_keeps_its_plain_mlp_and_learned_positions(tmp_path):
 def test_a_model_the_dims_cannot_describe_is_refused_with_the_reason():
     from dataclasses import replace
 
-    from calibrate.importers import dims_of_spec
+    from calibrate.model_dims import dims_of_spec
     from specs import get_model
 
     with pytest.raises(ConfigError, match="^model: DeepSeek-V3 uses multi-head latent attention"):
@@ -72,6 +72,54 @@ def test_a_model_the_dims_cannot_describe_is_refused_with_the_reason():
     with pytest.raises(ConfigError, match="^model: .* is a fine-grained MoE"):
         dims_of_spec(fine, 2)
     assert dims_of_spec(get_model("Mixtral-8x7B"), 2)["num_experts"] == 8  # a Mixtral-style MoE is fine
+
+
+def mixtral_config(tmp_path, **kw) -> str:
+    """Mixtral-8x7B's config.json (HF names), with `kw` on top."""
+    import json
+
+    cfg = {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "num_local_experts": 8,
+           "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 32768,
+           "torch_dtype": "bfloat16", **kw}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    return str(tmp_path / "config.json")
+
+
+def test_a_moe_config_keeps_its_experts_or_is_refused(tmp_path):
+    from calibrate.model_dims import dims_of_spec
+    from specs import get_model
+
+    dims = resolve_model(mixtral_config(tmp_path), tp=2)
+    assert (dims["num_experts"], dims["num_experts_per_tok"]) == (8, 2)  # not the dense layer of one expert
+    catalog = dims_of_spec(get_model("Mixtral-8x7B"), 2)
+    assert {k: v for k, v in dims.items() if k != "name"} == {k: v for k, v in catalog.items() if k != "name"}
+    assert resolve_model("mistralai/Mixtral-8x7B-Instruct-v0.1", tp=2)["num_experts"] == 8
+    # a type the spec does not read stays a Llama layer, unless it has experts a dense reading would drop
+    with pytest.raises(ConfigError, match="^model: .* model_type 'dbrx' has experts"):
+        resolve_model(mixtral_config(tmp_path, model_type="dbrx"))
+    with pytest.raises(ConfigError, match="^model.name: .*quantization_config"):
+        resolve_model(mixtral_config(tmp_path, quantization_config={"quant_method": "awq", "bits": 4}))
+
+
+def test_importers_without_moe_kernels_refuse_a_moe(tmp_path):
+    from calibrate.importers.h100_microbench import import_h100_microbench
+
+    dims = resolve_model(mixtral_config(tmp_path), tp=2)
+    with pytest.raises(ConfigError, match="^model: h100-microbench has no MoE kernels"):
+        import_h100_microbench("H100", dims, 2, data_dir=tmp_path)  # refused before any data is read
+
+
+def test_a_moe_profile_is_timed_by_the_fused_moe_kernel_and_checked_against_the_model(tmp_path):
+    pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
+    moe = import_profile("aiconfigurator", "H100", mixtral_config(tmp_path), 2, host="none")
+    assert "fused MoE" in moe.ops["gate_up_proj"].source
+    with pytest.raises(ConfigError, match="^kernels: vidur-per-op times dense MLPs only"):
+        import_profile("aiconfigurator", "H100", mixtral_config(tmp_path), 2, host="none", kernels="vidur")
+    dense = {k: v for k, v in moe.model.items() if k not in ("num_experts", "num_experts_per_tok")}
+    with pytest.raises(ConfigError, match="^profile.model.num_experts: profile was made for num_experts=8"):
+        moe.check_model(dense)
+    moe.check_model(resolve_model(mixtral_config(tmp_path), tp=2))
 
 
 def test_aiconfigurator_gemms_sit_between_the_roofline_bounds(aic_h100):
@@ -199,7 +247,7 @@ def test_an_opt_model_from_aiconfigurator_matches_an_independent_a100_profile(sh
     from fidelity.sources.splitwise import decode_plan
     from specs import get_model
 
-    from calibrate.importers import dims_of_spec
+    from calibrate.model_dims import dims_of_spec
 
     spec = get_model("OPT-13B")
     ours = ProfiledLatencyModel(import_profile("aiconfigurator", "A100", dims_of_spec(spec, 1), 1, host="none"),

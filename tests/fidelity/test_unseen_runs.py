@@ -122,7 +122,7 @@ def _decode_step(dims: dict, tp: int, num_seqs: int) -> float:
 
 
 def test_moe_costs_between_its_active_and_total_parameters(aiconfigurator):
-    from calibrate.importers import dims_of_spec
+    from calibrate.model_dims import dims_of_spec
     from specs.model_catalog import get_model
 
     moe = dims_of_spec(get_model("Mixtral-8x7B"), 2)

@@ -190,6 +190,31 @@ def test_from_hf_config_reads_deepseek_v3_as_the_catalog(tmp_path):
     assert ModelSpec.from_hf_config(make_hf_config(tmp_path, **bf16)).dtype_bytes == 2
 
 
+@pytest.mark.parametrize("quant, weight_bytes", [
+    ({"quant_method": "fp8", "fmt": "e4m3"}, 1),
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, 1),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "type": "float"}}}}, 1),
+    ({"quant_method": "awq", "bits": 4}, "quant_method 'awq', bits 4"),
+    ({"quant_method": "gptq", "bits": 8}, "quant_method 'gptq', bits 8"),  # weight-only: 16-bit GEMMs
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "quant_algo 'NVFP4'"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "float"}}}}, "quant_method 'compressed-tensors'"),
+    ({"quant_method": "mxfp4"}, "quant_method 'mxfp4'"),
+    ("fp8", "expected an object"),
+])
+def test_a_quantized_checkpoint_is_read_as_fp8_or_refused_never_as_16_bit(tmp_path, quant, weight_bytes):
+    fields = dict(LLAMA2_7B_HF, torch_dtype="bfloat16", quantization_config=quant)
+    if isinstance(weight_bytes, int):
+        spec = ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
+        assert spec.dtype_bytes == weight_bytes
+        assert spec.weight_bytes == get_model("Llama-2-7B").num_params  # one byte a weight
+        assert spec.kv_dtype_bytes == 2  # FP8 weights keep a 16-bit cache unless asked
+        return
+    with pytest.raises(ConfigError, match=r"^model\.name: .*quantization_config.*" + weight_bytes):
+        ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
+
+
 def test_mla_and_moe_fields_are_validated():
     with pytest.raises(ConfigError, match=r"^model\.qk_rope_head_dim"):
         ModelSpec("x", 2, 64, 8, 8, 128, 100, 128, kv_lora_rank=32, qk_nope_head_dim=8, v_head_dim=8)
