@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     from calibrate.fit_checks import CalibrationWarning
     from calibrate.cpu_cache import last_level_cache
     from calibrate.random_workloads import AUTO, VALIDATION_MODELS, default_model, draw, write
-    from calibrate.validate import other_speed, validate
+    from calibrate.validate import figures_by_speed, validate
     from sim.config import load_config
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
                                   progress=False, speed_probe=not args.no_speed_probe)
             details = json.loads((out / toml.stem / "details.json").read_text())
             st, m = report["step_time_abs_pct_error"], report["metrics"]
-            basis, other = other_speed(details)
+            basis, _, other = figures_by_speed(details)
             errs = [m[k]["mean"]["abs_pct_error"] for k in ("ttft_s", "tpot_s", "e2e_s")]
             this = st["median"] <= BAR_STEP and all(e is not None and e <= BAR_MEAN for e in errs)
             # the probe's fixed step around the speed nearest it: the machine's per-step floor, in the run

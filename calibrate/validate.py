@@ -422,11 +422,12 @@ def speed_basis(device: str, probed: bool, cache: CpuCache | None, weight_bytes:
                                    "cache; steps and probe stream them from memory alike, so the probe follows the machine"}
 
 
-def other_speed(details: dict) -> tuple[str, dict]:
-    """(the speed a validation's headline is at, "run" or "calibration"; the bar's figures at the
-    other speed, {} where there are none) from its details.json dict."""
+def figures_by_speed(details: dict) -> tuple[str, dict, dict]:
+    """(the speed a validation's headline is at, "run" or "calibration"; the bar's figures at that
+    speed; the same at the other speed), from its details.json dict ({} where there are none)."""
     basis = (details.get("speed_basis") or {}).get("basis", "calibration")
-    return basis, details.get("at_calibration_speed" if basis == "run" else "at_run_speed") or {}
+    run, calibration = details.get("at_run_speed") or {}, details.get("at_calibration_speed") or {}
+    return (basis, run, calibration) if basis == "run" else (basis, calibration, run)
 
 
 def calibration_warnings(meta: dict) -> list[str]:

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 from calibrate.fit_checks import CalibrationWarning, held_out_line, print_warnings
-from calibrate.validate import other_speed, run_validation
+from calibrate.validate import figures_by_speed, run_validation
 from records.display import number, percent, slower_or_faster
 from servesim.commands import options
 from servesim.commands.calibrate import small_grid
@@ -96,12 +96,11 @@ def speed_lines(details: dict) -> list[str]:
     how = slower_or_faster((probe["run_median"] - 1) * 100)
     lines = [f"diagnostic: by the speed probe ({probe['run_num_readings']} readings) the machine ran the engine {how} "
              f"during the run than during its calibration (p10-p90 {probe['run_p10']:.2f}-{probe['run_p90']:.2f})"]
-    basis, other = other_speed(details)
+    basis, headline, other = figures_by_speed(details)
     at_run = basis == "run"
     scatter = probe.get("run_scatter_pct")
     if scatter is not None:
-        head = ((details.get("at_run_speed" if at_run else "at_calibration_speed") or {})
-                .get("step_time_abs_pct_error") or {}).get("median")
+        head = (headline.get("step_time_abs_pct_error") or {}).get("median")
         cal = probe.get("calibration_scatter_pct")
         mostly = head is not None and scatter >= 0.5 * head
         lines.append(f"diagnostic: the probe's fixed step scattered {scatter:.1f}% around the speed nearest it during "
