@@ -193,6 +193,7 @@ def test_from_hf_config_reads_deepseek_v3_as_the_catalog(tmp_path):
 @pytest.mark.parametrize("quant, weight_bytes", [
     ({"quant_method": "fp8", "fmt": "e4m3"}, 1),
     ({"quant_method": "modelopt", "quant_algo": "FP8"}, 1),
+    ({"quant_algo": "FP8", "producer": {"name": "modelopt"}}, 1),  # ModelOpt's, no quant_method
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
         "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "type": "float"}}}}, 1),
     ({"quant_method": "awq", "bits": 4}, "quant_method 'awq', bits 4"),
@@ -213,6 +214,23 @@ def test_a_quantized_checkpoint_is_read_as_fp8_or_refused_never_as_16_bit(tmp_pa
         return
     with pytest.raises(ConfigError, match=r"^model\.name: .*quantization_config.*" + weight_bytes):
         ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
+
+
+def test_a_modelopt_checkpoint_is_read_from_its_hf_quant_config(tmp_path):
+    # ModelOpt keeps the quantization beside config.json, not in it (aiconfigurator-core's copies too)
+    config = make_hf_config(tmp_path, **dict(LLAMA2_7B_HF, torch_dtype="bfloat16"))
+    assert ModelSpec.from_hf_config(config).dtype_bytes == 2
+    quant = tmp_path / "hf_quant_config.json"
+    quant.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}))
+    assert ModelSpec.from_hf_config(config).dtype_bytes == 1
+    quant.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}}))
+    with pytest.raises(ConfigError, match=r"^model\.name: .*hf_quant_config\.json: quantization .*'NVFP4'"):
+        ModelSpec.from_hf_config(config)
+    named = tmp_path / "Acme--Widget-7B_config.json"  # the <org>--<name>_config.json naming
+    named.write_text(config.read_text())
+    (tmp_path / "Acme--Widget-7B_hf_quant_config.json").write_text(quant.read_text())
+    with pytest.raises(ConfigError, match="NVFP4"):
+        ModelSpec.from_hf_config(named)
 
 
 def test_mla_and_moe_fields_are_validated():
