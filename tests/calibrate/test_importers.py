@@ -114,6 +114,11 @@ def test_a_moe_profile_is_timed_by_the_fused_moe_kernel_and_checked_against_the_
     pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
     moe = import_profile("aiconfigurator", "H100", mixtral_config(tmp_path), 2, host="none")
     assert "fused MoE" in moe.ops["gate_up_proj"].source
+    # the block reads its routed experts' weights (gate, up, down; sharded over 2 GPUs): top-2 for one
+    # token, all 8 for a few hundred. One expert's dense MLP, the old reading, is 4-8x too cheap.
+    expert_bytes = 3 * 4096 * 14336 * 2 / 2
+    assert moe.ops["gate_up_proj"].curve(1) >= 2 * expert_bytes / H100_BW
+    assert moe.ops["gate_up_proj"].curve(512) >= 8 * expert_bytes / H100_BW
     with pytest.raises(ConfigError, match="^kernels: vidur-per-op times dense MLPs only"):
         import_profile("aiconfigurator", "H100", mixtral_config(tmp_path), 2, host="none", kernels="vidur")
     dense = {k: v for k, v in moe.model.items() if k not in ("num_experts", "num_experts_per_tok")}
