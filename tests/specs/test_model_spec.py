@@ -1,12 +1,12 @@
 """Model catalog: parameter counts against the published sizes, HF config.json reading, lookups."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from policies import ConfigError
 from specs import MODELS, ModelSpec, get_model
+
+from spec_factories import LLAMA2_7B_HF, make_hf_config
 
 # published totals (billions): model cards / HF "Model size" of the safetensors; MoE counts every expert
 PUBLISHED_B = {
@@ -49,17 +49,6 @@ def test_aliases_are_case_insensitive(alias):
 def test_unknown_model_lists_the_names():
     with pytest.raises(ConfigError, match=r"^model\.name: unknown model 'gpt-5'.*Llama-2-7B"):
         get_model("gpt-5")
-
-
-def make_hf_config(tmp_path, **fields):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(fields))
-    return path
-
-
-LLAMA2_7B_HF = dict(model_type="llama", hidden_size=4096, intermediate_size=11008, num_attention_heads=32,
-                    num_hidden_layers=32, num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096,
-                    torch_dtype="float16", tie_word_embeddings=False)
 
 
 def test_from_hf_config_equals_catalog(tmp_path):
@@ -188,49 +177,6 @@ def test_from_hf_config_reads_deepseek_v3_as_the_catalog(tmp_path):
         (v3.num_params, v3.kv_bytes_per_token, 1, v3.mtp_params)
     bf16 = {k: v for k, v in DEEPSEEK_V3_HF.items() if k != "quantization_config"}
     assert ModelSpec.from_hf_config(make_hf_config(tmp_path, **bf16)).dtype_bytes == 2
-
-
-@pytest.mark.parametrize("quant, weight_bytes", [
-    ({"quant_method": "fp8", "fmt": "e4m3"}, 1),
-    ({"quant_method": "modelopt", "quant_algo": "FP8"}, 1),
-    ({"quant_algo": "FP8", "producer": {"name": "modelopt"}}, 1),  # ModelOpt's, no quant_method
-    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
-        "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "type": "float"}}}}, 1),
-    ({"quant_method": "awq", "bits": 4}, "quant_method 'awq', bits 4"),
-    ({"quant_method": "gptq", "bits": 8}, "quant_method 'gptq', bits 8"),  # weight-only: 16-bit GEMMs
-    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "quant_algo 'NVFP4'"),
-    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
-        "weights": {"num_bits": 4, "type": "float"}}}}, "quant_method 'compressed-tensors'"),
-    ({"quant_method": "mxfp4"}, "quant_method 'mxfp4'"),
-    ("fp8", "expected an object"),
-])
-def test_a_quantized_checkpoint_is_read_as_fp8_or_refused_never_as_16_bit(tmp_path, quant, weight_bytes):
-    fields = dict(LLAMA2_7B_HF, torch_dtype="bfloat16", quantization_config=quant)
-    if isinstance(weight_bytes, int):
-        spec = ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
-        assert spec.dtype_bytes == weight_bytes
-        assert spec.weight_bytes == get_model("Llama-2-7B").num_params  # one byte a weight
-        assert spec.kv_dtype_bytes == 2  # FP8 weights keep a 16-bit cache unless asked
-        return
-    with pytest.raises(ConfigError, match=r"^model\.name: .*quantization_config.*" + weight_bytes):
-        ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
-
-
-def test_a_modelopt_checkpoint_is_read_from_its_hf_quant_config(tmp_path):
-    # ModelOpt keeps the quantization beside config.json, not in it (aiconfigurator-core's copies too)
-    config = make_hf_config(tmp_path, **dict(LLAMA2_7B_HF, torch_dtype="bfloat16"))
-    assert ModelSpec.from_hf_config(config).dtype_bytes == 2
-    quant = tmp_path / "hf_quant_config.json"
-    quant.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}))
-    assert ModelSpec.from_hf_config(config).dtype_bytes == 1
-    quant.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}}))
-    with pytest.raises(ConfigError, match=r"^model\.name: .*hf_quant_config\.json: quantization .*'NVFP4'"):
-        ModelSpec.from_hf_config(config)
-    named = tmp_path / "Acme--Widget-7B_config.json"  # the <org>--<name>_config.json naming
-    named.write_text(config.read_text())
-    (tmp_path / "Acme--Widget-7B_hf_quant_config.json").write_text(quant.read_text())
-    with pytest.raises(ConfigError, match="NVFP4"):
-        ModelSpec.from_hf_config(named)
 
 
 def test_mla_and_moe_fields_are_validated():

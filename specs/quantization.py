@@ -1,0 +1,46 @@
+"""A checkpoint's quantization, as the weights' bytes per parameter the spec carries.
+
+Where it is written: config.json's `quantization_config`, or, for a ModelOpt checkpoint, the
+`hf_quant_config.json` beside it (`checkpoint_quantization`). What it means here: FP8 forms are one
+byte a weight; anything else is refused (`quantized_weight_bytes`), because read as 16-bit it
+would double or quadruple the weight bytes and its kernels are not the spec's GEMMs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from policies.config import ConfigError
+from records.files import read_json_object
+
+
+def quantized_weight_bytes(quant, where: str) -> int:
+    """Bytes per weight of a checkpoint's `quantization_config`: 1 for the FP8 forms vLLM serves as
+    FP8 (`fp8`; ModelOpt's `quant_algo` FP8; 8-bit float weights in every `config_groups` group, as
+    compressed-tensors and ModelOpt write them). Any other form (4-bit AWQ, GPTQ, NVFP4, MXFP4,
+    int8, ...) is refused with the reason: read as 16-bit it would double or quadruple the weight
+    bytes, and its kernels are not the spec's 16-bit or FP8 GEMMs. `where` names the field in errors."""
+    if not isinstance(quant, dict):
+        raise ConfigError(f"{where}: expected an object, got {quant!r}")
+    method, algo = str(quant.get("quant_method", "")).lower(), str(quant.get("quant_algo", "")).upper()
+    groups = quant.get("config_groups") if isinstance(quant.get("config_groups"), dict) else {}
+    weights = [g.get("weights") or {} for g in groups.values() if isinstance(g, dict)]
+    if method == "fp8" or algo == "FP8" or (weights and all(w.get("num_bits") == 8 and w.get("type") == "float"
+                                                            for w in weights)):
+        return 1
+    form = ", ".join(f"{k} {quant[k]!r}" for k in ("quant_method", "quant_algo", "bits") if k in quant) or "no quant_method"
+    raise ConfigError(f"{where} ({form}) is not modelled; servesim models 16-bit and FP8 weights "
+                      "(quant_method fp8, quant_algo FP8, 8-bit float config_groups)")
+
+
+def checkpoint_quantization(config_path: Path, cfg: dict) -> tuple[dict | None, str]:
+    """(the checkpoint's quantization, the field it was read from, for errors): config.json's
+    `quantization_config`, else the `quantization` section of the `hf_quant_config.json` a ModelOpt
+    checkpoint keeps beside it (`<prefix>hf_quant_config.json` for `<prefix>config.json`)."""
+    where = f"model.name: {config_path}: quantization_config"
+    if cfg.get("quantization_config") or not config_path.name.endswith("config.json"):
+        return cfg.get("quantization_config"), where
+    sibling = config_path.with_name(config_path.name[:-len("config.json")] + "hf_quant_config.json")
+    if not sibling.is_file():
+        return None, where
+    quant = read_json_object(sibling, "model.name").get("quantization")
+    return {"quant_method": "modelopt", **(quant if isinstance(quant, dict) else {})}, f"model.name: {sibling}: quantization"

@@ -1,0 +1,53 @@
+"""A checkpoint's quantization (specs.quantization): FP8 forms read as one byte a weight, others refused."""
+import json
+
+import pytest
+
+from policies import ConfigError
+from specs import get_model
+from specs.model_spec import ModelSpec
+
+from spec_factories import LLAMA2_7B_HF, make_hf_config
+
+
+@pytest.mark.parametrize("quant, weight_bytes", [
+    ({"quant_method": "fp8", "fmt": "e4m3"}, 1),
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, 1),
+    ({"quant_algo": "FP8", "producer": {"name": "modelopt"}}, 1),  # ModelOpt's, no quant_method
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "type": "float"}}}}, 1),
+    ({"quant_method": "awq", "bits": 4}, "quant_method 'awq', bits 4"),
+    ({"quant_method": "gptq", "bits": 8}, "quant_method 'gptq', bits 8"),  # weight-only: 16-bit GEMMs
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "quant_algo 'NVFP4'"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "float"}}}}, "quant_method 'compressed-tensors'"),
+    ({"quant_method": "mxfp4"}, "quant_method 'mxfp4'"),
+    ("fp8", "expected an object"),
+])
+def test_a_quantized_checkpoint_is_read_as_fp8_or_refused_never_as_16_bit(tmp_path, quant, weight_bytes):
+    fields = dict(LLAMA2_7B_HF, torch_dtype="bfloat16", quantization_config=quant)
+    if isinstance(weight_bytes, int):
+        spec = ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
+        assert spec.dtype_bytes == weight_bytes
+        assert spec.weight_bytes == get_model("Llama-2-7B").num_params  # one byte a weight
+        assert spec.kv_dtype_bytes == 2  # FP8 weights keep a 16-bit cache unless asked
+        return
+    with pytest.raises(ConfigError, match=r"^model\.name: .*quantization_config.*" + weight_bytes):
+        ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
+
+
+def test_a_modelopt_checkpoint_is_read_from_its_hf_quant_config(tmp_path):
+    # ModelOpt keeps the quantization beside config.json, not in it (aiconfigurator-core's copies too)
+    config = make_hf_config(tmp_path, **dict(LLAMA2_7B_HF, torch_dtype="bfloat16"))
+    assert ModelSpec.from_hf_config(config).dtype_bytes == 2
+    quant = tmp_path / "hf_quant_config.json"
+    quant.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}))
+    assert ModelSpec.from_hf_config(config).dtype_bytes == 1
+    quant.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}}))
+    with pytest.raises(ConfigError, match=r"^model\.name: .*hf_quant_config\.json: quantization .*'NVFP4'"):
+        ModelSpec.from_hf_config(config)
+    named = tmp_path / "Acme--Widget-7B_config.json"  # the <org>--<name>_config.json naming
+    named.write_text(config.read_text())
+    (tmp_path / "Acme--Widget-7B_hf_quant_config.json").write_text(quant.read_text())
+    with pytest.raises(ConfigError, match="NVFP4"):
+        ModelSpec.from_hf_config(named)
