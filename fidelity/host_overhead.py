@@ -70,8 +70,7 @@ class HostOverhead:
 
 def step_features(plan: BatchPlan) -> tuple[int, int, int]:
     """(tokens, sequences, sampled sequences) of a step: what the per-step host terms scale with."""
-    num_sampled = sum(1 for s in plan.seqs if s.samples and not s.is_padding)
-    return plan.num_tokens, plan.num_seqs, num_sampled
+    return plan.num_tokens, plan.num_seqs, plan.totals.num_outputs  # outputs: sampled, not padding
 
 
 class HostOverheadLatencyModel:

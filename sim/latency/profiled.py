@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policies import BatchPlan, ConfigError
+from policies.batch_plan import ScheduledSeqs
 from sim.latency.base import LatencyModel
 from sim.latency.curves import PiecewiseLinear, locate
 from sim.latency.profile import DTYPE_BYTES, OP_INPUTS, Profile
@@ -215,14 +216,19 @@ class ProfiledLatencyModel(LatencyModel):
         op = self._op
         skip = self.skips_padding
         num_tokens = plan.num_live_tokens if skip else plan.num_tokens
-        num_sampled = sum(1 for s in plan.seqs if s.samples or (s.is_padding and not skip))
+        seqs = plan.seqs
+        num_decode, decode_kv, max_kv = 0, 0, 0
+        if type(seqs) is ScheduledSeqs:  # the leading decodes, read from their contexts (no entries built)
+            contexts, seqs = seqs.contexts, seqs.rest
+            if contexts:  # each samples one token after its context: context_len = context + 1
+                num_decode, decode_kv, max_kv = len(contexts), sum(contexts) + len(contexts), max(contexts) + 1
+        num_sampled = num_decode + sum(1 for s in seqs if s.samples or (s.is_padding and not skip))
         if plan.spec_token_ids:  # a verify scores every draft position too
             num_sampled += plan.totals.num_spec_tokens
-        num_seqs = plan.num_seqs - (sum(1 for s in plan.seqs if s.is_padding) if skip else 0)
+        num_seqs = plan.num_seqs - (sum(1 for s in seqs if s.is_padding) if skip else 0)
         prefill_attn = 0.0
         num_prefill_seqs = 0
-        num_decode, decode_kv, max_kv = 0, 0, 0
-        for s in plan.seqs:
+        for s in seqs:
             if skip and s.is_padding:
                 continue
             if s.is_decode:

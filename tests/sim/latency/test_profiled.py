@@ -47,6 +47,28 @@ def test_step_time_matches_the_composition_rule(tp):
     assert sum(lm.breakdown(mixed).values()) == pytest.approx(lm.step_time(mixed))
 
 
+@pytest.mark.parametrize("decode_kv, skips_padding", [("mean", False), ("max", False), ("mean", True)])
+def test_a_plan_of_compact_decodes_costs_what_its_entries_cost(decode_kv, skips_padding):
+    """The scheduler's leading decodes (`ScheduledSeqs`: requests and contexts, no entries) are read
+    without building entries; the step must cost, op by op, what the same entries as a tuple do."""
+    import random
+
+    from policies.batch_plan import ScheduledSeqs
+
+    lm = ProfiledLatencyModel(make_profile())
+    lm.decode_kv, lm.skips_padding = decode_kv, skips_padding
+    rnd = random.Random(5)
+    for _ in range(200):
+        n = rnd.randint(0, 20)
+        decodes = [Request(f"d{i}", 0.0, 8, 4) for i in range(n)]
+        contexts = [rnd.randint(1, 3000) for _ in range(n)]
+        rest = tuple(ScheduledSeq(Request(f"r{i}", 0.0, 8, 4), rnd.randint(1, 400), rnd.choice([0, rnd.randint(1, 2000)]),
+                                  rnd.random() < 0.5, rnd.random() < 0.2) for i in range(rnd.randint(0 if n else 1, 4)))
+        compact = BatchPlan(0, ScheduledSeqs(decodes, contexts, rest))
+        entries = BatchPlan(0, tuple(compact.seqs))
+        assert lm.breakdown(compact) == lm.breakdown(entries)
+
+
 def test_more_work_never_takes_less_time():
     lm = ProfiledLatencyModel(make_profile())
     base = [seq(i, 1, 50 + i) for i in range(4)]
