@@ -43,4 +43,9 @@ def checkpoint_quantization(config_path: Path, cfg: dict) -> tuple[dict | None, 
     if not sibling.is_file():
         return None, where
     quant = read_json_object(sibling, "model.name").get("quantization")
-    return {"quant_method": "modelopt", **(quant if isinstance(quant, dict) else {})}, f"model.name: {sibling}: quantization"
+    where = f"model.name: {sibling}: quantization"
+    if not isinstance(quant, dict):
+        raise ConfigError(f"{where}: expected an object, got {quant!r}")
+    if not quant.get("quant_algo"):  # the KV cache alone quantized (kv_cache_quant_algo): 16-bit weights
+        return None, where
+    return {"quant_method": "modelopt", **quant}, where

@@ -43,6 +43,8 @@ def test_a_modelopt_checkpoint_is_read_from_its_hf_quant_config(tmp_path):
     quant = tmp_path / "hf_quant_config.json"
     quant.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}))
     assert ModelSpec.from_hf_config(config).dtype_bytes == 1
+    quant.write_text(json.dumps({"quantization": {"quant_algo": None, "kv_cache_quant_algo": "FP8"}}))
+    assert ModelSpec.from_hf_config(config).dtype_bytes == 2  # the KV cache alone quantized
     quant.write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}}))
     with pytest.raises(ConfigError, match=r"^model\.name: .*hf_quant_config\.json: quantization .*'NVFP4'"):
         ModelSpec.from_hf_config(config)
