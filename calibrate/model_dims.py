@@ -3,9 +3,9 @@
 A profile records the dims it was measured or imported for (`sim.latency.profile.MODEL_DIMS`);
 this module produces that dict from the one model shape, `specs.ModelSpec` (`dims_of_spec`). The
 known names are the models the public per-op data serves, each a catalog model. A config.json is
-read by `ModelSpec.from_hf_config` where its `model_type` is one the spec knows (OPT's layer kinds
-and a Mixtral-style MoE's experts then reach the dict); any other type is read as a Llama layer,
-unless it carries experts, which a dense reading would drop.
+read by `ModelSpec.from_hf_config` where its `model_type` is a known one whose layer is not Llama's
+(OPT's layer kinds and a Mixtral-style MoE's experts then reach the dict); any other type is read as
+a Llama layer, unless it carries experts, which a dense reading would drop.
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from policies import ConfigError
 from records.files import read_json_object
 from sim.latency.profile import layer_kind
 from specs.model_catalog import get_model
-from specs.model_spec import HF_MODEL_TYPES, ModelSpec
+from specs.model_spec import HF_MODEL_TYPES, LLAMA_SHAPED, ModelSpec
+from specs.quantization import checkpoint_quantization, quantized_weight_bytes
 
 # name -> the catalog model of that shape (Llama 3.1 has Llama 3's dims)
 KNOWN: dict[str, str] = {
@@ -61,15 +62,20 @@ def _llama_shape(cfg: dict, path: Path) -> ModelSpec:
 
 
 def spec_of_config(path: Path) -> ModelSpec:
-    """The shape a config.json describes: `ModelSpec.from_hf_config` for the types it knows, else the
-    Llama layer of its dims; refused where that would drop experts."""
+    """The shape a config.json describes: `ModelSpec.from_hf_config` for the known types whose layer
+    is not Llama's (MoE, OPT, MLA), else the Llama layer of its dims. Refused where that reading
+    would drop experts, or for weights quantized to a form the spec cannot carry."""
     cfg = read_json_object(path, "model")
-    if cfg.get("model_type") in HF_MODEL_TYPES:
+    kind = cfg.get("model_type")
+    if kind in HF_MODEL_TYPES and kind not in LLAMA_SHAPED:
         return ModelSpec.from_hf_config(path)
     experts = [k for k in EXPERT_KEYS if cfg.get(k)]
     if experts:
-        raise ConfigError(f"model: {path}: model_type {cfg.get('model_type')!r} has experts ({experts[0]}) and "
-                          f"is not a MoE servesim reads; MoE types read: mixtral, qwen3_moe")
+        raise ConfigError(f"model: {path}: model_type {kind!r} has experts ({experts[0]}) and is not a MoE "
+                          f"servesim reads; MoE types read: mixtral, qwen3_moe")
+    quant, where = checkpoint_quantization(path, cfg)
+    if quant:
+        quantized_weight_bytes(quant, where)  # 4-bit and other forms are refused, FP8 passes
     return _llama_shape(cfg, path)
 
 

@@ -100,6 +100,10 @@ def test_a_moe_config_keeps_its_experts_or_is_refused(tmp_path):
         resolve_model(mixtral_config(tmp_path, model_type="dbrx"))
     with pytest.raises(ConfigError, match="^model.name: .*quantization_config"):
         resolve_model(mixtral_config(tmp_path, quantization_config={"quant_method": "awq", "bits": 4}))
+    llama = mixtral_config(tmp_path, model_type="llama", num_local_experts=0,
+                           quantization_config={"quant_method": "gptq", "bits": 4})
+    with pytest.raises(ConfigError, match="^model.name: .*quantization_config .*'gptq'"):
+        resolve_model(llama)  # a Llama layer of 4-bit weights: not the 16-bit GEMMs a profile times
 
 
 def test_importers_without_moe_kernels_refuse_a_moe(tmp_path):
