@@ -44,7 +44,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("--source", required=True, help="aiconfigurator or h100-microbench")
     imp.add_argument("--gpu", required=True, help="H100, H200 or A100 (aiconfigurator); H100 (h100-microbench)")
     imp.add_argument("--model", required=True, dest="import_model",
-                     help="a Llama-family name (e.g. llama-2-70b) or a HF config.json (Llama-shaped or OPT)")
+                     help="a known name (e.g. llama-2-70b, mixtral-8x7b: calibrate/model_dims.py) or a HF "
+                          "config.json (Llama-shaped, OPT, or a Mixtral / Qwen3 MoE)")
     imp.add_argument("--tp", type=int, default=1, help="tensor parallelism (per-rank shapes)")
     imp.add_argument("--data-dir", default=None, help=IMPORT_HELP["data_dir"])
     imp.add_argument("--host", default="graphs", help="host time per step: graphs (CUDA-graph engine, default), "
