@@ -9,6 +9,7 @@ a Llama layer, unless it carries experts, which a dense reading would drop.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from policies import ConfigError
@@ -73,10 +74,9 @@ def spec_of_config(path: Path) -> ModelSpec:
     if experts:
         raise ConfigError(f"model: {path}: model_type {kind!r} has experts ({experts[0]}) and is not a MoE "
                           f"servesim reads; MoE types read: mixtral, qwen3_moe")
-    quant, where = checkpoint_quantization(path, cfg)
-    if quant:
-        quantized_weight_bytes(quant, where)  # 4-bit and other forms are refused, FP8 passes
-    return _llama_shape(cfg, path)
+    spec = _llama_shape(cfg, path)
+    quant, where = checkpoint_quantization(path, cfg)  # FP8 is carried (dims_of_spec refuses it), the rest refused
+    return replace(spec, dtype_bytes=quantized_weight_bytes(quant, where)) if quant else spec
 
 
 def dims_of_spec(spec: ModelSpec, tp: int = 1, dtype: str = "bfloat16", name: str | None = None) -> dict:
@@ -94,6 +94,9 @@ def dims_of_spec(spec: ModelSpec, tp: int = 1, dtype: str = "bfloat16", name: st
                              or spec.moe_intermediate_size != spec.intermediate_size):
         raise ConfigError(f"model: {spec.name} is a fine-grained MoE (shared experts, leading dense layers or an "
                           "expert width apart from the dense one); the importers time Mixtral-style MoE layers only")
+    if spec.dtype_bytes == 1:  # an FP8 checkpoint's GEMMs are not the 16-bit ones the importers time
+        raise ConfigError(f"model: {spec.name} has FP8 weights; the importers time 16-bit GEMMs (without a "
+                          "profile, hardware.latency = roofline models FP8 weights)")
     dims = spec.profile_dims(tp, dtype, name)  # an OPT layer's kinds (plain MLP, learned positions) included
     if spec.num_experts:
         dims.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok)

@@ -72,6 +72,8 @@ def test_a_model_the_dims_cannot_describe_is_refused_with_the_reason():
     with pytest.raises(ConfigError, match="^model: .* is a fine-grained MoE"):
         dims_of_spec(fine, 2)
     assert dims_of_spec(get_model("Mixtral-8x7B"), 2)["num_experts"] == 8  # a Mixtral-style MoE is fine
+    with pytest.raises(ConfigError, match="^model: .* has FP8 weights"):  # not timed as 16-bit GEMMs
+        dims_of_spec(get_model("Llama-3-70B").with_dtype("fp8"), 4)
 
 
 def mixtral_config(tmp_path, **kw) -> str:
@@ -104,6 +106,10 @@ def test_a_moe_config_keeps_its_experts_or_is_refused(tmp_path):
                            quantization_config={"quant_method": "gptq", "bits": 4})
     with pytest.raises(ConfigError, match="^model.name: .*quantization_config .*'gptq'"):
         resolve_model(llama)  # a Llama layer of 4-bit weights: not the 16-bit GEMMs a profile times
+    fp8 = mixtral_config(tmp_path, model_type="qwen3", num_local_experts=0,
+                         quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]})
+    with pytest.raises(ConfigError, match="^model: .* has FP8 weights"):
+        resolve_model(fp8)
 
 
 def test_importers_without_moe_kernels_refuse_a_moe(tmp_path):
