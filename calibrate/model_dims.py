@@ -17,7 +17,7 @@ from records.files import read_json_object
 from sim.latency.profile import layer_kind
 from specs.model_catalog import get_model
 from specs.model_spec import HF_MODEL_TYPES, LLAMA_SHAPED, ModelSpec
-from specs.quantization import checkpoint_quantization, quantized_weight_bytes
+from specs.quantization import checkpoint_weight_bytes
 
 # name -> the catalog model of that shape (Llama 3.1 has Llama 3's dims)
 KNOWN: dict[str, str] = {
@@ -75,8 +75,8 @@ def spec_of_config(path: Path) -> ModelSpec:
         raise ConfigError(f"model: {path}: model_type {kind!r} has experts ({experts[0]}) and is not a MoE "
                           f"servesim reads; MoE types read: mixtral, qwen3_moe")
     spec = _llama_shape(cfg, path)
-    quant, where = checkpoint_quantization(path, cfg)  # FP8 is carried (dims_of_spec refuses it), the rest refused
-    return replace(spec, dtype_bytes=quantized_weight_bytes(quant, where)) if quant else spec
+    weight_bytes = checkpoint_weight_bytes(path, cfg)  # FP8 is carried (dims_of_spec refuses it), the rest refused
+    return replace(spec, dtype_bytes=weight_bytes) if weight_bytes else spec
 
 
 def dims_of_spec(spec: ModelSpec, tp: int = 1, dtype: str = "bfloat16", name: str | None = None) -> dict:
@@ -87,7 +87,7 @@ def dims_of_spec(spec: ModelSpec, tp: int = 1, dtype: str = "bfloat16", name: st
         raise ConfigError(f"tp: expected a positive integer, got {tp!r}")
     if spec.num_attention_heads % tp:
         raise ConfigError(f"tp: {tp} does not divide num_attention_heads={spec.num_attention_heads}")
-    if getattr(spec, "is_mla", False):
+    if spec.is_mla:
         raise ConfigError(f"model: {spec.name} uses multi-head latent attention (kv_lora_rank > 0); the importers "
                           "time multi-head and grouped-query attention only")
     if spec.num_experts and (spec.num_shared_experts or spec.first_k_dense_replace

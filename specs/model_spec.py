@@ -20,7 +20,7 @@ from pathlib import Path
 
 from policies.config import ConfigError, check_choice, check_int
 from records.files import read_json_object
-from specs.quantization import checkpoint_quantization, quantized_weight_bytes
+from specs.quantization import checkpoint_weight_bytes
 
 MLP_KINDS = ("gated", "plain")  # gated: SwiGLU gate/up/down (Llama); plain: fc1 -> ReLU -> fc2 (OPT)
 POSITION_KINDS = ("rope", "learned")
@@ -326,10 +326,7 @@ class ModelSpec:
             raise ConfigError(f"model.name: {p}: model_type {model_type!r} is not supported; "
                               f"choose one of {', '.join(HF_MODEL_TYPES)}")
         name = name or cfg.get("_name_or_path") or p.parent.name or model_type
-        dtype_bytes = DTYPE_BYTES.get(str(cfg.get("torch_dtype", "float16")), 2)
-        quant, where = checkpoint_quantization(p, cfg)
-        if quant:
-            dtype_bytes = quantized_weight_bytes(quant, where)
+        dtype_bytes = checkpoint_weight_bytes(p, cfg) or DTYPE_BYTES.get(str(cfg.get("torch_dtype", "float16")), 2)
 
         def need(key: str):
             if key not in cfg:

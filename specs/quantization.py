@@ -1,9 +1,9 @@
 """A checkpoint's quantization, as the weights' bytes per parameter the spec carries.
 
 Where it is written: config.json's `quantization_config`, or, for a ModelOpt checkpoint, the
-`hf_quant_config.json` beside it (`checkpoint_quantization`). What it means here: FP8 forms are one
-byte a weight; anything else is refused (`quantized_weight_bytes`), because read as 16-bit it
-would double or quadruple the weight bytes and its kernels are not the spec's GEMMs.
+`hf_quant_config.json` beside it. What it means here (`checkpoint_weight_bytes`): FP8 forms are one
+byte a weight; anything else is refused, because read as 16-bit it would double or quadruple the
+weight bytes and its kernels are not the spec's GEMMs.
 """
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ from policies.config import ConfigError
 from records.files import read_json_object
 
 
-def quantized_weight_bytes(quant, where: str) -> int:
+def checkpoint_weight_bytes(config_path: Path, cfg: dict) -> int | None:
+    """Bytes per weight of the checkpoint whose config.json `cfg` was read from `config_path`, by its
+    quantization (`_quantization`, `_weight_bytes`); None for an unquantized one."""
+    quant, where = _quantization(config_path, cfg)
+    return _weight_bytes(quant, where) if quant else None
+
+
+def _weight_bytes(quant, where: str) -> int:
     """Bytes per weight of a checkpoint's `quantization_config`: 1 for the FP8 forms vLLM serves as
     FP8 (`fp8`; ModelOpt's `quant_algo` FP8; 8-bit float weights in every `config_groups` group, as
     compressed-tensors and ModelOpt write them). Any other form (4-bit AWQ, GPTQ, NVFP4, MXFP4,
@@ -32,7 +39,7 @@ def quantized_weight_bytes(quant, where: str) -> int:
                       "(quant_method fp8, quant_algo FP8, 8-bit float config_groups)")
 
 
-def checkpoint_quantization(config_path: Path, cfg: dict) -> tuple[dict | None, str]:
+def _quantization(config_path: Path, cfg: dict) -> tuple[dict | None, str]:
     """(the checkpoint's quantization, the field it was read from, for errors): config.json's
     `quantization_config`, else the `quantization` section of the `hf_quant_config.json` a ModelOpt
     checkpoint keeps beside it (`<prefix>hf_quant_config.json` for `<prefix>config.json`)."""

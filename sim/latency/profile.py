@@ -137,21 +137,11 @@ class Profile:
         """Raise if `model` (a dict or an object with HF config names) differs in any recorded dim,
         expert count (`EXPERT_DIMS`; absent means dense) or layer kind (`LAYER_KINDS`; absent means a
         Llama layer on either side)."""
-        for dim in MODEL_DIMS:
-            theirs = _get_dim(model, dim)
-            if theirs is None:
-                continue
-            if int(theirs) != int(self.model[dim]):
-                raise ConfigError.at(f"profile.model.{dim}",
-                                     f"profile was made for {dim}={self.model[dim]} but the model has {theirs}; "
-                                     f"re-run `servesim calibrate` (or import) for this model")
-        for dim in EXPERT_DIMS:  # a MoE is not the dense layer of one expert's width (absent: dense)
-            mine, theirs = int(self.model.get(dim) or 0), int(_get_dim(model, dim) or 0)
-            if theirs != mine:
-                raise ConfigError.at(f"profile.model.{dim}", f"profile was made for {dim}={mine} but the model has "
-                                     f"{theirs}; re-run `servesim calibrate` (or import) for this model")
-        for key in LAYER_KINDS:  # an OPT layer is not a Llama layer of the same dims
-            mine, theirs = layer_kind(self.model, key), layer_kind(model, key)
+        pairs = [(dim, int(self.model[dim]), int(v)) for dim in MODEL_DIMS if (v := _get_dim(model, dim)) is not None]
+        # a MoE is not the dense layer of one expert's width; an OPT layer not a Llama one of the same dims
+        pairs += [(dim, int(self.model.get(dim) or 0), int(_get_dim(model, dim) or 0)) for dim in EXPERT_DIMS]
+        pairs += [(key, layer_kind(self.model, key), layer_kind(model, key)) for key in LAYER_KINDS]
+        for key, mine, theirs in pairs:
             if theirs != mine:
                 raise ConfigError.at(f"profile.model.{key}", f"profile was made for {key}={mine} but the model has "
                                      f"{theirs}; re-run `servesim calibrate` (or import) for this model")
