@@ -26,13 +26,25 @@ class UncontendedClock:
 
     def __init__(self) -> None:
         self._fd = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
+        self._last = float("-inf")
 
     def waited_s(self) -> float:
         """The thread's run-queue wait so far (ready to run, no core given), in seconds."""
         return int(os.pread(self._fd, 96, 0).split()[1]) * 1e-9
 
     def __call__(self) -> float:
-        return time.perf_counter() - self.waited_s()
+        # A wait that lands between reading the wall and reading schedstat would be subtracted
+        # from a wall reading taken before it, and the clock would step back by a scheduler tick:
+        # read the wait on both sides of the wall and take a reading no wait fell inside.
+        for _ in range(8):
+            before = self.waited_s()
+            wall = time.perf_counter()
+            waited = self.waited_s()
+            if waited == before:
+                break
+        # the kernel's run-queue clock and perf_counter differ by microseconds: never step back
+        self._last = max(self._last, wall - waited)
+        return self._last
 
     def __del__(self) -> None:
         try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -19,31 +20,41 @@ def _spin(seconds: float) -> None:
         pass
 
 
-@needs_schedstat
-@pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "sched_setaffinity"), reason="needs fork and affinity")
-def test_the_uncontended_clock_is_the_wall_clock_less_the_wait_for_a_core():
-    clock = UncontendedClock()
-    cpu = min(os.sched_getaffinity(0))
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "sched_setaffinity"),
+                                reason="needs fork and affinity")
+
+
+@contextmanager
+def _sharing_one_core_with_two_busy_children(seconds: float):
+    """Pin this thread to one core and fork two children that spin on it for `seconds`."""
     saved = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cpu})  # this thread and two busy children share one core
+    os.sched_setaffinity(0, {min(saved)})
     children = []
     try:
         for _ in range(2):
             pid = os.fork()
             if pid == 0:  # pragma: no cover (child)
                 try:
-                    _spin(1.0)
+                    _spin(seconds)
                 finally:
                     os._exit(0)
             children.append(pid)
-        w, u, c = time.perf_counter(), clock(), time.thread_time()
-        _spin(0.5)
-        wall, unc, used = time.perf_counter() - w, clock() - u, time.thread_time() - c
+        yield
     finally:
         os.sched_setaffinity(0, saved)
         for pid in children:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
+
+
+@needs_schedstat
+@needs_fork
+def test_the_uncontended_clock_is_the_wall_clock_less_the_wait_for_a_core():
+    clock = UncontendedClock()
+    with _sharing_one_core_with_two_busy_children(1.0):
+        w, u, c = time.perf_counter(), clock(), time.thread_time()
+        _spin(0.5)
+        wall, unc, used = time.perf_counter() - w, clock() - u, time.thread_time() - c
     # with two busy tasks on its core this thread ran about a third of the time: the wall clock
     # counts the waits, the uncontended clock the thread's own running time, to a scheduler tick
     assert used < 0.75 * wall
@@ -51,9 +62,16 @@ def test_the_uncontended_clock_is_the_wall_clock_less_the_wait_for_a_core():
 
 
 @needs_schedstat
+@needs_fork
 def test_the_uncontended_clock_never_runs_ahead_of_the_wall_and_never_back():
+    # on a contended core the thread loses the core between any two reads, also between the
+    # wall's and schedstat's inside one reading: the clock must not step back a tick for that
     clock = UncontendedClock()
-    readings = [(time.perf_counter(), clock()) for _ in range(2000)]
+    readings = []
+    with _sharing_one_core_with_two_busy_children(0.6):
+        end = time.perf_counter() + 0.4
+        while time.perf_counter() < end:
+            readings.append((time.perf_counter(), clock()))
     walls, uncs = zip(*readings)
     assert all(b >= a for a, b in zip(uncs, uncs[1:]))
     assert all(w - u >= -1e-6 for w, u in zip(walls, uncs))  # the wait only grows
