@@ -30,7 +30,8 @@ from calibrate.op_bench import (OpBench, clock_for, device_name, measure_ops, me
                                 padding_discount)
 from calibrate.speed_probe import SpeedProbe
 from gpu_backend.model_config import ModelConfig
-from sim.latency.profile import Profile
+from policies import ConfigError
+from sim.latency.profile import Profile, layer_kind
 
 
 def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = False, progress: bool = True,
@@ -62,8 +63,14 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
     reference speed, `meta.speed_probe` keeps it.
     """
     t0 = time.perf_counter()
+    dims = resolve_model(str(model_path))
+    if layer_kind(dims, "quantization") != "none":  # the engine's 16-bit GEMMs would stand for the checkpoint's
+        raise ConfigError(f"model: {model_path} has {dims['quantization']} weights, which the engine does not run "
+                          "(it runs 16- or 32-bit weights): calibrate the 16-bit config.json, or import FP8 GEMMs "
+                          "with `servesim calibrate import --source aiconfigurator`")
     mc = ModelConfig.from_json(model_path)
     bench = OpBench(mc, device, seed=seed, model=model)
+    dims["dtype"] = dtype_name(bench.dtype)
     if probe is True:
         probe = SpeedProbe(bench.model, device, clock=clock_for(bench.device)[0])
     probe = probe or None
@@ -125,7 +132,6 @@ def calibrate(model_path: str | Path, device: str = "cpu", quick: bool | str = F
         speed_meta["calibration_p90"] = round(float(np.percentile(cal, 90)), 4)
     # every small token count timed: keep the measured medians there (calibrate.fit._pwl)
     ops = {name: fit_op(name, pts, exact_prefix=True) for name, pts in points.items()}
-    dims = resolve_model(str(model_path), 1, dtype_name(bench.dtype))
     meta = {
         "device": device_name(bench.device), "torch_version": torch.__version__,
         "driver": (f"cuda {torch.version.cuda}" if bench.device.type == "cuda" else None),

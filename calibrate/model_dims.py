@@ -17,7 +17,7 @@ from records.files import read_json_object
 from sim.latency.profile import layer_kind
 from specs.model_catalog import get_model
 from specs.model_spec import HF_MODEL_TYPES, LLAMA_SHAPED, ModelSpec
-from specs.quantization import checkpoint_weight_bytes
+from specs.quantization import checkpoint_quantization
 
 # name -> the catalog model of that shape (Llama 3.1 has Llama 3's dims)
 KNOWN: dict[str, str] = {
@@ -75,14 +75,15 @@ def spec_of_config(path: Path) -> ModelSpec:
         raise ConfigError(f"model: {path}: model_type {kind!r} has experts ({experts[0]}) and is not a MoE "
                           f"servesim reads; MoE types read: mixtral, qwen3_moe")
     spec = _llama_shape(cfg, path)
-    weight_bytes = checkpoint_weight_bytes(path, cfg)  # FP8 is carried (dims_of_spec refuses it), the rest refused
-    return replace(spec, dtype_bytes=weight_bytes) if weight_bytes else spec
+    form = checkpoint_quantization(path, cfg)  # FP8 forms are carried, the rest refused
+    return replace(spec, dtype_bytes=1, quantization=form) if form else spec
 
 
 def dims_of_spec(spec: ModelSpec, tp: int = 1, dtype: str = "bfloat16", name: str | None = None) -> dict:
-    """The profile `model` dict of `spec` on `tp` GPUs in `dtype`, under `name` (default: the spec's):
-    a Mixtral-style MoE's experts and an OPT layer's kinds included. What the dims cannot say would be
-    timed as something else, so it is refused with the reason."""
+    """The profile `model` dict of `spec` on `tp` GPUs in `dtype` (the activations'), under `name`
+    (default: the spec's): a Mixtral-style MoE's experts, an OPT layer's kinds and FP8 weights' form
+    (`quantization`; an importer without those GEMMs refuses it) included. What the dims cannot say
+    would be timed as something else, so it is refused with the reason."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ConfigError(f"tp: expected a positive integer, got {tp!r}")
     if spec.num_attention_heads % tp:
@@ -94,10 +95,7 @@ def dims_of_spec(spec: ModelSpec, tp: int = 1, dtype: str = "bfloat16", name: st
                              or spec.moe_intermediate_size != spec.intermediate_size):
         raise ConfigError(f"model: {spec.name} is a fine-grained MoE (shared experts, leading dense layers or an "
                           "expert width apart from the dense one); the importers time Mixtral-style MoE layers only")
-    if spec.dtype_bytes == 1:  # an FP8 checkpoint's GEMMs are not the 16-bit ones the importers time
-        raise ConfigError(f"model: {spec.name} has FP8 weights; the importers time 16-bit GEMMs (without a "
-                          "profile, hardware.latency = roofline models FP8 weights)")
-    dims = spec.profile_dims(tp, dtype, name)  # an OPT layer's kinds (plain MLP, learned positions) included
+    dims = spec.profile_dims(tp, dtype, name)  # the layer's kinds (OPT's, FP8 weights) included
     if spec.num_experts:
         dims.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok)
     return dims

@@ -43,11 +43,12 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
            bias=True, tie_word_embeddings=True),
     # deepseek-ai/DeepSeek-V3 (also DeepSeek-R1's shape): MLA (q_lora_rank 1536, kv_lora_rank 512, rope 64,
     # nope 128, v 128), 256 routed experts of 2048 (top 8) + 1 shared, the first 3 layers dense (18432),
-    # one MTP module; the published checkpoint is FP8 (quantization_config fp8, e4m3), served as such
+    # one MTP module; the published checkpoint is FP8 (quantization_config fp8, e4m3, 128x128
+    # weight blocks), served as such
     _llama("DeepSeek-V3", 61, 7168, 128, 128, 18432, 129280, 163840, num_experts=256, num_experts_per_tok=8,
            moe_intermediate_size=2048, num_shared_experts=1, first_k_dense_replace=3, kv_lora_rank=512,
            q_lora_rank=1536, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-           num_nextn_predict_layers=1, dtype_bytes=1),
+           num_nextn_predict_layers=1, dtype_bytes=1, quantization="fp8_block"),
     # deepseek-ai/DeepSeek-V2-Lite (bf16): MLA without the query bottleneck, 64 routed experts of 1408
     # (top 6) + 2 shared, the first layer dense (10944); fits one 80 GB GPU
     _llama("DeepSeek-V2-Lite", 27, 2048, 16, 16, 10944, 102400, 163840, num_experts=64, num_experts_per_tok=6,

@@ -11,7 +11,9 @@ Two families beyond the Llama shape, both DeepSeek's (HF names):
 - fine-grained MoE: routed experts, shared experts and leading dense layers (see `ModelSpec`).
 Precision: `dtype_bytes` is the weights' element size; activations are 16-bit when the weights are
 FP8 (vLLM's W8A8 FP8 keeps bf16 activations) and the KV cache defaults to the activation dtype,
-as vLLM's `kv_cache_dtype="auto"` does: FP8 weights and FP8 KV are independent choices.
+as vLLM's `kv_cache_dtype="auto"` does: FP8 weights and FP8 KV are independent choices. One-byte
+weights are FP8 in one of two forms (`quantization`): scaled per tensor or channel, or per block,
+which vLLM runs on other GEMM kernels (`specs.quantization`).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from policies.config import ConfigError, check_choice, check_int
 from records.files import read_json_object
-from specs.quantization import checkpoint_weight_bytes
+from specs.quantization import checkpoint_quantization
 
 MLP_KINDS = ("gated", "plain")  # gated: SwiGLU gate/up/down (Llama); plain: fc1 -> ReLU -> fc2 (OPT)
 POSITION_KINDS = ("rope", "learned")
@@ -30,6 +32,8 @@ POSITION_KINDS = ("rope", "learned")
 LLAMA_SHAPED = ("llama", "mistral", "qwen2", "qwen3", "granite", "gemma")
 HF_MODEL_TYPES = LLAMA_SHAPED + ("mixtral", "qwen3_moe", "opt", "deepseek_v2", "deepseek_v3")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
+#: the weights' form: unquantized, FP8 scaled per tensor or channel, FP8 scaled per block of weights
+QUANTIZATIONS = ("none", "fp8", "fp8_block")
 
 
 def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
@@ -58,6 +62,8 @@ class ModelSpec:
     plus `num_shared_experts` shared ones; the first `first_k_dense_replace` layers stay dense.
     `kv_lora_rank > 0` makes attention MLA (see the module docstring). `dtype_bytes` is the weights'
     element size; `kv_dtype_bytes` the KV cache's (None = the activations', `act_dtype_bytes`).
+    `quantization` names the form of one-byte weights (`QUANTIZATIONS`; one-byte weights without a
+    form are "fp8", as vLLM's `--quantization fp8` makes them), "none" for wider ones.
     `num_nextn_predict_layers`: DeepSeek's multi-token-prediction modules shipped beside the model
     (speculative decoding's "mtp" proposer), not counted in `num_params`.
     """
@@ -79,6 +85,7 @@ class ModelSpec:
     bias: bool = False  # linear layers and norms carry biases (OPT)
     dtype_bytes: int = 2
     kv_dtype_bytes: int | None = None
+    quantization: str = "none"
     # fine-grained MoE (DeepSeek)
     moe_intermediate_size: int | None = None  # None = intermediate_size
     num_shared_experts: int = 0
@@ -109,6 +116,12 @@ class ModelSpec:
         check_choice("model.mlp_kind", self.mlp_kind, MLP_KINDS)
         check_choice("model.position_embedding", self.position_embedding, POSITION_KINDS)
         check_choice("model.dtype_bytes", self.dtype_bytes, (1, 2, 4))
+        check_choice("model.quantization", self.quantization, QUANTIZATIONS)
+        if self.dtype_bytes == 1 and self.quantization == "none":
+            object.__setattr__(self, "quantization", "fp8")
+        if self.quantization != "none" and self.dtype_bytes != 1:
+            raise ConfigError(f"model.quantization: {self.quantization} weights are one byte each, "
+                              f"got dtype_bytes={self.dtype_bytes}")
         if self.kv_dtype_bytes is None:
             object.__setattr__(self, "kv_dtype_bytes", self.act_dtype_bytes)
         check_choice("model.kv_dtype_bytes", self.kv_dtype_bytes, (1, 2, 4))
@@ -279,7 +292,11 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
+        """Bytes of all weights: the embedding and LM head at the activations' precision (vLLM leaves
+        them unquantized under FP8), the rest at `dtype_bytes`."""
+        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        wide = self.embedding_params + lm_head
+        return (self.num_params - wide) * self.dtype_bytes + wide * self.act_dtype_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -307,7 +324,8 @@ class ModelSpec:
                 "tensor_parallel_size": tp, "dtype": dtype,
                 # the layer's kind only where it is not Llama's (older profiles omit both keys)
                 **({"mlp_kind": self.mlp_kind} if self.mlp_kind != "gated" else {}),
-                **({"position_embedding": self.position_embedding} if self.position_embedding != "rope" else {})}
+                **({"position_embedding": self.position_embedding} if self.position_embedding != "rope" else {}),
+                **({"quantization": self.quantization} if self.quantization != "none" else {})}
 
     # --- construction -------------------------------------------------------------------------------
     @classmethod
@@ -326,7 +344,8 @@ class ModelSpec:
             raise ConfigError(f"model.name: {p}: model_type {model_type!r} is not supported; "
                               f"choose one of {', '.join(HF_MODEL_TYPES)}")
         name = name or cfg.get("_name_or_path") or p.parent.name or model_type
-        dtype_bytes = checkpoint_weight_bytes(p, cfg) or DTYPE_BYTES.get(str(cfg.get("torch_dtype", "float16")), 2)
+        quantization = checkpoint_quantization(p, cfg) or "none"
+        dtype_bytes = 1 if quantization != "none" else DTYPE_BYTES.get(str(cfg.get("torch_dtype", "float16")), 2)
 
         def need(key: str):
             if key not in cfg:
@@ -345,6 +364,7 @@ class ModelSpec:
                     vocab_size=need("vocab_size"), max_position_embeddings=need("max_position_embeddings"),
                     tie_word_embeddings=cfg.get("tie_word_embeddings", True), mlp_kind="plain",
                     position_embedding="learned", bias=cfg.get("enable_bias", True), dtype_bytes=dtype_bytes,
+                    quantization=quantization,
                 )
             heads = need("num_attention_heads")
             if cfg.get("use_sliding_window"):
@@ -367,6 +387,7 @@ class ModelSpec:
                     qk_nope_head_dim=need("qk_nope_head_dim"), qk_rope_head_dim=need("qk_rope_head_dim"),
                     v_head_dim=need("v_head_dim"), num_nextn_predict_layers=cfg.get("num_nextn_predict_layers", 0),
                     tie_word_embeddings=cfg.get("tie_word_embeddings", False), dtype_bytes=dtype_bytes,
+                    quantization=quantization,
                 )
             experts = {"mixtral": "num_local_experts", "qwen3_moe": "num_experts"}.get(model_type)
             return cls(
@@ -379,7 +400,7 @@ class ModelSpec:
                 num_experts=cfg.get(experts, 0) if experts else 0,
                 num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if experts else 0,
                 tie_word_embeddings=cfg.get("tie_word_embeddings", model_type == "gemma"),
-                bias=bool(cfg.get("attention_bias", False)), dtype_bytes=dtype_bytes,
+                bias=bool(cfg.get("attention_bias", False)), dtype_bytes=dtype_bytes, quantization=quantization,
             )
         except ConfigError as e:
             if str(e).startswith("model.name"):
@@ -394,4 +415,6 @@ class ModelSpec:
         kb = None if kv_cache_dtype == "auto" else DTYPE_BYTES[kv_cache_dtype]
         if kb is None and dtype == "auto":
             kb = self.kv_dtype_bytes  # nothing asked: keep the spec's own cache dtype
-        return replace(self, dtype_bytes=wb, kv_dtype_bytes=kb)
+        # FP8 weights keep their form; FP8 asked of wider weights is vLLM's per-tensor `--quantization fp8`
+        form = (self.quantization if self.dtype_bytes == 1 else "fp8") if wb == 1 else "none"
+        return replace(self, dtype_bytes=wb, kv_dtype_bytes=kb, quantization=form)

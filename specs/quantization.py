@@ -1,9 +1,11 @@
-"""A checkpoint's quantization, as the weights' bytes per parameter the spec carries.
+"""A checkpoint's quantization, as the weight form the spec carries (`ModelSpec.quantization`).
 
 Where it is written: config.json's `quantization_config`, or, for a ModelOpt checkpoint, the
-`hf_quant_config.json` beside it. What it means here (`checkpoint_weight_bytes`): FP8 forms are one
-byte a weight; anything else is refused, because read as 16-bit it would double or quadruple the
-weight bytes and its kernels are not the spec's GEMMs.
+`hf_quant_config.json` beside it. What it means here (`checkpoint_quantization`): FP8 forms are one
+byte a weight, scaled per tensor or channel ("fp8", vLLM's CUTLASS scaled-mm GEMMs) or per block of
+weights ("fp8_block", its block-scaled GEMMs: other kernels, other timings); anything else is
+refused, because read as 16-bit it would double or quadruple the weight bytes and its kernels are
+not the spec's GEMMs.
 """
 from __future__ import annotations
 
@@ -13,19 +15,21 @@ from policies.config import ConfigError
 from records.files import read_json_object
 
 
-def checkpoint_weight_bytes(config_path: Path, cfg: dict) -> int | None:
-    """Bytes per weight of the checkpoint whose config.json `cfg` was read from `config_path`, by its
-    quantization (`_quantization`, `_weight_bytes`); None for an unquantized one."""
+def checkpoint_quantization(config_path: Path, cfg: dict) -> str | None:
+    """The weight form ("fp8" or "fp8_block") of the checkpoint whose config.json `cfg` was read
+    from `config_path` (`_quantization`, `_form`); None for an unquantized one."""
     quant, where = _quantization(config_path, cfg)
-    return _weight_bytes(quant, where) if quant else None
+    return _form(quant, where) if quant else None
 
 
-def _weight_bytes(quant, where: str) -> int:
-    """Bytes per weight of a checkpoint's `quantization_config`: 1 for the FP8 forms vLLM serves as
+def _form(quant, where: str) -> str:
+    """The weight form of a checkpoint's `quantization_config`, for the FP8 forms vLLM serves as
     FP8 (`fp8`; ModelOpt's `quant_algo` FP8; 8-bit float weights in every `config_groups` group, as
-    compressed-tensors and ModelOpt write them). Any other form (4-bit AWQ, GPTQ, NVFP4, MXFP4,
-    int8, ...) is refused with the reason: read as 16-bit it would double or quadruple the weight
-    bytes, and its kernels are not the spec's 16-bit or FP8 GEMMs. `where` names the field in errors."""
+    compressed-tensors and ModelOpt write them): "fp8_block" where the weights are scaled per block
+    (`weight_block_size`, a group's `strategy` "block"), else "fp8". Any other form (4-bit AWQ, GPTQ,
+    NVFP4, MXFP4, int8, ...) is refused with the reason: read as 16-bit it would double or
+    quadruple the weight bytes, and its kernels are not the spec's 16-bit or FP8 GEMMs. `where`
+    names the field in errors."""
     if not isinstance(quant, dict):
         raise ConfigError(f"{where}: expected an object, got {quant!r}")
     method, algo = str(quant.get("quant_method", "")).lower(), str(quant.get("quant_algo", "")).upper()
@@ -33,7 +37,9 @@ def _weight_bytes(quant, where: str) -> int:
     weights = [g.get("weights") or {} for g in groups.values() if isinstance(g, dict)]
     if method == "fp8" or algo == "FP8" or (weights and all(w.get("num_bits") == 8 and w.get("type") == "float"
                                                             for w in weights)):
-        return 1
+        blocked = quant.get("weight_block_size") or any(str(w.get("strategy", "")).lower() == "block"
+                                                        for w in weights)
+        return "fp8_block" if blocked else "fp8"
     form = ", ".join(f"{k} {quant[k]!r}" for k in ("quant_method", "quant_algo", "bits") if k in quant) or "no quant_method"
     raise ConfigError(f"{where} ({form}) is not modelled; servesim models 16-bit and FP8 weights "
                       "(quant_method fp8, quant_algo FP8, 8-bit float config_groups)")

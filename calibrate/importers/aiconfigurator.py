@@ -11,6 +11,13 @@ Measured kernel latencies (ms), ``aiconfigurator_core/systems/data/<system>/<op>
   over bytes for 2/4/8 GPUs, the faster of vLLM's custom kernel (its ``vllm_graph`` rows) and NCCL
   at each size, as vLLM picks; an eager engine (`nccl_only`) gets NCCL alone.
 - ``moe/vllm/*/moe_perf.parquet``: vLLM's fused MoE, for Mixtral-style models (`moe_ops`).
+- FP8 weights scaled per tensor or channel (`quantization` "fp8"): the layer GEMMs from the gemm
+  table's fp8 rows (``CutlassFP8ScaledMMLinearKernel``, vLLM's linear method for them); the LM head
+  stays 16-bit, as vLLM leaves it. Refused: block-scaled FP8 ("fp8_block"; vLLM runs it on three
+  kernels by token count, each timed here over part of the grid), and a MoE's FP8 experts (the moe
+  table's fp8 rows read 1.3-3.3x its bf16 rows at every token count from 1 to 8192, for every
+  shape, where FP8 reads half the bytes at twice the tensor-core rate: not vLLM's FP8 MoE as
+  served, whatever the collector ran).
 Not imported: MLA and the other tables; elementwise ops, embedding and sampling come from memory
 bandwidth (`calibrate.importers.derived`); the data has no host overhead.
 """
@@ -30,7 +37,7 @@ from calibrate.fit import fit_op, fit_pwl
 from calibrate.importers.derived import derived_ops
 from calibrate.model_dims import per_rank_shapes, resolve_model
 from policies import ConfigError
-from sim.latency.profile import Profile
+from sim.latency.profile import Profile, layer_kind
 
 SYSTEMS = {"H100": "h100_sxm", "H200": "h200_sxm", "A100": "a100_sxm"}
 FRAMEWORKS = ("vllm", "sglang", "trtllm")  # preference order: servesim mirrors vLLM
@@ -287,20 +294,39 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
     system = yaml.safe_load((root / f"{SYSTEMS[key]}.yaml").read_text())
     ops = {}
 
-    # GEMMs
+    # GEMMs: the weights' own kernels for the layer, 16-bit ones for the LM head (vLLM does not quantize it)
+    quant = layer_kind(dims, "quantization")
+    if quant == "fp8_block":
+        raise ConfigError(f"model: {dims.get('name', 'this model')} has block-scaled FP8 weights; aiconfigurator "
+                          "times vLLM's block-scaled GEMMs as three kernels over parts of the token grid, not "
+                          "imported (without a profile, hardware.latency = roofline models FP8 weights)")
+    if quant == "fp8" and dims.get("num_experts"):
+        raise ConfigError(f"model: {dims.get('name', 'this model')} has FP8 experts; aiconfigurator's FP8 fused-MoE "
+                          "timings read 1.3-3.3x its bf16 ones at every token count, not vLLM's FP8 MoE as served: "
+                          "not imported (without a profile, hardware.latency = roofline models FP8 weights)")
     gemm_path, gemm_src = _table(system_dir, "gemm", "gemm_perf.parquet")
-    gemm = pd.read_parquet(gemm_path)
-    gemm = gemm[(gemm.gemm_dtype == "bfloat16") & (gemm.kernel_source == "torch.nn.functional.linear")]
+    raw = pd.read_parquet(gemm_path)
+    gemm = raw[(raw.gemm_dtype == "bfloat16") & (raw.kernel_source == "torch.nn.functional.linear")]
     if gemm.empty:
-        gemm = pd.read_parquet(gemm_path)
-        gemm = gemm[gemm.gemm_dtype == "bfloat16"]
+        gemm = raw[raw.gemm_dtype == "bfloat16"]
     device_name = str(gemm.device.iloc[0])
     peak = float(system["gpu"].get("bfloat16_tc_flops") or 0.0)
+    layer_gemm, layer_peak, layer_src = gemm, peak, gemm_src
+    if quant == "fp8":
+        layer_gemm = raw[(raw.gemm_dtype == "fp8") & (raw.kernel_source == "CutlassFP8ScaledMMLinearKernel")]
+        if layer_gemm.empty:
+            layer_gemm = raw[raw.gemm_dtype == "fp8"]
+        if layer_gemm.empty:
+            raise ConfigError(f"model: aiconfigurator {gemm_src} has no FP8 GEMMs on {key} for the fp8 weights of "
+                              f"{dims.get('name', 'this model')}")
+        layer_peak = float(system["gpu"].get("fp8_tc_flops") or 2.0 * peak)
+        layer_src = f"{gemm_src} fp8 ({layer_gemm.kernel_source.iloc[0]})"
     factor = float(compute_factor) if peak else 1.0
     note = f", compute-bound share x {factor:.3f}" if factor != 1.0 else ""
     for op, (k, n) in per_rank_shapes(dims).items():
-        ops[op] = fit_op(op, sustained(_interp_gemm(gemm, k, n), 2.0 * k * n, peak, factor),
-                         source=f"aiconfigurator {gemm_src} gemm (k={k}, n={n}){note}")
+        table, top, src = (gemm, peak, gemm_src) if op == "lm_head" else (layer_gemm, layer_peak, layer_src)
+        ops[op] = fit_op(op, sustained(_interp_gemm(table, k, n), 2.0 * k * n, top, factor),
+                         source=f"aiconfigurator {src} gemm (k={k}, n={n}){note}")
     if dims.get("num_experts"):
         ops.update(moe_ops(system_dir, dims, gemm, gemm_src, peak, factor))
 
@@ -383,6 +409,7 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
         "device": device_name, "torch_version": None, "driver": None, "dtype": "bfloat16",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "source": f"aiconfigurator-core {pkg} ({gemm_src})", "license": "Apache-2.0 (aiconfigurator-core data)",
-        "gpu": key, "notes": "per-op kernel latencies measured by NVIDIA; elementwise ops and host time derived",
+        "gpu": key, "notes": "per-op kernel latencies measured by NVIDIA; elementwise ops and host time derived"
+                             + ("; fp8 weights: FP8 layer GEMMs, 16-bit LM head" if quant == "fp8" else ""),
     }
     return Profile(meta=meta, model=dims, ops=ops)

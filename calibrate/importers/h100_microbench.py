@@ -26,7 +26,7 @@ from calibrate.importers.shared_data import shared_data_dir
 from calibrate.importers.derived import derived_ops
 from calibrate.model_dims import per_rank_shapes, resolve_model
 from policies import ConfigError
-from sim.latency.profile import Profile
+from sim.latency.profile import Profile, layer_kind
 
 US = 1e-6
 DEFAULT_DIR = shared_data_dir() / "profiles" / "h100-kernel-microbench"
@@ -57,6 +57,9 @@ def import_h100_microbench(gpu: str, model: str, tp: int = 1, data_dir: str | Pa
     if not root.is_dir():
         raise FileNotFoundError(f"--data-dir: h100-kernel-microbench not found at {root}")
     dims = {**model, "tensor_parallel_size": tp} if isinstance(model, dict) else resolve_model(model, tp)
+    if layer_kind(dims, "quantization") != "none":  # its 16-bit GEMMs would stand in for the FP8 ones
+        raise ConfigError(f"model: h100-microbench times 16-bit GEMMs, not the {dims['quantization']} weights of "
+                          f"{dims.get('name', 'this model')}; use source aiconfigurator")
     if dims.get("num_experts"):  # its dense GEMMs would stand in for the experts
         raise ConfigError(f"model: h100-microbench has no MoE kernels for {dims.get('name', 'this model')} "
                           f"({dims['num_experts']} experts); use source aiconfigurator")

@@ -57,6 +57,9 @@ def vidur_overlay(profile: Profile, data_dir: str | Path | None = None, extend: 
     if layer_kind(profile.model, "mlp_kind") != "gated":  # matched by dims alone, a gated layer would stand in
         raise ConfigError(f"kernels: vidur-per-op times gated (Llama-family) MLPs only, not the "
                           f"{profile.model['mlp_kind']} MLP of {profile.model.get('name', 'this model')}")
+    if layer_kind(profile.model, "quantization") != "none":  # its 16-bit GEMMs would replace the FP8 ones
+        raise ConfigError(f"kernels: vidur-per-op times 16-bit GEMMs, not the {profile.model['quantization']} "
+                          f"weights of {profile.model.get('name', 'this model')}")
     if profile.model.get("num_experts"):  # its dense MLP GEMMs would replace the fused MoE block
         raise ConfigError(f"kernels: vidur-per-op times dense MLPs only, not the {profile.model['num_experts']}-expert "
                           f"MoE of {profile.model.get('name', 'this model')}")

@@ -45,7 +45,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("--gpu", required=True, help="H100, H200 or A100 (aiconfigurator); H100 (h100-microbench)")
     imp.add_argument("--model", required=True, dest="import_model",
                      help="a known name (e.g. llama-2-70b, mixtral-8x7b: calibrate/model_dims.py) or a HF "
-                          "config.json (Llama-shaped, OPT, or a Mixtral / Qwen3 MoE)")
+                          "config.json (Llama-shaped, OPT, or a Mixtral / Qwen3 MoE; FP8 weights scaled per "
+                          "tensor or channel: aiconfigurator's FP8 GEMMs)")
     imp.add_argument("--tp", type=int, default=1, help="tensor parallelism (per-rank shapes)")
     imp.add_argument("--data-dir", default=None, help=IMPORT_HELP["data_dir"])
     imp.add_argument("--host", default="graphs", help="host time per step: graphs (CUDA-graph engine, default), "
@@ -187,8 +188,9 @@ def run(args) -> int:
     launch = profile.meta.get("eager_launch")
     if launch:
         options.say(args, f"eager launch path: {launch['launch_s'] * 1e3:.1f} ms a step = {launch['source']}")
+    weights = f" ({m['quantization']} weights)" if m.get("quantization") else ""
     options.say(args, f"wrote {path}: {profile.meta.get('device')}, {m.get('name')} tp={m['tensor_parallel_size']} "
-                f"{m['dtype']}, source {profile.meta.get('source')}")
+                f"{m['dtype']}{weights}, source {profile.meta.get('source')}")
     print_warnings(profile.meta)  # on stderr, --quiet or not
     return 0
 

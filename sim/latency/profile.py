@@ -25,8 +25,11 @@ MODEL_DIMS = (
 )
 #: a MoE's experts, which a profile records where it has them (absent or 0: a dense MLP)
 EXPERT_DIMS = ("num_experts", "num_experts_per_tok")
-#: the layer's kind a profile may record, with the value an absent key means (a Llama layer)
-LAYER_KINDS = {"mlp_kind": ("gated", ("gated", "plain")), "position_embedding": ("rope", ("rope", "learned"))}
+#: the layer's kind a profile may record, with the value an absent key means (a Llama layer of
+#: 16-bit weights); `quantization` is the weights' form (`specs.model_spec.QUANTIZATIONS`), whose
+#: GEMMs are other kernels
+LAYER_KINDS = {"mlp_kind": ("gated", ("gated", "plain")), "position_embedding": ("rope", ("rope", "learned")),
+               "quantization": ("none", ("none", "fp8", "fp8_block"))}
 REQUIRED_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attn_prefill", "attn_decode", "lm_head")
 #: op -> its inputs (the file must agree)
 OP_INPUTS: dict[str, tuple[str, ...]] = {
@@ -170,6 +173,7 @@ _ALIASES = {
     "tensor_parallel_size": ("tensor_parallel_size", "tp", "tp_size"),
     "mlp_kind": ("mlp_kind",),
     "position_embedding": ("position_embedding",),
+    "quantization": ("quantization",),
     "num_experts": ("num_experts", "num_local_experts"),
     "num_experts_per_tok": ("num_experts_per_tok",),
 }

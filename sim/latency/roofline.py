@@ -229,10 +229,11 @@ class RooflineLatencyModel(LatencyModel):
         else:
             self._a2a_fixed = self._a2a_s_per_token = 0.0
         # LM head on sampled tokens (vocab sharded over tp): weights once, 2 V h FLOPs per sampled token,
-        # float32 logits written
+        # float32 logits written; at the activations' precision (vLLM leaves it unquantized under FP8)
         vocab = m.vocab_size // tp
-        self._head_weight_bytes = vocab * h * dt
+        self._head_weight_bytes = vocab * h * act
         self._head_flops_per_token = 2 * vocab * h
+        self._head_flop_s = 1.0 / (gpu.peak_flops(act) * c.gemm_flops_eff)
         self._head_bytes_per_token = vocab * 4
         # swap: each GPU moves its KV shard of a block over its own host link
         pcie = pcie_bandwidth or gpu.pcie_bandwidth
@@ -279,7 +280,7 @@ class RooflineLatencyModel(LatencyModel):
             if self._a2a_fixed:
                 out["all_to_all"] = self._a2a_fixed + num_tokens * self._a2a_s_per_token
             if num_sampled:
-                out["lm_head"] = max(num_sampled * self._head_flops_per_token * self._gemm_flop_s,
+                out["lm_head"] = max(num_sampled * self._head_flops_per_token * self._head_flop_s,
                                      (self._head_weight_bytes + num_sampled * self._head_bytes_per_token)
                                      * self._hbm_byte_s)
             c = self.constants
@@ -319,7 +320,8 @@ class RooflineLatencyModel(LatencyModel):
         elem = self._elem_bytes_per_token
         ar = self.tp > 1
         ar_fixed, ar_tok, a2a_fixed, a2a_tok = self._ar_fixed, self._ar_s_per_token, self._a2a_fixed, self._a2a_s_per_token
-        head_f, head_w, head_b = self._head_flops_per_token, self._head_weight_bytes, self._head_bytes_per_token
+        head_f, head_w, head_b = self._head_flops_per_token * self._head_flop_s, self._head_weight_bytes, \
+            self._head_bytes_per_token
         c = self.constants
         step_o, seq_o, layers_o = c.step_overhead_s, c.per_seq_overhead_s, self.model.num_layers * c.layer_overhead_s
 
@@ -342,7 +344,7 @@ class RooflineLatencyModel(LatencyModel):
                 t += a2a_fixed + num_tokens * a2a_tok
             num_sampled = outputs + padding_seqs + spec
             if num_sampled:
-                t += max(num_sampled * head_f * gemm, (head_w + num_sampled * head_b) * hbm)
+                t += max(num_sampled * head_f, (head_w + num_sampled * head_b) * hbm)
             t += step_o + num_seqs * seq_o + layers_o
             return t
         return time_of
@@ -369,7 +371,7 @@ class RooflineLatencyModel(LatencyModel):
             if self._a2a_fixed:
                 t += self._a2a_fixed + num_tokens * self._a2a_s_per_token
             if num_sampled:
-                t += max(num_sampled * self._head_flops_per_token * self._gemm_flop_s,
+                t += max(num_sampled * self._head_flops_per_token * self._head_flop_s,
                          (self._head_weight_bytes + num_sampled * self._head_bytes_per_token) * self._hbm_byte_s)
         if swap is not None:
             t += swap
@@ -404,7 +406,7 @@ class RooflineLatencyModel(LatencyModel):
         elementwise = n * self._elem_bytes_per_token * self._hbm_byte_s
         all_reduce = self._ar_fixed + n * self._ar_s_per_token if self.tp > 1 else None
         all_to_all = self._a2a_fixed + n * self._a2a_s_per_token if self._a2a_fixed else None
-        lm_head = max(n * self._head_flops_per_token * self._gemm_flop_s,
+        lm_head = max(n * self._head_flops_per_token * self._head_flop_s,
                       (self._head_weight_bytes + n * self._head_bytes_per_token) * self._hbm_byte_s)
         c = self.constants
         overhead = c.step_overhead_s + n * c.per_seq_overhead_s + self.model.num_layers * c.layer_overhead_s

@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 
 from calibrate.bench import calibrate  # noqa: E402
 from calibrate_helpers import MICRO, micro_grid  # noqa: E402
+from policies import ConfigError  # noqa: E402
 from servesim.commands.calibrate import run as cli_run  # noqa: E402
 from sim.latency.profile import REQUIRED_OPS, Profile  # noqa: E402
 from sim.latency.profiled import ProfiledLatencyModel  # noqa: E402
@@ -104,3 +105,11 @@ def test_bracket_drift_is_the_slowdown_of_the_second_half_against_the_profile(mi
     assert bracket_drift_pct(profile, before, after) == pytest.approx(20.0, abs=0.15)
     assert bracket_drift_pct(profile, after, before) == pytest.approx(-16.7, abs=0.15)
     assert bracket_drift_pct(profile, before, []) is None
+
+
+def test_an_fp8_checkpoint_is_refused_before_the_engine_is_built(tmp_path):
+    # the engine runs 16- or 32-bit weights: its GEMMs timed as an FP8 checkpoint's would mislabel the profile
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**MICRO, "quantization_config": {"quant_method": "fp8"}}))
+    with pytest.raises(ConfigError, match=r"^model: .* has fp8 weights, which the engine does not run"):
+        calibrate(path, "cpu", progress=False, grid=micro_grid(), probe=False)

@@ -72,8 +72,8 @@ def test_a_model_the_dims_cannot_describe_is_refused_with_the_reason():
     with pytest.raises(ConfigError, match="^model: .* is a fine-grained MoE"):
         dims_of_spec(fine, 2)
     assert dims_of_spec(get_model("Mixtral-8x7B"), 2)["num_experts"] == 8  # a Mixtral-style MoE is fine
-    with pytest.raises(ConfigError, match="^model: .* has FP8 weights"):  # not timed as 16-bit GEMMs
-        dims_of_spec(get_model("Llama-3-70B").with_dtype("fp8"), 4)
+    assert dims_of_spec(get_model("Llama-3-70B").with_dtype("fp8"), 4)["quantization"] == "fp8"  # for the importer
+    assert "quantization" not in dims_of_spec(get_model("Llama-3-70B"), 4)
 
 
 def mixtral_config(tmp_path, **kw) -> str:
@@ -108,8 +108,59 @@ def test_a_moe_config_keeps_its_experts_or_is_refused(tmp_path):
         resolve_model(llama)  # a Llama layer of 4-bit weights: not the 16-bit GEMMs a profile times
     fp8 = mixtral_config(tmp_path, model_type="qwen3", num_local_experts=0,
                          quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]})
-    with pytest.raises(ConfigError, match="^model: .* has FP8 weights"):
-        resolve_model(fp8)
+    assert resolve_model(fp8)["quantization"] == "fp8_block"  # Llama-shaped, read through spec_of_config
+
+
+def llama_config(folder, **kw) -> str:
+    """A Llama-3-70B-shaped config.json in `folder` (Mixtral's file less its experts), `kw` on top."""
+    folder.mkdir(exist_ok=True)
+    return mixtral_config(folder, model_type="llama", num_local_experts=0, num_experts_per_tok=0, num_hidden_layers=80,
+                          hidden_size=8192, num_attention_heads=64, intermediate_size=28672, vocab_size=128256, **kw)
+
+
+H100_FP8_FLOPS = 1979e12  # dense FP8 tensor-core peak (datasheet)
+
+
+def test_fp8_weights_are_timed_by_fp8_gemms_and_checked_against_the_model(tmp_path):
+    pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
+    from specs.model_spec import ModelSpec
+
+    bf16_cfg = llama_config(tmp_path / "bf16")
+    fp8_cfg = llama_config(tmp_path / "fp8", quantization_config={"quant_method": "fp8"})
+    bf16 = import_profile("aiconfigurator", "H100", bf16_cfg, 4, host="none")
+    fp8 = import_profile("aiconfigurator", "H100", fp8_cfg, 4, host="none")
+    assert fp8.model["quantization"] == "fp8" and "fp8" in fp8.ops["qkv_proj"].source
+    for op, (k, n) in per_rank_shapes(fp8.model).items():
+        if op == "lm_head":  # vLLM leaves the LM head unquantized
+            assert [fp8.ops[op].curve(m) for m in (1, 4096)] == [bf16.ops[op].curve(m) for m in (1, 4096)]
+            continue
+        # one token: memory-bound, one byte a weight (above that floor, below the 16-bit GEMM's time)
+        assert k * n / H100_BW <= fp8.ops[op].curve(1) < bf16.ops[op].curve(1), op
+        # 8192 tokens: compute-bound, no faster than FP8's tensor-core peak and faster than 16-bit
+        assert 2 * k * n * 8192 / H100_FP8_FLOPS <= fp8.ops[op].curve(8192) < bf16.ops[op].curve(8192), op
+    fp8.check_model(ModelSpec.from_hf_config(fp8_cfg))
+    with pytest.raises(ConfigError, match="^profile.model.quantization: profile was made for quantization=fp8 but "
+                                          "the model has none"):
+        fp8.check_model(ModelSpec.from_hf_config(bf16_cfg))
+    with pytest.raises(ConfigError, match="^profile.model.quantization: .*=none but the model has fp8"):
+        bf16.check_model(fp8.model)
+
+
+def test_fp8_forms_without_trustworthy_kernels_are_refused_with_the_reason(tmp_path):
+    from calibrate.importers.h100_microbench import import_h100_microbench
+
+    fp8 = resolve_model(llama_config(tmp_path / "fp8", quantization_config={"quant_method": "fp8"}), tp=4)
+    with pytest.raises(ConfigError, match="^model: h100-microbench times 16-bit GEMMs, not the fp8 weights"):
+        import_h100_microbench("H100", fp8, 4, data_dir=tmp_path)  # refused before any data is read
+    pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
+    with pytest.raises(ConfigError, match="^kernels: vidur-per-op times 16-bit GEMMs, not the fp8 weights"):
+        import_profile("aiconfigurator", "H100", fp8, 4, host="none", kernels="vidur")
+    block = llama_config(tmp_path / "block", quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]})
+    with pytest.raises(ConfigError, match="^model: .* has block-scaled FP8 weights"):
+        import_profile("aiconfigurator", "H100", block, 4, host="none")
+    experts = mixtral_config(tmp_path, quantization_config={"quant_method": "fp8"})
+    with pytest.raises(ConfigError, match="^model: .* has FP8 experts"):
+        import_profile("aiconfigurator", "H100", experts, 2, host="none")
 
 
 def test_importers_without_moe_kernels_refuse_a_moe(tmp_path):

@@ -54,3 +54,33 @@ def test_aiconfigurator_cores_copy_of_a_models_config_is_used(tmp_path, monkeypa
     assert aiconfigurator_model_config("acme/widget-8b") == path  # HF ids are case-insensitive
     assert aiconfigurator_model_config("Widget-8B") is None  # only an org/name id names a copy
     assert resolve_model_name("Acme/Widget-8B") == str(path)
+
+
+LLAMA_70B_HF = {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+                "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 128256,
+                "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("quant, form, kind", [
+    ({"quant_method": "fp8"}, "fp8", "aiconfigurator"),  # per-tensor FP8: aiconfigurator's FP8 GEMMs
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8_block", "roofline"),  # not imported
+])
+def test_an_fp8_checkpoint_is_predicted_from_its_own_gemms_or_the_roofline(tmp_path, quant, form, kind):
+    pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
+    from fidelity.predict import gpu_latency_model
+    from fidelity.run_config import config_dict_for_run
+    from fidelity.runs import RealRun, ServerArgs
+    from fidelity_helpers import make_requests, write_exp_config
+    from sim.config import load_config
+
+    write_exp_config(tmp_path, model="acme/Llama-70B-FP8", tensor_parallelism=4, gpu="H100")
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_70B_HF, "quantization_config": quant}))
+    server = ServerArgs(model="acme/Llama-70B-FP8", gpu="H100", tensor_parallel_size=4, max_model_len=4096)
+    run = RealRun(name="fp8", source="hand-made", path=tmp_path, server=server,
+                  requests=make_requests().assign(prefix_group=-1, num_prefix_tokens=0))
+    config = load_config(config_dict_for_run(run))
+    assert config.model.spec().quantization == form
+    model, got = gpu_latency_model(run, config)
+    assert got == kind
+    if kind == "aiconfigurator":
+        assert "fp8" in model.profile.ops["qkv_proj"].source and "fp8" not in model.profile.ops["lm_head"].source

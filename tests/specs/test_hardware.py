@@ -44,7 +44,11 @@ def test_fp8_weights_keep_a_16_bit_cache_unless_asked():
     base, w8 = ModelConfig(name="Llama-3-8B").spec(), ModelConfig(name="Llama-3-8B", dtype="fp8").spec()
     assert w8.dtype_bytes == 1 and w8.kv_bytes_per_token == base.kv_bytes_per_token
     both = ModelConfig(name="Llama-3-8B", dtype="fp8", kv_cache_dtype="fp8").spec()
-    assert both.kv_bytes_per_token * 2 == base.kv_bytes_per_token and both.weight_bytes * 2 == base.weight_bytes
+    assert both.kv_bytes_per_token * 2 == base.kv_bytes_per_token
+    # the layers' weights at one byte, the embedding and LM head (vLLM leaves them unquantized) at two
+    wide = 2 * base.vocab_size * base.hidden_size
+    assert both.weight_bytes == (base.num_params - wide) + 2 * wide < base.weight_bytes
+    assert (w8.quantization, base.quantization) == ("fp8", "none")  # vLLM's --quantization fp8: per tensor
 
 
 @pytest.mark.parametrize("kwargs, match", [

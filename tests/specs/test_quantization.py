@@ -10,12 +10,17 @@ from specs.model_spec import ModelSpec
 from spec_factories import LLAMA2_7B_HF, make_hf_config
 
 
-@pytest.mark.parametrize("quant, weight_bytes", [
-    ({"quant_method": "fp8", "fmt": "e4m3"}, 1),
-    ({"quant_method": "modelopt", "quant_algo": "FP8"}, 1),
-    ({"quant_algo": "FP8", "producer": {"name": "modelopt"}}, 1),  # ModelOpt's, no quant_method
+@pytest.mark.parametrize("quant, form", [
+    ({"quant_method": "fp8", "fmt": "e4m3"}, "fp8"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8_block"),  # Qwen3-*-FP8, DeepSeek-V3
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8"),
+    ({"quant_algo": "FP8", "producer": {"name": "modelopt"}}, "fp8"),  # ModelOpt's, no quant_method
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {  # RedHatAI's FP8-dynamic
+        "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}}, "fp8"),
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
-        "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "type": "float"}}}}, 1),
+        "weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}}}},
+     "fp8_block"),
     ({"quant_method": "awq", "bits": 4}, "quant_method 'awq', bits 4"),
     ({"quant_method": "gptq", "bits": 8}, "quant_method 'gptq', bits 8"),  # weight-only: 16-bit GEMMs
     ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "quant_algo 'NVFP4'"),
@@ -24,16 +29,32 @@ from spec_factories import LLAMA2_7B_HF, make_hf_config
     ({"quant_method": "mxfp4"}, "quant_method 'mxfp4'"),
     ("fp8", "expected an object"),
 ])
-def test_a_quantized_checkpoint_is_read_as_fp8_or_refused_never_as_16_bit(tmp_path, quant, weight_bytes):
+def test_a_quantized_checkpoint_is_read_as_fp8_or_refused_never_as_16_bit(tmp_path, quant, form):
     fields = dict(LLAMA2_7B_HF, torch_dtype="bfloat16", quantization_config=quant)
-    if isinstance(weight_bytes, int):
+    if form.startswith("fp8"):
         spec = ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
-        assert spec.dtype_bytes == weight_bytes
-        assert spec.weight_bytes == get_model("Llama-2-7B").num_params  # one byte a weight
+        assert (spec.dtype_bytes, spec.quantization) == (1, form)
+        llama = get_model("Llama-2-7B")
+        wide = 2 * llama.vocab_size * llama.hidden_size  # embedding and LM head, left 16-bit
+        assert spec.weight_bytes == llama.num_params - wide + 2 * wide  # the rest one byte a weight
         assert spec.kv_dtype_bytes == 2  # FP8 weights keep a 16-bit cache unless asked
         return
-    with pytest.raises(ConfigError, match=r"^model\.name: .*quantization_config.*" + weight_bytes):
+    with pytest.raises(ConfigError, match=r"^model\.name: .*quantization_config.*" + form):
         ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
+
+
+def test_the_weight_form_follows_the_weights_bytes():
+    llama = get_model("Llama-2-7B")
+    assert ModelSpec(**{**llama.__dict__, "dtype_bytes": 1}).quantization == "fp8"  # one byte, no form: per tensor
+    with pytest.raises(ConfigError, match=r"^model\.quantization: fp8_block weights are one byte each"):
+        ModelSpec(**{**llama.__dict__, "quantization": "fp8_block"})
+    with pytest.raises(ConfigError, match=r"^model\.quantization"):
+        ModelSpec(**{**llama.__dict__, "dtype_bytes": 1, "quantization": "int4"})
+    v3 = get_model("DeepSeek-V3")
+    assert v3.quantization == "fp8_block"
+    assert v3.with_dtype("auto").quantization == v3.with_dtype("fp8").quantization == "fp8_block"  # kept
+    assert v3.with_dtype("bfloat16").quantization == "none"
+    assert llama.with_dtype("fp8").quantization == "fp8"
 
 
 def test_a_modelopt_checkpoint_is_read_from_its_hf_quant_config(tmp_path):
