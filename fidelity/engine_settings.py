@@ -43,7 +43,8 @@ USED: dict[str, str] = {
     "num_gpu_blocks": "hardware.num_gpu_blocks: the engine's own KV capacity",
     "num_kv_tokens": "hardware.num_gpu_blocks = tokens / block_size (the engine's own KV capacity)",
     "gpu_memory_utilization": "hardware.gpu_memory_utilization: the KV pool vLLM's profiling rule leaves",
-    "kv_cache_dtype": "model.kv_cache_dtype: fp8 halves the KV bytes per token; auto = the model dtype",
+    "kv_cache_dtype": "model.kv_cache_dtype: fp8 halves the KV bytes per token, and aiconfigurator's attention "
+                      "is read over an fp8 cache; auto = the model dtype",
     "kv_offloading_size": "cache.offload_size_gb: a CPU tier of the prefix cache (policies.kv_offload)",
     "kv_offloading_backend": "cache.offload_backend",
     "max_paddings": "scheduler.max_paddings: a padded prompt batch stops admitting past this padding (v0.2.2-0.3)",

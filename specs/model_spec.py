@@ -157,6 +157,12 @@ class ModelSpec:
         return 2 if self.dtype_bytes == 1 else self.dtype_bytes
 
     @property
+    def kv_cache_dtype(self) -> str:
+        """The KV cache's dtype as vLLM's `--kv-cache-dtype` names it: "fp8" for a one-byte cache,
+        else "auto" (the activations')."""
+        return "fp8" if self.kv_dtype_bytes == 1 else "auto"
+
+    @property
     def q_head_dim(self) -> int:
         """Query (and key) width per head: nope + rope parts under MLA, else `head_dim`."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
@@ -325,7 +331,8 @@ class ModelSpec:
                 # the layer's kind only where it is not Llama's (older profiles omit both keys)
                 **({"mlp_kind": self.mlp_kind} if self.mlp_kind != "gated" else {}),
                 **({"position_embedding": self.position_embedding} if self.position_embedding != "rope" else {}),
-                **({"quantization": self.quantization} if self.quantization != "none" else {})}
+                **({"quantization": self.quantization} if self.quantization != "none" else {}),
+                **({"kv_cache_dtype": "fp8"} if self.kv_cache_dtype == "fp8" else {})}
 
     # --- construction -------------------------------------------------------------------------------
     @classmethod

@@ -18,6 +18,8 @@ Measured kernel latencies (ms), ``aiconfigurator_core/systems/data/<system>/<op>
   table's fp8 rows read 1.3-3.3x its bf16 rows at every token count from 1 to 8192, for every
   shape, where FP8 reads half the bytes at twice the tensor-core rate: not vLLM's FP8 MoE as
   served, whatever the collector ran).
+- An FP8 KV cache (`kv_cache_dtype` "fp8"): attention from the rows of an fp8 cache (16-bit
+  queries), which read half the bytes and dequantize them.
 Not imported: MLA and the other tables; elementwise ops, embedding and sampling come from memory
 bandwidth (`calibrate.importers.derived`); the data has no host overhead.
 """
@@ -334,12 +336,17 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
     heads = dims["num_attention_heads"] // tp
     kv_heads = max(dims["num_key_value_heads"] // tp, 1)
     hd = dims["head_dim"]
+    kv_dtype = "fp8" if layer_kind(dims, "kv_cache_dtype") == "fp8" else "bfloat16"
 
     def attn_rows(filename):
         path, src = _table(system_dir, "attention", filename)
         df = pd.read_parquet(path)
+        if kv_dtype != "bfloat16" and ("kv_cache_dtype" not in df.columns
+                                       or not (df.kv_cache_dtype == kv_dtype).any()):
+            raise ConfigError(f"model: aiconfigurator {src} times attention over a 16-bit KV cache only on {key}, "
+                              f"not the fp8 cache of {dims.get('name', 'this model')}")
         keep = df.head_dim == hd
-        for col, want in (("attn_dtype", "bfloat16"), ("kv_cache_dtype", "bfloat16"), ("window_size", 0)):
+        for col, want in (("attn_dtype", "bfloat16"), ("kv_cache_dtype", kv_dtype), ("window_size", 0)):
             if col in df.columns:  # older tables (A100) lack some columns
                 keep &= df[col] == want
         rows, how = attention_rows(df[keep], heads, kv_heads)
@@ -347,7 +354,7 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
             raise ConfigError(f"model: aiconfigurator {src} has no {filename.split('_')[0]} attention for "
                               f"{heads} heads / {kv_heads} KV heads / head_dim {hd} per rank (tp={tp}) "
                               f"nor a shape to derive it from")
-        return rows, f"aiconfigurator {src} {how}"
+        return rows, f"aiconfigurator {src} {how}" + (", fp8 KV cache" if kv_dtype == "fp8" else "")
 
     gen, gen_src = attn_rows("generation_attention_perf.parquet")
     decode_pts = complete_decode_grid([[float(r.batch_size), float(r.step), float(r.latency) * MS]

@@ -60,6 +60,9 @@ def import_h100_microbench(gpu: str, model: str, tp: int = 1, data_dir: str | Pa
     if layer_kind(dims, "quantization") != "none":  # its 16-bit GEMMs would stand in for the FP8 ones
         raise ConfigError(f"model: h100-microbench times 16-bit GEMMs, not the {dims['quantization']} weights of "
                           f"{dims.get('name', 'this model')}; use source aiconfigurator")
+    if layer_kind(dims, "kv_cache_dtype") == "fp8":  # its attention reads a 16-bit cache
+        raise ConfigError(f"model: h100-microbench times attention over a 16-bit KV cache, not the fp8 cache of "
+                          f"{dims.get('name', 'this model')}; use source aiconfigurator")
     if dims.get("num_experts"):  # its dense GEMMs would stand in for the experts
         raise ConfigError(f"model: h100-microbench has no MoE kernels for {dims.get('name', 'this model')} "
                           f"({dims['num_experts']} experts); use source aiconfigurator")

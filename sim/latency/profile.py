@@ -26,10 +26,11 @@ MODEL_DIMS = (
 #: a MoE's experts, which a profile records where it has them (absent or 0: a dense MLP)
 EXPERT_DIMS = ("num_experts", "num_experts_per_tok")
 #: the layer's kind a profile may record, with the value an absent key means (a Llama layer of
-#: 16-bit weights); `quantization` is the weights' form (`specs.model_spec.QUANTIZATIONS`), whose
-#: GEMMs are other kernels
+#: 16-bit weights and cache); `quantization` is the weights' form (`specs.model_spec.QUANTIZATIONS`),
+#: whose GEMMs are other kernels, `kv_cache_dtype` the KV cache's ("auto": the activations' dtype;
+#: "fp8" halves the bytes attention reads, with its own kernels)
 LAYER_KINDS = {"mlp_kind": ("gated", ("gated", "plain")), "position_embedding": ("rope", ("rope", "learned")),
-               "quantization": ("none", ("none", "fp8", "fp8_block"))}
+               "quantization": ("none", ("none", "fp8", "fp8_block")), "kv_cache_dtype": ("auto", ("auto", "fp8"))}
 REQUIRED_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attn_prefill", "attn_decode", "lm_head")
 #: op -> its inputs (the file must agree)
 OP_INPUTS: dict[str, tuple[str, ...]] = {
@@ -154,7 +155,8 @@ class Profile:
         """KV cache bytes per token on one rank (keys + values, all layers)."""
         m = self.model
         kv_heads = max(m["num_key_value_heads"] // m["tensor_parallel_size"], 1)
-        return 2 * m["num_hidden_layers"] * kv_heads * m["head_dim"] * DTYPE_BYTES[m["dtype"]]
+        element = 1 if layer_kind(m, "kv_cache_dtype") == "fp8" else DTYPE_BYTES[m["dtype"]]
+        return 2 * m["num_hidden_layers"] * kv_heads * m["head_dim"] * element
 
     def fit_error_table(self) -> list[tuple[str, int, float, float]]:
         """(op, number of points, median abs %, max abs %) for every op: for CLI output."""
@@ -174,6 +176,7 @@ _ALIASES = {
     "mlp_kind": ("mlp_kind",),
     "position_embedding": ("position_embedding",),
     "quantization": ("quantization",),
+    "kv_cache_dtype": ("kv_cache_dtype",),
     "num_experts": ("num_experts", "num_local_experts"),
     "num_experts_per_tok": ("num_experts_per_tok",),
 }

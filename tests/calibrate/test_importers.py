@@ -146,12 +146,39 @@ def test_fp8_weights_are_timed_by_fp8_gemms_and_checked_against_the_model(tmp_pa
         bf16.check_model(fp8.model)
 
 
+def test_an_fp8_kv_cache_is_timed_by_attention_over_fp8_and_checked_against_the_model():
+    pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
+    from calibrate.model_dims import dims_of_spec
+    from specs import get_model
+
+    spec = get_model("Llama-3-70B")
+    fp8_kv = spec.with_dtype("auto", kv_cache_dtype="fp8")
+    bf16 = import_profile("aiconfigurator", "H100", dims_of_spec(spec, 4), 4, host="none")
+    fp8 = import_profile("aiconfigurator", "H100", dims_of_spec(fp8_kv, 4), 4, host="none")
+    assert fp8.model["kv_cache_dtype"] == "fp8" and "fp8 KV cache" in fp8.ops["attn_decode"].source
+    assert fp8.kv_bytes_per_token == fp8_kv.kv_bytes_per_token // 4 == bf16.kv_bytes_per_token // 2  # one rank of 4
+    # long contexts: the decode reads half the bytes (at least an fp8 cache's over HBM, below the 16-bit time)
+    batch, kv = 64, 16384
+    bytes_read = batch * kv * fp8.kv_bytes_per_token / 80  # one layer's share
+    assert bytes_read / H100_BW <= fp8.ops["attn_decode"].curve(batch, kv) < 0.9 * bf16.ops["attn_decode"].curve(batch, kv)
+    assert fp8.ops["qkv_proj"].curve(128) == bf16.ops["qkv_proj"].curve(128)  # the weights are not the cache
+    with pytest.raises(ConfigError, match="^model: aiconfigurator .* attention over a 16-bit KV cache only on A100"):
+        import_profile("aiconfigurator", "A100", dims_of_spec(fp8_kv, 4), 4, host="none")
+    fp8.check_model(fp8_kv)
+    with pytest.raises(ConfigError, match="^profile.model.kv_cache_dtype: profile was made for kv_cache_dtype=fp8 "
+                                          "but the model has auto"):
+        fp8.check_model(spec)
+
+
 def test_fp8_forms_without_trustworthy_kernels_are_refused_with_the_reason(tmp_path):
     from calibrate.importers.h100_microbench import import_h100_microbench
 
     fp8 = resolve_model(llama_config(tmp_path / "fp8", quantization_config={"quant_method": "fp8"}), tp=4)
     with pytest.raises(ConfigError, match="^model: h100-microbench times 16-bit GEMMs, not the fp8 weights"):
         import_h100_microbench("H100", fp8, 4, data_dir=tmp_path)  # refused before any data is read
+    fp8_kv = {**resolve_model("llama-3-70b", 4), "kv_cache_dtype": "fp8"}
+    with pytest.raises(ConfigError, match="^model: h100-microbench times attention over a 16-bit KV cache"):
+        import_h100_microbench("H100", fp8_kv, 4, data_dir=tmp_path)
     pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
     with pytest.raises(ConfigError, match="^kernels: vidur-per-op times 16-bit GEMMs, not the fp8 weights"):
         import_profile("aiconfigurator", "H100", fp8, 4, host="none", kernels="vidur")
