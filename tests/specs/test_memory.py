@@ -133,7 +133,9 @@ def test_fp8_weights_free_their_bytes_for_the_cache():
     hw = make_hardware()
     bf16, w8 = ModelConfig(name="Llama-3-8B").spec(), ModelConfig(name="Llama-3-8B", dtype="fp8").spec()
     freed = weight_bytes_per_gpu(bf16, 1) - weight_bytes_per_gpu(w8, 1)
-    assert freed == pytest.approx(bf16.num_params, rel=1e-6)  # one byte per parameter
+    vocab = 2 * bf16.vocab_size * bf16.hidden_size  # embedding and LM head: left 16-bit, as vLLM serves them
+    assert freed == pytest.approx(bf16.num_params - vocab, rel=1e-6)  # one byte per other parameter
+    assert weight_bytes_per_gpu(w8, 1) == pytest.approx(w8.weight_bytes, rel=1e-6)  # the spec's own count
     assert kv_cache_bytes(w8, hw) - kv_cache_bytes(bf16, hw) == pytest.approx(freed, rel=0.01)
 
 
