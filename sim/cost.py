@@ -49,7 +49,7 @@ def replica_costs(config, provisioned_s: dict[str, float] | None = None) -> list
     for name, c in all_replica_configs(config):
         gpu = c.hardware.gpu_spec()
         spec = c.model.spec()
-        ridge = gpu.peak_flops(spec.dtype_bytes) * spec.dtype_bytes / (2.0 * gpu.hbm_bandwidth)
+        ridge = gpu.peak_flops(spec.dtype_bytes) * spec.weight_element_bytes / (2.0 * gpu.hbm_bandwidth)
         up = provisioned_s.get(name) if provisioned_s else None
         out.append(ReplicaCost(name, int(c.hardware.tp), c.hardware.cost_per_hour / c.hardware.tp,
                                gpu.idle_power_w, gpu.board_power_w, ridge, up))

@@ -15,7 +15,7 @@ from specs.model_spec import DTYPE_BYTES, ModelSpec
 # engine generations whose profiling sizes the KV pool (specs.memory); "v0-peak": vLLM <= 0.2.4
 MEMORY_PROFILES = ("v1", "v0", "v0-peak")
 
-DTYPES = ("auto", "float16", "bfloat16", "float32", "fp8")
+DTYPES = ("auto", "float16", "bfloat16", "float32", "fp8", "w4a16", "w8a16")
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8")
 TP_SIZES = (1, 2, 4, 8)
 LATENCY_MODELS = ("roofline", "profiled")
@@ -26,7 +26,8 @@ class ModelConfig:
     """Which model is served: a catalog name (case-insensitive) or a HF config.json path, and dtypes."""
 
     name: str = "Llama-2-7B"
-    dtype: str = "auto"  # weights; "auto" = the catalog's (16-bit) or the config.json's torch_dtype
+    dtype: str = "auto"  # weights; "auto" = the catalog's (16-bit) or the config.json's (its torch_dtype or
+    # quantization); fp8, or w4a16 / w8a16: 4- or 8-bit integer weights over 16-bit activations (AWQ, GPTQ)
     kv_cache_dtype: str = "auto"  # "auto" = same as the weights
 
     def __post_init__(self) -> None:

@@ -58,15 +58,16 @@ def routed_expert_params(model: ModelSpec) -> int:
 
 def weight_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1, extra_params: int = 0) -> int:
     """Weights one GPU holds: the sharded matrices / tp, the routed experts / max(tp, ep); norms (and
-    biases) and MLA's down-projections replicated; vocab sharded, the embedding and LM head at the
-    activations' precision (`ModelSpec.weight_bytes`: vLLM leaves them unquantized under FP8).
+    biases) and MLA's down-projections replicated, at `ModelSpec.weight_element_bytes`; vocab sharded,
+    the embedding and LM head at the activations' precision (`ModelSpec.weight_bytes`: vLLM leaves
+    them unquantized).
     `extra_params`: more weights sharded the same way (a speculative proposer's: the MTP module)."""
     replicated = (model.num_layers * (model.norm_params_per_layer + model.mla_replicated_params)
                   + model.hidden_size * (2 if model.bias else 1))
     routed = routed_expert_params(model)
     vocab = model.embedding_params + (0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size)
     sharded = model.num_params + extra_params - replicated - routed - vocab
-    return ((sharded // tp + routed // max(tp, ep) + replicated) * model.dtype_bytes
+    return (round((sharded // tp + routed // max(tp, ep) + replicated) * model.weight_element_bytes)
             + vocab // tp * model.act_dtype_bytes)
 
 

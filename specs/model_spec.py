@@ -13,7 +13,9 @@ Precision: `dtype_bytes` is the weights' element size; activations are 16-bit wh
 FP8 (vLLM's W8A8 FP8 keeps bf16 activations) and the KV cache defaults to the activation dtype,
 as vLLM's `kv_cache_dtype="auto"` does: FP8 weights and FP8 KV are independent choices. One-byte
 weights are FP8 in one of two forms (`quantization`): scaled per tensor or channel, or per block,
-which vLLM runs on other GEMM kernels (`specs.quantization`).
+which vLLM runs on other GEMM kernels (`specs.quantization`). Integer weights with 16-bit
+activations (AWQ, GPTQ: `quantization` "w4a16", "w8a16") keep `dtype_bytes` at the activations'
+2 and store `weight_element_bytes` a weight (4 or 8 bits and a 16-bit scale per 128).
 """
 from __future__ import annotations
 
@@ -32,8 +34,12 @@ POSITION_KINDS = ("rope", "learned")
 LLAMA_SHAPED = ("llama", "mistral", "qwen2", "qwen3", "granite", "gemma")
 HF_MODEL_TYPES = LLAMA_SHAPED + ("mixtral", "qwen3_moe", "opt", "deepseek_v2", "deepseek_v3")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
-#: the weights' form: unquantized, FP8 scaled per tensor or channel, FP8 scaled per block of weights
-QUANTIZATIONS = ("none", "fp8", "fp8_block")
+#: the weights' form: unquantized, FP8 scaled per tensor or channel, FP8 scaled per block of weights,
+#: 4- or 8-bit integers dequantized to 16 bits inside the GEMM (weight-only: AWQ, GPTQ)
+QUANTIZATIONS = ("none", "fp8", "fp8_block", "w4a16", "w8a16")
+#: bytes a weight-only integer weight stores: its bits and a 16-bit scale per group of 128 (the
+#: common group size; per-channel scales, group -1, would be ~1.5% less at 4 bits)
+INT_WEIGHT_BYTES = {"w4a16": 0.5 + 2 / 128, "w8a16": 1.0 + 2 / 128}
 
 
 def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
@@ -62,8 +68,9 @@ class ModelSpec:
     plus `num_shared_experts` shared ones; the first `first_k_dense_replace` layers stay dense.
     `kv_lora_rank > 0` makes attention MLA (see the module docstring). `dtype_bytes` is the weights'
     element size; `kv_dtype_bytes` the KV cache's (None = the activations', `act_dtype_bytes`).
-    `quantization` names the form of one-byte weights (`QUANTIZATIONS`; one-byte weights without a
-    form are "fp8", as vLLM's `--quantization fp8` makes them), "none" for wider ones.
+    `quantization` names the weights' form (`QUANTIZATIONS`): one-byte weights are "fp8" (per tensor,
+    as vLLM's `--quantization fp8` makes them, unless "fp8_block"); "w4a16" and "w8a16" are integer
+    weights over 16-bit activations (`dtype_bytes` 2, `weight_element_bytes` below 2).
     `num_nextn_predict_layers`: DeepSeek's multi-token-prediction modules shipped beside the model
     (speculative decoding's "mtp" proposer), not counted in `num_params`.
     """
@@ -119,8 +126,11 @@ class ModelSpec:
         check_choice("model.quantization", self.quantization, QUANTIZATIONS)
         if self.dtype_bytes == 1 and self.quantization == "none":
             object.__setattr__(self, "quantization", "fp8")
-        if self.quantization != "none" and self.dtype_bytes != 1:
+        if self.quantization.startswith("fp8") and self.dtype_bytes != 1:
             raise ConfigError(f"model.quantization: {self.quantization} weights are one byte each, "
+                              f"got dtype_bytes={self.dtype_bytes}")
+        if self.quantization in INT_WEIGHT_BYTES and self.dtype_bytes != 2:
+            raise ConfigError(f"model.quantization: {self.quantization} runs 16-bit activations (dtype_bytes 2), "
                               f"got dtype_bytes={self.dtype_bytes}")
         if self.kv_dtype_bytes is None:
             object.__setattr__(self, "kv_dtype_bytes", self.act_dtype_bytes)
@@ -155,6 +165,12 @@ class ModelSpec:
     def act_dtype_bytes(self) -> int:
         """Activations' element size: 16-bit under FP8 weights (W8A8 keeps bf16 activations)."""
         return 2 if self.dtype_bytes == 1 else self.dtype_bytes
+
+    @property
+    def weight_element_bytes(self) -> float:
+        """Bytes a layer weight stores (the embedding and LM head stay at `act_dtype_bytes`):
+        `dtype_bytes`, or an integer form's bits and group scales (`INT_WEIGHT_BYTES`)."""
+        return INT_WEIGHT_BYTES.get(self.quantization, self.dtype_bytes)
 
     @property
     def kv_cache_dtype(self) -> str:
@@ -299,10 +315,10 @@ class ModelSpec:
     @property
     def weight_bytes(self) -> int:
         """Bytes of all weights: the embedding and LM head at the activations' precision (vLLM leaves
-        them unquantized under FP8), the rest at `dtype_bytes`."""
+        them unquantized), the rest at `weight_element_bytes`."""
         lm_head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
         wide = self.embedding_params + lm_head
-        return (self.num_params - wide) * self.dtype_bytes + wide * self.act_dtype_bytes
+        return round((self.num_params - wide) * self.weight_element_bytes) + wide * self.act_dtype_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -352,7 +368,8 @@ class ModelSpec:
                               f"choose one of {', '.join(HF_MODEL_TYPES)}")
         name = name or cfg.get("_name_or_path") or p.parent.name or model_type
         quantization = checkpoint_quantization(p, cfg) or "none"
-        dtype_bytes = 1 if quantization != "none" else DTYPE_BYTES.get(str(cfg.get("torch_dtype", "float16")), 2)
+        dtype_bytes = (1 if quantization.startswith("fp8") else 2 if quantization in INT_WEIGHT_BYTES
+                       else DTYPE_BYTES.get(str(cfg.get("torch_dtype", "float16")), 2))
 
         def need(key: str):
             if key not in cfg:
@@ -416,12 +433,17 @@ class ModelSpec:
 
     def with_dtype(self, dtype: str, kv_cache_dtype: str = "auto") -> "ModelSpec":
         """A copy with weights stored in `dtype` and the KV cache in `kv_cache_dtype` ("auto" keeps the
-        spec's weights; an "auto" KV cache follows the activations, as vLLM's does: FP8 weights keep a
-        16-bit cache unless `kv_cache_dtype = "fp8"`)."""
-        wb = self.dtype_bytes if dtype == "auto" else DTYPE_BYTES[dtype]
+        spec's weights; "w4a16" / "w8a16" are integer weights over 16-bit activations; an "auto" KV
+        cache follows the activations, as vLLM's does: FP8 weights keep a 16-bit cache unless
+        `kv_cache_dtype = "fp8"`)."""
+        wb = self.dtype_bytes if dtype == "auto" else 2 if dtype in INT_WEIGHT_BYTES else DTYPE_BYTES[dtype]
         kb = None if kv_cache_dtype == "auto" else DTYPE_BYTES[kv_cache_dtype]
         if kb is None and dtype == "auto":
             kb = self.kv_dtype_bytes  # nothing asked: keep the spec's own cache dtype
-        # FP8 weights keep their form; FP8 asked of wider weights is vLLM's per-tensor `--quantization fp8`
-        form = (self.quantization if self.dtype_bytes == 1 else "fp8") if wb == 1 else "none"
+        # "auto" keeps the form; FP8 weights keep theirs under "fp8", which asked of others is vLLM's
+        # per-tensor `--quantization fp8`; a 16- or 32-bit dtype is the unquantized model
+        if dtype == "auto" or dtype in INT_WEIGHT_BYTES:
+            form = self.quantization if dtype == "auto" else dtype
+        else:
+            form = (self.quantization if self.dtype_bytes == 1 else "fp8") if wb == 1 else "none"
         return replace(self, dtype_bytes=wb, kv_dtype_bytes=kb, quantization=form)

@@ -17,7 +17,8 @@ Measured kernel latencies (ms), ``aiconfigurator_core/systems/data/<system>/<op>
   kernels by token count, each timed here over part of the grid), and a MoE's FP8 experts (the moe
   table's fp8 rows read 1.3-3.3x its bf16 rows at every token count from 1 to 8192, for every
   shape, where FP8 reads half the bytes at twice the tensor-core rate: not vLLM's FP8 MoE as
-  served, whatever the collector ran).
+  served, whatever the collector ran). Integer weights (w4a16, w8a16) are refused: no table
+  times their GEMMs.
 - An FP8 KV cache (`kv_cache_dtype` "fp8"): attention from the rows of an fp8 cache (16-bit
   queries), which read half the bytes and dequantize them.
 Not imported: MLA and the other tables; elementwise ops, embedding and sampling come from memory
@@ -302,6 +303,9 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
         raise ConfigError(f"model: {dims.get('name', 'this model')} has block-scaled FP8 weights; aiconfigurator "
                           "times vLLM's block-scaled GEMMs as three kernels over parts of the token grid, not "
                           "imported (without a profile, hardware.latency = roofline models FP8 weights)")
+    if quant not in ("none", "fp8"):
+        raise ConfigError(f"model: {dims.get('name', 'this model')} has {quant} weights; aiconfigurator has no "
+                          "GEMMs of integer weights (without a profile, hardware.latency = roofline models them)")
     if quant == "fp8" and dims.get("num_experts"):
         raise ConfigError(f"model: {dims.get('name', 'this model')} has FP8 experts; aiconfigurator's FP8 fused-MoE "
                           "timings read 1.3-3.3x its bf16 ones at every token count, not vLLM's FP8 MoE as served: "

@@ -30,7 +30,8 @@ EXPERT_DIMS = ("num_experts", "num_experts_per_tok")
 #: whose GEMMs are other kernels, `kv_cache_dtype` the KV cache's ("auto": the activations' dtype;
 #: "fp8" halves the bytes attention reads, with its own kernels)
 LAYER_KINDS = {"mlp_kind": ("gated", ("gated", "plain")), "position_embedding": ("rope", ("rope", "learned")),
-               "quantization": ("none", ("none", "fp8", "fp8_block")), "kv_cache_dtype": ("auto", ("auto", "fp8"))}
+               "quantization": ("none", ("none", "fp8", "fp8_block", "w4a16", "w8a16")),
+               "kv_cache_dtype": ("auto", ("auto", "fp8"))}
 REQUIRED_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attn_prefill", "attn_decode", "lm_head")
 #: op -> its inputs (the file must agree)
 OP_INPUTS: dict[str, tuple[str, ...]] = {

@@ -127,8 +127,9 @@ class RooflineLatencyModel(LatencyModel):
         m, L = model, model.num_layers
         dt, act = m.dtype_bytes, m.act_dtype_bytes  # weights' and activations' element sizes
         h = m.hidden_size
-        # GEMMs run at the weights' precision (FP8 weights: FP8 tensor cores, W8A8); attention at
-        # the activations' (16-bit, also over an FP8 KV cache, which only halves its bytes)
+        # GEMMs run at the weights' precision (FP8 weights: FP8 tensor cores, W8A8; integer weights
+        # are dequantized to 16 bits inside the GEMM, `dtype_bytes` 2); attention at the
+        # activations' (16-bit, also over an FP8 KV cache, which only halves its bytes)
         self._gemm_flop_s = 1.0 / (gpu.peak_flops(dt) * c.gemm_flops_eff)
         self._attn_flop_s = 1.0 / (gpu.peak_flops(act) * c.attn_flops_eff)
         self._hbm_byte_s = 1.0 / (gpu.hbm_bandwidth * c.hbm_eff)
@@ -160,7 +161,7 @@ class RooflineLatencyModel(LatencyModel):
         shared_w = mats * h * shared
         shared_io = (h + (mats - 1) * shared + shared + h) if shared else 0
         lin_w = L * attn_w + L_dense * dense_mlp_w + L_moe * shared_w
-        self._lin_weight_bytes = lin_w * dt
+        self._lin_weight_bytes = lin_w * m.weight_element_bytes  # integer weights: bits + group scales
         self._lin_flops_per_token = 2 * lin_w
         self._lin_act_bytes_per_token = (L * attn_io + L_dense * dense_io + L_moe * shared_io) * act
         # routed experts: ep groups of E/ep experts, each sharded over g = tp/ep GPUs (ep <= tp), or
@@ -172,7 +173,7 @@ class RooflineLatencyModel(LatencyModel):
         moe_inter = m.moe_intermediate_size // g
         k = m.num_experts_per_tok
         per_expert = L_moe * mats * h * moe_inter  # one local expert's weights on this GPU, all MoE layers
-        self._expert_bytes = per_expert * dt if m.is_moe else 0
+        self._expert_bytes = per_expert * m.weight_element_bytes if m.is_moe else 0
         if ep == 1:  # every expert sharded over tp: k assignments per token
             self._expert_flops_per_token = L_moe * 2 * k * mats * h * moe_inter
             self._expert_act_bytes_per_token = L_moe * k * (2 * h + mats * moe_inter) * act

@@ -100,12 +100,13 @@ def test_a_moe_config_keeps_its_experts_or_is_refused(tmp_path):
     # a type the spec does not read stays a Llama layer, unless it has experts a dense reading would drop
     with pytest.raises(ConfigError, match="^model: .* model_type 'dbrx' has experts"):
         resolve_model(mixtral_config(tmp_path, model_type="dbrx"))
-    with pytest.raises(ConfigError, match="^model.name: .*quantization_config"):
-        resolve_model(mixtral_config(tmp_path, quantization_config={"quant_method": "awq", "bits": 4}))
+    with pytest.raises(ConfigError, match="^model.name: .*quantization_config .*'bitsandbytes'"):
+        resolve_model(mixtral_config(tmp_path, quantization_config={"quant_method": "bitsandbytes"}))
+    awq = resolve_model(mixtral_config(tmp_path, quantization_config={"quant_method": "awq", "bits": 4}))
+    assert (awq["quantization"], awq["num_experts"]) == ("w4a16", 8)  # the form reaches the importer
     llama = mixtral_config(tmp_path, model_type="llama", num_local_experts=0,
                            quantization_config={"quant_method": "gptq", "bits": 4})
-    with pytest.raises(ConfigError, match="^model.name: .*quantization_config .*'gptq'"):
-        resolve_model(llama)  # a Llama layer of 4-bit weights: not the 16-bit GEMMs a profile times
+    assert resolve_model(llama)["quantization"] == "w4a16"  # a Llama layer of 4-bit weights
     fp8 = mixtral_config(tmp_path, model_type="qwen3", num_local_experts=0,
                          quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]})
     assert resolve_model(fp8)["quantization"] == "fp8_block"  # Llama-shaped, read through spec_of_config
@@ -188,6 +189,9 @@ def test_fp8_forms_without_trustworthy_kernels_are_refused_with_the_reason(tmp_p
     experts = mixtral_config(tmp_path, quantization_config={"quant_method": "fp8"})
     with pytest.raises(ConfigError, match="^model: .* has FP8 experts"):
         import_profile("aiconfigurator", "H100", experts, 2, host="none")
+    awq = llama_config(tmp_path / "awq", quantization_config={"quant_method": "awq", "bits": 4, "group_size": 128})
+    with pytest.raises(ConfigError, match="^model: .* has w4a16 weights; aiconfigurator has no GEMMs of integer"):
+        import_profile("aiconfigurator", "H100", awq, 4, host="none")
 
 
 def test_importers_without_moe_kernels_refuse_a_moe(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 
 from policies import ConfigError
 from specs import get_model
-from specs.model_spec import ModelSpec
+from specs.model_spec import QUANTIZATIONS, ModelSpec
 
 from spec_factories import LLAMA2_7B_HF, make_hf_config
 
@@ -21,23 +21,33 @@ from spec_factories import LLAMA2_7B_HF, make_hf_config
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
         "weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}}}},
      "fp8_block"),
-    ({"quant_method": "awq", "bits": 4}, "quant_method 'awq', bits 4"),
-    ({"quant_method": "gptq", "bits": 8}, "quant_method 'gptq', bits 8"),  # weight-only: 16-bit GEMMs
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, "w4a16"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, "w4a16"),
+    ({"quant_method": "gptq", "bits": 8}, "w8a16"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {  # RedHatAI's W4A16
+        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
+        "input_activations": None}}}, "w4a16"),
+    ({"quant_method": "gptq", "bits": 3}, "quant_method 'gptq', bits 3"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {  # W8A8 int8: int8 GEMMs, not modelled
+        "weights": {"num_bits": 8, "type": "int"}, "input_activations": {"num_bits": 8, "type": "int"}}}},
+     "quant_method 'compressed-tensors'"),
     ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "quant_algo 'NVFP4'"),
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
         "weights": {"num_bits": 4, "type": "float"}}}}, "quant_method 'compressed-tensors'"),
     ({"quant_method": "mxfp4"}, "quant_method 'mxfp4'"),
     ("fp8", "expected an object"),
 ])
-def test_a_quantized_checkpoint_is_read_as_fp8_or_refused_never_as_16_bit(tmp_path, quant, form):
+def test_a_quantized_checkpoint_is_read_in_its_form_or_refused_never_as_16_bit(tmp_path, quant, form):
     fields = dict(LLAMA2_7B_HF, torch_dtype="bfloat16", quantization_config=quant)
-    if form.startswith("fp8"):
+    if form in QUANTIZATIONS:
         spec = ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))
-        assert (spec.dtype_bytes, spec.quantization) == (1, form)
+        # FP8 runs one-byte GEMMs; integer weights are dequantized into 16-bit ones
+        assert (spec.dtype_bytes, spec.quantization) == (1 if form.startswith("fp8") else 2, form)
         llama = get_model("Llama-2-7B")
         wide = 2 * llama.vocab_size * llama.hidden_size  # embedding and LM head, left 16-bit
-        assert spec.weight_bytes == llama.num_params - wide + 2 * wide  # the rest one byte a weight
-        assert spec.kv_dtype_bytes == 2  # FP8 weights keep a 16-bit cache unless asked
+        per_weight = {"w4a16": 0.5, "w8a16": 1.0}.get(form, 1.0) + (2 / 128 if form.startswith("w") else 0)
+        assert spec.weight_bytes == pytest.approx((llama.num_params - wide) * per_weight + 2 * wide, rel=1e-9)
+        assert spec.kv_dtype_bytes == 2  # quantized weights keep a 16-bit cache unless asked
         return
     with pytest.raises(ConfigError, match=r"^model\.name: .*quantization_config.*" + form):
         ModelSpec.from_hf_config(make_hf_config(tmp_path, **fields))

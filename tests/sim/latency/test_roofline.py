@@ -239,6 +239,23 @@ def test_fp8_weights_halve_the_gemms_and_leave_attention_alone():
     assert a100_w8.breakdown(prefill)["linear"] == pytest.approx(a100.breakdown(prefill)["linear"], rel=0.02)
 
 
+def test_integer_weights_read_their_bits_and_compute_at_16_bits():
+    """AWQ/GPTQ-style weights (vLLM's Marlin): 4 or 8 bits a weight and a 16-bit scale per 128 read
+    from memory, dequantized into 16-bit GEMMs; the LM head and attention stay as they were."""
+    g, bf16 = get_gpu("H100-SXM"), make_spec_model()
+    w4, w8 = (RooflineLatencyModel(replace(bf16.model, quantization=q), g) for q in ("w4a16", "w8a16"))
+    prefill, decode = make_plan(make_seq(8192, 0)), make_plan(*decodes(1, 512))
+    for q in (w4, w8):
+        assert q.breakdown(prefill)["linear"] == bf16.breakdown(prefill)["linear"]  # the same 16-bit FLOPs
+        for part in ("attn_prefill", "attn_decode", "lm_head"):
+            assert q.breakdown(decode)[part] == bf16.breakdown(decode)[part]
+    # one sequence: the weight reads dominate, in proportion to the bytes a weight stores
+    ratio4, ratio8 = (q.breakdown(decode)["linear"] / bf16.breakdown(decode)["linear"] for q in (w4, w8))
+    assert ratio4 == pytest.approx((0.5 + 2 / 128) / 2, rel=0.01) and ratio8 == pytest.approx((1 + 2 / 128) / 2, rel=0.01)
+    hw = HardwareConfig(gpu="H100-SXM")
+    assert num_gpu_blocks(bf16.model, hw) < num_gpu_blocks(w8.model, hw) < num_gpu_blocks(w4.model, hw)
+
+
 def test_fp8_kv_halves_the_cache_reads_and_leaves_the_gemms_alone():
     bf16, kv8 = make_spec_model(), make_spec_model(kv_cache_dtype="fp8")
     decode = make_plan(*decodes(64, 4096))
@@ -327,7 +344,8 @@ def test_build_latency_model_reads_ep_and_its_link():
 
 def test_new_models_keep_the_fast_path_exact():
     for m in (make_spec_model("DeepSeek-V3", "H200", 8, ep=8), make_spec_model("DeepSeek-V2-Lite"),
-              make_spec_model(dtype="fp8", kv_cache_dtype="fp8")):
+              make_spec_model(dtype="fp8", kv_cache_dtype="fp8"),
+              RooflineLatencyModel(replace(get_model("Llama-3-8B"), quantization="w4a16"), get_gpu("H100-SXM"))):
         times = m.decode_step_times(6, 6 * 300, 3)
         for j, t in enumerate(times):
             plan = make_plan(*decodes(6, 299 + j))
