@@ -15,6 +15,7 @@ import streamlit as st
 from policies.config import POLICIES, PREEMPTIONS, QUEUES
 from sim.cluster.router import ROUTERS
 from specs import gpu_names, model_names
+from specs.hardware import DTYPES, KV_CACHE_DTYPES
 
 WORKLOAD_KINDS = ("poisson", "gamma", "constant", "closed_loop", "trace")
 LENGTH_KINDS = ("lognormal", "constant", "uniform")
@@ -91,6 +92,13 @@ def config_form(prefix: str = "", defaults: dict | None = None, workload: bool =
     tp = c3.selectbox("Tensor parallel", (1, 2, 4, 8), index=(1, 2, 4, 8).index(d.get("tp", 1)), key=f"{prefix}tp")
     errors.slot("model.name")
     errors.slot("hardware")
+    c1, c2, c3 = st.columns(3)
+    # what-ifs of precision: FP8 or 4-/8-bit integer weights, an FP8 cache ("auto": the model's own)
+    weights = c1.selectbox("Weights", DTYPES, key=f"{prefix}dtype",
+                           help="auto: the model's; fp8: FP8 weights; w4a16 / w8a16: AWQ/GPTQ-style integer weights")
+    kv_cache = c2.selectbox("KV cache", KV_CACHE_DTYPES, key=f"{prefix}kvdtype",
+                            help="auto: the activations' 16 bits; fp8 halves the cache (twice the blocks)")
+    errors.slot("model.dtype")
     c1, c2, _ = st.columns(3)
     replicas = c1.number_input("Replicas", value=int(d.get("replicas", 1)), step=1, key=f"{prefix}replicas")
     router = c2.selectbox("Router", ROUTERS, key=f"{prefix}router", disabled=replicas <= 1)
@@ -110,7 +118,7 @@ def config_form(prefix: str = "", defaults: dict | None = None, workload: bool =
     errors.slot("scheduler")
 
     config = {
-        "model": {"name": model},
+        "model": {"name": model, "dtype": weights, "kv_cache_dtype": kv_cache},
         "hardware": {"gpu": gpu, "tp": int(tp)},
         "scheduler": {"policy": policy, "max_num_batched_tokens": int(budget), "max_num_seqs": int(seqs),
                       "queue": queue, "preemption": preemption},

@@ -38,6 +38,22 @@ def test_simulate_page_runs_and_shows_results():
     assert len(plotly_charts(at)) >= 4  # three CDFs + the step timeline (+ the request timeline)
 
 
+def test_simulate_page_takes_the_weights_precision():
+    """4-bit weights read a quarter of the bytes: a light load's decode steps (memory-bound) get faster."""
+    at = page("simulate")
+    at.number_input(key="sim.n").set_value(40)
+    at.number_input(key="sim.rate").set_value(2.0)
+
+    def tpot_p50() -> float:
+        at.button(key="sim.run").click().run()
+        assert not at.exception and not at.error, ([e.value for e in at.exception], [e.value for e in at.error])
+        return float(next(m.value for m in at.metric if m.label == "TPOT p50 / p99 (ms)").split("/")[0])
+
+    full = tpot_p50()
+    at.selectbox(key="sim.dtype").set_value("w4a16")
+    assert tpot_p50() < 0.6 * full
+
+
 def test_simulate_page_spreads_requests_over_replicas():
     at = page("simulate")
     at.number_input(key="sim.n").set_value(40)
