@@ -34,6 +34,10 @@ DEFINITIONS: dict[str, dict[str, str]] = {
         "ttft_s": "client: first streamed token - request start",
         "tpot_s": "guidellm's ITL = " + PER_TOKEN + " (its TPOT is E2E / output tokens: not used)",
         "e2e_s": "client: request end - request start"},
+    "vllm-bench": {
+        "ttft_s": "client: first streamed token - request sent (vllm bench serve)",
+        "tpot_s": PER_TOKEN + " (vllm bench serve's own TPOT)",
+        "e2e_s": "client: last token - request sent (its latencies, else TTFT + the request's ITLs)"},
     "servesim": {"ttft_s": "servesim's requests table", "tpot_s": PER_TOKEN, "e2e_s": "servesim's requests table"},
     "llmservingsim": {
         "ttft_s": "engine: first_token_ts - queued_ts", "tpot_s": PER_TOKEN + " (last - first token)",

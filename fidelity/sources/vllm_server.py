@@ -4,8 +4,9 @@ The layout of ../shared/data/groundtruth/vllm-0.11-jan2026 (and of any folder la
 `exp-config.yaml` (vLLM server arguments, inference-sim naming), `profile.yaml` (the load
 generator's profile), `vllm.log` (the engine's reported KV capacity and version) and per-request
 timings in `per_request_server_spans.csv` (vLLM OTLP spans), `per_request_lifecycle_metrics.json`
-(inference-perf), `guidellm_per_request.csv` (guidellm) or `requests.csv` (servesim's own table);
-a `summary_lifecycle_metrics.json` alone gives means only. inference-perf writes its reports where
+(inference-perf), `guidellm_per_request.csv` (guidellm), `requests.csv` (servesim's own table) or
+a `vllm bench serve` result JSON of any name (`fidelity.sources.vllm_bench`); a
+`summary_lifecycle_metrics.json` alone gives means only. inference-perf writes its reports where
 the profile's `storage.local_storage.path` says (a `results/` folder in the run folder, say):
 measurement files are looked for in the run folder, then there (`report_folders`). The `config.yaml`
 it writes beside them is its own resolved config (`model_dump` of what that release parsed: keys it
@@ -24,6 +25,7 @@ from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, m
 from fidelity.sources.guidellm import prefix_from_guidellm, read_guidellm_requests
 from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
                                                      read_summary_means, requested_output_mean)
+from fidelity.sources.vllm_bench import bench_result_file, read_vllm_bench_requests
 
 
 # --- YAML / profiles -----------------------------------------------------------------------------
@@ -215,13 +217,17 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         if (file := run_file(path, name, profile)) is not None:
             requests, measured_by = reader(file), MEASURED_BY[name]
             break
+    else:  # a vllm bench result is known by its content (its name is the client's choice)
+        if (file := bench_result_file(report_folders(path, profile))) is not None:
+            requests, measured_by = read_vllm_bench_requests(file), "vllm-bench"
     if (file := run_file(path, "summary_lifecycle_metrics.json", profile)) is not None:
         summary = read_summary_means(file, requested_output_mean(profile))
         measured_by = measured_by or "inference-perf-summary"
     if not len(requests) and not summary and require_measurements:
         raise FileNotFoundError(
             f"{path}: no measurements; expected one of "
-            f"{', '.join(n for n, _ in MEASUREMENT_FILES)} or summary_lifecycle_metrics.json")
+            f"{', '.join(n for n, _ in MEASUREMENT_FILES)}, a vllm bench serve result JSON or "
+            "summary_lifecycle_metrics.json")
     requests = prefix_from_guidellm(requests, profile)
     requests = prefix_from_shared_prefix(requests, profile)
     recorded = {k: (v, "exp-config.yaml") for k, v in exp.items()}

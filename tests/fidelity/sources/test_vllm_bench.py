@@ -1,0 +1,96 @@
+"""`vllm bench serve` results (fidelity.sources.vllm_bench): read by content, send times replayed,
+failures dropped, and a prediction of a run measured that way scored per token."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from fidelity_helpers import make_requests, write_exp_config
+
+from fidelity.metric_definitions import DEFINITIONS
+from fidelity.reproduce import reproduce
+from fidelity.run_folders import find_runs
+from fidelity.sources.vllm_bench import is_bench_result, read_vllm_bench_requests
+
+
+def write_bench_result(folder, requests, ttft, e2e, name="vllm-2.0qps-Llama-2-7b-hf-20261207-120000.json",
+                       drop=(), failed=(), t0=1234.5):
+    """A `vllm bench serve --save-result` JSON of `requests` (make_requests' columns) with the given
+    per-request TTFT and E2E (s): even token gaps, the send times offset by a perf_counter origin `t0`.
+    `drop`: lists left out (an older release's file); `failed`: indices the client saw fail."""
+    n_out = requests["num_output_tokens"].to_numpy()
+    itls = [[(e - t) / (k - 1)] * (k - 1) for t, e, k in zip(ttft, e2e, n_out)]
+    data = {"date": "20261207-120000", "backend": "vllm", "model_id": "meta-llama/Llama-2-7b-hf",
+            "request_rate": 2.0, "burstiness": 1.0, "max_concurrency": None, "completed": len(requests) - len(failed),
+            "failed": len(failed), "mean_ttft_ms": float(np.mean(ttft)) * 1e3,
+            "input_lens": requests["num_prompt_tokens"].tolist(), "output_lens": n_out.tolist(),
+            "ttfts": [float(x) for x in ttft], "itls": itls, "latencies": [float(x) for x in e2e],
+            "start_times": (t0 + requests["arrival_time"]).tolist(), "errors": [""] * len(requests)}
+    for i in failed:  # what the client records for a failed request
+        data["ttfts"][i], data["output_lens"][i], data["latencies"][i], data["itls"][i] = 0.0, 0, 0.0, []
+        data["errors"][i] = "ClientPayloadError"
+    for key in drop:
+        data.pop(key)
+    path = folder / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def measured(requests, seed=0):
+    rng = np.random.default_rng(seed)
+    ttft = rng.uniform(0.02, 0.2, len(requests))
+    return ttft, ttft + 0.012 * (requests["num_output_tokens"].to_numpy() - 1)
+
+
+def test_a_bench_result_is_read_by_its_content_with_send_times_replayed(tmp_path):
+    requests = make_requests(n=12, rate=2.0)
+    ttft, e2e = measured(requests)
+    write_exp_config(tmp_path, gpu="H100")
+    path = write_bench_result(tmp_path, requests, ttft, e2e, failed=(3,))
+    (tmp_path / "notes.json").write_text(json.dumps({"ttfts": "not a list"}))  # another JSON: not taken
+    assert is_bench_result(path) and not is_bench_result(tmp_path / "notes.json")
+    [run] = find_runs(tmp_path)
+    assert run.measured_by == "vllm-bench"
+    got, keep = run.requests, [i for i in range(12) if i != 3]  # the failed request is dropped
+    assert len(got) == 11
+    np.testing.assert_allclose(got["arrival_time"], requests["arrival_time"][keep] - requests["arrival_time"][0])
+    np.testing.assert_allclose(got["ttft_s"], ttft[keep])
+    np.testing.assert_allclose(got["e2e_s"], e2e[keep])
+    np.testing.assert_allclose(got["tpot_s"], 0.012)  # per token: (E2E - TTFT) / (n - 1)
+    assert list(got["num_prompt_tokens"]) == list(requests["num_prompt_tokens"][keep])
+
+
+def test_an_older_result_takes_e2e_from_its_itls_and_one_without_send_times_is_refused(tmp_path):
+    requests = make_requests(n=6)
+    ttft, e2e = measured(requests)
+    path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("latencies",))
+    np.testing.assert_allclose(read_vllm_bench_requests(path)["e2e_s"], e2e)  # TTFT + the token gaps
+    path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("start_times",))
+    with pytest.raises(ValueError, match="no start_times .* send times cannot be replayed"):
+        read_vllm_bench_requests(path)
+    path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("latencies", "itls"))
+    with pytest.raises(ValueError, match="neither latencies nor itls"):
+        read_vllm_bench_requests(path)
+
+
+def test_a_run_measured_by_vllm_bench_is_reproduced_and_scored_per_token(tmp_path):
+    """Measurements that are servesim's own roofline prediction come back with ~0 error."""
+    from fidelity.host_overhead import HostOverhead
+    from fidelity.predict import predict_run
+    from fidelity.runs import RealRun, ServerArgs
+
+    requests = make_requests(n=24, rate=4.0)
+    folder = write_exp_config(tmp_path / "bench-run", gpu="H100", async_scheduling=False)
+    server = ServerArgs(model="meta-llama/Llama-2-7b-hf", gpu="H100", max_model_len=4096, max_num_batched_tokens=2048,
+                        max_num_seqs=64, async_scheduling=False)
+    run = RealRun(name="bench-run", source="hand-made", path=folder, server=server,
+                  requests=requests.assign(prefix_group=-1, num_prefix_tokens=0))
+    pred = predict_run(run, HostOverhead(), gpu_model="roofline").requests
+    pred = pred.set_index(pred["req_id"].astype(str)).loc[requests["req_id"]]
+    write_bench_result(folder, requests, pred["ttft_s"].to_numpy(), pred["e2e_s"].to_numpy())
+    table = reproduce(find_runs(tmp_path), fit="none", gpu_model="roofline", progress=False).table
+    assert set(table["metric"]) == {"ttft_s", "tpot_s", "e2e_s"}
+    assert table["error"].abs().max() < 0.01
+    assert all(row.definition == DEFINITIONS["vllm-bench"][row.metric] for row in table.itertuples())
+    assert table.set_index("metric").loc["tpot_s", "definition"].startswith("per token")
