@@ -6,8 +6,8 @@ GPU and model, most specific first:
 
 1. `layer-profile`: LLMServingSim's per-layer vLLM profile of that GPU/model/TP (next to the run);
 2. `distserve`: DistServe's fitted vLLM iteration times on A100 (next to the run);
-3. `aiconfigurator`: calibrate's importer of aiconfigurator's per-op database (H100/H200/A100),
-   when installed;
+3. `aiconfigurator`: calibrate's importer of aiconfigurator's per-op database (H100, H200, A100, B200,
+   GB200, L40S, RTX PRO 6000: its `SYSTEMS`), when installed;
 4. `roofline`: the config's own latency model (`sim.latency.build_latency_model`).
 
 The GPU model is wrapped in `HostOverheadLatencyModel` (named host terms: a fit's, or `host_prior`). Data-parallel runs
@@ -375,16 +375,20 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
 STAND_IN_WORKLOAD = {"kind": "constant", "rate": 1.0, "num_requests": 1}
 
 
-def why_unpredictable(run: RealRun, gpu: str | None = None, workload: str = "auto") -> str | None:
+def why_unpredictable(run: RealRun, gpu: str | None = None, workload: str = "auto",
+                       gpu_model: str = "auto") -> str | None:
     """Why `run` cannot be simulated from what it records, or None: a model servesim has no shapes
-    for, a GPU or a server argument outside what it models, no requests to replay and no profile.
+    for, a GPU or a server argument outside what it models, no requests to replay and no profile,
+    or no data of the step-time source `gpu_model` names for its GPU and model.
     `reproduce` lists such a run with its reason and predicts the others, as a workload's
     unservable request is rejected and counted rather than stopping the run."""
     if not run.has_per_request and not run.profile:
         return f"run {run.name} records neither per-request arrivals nor a load profile (profile.yaml)"
     try:  # the config predict_run builds, with a stand-in workload (the run's own is read later)
         data = config_dict_for_run(run, gpu=gpu, workload=workload, workload_section=dict(STAND_IN_WORKLOAD))
-        load_config(data)
+        config = load_config(data)
+        if gpu_model not in ("auto", "roofline"):  # a named source must have data for this run
+            gpu_latency_model(run, config, gpu_model)
     except ValueError as exc:  # a ConfigError: one line naming the field
         return str(exc)
     return None

@@ -1,7 +1,8 @@
 """Importers of published per-op measurements into servesim profiles (same format as `calibrate`).
 
 - `aiconfigurator`: the per-op database inside the PyPI package `aiconfigurator-core` (Apache-2.0;
-  H100/H200/A100 GEMM, context and generation attention, NCCL and vLLM custom all-reduce).
+  H100/H200/A100/B200/GB200/L40S/RTX PRO 6000 GEMM, context and generation attention, NCCL and
+  vLLM custom all-reduce).
 - `h100_microbench`: ../shared/data/profiles/h100-kernel-microbench (Apache-2.0; H100 GEMM and
   attention kernels).
 

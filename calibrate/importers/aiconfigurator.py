@@ -41,8 +41,25 @@ from calibrate.importers.derived import derived_ops
 from calibrate.model_dims import per_rank_shapes, resolve_model
 from policies import ConfigError
 from sim.latency.profile import Profile, layer_kind
+from specs import get_gpu
 
-SYSTEMS = {"H100": "h100_sxm", "H200": "h200_sxm", "A100": "a100_sxm"}
+#: servesim's GPU name (specs' catalog, "-SXM" dropped) -> the aiconfigurator system whose vLLM tables
+#: it imports; A100 is the 80 GB SXM card (the 40 GB one has less bandwidth: not it)
+SYSTEMS = {"H100": "h100_sxm", "H200": "h200_sxm", "A100": "a100_sxm", "B200": "b200_sxm", "GB200": "gb200",
+           "L40S": "l40s", "RTX-PRO-6000": "rtx_pro_6000_server"}
+
+
+def system_of(gpu: str) -> tuple[str, str]:
+    """(the `SYSTEMS` name, the aiconfigurator system) of `gpu`, spelled as the GPU catalog or a run
+    spells it ("H100-SXM", "RTXPRO6000", "A100-80G"); refused with the names allowed."""
+    try:
+        name = get_gpu(gpu).name
+    except ValueError:  # not in the catalog: its own spelling
+        name = str(gpu)
+    key = name.upper().replace("-SXM", "").replace("_SXM", "").removesuffix("-80G")
+    if key not in SYSTEMS:
+        raise ConfigError(f"gpu: {gpu!r} is not allowed; choose one of {', '.join(SYSTEMS)}")
+    return key, SYSTEMS[key]
 FRAMEWORKS = ("vllm", "sglang", "trtllm")  # preference order: servesim mirrors vLLM
 MS = 1e-3
 
@@ -277,7 +294,7 @@ def moe_ops(system_dir: Path, dims: dict, gemm, gemm_src: str, peak_flops: float
 
 def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: bool = False,
                           compute_factor: float = 1.0) -> Profile:
-    """Profile of `model` at tensor parallelism `tp` on `gpu` (H100, H200 or A100) from aiconfigurator data.
+    """Profile of `model` at tensor parallelism `tp` on `gpu` (a `SYSTEMS` name) from aiconfigurator data.
 
     `nccl_only`: all-reduce from the NCCL table alone (engines without vLLM's custom all-reduce).
     `compute_factor`: the compute-bound share of every GEMM slowed by it (`sustained`: the clock a
@@ -285,16 +302,14 @@ def import_aiconfigurator(gpu: str, model: str | dict, tp: int = 1, nccl_only: b
     """
     if isinstance(compute_factor, bool) or not isinstance(compute_factor, (int, float)) or not 0.5 <= compute_factor <= 2:
         raise ConfigError(f"compute_factor: expected a number in [0.5, 2], got {compute_factor!r}")
-    key = gpu.upper().replace("-SXM", "").replace("_SXM", "")
-    if key not in SYSTEMS:
-        raise ConfigError(f"gpu: {gpu!r} is not allowed; choose one of {', '.join(SYSTEMS)}")
+    key, system_name = system_of(gpu)
     if isinstance(model, dict):  # dims already resolved (calibrate.model_dims.dims_of_spec)
         dims = {**model, "tensor_parallel_size": tp}
     else:
         dims = resolve_model(model, tp)
     root = package_dir() / "systems"
-    system_dir = root / "data" / SYSTEMS[key]
-    system = yaml.safe_load((root / f"{SYSTEMS[key]}.yaml").read_text())
+    system_dir = root / "data" / system_name
+    system = yaml.safe_load((root / f"{system_name}.yaml").read_text())
     ops = {}
 
     # GEMMs: the weights' own kernels for the layer, 16-bit ones for the LM head (vLLM does not quantize it)

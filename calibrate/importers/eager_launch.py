@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from calibrate.fit import fit_op
-from calibrate.importers.aiconfigurator import SYSTEMS, package_dir
+from calibrate.importers.aiconfigurator import package_dir, system_of
 from policies import ConfigError
 from sim.latency.profile import Profile
 
@@ -38,10 +38,8 @@ def eager_call_host_s(gpu: str) -> tuple[float, str]:
     measured per-call host cost of an eager op on these machines in the data here; a bare `F.linear`
     issues faster, a Python-level module call slower, so it stands for the average call.
     """
-    key = gpu.upper().replace("-SXM", "").replace("_SXM", "")
-    if key not in SYSTEMS:
-        raise ConfigError(f"gpu: {gpu!r} is not allowed; choose one of {', '.join(SYSTEMS)}")
-    root = package_dir() / "systems" / "data" / SYSTEMS[key] / "comm" / "vllm"
+    key, system_name = system_of(gpu)
+    root = package_dir() / "systems" / "data" / system_name / "comm" / "vllm"
     deltas, versions = [], []
     for path in sorted(root.glob("*/custom_allreduce_perf.parquet")) if root.is_dir() else []:
         df = pd.read_parquet(path)
@@ -61,7 +59,7 @@ def eager_call_host_s(gpu: str) -> tuple[float, str]:
     deltas.sort()
     n = len(deltas)
     median = deltas[n // 2] if n % 2 else 0.5 * (deltas[n // 2 - 1] + deltas[n // 2])
-    return median, (f"aiconfigurator-core {SYSTEMS[key]} comm/vllm {'/'.join(versions)} custom all-reduce: "
+    return median, (f"aiconfigurator-core {system_name} comm/vllm {'/'.join(versions)} custom all-reduce: "
                     f"eager - CUDA-graph latency, median over messages <= {SMALL_MESSAGE_BYTES // 1024} KB")
 
 

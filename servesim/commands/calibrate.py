@@ -42,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     options.add_json(imp, "the per-op fit errors", subcommand=True)  # also after the action
     options.add_quiet(imp, progress=False, subcommand=True)
     imp.add_argument("--source", required=True, help="aiconfigurator or h100-microbench")
-    imp.add_argument("--gpu", required=True, help="H100, H200 or A100 (aiconfigurator); H100 (h100-microbench)")
+    imp.add_argument("--gpu", required=True, help="H100, H200, A100, B200, GB200, L40S or RTX-PRO-6000 (aiconfigurator); "
+                     "H100 (h100-microbench)")
     imp.add_argument("--model", required=True, dest="import_model",
                      help="a known name (e.g. llama-2-70b, mixtral-8x7b: calibrate/model_dims.py) or a HF "
                           "config.json (Llama-shaped, OPT, or a Mixtral / Qwen3 MoE; FP8 weights scaled per "

@@ -147,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
     if not runs:
         raise FileNotFoundError(f"{args.groundtruth}: no runs found (expected {LAYOUTS})")
     # a run that cannot be simulated from what it records is listed with its reason, not a stop
-    skipped = [(r, why) for r in runs if (why := why_unpredictable(r, args.gpu, args.workload)) is not None]
+    skipped = [(r, why) for r in runs
+               if (why := why_unpredictable(r, args.gpu, args.workload, args.gpu_model)) is not None]
     for r, why in skipped:  # said even under --quiet: the score no longer covers every run found
         print(f"warning: {r.name}: not predicted: {why}", file=sys.stderr)
     runs = [r for r in runs if all(r is not s for s, _ in skipped)]

@@ -409,3 +409,23 @@ def test_eager_launch_options_are_refused_with_other_hosts_and_checked(shared_da
                             host_terms={"step_s": 1e-3, "per_seq_s": -1.0, "prefill_s": 0.0}), "host_terms.per_seq_s")):
         with pytest.raises(ConfigError, match=f"^{field}:"):
             import_profile("h100-microbench", "H100", "llama-2-70b", 8, data_dir=root, **kw)
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM", "H200", "A100-80G", "B200", "GB200", "L40S", "RTX-PRO-6000"])
+def test_every_gpu_with_vllm_tables_imports_within_its_own_memory_bounds(gpu):
+    """Each catalog GPU aiconfigurator has vLLM tables for: a decode step's GEMM and attention read
+    their bytes no faster than that GPU's HBM (the catalog's datasheet figure) and not 6x slower."""
+    pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
+    from calibrate.importers.aiconfigurator import system_of
+    from specs import get_gpu
+
+    bandwidth = get_gpu(gpu).hbm_bandwidth
+    profile = import_profile("aiconfigurator", gpu, "llama-3-8b", 1, host="none")
+    qkv_bytes = 4096 * (32 + 2 * 8) * 128 * 2  # one layer's fused QKV weights, bf16
+    kv_bytes = 64 * 2048 * 2 * 8 * 128 * 2  # 64 sequences x 2048 tokens of one layer's K and V
+    for t, floor in ((profile.ops["qkv_proj"].curve(1), qkv_bytes / bandwidth),
+                     (profile.ops["attn_decode"].curve(64, 2048), kv_bytes / bandwidth)):
+        assert floor <= t < 6 * floor, (gpu, t, floor)
+    assert system_of(gpu) == system_of(get_gpu(gpu).name)  # the catalog's spelling and a run's agree
+    with pytest.raises(ConfigError, match="^gpu: 'A100-40G' is not allowed"):  # less bandwidth than the tables' card
+        system_of("A100-40G")

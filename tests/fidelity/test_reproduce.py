@@ -163,3 +163,18 @@ def test_a_run_whose_model_is_unknown_is_listed_with_its_reason_and_the_others_s
     *warnings, error = capsys.readouterr().err.strip().splitlines()
     assert len(warnings) == 2 and all(w.startswith("warning: ") for w in warnings)
     assert error.startswith("servesim reproduce: error:") and "no run can be predicted (2 found" in error
+
+
+def test_a_run_the_named_step_time_source_has_no_data_for_is_listed_not_fatal(tmp_path, capsys):
+    pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
+    root = tmp_path / "gt" / "hand-made"
+    make_measured_run(root / "h100", n=12, seed=0)
+    make_measured_run(root / "rtx4090", n=12, seed=1, gpu="RTX-4090")  # no aiconfigurator tables for it
+    out = tmp_path / "rep"
+    assert main(["reproduce", str(tmp_path / "gt"), "--out", str(out), "--quiet", "--fit", "none",
+                 "--gpu-model", "aiconfigurator"]) == 0
+    table = pd.read_csv(out / "report.csv")
+    assert set(table["run"]) == {"h100"} and set(table["gpu_model"]) == {"aiconfigurator"}
+    skipped = pd.read_csv(out / "not_predicted.csv")
+    assert list(skipped["run"]) == ["rtx4090"] and "aiconfigurator has no data" in skipped["reason"][0]
+    assert "rtx4090: not predicted: gpu_model:" in capsys.readouterr().err
