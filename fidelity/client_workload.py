@@ -309,8 +309,8 @@ CLIENT_ASSUMED = {
 
 
 def version_assumption(run: RealRun) -> str | None:
-    """One line saying what is assumed for the engine and client releases the run does not record
-    (None when it records both, or needs neither)."""
+    """One line saying what is assumed for the engine and client releases the run does not record,
+    and what its loader made up (`RealRun.assumed`); None when nothing is."""
     said = []
     if not run.server.engine_version and not any(n in run.recorded_args for n in ALIASES["engine_version"]):
         said.append("engine version not recorded: assumed " + (
@@ -320,4 +320,5 @@ def version_assumption(run: RealRun) -> str | None:
     client = CLIENTS.get(run.measured_by) or ("guidellm" if (run.profile or {}).get("benchmarks") else None)
     if client and (client == "distserve" or recorded_version(run, client) is None):
         said.append(f"client version not recorded: assumed {CLIENT_ASSUMED[client]}")
+    said.extend(run.assumed)
     return f"{run.name}: " + "; ".join(said) if said else None

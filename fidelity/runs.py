@@ -138,6 +138,9 @@ class RealRun:
     # keys of the folder's profile.yaml that resolved config lacks (unknown to that client release)
     profile_file: Path | None = None
     profile_ignored: tuple[str, ...] = ()
+    # what the loader made up where the run's files are silent (vllm bench's send times, say): said
+    # with the run's notes (`fidelity.client_workload.version_assumption`)
+    assumed: tuple[str, ...] = ()
 
     @property
     def num_requests(self) -> int:

@@ -5,21 +5,28 @@ The result JSON holds, per request in send order, `input_lens`, `output_lens`, `
 (the client's `perf_counter` at each send) and `latencies` (E2E, s); older ones drop the lists
 unless `--save-detailed`, and lack `start_times`. Its TTFT and E2E are from the send; its TPOT is
 per token (`fidelity.metric_definitions`). A send time is when the client let the request go (after
-`--max-concurrency`'s wait), so replaying them replays what the server saw. A file is known by its
-content (the lists), not its name: `vllm bench` names it after the backend, rate, model and date.
+`--max-concurrency`'s wait), so replaying them replays what the server saw. Without them the sends
+are made as the client makes them where they do not depend on the server (`send_times`: all at
+once at `request_rate` inf, else gamma gaps of shape `burstiness` at `request_rate`, in the file's
+order, drawn here); under `max_concurrency` they do (a send waits for a finished request), and
+such a result is refused. A file is known by its content (the lists), not its name: `vllm bench`
+names it after the backend, rate, model and date.
 """
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from fidelity.runs import measured_table
 
 if TYPE_CHECKING:  # the run readers' tables
     import pandas as pd
 
-#: the lists a result must hold to be read as one (`start_times` is checked with a reason)
+#: the lists a result must hold to be read as one (`start_times` may be missing: `read_vllm_bench`)
 REQUIRED = ("input_lens", "output_lens", "ttfts")
 
 
@@ -46,20 +53,46 @@ def bench_result_file(folders: list[Path]) -> Path | None:
     return None
 
 
-def read_vllm_bench_requests(path: Path) -> pd.DataFrame:
-    """The served requests of a `vllm bench serve` result (failed ones, `errors` set, dropped).
+def send_times(n: int, request_rate, burstiness=1.0, seed: int = 0) -> np.ndarray:
+    """The client's send times (s) of `n` requests where they do not depend on the server: all at 0
+    at rate inf (the default), else the first at 0 and gamma gaps of shape `burstiness` and mean
+    1 / `request_rate` (burstiness 1: Poisson), as `vllm bench serve` draws them (its own draws are
+    not in the file: these are the same process, seeded here)."""
+    rate = math.inf if request_rate in (None, "inf") else float(request_rate)
+    if math.isinf(rate):
+        return np.zeros(n)
+    shape = float(burstiness or 1.0)
+    if not rate > 0 or not shape > 0:
+        raise ValueError(f"request_rate and burstiness: expected positive numbers, got {request_rate!r}, {burstiness!r}")
+    gaps = np.random.default_rng(seed).gamma(shape, 1.0 / (rate * shape), max(n - 1, 0))
+    return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+def read_vllm_bench(path: Path) -> tuple[pd.DataFrame, str | None]:
+    """(the served requests of a `vllm bench serve` result, failed ones dropped; how their send
+    times were made when the file does not hold them, else None).
 
     E2E is `latencies` where the release saved them, else TTFT + the sum of the request's `itls`.
-    A result without `start_times` (releases before they were saved) is refused: its send times,
-    which a replay needs, are not in it; so is one with neither `latencies` nor `itls`."""
+    Without `start_times` the sends are `send_times` of the file's `request_rate` and `burstiness`;
+    refused with the reason: a result whose sends waited for the server (`max_concurrency` set and
+    no `start_times`), and one with neither `latencies` nor `itls`."""
     with open(path) as f:
         data = json.load(f)
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in REQUIRED):
         raise ValueError(f"{path}: not a `vllm bench serve` result (expected the lists {', '.join(REQUIRED)})")
     n = len(data["ttfts"])
+    generated = None
     if not isinstance(data.get("start_times"), list):
-        raise ValueError(f"{path}: this vllm bench result has no start_times (releases before they were saved), so "
-                         "its send times cannot be replayed; rerun with a newer `vllm bench serve --save-result`")
+        if data.get("max_concurrency") is not None:
+            raise ValueError(f"{path}: this vllm bench result has no start_times and its sends waited for the server "
+                             f"(max_concurrency {data['max_concurrency']}), so they cannot be replayed; rerun with a "
+                             "newer `vllm bench serve --save-result`")
+        rate, shape = data.get("request_rate", "inf"), data.get("burstiness", 1.0)
+        data["start_times"] = send_times(n, rate, shape).tolist()
+        generated = ("send times not recorded (vllm bench before start_times): all at once (request_rate inf)"
+                     if rate is None or str(rate) == "inf" else
+                     f"send times not recorded (vllm bench before start_times): drawn as the client draws them, gamma "
+                     f"gaps of shape {shape} at {rate} req/s, in the file's order (seed 0)")
     lists = {k: data[k] for k in ("input_lens", "output_lens", "start_times")}
     for key in ("latencies", "itls", "errors"):
         if isinstance(data.get(key), list):
@@ -85,4 +118,4 @@ def read_vllm_bench_requests(path: Path) -> pd.DataFrame:
                      "ttft_s": float(ttft), "e2e_s": e2e})
     if not rows:
         raise ValueError(f"{path}: no request of this vllm bench result was served")
-    return measured_table({k: [r[k] for r in rows] for k in rows[0]})
+    return measured_table({k: [r[k] for r in rows] for k in rows[0]}), generated

@@ -25,7 +25,7 @@ from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, m
 from fidelity.sources.guidellm import prefix_from_guidellm, read_guidellm_requests
 from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
                                                      read_summary_means, requested_output_mean)
-from fidelity.sources.vllm_bench import bench_result_file, read_vllm_bench_requests
+from fidelity.sources.vllm_bench import bench_result_file, read_vllm_bench
 
 
 # --- YAML / profiles -----------------------------------------------------------------------------
@@ -213,13 +213,15 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
     requests = pd.DataFrame(columns=list(REQUEST_COLUMNS))
     summary: dict = {}
     measured_by = ""
+    assumed: list[str] = []
     for name, reader in MEASUREMENT_FILES:
         if (file := run_file(path, name, profile)) is not None:
             requests, measured_by = reader(file), MEASURED_BY[name]
             break
     else:  # a vllm bench result is known by its content (its name is the client's choice)
         if (file := bench_result_file(report_folders(path, profile))) is not None:
-            requests, measured_by = read_vllm_bench_requests(file), "vllm-bench"
+            (requests, sends), measured_by = read_vllm_bench(file), "vllm-bench"
+            assumed += [sends] if sends else []
     if (file := run_file(path, "summary_lifecycle_metrics.json", profile)) is not None:
         summary = read_summary_means(file, requested_output_mean(profile))
         measured_by = measured_by or "inference-perf-summary"
@@ -236,4 +238,5 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
             recorded[key] = (log[key], "vllm.log")
     return RealRun(name=path.name, source=source, path=path, server=server, requests=requests, recorded_args=recorded,
                    measured_by=measured_by, tpot_of_means=not len(requests) and bool(summary),
-                   profile=profile, summary=summary, profile_file=profile_file, profile_ignored=tuple(ignored))
+                   profile=profile, summary=summary, profile_file=profile_file, profile_ignored=tuple(ignored),
+                   assumed=tuple(assumed))

@@ -11,7 +11,7 @@ from fidelity_helpers import make_requests, write_exp_config
 from fidelity.metric_definitions import DEFINITIONS
 from fidelity.reproduce import reproduce
 from fidelity.run_folders import find_runs
-from fidelity.sources.vllm_bench import is_bench_result, read_vllm_bench_requests
+from fidelity.sources.vllm_bench import is_bench_result, read_vllm_bench, send_times
 
 
 def write_bench_result(folder, requests, ttft, e2e, name="vllm-2.0qps-Llama-2-7b-hf-20261207-120000.json",
@@ -61,17 +61,48 @@ def test_a_bench_result_is_read_by_its_content_with_send_times_replayed(tmp_path
     assert list(got["num_prompt_tokens"]) == list(requests["num_prompt_tokens"][keep])
 
 
-def test_an_older_result_takes_e2e_from_its_itls_and_one_without_send_times_is_refused(tmp_path):
+def test_an_older_result_takes_e2e_from_its_itls_and_its_sends_from_the_clients_rule(tmp_path):
     requests = make_requests(n=6)
     ttft, e2e = measured(requests)
     path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("latencies",))
-    np.testing.assert_allclose(read_vllm_bench_requests(path)["e2e_s"], e2e)  # TTFT + the token gaps
+    got, sends = read_vllm_bench(path)
+    np.testing.assert_allclose(got["e2e_s"], e2e)  # TTFT + the token gaps
+    assert sends is None  # recorded
     path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("start_times",))
-    with pytest.raises(ValueError, match="no start_times .* send times cannot be replayed"):
-        read_vllm_bench_requests(path)
+    got, sends = read_vllm_bench(path)
+    assert "drawn as the client draws them" in sends and "2.0 req/s" in sends
+    assert got["arrival_time"].iloc[0] == 0 and got["arrival_time"].is_monotonic_increasing
+    np.testing.assert_allclose(got["ttft_s"], ttft)  # the measurements stay in the file's order
+    # sends that waited for the server (max_concurrency) cannot be made up
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "max_concurrency": 8}))
+    with pytest.raises(ValueError, match="no start_times and its sends waited for the server"):
+        read_vllm_bench(path)
     path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("latencies", "itls"))
     with pytest.raises(ValueError, match="neither latencies nor itls"):
-        read_vllm_bench_requests(path)
+        read_vllm_bench(path)
+
+
+def test_made_up_send_times_follow_the_clients_arrival_process():
+    assert not send_times(5, "inf").any()  # the default rate: everything at once
+    gaps = np.diff(send_times(40_001, 4.0, 0.25))
+    assert gaps.mean() == pytest.approx(0.25, rel=0.03)  # 1 / request_rate
+    assert gaps.std() / gaps.mean() == pytest.approx(2.0, rel=0.05)  # gamma shape 0.25: CV 1/sqrt(0.25)
+    poisson = np.diff(send_times(40_001, 4.0, 1.0))
+    assert poisson.std() / poisson.mean() == pytest.approx(1.0, rel=0.05)
+    with pytest.raises(ValueError, match="request_rate and burstiness"):
+        send_times(3, 0.0)
+
+
+def test_a_run_with_made_up_sends_says_so(tmp_path):
+    from fidelity.client_workload import version_assumption
+
+    requests = make_requests(n=6)
+    ttft, e2e = measured(requests)
+    write_exp_config(tmp_path, gpu="H100")
+    write_bench_result(tmp_path, requests, ttft, e2e, drop=("start_times",))
+    [run] = find_runs(tmp_path)
+    assert run.has_per_request and "send times not recorded" in version_assumption(run)
 
 
 def test_a_run_measured_by_vllm_bench_is_reproduced_and_scored_per_token(tmp_path):
