@@ -43,6 +43,7 @@ from sim.latency import build_latency_model
 from sim.latency.profiled import ProfiledLatencyModel
 from sim.latency.roofline import RooflineConstants
 from sim.runner import simulate
+from sim.workload.concurrency import ConcurrencyCap
 
 GPU_MODEL_KINDS = ("auto", "layer-profile", "distserve", "aiconfigurator", "roofline")
 # where unfitted host terms come from: other runs (any source), documented constants, or other sources only
@@ -365,7 +366,13 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
 
 def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
     if kind == "replay":
-        return ReplayWorkload(requests if requests is not None else run.requests)
+        replay = ReplayWorkload(requests if requests is not None else run.requests)
+        if run.client_max_concurrency:  # made-up sends under the client's bound (vllm bench)
+            if run.server.data_parallel_size > 1:
+                raise ValueError(f"run {run.name}: a client's max_concurrency over {run.server.data_parallel_size} "
+                                 "data-parallel engines is not modelled (its sends are not recorded)")
+            return ConcurrencyCap(replay, run.client_max_concurrency)
+        return replay
     if kind == "guidellm":
         return GuidellmWorkload(resolved_profile(run))  # with the guidellm release the run records
     return SharedPrefixWorkload(resolved_profile(run))  # what the run's client release (or its lengths) says

@@ -330,6 +330,8 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
             raise ConfigError(f"workload: run {run.name} has no per-request arrivals to replay; use profile")
         groups, prefix = replay_prefix(run)
         data["workload"] = {"kind": "trace", "trace": str(trace_file(run, cache_dir, prefix)), "too_long": "keep"}
+        if run.client_max_concurrency:  # sends made up, not recorded: the client's bound keeps them
+            data["workload"]["max_concurrency"] = run.client_max_concurrency
         if groups:  # the shared prefixes, so that the prefix cache can hit on them as in the run
             data["workload"].update(num_prefix_groups=groups, prefix_len=prefix, users_per_group=1)
     else:

@@ -141,6 +141,9 @@ class RealRun:
     # what the loader made up where the run's files are silent (vllm bench's send times, say): said
     # with the run's notes (`fidelity.client_workload.version_assumption`)
     assumed: tuple[str, ...] = ()
+    # the client's bound on requests in flight where its sends are made up, not recorded (vllm
+    # bench's --max-concurrency): a replay sends as that client did (`sim.workload.concurrency`)
+    client_max_concurrency: int | None = None
 
     @property
     def num_requests(self) -> int:

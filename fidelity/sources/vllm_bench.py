@@ -6,11 +6,11 @@ The result JSON holds, per request in send order, `input_lens`, `output_lens`, `
 unless `--save-detailed`, and lack `start_times`. Its TTFT and E2E are from the send; its TPOT is
 per token (`fidelity.metric_definitions`). A send time is when the client let the request go (after
 `--max-concurrency`'s wait), so replaying them replays what the server saw. Without them the sends
-are made as the client makes them where they do not depend on the server (`send_times`: all at
-once at `request_rate` inf, else gamma gaps of shape `burstiness` at `request_rate`, in the file's
-order, drawn here); under `max_concurrency` they do (a send waits for a finished request), and
-such a result is refused. A file is known by its content (the lists), not its name: `vllm bench`
-names it after the backend, rate, model and date.
+are made as the client makes them: due all at once at `request_rate` inf, else after gamma gaps of
+shape `burstiness` at `request_rate`, in the file's order (`send_times`, drawn here), and under
+`max_concurrency` each sent when it is due and one of that many slots is free (the replay's
+`sim.workload.concurrency.ConcurrencyCap`). A file is known by its content (the lists), not its
+name: `vllm bench` names it after the backend, rate, model and date.
 """
 from __future__ import annotations
 
@@ -68,31 +68,32 @@ def send_times(n: int, request_rate, burstiness=1.0, seed: int = 0) -> np.ndarra
     return np.concatenate([[0.0], np.cumsum(gaps)])
 
 
-def read_vllm_bench(path: Path) -> tuple[pd.DataFrame, str | None]:
+def read_vllm_bench(path: Path) -> tuple[pd.DataFrame, str | None, int | None]:
     """(the served requests of a `vllm bench serve` result, failed ones dropped; how their send
-    times were made when the file does not hold them, else None).
+    times were made when the file does not hold them, else None; the client's bound on requests in
+    flight those made-up sends must keep, else None).
 
     E2E is `latencies` where the release saved them, else TTFT + the sum of the request's `itls`.
-    Without `start_times` the sends are `send_times` of the file's `request_rate` and `burstiness`;
-    refused with the reason: a result whose sends waited for the server (`max_concurrency` set and
-    no `start_times`), and one with neither `latencies` nor `itls`."""
+    Without `start_times` the requests are due at `send_times` of the file's `request_rate` and
+    `burstiness`, under its `max_concurrency`. Refused with the reason: a result with neither
+    `latencies` nor `itls`."""
     with open(path) as f:
         data = json.load(f)
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in REQUIRED):
         raise ValueError(f"{path}: not a `vllm bench serve` result (expected the lists {', '.join(REQUIRED)})")
     n = len(data["ttfts"])
-    generated = None
+    generated, cap = None, None
     if not isinstance(data.get("start_times"), list):
-        if data.get("max_concurrency") is not None:
-            raise ValueError(f"{path}: this vllm bench result has no start_times and its sends waited for the server "
-                             f"(max_concurrency {data['max_concurrency']}), so they cannot be replayed; rerun with a "
-                             "newer `vllm bench serve --save-result`")
-        rate, shape = data.get("request_rate", "inf"), data.get("burstiness", 1.0)
+        rate, shape, cap = data.get("request_rate", "inf"), data.get("burstiness", 1.0), data.get("max_concurrency")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"{path}: max_concurrency: expected a positive integer or null, got {cap!r}")
         data["start_times"] = send_times(n, rate, shape).tolist()
-        generated = ("send times not recorded (vllm bench before start_times): all at once (request_rate inf)"
+        generated = ("send times not recorded (vllm bench before start_times): due all at once (request_rate inf)"
                      if rate is None or str(rate) == "inf" else
-                     f"send times not recorded (vllm bench before start_times): drawn as the client draws them, gamma "
+                     f"send times not recorded (vllm bench before start_times): due as the client draws them, gamma "
                      f"gaps of shape {shape} at {rate} req/s, in the file's order (seed 0)")
+        if cap is not None:
+            generated += f", each sent when one of max_concurrency = {cap} slots is free"
     lists = {k: data[k] for k in ("input_lens", "output_lens", "start_times")}
     for key in ("latencies", "itls", "errors"):
         if isinstance(data.get(key), list):
@@ -118,4 +119,4 @@ def read_vllm_bench(path: Path) -> tuple[pd.DataFrame, str | None]:
                      "ttft_s": float(ttft), "e2e_s": e2e})
     if not rows:
         raise ValueError(f"{path}: no request of this vllm bench result was served")
-    return measured_table({k: [r[k] for r in rows] for k in rows[0]}), generated
+    return measured_table({k: [r[k] for r in rows] for k in rows[0]}), generated, cap

@@ -214,13 +214,14 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
     summary: dict = {}
     measured_by = ""
     assumed: list[str] = []
+    cap = None
     for name, reader in MEASUREMENT_FILES:
         if (file := run_file(path, name, profile)) is not None:
             requests, measured_by = reader(file), MEASURED_BY[name]
             break
     else:  # a vllm bench result is known by its content (its name is the client's choice)
         if (file := bench_result_file(report_folders(path, profile))) is not None:
-            (requests, sends), measured_by = read_vllm_bench(file), "vllm-bench"
+            (requests, sends, cap), measured_by = read_vllm_bench(file), "vllm-bench"
             assumed += [sends] if sends else []
     if (file := run_file(path, "summary_lifecycle_metrics.json", profile)) is not None:
         summary = read_summary_means(file, requested_output_mean(profile))
@@ -239,4 +240,4 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
     return RealRun(name=path.name, source=source, path=path, server=server, requests=requests, recorded_args=recorded,
                    measured_by=measured_by, tpot_of_means=not len(requests) and bool(summary),
                    profile=profile, summary=summary, profile_file=profile_file, profile_ignored=tuple(ignored),
-                   assumed=tuple(assumed))
+                   assumed=tuple(assumed), client_max_concurrency=cap)

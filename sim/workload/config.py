@@ -152,6 +152,9 @@ class WorkloadConfig:
         max_model_len = 4096      # overrides the limit build_workload is given
         request_timeout_s = 300.0 # the client gives up on a request not finished this long after it sent
                                   #   it (ends "timed_out", aborted in the engine); default none: it waits
+        max_concurrency = 64      # the client keeps at most this many requests in flight: one due while
+                                  #   all are busy waits in the client and is sent (arrives) when one
+                                  #   ends (`vllm bench serve --max-concurrency`); default none: no bound
         seed = 0
 
     Nested tables may be given as dicts: `__post_init__` turns them into `LengthDist` / `PriorityClass`.
@@ -178,6 +181,7 @@ class WorkloadConfig:
     too_long: str = "clip"
     max_model_len: int | None = None
     request_timeout_s: float | None = None  # the client's timeout (sim.replica.Replica: its deadlines)
+    max_concurrency: int | None = None  # the client's bound on requests in flight (sim.workload.concurrency)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -223,6 +227,10 @@ class WorkloadConfig:
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf):
             raise ConfigError(f"workload.request_timeout_s: expected a finite number of seconds > 0, or leave it "
                               f"unset for a client that waits for every answer; got {t!r}")
+        check_int("workload.max_concurrency", self.max_concurrency, 1, allow_none=True)
+        if self.max_concurrency is not None and (self.kind == "closed_loop" or self.kind in registry.KINDS):
+            raise ConfigError(f"workload.max_concurrency: bounds an open-loop client's requests in flight; kind = "
+                              f"{self.kind!r} has its own (closed_loop: num_users)")
         if self.kind == "closed_loop" and self.num_requests is None and self.duration is None:
             s("num_requests", 1000)  # documented default, so a closed loop always ends
         if self.kind in ("poisson", "gamma", "constant") and self.num_requests is None and self.duration is None:

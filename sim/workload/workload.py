@@ -18,6 +18,7 @@ import numpy as np
 from policies import ConfigError, Request
 from sim.workload.arrivals import arrival_times, staged_arrival_times
 from sim.workload import registry
+from sim.workload.concurrency import ConcurrencyCap
 from sim.workload.config import WorkloadConfig
 from sim.workload.lengths import sample_lengths
 from sim.workload.synthetic_tokens import SyntheticTokens
@@ -263,8 +264,9 @@ class Workload:
 
 def build_workload(cfg: WorkloadConfig, max_model_len: int | None = None) -> Workload:
     """The workload `cfg` describes; `max_model_len` (usually scheduler.max_model_len) bounds lengths
-    unless `cfg.max_model_len` is set."""
+    unless `cfg.max_model_len` is set; behind a `ConcurrencyCap` with `cfg.max_concurrency`."""
     kind = registry.KINDS.get(cfg.kind)
     if kind is not None:  # a load generator's own semantics (sessions, stage draining)
         return kind.build(registry.read_profile(cfg.profile), cfg.seed)
-    return Workload(cfg, max_model_len)
+    workload = Workload(cfg, max_model_len)
+    return ConcurrencyCap(workload, cfg.max_concurrency) if cfg.max_concurrency else workload

@@ -65,18 +65,21 @@ def test_an_older_result_takes_e2e_from_its_itls_and_its_sends_from_the_clients_
     requests = make_requests(n=6)
     ttft, e2e = measured(requests)
     path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("latencies",))
-    got, sends = read_vllm_bench(path)
+    got, sends, cap = read_vllm_bench(path)
     np.testing.assert_allclose(got["e2e_s"], e2e)  # TTFT + the token gaps
-    assert sends is None  # recorded
+    assert sends is None and cap is None  # recorded
     path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("start_times",))
-    got, sends = read_vllm_bench(path)
-    assert "drawn as the client draws them" in sends and "2.0 req/s" in sends
+    got, sends, cap = read_vllm_bench(path)
+    assert "as the client draws them" in sends and "2.0 req/s" in sends and cap is None
     assert got["arrival_time"].iloc[0] == 0 and got["arrival_time"].is_monotonic_increasing
     np.testing.assert_allclose(got["ttft_s"], ttft)  # the measurements stay in the file's order
-    # sends that waited for the server (max_concurrency) cannot be made up
+    # sends that waited for a free slot: due as drawn, under the client's bound
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "max_concurrency": 8}))
-    with pytest.raises(ValueError, match="no start_times and its sends waited for the server"):
+    _, sends, cap = read_vllm_bench(path)
+    assert cap == 8 and "max_concurrency = 8 slots" in sends
+    path.write_text(json.dumps({**data, "max_concurrency": 0}))
+    with pytest.raises(ValueError, match="max_concurrency: expected a positive integer"):
         read_vllm_bench(path)
     path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("latencies", "itls"))
     with pytest.raises(ValueError, match="neither latencies nor itls"):
@@ -92,6 +95,27 @@ def test_made_up_send_times_follow_the_clients_arrival_process():
     assert poisson.std() / poisson.mean() == pytest.approx(1.0, rel=0.05)
     with pytest.raises(ValueError, match="request_rate and burstiness"):
         send_times(3, 0.0)
+
+
+def test_a_bench_run_at_full_concurrency_is_replayed_under_its_bound(tmp_path):
+    """rate inf and max_concurrency 2 without start_times: every request due at once, sent two at a
+    time; reproduce and `simulate --from-run` keep the bound."""
+    from fidelity.predict import predict_run
+    from fidelity.run_config import config_dict_for_run
+
+    requests = make_requests(n=10)
+    ttft, e2e = measured(requests)
+    write_exp_config(tmp_path, gpu="H100")
+    path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("start_times",))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "request_rate": "inf", "max_concurrency": 2}))
+    [run] = find_runs(tmp_path)
+    assert run.client_max_concurrency == 2 and (run.requests["arrival_time"] == 0).all()
+    assert config_dict_for_run(run)["workload"]["max_concurrency"] == 2
+    sent = predict_run(run, gpu_model="roofline").requests.sort_values("arrival_time")
+    assert (sent["arrival_time"].iloc[:2] == 0).all() and (sent["arrival_time"].iloc[2:] > 0).all()
+    events = sorted([(t, 1) for t in sent["arrival_time"]] + [(t, -1) for t in sent["finish_time"]],
+                    key=lambda e: (e[0], e[1]))
+    assert max(np.cumsum([d for _, d in events])) == 2
 
 
 def test_a_run_with_made_up_sends_says_so(tmp_path):
