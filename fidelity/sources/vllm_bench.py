@@ -53,6 +53,13 @@ def bench_result_file(folders: list[Path]) -> Path | None:
     return None
 
 
+def bench_model(path: Path) -> str | None:
+    """The model a `vllm bench serve` result names (`model_id`), or None."""
+    with open(path) as f:
+        model = json.load(f).get("model_id")
+    return str(model) if model else None
+
+
 def send_times(n: int, request_rate, burstiness=1.0, seed: int = 0) -> np.ndarray:
     """The client's send times (s) of `n` requests where they do not depend on the server: all at 0
     at rate inf (the default), else the first at 0 and gamma gaps of shape `burstiness` and mean

@@ -25,7 +25,7 @@ from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, m
 from fidelity.sources.guidellm import prefix_from_guidellm, read_guidellm_requests
 from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
                                                      read_summary_means, requested_output_mean)
-from fidelity.sources.vllm_bench import bench_result_file, read_vllm_bench
+from fidelity.sources.vllm_bench import bench_model, bench_result_file, read_vllm_bench
 
 
 # --- YAML / profiles -----------------------------------------------------------------------------
@@ -205,6 +205,11 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         ignored = ignored_profile_keys(profile, resolved)
         profile, profile_file = resolved, resolved_file
     log = scan_vllm_log(run_file(path, "vllm.log", profile) or path / "vllm.log")
+    model_from = "exp-config.yaml"
+    if "model" not in exp and (bench := bench_result_file(report_folders(path, profile))) is not None:
+        model = bench_model(bench)  # the model a vllm bench result names, where exp-config names none
+        if model:
+            exp, model_from = {**exp, "model": model}, bench.name
     server = server_args_from_exp_config(exp)
     if log.get("engine_version") and server.engine_version is None:
         server = replace(server, engine_version=log["engine_version"])
@@ -233,7 +238,7 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
             "summary_lifecycle_metrics.json")
     requests = prefix_from_guidellm(requests, profile)
     requests = prefix_from_shared_prefix(requests, profile)
-    recorded = {k: (v, "exp-config.yaml") for k, v in exp.items()}
+    recorded = {k: (v, model_from if k == "model" else "exp-config.yaml") for k, v in exp.items()}
     for key in ("engine_version", "num_kv_tokens"):
         if key in log and key not in recorded:
             recorded[key] = (log[key], "vllm.log")

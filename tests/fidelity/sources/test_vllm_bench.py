@@ -149,3 +149,13 @@ def test_a_run_measured_by_vllm_bench_is_reproduced_and_scored_per_token(tmp_pat
     assert table["error"].abs().max() < 0.01
     assert all(row.definition == DEFINITIONS["vllm-bench"][row.metric] for row in table.itertuples())
     assert table.set_index("metric").loc["tpot_s", "definition"].startswith("per token")
+
+
+def test_an_exp_config_without_a_model_takes_the_bench_results(tmp_path):
+    requests = make_requests(n=6)
+    ttft, e2e = measured(requests)
+    (tmp_path / "exp-config.yaml").write_text("gpu: H100\ntensor_parallelism: 1\n")
+    path = write_bench_result(tmp_path, requests, ttft, e2e)
+    [run] = find_runs(tmp_path)
+    assert run.server.model == "meta-llama/Llama-2-7b-hf"
+    assert run.recorded_args["model"] == ("meta-llama/Llama-2-7b-hf", path.name)  # where it was read
