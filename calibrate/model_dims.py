@@ -73,7 +73,7 @@ def spec_of_config(path: Path) -> ModelSpec:
     experts = [k for k in EXPERT_KEYS if cfg.get(k)]
     if experts:
         raise ConfigError(f"model: {path}: model_type {kind!r} has experts ({experts[0]}) and is not a MoE "
-                          f"servesim reads; MoE types read: mixtral, qwen3_moe")
+                          f"servesim reads; MoE types read: mixtral, qwen3_moe, qwen2_moe")
     spec = _llama_shape(cfg, path)
     form = checkpoint_quantization(path, cfg)  # FP8 and integer weight-only forms are carried, the rest refused
     return replace(spec, dtype_bytes=1 if form.startswith("fp8") else 2, quantization=form) if form else spec

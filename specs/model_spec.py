@@ -30,9 +30,10 @@ MLP_KINDS = ("gated", "plain")  # gated: SwiGLU gate/up/down (Llama); plain: fc1
 POSITION_KINDS = ("rope", "learned")
 #: Hugging Face `model_type`s read from a config.json. Dense decoders of llama's layer shapes (RMSNorm,
 #: rotary, a gated MLP of three matrices; qwen2's q/k/v biases and qwen3's q/k norms are too small to
-#: time) read as llama; mixtral and qwen3_moe as a MoE of such layers; opt and DeepSeek's MLA apart.
+#: time) read as llama; mixtral, qwen3_moe and qwen2_moe (its shared expert too) as a MoE of such
+#: layers; opt and DeepSeek's MLA apart.
 LLAMA_SHAPED = ("llama", "mistral", "qwen2", "qwen3", "granite", "gemma")
-HF_MODEL_TYPES = LLAMA_SHAPED + ("mixtral", "qwen3_moe", "opt", "deepseek_v2", "deepseek_v3")
+HF_MODEL_TYPES = LLAMA_SHAPED + ("mixtral", "qwen3_moe", "qwen2_moe", "opt", "deepseek_v2", "deepseek_v3")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 #: the weights' form: unquantized, FP8 scaled per tensor or channel, FP8 scaled per block of weights,
 #: 4- or 8-bit integers dequantized to 16 bits inside the GEMM (weight-only: AWQ, GPTQ)
@@ -394,9 +395,26 @@ class ModelSpec:
             if cfg.get("use_sliding_window"):
                 raise ConfigError(f"model.name: {p}: use_sliding_window is on (attention over a window, not the "
                                   "whole context): not modelled")
-            if model_type == "qwen3_moe" and (cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1):
-                raise ConfigError(f"model.name: {p}: a qwen3_moe with dense layers (mlp_only_layers, "
+            if model_type in ("qwen3_moe", "qwen2_moe") and (cfg.get("mlp_only_layers")
+                                                             or cfg.get("decoder_sparse_step", 1) != 1):
+                raise ConfigError(f"model.name: {p}: a {model_type} with dense layers (mlp_only_layers, "
                                   "decoder_sparse_step) is not modelled")
+            if model_type == "qwen2_moe":
+                # one shared expert of its own width beside the routed ones: as many expert-width
+                # shared experts (same weights and FLOPs; its sigmoid gate, hidden x 1, is not timed)
+                expert, shared = need("moe_intermediate_size"), cfg.get("shared_expert_intermediate_size") or 0
+                if shared % expert:
+                    raise ConfigError(f"model.name: {p}: shared_expert_intermediate_size={shared} is not a multiple "
+                                      f"of moe_intermediate_size={expert}: not modelled")
+                return cls(
+                    name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),
+                    num_attention_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+                    intermediate_size=need("intermediate_size"), vocab_size=need("vocab_size"),
+                    max_position_embeddings=need("max_position_embeddings"), num_experts=need("num_experts"),
+                    num_experts_per_tok=need("num_experts_per_tok"), moe_intermediate_size=expert,
+                    num_shared_experts=shared // expert, tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+                    dtype_bytes=dtype_bytes, quantization=quantization,
+                )
             if model_type in ("deepseek_v2", "deepseek_v3"):
                 return cls(
                     name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),

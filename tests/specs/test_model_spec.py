@@ -186,3 +186,32 @@ def test_mla_and_moe_fields_are_validated():
         ModelSpec("x", 2, 64, 8, 8, 128, 100, 128, num_shared_experts=1)
     with pytest.raises(ConfigError, match=r"^model\.first_k_dense_replace"):
         ModelSpec("x", 2, 64, 8, 8, 128, 100, 128, num_experts=4, num_experts_per_tok=2, first_k_dense_replace=2)
+
+
+QWEN2_MOE_HF = dict(model_type="qwen2_moe", hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+                    shared_expert_intermediate_size=5632, num_experts=60, num_experts_per_tok=4, num_hidden_layers=24,
+                    num_attention_heads=16, num_key_value_heads=16, vocab_size=151936, max_position_embeddings=8192,
+                    decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False, torch_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("fields, total, active", [
+    ({}, 14.3e9, 2.7e9),  # Qwen1.5-MoE-A2.7B as published: 14.3B parameters, 2.7B activated
+    (dict(hidden_size=3584, intermediate_size=18944, moe_intermediate_size=2560, shared_expert_intermediate_size=20480,
+          num_experts=64, num_experts_per_tok=8, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4),
+     57.4e9, 14e9),  # Qwen2-57B-A14B: 57B, 14B activated
+])
+def test_a_qwen2_moe_keeps_its_shared_expert(tmp_path, fields, total, active):
+    spec = ModelSpec.from_hf_config(make_hf_config(tmp_path, **{**QWEN2_MOE_HF, **fields}))
+    assert spec.num_params == pytest.approx(total, rel=0.01)
+    assert spec.num_active_params == pytest.approx(active, rel=0.025)
+    without = ModelSpec.from_hf_config(make_hf_config(tmp_path, **{**QWEN2_MOE_HF, **fields,
+                                                                   "shared_expert_intermediate_size": 0}))
+    assert spec.num_active_params - without.num_active_params == \
+        spec.num_layers * 3 * spec.hidden_size * (fields or QWEN2_MOE_HF)["shared_expert_intermediate_size"]
+
+
+def test_a_qwen2_moe_the_spec_cannot_carry_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="shared_expert_intermediate_size=1000 is not a multiple"):
+        ModelSpec.from_hf_config(make_hf_config(tmp_path, **{**QWEN2_MOE_HF, "shared_expert_intermediate_size": 1000}))
+    with pytest.raises(ConfigError, match="a qwen2_moe with dense layers"):
+        ModelSpec.from_hf_config(make_hf_config(tmp_path, **{**QWEN2_MOE_HF, "mlp_only_layers": [0]}))
