@@ -69,6 +69,19 @@ def test_closed_loop_followups_are_served():
     assert set(result.requests["finish_reason"]) == {"length"}
 
 
+def test_a_clients_bound_on_requests_in_flight_holds_on_the_engine():
+    engine, result, sim_result = replay(10, rate=200.0, max_concurrency=2)
+    check_replay(engine, result, sim_result, 10)
+    for table in (result.requests, sim_result.requests):  # never more than 2 between send and end
+        events = sorted([(t, 1) for t in table["arrival_time"]] + [(t, -1) for t in table["finish_time"]],
+                        key=lambda e: (e[0], e[1]))
+        in_flight, peak = 0, 0
+        for _, d in events:
+            in_flight += d
+            peak = max(peak, in_flight)
+        assert peak == 2
+
+
 def test_cli_run_writes_the_simulators_outputs(tmp_path, capsys):
     config = tmp_path / "run.toml"
     config.write_text(f'''
