@@ -30,34 +30,27 @@ if TYPE_CHECKING:  # the run readers' tables
 REQUIRED = ("input_lens", "output_lens", "ttfts")
 
 
-def is_bench_result(path: Path) -> bool:
-    """True for a JSON object with `vllm bench serve`'s per-request lists (`REQUIRED`)."""
+def load_bench_result(path: Path) -> dict | None:
+    """The parsed file if it is a JSON object with `vllm bench serve`'s per-request lists
+    (`REQUIRED`), else None (a JSON list is not read past its first character)."""
     try:
         with open(path) as f:
-            head = f.read(1)
-            if head != "{":
-                return False
+            if f.read(1) != "{":
+                return None
             f.seek(0)
             data = json.load(f)
     except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and all(isinstance(data.get(k), list) for k in REQUIRED)
+        return None
+    return data if isinstance(data, dict) and all(isinstance(data.get(k), list) for k in REQUIRED) else None
 
 
-def bench_result_file(folders: list[Path]) -> Path | None:
-    """The first `vllm bench serve` result among the JSON files of `folders` (by name), or None."""
+def bench_result_file(folders: list[Path]) -> tuple[Path, dict] | None:
+    """The first `vllm bench serve` result among the JSON files of `folders` (by name), parsed, or None."""
     for folder in folders:
         for file in sorted(Path(folder).glob("*.json")):
-            if is_bench_result(file):
-                return file
+            if (data := load_bench_result(file)) is not None:
+                return file, data
     return None
-
-
-def bench_model(path: Path) -> str | None:
-    """The model a `vllm bench serve` result names (`model_id`), or None."""
-    with open(path) as f:
-        model = json.load(f).get("model_id")
-    return str(model) if model else None
 
 
 def send_times(n: int, request_rate, burstiness=1.0, seed: int = 0) -> np.ndarray:
@@ -75,7 +68,7 @@ def send_times(n: int, request_rate, burstiness=1.0, seed: int = 0) -> np.ndarra
     return np.concatenate([[0.0], np.cumsum(gaps)])
 
 
-def read_vllm_bench(path: Path) -> tuple[pd.DataFrame, str | None, int | None]:
+def read_vllm_bench(path: Path, data: dict | None = None) -> tuple[pd.DataFrame, str | None, int | None]:
     """(the served requests of a `vllm bench serve` result, failed ones dropped; how their send
     times were made when the file does not hold them, else None; the client's bound on requests in
     flight those made-up sends must keep, else None).
@@ -83,9 +76,11 @@ def read_vllm_bench(path: Path) -> tuple[pd.DataFrame, str | None, int | None]:
     E2E is `latencies` where the release saved them, else TTFT + the sum of the request's `itls`.
     Without `start_times` the requests are due at `send_times` of the file's `request_rate` and
     `burstiness`, under its `max_concurrency`. Refused with the reason: a result with neither
-    `latencies` nor `itls`."""
-    with open(path) as f:
-        data = json.load(f)
+    `latencies` nor `itls`. `data`: the file, where the caller has parsed it (`bench_result_file`)."""
+    if data is None:
+        with open(path) as f:
+            data = json.load(f)
+    data = dict(data)  # made-up send times go in as start_times: the caller's copy stays as read
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in REQUIRED):
         raise ValueError(f"{path}: not a `vllm bench serve` result (expected the lists {', '.join(REQUIRED)})")
     n = len(data["ttfts"])

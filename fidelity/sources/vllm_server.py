@@ -25,7 +25,7 @@ from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, m
 from fidelity.sources.guidellm import prefix_from_guidellm, read_guidellm_requests
 from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
                                                      read_summary_means, requested_output_mean)
-from fidelity.sources.vllm_bench import bench_model, bench_result_file, read_vllm_bench
+from fidelity.sources.vllm_bench import bench_result_file, read_vllm_bench
 
 
 # --- YAML / profiles -----------------------------------------------------------------------------
@@ -205,11 +205,14 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         ignored = ignored_profile_keys(profile, resolved)
         profile, profile_file = resolved, resolved_file
     log = scan_vllm_log(run_file(path, "vllm.log", profile) or path / "vllm.log")
+    # per-request measurements: a named file, else a vllm bench result, known by its content (its
+    # name is the client's choice), found and parsed once (it may also name the model)
+    named = next(((name, reader, file) for name, reader in MEASUREMENT_FILES
+                  if (file := run_file(path, name, profile)) is not None), None)
+    bench = bench_result_file(report_folders(path, profile)) if named is None or "model" not in exp else None
     model_from = "exp-config.yaml"
-    if "model" not in exp and (bench := bench_result_file(report_folders(path, profile))) is not None:
-        model = bench_model(bench)  # the model a vllm bench result names, where exp-config names none
-        if model:
-            exp, model_from = {**exp, "model": model}, bench.name
+    if "model" not in exp and bench is not None and bench[1].get("model_id"):
+        exp, model_from = {**exp, "model": str(bench[1]["model_id"])}, bench[0].name
     server = server_args_from_exp_config(exp)
     if log.get("engine_version") and server.engine_version is None:
         server = replace(server, engine_version=log["engine_version"])
@@ -220,14 +223,12 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
     measured_by = ""
     assumed: list[str] = []
     cap = None
-    for name, reader in MEASUREMENT_FILES:
-        if (file := run_file(path, name, profile)) is not None:
-            requests, measured_by = reader(file), MEASURED_BY[name]
-            break
-    else:  # a vllm bench result is known by its content (its name is the client's choice)
-        if (file := bench_result_file(report_folders(path, profile))) is not None:
-            (requests, sends, cap), measured_by = read_vllm_bench(file), "vllm-bench"
-            assumed += [sends] if sends else []
+    if named is not None:
+        name, reader, file = named
+        requests, measured_by = reader(file), MEASURED_BY[name]
+    elif bench is not None:
+        (requests, sends, cap), measured_by = read_vllm_bench(*bench), "vllm-bench"
+        assumed += [sends] if sends else []
     if (file := run_file(path, "summary_lifecycle_metrics.json", profile)) is not None:
         summary = read_summary_means(file, requested_output_mean(profile))
         measured_by = measured_by or "inference-perf-summary"
