@@ -16,7 +16,7 @@ from policies import ConfigError
 from records.files import read_json_object
 from sim.latency.profile import layer_kind
 from specs.model_catalog import get_model
-from specs.model_spec import HF_MODEL_TYPES, LLAMA_SHAPED, ModelSpec
+from specs.model_spec import HF_MODEL_TYPES, LLAMA_SHAPED, ModelSpec, form_dtype_bytes
 from specs.quantization import checkpoint_quantization
 
 # name -> the catalog model of that shape (Llama 3.1 has Llama 3's dims)
@@ -76,7 +76,7 @@ def spec_of_config(path: Path) -> ModelSpec:
                           f"servesim reads; MoE types read: mixtral, qwen3_moe, qwen2_moe")
     spec = _llama_shape(cfg, path)
     form = checkpoint_quantization(path, cfg)  # FP8 and integer weight-only forms are carried, the rest refused
-    return replace(spec, dtype_bytes=1 if form.startswith("fp8") else 2, quantization=form) if form else spec
+    return replace(spec, dtype_bytes=form_dtype_bytes(form), quantization=form) if form else spec
 
 
 def dims_of_spec(spec: ModelSpec, tp: int = 1, dtype: str = "bfloat16", name: str | None = None) -> dict:

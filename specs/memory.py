@@ -65,7 +65,7 @@ def weight_bytes_per_gpu(model: ModelSpec, tp: int, ep: int = 1, extra_params: i
     replicated = (model.num_layers * (model.norm_params_per_layer + model.mla_replicated_params)
                   + model.hidden_size * (2 if model.bias else 1))
     routed = routed_expert_params(model)
-    vocab = model.embedding_params + (0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size)
+    vocab = model.vocab_params
     sharded = model.num_params + extra_params - replicated - routed - vocab
     return (round((sharded // tp + routed // max(tp, ep) + replicated) * model.weight_element_bytes)
             + vocab // tp * model.act_dtype_bytes)

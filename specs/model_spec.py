@@ -43,6 +43,12 @@ QUANTIZATIONS = ("none", "fp8", "fp8_block", "w4a16", "w8a16")
 INT_WEIGHT_BYTES = {"w4a16": 0.5 + 2 / 128, "w8a16": 1.0 + 2 / 128}
 
 
+def form_dtype_bytes(form: str) -> int | None:
+    """`dtype_bytes` of weights in `form` (`QUANTIZATIONS`): 1 for FP8 (one-byte GEMMs), 2 for the
+    integer forms (dequantized into 16-bit GEMMs); None for unquantized ones (their own dtype's)."""
+    return 1 if form.startswith("fp8") else 2 if form in INT_WEIGHT_BYTES else None
+
+
 def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
     """K and V of one token on one GPU: 2 x layers x kv_heads/tp x head_dim x dtype bytes.
 
@@ -285,13 +291,18 @@ class ModelSpec:
         return n
 
     @property
+    def vocab_params(self) -> int:
+        """The embedding's weights and the LM head's where it is not tied to them: the weights vLLM
+        keeps at the activations' precision whatever the layers' quantization."""
+        return self.embedding_params + (0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size)
+
+    @property
     def num_params(self) -> int:
         """Total parameters (all experts counted), derived from the dimensions (MTP modules excluded)."""
         per_layer = self.attn_params_per_layer + self.norm_params_per_layer
         mlps = self.num_dense_layers * self.dense_mlp_params + self.num_moe_layers * self.moe_mlp_params
         final_norm = self.hidden_size * (2 if self.bias else 1)
-        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
-        return self.embedding_params + self.num_layers * per_layer + mlps + final_norm + lm_head
+        return self.vocab_params + self.num_layers * per_layer + mlps + final_norm
 
     @property
     def num_active_params(self) -> int:
@@ -317,8 +328,7 @@ class ModelSpec:
     def weight_bytes(self) -> int:
         """Bytes of all weights: the embedding and LM head at the activations' precision (vLLM leaves
         them unquantized), the rest at `weight_element_bytes`."""
-        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
-        wide = self.embedding_params + lm_head
+        wide = self.vocab_params
         return round((self.num_params - wide) * self.weight_element_bytes) + wide * self.act_dtype_bytes
 
     @property
@@ -369,8 +379,7 @@ class ModelSpec:
                               f"choose one of {', '.join(HF_MODEL_TYPES)}")
         name = name or cfg.get("_name_or_path") or p.parent.name or model_type
         quantization = checkpoint_quantization(p, cfg) or "none"
-        dtype_bytes = (1 if quantization.startswith("fp8") else 2 if quantization in INT_WEIGHT_BYTES
-                       else DTYPE_BYTES.get(str(cfg.get("torch_dtype", "float16")), 2))
+        dtype_bytes = form_dtype_bytes(quantization) or DTYPE_BYTES.get(str(cfg.get("torch_dtype", "float16")), 2)
 
         def need(key: str):
             if key not in cfg:
@@ -454,7 +463,7 @@ class ModelSpec:
         spec's weights; "w4a16" / "w8a16" are integer weights over 16-bit activations; an "auto" KV
         cache follows the activations, as vLLM's does: FP8 weights keep a 16-bit cache unless
         `kv_cache_dtype = "fp8"`)."""
-        wb = self.dtype_bytes if dtype == "auto" else 2 if dtype in INT_WEIGHT_BYTES else DTYPE_BYTES[dtype]
+        wb = self.dtype_bytes if dtype == "auto" else form_dtype_bytes(dtype) or DTYPE_BYTES[dtype]
         kb = None if kv_cache_dtype == "auto" else DTYPE_BYTES[kv_cache_dtype]
         if kb is None and dtype == "auto":
             kb = self.kv_dtype_bytes  # nothing asked: keep the spec's own cache dtype
