@@ -321,8 +321,8 @@ class RooflineLatencyModel(LatencyModel):
         elem = self._elem_bytes_per_token
         ar = self.tp > 1
         ar_fixed, ar_tok, a2a_fixed, a2a_tok = self._ar_fixed, self._ar_s_per_token, self._a2a_fixed, self._a2a_s_per_token
-        head_f, head_w, head_b = self._head_flops_per_token * self._head_flop_s, self._head_weight_bytes, \
-            self._head_bytes_per_token
+        head_s = self._head_flops_per_token * self._head_flop_s  # compute-bound seconds per sampled token
+        head_w, head_b = self._head_weight_bytes, self._head_bytes_per_token
         c = self.constants
         step_o, seq_o, layers_o = c.step_overhead_s, c.per_seq_overhead_s, self.model.num_layers * c.layer_overhead_s
 
@@ -345,7 +345,7 @@ class RooflineLatencyModel(LatencyModel):
                 t += a2a_fixed + num_tokens * a2a_tok
             num_sampled = outputs + padding_seqs + spec
             if num_sampled:
-                t += max(num_sampled * head_f, (head_w + num_sampled * head_b) * hbm)
+                t += max(num_sampled * head_s, (head_w + num_sampled * head_b) * hbm)
             t += step_o + num_seqs * seq_o + layers_o
             return t
         return time_of
