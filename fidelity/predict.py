@@ -394,6 +394,8 @@ def why_unpredictable(run: RealRun, gpu: str | None = None, workload: str = "aut
     try:  # the config predict_run builds, with a stand-in workload (the run's own is read later)
         data = config_dict_for_run(run, gpu=gpu, workload=workload, workload_section=dict(STAND_IN_WORKLOAD))
         config = load_config(data)
+        if run.client_max_concurrency:  # made-up sends under a client's bound: the replay must keep it
+            _workload(run, None, "replay")
         if gpu_model not in ("auto", "roofline"):  # a named source must have data for this run
             gpu_latency_model(run, config, gpu_model)
     except ValueError as exc:  # a ConfigError: one line naming the field

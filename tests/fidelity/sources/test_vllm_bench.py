@@ -159,3 +159,17 @@ def test_an_exp_config_without_a_model_takes_the_bench_results(tmp_path):
     [run] = find_runs(tmp_path)
     assert run.server.model == "meta-llama/Llama-2-7b-hf"
     assert run.recorded_args["model"] == ("meta-llama/Llama-2-7b-hf", path.name)  # where it was read
+
+
+def test_a_bound_the_replay_cannot_keep_is_listed_not_fatal(tmp_path):
+    """Made-up sends under max_concurrency over two data-parallel engines: not modelled, so the run is
+    listed with its reason, as any run that cannot be simulated."""
+    from fidelity.predict import why_unpredictable
+
+    requests = make_requests(n=6)
+    ttft, e2e = measured(requests)
+    write_exp_config(tmp_path, gpu="H100", data_parallel_size=2)
+    path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("start_times",))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "max_concurrency": 4}))
+    [run] = find_runs(tmp_path)
+    assert "max_concurrency over 2 data-parallel engines is not modelled" in why_unpredictable(run)
