@@ -117,12 +117,11 @@ def recorded_version(run: RealRun, client: str) -> str | None:
         for key in VERSION_KEYS:
             if data.get(key):
                 return str(data[key])
-    if client == "guidellm":
-        report = run.path / "guidellm-results.json"
-        if report.is_file():
-            with open(report) as f:
-                head = f.read(4096)  # the metadata opens the report; no need to parse megabytes
-            key = '"guidellm_version": "'
+    if client == "guidellm" and run.path.is_dir():  # its report (any name) opens with its metadata
+        key = '"guidellm_version": "'
+        for report in sorted(run.path.glob("*.json")):
+            with open(report, errors="replace") as f:
+                head = f.read(4096)  # no need to parse megabytes
             if key in head:
                 return head.split(key, 1)[1].split('"', 1)[0]
     return None
@@ -147,6 +146,12 @@ def measured_lengths(run: RealRun) -> tuple[float, float, str]:
     if client is not None:
         df = read_guidellm_requests(client)
         return float(df["num_prompt_tokens"].mean()), float(df["num_output_tokens"].mean()), client.name
+    if run.measured_by == "guidellm" and run.measured_file is not None:  # guidellm's own report
+        if len(run.requests):
+            return (float(run.requests["num_prompt_tokens"].mean()), float(run.requests["num_output_tokens"].mean()),
+                    run.measured_file.name)
+        if run.summary.get("prompt_len", 0) > 0:  # a sampled report: its metrics' means
+            return float(run.summary["prompt_len"]), float(run.summary["output_len"]), run.measured_file.name
     if run_file(run.path, "per_request_server_spans.csv", run.profile) is not None and len(run.requests):
         return (float(run.requests["num_prompt_tokens"].mean()), float(run.requests["num_output_tokens"].mean()),
                 "per_request_server_spans.csv (the server's counts)")

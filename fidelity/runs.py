@@ -130,8 +130,10 @@ class RealRun:
     recorded_args: dict = field(default_factory=dict)
     # recorded settings simulated otherwise: name -> why (listed as not modelled, never dropped silently)
     unmodelled_args: dict = field(default_factory=dict)
-    # which kind of measurement the timings are (`fidelity.metric_definitions.DEFINITIONS`)
+    # which kind of measurement the timings are (`fidelity.metric_definitions.DEFINITIONS`), and the
+    # file they were read from
     measured_by: str = ""
+    measured_file: Path | None = None
     # the summary's TPOT is (mean E2E - mean TTFT) / (mean output tokens - 1): score a prediction alike
     tpot_of_means: bool = False
     # the file `profile` was read from (the client's own resolved config when it wrote one), and the

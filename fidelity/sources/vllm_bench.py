@@ -30,27 +30,9 @@ if TYPE_CHECKING:  # the run readers' tables
 REQUIRED = ("input_lens", "output_lens", "ttfts")
 
 
-def load_bench_result(path: Path) -> dict | None:
-    """The parsed file if it is a JSON object with `vllm bench serve`'s per-request lists
-    (`REQUIRED`), else None (a JSON list is not read past its first character)."""
-    try:
-        with open(path) as f:
-            if f.read(1) != "{":
-                return None
-            f.seek(0)
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and all(isinstance(data.get(k), list) for k in REQUIRED) else None
-
-
-def bench_result_file(folders: list[Path]) -> tuple[Path, dict] | None:
-    """The first `vllm bench serve` result among the JSON files of `folders` (by name), parsed, or None."""
-    for folder in folders:
-        for file in sorted(Path(folder).glob("*.json")):
-            if (data := load_bench_result(file)) is not None:
-                return file, data
-    return None
+def is_bench_result(data) -> bool:
+    """True for a parsed `vllm bench serve` result: a mapping with its per-request lists (`REQUIRED`)."""
+    return isinstance(data, dict) and all(isinstance(data.get(k), list) for k in REQUIRED)
 
 
 def send_times(n: int, request_rate, burstiness=1.0, seed: int = 0) -> np.ndarray:
@@ -76,13 +58,14 @@ def read_vllm_bench(path: Path, data: dict | None = None) -> tuple[pd.DataFrame,
     E2E is `latencies` where the release saved them, else TTFT + the sum of the request's `itls`.
     Without `start_times` the requests are due at `send_times` of the file's `request_rate` and
     `burstiness`, under its `max_concurrency`. Refused with the reason: a result with neither
-    `latencies` nor `itls`. `data`: the file, where the caller has parsed it (`bench_result_file`)."""
+    `latencies` nor `itls`. `data`: the file, where the caller has parsed it
+    (`fidelity.sources.client_report.find_client_report`)."""
     if data is None:
         with open(path) as f:
             data = json.load(f)
-    data = dict(data)  # made-up send times go in as start_times: the caller's copy stays as read
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in REQUIRED):
+    if not is_bench_result(data):
         raise ValueError(f"{path}: not a `vllm bench serve` result (expected the lists {', '.join(REQUIRED)})")
+    data = dict(data)  # made-up send times go in as start_times: the caller's copy stays as read
     n = len(data["ttfts"])
     generated, cap = None, None
     if not isinstance(data.get("start_times"), list):

@@ -5,8 +5,9 @@ The layout of ../shared/data/groundtruth/vllm-0.11-jan2026 (and of any folder la
 generator's profile), `vllm.log` (the engine's reported KV capacity and version) and per-request
 timings in `per_request_server_spans.csv` (vLLM OTLP spans), `per_request_lifecycle_metrics.json`
 (inference-perf), `guidellm_per_request.csv` (guidellm), `requests.csv` (servesim's own table) or
-a `vllm bench serve` result JSON of any name (`fidelity.sources.vllm_bench`); a
-`summary_lifecycle_metrics.json` alone gives means only. inference-perf writes its reports where
+a client's result JSON of any name, known by its content (`fidelity.sources.client_report`: `vllm
+bench serve`'s, guidellm's report, whose arguments also give the load profile where the folder has
+no profile.yaml); a `summary_lifecycle_metrics.json` alone gives means only. inference-perf writes its reports where
 the profile's `storage.local_storage.path` says (a `results/` folder in the run folder, say):
 measurement files are looked for in the run folder, then there (`report_folders`). The `config.yaml`
 it writes beside them is its own resolved config (`model_dump` of what that release parsed: keys it
@@ -22,10 +23,12 @@ import pandas as pd
 import yaml
 
 from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, measured_table
+from fidelity.sources.client_report import find_client_report
 from fidelity.sources.guidellm import prefix_from_guidellm, read_guidellm_requests
+from fidelity.sources.guidellm_report import read_guidellm_report, report_model
 from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
                                                      read_summary_means, requested_output_mean)
-from fidelity.sources.vllm_bench import bench_result_file, read_vllm_bench
+from fidelity.sources.vllm_bench import read_vllm_bench
 
 
 # --- YAML / profiles -----------------------------------------------------------------------------
@@ -205,14 +208,18 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         ignored = ignored_profile_keys(profile, resolved)
         profile, profile_file = resolved, resolved_file
     log = scan_vllm_log(run_file(path, "vllm.log", profile) or path / "vllm.log")
-    # per-request measurements: a named file, else a vllm bench result, known by its content (its
+    # per-request measurements: a named file, else a client's result known by its content (its
     # name is the client's choice), found and parsed once (it may also name the model)
     named = next(((name, reader, file) for name, reader in MEASUREMENT_FILES
                   if (file := run_file(path, name, profile)) is not None), None)
-    bench = bench_result_file(report_folders(path, profile)) if named is None or "model" not in exp else None
+    report = find_client_report(report_folders(path, profile)) if named is None or "model" not in exp else None
+    guidellm = (read_guidellm_report(report[1], report[2])
+                if named is None and report is not None and report[0] == "guidellm" else None)
     model_from = "exp-config.yaml"
-    if "model" not in exp and bench is not None and bench[1].get("model_id"):
-        exp, model_from = {**exp, "model": str(bench[1]["model_id"])}, bench[0].name
+    if "model" not in exp and report is not None:
+        model = report[2].get("model_id") if report[0] == "vllm-bench" else report_model(report[2])
+        if model:
+            exp, model_from = {**exp, "model": str(model)}, report[1].name
     server = server_args_from_exp_config(exp)
     if log.get("engine_version") and server.engine_version is None:
         server = replace(server, engine_version=log["engine_version"])
@@ -220,22 +227,29 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         server = replace(server, num_gpu_blocks=log["num_kv_tokens"] // server.block_size)
     requests = pd.DataFrame(columns=list(REQUEST_COLUMNS))
     summary: dict = {}
-    measured_by = ""
+    measured_by, measured_file = "", None
     assumed: list[str] = []
     cap = None
     if named is not None:
-        name, reader, file = named
-        requests, measured_by = reader(file), MEASURED_BY[name]
-    elif bench is not None:
-        (requests, sends, cap), measured_by = read_vllm_bench(*bench), "vllm-bench"
+        name, reader, measured_file = named
+        requests, measured_by = reader(measured_file), MEASURED_BY[name]
+    elif report is not None and report[0] == "vllm-bench":
+        (requests, sends, cap), measured_by, measured_file = read_vllm_bench(*report[1:]), "vllm-bench", report[1]
         assumed += [sends] if sends else []
+    elif guidellm is not None:
+        requests, summary, measured_by, measured_file = guidellm.requests, guidellm.summary, "guidellm", report[1]
+        assumed += guidellm.notes
+        if profile is None and guidellm.profile is not None:  # the load the client's arguments describe
+            profile, profile_file = guidellm.profile, report[1]
+        elif isinstance(profile, dict) and guidellm.version and not (profile.get("client") or {}).get("version"):
+            profile = {**profile, "client": {**(profile.get("client") or {}), "version": str(guidellm.version)}}
     if (file := run_file(path, "summary_lifecycle_metrics.json", profile)) is not None:
         summary = read_summary_means(file, requested_output_mean(profile))
         measured_by = measured_by or "inference-perf-summary"
     if not len(requests) and not summary and require_measurements:
         raise FileNotFoundError(
             f"{path}: no measurements; expected one of "
-            f"{', '.join(n for n, _ in MEASUREMENT_FILES)}, a vllm bench serve result JSON or "
+            f"{', '.join(n for n, _ in MEASUREMENT_FILES)}, a vllm bench serve result or guidellm report JSON, or "
             "summary_lifecycle_metrics.json")
     requests = prefix_from_guidellm(requests, profile)
     requests = prefix_from_shared_prefix(requests, profile)
@@ -244,6 +258,7 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         if key in log and key not in recorded:
             recorded[key] = (log[key], "vllm.log")
     return RealRun(name=path.name, source=source, path=path, server=server, requests=requests, recorded_args=recorded,
-                   measured_by=measured_by, tpot_of_means=not len(requests) and bool(summary),
+                   measured_by=measured_by, measured_file=measured_file,
+                   tpot_of_means=not len(requests) and bool(summary),
                    profile=profile, summary=summary, profile_file=profile_file, profile_ignored=tuple(ignored),
                    assumed=tuple(assumed), client_max_concurrency=cap)

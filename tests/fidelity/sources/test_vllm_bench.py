@@ -11,7 +11,8 @@ from fidelity_helpers import make_requests, write_exp_config
 from fidelity.metric_definitions import DEFINITIONS
 from fidelity.reproduce import reproduce
 from fidelity.run_folders import find_runs
-from fidelity.sources.vllm_bench import load_bench_result, read_vllm_bench, send_times
+from fidelity.sources.client_report import client_kind, load_json_object
+from fidelity.sources.vllm_bench import read_vllm_bench, send_times
 
 
 def write_bench_result(folder, requests, ttft, e2e, name="vllm-2.0qps-Llama-2-7b-hf-20261207-120000.json",
@@ -49,7 +50,8 @@ def test_a_bench_result_is_read_by_its_content_with_send_times_replayed(tmp_path
     write_exp_config(tmp_path, gpu="H100")
     path = write_bench_result(tmp_path, requests, ttft, e2e, failed=(3,))
     (tmp_path / "notes.json").write_text(json.dumps({"ttfts": "not a list"}))  # another JSON: not taken
-    assert load_bench_result(path) is not None and load_bench_result(tmp_path / "notes.json") is None
+    assert client_kind(load_json_object(path)) == "vllm-bench"
+    assert client_kind(load_json_object(tmp_path / "notes.json")) is None
     [run] = find_runs(tmp_path)
     assert run.measured_by == "vllm-bench"
     got, keep = run.requests, [i for i in range(12) if i != 3]  # the failed request is dropped

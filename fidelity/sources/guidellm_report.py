@@ -1,0 +1,230 @@
+"""guidellm's own benchmark report (`benchmarks.json`, any name): a run's per-request timings.
+
+What a guidellm user has after a run is this report, not a per-request CSV. It holds one entry per
+benchmark (a sweep's synchronous, throughput and constant-rate phases), each with its requests by
+status and its metrics. Two layouts, read from guidellm's source: 0.2-0.3 (`args`, `run_stats`,
+`request_loader`; a request's send is `start_time`) and 0.4 on (`config`, `scheduler_state`, a
+top-level `args` and `metadata.guidellm_version`; the send is `request_start_time`). In both a
+request carries `time_to_first_token_ms` (from its send), `request_latency` and
+`inter_token_latency_ms` = (last token - first token) / (output tokens - 1): vLLM's per-token TPOT
+(`fidelity.metric_definitions`). Its `time_per_output_token_ms` (E2E / output tokens) is not used.
+
+Where guidellm kept only a sample of a benchmark's requests (`--sample-requests`, 0.3's
+`--output-sampling`), the sends cannot be replayed: the run is then the profile the report records,
+simulated as guidellm drives it (`fidelity.sources.guidellm.GuidellmWorkload`), against the means of
+the benchmarks' metrics (over every request, not just the sample). Errored and incomplete requests
+are left out of the timings, as guidellm leaves them out of its own successful figures; the run's
+notes count them. A file is known by its content: guidellm names it after `--output-path`.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from fidelity.runs import measured_table
+from fidelity.sources.guidellm import RATE_TYPES
+
+#: the guidellm release a report without `metadata` is read as (0.2 and 0.3 share its layout and
+#: the behaviour servesim models: constant rates open with an initial burst)
+OLD_LAYOUT_RELEASE = "0.3"
+
+
+def is_guidellm_report(data) -> bool:
+    """True for a parsed guidellm report: a mapping whose `benchmarks` each list `requests.successful`."""
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list) or not data["benchmarks"]:
+        return False
+    return all(isinstance(b, dict) and isinstance(b.get("requests"), dict)
+               and isinstance(b["requests"].get("successful"), list) for b in data["benchmarks"])
+
+
+@dataclass
+class GuidellmReport:
+    """What a report says about its run: per-request timings (empty when guidellm kept a sample),
+    the benchmarks' means where it did, the load profile its arguments describe, its release, notes."""
+
+    requests: pd.DataFrame
+    summary: dict = field(default_factory=dict)
+    profile: dict | None = None
+    version: str | None = None
+    model: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport:
+    """The report at `path` (`data`: already parsed). Refused with the reason: a sampled report
+    whose arguments describe no load servesim can regenerate, or one with no served request."""
+    if data is None:
+        with open(path) as f:
+            data = json.load(f)
+    if not is_guidellm_report(data):
+        raise ValueError(f"{path}: not a guidellm report (expected benchmarks, each with requests.successful)")
+    benchmarks = data["benchmarks"]
+    old = "config" not in benchmarks[0]  # 0.2-0.3: args / run_stats per benchmark
+    version = (data.get("metadata") or {}).get("guidellm_version") or (OLD_LAYOUT_RELEASE if old else None)
+    profile = _profile(data, old)
+    if profile is not None and version:
+        profile["client"] = {"version": str(version)}
+    notes = []
+    if old and not (data.get("metadata") or {}).get("guidellm_version"):
+        notes.append(f"guidellm release not recorded: the report's layout is 0.2-0.3's, read as {OLD_LAYOUT_RELEASE}")
+    totals = [_totals(b, old) for b in benchmarks]
+    dropped = sum(t.get("errored", 0) + t.get("incomplete", 0) for t in totals)
+    if dropped:
+        notes.append(f"guidellm: {dropped} errored or incomplete requests left out (no timings)")
+    if any(_warmed(b) for b in benchmarks):
+        notes.append("guidellm: warm-up or cool-down requests were sent but not reported: not replayed")
+    sampled = [i for i, (b, t) in enumerate(zip(benchmarks, totals))
+               if len(b["requests"]["successful"]) < t.get("successful", 0)]
+    model = report_model(data)
+    if sampled:
+        if profile is None or profile.get("rate-type") not in RATE_TYPES or "data" not in profile:
+            raise ValueError(
+                f"{path}: guidellm kept a sample of the requests of benchmark(s) {sampled} "
+                "(--sample-requests) and its arguments describe no synthetic load servesim can regenerate: "
+                "nothing to replay; rerun guidellm without --sample-requests")
+        kept = sum(len(benchmarks[i]["requests"]["successful"]) for i in sampled)
+        total = sum(totals[i]["successful"] for i in sampled)
+        notes.append(f"guidellm kept {kept} of {total} requests of benchmark(s) {sampled} (--sample-requests): "
+                     "its load profile simulated, against its metrics' means")
+        return GuidellmReport(measured_table({}), _summary(benchmarks, totals), profile, version, model, notes)
+    rows = [_row(r, old) for b in benchmarks for r in b["requests"]["successful"]]
+    rows = [r for r in rows if r is not None]
+    if not rows:
+        raise ValueError(f"{path}: no request of this guidellm report was served")
+    table = measured_table({k: [r[k] for r in rows] for k in rows[0]})
+    return GuidellmReport(table, {}, profile, version, model, notes)
+
+
+def _row(r: dict, old: bool) -> dict | None:
+    """One successful request's timings (s), or None where guidellm recorded no first token."""
+    timings = ((r.get("info") or {}).get("timings") or {}) if not old else {}
+    start = r.get("start_time") if old else r.get("request_start_time", timings.get("request_start"))
+    ttft, e2e, n_out = r.get("time_to_first_token_ms"), r.get("request_latency"), r.get("output_tokens")
+    if start is None or ttft is None or e2e is None or not n_out:
+        return None
+    itl = r.get("inter_token_latency_ms")
+    return {"req_id": str(r.get("response_id") or r.get("request_id") or ""), "arrival_time": float(start),
+            "num_prompt_tokens": int(r.get("prompt_tokens") or 0), "num_output_tokens": int(n_out),
+            "ttft_s": float(ttft) / 1e3, "e2e_s": float(e2e),
+            "tpot_s": float(itl) / 1e3 if itl is not None and int(n_out) > 1 else math.nan}
+
+
+def _totals(benchmark: dict, old: bool) -> dict:
+    """Requests by status over the whole benchmark (not just those kept in the report)."""
+    totals = benchmark.get("request_totals") if old else (benchmark.get("metrics") or {}).get("request_totals")
+    if not isinstance(totals, dict):
+        return {k: len(v) for k, v in benchmark["requests"].items() if isinstance(v, list)}
+    return {k: int(v) for k, v in totals.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _warmed(benchmark: dict) -> bool:
+    """True where the benchmark had a warm-up or cool-down phase (0.4 on: excluded from its requests)."""
+    config = benchmark.get("config") or {}
+    for key in ("warmup", "cooldown"):
+        phase = config.get(key)
+        if isinstance(phase, dict) and any(phase.get(k) for k in ("percent", "value")):
+            return True
+    return False
+
+
+def _summary(benchmarks: list[dict], totals: list[dict]) -> dict:
+    """Means over every successful request of every benchmark, from the benchmarks' metrics; TPOT of
+    the means, (E2E - TTFT) / (mean output tokens - 1), as `RealRun.tpot_of_means` scores it."""
+    weights, sums = 0.0, {"ttft_s": 0.0, "e2e_s": 0.0, "n_out": 0.0, "n_prompt": 0.0}
+    names = {"ttft_s": ("time_to_first_token_ms", 1e-3), "e2e_s": ("request_latency", 1.0),
+             "n_out": ("output_token_count", 1.0), "n_prompt": ("prompt_token_count", 1.0)}
+    for b, t in zip(benchmarks, totals):
+        n = t.get("successful", 0)
+        if not n:
+            continue
+        means = {}
+        for key, (name, scale) in names.items():
+            stats = ((b.get("metrics") or {}).get(name) or {}).get("successful") or {}
+            if not isinstance(stats.get("mean"), (int, float)):
+                raise ValueError(f"guidellm report: benchmark metrics.{name}.successful.mean missing: no means")
+            means[key] = float(stats["mean"]) * scale
+        weights += n
+        for key in sums:
+            sums[key] += n * means[key]
+    out = {k: v / weights for k, v in sums.items()} if weights else {}
+    n_out = out.pop("n_out", math.nan)
+    out["tpot_s"] = (out["e2e_s"] - out["ttft_s"]) / (n_out - 1) if weights and n_out > 1 else math.nan
+    out["num_successes"] = weights
+    out["prompt_len"], out["output_len"] = out.pop("n_prompt", math.nan), n_out
+    return out
+
+
+def report_model(data: dict) -> str | None:
+    """The model a report's client named, where it did (guidellm may leave it to the server's first)."""
+    first = data["benchmarks"][0]
+    if "config" not in first:  # 0.2-0.3: the worker's backend, "None" where the server chose
+        model = (first.get("worker") or {}).get("backend_model")
+    else:
+        model = (data.get("args") or {}).get("model") or ((first.get("config") or {}).get("backend") or {}).get("model")
+    return str(model) if model and model != "None" else None
+
+
+def parse_data(text) -> dict | None:
+    """guidellm's `--data` when it is synthetic (prompt_tokens, output_tokens), as a mapping: JSON,
+    a Python literal or `key=value,...`; None for a dataset (a file, a Hub name)."""
+    if isinstance(text, dict):
+        return text if "prompt_tokens" in text else None
+    if not isinstance(text, str):
+        return None
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            value = parse(text)
+        except (ValueError, SyntaxError):
+            continue
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        return value if isinstance(value, dict) and "prompt_tokens" in value else None
+    pairs = [p.split("=", 1) for p in text.split(",")]
+    if not all(len(p) == 2 for p in pairs):
+        return None
+    out = {}
+    for key, value in pairs:
+        try:
+            out[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            out[key.strip()] = value.strip()
+    return out if "prompt_tokens" in out else None
+
+
+def _profile(data: dict, old: bool) -> dict | None:
+    """The run's load profile as `fidelity.sources.guidellm.GuidellmWorkload` reads one (rate-type,
+    rate, max-requests, random-seed, data), from the report's arguments; only `data` where the
+    strategy is one it does not model; None where the data is a dataset."""
+    first = data["benchmarks"][0]
+    if old:  # 0.2-0.3: the profile, the request cap and the data per benchmark
+        args = first.get("args") or {}
+        prof = args.get("profile") or {}
+        kind = prof.get("type_")
+        if kind == "async":
+            kind = prof.get("strategy_type")
+        rate = prof.get("sweep_size") if kind == "sweep" else prof.get("rate")
+        seed = prof.get("random_seed", 42)
+        text = (first.get("request_loader") or {}).get("data")
+        max_requests = args.get("max_number")
+    else:
+        args = data.get("args") or {}
+        kind, rate, seed = args.get("profile"), args.get("rate"), args.get("random_seed", 42)
+        text = args.get("data")
+        text = text[0] if isinstance(text, list) and len(text) == 1 else text
+        max_requests = args.get("max_requests")
+    synthetic = parse_data(text)
+    if synthetic is None:
+        return None
+    if isinstance(rate, list):
+        rate = rate[0] if len(rate) == 1 else None
+    profile: dict = {"data": synthetic}
+    if kind in RATE_TYPES and max_requests and (kind not in ("constant", "poisson") or rate):
+        profile.update({"rate-type": kind, "max-requests": int(max_requests), "random-seed": int(seed or 42)})
+        if rate is not None:
+            profile["rate"] = float(rate) if kind != "sweep" else int(rate)
+    return profile

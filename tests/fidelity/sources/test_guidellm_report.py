@@ -1,0 +1,186 @@
+"""guidellm's own report (fidelity.sources.guidellm_report): read by its content in both layouts,
+its sends replayed, its per-token ITL scored as TPOT, and a sampled report simulated from the profile
+its arguments record, against its metrics' means."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from fidelity_helpers import make_requests, write_exp_config
+
+from fidelity.metric_definitions import DEFINITIONS
+from fidelity.reproduce import reproduce
+from fidelity.run_folders import find_runs
+from fidelity.sources.client_report import client_kind
+from fidelity.sources.guidellm_report import parse_data, read_guidellm_report
+
+SYNTHETIC = "prompt_tokens=400,prompt_tokens_stdev=100,output_tokens=40,output_tokens_stdev=10"
+
+
+def stats(requests, ttft, e2e, layout):
+    """guidellm's per-request entries of `requests` (make_requests' columns) with these TTFT and E2E (s)."""
+    out = []
+    for i, (r, t, e) in enumerate(zip(requests.itertuples(), ttft, e2e)):
+        start, n = 1_700_000_000.0 + r.arrival_time, int(r.num_output_tokens)
+        entry = {"request_id": f"q{i}", "prompt_tokens": int(r.num_prompt_tokens), "output_tokens": n,
+                 "request_latency": float(e), "time_to_first_token_ms": float(t) * 1e3,
+                 "time_per_output_token_ms": float(e) / n * 1e3,  # guidellm's TPOT: not vLLM's
+                 "inter_token_latency_ms": (float(e) - float(t)) / (n - 1) * 1e3}
+        if layout == "0.3":
+            entry.update(start_time=start, end_time=start + float(e))
+        else:
+            entry.update(response_id=f"cmpl-{i}", request_start_time=start,
+                         info={"timings": {"request_start": start, "request_end": start + float(e)}})
+        out.append(entry)
+    return out
+
+
+def metrics(ttft, e2e, n_out, n_prompt, successful, errored=0):
+    summary = (lambda values, scale=1.0: {"successful": {"mean": float(np.mean(values)) * scale}})
+    return {"time_to_first_token_ms": summary(ttft, 1e3), "request_latency": summary(e2e),
+            "output_token_count": summary(n_out), "prompt_token_count": summary(n_prompt),
+            "request_totals": {"successful": successful, "errored": errored, "incomplete": 0,
+                               "total": successful + errored}}
+
+
+def write_report(folder, requests, ttft, e2e, layout="0.6", name="benchmarks.json", profile="constant", rate=4.0,
+                 data=SYNTHETIC, errored=0, keep=None, benchmarks=1, version="0.6.1"):
+    """A guidellm report of `benchmarks` equal benchmarks of these requests; `keep`: how many of each
+    benchmark's requests the report holds (a sample, `--sample-requests`); `errored`: failed sends
+    per benchmark (in the totals and the errored list, without timings)."""
+    n = len(requests)
+    entries = stats(requests, ttft, e2e, layout)
+    kept = entries[:keep] if keep is not None else entries
+    m = metrics(ttft, e2e, requests["num_output_tokens"], requests["num_prompt_tokens"], n, errored)
+    failed = [{"request_id": f"e{i}", "error": "ReadTimeout"} for i in range(errored)]
+    totals = m.pop("request_totals")
+    bench = []
+    for _ in range(benchmarks):
+        if layout == "0.3":  # totals beside the metrics, the profile and data per benchmark
+            kind = {"type_": "sweep", "sweep_size": rate} if profile == "sweep" else {
+                "type_": "async", "strategy_type": profile, "rate": [rate], "initial_burst": True}
+            b = {"type_": "generative_benchmark", "args": {"profile": {**kind, "random_seed": 7}, "max_number": n},
+                 "run_stats": {}, "worker": {"backend_model": "None"}, "request_loader": {"data": data},
+                 "request_totals": totals, "metrics": m}
+        else:
+            b = {"type_": "generative_benchmark", "config": {"strategy": {"type_": profile},
+                                                              "warmup": {"percent": None, "value": None}},
+                 "metrics": {**m, "request_totals": totals}}
+        b["requests"] = {"successful": kept, "errored": failed, "incomplete": [], "total": None}
+        bench.append(b)
+    report = {"benchmarks": bench}
+    if layout != "0.3":
+        report = {"metadata": {"version": 1, "guidellm_version": version},
+                  "args": {"profile": profile, "rate": [rate] if rate else None, "max_requests": n,
+                           "random_seed": 7, "data": [data], "model": None}, **report}
+    path = folder / name
+    path.write_text(json.dumps(report, indent=2))
+    return path
+
+
+def measured(requests, seed=0):
+    rng = np.random.default_rng(seed)
+    ttft = rng.uniform(0.02, 0.2, len(requests))
+    return ttft, ttft + 0.012 * (requests["num_output_tokens"].to_numpy() - 1)
+
+
+@pytest.mark.parametrize("layout", ["0.6", "0.3"])
+def test_a_report_is_read_by_its_content_with_its_sends_and_per_token_itl(tmp_path, layout):
+    requests = make_requests(n=10, rate=3.0)
+    ttft, e2e = measured(requests)
+    write_exp_config(tmp_path, gpu="H100")
+    write_report(tmp_path, requests, ttft, e2e, layout=layout, name="sweep-results.json", errored=2)
+    [run] = find_runs(tmp_path)
+    assert run.measured_by == "guidellm" and run.measured_file.name == "sweep-results.json"
+    got = run.requests
+    sends = requests["arrival_time"] - requests["arrival_time"][0]
+    np.testing.assert_allclose(got["arrival_time"], sends, atol=1e-6)  # epoch seconds: us resolution
+    np.testing.assert_allclose(got["ttft_s"], ttft)
+    np.testing.assert_allclose(got["e2e_s"], e2e)
+    np.testing.assert_allclose(got["tpot_s"], 0.012)  # its ITL, not its TPOT (E2E / n)
+    assert list(got["num_output_tokens"]) == list(requests["num_output_tokens"])
+    assert any("2 errored or incomplete requests left out" in note for note in run.assumed)
+    # no profile.yaml: the load its arguments record, with its release
+    assert run.profile["rate-type"] == "constant" and run.profile["rate"] == 4.0
+    assert run.profile["data"]["prompt_tokens"] == 400 and run.profile["random-seed"] == 7
+    assert run.profile["client"]["version"] == ("0.6.1" if layout == "0.6" else "0.3")
+    assert (layout == "0.3") == any("layout is 0.2-0.3's" in note for note in run.assumed)
+
+
+def test_a_profile_yaml_is_kept_and_given_the_reports_release(tmp_path):
+    requests = make_requests(n=6)
+    ttft, e2e = measured(requests)
+    write_exp_config(tmp_path, gpu="H100")
+    (tmp_path / "profile.yaml").write_text("rate-type: constant\nrate: 2.0\nmax-requests: 6\n"
+                                           "data:\n  prompt_tokens: 300\n  output_tokens: 30\n  prefix_tokens: 64\n")
+    write_report(tmp_path, requests, ttft, e2e, version="0.5.4")
+    [run] = find_runs(tmp_path)
+    assert run.profile["rate"] == 2.0 and run.profile["client"] == {"version": "0.5.4"}
+    assert (run.requests["num_prefix_tokens"] == 64).all()  # the profile's shared prefix
+
+
+def test_guidellm_data_arguments_in_each_spelling():
+    assert parse_data("prompt_tokens=256,output_tokens=128") == {"prompt_tokens": 256, "output_tokens": 128}
+    assert parse_data('{"prompt_tokens": 8, "output_tokens": 2}')["output_tokens"] == 2
+    assert parse_data("[{'prefix_tokens': 1024, 'prompt_tokens': 2048, 'output_tokens': 32}]")["prefix_tokens"] == 1024
+    assert parse_data("data/prompts.jsonl") is None and parse_data("garage-bAInd/Open-Platypus") is None
+
+
+def test_a_report_of_a_whole_sweep_is_known_and_other_json_is_not(tmp_path):
+    requests = make_requests(n=4)
+    path = write_report(tmp_path, requests, *measured(requests), profile="sweep", rate=5, benchmarks=3)
+    assert client_kind(json.loads(path.read_text())) == "guidellm"
+    assert client_kind({"benchmarks": []}) is None and client_kind({"ttfts": [1.0]}) is None
+    report = read_guidellm_report(path)
+    assert len(report.requests) == 12 and report.profile["rate-type"] == "sweep" and report.profile["rate"] == 5
+
+
+def test_a_run_measured_by_a_guidellm_report_is_reproduced_and_scored_per_token(tmp_path):
+    """Measurements that are servesim's own roofline prediction come back with ~0 error."""
+    from fidelity.host_overhead import HostOverhead
+    from fidelity.predict import predict_run
+    from fidelity.runs import RealRun, ServerArgs
+
+    requests = make_requests(n=24, rate=4.0)
+    folder = write_exp_config(tmp_path / "guidellm-run", gpu="H100", async_scheduling=False)
+    server = ServerArgs(model="meta-llama/Llama-2-7b-hf", gpu="H100", max_model_len=4096, max_num_batched_tokens=2048,
+                        max_num_seqs=64, async_scheduling=False)
+    run = RealRun(name="guidellm-run", source="hand-made", path=folder, server=server,
+                  requests=requests.assign(prefix_group=-1, num_prefix_tokens=0))
+    pred = predict_run(run, HostOverhead(), gpu_model="roofline").requests
+    pred = pred.set_index(pred["req_id"].astype(str)).loc[requests["req_id"]]
+    write_report(folder, requests, pred["ttft_s"].to_numpy(), pred["e2e_s"].to_numpy(), data="data.jsonl")
+    table = reproduce(find_runs(tmp_path), fit="none", gpu_model="roofline", progress=False).table
+    assert set(table["metric"]) == {"ttft_s", "tpot_s", "e2e_s"}
+    assert table["error"].abs().max() < 0.01
+    assert all(row.definition == DEFINITIONS["guidellm"][row.metric] for row in table.itertuples())
+
+
+def test_a_sampled_report_simulates_its_profile_against_its_metrics_means(tmp_path):
+    """guidellm kept 5 of each benchmark's requests: the sends cannot be replayed, so the load its
+    arguments record is simulated as guidellm drives it; measurements that are that simulation's
+    own means come back with ~0 error, TPOT scored as the TPOT of the means."""
+    from fidelity.host_overhead import HostOverhead
+    from fidelity.predict import predict_run
+
+    folder = write_exp_config(tmp_path / "sampled", gpu="H100", async_scheduling=False)
+    dummy = make_requests(n=8)
+    write_report(folder, dummy, *measured(dummy), profile="constant", rate=3.0, keep=5)
+    [run] = find_runs(tmp_path)
+    assert not run.has_per_request and run.tpot_of_means and run.summary["num_successes"] == 8
+    assert any("kept 5 of 8 requests" in note for note in run.assumed)
+    pred = predict_run(run, HostOverhead(), gpu_model="roofline")
+    assert pred.workload == "guidellm" and len(pred.requests) == 8  # the profile's own requests
+    sim = pred.requests
+    write_report(folder, sim, sim["ttft_s"].to_numpy(), sim["e2e_s"].to_numpy(), profile="constant", rate=3.0,
+                 keep=5)
+    table = reproduce(find_runs(tmp_path), fit="none", gpu_model="roofline", progress=False).table
+    assert table["error"].abs().max() < 0.01
+
+
+def test_a_sampled_report_of_a_dataset_is_refused_with_the_reason(tmp_path):
+    requests = make_requests(n=8)
+    path = write_report(tmp_path, requests, *measured(requests), data="data/prompts.jsonl", keep=3)
+    with pytest.raises(ValueError, match="sample-requests.*no synthetic load"):
+        read_guidellm_report(path)
