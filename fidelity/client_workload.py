@@ -29,7 +29,8 @@ from policies import FinishReason
 from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 from fidelity.engine_settings import ALIASES
 from fidelity.runs import RealRun
-from fidelity.sources.guidellm import GuidellmWorkload, read_guidellm_requests
+from fidelity.sources.guidellm import GuidellmWorkload
+from fidelity.sources.guidellm_results import read_guidellm_requests
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import LATEST_READ, CHAT_BEHAVIOURS, SharedPrefixProfile, behaviour_for
 from fidelity.sources.inference_perf_results import read_inference_perf_requests

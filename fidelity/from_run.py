@@ -12,8 +12,9 @@ written to a cache folder); otherwise the profile is turned into the `workload` 
 inference-perf `shared_prefix` profile becomes `kind = "inference_perf"` with the run's
 `profile.yaml`: `build_workload` then runs the exact generator (multi-turn sessions whose next turn
 waits for the previous answer, stages that drain before the next starts), so `servesim simulate
---from-run` keeps those semantics. A profile given only as a mapping (no file) falls back to the
-closest plain description (`profile_workload_section`: the generator's requests as a trace, against
+--from-run` keeps those semantics; a guidellm profile becomes `kind = "guidellm"` (its benchmarks
+as guidellm drives them, `fidelity.sources.guidellm`). An inference-perf profile given only as a
+mapping (no file) falls back to the closest plain description (`profile_workload_section`: the generator's requests as a trace, against
 a server that keeps up, with shared-prefix groups). The config dict itself is `fidelity.run_config`'s
 (`config_dict_for_run`, re-exported here); this module adds the measured GPU model and front end.
 """
@@ -33,9 +34,9 @@ from calibrate.model_dims import dims_of_spec
 from fidelity.client_timeout import client_timeout
 from fidelity.client_workload import check_workload
 from fidelity.predict import compute_prior, host_prior
-from fidelity.run_config import (DEFAULT_GPU, GUIDELLM_RATE_TYPES, MODELS_DIR, SUFFIXES,  # noqa: F401 (re-exported)
+from fidelity.run_config import (DEFAULT_GPU, MODELS_DIR, SUFFIXES,  # noqa: F401 (re-exported)
                                  SUPPORTED_VERSIONS, V0_WATERMARK, config_dict_for_run, engine_version,
-                                 guidellm_workload_section, model_name_candidates, profile_trace,
+                                 model_name_candidates, profile_trace,
                                  profile_workload_section, replay_prefix, resolve_model_name, scheduler_section,
                                  trace_file)
 from fidelity.run_folders import find_runs

@@ -26,7 +26,7 @@ from fidelity.host_overhead import HostOverhead
 from fidelity.predict import gpu_latency_model, predict_run
 from fidelity.run_config import config_dict_for_run
 from fidelity.runs import async_scheduling
-from fidelity.sources.guidellm import successes_with_spans
+from fidelity.sources.guidellm_results import successes_with_spans
 from policies import BatchPlan, Request, ScheduledSeq
 from sim.config import load_config
 from sim.latency.roofline import RooflineConstants

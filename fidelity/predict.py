@@ -32,7 +32,7 @@ from fidelity.replay import ReplayWorkload
 from fidelity.run_config import config_dict_for_run
 from fidelity.runs import METRICS, RealRun, tpot
 from fidelity.sources.distserve import DistServeLatencyModel, distserve_host_prior
-from fidelity.sources.guidellm import GuidellmWorkload
+from fidelity.sources.guidellm import guidellm_workload
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_results import shared_prefix_profile
 from fidelity.sources.llmservingsim import LayerProfileLatencyModel
@@ -374,7 +374,7 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
             return ConcurrencyCap(replay, run.client_max_concurrency)
         return replay
     if kind == "guidellm":
-        return GuidellmWorkload(resolved_profile(run))  # with the guidellm release the run records
+        return guidellm_workload(resolved_profile(run))  # with the guidellm release the run records
     return SharedPrefixWorkload(resolved_profile(run))  # what the run's client release (or its lengths) says
 
 

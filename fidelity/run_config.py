@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -22,7 +21,7 @@ from fidelity.client_workload import write_resolved_profile
 from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs, async_scheduling,  # noqa: F401 (re-exported)
                            engine_version, release)
 from fidelity.sources.inference_perf import SharedPrefixWorkload
-from fidelity.sources.inference_perf_profile import LengthDistribution, SharedPrefixProfile
+from fidelity.sources.inference_perf_profile import SharedPrefixProfile
 from fidelity.sources.inference_perf_results import shared_prefix_profile
 from policies import ConfigError, FinishReason, SchedulerConfig
 from policies.presets import VLLM_V0_VERSIONS
@@ -191,17 +190,6 @@ def _atomic_trace(path: Path, arrival, prompt, output) -> None:
     os.replace(tmp, path)
 
 
-def _length_section(dist, field: str) -> dict:
-    """An inference-perf LengthDistribution as a sim.workload length table (same mean and spread)."""
-    if dist.type == "fixed" or dist.std_dev == 0 or dist.min == dist.max:
-        return {"kind": "constant", "value": max(1, int(round(min(max(dist.mean, dist.min), dist.max))))}
-    if dist.type == "uniform":
-        return {"kind": "uniform", "low": max(1, dist.min), "high": max(1, dist.max)}
-    half = math.sqrt(3.0) * dist.std_dev  # a uniform with the normal's mean and standard deviation
-    lo, hi = max(dist.min, int(dist.mean - half), 1), min(dist.max, int(math.ceil(dist.mean + half)))
-    return {"kind": "uniform", "low": lo, "high": max(lo, hi)}
-
-
 def profile_trace(profile: dict, seed: int = 0, cache_dir: str | Path | None = None) -> tuple[Path, int]:
     """An inference-perf shared_prefix profile's requests as a trace CSV, and the system prompt length.
 
@@ -233,49 +221,25 @@ def profile_trace(profile: dict, seed: int = 0, cache_dir: str | Path | None = N
 
 
 def profile_workload_section(profile: dict, seed: int = 0, cache_dir: str | Path | None = None) -> dict:
-    """The `workload` section closest to a load-generator profile (inference-perf or guidellm)."""
-    if isinstance(profile.get("data"), dict) and profile["data"].get("type") == "shared_prefix":
-        p = SharedPrefixProfile.from_dict(profile)
-        path, sys_len = profile_trace(profile, seed, cache_dir)
-        section = {"kind": "trace", "trace": str(path), "too_long": "keep", "seed": seed}
-        if sys_len > 0:
-            section.update(num_prefix_groups=p.num_groups, prefix_len=sys_len, users_per_group=p.num_prompts_per_group)
-        return section
-    return guidellm_workload_section(profile, seed)
-
-
-GUIDELLM_RATE_TYPES = ("constant", "poisson", "synchronous", "concurrent")
-
-
-def guidellm_workload_section(profile: dict, seed: int = 0) -> dict:
-    """guidellm's `rate-type` + synthetic `data` (prompt/output tokens with stdev, min, max)."""
-    rate_type = profile.get("rate-type", profile.get("rate_type"))
-    data = profile.get("data") or {}
-    if not isinstance(data, dict) or "prompt_tokens" not in data:
+    """The `workload` section closest to an inference-perf profile given as a mapping only: its
+    generator's requests as a trace, with its shared-prefix groups (`config_dict_for_run` runs a
+    profile file, and every guidellm profile, by its exact generator)."""
+    if not (isinstance(profile.get("data"), dict) and profile["data"].get("type") == "shared_prefix"):
         raise ConfigError("profile.data: expected inference-perf's data.type: shared_prefix or guidellm's "
-                          "synthetic data (prompt_tokens, output_tokens)")
-    if rate_type not in GUIDELLM_RATE_TYPES:
-        raise ConfigError(f"profile.rate-type: {rate_type!r} adapts its rates to the server, which a config's "
-                          f"workload section cannot express; choose one of {', '.join(GUIDELLM_RATE_TYPES)}, give "
-                          f"per-request measurements to replay, or simulate the sweep with "
-                          f"`servesim reproduce RUN_DIR --workload profile` (fidelity.sources.guidellm)")
-    def dist(prefix: str) -> dict:
-        d = LengthDistribution.parse(f"profile.data.{prefix}", {
-            "mean": data.get(prefix, 1), "std_dev": data.get(f"{prefix}_stdev", 0) or 0,
-            "min": data.get(f"{prefix}_min", 1) or 1, "max": data.get(f"{prefix}_max", data.get(prefix, 1))})
-        return _length_section(d, prefix)
-
-    n = int(profile.get("max-requests") or profile.get("max_requests") or 1000)
-    rate = float(profile.get("rate") or 1.0)
-    if rate_type in ("synchronous", "concurrent"):
-        section = {"kind": "closed_loop", "num_users": 1 if rate_type == "synchronous" else int(rate), "num_requests": n}
-    else:
-        section = {"kind": "poisson" if rate_type == "poisson" else "constant", "rate": rate, "num_requests": n}
-    section.update(prompt_len=dist("prompt_tokens"), output_len=dist("output_tokens"), seed=seed)
-    prefix = int(data.get("prefix_tokens") or 0)
-    if prefix:
-        section.update(num_prefix_groups=1, prefix_len=prefix, users_per_group=1)
+                          "synthetic data (prompt_tokens, output_tokens) with a rate-type")
+    p = SharedPrefixProfile.from_dict(profile)
+    path, sys_len = profile_trace(profile, seed, cache_dir)
+    section = {"kind": "trace", "trace": str(path), "too_long": "keep", "seed": seed}
+    if sys_len > 0:
+        section.update(num_prefix_groups=p.num_groups, prefix_len=sys_len, users_per_group=p.num_prompts_per_group)
     return section
+
+
+def is_guidellm_profile(profile: dict | None) -> bool:
+    """True for a guidellm profile (a `rate-type` and synthetic `data`), which its own generator runs."""
+    data = (profile or {}).get("data")
+    return (isinstance(data, dict) and "prompt_tokens" in data
+            and bool((profile or {}).get("rate-type") or (profile or {}).get("rate_type")))
 
 
 def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "auto",
@@ -338,11 +302,13 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         if not run.profile:
             raise ConfigError(f"workload: run {run.name} has neither per-request arrivals nor a profile.yaml")
         data_section = run.profile.get("data")
+        folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
         if profile_file.is_file() and isinstance(data_section, dict) and data_section.get("type") == "shared_prefix":
             # the exact generator: multi-turn sessions wait for their previous turn, stages drain;
             # sending what the run's client release sent, or what its measured lengths say it sent
-            folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
             data["workload"] = {"kind": "inference_perf", "profile": str(write_resolved_profile(run, folder))}
+        elif is_guidellm_profile(run.profile):  # its benchmarks as guidellm drives them, in the run's release
+            data["workload"] = {"kind": "guidellm", "profile": str(write_resolved_profile(run, folder))}
         else:
             data["workload"] = profile_workload_section(run.profile, cache_dir=cache_dir)
     timeout, _ = client_timeout(run)

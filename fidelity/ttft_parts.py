@@ -25,7 +25,7 @@ import pandas as pd
 from fidelity.client_timeout import served_line, served_row
 from fidelity.client_workload import check_workload
 from fidelity.runs import RealRun
-from fidelity.sources.guidellm import successes_with_spans
+from fidelity.sources.guidellm_results import successes_with_spans
 
 PARTS = ("client_send_s", "api_server_s", "engine_queue_s", "prefill_steps_s", "first_chunk_s")
 

@@ -3,14 +3,14 @@
 `vllm bench serve --save-result` names its JSON after the backend, rate, model and date, and
 guidellm after `--output-path`: neither name can be looked for. Each JSON object file of the run's
 report folders is parsed once, in name order, and the first that one of `KINDS` recognizes is
-the run's (`fidelity.sources.vllm_bench`, `fidelity.sources.guidellm_report`).
+the run's (`fidelity.sources.vllm_bench`, `fidelity.sources.guidellm_results`).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from fidelity.sources.guidellm_report import is_guidellm_report
+from fidelity.sources.guidellm_results import is_guidellm_report
 from fidelity.sources.vllm_bench import is_bench_result
 
 #: the clients whose results are recognized, and how (the name is `RealRun.measured_by`'s)

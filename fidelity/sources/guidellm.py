@@ -1,4 +1,4 @@
-"""guidellm's `sweep` profile with synthetic data, as a servesim Workload (`start()`, `on_finish()`).
+"""guidellm's profiles (sweep, fixed rates, concurrent streams) with synthetic data, as a Workload.
 
 Semantics read from guidellm 0.3 (`benchmark/profile.py`, `scheduler/strategy.py`,
 `dataset/synthetic.py`, `utils/random.py`) and 0.4-0.7 (`benchmark/profiles.py`,
@@ -7,22 +7,23 @@ release the profile's `client.version` names (`fidelity.client_workload` fills i
 report; unknown: the newer behaviour, `NEWER`). `GuidellmWorkload` states them.
 
 A sweep's later rates are the rates its first benchmarks achieved; they come from the simulation
-itself, so the whole sweep is simulated as guidellm would have driven the simulated server. Also
-here: the run's per-request CSV (`read_guidellm_requests`) and its prefixes (`prefix_from_guidellm`).
+itself, so the whole sweep is simulated as guidellm would have driven the simulated server.
+Importing this module registers `workload.kind = "guidellm"` with `sim.workload.registry` (a profile
+file run by `guidellm_workload`). It loads no pandas: a run's measurements are read in
+`fidelity.sources.guidellm_results`.
 """
 from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from policies import ConfigError, Request
 from fidelity.sources.inference_perf_profile import parse_version
 from fidelity.synthetic_prompt import SyntheticPrompt
-from fidelity.runs import measured_table
+from sim.workload.concurrency import ConcurrencyCap
+from sim.workload.registry import ProfileKind, register_kind
 
 
 PREFIX_KEY = 7_000_000
@@ -39,7 +40,27 @@ def guidellm_release(profile: dict) -> tuple[int, ...]:
     if parsed is None:
         raise ConfigError(f"profile.client.version: {version!r} is not a release number (e.g. 0.6.0)")
     return parsed[:2]
-RATE_TYPES = ("sweep", "synchronous", "throughput", "constant", "poisson")
+RATE_TYPES = ("sweep", "synchronous", "throughput", "constant", "poisson", "concurrent")
+# the requests in flight guidellm allows a benchmark where nothing else bounds it (its settings'
+# `max_concurrency`): none before 0.4, 512 from 0.4, 10240 from 0.7
+DEFAULT_MAX_CONCURRENCY = (((0, 0), None), ((0, 4), 512), ((0, 7), 10240))
+
+
+def default_max_concurrency(release: tuple[int, ...]) -> int | None:
+    """guidellm's own bound on requests in flight in `release` (`DEFAULT_MAX_CONCURRENCY`)."""
+    return [cap for since, cap in DEFAULT_MAX_CONCURRENCY if release >= since][-1]
+
+
+def rate_list(value, field: str = "profile.rate") -> list[float]:
+    """guidellm's `--rate`: one number, a list, or comma-separated numbers ("1,2,4")."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",") if isinstance(value, str) else [value]
+    try:
+        rates = [float(v) for v in items]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{field}: expected a positive number or a list of them, got {value!r}") from None
+    if not rates or not all(r > 0 for r in rates):
+        raise ConfigError(f"{field}: expected a positive number or a list of them, got {value!r}")
+    return rates
 
 
 class IntegerSampler:
@@ -68,7 +89,13 @@ class GuidellmWorkload:
       `linspace(sync rate, throughput rate, N-1)[1:]`, the two rates being the requests per second
       the first two benchmarks achieved. A constant benchmark sends one request every `1/rate` s;
       before 0.4 it first sent `floor(rate)` at once (its initial burst).
-    - `rate-type: synchronous | throughput | constant | poisson` run that one benchmark.
+    - `rate-type: constant | poisson`, `rate: R` or a list of rates: one benchmark per rate;
+      `concurrent`, `rate: N` or a list: one benchmark per stream count, each of N streams sending
+      its next request when its last ends; `synchronous` and `throughput` run that one benchmark
+      (from 0.4 a throughput `rate` is its bound on requests in flight).
+    - At most `max-concurrency` requests in flight (a due request waits for a slot: guidellm's
+      worker limit), by default guidellm's own setting in the release (`DEFAULT_MAX_CONCURRENCY`);
+      `guidellm_workload` applies it (`sim.workload.concurrency.ConcurrencyCap`).
     - Data: every prompt is the `prefix_tokens` shared prefix followed by `gauss(prompt_tokens,
       prompt_tokens_stdev)` tokens, rounded and clipped to [prompt_tokens_min, prompt_tokens_max]
       (unset bounds: mean -/+ 5 stdev, at least 1); outputs likewise with the `output_tokens_*`
@@ -92,15 +119,24 @@ class GuidellmWorkload:
             if size < 2:
                 raise ConfigError(f"profile.rate: a sweep needs at least 2 benchmarks, got {rate!r}")
             self.phases = ["synchronous", "throughput"] + ["constant"] * (size - 2)
+            self.rates: list[float | None] = [None] * size  # the constant rates come from the first two
+        elif rate_type in ("constant", "poisson", "concurrent"):
+            self.rates = list(rate_list(rate))
+            self.phases = [rate_type] * len(self.rates)
+            if rate_type == "concurrent" and not all(r == int(r) for r in self.rates):
+                raise ConfigError(f"profile.rate: concurrent takes whole stream counts, got {rate!r}")
         else:
-            self.phases = [rate_type]
-            if rate_type in ("constant", "poisson") and not (isinstance(rate, (int, float)) and rate > 0):
-                raise ConfigError(f"profile.rate: expected a positive request rate for {rate_type}, got {rate!r}")
-        self.fixed_rate = float(rate) if rate_type in ("constant", "poisson") else None
+            self.phases, self.rates = [rate_type], [None]
         s = int(profile.get("random-seed", profile.get("random_seed", 42)) if seed is None else seed)
         self.prefix_tokens = int(data.get("prefix_tokens") or 0)
         release = guidellm_release(profile)
         self.initial_burst = release < (0, 4)
+        cap = profile.get("max-concurrency", profile.get("max_concurrency"))
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ConfigError(f"profile.max-concurrency: expected a positive integer, got {cap!r}")
+        if cap is None and rate_type == "throughput" and rate and release >= (0, 4):
+            cap = int(rate_list(rate)[0])  # from 0.4 a throughput profile's rate is its max_concurrency
+        self.max_concurrency = cap if cap is not None else default_max_concurrency(release)
         self.prefix_count = int(data.get("prefix_count") or 1) if release >= (0, 4) else 1
         if self.prefix_count < 1:
             raise ConfigError(f"profile.data.prefix_count: expected a positive integer, got {data.get('prefix_count')!r}")
@@ -133,8 +169,8 @@ class GuidellmWorkload:
             return []
         self._left -= 1
         out: list[Request] = []
-        if self.phases[self._phase] == "synchronous" and self._sent < self.max_requests:
-            out.append(self._request(now))
+        if self.phases[self._phase] in ("synchronous", "concurrent") and self._sent < self.max_requests:
+            out.append(self._request(now))  # the stream that just ended sends its next request
         if self._left == 0 and self._sent >= self.max_requests:
             # requests per second this benchmark achieved: what guidellm feeds the next rates
             self.measured_rates.append(self.max_requests / max(now - self._t0, 1e-9))
@@ -143,9 +179,9 @@ class GuidellmWorkload:
         return out
 
     def _rate(self, k: int) -> float:
-        if self.fixed_rate is not None:
-            return self.fixed_rate
-        size = len(self.phases)
+        if self.rates[k] is not None:
+            return float(self.rates[k])
+        size = len(self.phases)  # a sweep's constant benchmarks: between its first two's rates
         rates = np.linspace(self.measured_rates[0], self.measured_rates[1], size - 1)[1:]
         return float(rates[k - 2])
 
@@ -157,6 +193,8 @@ class GuidellmWorkload:
             return [self._request(t0)]
         if kind == "throughput":
             return [self._request(t0) for _ in range(n)]
+        if kind == "concurrent":
+            return [self._request(t0) for _ in range(min(n, int(self.rates[k])))]
         rate = self._rate(k)
         if kind == "poisson":
             times = t0 + np.cumsum(self._rng.exponential(1.0 / rate, n))
@@ -179,46 +217,19 @@ class GuidellmWorkload:
                        tags={"phase": self._phase, "strategy": self.phases[self._phase]})
 
 
-# --- a run's measurements ------------------------------------------------------------------------
-def read_guidellm_requests(path: Path) -> pd.DataFrame:
-    """guidellm's per-request CSV (client side). guidellm's ITL is vLLM's TPOT (ENGINE-SEMANTICS §8)."""
-    df = pd.read_csv(path)
-    if "status" in df:
-        df = df[df["status"].astype(str).str.startswith("success")]
-    ttft = df["ttft_ms"].astype(float) / 1e3
-    return measured_table({
-        "req_id": df["response_id"].astype(str) if "response_id" in df else range(len(df)),
-        "arrival_time": df["request_start_time"].astype(float),
-        "num_prompt_tokens": df["prompt_tokens"], "num_output_tokens": df["output_tokens"],
-        "ttft_s": ttft, "e2e_s": df["request_latency_s"].astype(float),
-        "tpot_s": (df["itl_ms"].astype(float) / 1e3).where(df["output_tokens"] > 1),
-    })
+def guidellm_workload(profile: dict, seed: int | None = None):
+    """The profile's requests as guidellm sends them: `GuidellmWorkload` under the bound on requests
+    in flight its release (or the profile's `max-concurrency`) keeps."""
+    workload = GuidellmWorkload(profile, seed)
+    return ConcurrencyCap(workload, workload.max_concurrency) if workload.max_concurrency else workload
 
 
-def successes_with_spans(folder: Path) -> pd.DataFrame | None:
-    """guidellm's successful requests (`guidellm_per_request.csv`) joined to vLLM's spans of the same
-    requests (`per_request_server_spans.csv`) by response id (a span's `request_id` is the response
-    id plus `-<choice>`); the span's columns keep their names, the client's `prompt_tokens` and
-    `output_tokens` get `_client`. None when either file is missing."""
-    client_path, spans_path = folder / "guidellm_per_request.csv", folder / "per_request_server_spans.csv"
-    if not (client_path.is_file() and spans_path.is_file()):
-        return None
-    client, spans = pd.read_csv(client_path), pd.read_csv(spans_path)
-    if "status" not in client or "response_id" not in client or "request_id" not in spans:
-        return None
-    client = client[client["status"].astype(str).str.startswith("success")]
-    spans = spans.assign(response_id=spans["request_id"].astype(str).str.replace(r"-\d+$", "", regex=True))
-    return client.merge(spans, on="response_id", how="inner", suffixes=("_client", ""))
+def _build(profile: dict, seed: int):
+    """`workload.kind = "guidellm"`: the profile's own `random-seed` where it names one, else the config's."""
+    own = profile.get("random-seed", profile.get("random_seed"))
+    return guidellm_workload(profile, None if own is not None else seed)
 
 
-def prefix_from_guidellm(requests: pd.DataFrame, profile: dict | None) -> pd.DataFrame:
-    """guidellm's synthetic `prefix_tokens`: one prefix shared by every request of the run (from
-    0.4, `prefix_count` of them; which request drew which is not recorded, so they are dealt in turn)."""
-    data = (profile or {}).get("data")
-    n_prefix = int(data.get("prefix_tokens") or 0) if isinstance(data, dict) else 0
-    if n_prefix > 0 and len(requests):
-        requests = requests.copy()
-        count = int(data.get("prefix_count") or 1) if guidellm_release(profile or {}) >= (0, 4) else 1
-        requests["prefix_group"] = np.arange(len(requests)) % max(1, count)
-        requests["num_prefix_tokens"] = np.minimum(n_prefix, requests["num_prompt_tokens"] - 1).clip(lower=0)
-    return requests
+WORKLOAD_KIND = ProfileKind(name="guidellm", check=GuidellmWorkload, build=_build,
+                            needs="a guidellm profile YAML/JSON (rate-type, rate, max-requests, synthetic data)")
+register_kind(WORKLOAD_KIND)

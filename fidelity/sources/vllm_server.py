@@ -24,8 +24,8 @@ import yaml
 
 from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, measured_table
 from fidelity.sources.client_report import find_client_report
-from fidelity.sources.guidellm import prefix_from_guidellm, read_guidellm_requests
-from fidelity.sources.guidellm_report import read_guidellm_report, report_model
+from fidelity.sources.guidellm_results import (prefix_from_guidellm, read_guidellm_report, read_guidellm_requests,
+                                               report_model)
 from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
                                                      read_summary_means, requested_output_mean)
 from fidelity.sources.vllm_bench import read_vllm_bench

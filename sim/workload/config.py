@@ -187,7 +187,7 @@ class WorkloadConfig:
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen: normalise in place)
         if self.kind is None:
-            profile_kind = next(iter(registry.KINDS), None) if self.profile else None
+            profile_kind = registry.kind_of(self.profile) if isinstance(self.profile, str) else None
             s("kind", "trace" if self.trace else profile_kind or "poisson")
         check_choice("workload.kind", self.kind, workload_kinds(), hint="a source's own kinds register when its "
                      "package is imported, as servesim's commands import them all")

@@ -100,12 +100,23 @@ def test_a_run_with_measurements_is_replayed(tmp_path):
     assert load_run(folder).num_requests == 12
 
 
-def test_a_sweep_profile_without_arrivals_is_refused_with_the_field(tmp_path):
+def test_a_sweep_profile_without_arrivals_runs_as_guidellm_drives_it(tmp_path):
+    """No measurements: the sweep is guidellm's own generator (`kind = "guidellm"`), every
+    benchmark's requests simulated, the constant rates between the first two benchmarks' achieved ones."""
     folder = write_exp_config(tmp_path / "sweep")
-    (folder / "profile.yaml").write_text(yaml.safe_dump({"rate-type": "sweep", "rate": 5, "max-requests": 40,
+    (folder / "profile.yaml").write_text(yaml.safe_dump({"rate-type": "sweep", "rate": 4, "max-requests": 12,
                                                          "data": {"prompt_tokens": 100, "output_tokens": 10}}))
-    with pytest.raises(ConfigError, match="^profile.rate-type"):
-        config_from_run(folder)
+    cfg = config_from_run(folder, ["hardware.gpu=H100"])
+    assert cfg.workload.kind == "guidellm"
+    out = tmp_path / "out"
+    assert main(["simulate", "--from-run", str(folder), "--set", "hardware.gpu=H100", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_requests"] == 4 * 12 and summary["num_finished"] == 48
+    bad = write_exp_config(tmp_path / "bad")
+    (bad / "profile.yaml").write_text(yaml.safe_dump({"rate-type": "sweep", "rate": 1, "max-requests": 12,
+                                                      "data": {"prompt_tokens": 100, "output_tokens": 10}}))
+    with pytest.raises(ConfigError, match="^profile.rate: a sweep needs at least 2"):
+        config_from_run(bad)
 
 
 def test_every_shipped_run_rebuilds_with_its_own_limits(shared_data):

@@ -116,7 +116,7 @@ def test_missing_model_names_the_field():
 def test_guidellm_client_timings_agree_with_the_server_spans(groundtruth_runs):
     # the same run measured at the client (guidellm) and at the server (vLLM spans): the client sees
     # at least the server's latency, and TPOT (guidellm's ITL) nearly equal
-    from fidelity.sources.guidellm import read_guidellm_requests
+    from fidelity.sources.guidellm_results import read_guidellm_requests
 
     run = groundtruth_runs["jan20-codellama-prefill-1"]
     client = read_guidellm_requests(run.path / "guidellm_per_request.csv").set_index("req_id")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from policies import ConfigError, FinishReason
-from fidelity.sources.guidellm import GuidellmWorkload
+from fidelity.sources.guidellm import GuidellmWorkload, guidellm_workload
 
 PROFILE = {"rate-type": "sweep", "rate": 5, "max-requests": 40, "random-seed": 42,
            "data": {"prefix_tokens": 1024, "prompt_tokens": 2048, "prompt_tokens_stdev": 500,
@@ -75,11 +75,66 @@ def test_prefix_count_makes_that_many_prefixes_from_04(version, groups):
     assert len({tuple(r.prompt_token_ids[:64]) for r in reqs}) == groups
 
 
+def in_flight(done, service=0.5):
+    """The most requests in flight at once, from a `drive` run with a fixed service time."""
+    events = sorted([(r.arrival_time, 1) for _, r in done] + [(t, -1) for t, _ in done], key=lambda e: (e[0], e[1]))
+    return int(max(np.cumsum([d for _, d in events])))
+
+
+def test_a_list_of_rates_runs_one_benchmark_per_rate_one_after_the_other():
+    wl = GuidellmWorkload({**PROFILE, "rate-type": "constant", "rate": "2,8", "max-requests": 20})
+    done = drive(wl)
+    assert wl.phases == ["constant", "constant"] and len(done) == 40
+    first = sorted(r.arrival_time for _, r in done if r.tags["phase"] == 0)
+    second = sorted(r.arrival_time for _, r in done if r.tags["phase"] == 1)
+    assert np.diff(first) == pytest.approx(np.full(19, 0.5)) and np.diff(second) == pytest.approx(np.full(19, 1 / 8))
+    assert second[0] == pytest.approx(first[-1] + 0.5)  # after every request of the first has ended
+
+
+def test_concurrent_streams_send_each_next_request_when_their_last_ends():
+    wl = GuidellmWorkload({**PROFILE, "rate-type": "concurrent", "rate": [1, 3], "max-requests": 12})
+    done = drive(wl)
+    assert len(done) == 24
+    for phase, streams in ((0, 1), (1, 3)):
+        sent = np.array(sorted(r.arrival_time for _, r in done if r.tags["phase"] == phase))
+        assert in_flight([d for d in done if d[1].tags["phase"] == phase]) == streams
+        assert np.diff(sent[::streams]) == pytest.approx(np.full(12 // streams - 1, 0.5))  # back to back
+    with pytest.raises(ConfigError, match="^profile.rate: concurrent takes whole stream counts"):
+        GuidellmWorkload({**PROFILE, "rate-type": "concurrent", "rate": 2.5})
+
+
+@pytest.mark.parametrize("version, bound", [("0.3.1", None), ("0.6.1", 512), ("0.7.3", 10240), (None, 512)])
+def test_guidellm_keeps_its_releases_bound_on_requests_in_flight(version, bound):
+    profile = {**PROFILE, "rate-type": "throughput", "rate": None, "max-requests": 700, "client": {"version": version}}
+    assert GuidellmWorkload(profile).max_concurrency == bound
+    done = drive(guidellm_workload(profile))
+    assert len(done) == 700 and in_flight(done) == min(700, bound or 700)
+    capped = drive(guidellm_workload({**profile, "max-concurrency": 8}))  # the setting, where recorded
+    assert in_flight(capped) == 8 and len(capped) == 700
+    if version != "0.3.1":  # from 0.4 a throughput profile's rate is its bound
+        assert in_flight(drive(guidellm_workload({**profile, "rate": 16}))) == 16
+
+
+def test_a_profile_file_without_a_kind_is_run_by_guidellms_generator(tmp_path):
+    import yaml
+
+    import fidelity.workloads  # noqa: F401  (registers both load generators' kinds)
+    from sim.workload import WorkloadConfig, build_workload
+
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump({**PROFILE, "rate-type": "constant", "rate": 4.0}))
+    cfg = WorkloadConfig(profile=str(path))
+    assert cfg.kind == "guidellm"
+    assert len(build_workload(cfg).start()) == 40
+
+
 @pytest.mark.parametrize("change, field", [({"rate-type": "zigzag"}, "profile.rate-type"),
                                            ({"data": {**PROFILE["data"], "turns": 2}}, "profile.data.turns"),
                                            ({"client": {"version": "newest"}}, "profile.client.version"),
                                            ({"max-requests": 0}, "profile.max-requests"),
                                            ({"rate-type": "constant", "rate": None}, "profile.rate"),
+                                           ({"rate-type": "poisson", "rate": "2,x"}, "profile.rate"),
+                                           ({"max-concurrency": 0}, "profile.max-concurrency"),
                                            ({"data": {"prompt_tokens": 5}}, "profile.data")])
 def test_bad_profiles_name_the_field(change, field):
     with pytest.raises(ConfigError, match=f"^{field}"):

@@ -71,6 +71,27 @@ def test_a_registered_kind_checks_its_profile_and_names_the_field(toy, tmp_path)
         WorkloadConfig(profile=str(bad))
 
 
+def test_a_profile_without_a_kind_goes_to_the_kind_that_takes_it(toy, tmp_path):
+    def check_pair(profile: dict) -> None:
+        if not isinstance(profile.get("pair"), list):
+            raise ConfigError("profile.pair: expected a list")
+
+    registry.register_kind(registry.ProfileKind("pair", check_pair, FixedWorkload, needs="a pair profile"))
+    pair = tmp_path / "pair.json"
+    pair.write_text(json.dumps({"pair": [1, 2], "n": 2}))
+    assert WorkloadConfig(profile=str(pair)).kind == "toy"  # both take it: the first registered
+    pair.write_text(json.dumps({"pair": [1, 2]}))
+    assert WorkloadConfig(profile=str(pair)).kind == "pair"
+    assert WorkloadConfig(profile=str(toy)).kind == "toy"
+    pair.write_text(json.dumps({"pair": "two"}))  # a value of pair's own key refused: pair's field error
+    with pytest.raises(ConfigError, match=r"^profile\.pair: expected a list"):
+        WorkloadConfig(profile=str(pair))
+    pair.write_text(json.dumps({"other": 1}))  # nobody's: each kind's error
+    with pytest.raises(ConfigError, match=r"^workload\.profile: .* none of the registered kinds \(kind = 'toy': "
+                                          r"profile\.n: expected an integer.*kind = 'pair': profile\.pair"):
+        WorkloadConfig(profile=str(pair))
+
+
 def test_without_registrations_only_sims_own_kinds_and_formats(monkeypatch, tmp_path):
     monkeypatch.setattr(registry, "KINDS", {})
     monkeypatch.setattr(registry, "TRACE_FORMATS", {})

@@ -1,4 +1,4 @@
-"""guidellm's own benchmark report (`benchmarks.json`, any name): a run's per-request timings.
+"""guidellm's measurements of a run: its own report (`benchmarks.json`, any name), the per-request CSV.
 
 What a guidellm user has after a run is this report, not a per-request CSV. It holds one entry per
 benchmark (a sweep's synchronous, throughput and constant-rate phases), each with its requests by
@@ -15,6 +15,10 @@ simulated as guidellm drives it (`fidelity.sources.guidellm.GuidellmWorkload`), 
 the benchmarks' metrics (over every request, not just the sample). Errored and incomplete requests
 are left out of the timings, as guidellm leaves them out of its own successful figures; the run's
 notes count them. A file is known by its content: guidellm names it after `--output-path`.
+
+Also here: the per-request CSV some campaigns make of the report (`read_guidellm_requests`), its
+join to vLLM's spans (`successes_with_spans`) and the profile's shared prefixes
+(`prefix_from_guidellm`).
 """
 from __future__ import annotations
 
@@ -24,10 +28,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from fidelity.runs import measured_table
-from fidelity.sources.guidellm import RATE_TYPES
+from fidelity.sources.guidellm import RATE_TYPES, guidellm_release
 
 #: the guidellm release a report without `metadata` is read as (0.2 and 0.3 share its layout and
 #: the behaviour servesim models: constant rates open with an initial burst)
@@ -220,11 +225,60 @@ def _profile(data: dict, old: bool) -> dict | None:
     synthetic = parse_data(text)
     if synthetic is None:
         return None
-    if isinstance(rate, list):
-        rate = rate[0] if len(rate) == 1 else None
     profile: dict = {"data": synthetic}
-    if kind in RATE_TYPES and max_requests and (kind not in ("constant", "poisson") or rate):
+    if isinstance(rate, list) and (len(rate) == 1 or kind in ("sweep", "throughput")):
+        rate = rate[0] if rate else None  # one benchmark's rate, a sweep's size, a throughput's bound
+    if kind in RATE_TYPES and max_requests and (kind not in ("constant", "poisson", "concurrent") or rate):
         profile.update({"rate-type": kind, "max-requests": int(max_requests), "random-seed": int(seed or 42)})
         if rate is not None:
-            profile["rate"] = float(rate) if kind != "sweep" else int(rate)
+            profile["rate"] = int(rate) if kind == "sweep" else rate
+    caps = [((b.get("config") or {}).get("strategy") or {}).get("max_concurrency") for b in data["benchmarks"]
+            if ((b.get("config") or {}).get("strategy") or {}).get("type_") not in ("synchronous", "concurrent")]
+    if caps and isinstance(caps[0], int) and not isinstance(caps[0], bool):  # the bound the run resolved
+        profile["max-concurrency"] = caps[0]
     return profile
+
+
+# --- a run's measurements ------------------------------------------------------------------------
+def read_guidellm_requests(path: Path) -> pd.DataFrame:
+    """guidellm's per-request CSV (client side). guidellm's ITL is vLLM's TPOT (ENGINE-SEMANTICS §8)."""
+    df = pd.read_csv(path)
+    if "status" in df:
+        df = df[df["status"].astype(str).str.startswith("success")]
+    ttft = df["ttft_ms"].astype(float) / 1e3
+    return measured_table({
+        "req_id": df["response_id"].astype(str) if "response_id" in df else range(len(df)),
+        "arrival_time": df["request_start_time"].astype(float),
+        "num_prompt_tokens": df["prompt_tokens"], "num_output_tokens": df["output_tokens"],
+        "ttft_s": ttft, "e2e_s": df["request_latency_s"].astype(float),
+        "tpot_s": (df["itl_ms"].astype(float) / 1e3).where(df["output_tokens"] > 1),
+    })
+
+
+def successes_with_spans(folder: Path) -> pd.DataFrame | None:
+    """guidellm's successful requests (`guidellm_per_request.csv`) joined to vLLM's spans of the same
+    requests (`per_request_server_spans.csv`) by response id (a span's `request_id` is the response
+    id plus `-<choice>`); the span's columns keep their names, the client's `prompt_tokens` and
+    `output_tokens` get `_client`. None when either file is missing."""
+    client_path, spans_path = folder / "guidellm_per_request.csv", folder / "per_request_server_spans.csv"
+    if not (client_path.is_file() and spans_path.is_file()):
+        return None
+    client, spans = pd.read_csv(client_path), pd.read_csv(spans_path)
+    if "status" not in client or "response_id" not in client or "request_id" not in spans:
+        return None
+    client = client[client["status"].astype(str).str.startswith("success")]
+    spans = spans.assign(response_id=spans["request_id"].astype(str).str.replace(r"-\d+$", "", regex=True))
+    return client.merge(spans, on="response_id", how="inner", suffixes=("_client", ""))
+
+
+def prefix_from_guidellm(requests: pd.DataFrame, profile: dict | None) -> pd.DataFrame:
+    """guidellm's synthetic `prefix_tokens`: one prefix shared by every request of the run (from
+    0.4, `prefix_count` of them; which request drew which is not recorded, so they are dealt in turn)."""
+    data = (profile or {}).get("data")
+    n_prefix = int(data.get("prefix_tokens") or 0) if isinstance(data, dict) else 0
+    if n_prefix > 0 and len(requests):
+        requests = requests.copy()
+        count = int(data.get("prefix_count") or 1) if guidellm_release(profile or {}) >= (0, 4) else 1
+        requests["prefix_group"] = np.arange(len(requests)) % max(1, count)
+        requests["num_prefix_tokens"] = np.minimum(n_prefix, requests["num_prompt_tokens"] - 1).clip(lower=0)
+    return requests

@@ -1,4 +1,4 @@
-"""guidellm's own report (fidelity.sources.guidellm_report): read by its content in both layouts,
+"""guidellm's own report (fidelity.sources.guidellm_results): read by its content in both layouts,
 its sends replayed, its per-token ITL scored as TPOT, and a sampled report simulated from the profile
 its arguments record, against its metrics' means."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fidelity.metric_definitions import DEFINITIONS
 from fidelity.reproduce import reproduce
 from fidelity.run_folders import find_runs
 from fidelity.sources.client_report import client_kind
-from fidelity.sources.guidellm_report import parse_data, read_guidellm_report
+from fidelity.sources.guidellm_results import parse_data, read_guidellm_report
 
 SYNTHETIC = "prompt_tokens=400,prompt_tokens_stdev=100,output_tokens=40,output_tokens_stdev=10"
 
@@ -136,7 +136,7 @@ def test_a_report_of_a_whole_sweep_is_known_and_other_json_is_not(tmp_path):
     assert len(report.requests) == 12 and report.profile["rate-type"] == "sweep" and report.profile["rate"] == 5
 
 
-def test_a_run_measured_by_a_guidellm_report_is_reproduced_and_scored_per_token(tmp_path):
+def test_a_run_measured_by_a_guidellm_results_is_reproduced_and_scored_per_token(tmp_path):
     """Measurements that are servesim's own roofline prediction come back with ~0 error."""
     from fidelity.host_overhead import HostOverhead
     from fidelity.predict import predict_run
