@@ -96,13 +96,15 @@ def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport
         total = sum(totals[i]["successful"] for i in sampled)
         notes.append(f"guidellm kept {kept} of {total} requests of benchmark(s) {sampled} (--sample-requests): "
                      "its load profile simulated, against its metrics' means")
-        return GuidellmReport(measured_table({}), _summary(benchmarks, totals), profile, version, model, notes)
+        summary = {**_summary(benchmarks, totals), "num_failures": float(dropped)}
+        return GuidellmReport(measured_table({}), summary, profile, version, model, notes)
     rows = [_row(r, old) for b in benchmarks for r in b["requests"]["successful"]]
     rows = [r for r in rows if r is not None]
     if not rows:
         raise ValueError(f"{path}: no request of this guidellm report was served")
     table = measured_table({k: [r[k] for r in rows] for k in rows[0]})
-    return GuidellmReport(table, {}, profile, version, model, notes)
+    # the requests the client gave up on, beside the replayed ones (`fidelity.client_timeout.served_row`)
+    return GuidellmReport(table, {"num_failures": float(dropped)} if dropped else {}, profile, version, model, notes)
 
 
 def _row(r: dict, old: bool) -> dict | None:

@@ -101,6 +101,7 @@ def test_a_report_is_read_by_its_content_with_its_sends_and_per_token_itl(tmp_pa
     np.testing.assert_allclose(got["tpot_s"], 0.012)  # its ITL, not its TPOT (E2E / n)
     assert list(got["num_output_tokens"]) == list(requests["num_output_tokens"])
     assert any("2 errored or incomplete requests left out" in note for note in run.assumed)
+    assert run.summary == {"num_failures": 2.0} and not run.tpot_of_means  # counted, not scored
     # no profile.yaml: the load its arguments record, with its release
     assert run.profile["rate-type"] == "constant" and run.profile["rate"] == 4.0
     assert run.profile["data"]["prompt_tokens"] == 400 and run.profile["random-seed"] == 7
