@@ -69,5 +69,6 @@ def served_line(row: dict) -> str | None:
     if not (failed or row["predicted_timed_out"]):
         return None
     measured = "" if failed is None else f"measured {int(failed)} failed of {int(failed + (row['measured_successes'] or 0))}, "
-    return (f"{row['run']}: client timeout {row['client_timeout_s']:g} s: {measured}predicted "
-            f"{row['predicted_timed_out']} timed out of {row['predicted_requests']}")
+    timeout = row["client_timeout_s"]
+    said = f"client timeout {timeout:g} s" if timeout is not None else row["timeout_origin"]
+    return f"{row['run']}: {said}: {measured}predicted {row['predicted_timed_out']} timed out of {row['predicted_requests']}"

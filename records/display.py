@@ -62,3 +62,22 @@ def ms(seconds, digits: int = 3) -> str:
     if _missing(seconds):
         return MISSING
     return number(1e3 * float(seconds), digits)
+
+
+#: the columns of a benchmark table (`format_benchmarks`): (heading, row key, scale, digits)
+BENCHMARK_COLUMNS = (("#", "benchmark", None, 0), ("strategy", "strategy", None, 0), ("target", "target", 1, 3),
+                     ("req/s", "requests_per_s", 1, 3), ("done", "requests", None, 0), ("failed", "failed", None, 0),
+                     ("TTFT ms", "ttft_mean_ms", 1, 3), ("p99", "ttft_p99_ms", 1, 3),
+                     ("ITL ms", "itl_mean_ms", 1, 3), ("p99", "itl_p99_ms", 1, 3),
+                     ("E2E s", "e2e_mean_s", 1, 3), ("out tok/s", "output_tokens_per_s", 1, 3))
+
+
+def format_benchmarks(rows: list[dict]) -> str:
+    """A load generator's benchmarks, one line each (means unless p99; target: req/s or streams)."""
+    cells = [[h for h, *_ in BENCHMARK_COLUMNS]]
+    for row in rows:
+        cells.append([str(row[key]) if scale is None else number(row[key], digits)
+                      for _, key, scale, digits in BENCHMARK_COLUMNS])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    lines = ["  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    return "benchmarks (as the client measures them)\n" + "\n".join(line.rstrip() for line in lines)

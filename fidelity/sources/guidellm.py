@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from policies import ConfigError, Request
+from records.results import request_row
 from fidelity.sources.inference_perf_profile import parse_version
 from fidelity.synthetic_prompt import SyntheticPrompt
 from sim.workload.concurrency import ConcurrencyCap
@@ -78,6 +80,46 @@ class IntegerSampler:
         if not self.stdev:
             return self.rng.randint(self.lo, self.hi)
         return int(round(max(self.lo, min(self.hi, self.rng.gauss(self.mean, self.stdev)))))
+
+
+@dataclass
+class Benchmark:
+    """One benchmark's requests as guidellm's client measures them: TTFT and E2E from the send, ITL
+    per output token (`records.results.request_row`'s definitions), requests per second over the
+    benchmark's span (its first send to its last answer)."""
+
+    strategy: str
+    target: float | None  # req/s (constant, poisson), streams (concurrent); None otherwise
+    start: float
+    end: float = math.nan
+    ttft: list = field(default_factory=list)
+    itl: list = field(default_factory=list)
+    e2e: list = field(default_factory=list)
+    output_tokens: int = 0
+    failed: int = 0
+
+    def add(self, request: Request) -> None:
+        row = request_row(request)
+        if not math.isfinite(row["e2e_s"]):  # rejected, timed out: guidellm's errored
+            self.failed += 1
+            return
+        self.ttft.append(row["ttft_s"])
+        self.e2e.append(row["e2e_s"])
+        self.output_tokens += row["num_output_tokens"]
+        if math.isfinite(row["tpot_s"]):
+            self.itl.append(row["tpot_s"])
+
+    def row(self, index: int) -> dict:
+        span = self.end - self.start
+        q = (lambda v, p: float(np.percentile(v, p)) if v else math.nan)  # noqa: E731
+        return {"benchmark": index, "strategy": self.strategy, "target": self.target, "requests": len(self.e2e),
+                "failed": self.failed, "requests_per_s": len(self.e2e) / span if span > 0 else math.nan,
+                "ttft_mean_ms": 1e3 * (float(np.mean(self.ttft)) if self.ttft else math.nan),
+                "ttft_p50_ms": 1e3 * q(self.ttft, 50), "ttft_p99_ms": 1e3 * q(self.ttft, 99),
+                "itl_mean_ms": 1e3 * (float(np.mean(self.itl)) if self.itl else math.nan),
+                "itl_p99_ms": 1e3 * q(self.itl, 99),
+                "e2e_mean_s": float(np.mean(self.e2e)) if self.e2e else math.nan, "e2e_p99_s": q(self.e2e, 99),
+                "output_tokens_per_s": self.output_tokens / span if span > 0 else math.nan}
 
 
 class GuidellmWorkload:
@@ -150,6 +192,7 @@ class GuidellmWorkload:
                                      data.get("output_tokens_min"), data.get("output_tokens_max"), s + 1)
         self._rng = np.random.default_rng(s)
         self.measured_rates: list[float] = []
+        self.benchmarks: list[Benchmark] = []  # as the client measured each (`benchmark_rows`)
         self._phase = -1
         self._count = 0
         self._sent = 0
@@ -164,9 +207,14 @@ class GuidellmWorkload:
     def start(self) -> list[Request]:
         return self._begin(0, 0.0)
 
+    def benchmark_rows(self) -> list[dict]:
+        """One row per benchmark run so far, as guidellm's report gives its figures."""
+        return [b.row(k) for k, b in enumerate(self.benchmarks)]
+
     def on_finish(self, request: Request, now: float) -> list[Request]:
         if request.tags.get("phase") != self._phase:
             return []
+        self.benchmarks[self._phase].add(request)
         self._left -= 1
         out: list[Request] = []
         if self.phases[self._phase] in ("synchronous", "concurrent") and self._sent < self.max_requests:
@@ -174,6 +222,7 @@ class GuidellmWorkload:
         if self._left == 0 and self._sent >= self.max_requests:
             # requests per second this benchmark achieved: what guidellm feeds the next rates
             self.measured_rates.append(self.max_requests / max(now - self._t0, 1e-9))
+            self.benchmarks[self._phase].end = now
             if self._phase + 1 < len(self.phases):
                 out.extend(self._begin(self._phase + 1, now))
         return out
@@ -189,13 +238,15 @@ class GuidellmWorkload:
         self._phase, self._t0, self._sent, self._left = k, t0, 0, self.max_requests
         kind = self.phases[k]
         n = self.max_requests
+        target = self._rate(k) if kind in ("constant", "poisson") else self.rates[k]
+        self.benchmarks.append(Benchmark(kind, target, t0))
         if kind == "synchronous":
             return [self._request(t0)]
         if kind == "throughput":
             return [self._request(t0) for _ in range(n)]
         if kind == "concurrent":
             return [self._request(t0) for _ in range(min(n, int(self.rates[k])))]
-        rate = self._rate(k)
+        rate = target
         if kind == "poisson":
             times = t0 + np.cumsum(self._rng.exponential(1.0 / rate, n))
         else:  # constant: one every 1/rate s (before 0.4 after an initial burst of floor(rate))

@@ -107,6 +107,36 @@ def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport
     return GuidellmReport(table, {"num_failures": float(dropped)} if dropped else {}, profile, version, model, notes)
 
 
+def report_benchmarks(data: dict) -> list[dict]:
+    """Each benchmark of a parsed report as guidellm measured it (`fidelity.benchmarks` compares them
+    with a simulated sweep): strategy, target (req/s or streams), served and failed requests,
+    requests per second over its duration, mean TTFT and ITL (ms) and E2E (s) of its requests, from
+    the requests it kept where it kept them all, else from its metrics (ITL there per token)."""
+    out = []
+    for k, b in enumerate(data["benchmarks"]):
+        old = "config" not in b
+        strategy = ((b.get("args") if old else b.get("config")) or {}).get("strategy") or {}
+        kind = strategy.get("type_")
+        target = strategy.get("rate") if kind in ("constant", "poisson") else strategy.get("streams")
+        totals = _totals(b, old)
+        rows = [r for r in (_row(x, old) for x in b["requests"]["successful"]) if r is not None]
+        if rows and len(rows) >= totals.get("successful", 0):
+            ttft, e2e = np.mean([r["ttft_s"] for r in rows]), np.mean([r["e2e_s"] for r in rows])
+            itls = [r["tpot_s"] for r in rows if math.isfinite(r["tpot_s"])]
+            itl = float(np.mean(itls)) if itls else math.nan
+        else:
+            mean = (lambda name: float((((b.get("metrics") or {}).get(name) or {}).get("successful") or {})
+                                       .get("mean", math.nan)))
+            ttft, e2e, itl = mean("time_to_first_token_ms") / 1e3, mean("request_latency"), mean("inter_token_latency_ms") / 1e3
+        duration = b.get("duration") or (b.get("end_time", math.nan) - b.get("start_time", math.nan))
+        n = totals.get("successful", len(rows))
+        out.append({"benchmark": k, "strategy": kind, "target": target, "requests": n,
+                    "failed": totals.get("errored", 0) + totals.get("incomplete", 0),
+                    "requests_per_s": n / duration if duration and duration > 0 else math.nan,
+                    "ttft_mean_ms": 1e3 * float(ttft), "itl_mean_ms": 1e3 * float(itl), "e2e_mean_s": float(e2e)})
+    return out
+
+
 def _row(r: dict, old: bool) -> dict | None:
     """One successful request's timings (s), or None where guidellm recorded no first token."""
     timings = ((r.get("info") or {}).get("timings") or {}) if not old else {}

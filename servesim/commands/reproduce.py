@@ -8,8 +8,9 @@ the not-modelled ones are also noted on stderr and in `report.csv`'s `not_modell
 `ttft_parts.csv` (each run's mean TTFT as named parts, measured and predicted, with their origins:
 `fidelity.ttft_parts`), `workload.csv` (the client behaviour simulated and the generated against the
 measured request lengths: `fidelity.client_workload`), `served.csv` (each run's requests by how
-they ended, measured and predicted, with the client's timeout: `fidelity.client_timeout`) and
-`errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
+they ended, measured and predicted, with the client's timeout: `fidelity.client_timeout`),
+`benchmarks.csv` where a guidellm sweep was simulated from its profile (each benchmark's req/s,
+TTFT, ITL and E2E beside its report's: `fidelity.benchmarks`) and `errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
 deployment) nothing measured or fitted on a run's own source (campaign folder) reaches it
 (`fidelity.reproduce.reproduce_source_out`); with `--fit loo` each run is predicted with terms
 fitted on the other runs of its source only; `--overhead FILE` applies a fitted layer instead and
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fidelity.benchmarks import write_benchmarks
 from fidelity.client_workload import version_assumption
 from fidelity.engine_settings import not_modelled, settings_table
 from fidelity.host_overhead import HostOverhead
@@ -185,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
     (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title, settings, unpredicted))
     plot_errors(rep.table, out / "errors.png")
     workload_lines = write_run_tables(rep, runs, out)  # ttft_parts.csv, workload.csv
+    workload_lines += write_benchmarks(list(rep.predictions.values()), out / "benchmarks.csv")  # simulated sweeps
     if workload_lines and not options.quiet(args):
         print("\n".join(workload_lines), file=sys.stderr)
     if args.json:
@@ -192,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         options.say(args, med.to_string(float_format=lambda v: percent(v) if v < 10 else number(v, trim=True)))
     if not options.quiet(args):
-        print(f"wrote {out}/report.md, report.csv, medians.csv, fits.json, settings.csv, errors.png, ttft_parts.csv, "
-              "workload.csv, not_predicted.csv", file=sys.stderr)
+        names = ["report.md", "report.csv", "medians.csv", "fits.json", "settings.csv", "errors.png", "ttft_parts.csv",
+                 "workload.csv", "served.csv", "benchmarks.csv", "not_predicted.csv"]
+        print(f"wrote {out}/{', '.join(n for n in names if (out / n).is_file())}", file=sys.stderr)
     return 0

@@ -5,7 +5,8 @@ progress bar, prints the summary table and, with `--out`, writes summary.json, r
 steps.csv (+ Parquet copies with pyarrow) and the resolved config.toml to DIR (with `--from-run`
 also settings.csv: every engine setting the run records, modelled or not; the ones not modelled
 print as notes); `--plot` adds
-timeline.png. The run streams (`records.stream`): tables are written as it goes and finished
+timeline.png. A workload that runs benchmarks one after another (guidellm's) also prints each as
+its client reports it, and writes benchmarks.csv. The run streams (`records.stream`): tables are written as it goes and finished
 requests leave memory, so a run's memory is what is live, at any size. Each setting that changed
 another (`sim.notes`) prints one `note:` line on stderr and is kept in config.toml. Bad input
 raises ValueError/ConfigError, which the `servesim` dispatcher prints as one line with exit code 2.
@@ -17,6 +18,7 @@ import csv
 
 from fidelity.engine_settings import INFERRED, NOT_MODELLED, settings_table
 from policies import ConfigError
+from records.display import format_benchmarks
 from records.metrics import format_summary
 from records.sketch import DEFAULT_RELATIVE_ACCURACY
 from servesim.commands import options, small
@@ -97,14 +99,23 @@ def run(args: argparse.Namespace) -> int:
     if result.sketched_metrics:
         options.note(args, f"percentiles of {', '.join(result.sketched_metrics)} are within "
                      f"{DEFAULT_RELATIVE_ACCURACY:.1%} (more values than kept exactly)")
+    # a client that runs benchmarks one after another (guidellm's sweep): each as that client reports it
+    benchmarks = workload.benchmark_rows() if hasattr(workload, "benchmark_rows") else []
+    if benchmarks and out is not None:
+        with open(out / "benchmarks.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(benchmarks[0]))
+            w.writeheader()
+            w.writerows(benchmarks)
     try:
         if args.json:
-            options.print_json(result.summary)
+            options.print_json({**result.summary, "benchmarks": benchmarks} if benchmarks else result.summary)
         else:
             options.say(args, format_summary(result.summary))
+            if benchmarks:
+                options.say(args, "", format_benchmarks(benchmarks))
             if out is not None:
                 names = ["summary.json", "requests.csv", "steps.csv", "config.toml", "requests.parquet",
-                         "steps.parquet"] + (["timeline.png"] if args.plot else [])
+                         "steps.parquet", "benchmarks.csv"] + (["timeline.png"] if args.plot else [])
                 options.say(args, f"\nwrote {out}/: {', '.join(n for n in names if (out / n).is_file())}")
     except BrokenPipeError:  # `| head`: the reader left; not an error
         pass

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import csv
 import json
 
 import pytest
@@ -112,6 +113,15 @@ def test_a_sweep_profile_without_arrivals_runs_as_guidellm_drives_it(tmp_path):
     assert main(["simulate", "--from-run", str(folder), "--set", "hardware.gpu=H100", "--out", str(out), "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_requests"] == 4 * 12 and summary["num_finished"] == 48
+    # each benchmark as guidellm reports it: one at a time, then all at once, then rates between
+    bench = list(csv.DictReader(open(out / "benchmarks.csv")))
+    assert [b["strategy"] for b in bench] == ["synchronous", "throughput", "constant", "constant"]
+    assert all(int(b["requests"]) == 12 and int(b["failed"]) == 0 for b in bench)
+    sync, thr = (float(bench[k]["requests_per_s"]) for k in (0, 1))
+    assert sync * float(bench[0]["e2e_mean_s"]) == pytest.approx(1.0, rel=1e-6)  # back to back
+    assert [float(b["target"]) for b in bench[2:]] == pytest.approx([(sync + thr) / 2, thr])  # linspace(sync, thr, 3)[1:]
+    weighted = sum(float(b["ttft_mean_ms"]) for b in bench) / 4 / 1e3  # equal counts: the run's mean
+    assert weighted == pytest.approx(summary["ttft_s"]["mean"], rel=1e-9)
     bad = write_exp_config(tmp_path / "bad")
     (bad / "profile.yaml").write_text(yaml.safe_dump({"rate-type": "sweep", "rate": 1, "max-requests": 12,
                                                       "data": {"prompt_tokens": 100, "output_tokens": 10}}))

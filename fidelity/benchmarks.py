@@ -1,0 +1,89 @@
+"""A load generator's benchmarks, measured against a simulated run of the same profile.
+
+A guidellm sweep is a curve (requests per second against latency), not one mean: its later
+benchmarks' rates come from what its first two achieved. Where a run is predicted from its profile
+(`servesim reproduce --workload profile`, or a sampled report) each simulated request carries its
+benchmark (`phase`), and the run's guidellm report gives each benchmark as measured
+(`fidelity.sources.guidellm_results.report_benchmarks`). `benchmark_rows` sets them side by side;
+`servesim reproduce` writes them to benchmarks.csv (`write_benchmarks`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from fidelity.predict import Prediction
+from fidelity.sources.client_report import find_client_report
+from fidelity.sources.guidellm_results import report_benchmarks
+from fidelity.sources.vllm_server import report_folders
+
+#: what is compared per benchmark (keys of both sides' rows), and its name on the CLI
+COMPARED = {"requests_per_s": "req/s", "ttft_mean_ms": "TTFT", "itl_mean_ms": "ITL", "e2e_mean_s": "E2E"}
+
+
+def predicted_benchmarks(requests: pd.DataFrame) -> list[dict]:
+    """Each benchmark of a simulated run (its requests' `phase`), as the client would report it:
+    served requests per second from its first send to its last answer, mean TTFT and ITL (ms), E2E (s)."""
+    out = []
+    for phase, g in requests.groupby("phase", sort=True):
+        ok = g[np.isfinite(g["e2e_s"].to_numpy(dtype=float))]
+        span = float((ok["arrival_time"] + ok["e2e_s"]).max() - g["arrival_time"].min()) if len(ok) else math.nan
+        itl = ok["tpot_s"].to_numpy(dtype=float)
+        itl = itl[np.isfinite(itl)]
+        out.append({"benchmark": int(phase), "strategy": str(g["strategy"].iloc[0]) if "strategy" in g else "",
+                    "requests": len(ok), "failed": len(g) - len(ok),
+                    "requests_per_s": len(ok) / span if span > 0 else math.nan,
+                    "ttft_mean_ms": 1e3 * float(ok["ttft_s"].mean()) if len(ok) else math.nan,
+                    "itl_mean_ms": 1e3 * float(itl.mean()) if itl.size else math.nan,
+                    "e2e_mean_s": float(ok["e2e_s"].mean()) if len(ok) else math.nan})
+    return out
+
+
+def measured_benchmarks(pred: Prediction) -> list[dict]:
+    """The run's benchmarks as its guidellm report measured them ([] where it has none)."""
+    run = pred.run
+    if not run.path.is_dir():
+        return []
+    found = find_client_report(report_folders(run.path, run.profile))
+    return report_benchmarks(found[2]) if found is not None and found[0] == "guidellm" else []
+
+
+def benchmark_rows(pred: Prediction) -> list[dict]:
+    """Per benchmark and `COMPARED` figure: measured, predicted, error; [] unless the prediction ran
+    the run's benchmarks (a `phase` per request) and the run's report measured as many."""
+    if "phase" not in pred.requests:
+        return []
+    predicted = predicted_benchmarks(pred.requests)
+    measured = measured_benchmarks(pred)
+    if len(measured) != len(predicted):
+        return []
+    rows = []
+    for m, p in zip(measured, predicted):
+        for key in COMPARED:
+            want, got = m[key], p[key]
+            rows.append({"run": pred.run.name, "benchmark": m["benchmark"], "strategy": m["strategy"],
+                         "metric": key, "measured": want, "predicted": got,
+                         "error": (got - want) / want if want and math.isfinite(want) else math.nan})
+    return rows
+
+
+def benchmark_line(rows: list[dict]) -> str | None:
+    """One CLI line per run: the median |error| of each figure over its benchmarks."""
+    if not rows:
+        return None
+    t = pd.DataFrame(rows)
+    med = t.assign(abs_error=t["error"].abs()).groupby("metric", sort=False)["abs_error"].median()
+    figures = ", ".join(f"{label} {100 * med[key]:.1f}%" for key, label in COMPARED.items() if key in med)
+    return (f"{rows[0]['run']}: {t['benchmark'].nunique()} guidellm benchmarks predicted from its profile: "
+            f"median |error| {figures} (benchmarks.csv)")
+
+
+def write_benchmarks(predictions: list[Prediction], path) -> list[str]:
+    """benchmarks.csv of every prediction that ran its run's benchmarks (none written without one);
+    the CLI line of each."""
+    tables = [benchmark_rows(pred) for pred in predictions]
+    if any(tables):
+        pd.DataFrame([row for rows in tables for row in rows]).to_csv(path, index=False)
+    return [line for line in map(benchmark_line, tables) if line]

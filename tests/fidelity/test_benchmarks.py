@@ -1,0 +1,88 @@
+"""fidelity.benchmarks: a guidellm sweep simulated from its profile, benchmark by benchmark beside
+the report's own figures; a report that is the simulation itself comes back with no error."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+from fidelity_helpers import write_exp_config
+
+from fidelity.benchmarks import COMPARED, benchmark_line, benchmark_rows, predicted_benchmarks
+from fidelity.client_timeout import served_line, served_row
+from fidelity.host_overhead import HostOverhead
+from fidelity.predict import predict_run
+from fidelity.run_folders import find_runs
+from fidelity.runs import RealRun, ServerArgs
+from fidelity.sources.guidellm_results import report_benchmarks
+
+PROFILE = {"rate-type": "sweep", "rate": 4, "max-requests": 8, "random-seed": 3,
+           "data": {"prompt_tokens": 300, "prompt_tokens_stdev": 60, "output_tokens": 30, "output_tokens_stdev": 8}}
+
+
+def entry(r, t0=1_700_000_000.0):
+    n = int(r.num_output_tokens)
+    return {"request_id": str(r.req_id), "request_start_time": t0 + r.arrival_time, "prompt_tokens": int(r.num_prompt_tokens),
+            "output_tokens": n, "request_latency": float(r.e2e_s), "time_to_first_token_ms": 1e3 * float(r.ttft_s),
+            "inter_token_latency_ms": 1e3 * float(r.tpot_s) if n > 1 else None}
+
+
+def write_sweep_report(folder, requests, errored=0):
+    """A 0.6-layout report of a simulated sweep's requests (`phase`, `strategy` columns), each
+    benchmark's duration its first send to its last answer; `errored` failures in the last one."""
+    benchmarks = []
+    for phase, g in requests.groupby("phase"):
+        last = len(benchmarks) == requests["phase"].nunique() - 1
+        failed = errored if last else 0
+        benchmarks.append({
+            "config": {"strategy": {"type_": g["strategy"].iloc[0]}},
+            "metrics": {"request_totals": {"successful": len(g), "errored": failed, "incomplete": 0}},
+            "duration": float((g["arrival_time"] + g["e2e_s"]).max() - g["arrival_time"].min()),
+            "requests": {"successful": [entry(r) for r in g.itertuples()], "errored": [{}] * failed,
+                         "incomplete": []}})
+    report = {"metadata": {"guidellm_version": "0.6.1"}, "args": {"profile": "sweep", "rate": [4]},
+              "benchmarks": benchmarks}
+    (folder / "benchmarks.json").write_text(json.dumps(report))
+
+
+SERVER = ServerArgs(model="meta-llama/Llama-2-7b-hf", gpu="H100", max_model_len=4096, max_num_batched_tokens=2048,
+                    max_num_seqs=64, async_scheduling=False)
+
+
+def simulated_sweep(tmp_path):
+    """A sweep run folder (exp-config, profile) and servesim's own simulation of its profile: the truth."""
+    folder = write_exp_config(tmp_path / "sweep", gpu="H100", async_scheduling=False)
+    (folder / "profile.yaml").write_text(yaml.safe_dump(PROFILE))
+    run = RealRun(name="sweep", source="hand-made", path=folder, server=SERVER,
+                  requests=pd.DataFrame(columns=["req_id"]), profile=PROFILE)
+    return folder, predict_run(run, HostOverhead(), workload="profile", gpu_model="roofline").requests
+
+
+def test_a_sweep_predicted_from_its_profile_is_scored_benchmark_by_benchmark(tmp_path):
+    folder, truth = simulated_sweep(tmp_path)
+    assert sorted(truth["phase"].unique()) == [0, 1, 2, 3]
+    write_sweep_report(folder, truth, errored=1)
+    [run] = find_runs(folder)
+    pred = predict_run(run, HostOverhead(), workload="profile", gpu_model="roofline")
+    rows = benchmark_rows(pred)
+    assert len(rows) == 4 * len(COMPARED)
+    assert max(abs(r["error"]) for r in rows) < 1e-6
+    measured = report_benchmarks(json.loads((folder / "benchmarks.json").read_text()))
+    assert [b["failed"] for b in measured] == [0, 0, 0, 1]
+    # guidellm's sweep: the constant benchmarks between the first two's achieved rates
+    sim = predicted_benchmarks(pred.requests)
+    assert [b["strategy"] for b in sim] == ["synchronous", "throughput", "constant", "constant"]
+    assert sim[0]["requests_per_s"] < sim[2]["requests_per_s"] < sim[3]["requests_per_s"] <= sim[1]["requests_per_s"] * 1.01
+    assert "4 guidellm benchmarks predicted from its profile" in benchmark_line(rows)
+    # the failed request is counted, and said without a client timeout to name
+    assert "no client timeout modelled (guidellm): measured 1 failed of 33" in served_line(served_row(pred))
+
+
+def test_a_replayed_run_has_no_benchmark_rows(tmp_path):
+    folder, truth = simulated_sweep(tmp_path)
+    write_sweep_report(folder, truth)
+    [run] = find_runs(folder)
+    pred = predict_run(run, HostOverhead(), gpu_model="roofline")  # auto: the recorded sends
+    assert pred.workload == "replay" and benchmark_rows(pred) == []
+    assert pred.means()["ttft_s"] == pytest.approx(truth["ttft_s"].mean(), rel=1e-4)  # sends to the us
