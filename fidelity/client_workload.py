@@ -242,7 +242,7 @@ def _guidellm_check(run: RealRun) -> WorkloadCheck:
     version = recorded_version(run, "guidellm")
     wl = GuidellmWorkload({**(run.profile or {}), "client": {"version": version}})
     n = wl.num_requests
-    prompts = np.array([wl.prefix_tokens + wl.prompt() for _ in range(n)], dtype=float)
+    prompts = np.array([wl.mean_prefix_tokens + wl.prompt() for _ in range(n)], dtype=float)
     outputs = np.array([wl.output() for _ in range(n)], dtype=float)
     limit = run.server.max_model_len
     ok = prompts + outputs <= limit if limit else np.ones(n, dtype=bool)

@@ -65,6 +65,41 @@ def rate_list(value, field: str = "profile.rate") -> list[float]:
     return rates
 
 
+def guidellm_prefixes(data: dict, release: tuple[int, ...]) -> list[tuple[int, int]]:
+    """The shared prefixes a request draws one of, uniformly, as (prefix id, tokens), repeated by
+    weight ([] without prefixes). `prefix_tokens` (and from 0.4 `prefix_count` of them), or from
+    0.4 `prefix_buckets` (each `bucket_weight` (100), `prefix_count` (1), `prefix_tokens` (0)): each
+    bucket's prefixes repeated so that the bucket's share of draws is its weight's, in the least
+    integer ratio (guidellm's `_create_prefix_iter`)."""
+    buckets = data.get("prefix_buckets") if release >= (0, 4) else None
+    if buckets:
+        if data.get("prefix_tokens") or data.get("prefix_count"):
+            raise ConfigError("profile.data.prefix_buckets: goes without prefix_tokens and prefix_count "
+                              "(guidellm refuses both)")
+        if not isinstance(buckets, list) or not all(isinstance(b, dict) for b in buckets):
+            raise ConfigError(f"profile.data.prefix_buckets: expected a list of mappings, got {buckets!r}")
+        spec = []
+        for b in buckets:
+            w, c, t = b.get("bucket_weight", 100), b.get("prefix_count", 1), b.get("prefix_tokens", 0)
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (w, c, t)) or w < 1 or c < 1 or t < 0:
+                raise ConfigError(f"profile.data.prefix_buckets: expected bucket_weight >= 1, prefix_count >= 1 and "
+                                  f"prefix_tokens >= 0 (integers), got {b!r}")
+            spec.append((w, c, t))
+    else:
+        count = int(data.get("prefix_count") or 1) if release >= (0, 4) else 1
+        if count < 1:
+            raise ConfigError(f"profile.data.prefix_count: expected a positive integer, got {data.get('prefix_count')!r}")
+        spec = [(100, count, int(data.get("prefix_tokens") or 0))]
+    lcm = math.lcm(*(c for _, c, _ in spec))
+    weights = [lcm * w // c for w, c, _ in spec]
+    common = math.gcd(*weights)
+    out, first = [], 0
+    for (_, count, tokens), weight in zip(spec, weights):
+        out.extend([(first + i, tokens) for i in range(count)] * (weight // common))
+        first += count
+    return out if any(tokens for _, tokens in out) else []
+
+
 class IntegerSampler:
     """guidellm's IntegerRangeSampler: gauss(mean, stdev) rounded and clipped (uniform if stdev is 0)."""
 
@@ -141,7 +176,8 @@ class GuidellmWorkload:
     - Data: every prompt is the `prefix_tokens` shared prefix followed by `gauss(prompt_tokens,
       prompt_tokens_stdev)` tokens, rounded and clipped to [prompt_tokens_min, prompt_tokens_max]
       (unset bounds: mean -/+ 5 stdev, at least 1); outputs likewise with the `output_tokens_*`
-      keys. From 0.4 `prefix_count` such prefixes (default 1) are made and each request draws one.
+      keys. From 0.4 `prefix_count` such prefixes (default 1) are made and each request draws one,
+      or `prefix_buckets` of them (`guidellm_prefixes`).
       0.6's multi-turn rows (`turns` > 1) are refused (not modelled).
     """
 
@@ -170,7 +206,6 @@ class GuidellmWorkload:
         else:
             self.phases, self.rates = [rate_type], [None]
         s = int(profile.get("random-seed", profile.get("random_seed", 42)) if seed is None else seed)
-        self.prefix_tokens = int(data.get("prefix_tokens") or 0)
         release = guidellm_release(profile)
         self.initial_burst = release < (0, 4)
         cap = profile.get("max-concurrency", profile.get("max_concurrency"))
@@ -179,9 +214,7 @@ class GuidellmWorkload:
         if cap is None and rate_type == "throughput" and rate and release >= (0, 4):
             cap = int(rate_list(rate)[0])  # from 0.4 a throughput profile's rate is its max_concurrency
         self.max_concurrency = cap if cap is not None else default_max_concurrency(release)
-        self.prefix_count = int(data.get("prefix_count") or 1) if release >= (0, 4) else 1
-        if self.prefix_count < 1:
-            raise ConfigError(f"profile.data.prefix_count: expected a positive integer, got {data.get('prefix_count')!r}")
+        self.prefixes = guidellm_prefixes(data, release)
         if int(data.get("turns") or 1) != 1:
             raise ConfigError(f"profile.data.turns: guidellm's multi-turn rows are not modelled; allowed 1, "
                               f"got {data.get('turns')!r}")
@@ -199,6 +232,11 @@ class GuidellmWorkload:
         self._left = 0
         self._t0 = 0.0
         self._first_start = math.inf
+
+    @property
+    def mean_prefix_tokens(self) -> float:
+        """The shared prefix a request carries, on average over the draws."""
+        return sum(t for _, t in self.prefixes) / len(self.prefixes) if self.prefixes else 0.0
 
     @property
     def num_requests(self) -> int:
@@ -259,8 +297,9 @@ class GuidellmWorkload:
         self._sent += 1
         self._count += 1
         n_own = self.prompt()
-        prefix = self._prefix_rng.randrange(self.prefix_count) if self.prefix_count > 1 else 0
-        segments = [(PREFIX_KEY + prefix, self.prefix_tokens)] if self.prefix_tokens else []
+        prefix, n_prefix = (self._prefix_rng.choice(self.prefixes) if len(self.prefixes) > 1
+                            else self.prefixes[0] if self.prefixes else (0, 0))
+        segments = [(PREFIX_KEY + prefix, n_prefix)] if n_prefix else []
         segments.append((self._count, n_own))
         tokens = SyntheticPrompt(segments)
         return Request(f"b{self._phase}-{self._sent - 1}", arrival, len(tokens), max(1, self.output()),

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from fidelity.runs import measured_table
-from fidelity.sources.guidellm import RATE_TYPES, guidellm_release
+from fidelity.sources.guidellm import RATE_TYPES, guidellm_prefixes, guidellm_release
 
 #: the guidellm release a report without `metadata` is read as (0.2 and 0.3 share its layout and
 #: the behaviour servesim models: constant rates open with an initial burst)
@@ -304,13 +304,13 @@ def successes_with_spans(folder: Path) -> pd.DataFrame | None:
 
 
 def prefix_from_guidellm(requests: pd.DataFrame, profile: dict | None) -> pd.DataFrame:
-    """guidellm's synthetic `prefix_tokens`: one prefix shared by every request of the run (from
-    0.4, `prefix_count` of them; which request drew which is not recorded, so they are dealt in turn)."""
+    """guidellm's synthetic shared prefixes (`fidelity.sources.guidellm.guidellm_prefixes`): which
+    request drew which is not recorded, so they are dealt in turn, in the drawn proportions."""
     data = (profile or {}).get("data")
-    n_prefix = int(data.get("prefix_tokens") or 0) if isinstance(data, dict) else 0
-    if n_prefix > 0 and len(requests):
+    prefixes = guidellm_prefixes(data, guidellm_release(profile or {})) if isinstance(data, dict) else []
+    if prefixes and len(requests):
         requests = requests.copy()
-        count = int(data.get("prefix_count") or 1) if guidellm_release(profile or {}) >= (0, 4) else 1
-        requests["prefix_group"] = np.arange(len(requests)) % max(1, count)
-        requests["num_prefix_tokens"] = np.minimum(n_prefix, requests["num_prompt_tokens"] - 1).clip(lower=0)
+        dealt = [prefixes[i % len(prefixes)] for i in range(len(requests))]
+        requests["prefix_group"] = [key for key, _ in dealt]
+        requests["num_prefix_tokens"] = np.minimum([t for _, t in dealt], requests["num_prompt_tokens"] - 1).clip(lower=0)
     return requests

@@ -75,6 +75,28 @@ def test_prefix_count_makes_that_many_prefixes_from_04(version, groups):
     assert len({tuple(r.prompt_token_ids[:64]) for r in reqs}) == groups
 
 
+def test_prefix_buckets_are_drawn_in_proportion_to_their_weights():
+    data = {k: v for k, v in PROFILE["data"].items() if k != "prefix_tokens"}
+    data["prefix_buckets"] = [{"bucket_weight": 75, "prefix_tokens": 512},
+                              {"bucket_weight": 25, "prefix_count": 2, "prefix_tokens": 128}]
+    wl = GuidellmWorkload({**PROFILE, "data": data, "rate-type": "throughput", "max-requests": 4000})
+    groups: dict[tuple, list] = {}
+    for r in wl.start():
+        groups.setdefault(tuple(r.prompt_token_ids[:128]), []).append(r)
+    assert len(groups) == 3  # one 512-token prefix, two of 128
+    heavy = max(groups.values(), key=len)
+    assert len({tuple(r.prompt_token_ids[:512]) for r in heavy}) == 1
+    light = [g for g in groups.values() if g is not heavy]
+    assert all(len({tuple(r.prompt_token_ids[128:144]) for r in g}) == len(g) for g in light)  # then own text
+    assert len(heavy) / 4000 == pytest.approx(0.75, abs=0.03)  # the heavy bucket's share
+    assert all(len(g) / 4000 == pytest.approx(0.125, abs=0.02) for g in light)
+    assert wl.mean_prefix_tokens == pytest.approx(0.75 * 512 + 0.25 * 128)
+    with pytest.raises(ConfigError, match="^profile.data.prefix_buckets: goes without prefix_tokens"):
+        GuidellmWorkload({**PROFILE, "data": {**data, "prefix_tokens": 64}})
+    old = GuidellmWorkload({**PROFILE, "data": data, "rate-type": "throughput", "client": {"version": "0.3.1"}})
+    assert old.prefixes == []  # 0.3 has no buckets: no prefix
+
+
 def in_flight(done, service=0.5):
     """The most requests in flight at once, from a `drive` run with a fixed service time."""
     events = sorted([(r.arrival_time, 1) for _, r in done] + [(t, -1) for t, _ in done], key=lambda e: (e[0], e[1]))

@@ -13,7 +13,7 @@ from fidelity.metric_definitions import DEFINITIONS
 from fidelity.reproduce import reproduce
 from fidelity.run_folders import find_runs
 from fidelity.sources.client_report import client_kind
-from fidelity.sources.guidellm_results import parse_data, read_guidellm_report
+from fidelity.sources.guidellm_results import parse_data, prefix_from_guidellm, read_guidellm_report
 
 SYNTHETIC = "prompt_tokens=400,prompt_tokens_stdev=100,output_tokens=40,output_tokens_stdev=10"
 
@@ -185,3 +185,14 @@ def test_a_sampled_report_of_a_dataset_is_refused_with_the_reason(tmp_path):
     path = write_report(tmp_path, requests, *measured(requests), data="data/prompts.jsonl", keep=3)
     with pytest.raises(ValueError, match="sample-requests.*no synthetic load"):
         read_guidellm_report(path)
+
+
+def test_a_replay_deals_the_prefix_buckets_in_their_proportions():
+    profile = {"client": {"version": "0.7.3"}, "data": {
+        "prompt_tokens": 400, "output_tokens": 40,
+        "prefix_buckets": [{"bucket_weight": 50, "prefix_tokens": 256}, {"bucket_weight": 50, "prefix_count": 2,
+                                                                         "prefix_tokens": 64}]}}
+    requests = make_requests(n=400, prompt=(300, 900))
+    got = prefix_from_guidellm(requests.assign(prefix_group=-1, num_prefix_tokens=0), profile)
+    assert (got["num_prefix_tokens"] == 256).mean() == 0.5  # half the draws, dealt in turn
+    assert sorted(got.loc[got["num_prefix_tokens"] == 64, "prefix_group"].unique()) == [1, 2]
