@@ -179,7 +179,7 @@ OTHER_COMMANDS_SECTIONS = {"serve": "servesim serve"}
 
 
 # keys holding file paths: relative paths in a config file are relative to that file
-PATH_KEYS = {("workload", "trace"), ("model", "name"), ("hardware", "profile")}
+PATH_KEYS = {("workload", "trace"), ("workload", "profile"), ("model", "name"), ("hardware", "profile")}
 
 
 def _build_section(name: str, cls: type, values: Any) -> Any:
