@@ -44,25 +44,32 @@ def write_spans(folder: Path, requests: pd.DataFrame, ttft: np.ndarray, e2e: np.
     return path
 
 
-def make_measured_run(folder: Path, overhead=None, n: int = 24, rate: float = 4.0, seed: int = 0,
-                      gpu: str = "H100", async_scheduling: bool = False) -> Path:
-    """A run folder whose measurements are what servesim predicts with `overhead` (a known truth).
-
-    Async scheduling is recorded off by default: its host terms then add to every step, which is
-    what lets a fit see them (with it on they hide behind the GPU where it is the longer part)."""
+def roofline_truth(folder: Path, requests: pd.DataFrame, overhead=None, gpu: str = "H100",
+                   async_scheduling: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT, E2E) of each of `requests`, in their order: what servesim predicts for them with the
+    roofline and `overhead` on the server `write_exp_config` records (a known truth to measure)."""
     from fidelity.host_overhead import HostOverhead
     from fidelity.predict import predict_run
     from fidelity.runs import RealRun, ServerArgs
 
-    requests = make_requests(n, rate, seed)
-    write_exp_config(folder, gpu=gpu, async_scheduling=async_scheduling)
     server = ServerArgs(model=MODEL, gpu=gpu, max_model_len=4096, max_num_batched_tokens=2048, max_num_seqs=64,
                         async_scheduling=async_scheduling)
     run = RealRun(name=folder.name, source="hand-made", path=folder, server=server,
                   requests=requests.assign(prefix_group=-1, num_prefix_tokens=0))
     pred = predict_run(run, overhead or HostOverhead(), gpu_model="roofline")
     p = pred.requests.set_index(pred.requests["req_id"].astype(str)).loc[requests["req_id"]]
-    write_spans(folder, requests, p["ttft_s"].to_numpy(), p["e2e_s"].to_numpy())
+    return p["ttft_s"].to_numpy(), p["e2e_s"].to_numpy()
+
+
+def make_measured_run(folder: Path, overhead=None, n: int = 24, rate: float = 4.0, seed: int = 0,
+                      gpu: str = "H100", async_scheduling: bool = False) -> Path:
+    """A run folder whose measurements are what servesim predicts with `overhead` (a known truth).
+
+    Async scheduling is recorded off by default: its host terms then add to every step, which is
+    what lets a fit see them (with it on they hide behind the GPU where it is the longer part)."""
+    requests = make_requests(n, rate, seed)
+    write_exp_config(folder, gpu=gpu, async_scheduling=async_scheduling)
+    write_spans(folder, requests, *roofline_truth(folder, requests, overhead, gpu, async_scheduling))
     return folder
 
 

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from fidelity_helpers import make_requests, write_exp_config
+from fidelity_helpers import make_requests, roofline_truth, write_exp_config
 
 from fidelity.metric_definitions import DEFINITIONS
 from fidelity.reproduce import reproduce
@@ -137,21 +137,11 @@ def test_a_report_of_a_whole_sweep_is_known_and_other_json_is_not(tmp_path):
     assert len(report.requests) == 12 and report.profile["rate-type"] == "sweep" and report.profile["rate"] == 5
 
 
-def test_a_run_measured_by_a_guidellm_results_is_reproduced_and_scored_per_token(tmp_path):
+def test_a_run_measured_by_a_guidellm_report_is_reproduced_and_scored_per_token(tmp_path):
     """Measurements that are servesim's own roofline prediction come back with ~0 error."""
-    from fidelity.host_overhead import HostOverhead
-    from fidelity.predict import predict_run
-    from fidelity.runs import RealRun, ServerArgs
-
     requests = make_requests(n=24, rate=4.0)
     folder = write_exp_config(tmp_path / "guidellm-run", gpu="H100", async_scheduling=False)
-    server = ServerArgs(model="meta-llama/Llama-2-7b-hf", gpu="H100", max_model_len=4096, max_num_batched_tokens=2048,
-                        max_num_seqs=64, async_scheduling=False)
-    run = RealRun(name="guidellm-run", source="hand-made", path=folder, server=server,
-                  requests=requests.assign(prefix_group=-1, num_prefix_tokens=0))
-    pred = predict_run(run, HostOverhead(), gpu_model="roofline").requests
-    pred = pred.set_index(pred["req_id"].astype(str)).loc[requests["req_id"]]
-    write_report(folder, requests, pred["ttft_s"].to_numpy(), pred["e2e_s"].to_numpy(), data="data.jsonl")
+    write_report(folder, requests, *roofline_truth(folder, requests), data="data.jsonl")
     table = reproduce(find_runs(tmp_path), fit="none", gpu_model="roofline", progress=False).table
     assert set(table["metric"]) == {"ttft_s", "tpot_s", "e2e_s"}
     assert table["error"].abs().max() < 0.01

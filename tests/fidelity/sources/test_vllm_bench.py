@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from fidelity_helpers import make_requests, write_exp_config
+from fidelity_helpers import make_requests, roofline_truth, write_exp_config
 
 from fidelity.metric_definitions import DEFINITIONS
 from fidelity.reproduce import reproduce
@@ -133,19 +133,9 @@ def test_a_run_with_made_up_sends_says_so(tmp_path):
 
 def test_a_run_measured_by_vllm_bench_is_reproduced_and_scored_per_token(tmp_path):
     """Measurements that are servesim's own roofline prediction come back with ~0 error."""
-    from fidelity.host_overhead import HostOverhead
-    from fidelity.predict import predict_run
-    from fidelity.runs import RealRun, ServerArgs
-
     requests = make_requests(n=24, rate=4.0)
     folder = write_exp_config(tmp_path / "bench-run", gpu="H100", async_scheduling=False)
-    server = ServerArgs(model="meta-llama/Llama-2-7b-hf", gpu="H100", max_model_len=4096, max_num_batched_tokens=2048,
-                        max_num_seqs=64, async_scheduling=False)
-    run = RealRun(name="bench-run", source="hand-made", path=folder, server=server,
-                  requests=requests.assign(prefix_group=-1, num_prefix_tokens=0))
-    pred = predict_run(run, HostOverhead(), gpu_model="roofline").requests
-    pred = pred.set_index(pred["req_id"].astype(str)).loc[requests["req_id"]]
-    write_bench_result(folder, requests, pred["ttft_s"].to_numpy(), pred["e2e_s"].to_numpy())
+    write_bench_result(folder, requests, *roofline_truth(folder, requests))
     table = reproduce(find_runs(tmp_path), fit="none", gpu_model="roofline", progress=False).table
     assert set(table["metric"]) == {"ttft_s", "tpot_s", "e2e_s"}
     assert table["error"].abs().max() < 0.01
