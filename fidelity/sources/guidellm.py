@@ -42,6 +42,8 @@ def guidellm_release(profile: dict) -> tuple[int, ...]:
     if parsed is None:
         raise ConfigError(f"profile.client.version: {version!r} is not a release number (e.g. 0.6.0)")
     return parsed[:2]
+
+
 RATE_TYPES = ("sweep", "synchronous", "throughput", "constant", "poisson", "concurrent")
 # the requests in flight guidellm allows a benchmark where nothing else bounds it (its settings'
 # `max_concurrency`): none before 0.4, 512 from 0.4, 10240 from 0.7
@@ -193,7 +195,7 @@ class GuidellmWorkload:
             raise ConfigError("profile.max-requests: expected a positive integer (requests per benchmark)")
         rate = profile.get("rate")
         if rate_type == "sweep":
-            size = int(rate or 10)
+            size = int(rate_list(rate)[0]) if rate is not None else 10  # guidellm's default sweep size
             if size < 2:
                 raise ConfigError(f"profile.rate: a sweep needs at least 2 benchmarks, got {rate!r}")
             self.phases = ["synchronous", "throughput"] + ["constant"] * (size - 2)
