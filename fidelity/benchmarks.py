@@ -1,10 +1,11 @@
 """A load generator's benchmarks, measured against a simulated run of the same profile.
 
 A guidellm sweep is a curve (requests per second against latency), not one mean: its later
-benchmarks' rates come from what its first two achieved. Where a run is predicted from its profile
-(`servesim reproduce --workload profile`, or a sampled report) each simulated request carries its
-benchmark (`phase`), and the run's guidellm report gives each benchmark as measured
-(`fidelity.sources.guidellm_results.report_benchmarks`). `benchmark_rows` sets them side by side;
+benchmarks' rates come from what its first two achieved. The run's guidellm report gives each
+benchmark as measured (`fidelity.sources.guidellm_results.report_benchmarks`). Where the run is
+predicted from its profile (`servesim reproduce --workload profile`, or a sampled report) each
+simulated request carries its benchmark (`phase`); a replayed request takes the benchmark the report
+measured it in. `benchmark_rows` sets the two side by side;
 `servesim reproduce` writes them to benchmarks.csv (`write_benchmarks`).
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pandas as pd
 
 from fidelity.predict import Prediction
 from fidelity.sources.client_report import find_client_report
-from fidelity.sources.guidellm_results import report_benchmarks
+from fidelity.sources.guidellm_results import report_benchmarks, report_phases
 from fidelity.sources.vllm_server import report_folders
 
 #: what is compared per benchmark (keys of both sides' rows), and its name on the CLI
@@ -41,30 +42,49 @@ def predicted_benchmarks(requests: pd.DataFrame) -> list[dict]:
     return out
 
 
-def measured_benchmarks(pred: Prediction) -> list[dict]:
-    """The run's benchmarks as its guidellm report measured them ([] where it has none)."""
+def guidellm_report_of(pred: Prediction) -> dict | None:
+    """The run's guidellm report, parsed (None where its folder has none)."""
     run = pred.run
     if not run.path.is_dir():
-        return []
+        return None
     found = find_client_report(report_folders(run.path, run.profile))
-    return report_benchmarks(found[2]) if found is not None and found[0] == "guidellm" else []
+    return found[2] if found is not None and found[0] == "guidellm" else None
+
+
+def with_phases(requests: pd.DataFrame, report: dict) -> pd.DataFrame | None:
+    """A replay's predicted requests with the benchmark each was measured in (by request id; vLLM's
+    spans name a response `<id>-<choice>`), or None where one is not in the report."""
+    phases = report_phases(report)
+    ids = requests["req_id"].astype(str)
+    phase = ids.where(ids.isin(phases.keys()), ids.str.replace(r"-\d+$", "", regex=True)).map(phases)
+    if phase.isna().any():
+        return None
+    return requests.assign(phase=phase.astype(int))
 
 
 def benchmark_rows(pred: Prediction) -> list[dict]:
-    """Per benchmark and `COMPARED` figure: measured, predicted, error; [] unless the prediction ran
-    the run's benchmarks (a `phase` per request) and the run's report measured as many."""
-    if "phase" not in pred.requests:
+    """Per benchmark and `COMPARED` figure: measured (its guidellm report's), predicted, error; []
+    where the run has no report or is scored by another measurement (the prediction then follows
+    that one's definitions: `fidelity.metric_definitions`). A prediction from the profile ran the benchmarks itself (a `phase`
+    per request, as many as measured); a replay's requests take the benchmark they were measured in."""
+    if pred.run.measured_by != "guidellm":  # predicted to another client's definitions (vLLM's spans)
         return []
-    predicted = predicted_benchmarks(pred.requests)
-    measured = measured_benchmarks(pred)
+    report = guidellm_report_of(pred)
+    if report is None:
+        return []
+    requests = pred.requests if "phase" in pred.requests else with_phases(pred.requests, report)
+    if requests is None:
+        return []
+    predicted = predicted_benchmarks(requests)
+    measured = report_benchmarks(report)
     if len(measured) != len(predicted):
         return []
     rows = []
     for m, p in zip(measured, predicted):
         for key in COMPARED:
             want, got = m[key], p[key]
-            rows.append({"run": pred.run.name, "benchmark": m["benchmark"], "strategy": m["strategy"],
-                         "metric": key, "measured": want, "predicted": got,
+            rows.append({"run": pred.run.name, "workload": pred.workload, "benchmark": m["benchmark"],
+                         "strategy": m["strategy"], "metric": key, "measured": want, "predicted": got,
                          "error": (got - want) / want if want and math.isfinite(want) else math.nan})
     return rows
 
@@ -76,7 +96,8 @@ def benchmark_line(rows: list[dict]) -> str | None:
     t = pd.DataFrame(rows)
     med = t.assign(abs_error=t["error"].abs()).groupby("metric", sort=False)["abs_error"].median()
     figures = ", ".join(f"{label} {100 * med[key]:.1f}%" for key, label in COMPARED.items() if key in med)
-    return (f"{rows[0]['run']}: {t['benchmark'].nunique()} guidellm benchmarks predicted from its profile: "
+    how = "predicted from its profile" if rows[0]["workload"] != "replay" else "replayed"
+    return (f"{rows[0]['run']}: {t['benchmark'].nunique()} guidellm benchmarks {how}: "
             f"median |error| {figures} (benchmarks.csv)")
 
 

@@ -137,6 +137,15 @@ def report_benchmarks(data: dict) -> list[dict]:
     return out
 
 
+def report_phases(data: dict) -> dict[str, int]:
+    """The benchmark each request the report kept was measured in, by its id (`_row`'s `req_id`)."""
+    out = {}
+    for k, b in enumerate(data["benchmarks"]):
+        for r in b["requests"]["successful"]:
+            out[str(r.get("response_id") or r.get("request_id") or "")] = k
+    return out
+
+
 def _row(r: dict, old: bool) -> dict | None:
     """One successful request's timings (s), or None where guidellm recorded no first token."""
     timings = ((r.get("info") or {}).get("timings") or {}) if not old else {}

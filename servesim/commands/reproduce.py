@@ -9,8 +9,8 @@ the not-modelled ones are also noted on stderr and in `report.csv`'s `not_modell
 `fidelity.ttft_parts`), `workload.csv` (the client behaviour simulated and the generated against the
 measured request lengths: `fidelity.client_workload`), `served.csv` (each run's requests by how
 they ended, measured and predicted, with the client's timeout: `fidelity.client_timeout`),
-`benchmarks.csv` where a guidellm sweep was simulated from its profile (each benchmark's req/s,
-TTFT, ITL and E2E beside its report's: `fidelity.benchmarks`) and `errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
+`benchmarks.csv` for runs measured by their guidellm report (each benchmark's req/s, TTFT, ITL
+and E2E beside the report's, replayed or simulated from the profile: `fidelity.benchmarks`) and `errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
 deployment) nothing measured or fitted on a run's own source (campaign folder) reaches it
 (`fidelity.reproduce.reproduce_source_out`); with `--fit loo` each run is predicted with terms
 fitted on the other runs of its source only; `--overhead FILE` applies a fitted layer instead and

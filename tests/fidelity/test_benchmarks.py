@@ -3,9 +3,9 @@ the report's own figures; a report that is the simulation itself comes back with
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
-import pytest
 import yaml
 from fidelity_helpers import write_exp_config
 
@@ -79,10 +79,15 @@ def test_a_sweep_predicted_from_its_profile_is_scored_benchmark_by_benchmark(tmp
     assert "no client timeout modelled (guidellm): measured 1 failed of 33" in served_line(served_row(pred))
 
 
-def test_a_replayed_run_has_no_benchmark_rows(tmp_path):
+def test_a_replayed_run_is_scored_in_the_benchmarks_it_was_measured_in(tmp_path):
     folder, truth = simulated_sweep(tmp_path)
     write_sweep_report(folder, truth)
     [run] = find_runs(folder)
     pred = predict_run(run, HostOverhead(), gpu_model="roofline")  # auto: the recorded sends
-    assert pred.workload == "replay" and benchmark_rows(pred) == []
-    assert pred.means()["ttft_s"] == pytest.approx(truth["ttft_s"].mean(), rel=1e-4)  # sends to the us
+    assert pred.workload == "replay" and "phase" not in pred.requests
+    rows = benchmark_rows(pred)
+    assert len(rows) == 4 * len(COMPARED) and {r["workload"] for r in rows} == {"replay"}
+    assert max(abs(r["error"]) for r in rows) < 1e-4  # the sends to the us
+    assert "4 guidellm benchmarks replayed" in benchmark_line(rows)
+    # a run scored by vLLM's spans is predicted to their definitions: no client figures to set beside
+    assert benchmark_rows(replace(pred, run=replace(run, measured_by="vllm-spans"))) == []
