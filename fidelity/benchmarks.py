@@ -11,6 +11,7 @@ measured it in. `benchmark_rows` sets the two side by side;
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,7 @@ from fidelity.sources.vllm_server import report_folders
 
 #: what is compared per benchmark (keys of both sides' rows), and its name on the CLI
 COMPARED = {"requests_per_s": "req/s", "ttft_mean_ms": "TTFT", "itl_mean_ms": "ITL", "e2e_mean_s": "E2E"}
+AXIS = {"ttft_mean_ms": "mean TTFT (ms)", "itl_mean_ms": "mean ITL (ms)", "e2e_mean_s": "mean E2E (s)"}
 
 
 def predicted_benchmarks(requests: pd.DataFrame) -> list[dict]:
@@ -101,10 +103,42 @@ def benchmark_line(rows: list[dict]) -> str | None:
             f"median |error| {figures} (benchmarks.csv)")
 
 
-def write_benchmarks(predictions: list[Prediction], path) -> list[str]:
-    """benchmarks.csv of every prediction that ran its run's benchmarks (none written without one);
-    the CLI line of each."""
+def write_benchmarks(predictions: list[Prediction], path: Path) -> list[str]:
+    """benchmarks.csv (and benchmarks.png beside it, with matplotlib) of every run scored benchmark
+    by benchmark (none written without one); the CLI line of each."""
     tables = [benchmark_rows(pred) for pred in predictions]
     if any(tables):
-        pd.DataFrame([row for rows in tables for row in rows]).to_csv(path, index=False)
+        table = pd.DataFrame([row for rows in tables for row in rows])
+        table.to_csv(path, index=False)
+        plot_benchmarks(table, Path(path).with_suffix(".png"))
     return [line for line in map(benchmark_line, tables) if line]
+
+
+def plot_benchmarks(table: pd.DataFrame, path: Path) -> Path | None:
+    """Each run's curve, measured and predicted: mean TTFT, ITL and E2E against requests per second,
+    one point per benchmark (None without matplotlib)."""
+    try:
+        import matplotlib  # an optional extra: only a plot needs it
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    runs = list(dict.fromkeys(table["run"]))
+    shown = [k for k in COMPARED if k != "requests_per_s"]
+    fig, axes = plt.subplots(len(runs), len(shown), figsize=(4.6 * len(shown), 3.4 * len(runs)), squeeze=False)
+    for row, run in zip(axes, runs):
+        t = table[table["run"] == run]
+        rate = t[t["metric"] == "requests_per_s"].set_index("benchmark")
+        for ax, key in zip(row, shown):
+            m = t[t["metric"] == key].set_index("benchmark")
+            for side, style in (("measured", "o-"), ("predicted", "s--")):
+                xy = sorted(zip(rate[side], m[side]))
+                ax.plot([x for x, _ in xy], [y for _, y in xy], style, label=side, ms=4)
+            ax.set(xlabel="requests/s", ylabel=AXIS[key], title=run if key == shown[0] else "",
+                   yscale="linear" if key == "itl_mean_ms" else "log")  # queues: TTFT and E2E span decades
+        row[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

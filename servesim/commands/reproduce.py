@@ -10,7 +10,8 @@ the not-modelled ones are also noted on stderr and in `report.csv`'s `not_modell
 measured request lengths: `fidelity.client_workload`), `served.csv` (each run's requests by how
 they ended, measured and predicted, with the client's timeout: `fidelity.client_timeout`),
 `benchmarks.csv` for runs measured by their guidellm report (each benchmark's req/s, TTFT, ITL
-and E2E beside the report's, replayed or simulated from the profile: `fidelity.benchmarks`) and `errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
+and E2E beside the report's, replayed or simulated from the profile, and benchmarks.png, each run's
+curve: `fidelity.benchmarks`) and `errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
 deployment) nothing measured or fitted on a run's own source (campaign folder) reaches it
 (`fidelity.reproduce.reproduce_source_out`); with `--fit loo` each run is predicted with terms
 fitted on the other runs of its source only; `--overhead FILE` applies a fitted layer instead and
@@ -196,6 +197,6 @@ def run(args: argparse.Namespace) -> int:
         options.say(args, med.to_string(float_format=lambda v: percent(v) if v < 10 else number(v, trim=True)))
     if not options.quiet(args):
         names = ["report.md", "report.csv", "medians.csv", "fits.json", "settings.csv", "errors.png", "ttft_parts.csv",
-                 "workload.csv", "served.csv", "benchmarks.csv", "not_predicted.csv"]
+                 "workload.csv", "served.csv", "benchmarks.csv", "benchmarks.png", "not_predicted.csv"]
         print(f"wrote {out}/{', '.join(n for n in names if (out / n).is_file())}", file=sys.stderr)
     return 0

@@ -2,6 +2,7 @@
 the report's own figures; a report that is the simulation itself comes back with no error."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import replace
 
@@ -9,7 +10,7 @@ import pandas as pd
 import yaml
 from fidelity_helpers import write_exp_config
 
-from fidelity.benchmarks import COMPARED, benchmark_line, benchmark_rows, predicted_benchmarks
+from fidelity.benchmarks import COMPARED, benchmark_line, benchmark_rows, predicted_benchmarks, write_benchmarks
 from fidelity.client_timeout import served_line, served_row
 from fidelity.host_overhead import HostOverhead
 from fidelity.predict import predict_run
@@ -75,6 +76,10 @@ def test_a_sweep_predicted_from_its_profile_is_scored_benchmark_by_benchmark(tmp
     assert [b["strategy"] for b in sim] == ["synchronous", "throughput", "constant", "constant"]
     assert sim[0]["requests_per_s"] < sim[2]["requests_per_s"] < sim[3]["requests_per_s"] <= sim[1]["requests_per_s"] * 1.01
     assert "4 guidellm benchmarks predicted from its profile" in benchmark_line(rows)
+    lines = write_benchmarks([pred], tmp_path / "benchmarks.csv")
+    assert lines == [benchmark_line(rows)] and len(pd.read_csv(tmp_path / "benchmarks.csv")) == len(rows)
+    if importlib.util.find_spec("matplotlib"):  # the curve, where the plotting extra is installed
+        assert (tmp_path / "benchmarks.png").stat().st_size > 10_000
     # the failed request is counted, and said without a client timeout to name
     assert "no client timeout modelled (guidellm): measured 1 failed of 33" in served_line(served_row(pred))
 
