@@ -1,7 +1,9 @@
 """Simulate: one configuration, its summary, CDFs, step timeline and per-request timeline."""
 import _path  # noqa: F401  (puts app/ on sys.path)
+import pandas as pd
 import streamlit as st
 
+from fidelity.benchmarks import predicted_benchmarks
 from ui import charts, summary
 from ui.forms import config_form
 from ui.runs import run_with_status, validate
@@ -10,7 +12,7 @@ st.title("Simulate")
 st.caption("Pick a model, GPU and scheduler, describe the traffic, and see the latency it gets.")
 
 with st.container(border=True):
-    config, overrides, errors = config_form(prefix="sim.")
+    config, overrides, errors = config_form(prefix="sim.", guidellm=True)
     clicked = st.button("Run simulation", type="primary", key="sim.run")
 
 resolved, field, message = validate(config, overrides)
@@ -28,6 +30,16 @@ elif clicked or st.session_state.get("sim.last") == resolved:
         summary.cost_cards(out.summary)
         if out.summary.get("padding_fraction"):
             st.info(f"Padding: {out.summary['padding_fraction']:.1%} of computed tokens were wasted on padding.")
+        if "phase" in out.requests:  # a load generator's benchmarks: each as its client reports it
+            st.markdown("**Benchmarks** (as guidellm would report them)")
+            bench = pd.DataFrame(predicted_benchmarks(out.requests))
+            st.dataframe(bench, use_container_width=True, hide_index=True)
+            curve = bench.sort_values("requests_per_s")
+            c1, c2 = st.columns(2)
+            c1.plotly_chart(charts.load_curves(curve, "requests_per_s", {"ttft_mean_ms": "mean TTFT (ms)"},
+                                               "TTFT against the achieved rate"), use_container_width=True)
+            c2.plotly_chart(charts.load_curves(curve, "requests_per_s", {"itl_mean_ms": "mean ITL (ms)"},
+                                               "ITL against the achieved rate"), use_container_width=True)
         tabs = st.tabs(["Latency CDFs", "Step timeline", "Request timeline", "Tables", "Download"])
         with tabs[0]:
             for fig in charts.metric_cdfs({"this run": out.requests}):
