@@ -18,7 +18,7 @@ import pandas as pd
 
 from fidelity.predict import Prediction
 from fidelity.sources.client_report import find_client_report
-from fidelity.sources.guidellm_results import report_benchmarks, report_phases
+from fidelity.sources.guidellm_results import report_benchmarks, report_phases, report_starts
 from fidelity.sources.vllm_server import report_folders
 
 #: what is compared per benchmark (keys of both sides' rows), and its name on the CLI
@@ -26,13 +26,18 @@ COMPARED = {"requests_per_s": "req/s", "ttft_mean_ms": "TTFT", "itl_mean_ms": "I
 AXIS = {"ttft_mean_ms": "mean TTFT (ms)", "itl_mean_ms": "mean ITL (ms)", "e2e_mean_s": "mean E2E (s)"}
 
 
-def predicted_benchmarks(requests: pd.DataFrame) -> list[dict]:
+def predicted_benchmarks(requests: pd.DataFrame, starts: list[float] | None = None) -> list[dict]:
     """Each benchmark of a simulated run (its requests' `phase`), as the client would report it:
-    served requests per second from its first send to its last answer, mean TTFT and ITL (ms), E2E (s)."""
-    out = []
-    for phase, g in requests.groupby("phase", sort=True):
+    served requests per second over its duration, mean TTFT and ITL (ms), E2E (s). A benchmark
+    starts at `starts[k]` (a replay: when the report says it started), else where guidellm starts
+    it: when the one before it has ended (the first at time 0), 1/rate before a constant rate's
+    first send."""
+    out, start = [], 0.0
+    for k, (phase, g) in enumerate(requests.groupby("phase", sort=True)):
         ok = g[np.isfinite(g["e2e_s"].to_numpy(dtype=float))]
-        span = float((ok["arrival_time"] + ok["e2e_s"]).max() - g["arrival_time"].min()) if len(ok) else math.nan
+        end = float((ok["arrival_time"] + ok["e2e_s"]).max()) if len(ok) else math.nan
+        begin = starts[k] if starts is not None and k < len(starts) else start
+        span, start = end - min(begin, float(g["arrival_time"].min())), end
         itl = ok["tpot_s"].to_numpy(dtype=float)
         itl = itl[np.isfinite(itl)]
         out.append({"benchmark": int(phase), "strategy": str(g["strategy"].iloc[0]) if "strategy" in g else "",
@@ -74,10 +79,11 @@ def benchmark_rows(pred: Prediction) -> list[dict]:
     report = guidellm_report_of(pred)
     if report is None:
         return []
-    requests = pred.requests if "phase" in pred.requests else with_phases(pred.requests, report)
+    replayed = "phase" not in pred.requests
+    requests = with_phases(pred.requests, report) if replayed else pred.requests
     if requests is None:
         return []
-    predicted = predicted_benchmarks(requests)
+    predicted = predicted_benchmarks(requests, report_starts(report) if replayed else None)
     measured = report_benchmarks(report)
     if len(measured) != len(predicted):
         return []

@@ -166,8 +166,12 @@ class GuidellmWorkload:
       other (the next starts when every request of the previous one has finished): `synchronous`
       (one request at a time), `throughput` (all at once), then N-2 `constant` ones at the rates
       `linspace(sync rate, throughput rate, N-1)[1:]`, the two rates being the requests per second
-      the first two benchmarks achieved. A constant benchmark sends one request every `1/rate` s;
-      before 0.4 it first sent `floor(rate)` at once (its initial burst).
+      the first two benchmarks achieved. A constant benchmark sends its k-th request k/rate after
+      it starts (k from 1, 0.4 on); before 0.4 it first sent `floor(rate)` at once (its initial
+      burst), then one every 1/rate.
+    - `rampup: T` seconds (0.4 on): a throughput benchmark spreads its first max-concurrency sends
+      over T (the i-th at T i / max-concurrency), a concurrent one starts its streams over T, and
+      (0.5 on) a constant one raises its rate linearly from 0 over T, as guidellm's strategies do.
     - `rate-type: constant | poisson`, `rate: R` or a list of rates: one benchmark per rate;
       `concurrent`, `rate: N` or a list: one benchmark per stream count, each of N streams sending
       its next request when its last ends; `synchronous` and `throughput` run that one benchmark
@@ -210,6 +214,11 @@ class GuidellmWorkload:
         s = int(profile.get("random-seed", profile.get("random_seed", 42)) if seed is None else seed)
         release = guidellm_release(profile)
         self.initial_burst = release < (0, 4)
+        rampup = profile.get("rampup", 0.0) or 0.0
+        if isinstance(rampup, bool) or not isinstance(rampup, (int, float)) or not 0 <= rampup < math.inf:
+            raise ConfigError(f"profile.rampup: expected seconds >= 0, got {rampup!r}")
+        self.rampup = float(rampup) if release >= (0, 4) else 0.0
+        self._constant_rampup = self.rampup if release >= (0, 5) else 0.0
         cap = profile.get("max-concurrency", profile.get("max_concurrency"))
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise ConfigError(f"profile.max-concurrency: expected a positive integer, got {cap!r}")
@@ -282,17 +291,29 @@ class GuidellmWorkload:
         self.benchmarks.append(Benchmark(kind, target, t0))
         if kind == "synchronous":
             return [self._request(t0)]
+        index = np.arange(1, n + 1)  # guidellm's request index, from 1
         if kind == "throughput":
-            return [self._request(t0) for _ in range(n)]
+            cap = self.max_concurrency
+            spread = self.rampup * np.minimum(index / cap, 1.0) if self.rampup and cap else np.zeros(n)
+            return [self._request(t0 + float(d)) for d in spread]
         if kind == "concurrent":
-            return [self._request(t0) for _ in range(min(n, int(self.rates[k])))]
+            streams = min(n, int(self.rates[k]))
+            return [self._request(t0 + (self.rampup * i / streams if i < streams else 0.0))
+                    for i in range(1, streams + 1)]
         rate = target
         if kind == "poisson":
             times = t0 + np.cumsum(self._rng.exponential(1.0 / rate, n))
-        else:  # constant: one every 1/rate s (before 0.4 after an initial burst of floor(rate))
-            burst = min(n, math.floor(rate)) if self.initial_burst else 0
+        elif self.initial_burst:  # before 0.4: floor(rate) at once, then one every 1/rate
+            burst = min(n, math.floor(rate))
             start = t0 + (1.0 / rate if burst else 0.0)
             times = np.concatenate([np.full(burst, t0), start + np.arange(n - burst) / rate])
+        elif self._constant_rampup:  # the rate rises linearly over the rampup: n(t) = rate t^2 / 2T
+            ramp = self._constant_rampup
+            n_ramp = rate * ramp / 2.0
+            times = t0 + np.where(index == 1, 0.0, np.where(index <= n_ramp, np.sqrt(2.0 * index * ramp / rate),
+                                                            ramp + (index - n_ramp) / rate))
+        else:  # the k-th request k/rate after the start
+            times = t0 + index / rate
         return [self._request(float(t)) for t in times]
 
     def _request(self, arrival: float) -> Request:

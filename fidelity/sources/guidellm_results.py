@@ -137,6 +137,17 @@ def report_benchmarks(data: dict) -> list[dict]:
     return out
 
 
+def report_starts(data: dict) -> list[float] | None:
+    """Each benchmark's start as the replay's clock reads it (seconds after the report's first
+    send, which a replay's first arrival is); None where the report does not give them."""
+    sends = [r["arrival_time"] for b in data["benchmarks"] for r in
+             (_row(x, "config" not in b) for x in b["requests"]["successful"]) if r is not None]
+    starts = [b.get("start_time") for b in data["benchmarks"]]
+    if not sends or not all(isinstance(t, (int, float)) for t in starts):
+        return None
+    return [float(t) - min(sends) for t in starts]
+
+
 def report_phases(data: dict) -> dict[str, int]:
     """The benchmark each request the report kept was measured in, by its id (`_row`'s `req_id`)."""
     out = {}
@@ -273,6 +284,9 @@ def _profile(data: dict, old: bool) -> dict | None:
         profile.update({"rate-type": kind, "max-requests": int(max_requests), "random-seed": int(seed or 42)})
         if rate is not None:
             profile["rate"] = int(rate) if kind == "sweep" else rate
+    rampup = (data.get("args") or {}).get("rampup") if not old else None
+    if isinstance(rampup, (int, float)) and not isinstance(rampup, bool) and rampup > 0:
+        profile["rampup"] = float(rampup)
     caps = [((b.get("config") or {}).get("strategy") or {}).get("max_concurrency") for b in data["benchmarks"]
             if ((b.get("config") or {}).get("strategy") or {}).get("type_") not in ("synchronous", "concurrent")]
     if caps and isinstance(caps[0], int) and not isinstance(caps[0], bool):  # the bound the run resolved

@@ -31,15 +31,18 @@ def entry(r, t0=1_700_000_000.0):
 
 def write_sweep_report(folder, requests, errored=0):
     """A 0.6-layout report of a simulated sweep's requests (`phase`, `strategy` columns), each
-    benchmark's duration its first send to its last answer; `errored` failures in the last one."""
-    benchmarks = []
+    benchmark's duration from the last answer of the one before it to its own; `errored` failures
+    in the last one."""
+    benchmarks, start = [], 0.0
     for phase, g in requests.groupby("phase"):
         last = len(benchmarks) == requests["phase"].nunique() - 1
         failed = errored if last else 0
+        end = float((g["arrival_time"] + g["e2e_s"]).max())  # each starts when the one before it ended
+        duration, start = end - start, end
         benchmarks.append({
             "config": {"strategy": {"type_": g["strategy"].iloc[0]}},
             "metrics": {"request_totals": {"successful": len(g), "errored": failed, "incomplete": 0}},
-            "duration": float((g["arrival_time"] + g["e2e_s"]).max() - g["arrival_time"].min()),
+            "duration": duration, "start_time": 1_700_000_000.0 + end - duration,
             "requests": {"successful": [entry(r) for r in g.itertuples()], "errored": [{}] * failed,
                          "incomplete": []}})
     report = {"metadata": {"guidellm_version": "0.6.1"}, "args": {"profile": "sweep", "rate": [4]},

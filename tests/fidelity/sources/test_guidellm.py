@@ -97,6 +97,25 @@ def test_prefix_buckets_are_drawn_in_proportion_to_their_weights():
     assert old.prefixes == []  # 0.3 has no buckets: no prefix
 
 
+@pytest.mark.parametrize("kind", ["throughput", "concurrent", "constant"])
+def test_a_rampup_spreads_the_first_sends_as_guidellm_does(kind):
+    rate = {"throughput": None, "concurrent": 4, "constant": 10.0}[kind]
+    profile = {**PROFILE, "rate-type": kind, "rate": rate, "max-requests": 40, "rampup": 2.0, "max-concurrency": 8,
+               "client": {"version": "0.6.1"}}
+    sends = np.array(sorted(r.arrival_time for r in GuidellmWorkload(profile).start()))
+    if kind == "throughput":  # the i-th of the first 8 at 2 i / 8 s, the rest at 2 s
+        assert sends[:8] == pytest.approx(2.0 * np.arange(1, 9) / 8) and (sends[8:] == 2.0).all()
+    elif kind == "concurrent":  # one stream at once, the others over the rampup
+        assert sends == pytest.approx([0.0, 0.5, 1.0, 1.5])
+    else:  # the rate rises from 0 to 10/s over 2 s (10 requests), then 10/s
+        assert sends[0] == 0 and sends[9] == pytest.approx(2.0) and np.diff(sends[10:]) == pytest.approx(0.1)
+        assert np.diff(sends[1:10]).min() > 0.1 - 1e-9  # slower than the full rate while ramping
+    old = sorted(r.arrival_time for r in GuidellmWorkload({**profile, "client": {"version": "0.3.1"}}).start())
+    assert old[:4] == [0.0] * 4  # no rampup before 0.4 (0.3's constant rate opens with its burst)
+    with pytest.raises(ConfigError, match="^profile.rampup"):
+        GuidellmWorkload({**profile, "rampup": -1})
+
+
 def in_flight(done, service=0.5):
     """The most requests in flight at once, from a `drive` run with a fixed service time."""
     events = sorted([(r.arrival_time, 1) for _, r in done] + [(t, -1) for t, _ in done], key=lambda e: (e[0], e[1]))
@@ -110,7 +129,8 @@ def test_a_list_of_rates_runs_one_benchmark_per_rate_one_after_the_other():
     first = sorted(r.arrival_time for _, r in done if r.tags["phase"] == 0)
     second = sorted(r.arrival_time for _, r in done if r.tags["phase"] == 1)
     assert np.diff(first) == pytest.approx(np.full(19, 0.5)) and np.diff(second) == pytest.approx(np.full(19, 1 / 8))
-    assert second[0] == pytest.approx(first[-1] + 0.5)  # after every request of the first has ended
+    assert first[0] == pytest.approx(1 / 2)  # the k-th request k/rate after the start (0.4 on)
+    assert second[0] == pytest.approx(first[-1] + 0.5 + 1 / 8)  # after every request of the first ended
 
 
 def test_concurrent_streams_send_each_next_request_when_their_last_ends():
