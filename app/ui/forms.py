@@ -6,22 +6,22 @@ field's message is written into its placeholder, so the error appears next to th
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from pathlib import Path
 
 import streamlit as st
 
+from fidelity.workloads import SWEEP_STRATEGIES, sweep_workload
 from policies.config import POLICIES, PREEMPTIONS, QUEUES
 from sim.cluster.router import ROUTERS
 from specs import gpu_names, model_names
 from specs.hardware import DTYPES, KV_CACHE_DTYPES
 
 WORKLOAD_KINDS = ("poisson", "gamma", "constant", "closed_loop", "trace")
-# a load generator's own benchmarks (`fidelity.sources.guidellm`): offered where one run's curve is shown
-GUIDELLM = "guidellm sweep"
-GUIDELLM_STRATEGIES = ("sweep", "constant", "poisson", "concurrent", "synchronous", "throughput")
+# a load generator's benchmarks one after another (`fidelity.workloads.sweep_workload`): offered
+# where one run's curve is shown
+SWEEP = "benchmark sweep"
 LENGTH_KINDS = ("lognormal", "constant", "uniform")
 
 
@@ -81,40 +81,27 @@ def _upload_trace(uploaded) -> str:
     return str(path)
 
 
-def _guidellm_inputs(prefix: str, errors: FieldErrors) -> dict:
-    """A guidellm profile (strategy, rates, requests per benchmark, synthetic data) written to a file
-    named by its content (as an uploaded trace: one file and one cached run per profile)."""
+def _sweep_inputs(prefix: str, errors: FieldErrors) -> dict:
+    """A benchmark sweep's strategy, rates, requests per benchmark and synthetic lengths."""
     c1, c2, c3 = st.columns(3)
-    strategy = c1.selectbox("guidellm profile", GUIDELLM_STRATEGIES, key=f"{prefix}gl.kind",
+    strategy = c1.selectbox("Benchmarks", SWEEP_STRATEGIES, key=f"{prefix}sw.kind",
                             help="sweep: one at a time, all at once, then constant rates between the two")
-    rate = c2.text_input("Rate", value="5", key=f"{prefix}gl.rate",
+    rate = c2.text_input("Rate", value="5", key=f"{prefix}sw.rate",
                          help="sweep: benchmarks; constant/poisson: req/s, a list (1,2,4) runs one each; "
                               "concurrent: streams")
-    n = c3.number_input("Requests per benchmark", value=60, step=10, key=f"{prefix}gl.n")
+    n = c3.number_input("Requests per benchmark", value=60, step=10, key=f"{prefix}sw.n")
     c1, c2, c3 = st.columns(3)
-    prompt = c1.number_input("Prompt tokens (mean)", value=1024, step=64, key=f"{prefix}gl.prompt")
-    output = c2.number_input("Output tokens (mean)", value=128, step=16, key=f"{prefix}gl.output")
-    shared = c3.number_input("Shared prefix tokens", value=0, step=64, key=f"{prefix}gl.prefix")
-    profile = {"rate-type": strategy, "max-requests": int(n), "random-seed": 42,
-               "data": {"prompt_tokens": int(prompt), "prompt_tokens_stdev": int(prompt) // 4,
-                        "output_tokens": int(output), "output_tokens_stdev": int(output) // 4,
-                        "prefix_tokens": int(shared)}}
-    if strategy not in ("synchronous", "throughput"):
-        profile["rate"] = rate.strip()
+    prompt = c1.number_input("Prompt tokens (mean)", value=1024, step=64, key=f"{prefix}sw.prompt")
+    output = c2.number_input("Output tokens (mean)", value=128, step=16, key=f"{prefix}sw.output")
+    shared = c3.number_input("Shared prefix tokens", value=0, step=64, key=f"{prefix}sw.prefix")
     errors.slot("profile")
-    data = json.dumps(profile, sort_keys=True).encode()
-    path = Path(tempfile.gettempdir()) / f"servesim-guidellm-{hashlib.sha256(data).hexdigest()[:20]}.json"
-    if not path.is_file():
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    return {"kind": "guidellm", "profile": str(path)}
+    return sweep_workload(strategy, rate, int(n), int(prompt), int(output), int(shared))
 
 
 def config_form(prefix: str = "", defaults: dict | None = None, workload: bool = True,
-                show_slo: bool = True, guidellm: bool = False) -> tuple[dict, list[str], FieldErrors]:
+                show_slo: bool = True, sweep: bool = False) -> tuple[dict, list[str], FieldErrors]:
     """Render the inputs; return (config dict, extra `section.key=value` overrides, error slots).
-    `guidellm`: also offer a guidellm profile as the workload (its benchmarks one after another)."""
+    `sweep`: also offer a benchmark sweep as the workload (its benchmarks one after another)."""
     d = {"model": "Llama-3-8B", "gpu": "H100-SXM", "policy": "chunked", "budget": 512, **(defaults or {})}
     errors = FieldErrors()
     models, gpus = model_names(), gpu_names()
@@ -167,11 +154,11 @@ def config_form(prefix: str = "", defaults: dict | None = None, workload: bool =
     if workload:
         st.markdown("**Workload**")
         c1, c2, c3 = st.columns(3)
-        kind = c1.selectbox("Arrivals", WORKLOAD_KINDS + ((GUIDELLM,) if guidellm else ()), key=f"{prefix}wkind")
+        kind = c1.selectbox("Arrivals", WORKLOAD_KINDS + ((SWEEP,) if sweep else ()), key=f"{prefix}wkind")
         wl: dict = {"kind": kind, "seed": int(c3.number_input("Seed", value=int(d.get("seed", 0)), step=1,
                                                               key=f"{prefix}seed"))}
-        if kind == GUIDELLM:
-            wl = _guidellm_inputs(prefix, errors)
+        if kind == SWEEP:
+            wl = _sweep_inputs(prefix, errors)
         elif kind == "trace":
             uploaded = st.file_uploader("Trace (CSV: arrival_time,prompt_tokens,output_tokens; Azure CSV; "
                                         "Mooncake JSONL)", key=f"{prefix}trace")

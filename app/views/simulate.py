@@ -12,7 +12,7 @@ st.title("Simulate")
 st.caption("Pick a model, GPU and scheduler, describe the traffic, and see the latency it gets.")
 
 with st.container(border=True):
-    config, overrides, errors = config_form(prefix="sim.", guidellm=True)
+    config, overrides, errors = config_form(prefix="sim.", sweep=True)
     clicked = st.button("Run simulation", type="primary", key="sim.run")
 
 resolved, field, message = validate(config, overrides)
@@ -31,7 +31,7 @@ elif clicked or st.session_state.get("sim.last") == resolved:
         if out.summary.get("padding_fraction"):
             st.info(f"Padding: {out.summary['padding_fraction']:.1%} of computed tokens were wasted on padding.")
         if "phase" in out.requests:  # a load generator's benchmarks: each as its client reports it
-            st.markdown("**Benchmarks** (as guidellm would report them)")
+            st.markdown("**Benchmarks** (as the load generator would report them)")
             bench = pd.DataFrame(predicted_benchmarks(out.requests))
             st.dataframe(bench, use_container_width=True, hide_index=True)
             curve = bench.sort_values("requests_per_s")

@@ -231,7 +231,7 @@ class WorkloadConfig:
         if self.max_concurrency is not None and (self.kind == "closed_loop" or self.kind in registry.KINDS):
             raise ConfigError(f"workload.max_concurrency: bounds an open-loop client's requests in flight; kind = "
                               f"{self.kind!r} has its own (closed_loop: num_users; a load generator's "
-                              f"profile: its own setting, as guidellm's max-concurrency)")
+                              f"profile: its own setting)")
         if self.kind == "closed_loop" and self.num_requests is None and self.duration is None:
             s("num_requests", 1000)  # documented default, so a closed loop always ends
         if self.kind in ("poisson", "gamma", "constant") and self.num_requests is None and self.duration is None:

@@ -194,11 +194,11 @@ def test_simulate_page_says_when_the_run_is_saturated():
     assert any("Saturated" in w.value for w in at.warning), [w.value for w in at.warning]
 
 
-def test_simulate_page_runs_a_guidellm_sweep_benchmark_by_benchmark():
+def test_simulate_page_runs_a_benchmark_sweep_benchmark_by_benchmark():
     at = page("simulate")
-    at.selectbox(key="sim.wkind").set_value("guidellm sweep").run()
-    at.text_input(key="sim.gl.rate").set_value("4")
-    at.number_input(key="sim.gl.n").set_value(20)
+    at.selectbox(key="sim.wkind").set_value("benchmark sweep").run()
+    at.text_input(key="sim.sw.rate").set_value("4")
+    at.number_input(key="sim.sw.n").set_value(20)
     at.button(key="sim.run").click().run()
     assert not at.exception and not at.error, ([e.value for e in at.exception], [e.value for e in at.error])
     finished = next(m.value for m in at.metric if m.label == "Finished / rejected")
@@ -207,6 +207,6 @@ def test_simulate_page_runs_a_guidellm_sweep_benchmark_by_benchmark():
     assert list(table["strategy"]) == ["synchronous", "throughput", "constant", "constant"]
     assert (table["requests"] == 20).all()
     assert table["requests_per_s"].iloc[0] < table["requests_per_s"].iloc[2] < table["requests_per_s"].iloc[3]
-    at.text_input(key="sim.gl.rate").set_value("1").run()  # a sweep of one benchmark: its field's error
+    at.text_input(key="sim.sw.rate").set_value("1").run()  # a sweep of one benchmark: its field's error
     at.button(key="sim.run").click().run()
     assert any("profile.rate: a sweep needs at least 2" in e.value for e in at.error)
