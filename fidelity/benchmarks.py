@@ -103,7 +103,8 @@ def benchmark_line(rows: list[dict]) -> str | None:
         return None
     t = pd.DataFrame(rows)
     med = t.assign(abs_error=t["error"].abs()).groupby("metric", sort=False)["abs_error"].median()
-    figures = ", ".join(f"{label} {100 * med[key]:.1f}%" for key, label in COMPARED.items() if key in med)
+    figures = ", ".join(f"{label} " + (f"{100 * med[key]:.1f}%" if math.isfinite(med[key]) else "n/a")
+                        for key, label in COMPARED.items() if key in med)
     how = "predicted from its profile" if rows[0]["workload"] != "replay" else "replayed"
     return (f"{rows[0]['run']}: {t['benchmark'].nunique()} guidellm benchmarks {how}: "
             f"median |error| {figures} (benchmarks.csv)")

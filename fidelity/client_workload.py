@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policies import FinishReason
+from policies import ConfigError, FinishReason
 from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 from fidelity.engine_settings import ALIASES
 from fidelity.runs import RealRun
@@ -79,6 +79,8 @@ class WorkloadCheck:
     def lines(self) -> list[str]:
         """What the CLI prints and the report keeps: the generator chosen and the lengths compared."""
         head = f"workload: {self.client} {self.behaviour} ({self.basis})"
+        if not self.num_generated and self.resolution:  # the generator refused the profile
+            return [head, f"workload: {self.resolution}"]
         if not self.measured_from:
             return [head, f"workload: generated prompt mean {self.generated_prompt:.0f} tokens, output "
                           f"{self.generated_output:.0f}; no measured request lengths to compare"]
@@ -240,14 +242,20 @@ def _inference_perf_check(run: RealRun) -> WorkloadCheck:
 
 def _guidellm_check(run: RealRun) -> WorkloadCheck:
     version = recorded_version(run, "guidellm")
-    wl = GuidellmWorkload({**(run.profile or {}), "client": {"version": version}})
+    basis = (f"guidellm {version}" if version else
+             "no client version recorded: assumed guidellm >= 0.4 (constant rates without 0.3's initial burst)")
+    try:
+        wl = GuidellmWorkload({**(run.profile or {}), "client": {"version": version}})
+    except ConfigError as exc:  # data the generator does not model (multi-turn rows): said, not fatal
+        m_p, m_o, source = measured_lengths(run)
+        return WorkloadCheck(run.name, "guidellm", version, "synthetic", basis, source, m_p, m_o,
+                             resolution=f"not generated: {exc}" + ("; the recorded sends are replayed"
+                                                                  if run.has_per_request else ""))
     n = wl.num_requests
     prompts = np.array([wl.mean_prefix_tokens + wl.prompt() for _ in range(n)], dtype=float)
     outputs = np.array([wl.output() for _ in range(n)], dtype=float)
     limit = run.server.max_model_len
     ok = prompts + outputs <= limit if limit else np.ones(n, dtype=bool)
-    basis = (f"guidellm {version}" if version else
-             "no client version recorded: assumed guidellm >= 0.4 (constant rates without 0.3's initial burst)")
     m_p, m_o, source = measured_lengths(run)
     return WorkloadCheck(run.name, "guidellm", version, "synthetic", basis, source, m_p, m_o,
                          float(prompts[ok].mean()) if ok.any() else math.nan,

@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 
 from fidelity.runs import measured_table
-from fidelity.sources.guidellm import RATE_TYPES, guidellm_prefixes, guidellm_release
+from fidelity.sources.guidellm import RATE_TYPES, GuidellmWorkload, guidellm_prefixes, guidellm_release
+from policies import ConfigError
 
 #: the guidellm release a report without `metadata` is read as (0.2 and 0.3 share its layout and
 #: the behaviour servesim models: constant rates open with an initial burst)
@@ -87,11 +88,17 @@ def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport
                if len(b["requests"]["successful"]) < t.get("successful", 0)]
     model = report_model(data)
     if sampled:
-        if profile is None or profile.get("rate-type") not in RATE_TYPES or "data" not in profile:
-            raise ValueError(
-                f"{path}: guidellm kept a sample of the requests of benchmark(s) {sampled} "
-                "(--sample-requests) and its arguments describe no synthetic load servesim can regenerate: "
-                "nothing to replay; rerun guidellm without --sample-requests")
+        why = "its arguments describe no synthetic load servesim can regenerate"
+        if profile is not None and profile.get("rate-type") in RATE_TYPES and "data" in profile:
+            try:
+                GuidellmWorkload(profile)
+                why = ""
+            except ConfigError as exc:  # data the generator does not model (multi-turn rows, say)
+                why = f"its load is not modelled ({exc})"
+        if why:
+            raise ValueError(f"{path}: guidellm kept a sample of the requests of benchmark(s) {sampled} "
+                             f"(--sample-requests) and {why}: nothing to replay; rerun guidellm without "
+                             "--sample-requests")
         kept = sum(len(benchmarks[i]["requests"]["successful"]) for i in sampled)
         total = sum(totals[i]["successful"] for i in sampled)
         notes.append(f"guidellm kept {kept} of {total} requests of benchmark(s) {sampled} (--sample-requests): "

@@ -7,8 +7,8 @@ timings in `per_request_server_spans.csv` (vLLM OTLP spans), `per_request_lifecy
 (inference-perf), `guidellm_per_request.csv` (guidellm), `requests.csv` (servesim's own table) or
 a client's result JSON of any name, known by its content (`fidelity.sources.client_report`: `vllm
 bench serve`'s, guidellm's report, whose arguments also give the load profile where the folder has
-no profile.yaml); a `summary_lifecycle_metrics.json` alone gives means only. inference-perf writes its reports where
-the profile's `storage.local_storage.path` says (a `results/` folder in the run folder, say):
+no profile.yaml); a `summary_lifecycle_metrics.json` alone gives means only. inference-perf writes
+its reports where the profile's `storage.local_storage.path` says (a `results/` folder in the run folder, say):
 measurement files are looked for in the run folder, then there (`report_folders`). The `config.yaml`
 it writes beside them is its own resolved config (`model_dump` of what that release parsed: keys it
 did not know are absent, its defaults filled in): when present it is the profile the client ran with.

@@ -186,3 +186,19 @@ def test_a_replay_deals_the_prefix_buckets_in_their_proportions():
     got = prefix_from_guidellm(requests.assign(prefix_group=-1, num_prefix_tokens=0), profile)
     assert (got["num_prefix_tokens"] == 256).mean() == 0.5  # half the draws, dealt in turn
     assert sorted(got.loc[got["num_prefix_tokens"] == 64, "prefix_group"].unique()) == [1, 2]
+
+
+def test_multi_turn_data_is_replayed_and_said_but_a_sample_of_it_is_refused(tmp_path):
+    from fidelity.client_workload import check_workload
+
+    requests = make_requests(n=8)
+    write_exp_config(tmp_path / "mt", gpu="H100")
+    write_report(tmp_path / "mt", requests, *measured(requests), data="prompt_tokens=400,output_tokens=40,turns=2")
+    [run] = find_runs(tmp_path / "mt")
+    assert run.has_per_request  # the recorded sends replay whatever the generator models
+    line = " ".join(check_workload(run).lines())
+    assert "not generated: profile.data.turns" in line and "recorded sends are replayed" in line
+    path = write_report(tmp_path, requests, *measured(requests), data="prompt_tokens=400,output_tokens=40,turns=2",
+                        keep=3)
+    with pytest.raises(ValueError, match="sample-requests.*its load is not modelled .*profile.data.turns"):
+        read_guidellm_report(path)
