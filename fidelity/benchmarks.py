@@ -110,15 +110,30 @@ def benchmark_line(rows: list[dict]) -> str | None:
             f"median |error| {figures} (benchmarks.csv)")
 
 
-def write_benchmarks(predictions: list[Prediction], path: Path) -> list[str]:
+def write_benchmarks(predictions: list[Prediction], path: Path) -> tuple[list[str], str]:
     """benchmarks.csv (and benchmarks.png beside it, with matplotlib) of every run scored benchmark
-    by benchmark (none written without one); the CLI line of each."""
+    by benchmark (none written without one); (the CLI line of each, report.md's section or "")."""
     tables = [benchmark_rows(pred) for pred in predictions]
-    if any(tables):
-        table = pd.DataFrame([row for rows in tables for row in rows])
-        table.to_csv(path, index=False)
-        plot_benchmarks(table, Path(path).with_suffix(".png"))
-    return [line for line in map(benchmark_line, tables) if line]
+    if not any(tables):
+        return [], ""
+    table = pd.DataFrame([row for rows in tables for row in rows])
+    table.to_csv(path, index=False)
+    plot_benchmarks(table, Path(path).with_suffix(".png"))
+    return [line for line in map(benchmark_line, tables) if line], benchmarks_markdown(table)
+
+
+def benchmarks_markdown(table: pd.DataFrame) -> str:
+    """report.md's section: per run and benchmark, each figure measured / predicted (error)."""
+    lines = ["## Benchmark by benchmark (guidellm runs)", "",
+             "Measured (the run's report) / predicted (error); the curves: benchmarks.png.", "",
+             "| run | workload | # | strategy | " + " | ".join(AXIS.get(k, "req/s") for k in COMPARED) + " |",
+             "|---|---|---:|---|" + "---:|" * len(COMPARED)]
+    for (run, bench), g in table.groupby(["run", "benchmark"], sort=False):
+        cells = g.set_index("metric")
+        figures = [f"{cells.loc[k, 'measured']:.3g} / {cells.loc[k, 'predicted']:.3g} ({100 * cells.loc[k, 'error']:+.1f}%)"
+                   for k in COMPARED]
+        lines.append(f"| {run} | {g['workload'].iloc[0]} | {bench} | {g['strategy'].iloc[0]} | " + " | ".join(figures) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def plot_benchmarks(table: pd.DataFrame, path: Path) -> Path | None:

@@ -188,7 +188,11 @@ def run(args: argparse.Namespace) -> int:
     (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title, settings, unpredicted))
     plot_errors(rep.table, out / "errors.png")
     workload_lines = write_run_tables(rep, runs, out)  # ttft_parts.csv, workload.csv
-    workload_lines += write_benchmarks(list(rep.predictions.values()), out / "benchmarks.csv")  # simulated sweeps
+    bench_lines, bench_section = write_benchmarks(list(rep.predictions.values()), out / "benchmarks.csv")
+    workload_lines += bench_lines
+    if bench_section:  # guidellm runs, benchmark by benchmark
+        with open(out / "report.md", "a") as f:
+            f.write("\n" + bench_section)
     if workload_lines and not options.quiet(args):
         print("\n".join(workload_lines), file=sys.stderr)
     if args.json:

@@ -79,8 +79,9 @@ def test_a_sweep_predicted_from_its_profile_is_scored_benchmark_by_benchmark(tmp
     assert [b["strategy"] for b in sim] == ["synchronous", "throughput", "constant", "constant"]
     assert sim[0]["requests_per_s"] < sim[2]["requests_per_s"] < sim[3]["requests_per_s"] <= sim[1]["requests_per_s"] * 1.01
     assert "4 guidellm benchmarks predicted from its profile" in benchmark_line(rows)
-    lines = write_benchmarks([pred], tmp_path / "benchmarks.csv")
+    lines, section = write_benchmarks([pred], tmp_path / "benchmarks.csv")
     assert lines == [benchmark_line(rows)] and len(pd.read_csv(tmp_path / "benchmarks.csv")) == len(rows)
+    assert section.count("| sweep | guidellm |") == 4 and "(+0.0%)" in section
     if importlib.util.find_spec("matplotlib"):  # the curve, where the plotting extra is installed
         assert (tmp_path / "benchmarks.png").stat().st_size > 10_000
     # the failed request is counted, and said without a client timeout to name
