@@ -5,11 +5,15 @@ benchmarks' rates come from what its first two achieved. The run's guidellm repo
 benchmark as measured (`fidelity.sources.guidellm_results.report_benchmarks`). Where the run is
 predicted from its profile (`servesim reproduce --workload profile`, or a sampled report) each
 simulated request carries its benchmark (`phase`); a replayed request takes the benchmark the report
-measured it in. `benchmark_rows` sets the two side by side;
+measured it in. inference-perf's load stages are the same kind of curve: a run simulated by its
+generator tags each request with its stage, and the stage's own report
+(`stage_N_lifecycle_metrics.json`) gives its means (`stage_rows`; TPOT there is the TPOT of the
+means, as the run's summary is scored). `benchmark_rows` sets the two side by side;
 `servesim reproduce` writes them to benchmarks.csv (`write_benchmarks`).
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -19,11 +23,15 @@ import pandas as pd
 from fidelity.predict import Prediction
 from fidelity.sources.client_report import find_client_report
 from fidelity.sources.guidellm_results import report_benchmarks, report_phases, report_starts
-from fidelity.sources.vllm_server import report_folders
+from fidelity.sources.inference_perf_results import read_summary_means, requested_output_mean
+from fidelity.sources.vllm_server import report_folders, run_file
 
 #: what is compared per benchmark (keys of both sides' rows), and its name on the CLI
 COMPARED = {"requests_per_s": "req/s", "ttft_mean_ms": "TTFT", "itl_mean_ms": "ITL", "e2e_mean_s": "E2E"}
-AXIS = {"ttft_mean_ms": "mean TTFT (ms)", "itl_mean_ms": "mean ITL (ms)", "e2e_mean_s": "mean E2E (s)"}
+#: per inference-perf stage: its sends per second, and TPOT of the means (its stage report's)
+STAGE_COMPARED = {"requests_per_s": "req/s", "ttft_mean_ms": "TTFT", "tpot_of_means_ms": "TPOT", "e2e_mean_s": "E2E"}
+AXIS = {"ttft_mean_ms": "mean TTFT (ms)", "itl_mean_ms": "mean ITL (ms)", "e2e_mean_s": "mean E2E (s)",
+        "tpot_of_means_ms": "TPOT of the means (ms)"}
 
 
 def predicted_benchmarks(requests: pd.DataFrame, starts: list[float] | None = None) -> list[dict]:
@@ -69,11 +77,56 @@ def with_phases(requests: pd.DataFrame, report: dict) -> pd.DataFrame | None:
     return requests.assign(phase=phase.astype(int))
 
 
+def stage_rows(pred: Prediction) -> list[dict]:
+    """An inference-perf run simulated by its generator, stage by stage: measured (each stage's
+    `stage_N_lifecycle_metrics.json`: sends per second achieved, mean TTFT and E2E of the successes,
+    TPOT of the means as `read_summary_means` scores the run) against the same of the simulated
+    stage; [] where the run has no stage reports or was not simulated stage by stage."""
+    run, requests = pred.run, pred.requests
+    if "stage" not in requests or not run.path.is_dir():
+        return []
+    stages = sorted(int(k) for k in requests["stage"].dropna().unique())
+    files = [run_file(run.path, f"stage_{k}_lifecycle_metrics.json", run.profile) for k in stages]
+    if not stages or any(f is None for f in files):
+        return []
+    requested = requested_output_mean(run.profile)
+    rows = []
+    for k, file in zip(stages, files):
+        m = read_summary_means(file, requested)
+        with open(file) as f:
+            rate = (json.load(f).get("load_summary") or {}).get("achieved_rate", math.nan)
+        g = requests[requests["stage"] == k]
+        ok = g[np.isfinite(g["e2e_s"].to_numpy(dtype=float))]
+        sends = float(g["arrival_time"].max() - g["arrival_time"].min())
+        ttft, e2e = (float(ok[c].mean()) if len(ok) else math.nan for c in ("ttft_s", "e2e_s"))
+        n = float(ok["num_output_tokens"].mean()) if len(ok) else math.nan
+        predicted = {"requests_per_s": (len(g) - 1) / sends if sends > 0 else math.nan,
+                     "ttft_mean_ms": 1e3 * ttft, "e2e_mean_s": e2e,
+                     "tpot_of_means_ms": 1e3 * (e2e - ttft) / (n - 1) if n > 1 else math.nan}
+        measured = {"requests_per_s": float(rate), "ttft_mean_ms": 1e3 * m.get("ttft_s", math.nan),
+                    "e2e_mean_s": m.get("e2e_s", math.nan), "tpot_of_means_ms": 1e3 * m.get("tpot_s", math.nan)}
+        rows.extend(_compared(pred, k, f"stage {k}", measured, predicted, STAGE_COMPARED, "inference-perf stages"))
+    return rows
+
+
+def _compared(pred: Prediction, index: int, strategy: str, measured: dict, predicted: dict, keys: dict,
+              what: str) -> list[dict]:
+    rows = []
+    for key in keys:
+        want, got = measured[key], predicted[key]
+        rows.append({"run": pred.run.name, "workload": pred.workload, "what": what, "benchmark": index,
+                     "strategy": strategy, "metric": key, "measured": want, "predicted": got,
+                     "error": (got - want) / want if want and math.isfinite(want) else math.nan})
+    return rows
+
+
 def benchmark_rows(pred: Prediction) -> list[dict]:
     """Per benchmark and `COMPARED` figure: measured (its guidellm report's), predicted, error; []
     where the run has no report or is scored by another measurement (the prediction then follows
     that one's definitions: `fidelity.metric_definitions`). A prediction from the profile ran the benchmarks itself (a `phase`
     per request, as many as measured); a replay's requests take the benchmark they were measured in."""
+    if pred.run.measured_by.startswith("inference-perf"):
+        return stage_rows(pred)
     if pred.run.measured_by != "guidellm":  # predicted to another client's definitions (vLLM's spans)
         return []
     report = guidellm_report_of(pred)
@@ -87,26 +140,22 @@ def benchmark_rows(pred: Prediction) -> list[dict]:
     measured = report_benchmarks(report)
     if len(measured) != len(predicted):
         return []
-    rows = []
-    for m, p in zip(measured, predicted):
-        for key in COMPARED:
-            want, got = m[key], p[key]
-            rows.append({"run": pred.run.name, "workload": pred.workload, "benchmark": m["benchmark"],
-                         "strategy": m["strategy"], "metric": key, "measured": want, "predicted": got,
-                         "error": (got - want) / want if want and math.isfinite(want) else math.nan})
-    return rows
+    return [row for m, p in zip(measured, predicted)
+            for row in _compared(pred, m["benchmark"], m["strategy"], m, p, COMPARED, "guidellm benchmarks")]
 
 
 def benchmark_line(rows: list[dict]) -> str | None:
-    """One CLI line per run: the median |error| of each figure over its benchmarks."""
-    if not rows:
-        return None
+    """One CLI line per run of several benchmarks or stages: the median |error| of each figure over
+    them (a run of one is its whole mean, report.csv's row)."""
     t = pd.DataFrame(rows)
+    if not rows or t["benchmark"].nunique() < 2:
+        return None
     med = t.assign(abs_error=t["error"].abs()).groupby("metric", sort=False)["abs_error"].median()
-    figures = ", ".join(f"{label} " + (f"{100 * med[key]:.1f}%" if math.isfinite(med[key]) else "n/a")
-                        for key, label in COMPARED.items() if key in med)
+    labels = {**STAGE_COMPARED, **COMPARED}
+    figures = ", ".join(f"{labels[key]} " + (f"{100 * med[key]:.1f}%" if math.isfinite(med[key]) else "n/a")
+                        for key in med.index)
     how = "predicted from its profile" if rows[0]["workload"] != "replay" else "replayed"
-    return (f"{rows[0]['run']}: {t['benchmark'].nunique()} guidellm benchmarks {how}: "
+    return (f"{rows[0]['run']}: {t['benchmark'].nunique()} {rows[0]['what']} {how}: "
             f"median |error| {figures} (benchmarks.csv)")
 
 
@@ -123,22 +172,27 @@ def write_benchmarks(predictions: list[Prediction], path: Path) -> tuple[list[st
 
 
 def benchmarks_markdown(table: pd.DataFrame) -> str:
-    """report.md's section: per run and benchmark, each figure measured / predicted (error)."""
-    lines = ["## Benchmark by benchmark (guidellm runs)", "",
-             "Measured (the run's report) / predicted (error); the curves: benchmarks.png.", "",
-             "| run | workload | # | strategy | " + " | ".join(AXIS.get(k, "req/s") for k in COMPARED) + " |",
-             "|---|---|---:|---|" + "---:|" * len(COMPARED)]
-    for (run, bench), g in table.groupby(["run", "benchmark"], sort=False):
-        cells = g.set_index("metric")
-        figures = [f"{cells.loc[k, 'measured']:.3g} / {cells.loc[k, 'predicted']:.3g} ({100 * cells.loc[k, 'error']:+.1f}%)"
-                   for k in COMPARED]
-        lines.append(f"| {run} | {g['workload'].iloc[0]} | {bench} | {g['strategy'].iloc[0]} | " + " | ".join(figures) + " |")
-    return "\n".join(lines) + "\n"
+    """report.md's section: per run and benchmark (or stage), each figure measured / predicted (error)."""
+    lines = ["## Benchmark by benchmark, stage by stage", "",
+             "Measured (the run's own per-benchmark or per-stage report) / predicted (error); the curves: "
+             "benchmarks.png.", ""]
+    for what, w in table.groupby("what", sort=False):
+        keys = list(dict.fromkeys(w["metric"]))
+        lines += [f"### {what}", "", "| run | workload | # | strategy | " + " | ".join(AXIS.get(k, "req/s") for k in keys)
+                  + " |", "|---|---|---:|---|" + "---:|" * len(keys)]
+        for (run, bench), g in w.groupby(["run", "benchmark"], sort=False):
+            cells = g.set_index("metric")
+            figures = [f"{cells.loc[k, 'measured']:.3g} / {cells.loc[k, 'predicted']:.3g} "
+                       f"({100 * cells.loc[k, 'error']:+.1f}%)" for k in keys]
+            lines.append(f"| {run} | {g['workload'].iloc[0]} | {bench} | {g['strategy'].iloc[0]} | "
+                         + " | ".join(figures) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def plot_benchmarks(table: pd.DataFrame, path: Path) -> Path | None:
-    """Each run's curve, measured and predicted: mean TTFT, ITL and E2E against requests per second,
-    one point per benchmark (None without matplotlib)."""
+    """Each run's curve, measured and predicted: mean TTFT, ITL (or TPOT) and E2E against requests
+    per second, one point per benchmark or stage (None without matplotlib)."""
     try:
         import matplotlib  # an optional extra: only a plot needs it
 
@@ -147,18 +201,18 @@ def plot_benchmarks(table: pd.DataFrame, path: Path) -> Path | None:
     except ImportError:
         return None
     runs = list(dict.fromkeys(table["run"]))
-    shown = [k for k in COMPARED if k != "requests_per_s"]
-    fig, axes = plt.subplots(len(runs), len(shown), figsize=(4.6 * len(shown), 3.4 * len(runs)), squeeze=False)
+    fig, axes = plt.subplots(len(runs), 3, figsize=(4.6 * 3, 3.4 * len(runs)), squeeze=False)
     for row, run in zip(axes, runs):
         t = table[table["run"] == run]
         rate = t[t["metric"] == "requests_per_s"].set_index("benchmark")
+        shown = [k for k in dict.fromkeys(t["metric"]) if k != "requests_per_s"][:3]
         for ax, key in zip(row, shown):
             m = t[t["metric"] == key].set_index("benchmark")
             for side, style in (("measured", "o-"), ("predicted", "s--")):
                 xy = sorted(zip(rate[side], m[side]))
                 ax.plot([x for x, _ in xy], [y for _, y in xy], style, label=side, ms=4)
             ax.set(xlabel="requests/s", ylabel=AXIS[key], title=run if key == shown[0] else "",
-                   yscale="linear" if key == "itl_mean_ms" else "log")  # queues: TTFT and E2E span decades
+                   yscale="log" if key in ("ttft_mean_ms", "e2e_mean_s") else "linear")  # queues span decades
         row[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -10,8 +10,9 @@ the not-modelled ones are also noted on stderr and in `report.csv`'s `not_modell
 measured request lengths: `fidelity.client_workload`), `served.csv` (each run's requests by how
 they ended, measured and predicted, with the client's timeout: `fidelity.client_timeout`),
 `benchmarks.csv` for runs measured by their guidellm report (each benchmark's req/s, TTFT, ITL
-and E2E beside the report's, replayed or simulated from the profile, and benchmarks.png, each run's
-curve: `fidelity.benchmarks`) and `errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
+and E2E beside the report's, replayed or simulated from the profile) and inference-perf runs
+simulated stage by stage (each stage beside its own report), with benchmarks.png, each run's
+curve, and a report.md section: `fidelity.benchmarks`) and `errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
 deployment) nothing measured or fitted on a run's own source (campaign folder) reaches it
 (`fidelity.reproduce.reproduce_source_out`); with `--fit loo` each run is predicted with terms
 fitted on the other runs of its source only; `--overhead FILE` applies a fitted layer instead and

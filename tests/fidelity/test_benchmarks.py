@@ -81,7 +81,7 @@ def test_a_sweep_predicted_from_its_profile_is_scored_benchmark_by_benchmark(tmp
     assert "4 guidellm benchmarks predicted from its profile" in benchmark_line(rows)
     lines, section = write_benchmarks([pred], tmp_path / "benchmarks.csv")
     assert lines == [benchmark_line(rows)] and len(pd.read_csv(tmp_path / "benchmarks.csv")) == len(rows)
-    assert section.count("| sweep | guidellm |") == 4 and "(+0.0%)" in section
+    assert section.count("| sweep | guidellm |") == 4 and "(+0.0%)" in section and "### guidellm benchmarks" in section
     if importlib.util.find_spec("matplotlib"):  # the curve, where the plotting extra is installed
         assert (tmp_path / "benchmarks.png").stat().st_size > 10_000
     # the failed request is counted, and said without a client timeout to name
@@ -100,3 +100,44 @@ def test_a_replayed_run_is_scored_in_the_benchmarks_it_was_measured_in(tmp_path)
     assert "4 guidellm benchmarks replayed" in benchmark_line(rows)
     # a run scored by vLLM's spans is predicted to their definitions: no client figures to set beside
     assert benchmark_rows(replace(pred, run=replace(run, measured_by="vllm-spans"))) == []
+
+
+def stage_report(g: pd.DataFrame) -> dict:
+    """inference-perf's per-stage lifecycle report of one simulated stage's requests."""
+    ok = g[g["e2e_s"].notna()]
+    span = float(g["arrival_time"].max() - g["arrival_time"].min())
+    return {"load_summary": {"count": len(g), "achieved_rate": (len(g) - 1) / span},
+            "successes": {"count": len(ok), "latency": {"time_to_first_token": {"mean": float(ok["ttft_s"].mean())},
+                                                        "request_latency": {"mean": float(ok["e2e_s"].mean())}},
+                          "output_len": {"mean": float(ok["num_output_tokens"].mean())}},
+            "failures": {"count": len(g) - len(ok)}}
+
+
+def test_an_inference_perf_run_is_scored_stage_by_stage(tmp_path):
+    """Stage reports that are the simulation's own stages come back with no error, TPOT as the TPOT of
+    the stage's means; a run without stage reports has no rows."""
+    import copy
+
+    from fidelity.benchmarks import stage_rows
+    from fidelity_helpers import ISSUE_PROFILE
+
+    folder = write_exp_config(tmp_path / "ip-run", gpu="H100", async_scheduling=False)
+    profile = copy.deepcopy(ISSUE_PROFILE)
+    profile["load"]["stages"] = [{"rate": 2, "duration": 6}, {"rate": 4, "duration": 4}]
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    (folder / "summary_lifecycle_metrics.json").write_text(json.dumps({"successes": {"latency": {
+        "time_to_first_token": {"mean": 0.05}, "request_latency": {"mean": 2.0}}}}))
+    [run] = find_runs(folder)
+    pred = predict_run(run, HostOverhead(), gpu_model="roofline")
+    assert pred.workload == "profile" and stage_rows(pred) == []  # no stage reports yet
+    for k, g in pred.requests.groupby("stage"):
+        (folder / f"stage_{k}_lifecycle_metrics.json").write_text(json.dumps(stage_report(g)))
+    [run] = find_runs(folder)
+    pred = predict_run(run, HostOverhead(), gpu_model="roofline")
+    rows = benchmark_rows(pred)
+    assert {r["metric"] for r in rows} == {"requests_per_s", "ttft_mean_ms", "tpot_of_means_ms", "e2e_mean_s"}
+    assert len(rows) == 2 * 4 and max(abs(r["error"]) for r in rows) < 1e-9
+    assert "2 inference-perf stages predicted from its profile" in benchmark_line(rows)
+    assert benchmark_line([r for r in rows if r["benchmark"] == 0]) is None  # one stage: report.csv's row
+    _, section = write_benchmarks([pred], tmp_path / "benchmarks.csv")
+    assert "### inference-perf stages" in section and "TPOT of the means (ms)" in section
