@@ -209,6 +209,8 @@ def plot_benchmarks(table: pd.DataFrame, path: Path) -> Path | None:
         for ax, key in zip(row, shown):
             m = t[t["metric"] == key].set_index("benchmark")
             for side, style in (("measured", "o-"), ("predicted", "s--")):
+                if not np.isfinite(m[side].to_numpy(dtype=float)).any():  # a simulation alone: no measurement
+                    continue
                 xy = sorted(zip(rate[side], m[side]))
                 ax.plot([x for x, _ in xy], [y for _, y in xy], style, label=side, ms=4)
             ax.set(xlabel="requests/s", ylabel=AXIS[key], title=run if key == shown[0] else "",
@@ -218,3 +220,11 @@ def plot_benchmarks(table: pd.DataFrame, path: Path) -> Path | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def plot_simulated(rows: list[dict], path: Path, title: str = "simulated") -> Path | None:
+    """benchmarks.png of a simulation's own benchmarks (`GuidellmWorkload.benchmark_rows`), no
+    measurement beside them: its TTFT, ITL and E2E against the rate each benchmark achieved."""
+    long = [{"run": title, "what": "benchmarks", "benchmark": r["benchmark"], "metric": key,
+             "measured": math.nan, "predicted": r[key]} for r in rows for key in COMPARED]
+    return plot_benchmarks(pd.DataFrame(long), path) if long else None

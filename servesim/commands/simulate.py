@@ -6,7 +6,7 @@ steps.csv (+ Parquet copies with pyarrow) and the resolved config.toml to DIR (w
 also settings.csv: every engine setting the run records, modelled or not; the ones not modelled
 print as notes); `--plot` adds
 timeline.png. A workload that runs benchmarks one after another (guidellm's) also prints each as
-its client reports it, and writes benchmarks.csv. The run streams (`records.stream`): tables are written as it goes and finished
+its client reports it, and writes benchmarks.csv (`--plot`: benchmarks.png, its curve). The run streams (`records.stream`): tables are written as it goes and finished
 requests leave memory, so a run's memory is what is live, at any size. Each setting that changed
 another (`sim.notes`) prints one `note:` line on stderr and is kept in config.toml. Bad input
 raises ValueError/ConfigError, which the `servesim` dispatcher prints as one line with exit code 2.
@@ -106,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
             w = csv.DictWriter(f, fieldnames=list(benchmarks[0]))
             w.writeheader()
             w.writerows(benchmarks)
+        if args.plot:  # the curve: latency against the rate each benchmark achieved
+            from fidelity.benchmarks import plot_simulated  # pandas and the run readers: a plot's only
+
+            plot_simulated(benchmarks, out / "benchmarks.png", title=str(args.config or args.from_run))
     try:
         if args.json:
             options.print_json({**result.summary, "benchmarks": benchmarks} if benchmarks else result.summary)
@@ -115,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                 options.say(args, "", format_benchmarks(benchmarks))
             if out is not None:
                 names = ["summary.json", "requests.csv", "steps.csv", "config.toml", "requests.parquet",
-                         "steps.parquet", "benchmarks.csv"] + (["timeline.png"] if args.plot else [])
+                         "steps.parquet", "benchmarks.csv"] + (["timeline.png", "benchmarks.png"] if args.plot else [])
                 options.say(args, f"\nwrote {out}/: {', '.join(n for n in names if (out / n).is_file())}")
     except BrokenPipeError:  # `| head`: the reader left; not an error
         pass

@@ -141,3 +141,14 @@ def test_an_inference_perf_run_is_scored_stage_by_stage(tmp_path):
     assert benchmark_line([r for r in rows if r["benchmark"] == 0]) is None  # one stage: report.csv's row
     _, section = write_benchmarks([pred], tmp_path / "benchmarks.csv")
     assert "### inference-perf stages" in section and "TPOT of the means (ms)" in section
+
+
+def test_a_simulated_sweep_draws_its_own_curve(tmp_path):
+    from fidelity.benchmarks import plot_simulated
+
+    rows = [{"benchmark": k, "requests_per_s": r, "ttft_mean_ms": 30.0 * (1 + k), "itl_mean_ms": 8.0 + k,
+             "e2e_mean_s": 1.0 + k} for k, r in enumerate((1.0, 6.0, 9.0))]
+    path = plot_simulated(rows, tmp_path / "benchmarks.png")
+    if importlib.util.find_spec("matplotlib"):
+        assert path is not None and path.stat().st_size > 10_000
+    assert plot_simulated([], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
