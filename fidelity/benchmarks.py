@@ -121,10 +121,12 @@ def _compared(pred: Prediction, index: int, strategy: str, measured: dict, predi
 
 
 def benchmark_rows(pred: Prediction) -> list[dict]:
-    """Per benchmark and `COMPARED` figure: measured (its guidellm report's), predicted, error; []
-    where the run has no report or is scored by another measurement (the prediction then follows
-    that one's definitions: `fidelity.metric_definitions`). A prediction from the profile ran the benchmarks itself (a `phase`
-    per request, as many as measured); a replay's requests take the benchmark they were measured in."""
+    """Per benchmark (guidellm) or stage (inference-perf, `stage_rows`) and figure: measured (the
+    run's own report), predicted, error; [] where the run has no such report or is scored by
+    another measurement (the prediction then follows that one's definitions:
+    `fidelity.metric_definitions`). A prediction from the profile ran the benchmarks itself (a
+    `phase` per request, as many as measured); a replay's requests take the benchmark they were
+    measured in."""
     if pred.run.measured_by.startswith("inference-perf"):
         return stage_rows(pred)
     if pred.run.measured_by != "guidellm":  # predicted to another client's definitions (vLLM's spans)
