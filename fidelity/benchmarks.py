@@ -80,8 +80,8 @@ def with_phases(requests: pd.DataFrame, report: dict) -> pd.DataFrame | None:
 def stage_rows(pred: Prediction) -> list[dict]:
     """An inference-perf run simulated by its generator, stage by stage: measured (each stage's
     `stage_N_lifecycle_metrics.json`: sends per second achieved, mean TTFT and E2E of the successes,
-    TPOT of the means as `read_summary_means` scores the run) against the same of the simulated
-    stage; [] where the run has no stage reports or was not simulated stage by stage."""
+    TPOT of the means as `read_summary_means` scores the run, with the stage's own requested output
+    length under ignore_eos) against the same of the simulated stage; [] where the run has no stage reports or was not simulated stage by stage."""
     run, requests = pred.run, pred.requests
     if "stage" not in requests or not run.path.is_dir():
         return []
@@ -89,13 +89,15 @@ def stage_rows(pred: Prediction) -> list[dict]:
     files = [run_file(run.path, f"stage_{k}_lifecycle_metrics.json", run.profile) for k in stages]
     if not stages or any(f is None for f in files):
         return []
-    requested = requested_output_mean(run.profile)
+    ignore_eos = requested_output_mean(run.profile) is not None
     rows = []
     for k, file in zip(stages, files):
-        m = read_summary_means(file, requested)
+        g = requests[requests["stage"] == k]
+        # under ignore_eos the server generates what the stage's own sends asked for (the generator's
+        # max_tokens: the client's prompts, exactly), not the run's mean over every prompt
+        m = read_summary_means(file, float(g["max_tokens"].mean()) if ignore_eos and "max_tokens" in g else None)
         with open(file) as f:
             rate = (json.load(f).get("load_summary") or {}).get("achieved_rate", math.nan)
-        g = requests[requests["stage"] == k]
         ok = g[np.isfinite(g["e2e_s"].to_numpy(dtype=float))]
         sends = float(g["arrival_time"].max() - g["arrival_time"].min())
         ttft, e2e = (float(ok[c].mean()) if len(ok) else math.nan for c in ("ttft_s", "e2e_s"))
