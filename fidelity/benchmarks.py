@@ -2,7 +2,7 @@
 
 A guidellm sweep is a curve (requests per second against latency), not one mean: its later
 benchmarks' rates come from what its first two achieved. The run's guidellm report gives each
-benchmark as measured (`fidelity.sources.guidellm_results.report_benchmarks`). Where the run is
+benchmark as measured (`fidelity.sources.guidellm_results.ReportBenchmarks`, read with the run). Where the run is
 predicted from its profile (`servesim reproduce --workload profile`, or a sampled report) each
 simulated request carries its benchmark (`phase`); a replayed request takes the benchmark the report
 measured it in. inference-perf's load stages are the same kind of curve: a run simulated by its
@@ -21,10 +21,8 @@ import numpy as np
 import pandas as pd
 
 from fidelity.predict import Prediction
-from fidelity.sources.client_report import find_client_report
-from fidelity.sources.guidellm_results import report_benchmarks, report_phases, report_starts
 from fidelity.sources.inference_perf_results import read_summary_means, requested_output_mean
-from fidelity.sources.vllm_server import report_folders, run_file
+from fidelity.sources.vllm_server import run_file
 
 #: what is compared per benchmark (keys of both sides' rows), and its name on the CLI
 COMPARED = {"requests_per_s": "req/s", "ttft_mean_ms": "TTFT", "itl_mean_ms": "ITL", "e2e_mean_s": "E2E"}
@@ -57,19 +55,9 @@ def predicted_benchmarks(requests: pd.DataFrame, starts: list[float] | None = No
     return out
 
 
-def guidellm_report_of(pred: Prediction) -> dict | None:
-    """The run's guidellm report, parsed (None where its folder has none)."""
-    run = pred.run
-    if not run.path.is_dir():
-        return None
-    found = find_client_report(report_folders(run.path, run.profile))
-    return found[2] if found is not None and found[0] == "guidellm" else None
-
-
-def with_phases(requests: pd.DataFrame, report: dict) -> pd.DataFrame | None:
-    """A replay's predicted requests with the benchmark each was measured in (by request id; vLLM's
-    spans name a response `<id>-<choice>`), or None where one is not in the report."""
-    phases = report_phases(report)
+def with_phases(requests: pd.DataFrame, phases: dict[str, int]) -> pd.DataFrame | None:
+    """A replay's predicted requests with the benchmark each was measured in (`phases`, by request
+    id; vLLM's spans name a response `<id>-<choice>`), or None where one is not among them."""
     ids = requests["req_id"].astype(str)
     phase = ids.where(ids.isin(phases.keys()), ids.str.replace(r"-\d+$", "", regex=True)).map(phases)
     if phase.isna().any():
@@ -131,17 +119,17 @@ def benchmark_rows(pred: Prediction) -> list[dict]:
     measured in."""
     if pred.run.measured_by.startswith("inference-perf"):
         return stage_rows(pred)
-    if pred.run.measured_by != "guidellm":  # predicted to another client's definitions (vLLM's spans)
-        return []
-    report = guidellm_report_of(pred)
+    # measured by the client's own report (read with the run); other measurements' predictions
+    # follow their definitions (vLLM's spans)
+    report = pred.run.client_benchmarks if pred.run.measured_by == "guidellm" else None
     if report is None:
         return []
     replayed = "phase" not in pred.requests
-    requests = with_phases(pred.requests, report) if replayed else pred.requests
+    requests = with_phases(pred.requests, report.phases) if replayed else pred.requests
     if requests is None:
         return []
-    predicted = predicted_benchmarks(requests, report_starts(report) if replayed else None)
-    measured = report_benchmarks(report)
+    predicted = predicted_benchmarks(requests, list(report.starts) if replayed and report.starts else None)
+    measured = report.rows
     if len(measured) != len(predicted):
         return []
     return [row for m, p in zip(measured, predicted)

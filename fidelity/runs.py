@@ -146,6 +146,9 @@ class RealRun:
     # the client's bound on requests in flight where its sends are made up, not recorded (vllm
     # bench's --max-concurrency): a replay sends as that client did (`sim.workload.concurrency`)
     client_max_concurrency: int | None = None
+    # each benchmark as the client's own report measured it, where that report is the measurement
+    # (`fidelity.sources.guidellm_results.ReportBenchmarks`, read with the run: `fidelity.benchmarks`)
+    client_benchmarks: object | None = None
 
     @property
     def num_requests(self) -> int:

@@ -48,12 +48,26 @@ def is_guidellm_report(data) -> bool:
                and isinstance(b["requests"].get("successful"), list) for b in data["benchmarks"])
 
 
+@dataclass(frozen=True)
+class ReportBenchmarks:
+    """A report's benchmarks as guidellm measured them (`fidelity.benchmarks` sets a simulation
+    beside them): one row each (`_report_benchmarks`), the benchmark each kept request was measured in
+    by its id, and each benchmark's start on a replay's clock (seconds after the report's first
+    kept send; None where the report does not give them)."""
+
+    rows: tuple[dict, ...]
+    phases: dict[str, int]
+    starts: tuple[float, ...] | None
+
+
 @dataclass
 class GuidellmReport:
     """What a report says about its run: per-request timings (empty when guidellm kept a sample),
-    the benchmarks' means where it did, the load profile its arguments describe, its release, notes."""
+    the benchmarks' means where it did, each benchmark as measured, the load profile its arguments
+    describe, its release, notes."""
 
     requests: pd.DataFrame
+    benchmarks: ReportBenchmarks
     summary: dict = field(default_factory=dict)
     profile: dict | None = None
     version: str | None = None
@@ -79,6 +93,8 @@ def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport
     if old and not (data.get("metadata") or {}).get("guidellm_version"):
         notes.append(f"guidellm release not recorded: the report's layout is 0.2-0.3's, read as {OLD_LAYOUT_RELEASE}")
     totals = [_totals(b, old) for b in benchmarks]
+    kept = [[r for r in (_row(x, old) for x in b["requests"]["successful"]) if r is not None] for b in benchmarks]
+    measured = _report_benchmarks(benchmarks, kept, totals)
     dropped = sum(t.get("errored", 0) + t.get("incomplete", 0) for t in totals)
     if dropped:
         notes.append(f"guidellm: {dropped} errored or incomplete requests left out (no timings)")
@@ -104,30 +120,28 @@ def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport
         notes.append(f"guidellm kept {kept} of {total} requests of benchmark(s) {sampled} (--sample-requests): "
                      "its load profile simulated, against its metrics' means")
         summary = {**_summary(benchmarks, totals), "num_failures": float(dropped)}
-        return GuidellmReport(measured_table({}), summary, profile, version, model, notes)
-    rows = [_row(r, old) for b in benchmarks for r in b["requests"]["successful"]]
-    rows = [r for r in rows if r is not None]
+        return GuidellmReport(measured_table({}), measured, summary, profile, version, model, notes)
+    rows = [r for rows in kept for r in rows]
     if not rows:
         raise ValueError(f"{path}: no request of this guidellm report was served")
     table = measured_table({k: [r[k] for r in rows] for k in rows[0]})
     # the requests the client gave up on, beside the replayed ones (`fidelity.client_timeout.served_row`)
-    return GuidellmReport(table, {"num_failures": float(dropped)} if dropped else {}, profile, version, model, notes)
+    summary = {"num_failures": float(dropped)} if dropped else {}
+    return GuidellmReport(table, measured, summary, profile, version, model, notes)
 
 
-def report_benchmarks(data: dict) -> list[dict]:
-    """Each benchmark of a parsed report as guidellm measured it (`fidelity.benchmarks` compares them
-    with a simulated sweep): strategy, target (req/s or streams), served and failed requests,
-    requests per second over its duration, mean TTFT and ITL (ms) and E2E (s) of its requests, from
-    the requests it kept where it kept them all, else from its metrics (ITL there per token)."""
+def _report_benchmarks(benchmarks: list[dict], kept: list[list[dict]], totals: list[dict]) -> ReportBenchmarks:
+    """Each benchmark as guidellm measured it: strategy, target (req/s or streams), served and failed
+    requests, requests per second over its duration, mean TTFT and ITL (ms) and E2E (s) of its
+    requests, from those it kept (`kept`: `_row`s) where it kept them all, else from its metrics
+    (ITL there per token); with the benchmark of each kept request and each benchmark's start."""
     out = []
-    for k, b in enumerate(data["benchmarks"]):
+    for k, (b, rows, t) in enumerate(zip(benchmarks, kept, totals)):
         old = "config" not in b
         strategy = ((b.get("args") if old else b.get("config")) or {}).get("strategy") or {}
         kind = strategy.get("type_")
         target = strategy.get("rate") if kind in ("constant", "poisson") else strategy.get("streams")
-        totals = _totals(b, old)
-        rows = [r for r in (_row(x, old) for x in b["requests"]["successful"]) if r is not None]
-        if rows and len(rows) >= totals.get("successful", 0):
+        if rows and len(rows) >= t.get("successful", 0):
             ttft, e2e = np.mean([r["ttft_s"] for r in rows]), np.mean([r["e2e_s"] for r in rows])
             itls = [r["tpot_s"] for r in rows if math.isfinite(r["tpot_s"])]
             itl = float(np.mean(itls)) if itls else math.nan
@@ -136,32 +150,16 @@ def report_benchmarks(data: dict) -> list[dict]:
                                        .get("mean", math.nan)))
             ttft, e2e, itl = mean("time_to_first_token_ms") / 1e3, mean("request_latency"), mean("inter_token_latency_ms") / 1e3
         duration = b.get("duration") or (b.get("end_time", math.nan) - b.get("start_time", math.nan))
-        n = totals.get("successful", len(rows))
+        n = t.get("successful", len(rows))
         out.append({"benchmark": k, "strategy": kind, "target": target, "requests": n,
-                    "failed": totals.get("errored", 0) + totals.get("incomplete", 0),
+                    "failed": t.get("errored", 0) + t.get("incomplete", 0),
                     "requests_per_s": n / duration if duration and duration > 0 else math.nan,
                     "ttft_mean_ms": 1e3 * float(ttft), "itl_mean_ms": 1e3 * float(itl), "e2e_mean_s": float(e2e)})
-    return out
-
-
-def report_starts(data: dict) -> list[float] | None:
-    """Each benchmark's start as the replay's clock reads it (seconds after the report's first
-    send, which a replay's first arrival is); None where the report does not give them."""
-    sends = [r["arrival_time"] for b in data["benchmarks"] for r in
-             (_row(x, "config" not in b) for x in b["requests"]["successful"]) if r is not None]
-    starts = [b.get("start_time") for b in data["benchmarks"]]
-    if not sends or not all(isinstance(t, (int, float)) for t in starts):
-        return None
-    return [float(t) - min(sends) for t in starts]
-
-
-def report_phases(data: dict) -> dict[str, int]:
-    """The benchmark each request the report kept was measured in, by its id (`_row`'s `req_id`)."""
-    out = {}
-    for k, b in enumerate(data["benchmarks"]):
-        for r in b["requests"]["successful"]:
-            out[str(r.get("response_id") or r.get("request_id") or "")] = k
-    return out
+    phases = {r["req_id"]: k for k, rows in enumerate(kept) for r in rows}
+    sends = [r["arrival_time"] for rows in kept for r in rows]
+    starts = [b.get("start_time") for b in benchmarks]
+    known = sends and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in starts)
+    return ReportBenchmarks(tuple(out), phases, tuple(float(x) - min(sends) for x in starts) if known else None)
 
 
 def _row(r: dict, old: bool) -> dict | None:

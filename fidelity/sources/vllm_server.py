@@ -229,7 +229,7 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
     summary: dict = {}
     measured_by, measured_file = "", None
     assumed: list[str] = []
-    cap = None
+    cap, client_benchmarks = None, None
     if named is not None:
         name, reader, measured_file = named
         requests, measured_by = reader(measured_file), MEASURED_BY[name]
@@ -238,6 +238,7 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         assumed += [sends] if sends else []
     elif guidellm is not None:
         requests, summary, measured_by, measured_file = guidellm.requests, guidellm.summary, "guidellm", report[1]
+        client_benchmarks = guidellm.benchmarks
         assumed += guidellm.notes
         if profile is None and guidellm.profile is not None:  # the load the client's arguments describe
             profile, profile_file = guidellm.profile, report[1]
@@ -261,4 +262,4 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
                    measured_by=measured_by, measured_file=measured_file,
                    tpot_of_means=not len(requests) and bool(summary),
                    profile=profile, summary=summary, profile_file=profile_file, profile_ignored=tuple(ignored),
-                   assumed=tuple(assumed), client_max_concurrency=cap)
+                   assumed=tuple(assumed), client_max_concurrency=cap, client_benchmarks=client_benchmarks)

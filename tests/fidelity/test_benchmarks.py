@@ -16,7 +16,6 @@ from fidelity.host_overhead import HostOverhead
 from fidelity.predict import predict_run
 from fidelity.run_folders import find_runs
 from fidelity.runs import RealRun, ServerArgs
-from fidelity.sources.guidellm_results import report_benchmarks
 
 PROFILE = {"rate-type": "sweep", "rate": 4, "max-requests": 8, "random-seed": 3,
            "data": {"prompt_tokens": 300, "prompt_tokens_stdev": 60, "output_tokens": 30, "output_tokens_stdev": 8}}
@@ -72,8 +71,7 @@ def test_a_sweep_predicted_from_its_profile_is_scored_benchmark_by_benchmark(tmp
     rows = benchmark_rows(pred)
     assert len(rows) == 4 * len(COMPARED)
     assert max(abs(r["error"]) for r in rows) < 1e-6
-    measured = report_benchmarks(json.loads((folder / "benchmarks.json").read_text()))
-    assert [b["failed"] for b in measured] == [0, 0, 0, 1]
+    assert [b["failed"] for b in run.client_benchmarks.rows] == [0, 0, 0, 1]
     # guidellm's sweep: the constant benchmarks between the first two's achieved rates
     sim = predicted_benchmarks(pred.requests)
     assert [b["strategy"] for b in sim] == ["synchronous", "throughput", "constant", "constant"]
