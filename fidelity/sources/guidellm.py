@@ -235,19 +235,21 @@ class GuidellmWorkload:
         self.output = IntegerSampler(data["output_tokens"], data.get("output_tokens_stdev"),
                                      data.get("output_tokens_min"), data.get("output_tokens_max"), s + 1)
         self._rng = np.random.default_rng(s)
-        self.measured_rates: list[float] = []
         self.benchmarks: list[Benchmark] = []  # as the client measured each (`benchmark_rows`)
         self._phase = -1
         self._count = 0
         self._sent = 0
         self._left = 0
-        self._t0 = 0.0
-        self._first_start = math.inf
 
     @property
     def mean_prefix_tokens(self) -> float:
         """The shared prefix a request carries, on average over the draws."""
         return sum(t for _, t in self.prefixes) / len(self.prefixes) if self.prefixes else 0.0
+
+    @property
+    def measured_rates(self) -> list[float]:
+        """Requests per second each finished benchmark achieved: what guidellm feeds a sweep's rates."""
+        return [self.max_requests / max(b.end - b.start, 1e-9) for b in self.benchmarks if not math.isnan(b.end)]
 
     @property
     def num_requests(self) -> int:
@@ -269,9 +271,7 @@ class GuidellmWorkload:
         if self.phases[self._phase] in ("synchronous", "concurrent") and self._sent < self.max_requests:
             out.append(self._request(now))  # the stream that just ended sends its next request
         if self._left == 0 and self._sent >= self.max_requests:
-            # requests per second this benchmark achieved: what guidellm feeds the next rates
-            self.measured_rates.append(self.max_requests / max(now - self._t0, 1e-9))
-            self.benchmarks[self._phase].end = now
+            self.benchmarks[self._phase].end = now  # its rate feeds the next ones' (`measured_rates`)
             if self._phase + 1 < len(self.phases):
                 out.extend(self._begin(self._phase + 1, now))
         return out
@@ -284,7 +284,7 @@ class GuidellmWorkload:
         return float(rates[k - 2])
 
     def _begin(self, k: int, t0: float) -> list[Request]:
-        self._phase, self._t0, self._sent, self._left = k, t0, 0, self.max_requests
+        self._phase, self._sent, self._left = k, 0, self.max_requests
         kind = self.phases[k]
         n = self.max_requests
         target = self._rate(k) if kind in ("constant", "poisson") else self.rates[k]
