@@ -29,7 +29,7 @@ from policies import ConfigError, FinishReason
 from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 from fidelity.engine_settings import ALIASES
 from fidelity.runs import RealRun
-from fidelity.sources.guidellm import GuidellmWorkload
+from fidelity.sources.guidellm import GuidellmWorkload, is_guidellm_profile
 from fidelity.sources.guidellm_results import read_guidellm_requests
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import LATEST_READ, CHAT_BEHAVIOURS, SharedPrefixProfile, behaviour_for
@@ -278,7 +278,7 @@ def check_workload(run: RealRun) -> WorkloadCheck | None:
     if key not in _CHECKS:
         if data.get("type") == "shared_prefix":
             _CHECKS[key] = _inference_perf_check(run)
-        elif "prompt_tokens" in data and (run.profile.get("rate-type") or run.profile.get("rate_type")):
+        elif is_guidellm_profile(run.profile):
             _CHECKS[key] = _guidellm_check(run)
         else:
             _CHECKS[key] = None

@@ -20,6 +20,7 @@ from fidelity.client_timeout import client_timeout
 from fidelity.client_workload import write_resolved_profile
 from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs, async_scheduling,  # noqa: F401 (re-exported)
                            engine_version, release)
+from fidelity.sources.guidellm import is_guidellm_profile
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import SharedPrefixProfile
 from fidelity.sources.inference_perf_results import shared_prefix_profile
@@ -233,13 +234,6 @@ def profile_workload_section(profile: dict, seed: int = 0, cache_dir: str | Path
     if sys_len > 0:
         section.update(num_prefix_groups=p.num_groups, prefix_len=sys_len, users_per_group=p.num_prompts_per_group)
     return section
-
-
-def is_guidellm_profile(profile: dict | None) -> bool:
-    """True for a guidellm profile (a `rate-type` and synthetic `data`), which its own generator runs."""
-    data = (profile or {}).get("data")
-    return (isinstance(data, dict) and "prompt_tokens" in data
-            and bool((profile or {}).get("rate-type") or (profile or {}).get("rate_type")))
 
 
 def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "auto",

@@ -50,6 +50,13 @@ RATE_TYPES = ("sweep", "synchronous", "throughput", "constant", "poisson", "conc
 DEFAULT_MAX_CONCURRENCY = (((0, 0), None), ((0, 4), 512), ((0, 7), 10240))
 
 
+def is_guidellm_profile(profile: dict | None) -> bool:
+    """True for a guidellm profile (a `rate-type` and synthetic `data`), which `GuidellmWorkload` runs."""
+    data = (profile or {}).get("data")
+    return (isinstance(data, dict) and "prompt_tokens" in data
+            and bool((profile or {}).get("rate-type") or (profile or {}).get("rate_type")))
+
+
 def default_max_concurrency(release: tuple[int, ...]) -> int | None:
     """guidellm's own bound on requests in flight in `release` (`DEFAULT_MAX_CONCURRENCY`)."""
     return [cap for since, cap in DEFAULT_MAX_CONCURRENCY if release >= since][-1]

@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 
 from fidelity.runs import measured_table
-from fidelity.sources.guidellm import RATE_TYPES, GuidellmWorkload, guidellm_prefixes, guidellm_release
+from fidelity.sources.guidellm import (RATE_TYPES, GuidellmWorkload, guidellm_prefixes, guidellm_release,
+                                      is_guidellm_profile)
 from policies import ConfigError
 
 #: the guidellm release a report without `metadata` is read as (0.2 and 0.3 share its layout and
@@ -105,7 +106,7 @@ def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport
     model = report_model(data)
     if sampled:
         why = "its arguments describe no synthetic load servesim can regenerate"
-        if profile is not None and profile.get("rate-type") in RATE_TYPES and "data" in profile:
+        if is_guidellm_profile(profile):
             try:
                 GuidellmWorkload(profile)
                 why = ""
