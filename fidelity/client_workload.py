@@ -15,11 +15,9 @@ sampled prompt lengths are scaled to the measured mean. `WorkloadCheck.lines()` 
 """
 from __future__ import annotations
 
-import hashlib
 import heapq
 import json
 import math
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,6 +26,7 @@ import numpy as np
 from policies import ConfigError, FinishReason
 from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 from fidelity.engine_settings import ALIASES
+from records.files import write_content_file
 from fidelity.runs import RealRun
 from fidelity.sources.guidellm import GuidellmWorkload, is_guidellm_profile
 from fidelity.sources.guidellm_results import read_guidellm_requests
@@ -299,15 +298,8 @@ def resolved_profile(run: RealRun, check: WorkloadCheck | None = None) -> dict:
 
 def write_resolved_profile(run: RealRun, folder: str | Path, check: WorkloadCheck | None = None) -> Path:
     """`resolved_profile` as a JSON file in `folder` (named by the run and its content)."""
-    profile = resolved_profile(run, check)
-    text = json.dumps(profile, sort_keys=True, default=str)
-    path = Path(folder) / f"profile-{run.name}-{hashlib.sha1(text.encode()).hexdigest()[:12]}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.is_file():
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    return path
+    text = json.dumps(resolved_profile(run, check), sort_keys=True, default=str)
+    return write_content_file(folder, f"profile-{run.name}-", text.encode())
 
 
 # the client whose release decides a run's workload or metric definitions (by `RealRun.measured_by`),

@@ -8,9 +8,7 @@ inputs, so that the app names no load generator either.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from fidelity.sources.guidellm import RATE_TYPES
 from fidelity.sources.guidellm import WORKLOAD_KIND as GUIDELLM_KIND
 from fidelity.sources.inference_perf import WORKLOAD_KIND as INFERENCE_PERF_KIND
 from fidelity.sources.vidur import TRACE_FORMAT
+from records.files import write_content_file
 
 REGISTERED = (INFERENCE_PERF_KIND, GUIDELLM_KIND, TRACE_FORMAT)
 
@@ -39,9 +38,5 @@ def sweep_workload(strategy: str, rate: str, requests: int, prompt_tokens: int, 
     if strategy not in ("synchronous", "throughput"):
         profile["rate"] = str(rate).strip()
     data = json.dumps(profile, sort_keys=True).encode()
-    path = Path(folder or tempfile.gettempdir()) / f"servesim-sweep-{hashlib.sha256(data).hexdigest()[:20]}.json"
-    if not path.is_file():
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
-        tmp.write_bytes(data)
-        tmp.replace(path)  # atomic: a concurrent session never reads half a file
+    path = write_content_file(folder or tempfile.gettempdir(), "servesim-sweep-", data)
     return {"kind": GUIDELLM_KIND.name, "profile": str(path)}

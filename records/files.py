@@ -4,12 +4,15 @@
 every way a read can fail is one line starting with the field the file came from. `write_json`
 writes one (UTF-8, indented, one trailing newline, its folder made). A summary (`write_summary`,
 `json_safe`) is written with NaN/inf as null, since JSON has no NaN, and numpy scalars as plain
-numbers (`json_default`); `servesim ... --json` prints the same way.
+numbers (`json_default`); `servesim ... --json` prints the same way. `write_content_file` writes
+a file named by its content (a profile or trace the app or a run's config points to), once.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -45,6 +48,19 @@ def write_json(path: str | Path, data: object, *, indent: int = 2, default=None)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=indent, default=default) + "\n", encoding="utf-8")
+    return path
+
+
+def write_content_file(folder: str | Path, prefix: str, data: bytes, suffix: str = ".json") -> Path:
+    """`data` in `folder` (made) as `<prefix><hash of data><suffix>`, written once and atomically:
+    the same content is one file (and one cached config that names it), and a concurrent writer
+    never leaves half a file where a reader can see it."""
+    path = Path(folder) / f"{prefix}{hashlib.sha256(data).hexdigest()[:20]}{suffix}"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
     return path
 
 

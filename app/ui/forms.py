@@ -5,8 +5,6 @@ field's message is written into its placeholder, so the error appears next to th
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import tempfile
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import streamlit as st
 
 from fidelity.workloads import SWEEP_STRATEGIES, sweep_workload
 from policies.config import POLICIES, PREEMPTIONS, QUEUES
+from records.files import write_content_file
 from sim.cluster.router import ROUTERS
 from specs import gpu_names, model_names
 from specs.hardware import DTYPES, KV_CACHE_DTYPES
@@ -71,14 +70,8 @@ def _upload_trace(uploaded) -> str:
     The file is named by its content, so the page's reruns (one per widget change) reuse one file
     and one config: no new file each time, and the cached simulation is found again.
     """
-    data = uploaded.getvalue()
     suffix = Path(uploaded.name).suffix or ".csv"
-    path = Path(tempfile.gettempdir()) / f"servesim-trace-{hashlib.sha256(data).hexdigest()[:20]}{suffix}"
-    if not path.is_file():
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
-        tmp.write_bytes(data)
-        tmp.replace(path)  # atomic: a concurrent session never reads half a file
-    return str(path)
+    return str(write_content_file(tempfile.gettempdir(), "servesim-trace-", uploaded.getvalue(), suffix))
 
 
 def _sweep_inputs(prefix: str, errors: FieldErrors) -> dict:

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from policies import ConfigError
-from records.files import read_json_object, write_json
+from records.files import read_json_object, write_content_file, write_json
 
 
 def write(tmp_path, data: bytes | str, name: str = "x.json"):
@@ -94,3 +94,15 @@ def test_a_summary_is_written_with_nan_as_null_and_numpy_scalars_as_numbers(tmp_
     assert path.read_text() == '{\n  "a": null,\n  "b": 3,\n  "c": [\n    0.5,\n    null\n  ]\n}\n'
     with pytest.raises(TypeError, match="not JSON serializable: complex"):
         write_summary(tmp_path / "bad.json", {"z": 1j})
+
+
+def test_a_content_file_is_named_by_its_content_and_written_once(tmp_path):
+    folder = tmp_path / "made"
+    first = write_content_file(folder, "profile-a-", b'{"rate": 1}')
+    assert first.parent == folder and first.name.startswith("profile-a-") and first.suffix == ".json"
+    assert first.read_bytes() == b'{"rate": 1}'
+    mtime = first.stat().st_mtime_ns
+    assert write_content_file(folder, "profile-a-", b'{"rate": 1}') == first and first.stat().st_mtime_ns == mtime
+    other = write_content_file(folder, "profile-a-", b'{"rate": 2}', ".csv")
+    assert other != first and other.suffix == ".csv" and sorted(p.name for p in folder.iterdir()) == sorted(
+        [first.name, other.name])  # no temporary file left behind
