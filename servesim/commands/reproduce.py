@@ -12,11 +12,12 @@ they ended, measured and predicted, with the client's timeout: `fidelity.client_
 `benchmarks.csv` for runs measured by their guidellm report (each benchmark's req/s, TTFT, ITL
 and E2E beside the report's, replayed or simulated from the profile) and inference-perf runs
 simulated stage by stage (each stage beside its own report), with benchmarks.png, each run's
-curve, and a report.md section: `fidelity.benchmarks`) and `errors.png` (predicted vs measured). With `--fit source` (default: a planner predicting a new
-deployment) nothing measured or fitted on a run's own source (campaign folder) reaches it
-(`fidelity.reproduce.reproduce_source_out`); with `--fit loo` each run is predicted with terms
-fitted on the other runs of its source only; `--overhead FILE` applies a fitted layer instead and
-leaves the runs it was fitted on out of the score.
+curve, and a report.md section: `fidelity.benchmarks`) and `errors.png` (predicted vs measured).
+With `--fit source` (default: a planner predicting a new deployment) nothing measured or fitted on
+a run's own source (campaign folder) reaches it (`fidelity.reproduce.reproduce_source_out`); with
+`--fit loo` each run is predicted with terms fitted on the other runs of its source only;
+`--overhead FILE` applies a fitted layer instead and leaves the runs it was fitted on out of the
+score.
 """
 from __future__ import annotations
 
@@ -186,14 +187,12 @@ def run(args: argparse.Namespace) -> int:
     title = f"servesim reproduce {args.groundtruth} (fit: {'given layer' if args.overhead else args.fit})"
     unpredicted = pd.DataFrame([(r.name, r.source, why) for r, why in skipped], columns=["run", "source", "reason"])
     unpredicted.to_csv(out / "not_predicted.csv", index=False)
-    (out / "report.md").write_text(markdown_report(rep.table, med, excluded, title, settings, unpredicted))
-    plot_errors(rep.table, out / "errors.png")
-    workload_lines = write_run_tables(rep, runs, out)  # ttft_parts.csv, workload.csv
+    # runs scored benchmark by benchmark or stage by stage: benchmarks.csv / .png and report.md's section
     bench_lines, bench_section = write_benchmarks(list(rep.predictions.values()), out / "benchmarks.csv")
-    workload_lines += bench_lines
-    if bench_section:  # guidellm runs, benchmark by benchmark
-        with open(out / "report.md", "a") as f:
-            f.write("\n" + bench_section)
+    report = markdown_report(rep.table, med, excluded, title, settings, unpredicted)
+    (out / "report.md").write_text(report + ("\n" + bench_section if bench_section else ""))
+    plot_errors(rep.table, out / "errors.png")
+    workload_lines = write_run_tables(rep, runs, out) + bench_lines  # ttft_parts.csv, workload.csv
     if workload_lines and not options.quiet(args):
         print("\n".join(workload_lines), file=sys.stderr)
     if args.json:

@@ -4,10 +4,10 @@ Loads the config (or rebuilds one from a real run with `--from-run RUN_DIR`), si
 progress bar, prints the summary table and, with `--out`, writes summary.json, requests.csv,
 steps.csv (+ Parquet copies with pyarrow) and the resolved config.toml to DIR (with `--from-run`
 also settings.csv: every engine setting the run records, modelled or not; the ones not modelled
-print as notes); `--plot` adds
-timeline.png. A workload that runs benchmarks one after another (guidellm's) also prints each as
-its client reports it, and writes benchmarks.csv (`--plot`: benchmarks.png, its curve). The run streams (`records.stream`): tables are written as it goes and finished
-requests leave memory, so a run's memory is what is live, at any size. Each setting that changed
+print as notes); `--plot` adds timeline.png. A workload that runs benchmarks one after another
+(guidellm's) also prints each as its client reports it, and writes benchmarks.csv (`--plot`:
+benchmarks.png, its curve). The run streams (`records.stream`): tables are written as it goes and
+finished requests leave memory, so a run's memory is what is live, at any size. Each setting that changed
 another (`sim.notes`) prints one `note:` line on stderr and is kept in config.toml. Bad input
 raises ValueError/ConfigError, which the `servesim` dispatcher prints as one line with exit code 2.
 """
@@ -76,20 +76,26 @@ def recorded_settings(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def write_rows(path, rows: list[dict]) -> None:
+    """`rows` (dicts with the same keys) as a CSV table, the first row's keys as its header."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def run(args: argparse.Namespace) -> int:
     config = load(args)
     settings = recorded_settings(args) if args.from_run else []
     workload = build_workload(config.workload, config.scheduler.max_model_len)
     config = with_notes(config, setting_notes(config, workload))
     options.note(args, *config.notes)
+    plot = args.plot and not args.no_plot
     result = simulate(config, progress=options.progress(args), workload=workload, out=args.out, stream=True,
-                      plot=args.plot and not args.no_plot)
+                      plot=plot)
     out = result.out_dir
     if out is not None and settings:
-        with open(out / "settings.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(settings[0]))
-            w.writeheader()
-            w.writerows(settings)
+        write_rows(out / "settings.csv", settings)
     after = outcome_notes(workload)
     if after:
         options.note(args, *after)
@@ -102,11 +108,8 @@ def run(args: argparse.Namespace) -> int:
     # a client that runs benchmarks one after another (guidellm's sweep): each as that client reports it
     benchmarks = workload.benchmark_rows() if hasattr(workload, "benchmark_rows") else []
     if benchmarks and out is not None:
-        with open(out / "benchmarks.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(benchmarks[0]))
-            w.writeheader()
-            w.writerows(benchmarks)
-        if args.plot:  # the curve: latency against the rate each benchmark achieved
+        write_rows(out / "benchmarks.csv", benchmarks)
+        if plot:  # the curve: latency against the rate each benchmark achieved
             from fidelity.benchmarks import plot_simulated  # pandas and the run readers: a plot's only
 
             plot_simulated(benchmarks, out / "benchmarks.png", title=str(args.config or args.from_run))
@@ -119,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 options.say(args, "", format_benchmarks(benchmarks))
             if out is not None:
                 names = ["summary.json", "requests.csv", "steps.csv", "config.toml", "requests.parquet",
-                         "steps.parquet", "benchmarks.csv"] + (["timeline.png", "benchmarks.png"] if args.plot else [])
+                         "steps.parquet", "benchmarks.csv"] + (["timeline.png", "benchmarks.png"] if plot else [])
                 options.say(args, f"\nwrote {out}/: {', '.join(n for n in names if (out / n).is_file())}")
     except BrokenPipeError:  # `| head`: the reader left; not an error
         pass
