@@ -122,7 +122,7 @@ def recorded_version(run: RealRun, client: str) -> str | None:
     if client == "guidellm" and run.path.is_dir():  # its report (any name) opens with its metadata
         key = '"guidellm_version": "'
         for report in sorted(run.path.glob("*.json")):
-            with open(report, errors="replace") as f:
+            with open(report, encoding="utf-8", errors="replace") as f:
                 head = f.read(4096)  # no need to parse megabytes
             if key in head:
                 return head.split(key, 1)[1].split('"', 1)[0]

@@ -20,7 +20,7 @@ KINDS = (("vllm-bench", is_bench_result), ("guidellm", is_guidellm_report))
 def load_json_object(path: Path) -> dict | None:
     """The parsed file if it is a JSON object, else None (a JSON list is not read past its first character)."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:  # JSON is UTF-8 whatever the locale says
             if f.read(1) != "{":
                 return None
             f.seek(0)
