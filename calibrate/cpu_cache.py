@@ -8,8 +8,20 @@ the caches this machine sees, not who else shares them, so the diagnostic warns;
 """
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 from pathlib import Path
+
+def cpu_model() -> str:
+    """The CPU's model name as Linux reports it (/proc/cpuinfo), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
 
 #: where Linux describes cpu0's caches, one `index*` folder per cache
 SYSFS_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")

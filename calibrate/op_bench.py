@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import copy
 import itertools
-import platform
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from calibrate.cpu_cache import cpu_model
 from calibrate.grid import Grid
 from calibrate.speed_probe import fake_seq
 from gpu_backend.attention import select_backend
@@ -71,15 +70,7 @@ def time_call(fn: Callable[[], object], warmup: int, repeats: int, device: torch
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"cpu: {name} ({torch.get_num_threads()} threads)"
+    return f"cpu: {cpu_model()} ({torch.get_num_threads()} threads)"
 
 
 def _decode_seqs(batch: int, kv_len: int, block_size: int) -> list[ScheduledSeq]:

@@ -51,12 +51,19 @@ USED: dict[str, str] = {
     "vllm_version": "the vllm preset's version (its default limits)",
     "engine_version": "the vllm preset's version (its default limits)",
     "gpu": "hardware.gpu", "hardware": "hardware.gpu",
+    "engine_use_ray": "the v0 engine as a Ray actor: a remote step() a step returning every scheduled request's "
+                      "prompt and output (--fit source: counted per unit, fidelity.ray_serving_path; fitted "
+                      "modes: within the fitted host terms)",
+    "worker_use_ray": "the v0 worker as a Ray actor: a remote execute_model a step carrying every scheduled "
+                      "request's token ids (--fit source: counted per unit, fidelity.ray_serving_path; fitted "
+                      "modes: within the fitted host terms)",
+    "entrypoint": "vllm.entrypoints.api_server streams each request's prompt + text as JSON every step "
+                  "(with engine_use_ray, fidelity.ray_serving_path); the API front end's terms otherwise",
 }
 # known vLLM arguments servesim does not model, and why (the simulation runs as if at the default)
 UNUSED: dict[str, str] = {
     "async_scheduling": "a vLLM v0 engine (no chunked prefill) has no async scheduling: simulated without it",
     "enforce_eager": "eager launches vs CUDA graphs: the GPU data's own launch mode applies",
-    "swap_space": "the CPU swap pool of vLLM v0's swap preemption: preemption is recompute here",
     "cpu_offload_gb": "weights offloaded to CPU memory are not modelled",
     "quantization": "weight quantization is not modelled: weights at the model dtype",
     "speculative_config": "speculative decoding is not modelled here",
@@ -66,13 +73,11 @@ UNUSED: dict[str, str] = {
     "max_num_partial_prefills": "concurrent partial prefills limit: not modelled",
     "long_prefill_token_threshold": "long-prefill threshold: not modelled",
     "scheduling_policy": "queue order: fcfs assumed",
-    "engine_use_ray": "the v0 engine as a Ray actor (a remote call per step): its cost is not modelled apart "
-                      "from the host terms",
-    "worker_use_ray": "the v0 model workers as Ray actors: their per-step call is not modelled apart from "
-                      "the host terms",
 }
 # settings that cannot change a text model's timing (listed, with why)
 NO_TIMING: dict[str, str] = {
+    "swap_space": "the CPU swap pool: vLLM preempts a single-sequence request by recompute (v0 swaps only groups "
+                  "of several sequences, beam search or n > 1; v1 never swaps), as simulated, so it stays unused",
     "disable_log_stats": "logging only",
     "seed": "the sampling seed (the lengths come from the run)",
     "app": "the campaign's label of the run, not an engine setting",

@@ -16,7 +16,8 @@ import pandas as pd
 
 from policies import BatchPlan, ConfigError
 
-STEP_TERMS = ("schedule_s", "schedule_per_seq_s", "prepare_per_token_s", "sample_per_seq_s")
+STEP_TERMS = ("schedule_s", "schedule_per_seq_s", "prepare_per_token_s", "sample_per_seq_s",
+              "serialize_per_context_token_s")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class HostOverhead:
     schedule_per_seq_s          per scheduled sequence: scheduler bookkeeping, block tables
     prepare_per_token_s         per token of the step: input preparation (ids, positions, slots)
     sample_per_seq_s            per sampled sequence: sampling + output processing in the step
+    serialize_per_context_token_s  per context token of the step's sequences: copying each one's
+                                whole prompt and output between processes (vLLM v0's Ray path)
     compute_scale               correction of the GPU model's kernel time (1 = as profiled)
     frontend_s                  per request, outside the engine: HTTP, tokenization, first chunk
     frontend_per_token_s        per request and prompt token, outside the engine: tokenizing
@@ -40,6 +43,7 @@ class HostOverhead:
     schedule_per_seq_s: float = 0.0
     prepare_per_token_s: float = 0.0
     sample_per_seq_s: float = 0.0
+    serialize_per_context_token_s: float = 0.0
     compute_scale: float = 1.0
     frontend_s: float = 0.0
     frontend_per_token_s: float = 0.0
@@ -68,9 +72,11 @@ class HostOverhead:
         return self.frontend_s + self.frontend_per_token_s * num_prompt_tokens
 
 
-def step_features(plan: BatchPlan) -> tuple[int, int, int]:
-    """(tokens, sequences, sampled sequences) of a step: what the per-step host terms scale with."""
-    return plan.num_tokens, plan.num_seqs, plan.totals.num_outputs  # outputs: sampled, not padding
+def step_features(plan: BatchPlan) -> tuple[int, int, int, int]:
+    """(tokens, sequences, sampled sequences, context tokens) of a step: what the per-step host
+    terms scale with (context: each sequence's keys/values by the end of the step, summed)."""
+    t = plan.totals
+    return t.num_tokens, t.num_seqs, t.num_outputs, t.decode_context + t.prefill_context  # outputs: not padding
 
 
 class HostOverheadLatencyModel:
@@ -84,27 +90,29 @@ class HostOverheadLatencyModel:
         self.gpu_model = gpu_model
         self.overhead = overhead or HostOverhead()
         self.record = record
-        self.log: list[tuple[float, int, int, int]] = []
+        self.log: list[tuple[float, int, int, int, int]] = []
 
     def breakdown(self, plan: BatchPlan) -> dict[str, float]:
         """Seconds per named term (sums to `step_time(plan)`)."""
         o = self.overhead
         gpu = float(self.gpu_model.step_time(plan))
-        tokens, seqs, sampled = step_features(plan)
+        tokens, seqs, sampled, context = step_features(plan)
         if self.record:
-            self.log.append((gpu, tokens, seqs, sampled))
+            self.log.append((gpu, tokens, seqs, sampled, context))
         return {
             "gpu": o.compute_scale * gpu,
             "schedule": o.schedule_s + o.schedule_per_seq_s * seqs,
             "prepare": o.prepare_per_token_s * tokens,
             "sample": o.sample_per_seq_s * sampled,
+            "serialize": o.serialize_per_context_token_s * context,
         }
 
     def step_time(self, plan: BatchPlan) -> float:
         return float(sum(self.breakdown(plan).values()))
 
     def steps_log(self) -> pd.DataFrame:
-        return pd.DataFrame(self.log, columns=["gpu_s", "num_tokens", "num_seqs", "num_sampled"])
+        return pd.DataFrame(self.log, columns=["gpu_s", "num_tokens", "num_seqs", "num_sampled",
+                                               "context_tokens"])
 
 
 def apply_frontend(requests: pd.DataFrame, overhead: HostOverhead) -> pd.DataFrame:

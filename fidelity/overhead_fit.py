@@ -74,6 +74,8 @@ def hidden_parts(steps: pd.DataFrame, overhead: HostOverhead) -> tuple[np.ndarra
     th = theta_of(overhead)
     F = _step_features(steps)
     device, host = th[0] * F[:, 0], F[:, 1:] @ th[1:5]
+    if overhead.serialize_per_context_token_s and "context_tokens" in steps:  # a set term, never fitted
+        host = host + overhead.serialize_per_context_token_s * steps["context_tokens"].to_numpy(float)
     overlapped = steps["duration"].to_numpy(float) < (device + host) * (1 - 1e-9) - 1e-12
     return overlapped & (device >= host), overlapped & (device < host)
 

@@ -27,6 +27,7 @@ from fidelity.client_workload import resolved_profile
 from fidelity.host_layer import shipped_layer
 from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend
 from fidelity.overhead_fit import hidden_parts
+from fidelity.ray_serving_path import FULL_TEXT_ENTRYPOINT, serving_path_terms
 from fidelity.metric_definitions import definition
 from fidelity.replay import ReplayWorkload
 from fidelity.run_config import config_dict_for_run
@@ -286,9 +287,15 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
             per_out, per_step = stack.get("engine_s_per_output", 0.0), stack.get("engine_s_per_step", 0.0)
             evidence.append(f"v0 engine in the API process: {per_out * 1e3:.2f} ms per streamed output, "
                             f"{per_step * 1e3:.3f} ms per step: our serve stack")
+    ray_step, ray_seq, ray_token = 0.0, 0.0, 0.0
+    ray = ray_path_terms(run) if not run.server.enable_chunked_prefill else None
+    if ray is not None:
+        ray_step, ray_seq, ray_token, why = ray
+        evidence.append(why)
     if gpu_model == "distserve":
         evidence.append("per-sequence host time: documented constant (RooflineConstants.per_seq_overhead_s)")
-        return HostOverhead(schedule_s=per_step, schedule_per_seq_s=c.per_seq_overhead_s, sample_per_seq_s=per_out,
+        return HostOverhead(schedule_s=per_step + ray_step, schedule_per_seq_s=c.per_seq_overhead_s + ray_seq,
+                            sample_per_seq_s=per_out, serialize_per_context_token_s=ray_token,
                             frontend_s=front), evidence
     if gpu_model != "aiconfigurator":
         why = "the roofline carries its own host constants" if gpu_model == "roofline" else \
@@ -306,8 +313,18 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
     else:
         evidence.insert(0, "host time per step and per sequence: documented constants (RooflineConstants)")
         step_s = c.step_overhead_s
-    return HostOverhead(schedule_s=step_s + per_step, schedule_per_seq_s=per_seq,
-                        sample_per_seq_s=per_out, frontend_s=front, frontend_per_token_s=per_token), evidence
+    return HostOverhead(schedule_s=step_s + per_step + ray_step, schedule_per_seq_s=per_seq + ray_seq,
+                        sample_per_seq_s=per_out, serialize_per_context_token_s=ray_token, frontend_s=front,
+                        frontend_per_token_s=per_token), evidence
+
+
+def ray_path_terms(run: RealRun) -> tuple[float, float, float, str] | None:
+    """What vLLM v0's Ray serving path adds to each step of `run` (`fidelity.ray_serving_path`), as
+    its recorded `engine_use_ray`, `worker_use_ray` and entry point say; None without either flag."""
+    def recorded(name):
+        return (run.recorded_args.get(name) or (None,))[0]
+    return serving_path_terms(bool(recorded("engine_use_ray")), bool(recorded("worker_use_ray")),
+                              recorded("entrypoint") == FULL_TEXT_ENTRYPOINT)
 
 
 def compute_prior(run: RealRun | None = None, gpu: str | None = None, measured: bool = True,

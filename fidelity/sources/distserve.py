@@ -49,7 +49,7 @@ DISTSERVE_VLLM_LAUNCH: dict[str, object] = {
     # 1728-token one, `distserve_prefill_batches`): they look like another launch (bde5424's 524288,
     # docs/results/2026-12-02-distserve.md), but only their own timings say so, so the script stands
     "max_paddings": 256,
-    "engine_use_ray": True, "worker_use_ray": True,
+    "engine_use_ray": True, "worker_use_ray": True, "entrypoint": "vllm.entrypoints.api_server",
 }
 # What the runs' timings show agrees with the script's budget (`distserve_prefill_batches`): prompts
 # whose first tokens arrive within 0.6 ms of each other were prefilled in one step, and five of the

@@ -90,9 +90,11 @@ def test_every_shipped_runs_settings_have_a_status(shared_data):
         assert "async_scheduling=True" not in not_modelled(rtx)
         assert {r["setting"]: r for r in settings_table(rtx)}["async_scheduling"]["status"] == MODELLED
     ds = [r for r in runs if r.source.startswith("distserve")]  # the launch script's settings: its padding cap
-    for r in ds:                                                 # modelled, its swap space not
+    for r in ds:                                                 # and Ray hops modelled, its swap space unused
         rows = {x["setting"]: x for x in settings_table(r)}
-        assert rows["swap_space"]["status"] == NOT_MODELLED and rows["max_paddings"]["status"] == MODELLED
+        assert rows["swap_space"]["status"] == NO_EFFECT and rows["max_paddings"]["status"] == MODELLED
+        assert rows["engine_use_ray"]["status"] == rows["worker_use_ray"]["status"] == MODELLED
+        assert not not_modelled(r)
 
 
 def test_what_a_run_does_not_record_is_listed_as_assumed(tmp_path):
