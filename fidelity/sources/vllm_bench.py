@@ -9,15 +9,17 @@ per token (`fidelity.metric_definitions`). A send time is when the client let th
 are made as the client makes them: due all at once at `request_rate` inf, else after gamma gaps of
 shape `burstiness` at `request_rate`, in the file's order (`send_times`, drawn here), and under
 `max_concurrency` each sent when it is due and one of that many slots is free (the replay's
-`sim.workload.concurrency.ConcurrencyCap`). A file is known by its content (the lists), not its
-name: `vllm bench` names it after the backend, rate, model and date.
+`sim.workload.concurrency.ConcurrencyCap`). A request the client saw fail (an `errors` entry, or
+no TTFT or output) has no timings: it is counted (the run's `num_failures`, in served.csv) and said,
+not replayed. A file is known by its content (the lists), not its name: `vllm bench` names it after
+the backend, rate, model and date.
 """
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -28,6 +30,15 @@ if TYPE_CHECKING:  # the run readers' tables
 
 #: the lists a result must hold to be read as one (`start_times` may be missing: `read_vllm_bench`)
 REQUIRED = ("input_lens", "output_lens", "ttfts")
+
+
+class BenchResult(NamedTuple):
+    """A `vllm bench serve` result as a run's measurements (`read_vllm_bench`)."""
+
+    requests: "pd.DataFrame"  # the served requests, in send order
+    sends: str | None  # how the send times were made where the file does not hold them, else None
+    max_concurrency: int | None  # the client's bound those made-up sends must keep, else None
+    failed: int  # requests the client sent and saw fail (no timings): counted, not replayed
 
 
 def is_bench_result(data) -> bool:
@@ -50,10 +61,10 @@ def send_times(n: int, request_rate, burstiness=1.0, seed: int = 0) -> np.ndarra
     return np.concatenate([[0.0], np.cumsum(gaps)])
 
 
-def read_vllm_bench(path: Path, data: dict | None = None) -> tuple[pd.DataFrame, str | None, int | None]:
-    """(the served requests of a `vllm bench serve` result, failed ones dropped; how their send
-    times were made when the file does not hold them, else None; the client's bound on requests in
-    flight those made-up sends must keep, else None).
+def read_vllm_bench(path: Path, data: dict | None = None) -> BenchResult:
+    """A `vllm bench serve` result's served requests (failed ones counted and dropped: they have
+    no timings), how their send times were made when the file does not hold them, and the client's
+    bound on requests in flight those made-up sends must keep.
 
     E2E is `latencies` where the release saved them, else TTFT + the sum of the request's `itls`.
     Without `start_times` the requests are due at `send_times` of the file's `request_rate` and
@@ -88,12 +99,11 @@ def read_vllm_bench(path: Path, data: dict | None = None) -> tuple[pd.DataFrame,
     for key, values in lists.items():
         if len(values) != n:
             raise ValueError(f"{path}: {key} has {len(values)} entries, ttfts {n}: not one per request")
-    rows = []
+    rows, failed = [], 0
     for i in range(n):
-        if "errors" in lists and lists["errors"][i]:
-            continue
         ttft, n_out = data["ttfts"][i], lists["output_lens"][i]
-        if not ttft or not n_out:  # a request the client counted as failed
+        if ("errors" in lists and lists["errors"][i]) or not ttft or not n_out:  # the client saw it fail
+            failed += 1
             continue
         if "latencies" in lists:
             e2e = float(lists["latencies"][i])
@@ -104,4 +114,4 @@ def read_vllm_bench(path: Path, data: dict | None = None) -> tuple[pd.DataFrame,
                      "ttft_s": float(ttft), "e2e_s": e2e})
     if not rows:
         raise ValueError(f"{path}: no request of this vllm bench result was served")
-    return measured_table({k: [r[k] for r in rows] for k in rows[0]}), generated, cap
+    return BenchResult(measured_table({k: [r[k] for r in rows] for k in rows[0]}), generated, cap, failed)

@@ -234,8 +234,14 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         name, reader, measured_file = named
         requests, measured_by = reader(measured_file), MEASURED_BY[name]
     elif report is not None and report[0] == "vllm-bench":
-        (requests, sends, cap), measured_by, measured_file = read_vllm_bench(*report[1:]), "vllm-bench", report[1]
+        (requests, sends, cap, failed), measured_by, measured_file = read_vllm_bench(*report[1:]), "vllm-bench", \
+            report[1]
         assumed += [sends] if sends else []
+        if failed:  # beside the replayed requests (`fidelity.client_timeout.served_row`): nothing lost
+            summary = {"num_failures": float(failed)}
+            assumed.append(f"vllm bench: {failed} failed request(s) left out (no timings)" +
+                           ("; each held one of max_concurrency's slots until it failed, which the replay "
+                            "leaves free" if cap is not None else ""))
     elif guidellm is not None:
         requests, summary, measured_by, measured_file = guidellm.requests, guidellm.summary, "guidellm", report[1]
         client_benchmarks = guidellm.benchmarks

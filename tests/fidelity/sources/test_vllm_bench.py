@@ -54,8 +54,9 @@ def test_a_bench_result_is_read_by_its_content_with_send_times_replayed(tmp_path
     assert client_kind(load_json_object(tmp_path / "notes.json")) is None
     [run] = find_runs(tmp_path)
     assert run.measured_by == "vllm-bench"
-    got, keep = run.requests, [i for i in range(12) if i != 3]  # the failed request is dropped
-    assert len(got) == 11
+    got, keep = run.requests, [i for i in range(12) if i != 3]  # the failed request is dropped, and counted
+    assert len(got) == 11 and run.summary["num_failures"] == 1
+    assert any("1 failed request(s) left out" in note for note in run.assumed)
     np.testing.assert_allclose(got["arrival_time"], requests["arrival_time"][keep] - requests["arrival_time"][0])
     np.testing.assert_allclose(got["ttft_s"], ttft[keep])
     np.testing.assert_allclose(got["e2e_s"], e2e[keep])
@@ -67,18 +68,18 @@ def test_an_older_result_takes_e2e_from_its_itls_and_its_sends_from_the_clients_
     requests = make_requests(n=6)
     ttft, e2e = measured(requests)
     path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("latencies",))
-    got, sends, cap = read_vllm_bench(path)
+    got, sends, cap, failed = read_vllm_bench(path)
     np.testing.assert_allclose(got["e2e_s"], e2e)  # TTFT + the token gaps
-    assert sends is None and cap is None  # recorded
+    assert sends is None and cap is None and failed == 0  # recorded
     path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("start_times",))
-    got, sends, cap = read_vllm_bench(path)
+    got, sends, cap, _ = read_vllm_bench(path)
     assert "as the client draws them" in sends and "2.0 req/s" in sends and cap is None
     assert got["arrival_time"].iloc[0] == 0 and got["arrival_time"].is_monotonic_increasing
     np.testing.assert_allclose(got["ttft_s"], ttft)  # the measurements stay in the file's order
     # sends that waited for a free slot: due as drawn, under the client's bound
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "max_concurrency": 8}))
-    _, sends, cap = read_vllm_bench(path)
+    _, sends, cap, _ = read_vllm_bench(path)
     assert cap == 8 and "max_concurrency = 8 slots" in sends
     path.write_text(json.dumps({**data, "max_concurrency": 0}))
     with pytest.raises(ValueError, match="max_concurrency: expected a positive integer"):
@@ -165,3 +166,22 @@ def test_a_bound_the_replay_cannot_keep_is_listed_not_fatal(tmp_path):
     path.write_text(json.dumps({**json.loads(path.read_text()), "max_concurrency": 4}))
     [run] = find_runs(tmp_path)
     assert "max_concurrency over 2 data-parallel engines is not modelled" in why_unpredictable(run)
+
+
+def test_failed_requests_are_counted_beside_the_served_ones(tmp_path):
+    """Nothing is lost: a request the client saw fail has no timings to replay, so it is counted
+    (served.csv's measured_failures) and said, with the slot it held under max_concurrency."""
+    from fidelity.client_timeout import served_row
+    from fidelity.predict import predict_run
+
+    requests = make_requests(n=10)
+    ttft, e2e = measured(requests)
+    write_exp_config(tmp_path, gpu="H100")
+    path = write_bench_result(tmp_path, requests, ttft, e2e, drop=("start_times",), failed=(2, 7))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "max_concurrency": 4}))
+    [run] = find_runs(tmp_path)
+    assert len(run.requests) == 8 and run.summary["num_failures"] == 2
+    note, = [n for n in run.assumed if "failed request" in n]
+    assert "2 failed" in note and "max_concurrency" in note
+    row = served_row(predict_run(run, gpu_model="roofline"))
+    assert row["measured_failures"] == 2 and row["measured_successes"] == 8 and row["predicted_requests"] == 8
