@@ -13,13 +13,13 @@ means, as the run's summary is scored). `benchmark_rows` sets the two side by si
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from fidelity.benchmark_stats import benchmark_stats
 from fidelity.predict import Prediction
 from fidelity.sources.inference_perf_results import read_summary_means, requested_output_mean
 from fidelity.sources.vllm_server import run_file
@@ -33,11 +33,10 @@ AXIS = {"ttft_mean_ms": "mean TTFT (ms)", "itl_mean_ms": "mean ITL (ms)", "e2e_m
 
 
 def predicted_benchmarks(requests: pd.DataFrame, starts: list[float] | None = None) -> list[dict]:
-    """Each benchmark of a simulated run (its requests' `phase`), as the client would report it:
-    served requests per second over its duration, mean TTFT and ITL (ms), E2E (s). A benchmark
+    """Each benchmark of a simulated run (its requests' `phase`), as the client would report it
+    (`fidelity.benchmark_stats`: requests per second over its span, TTFT, ITL, E2E). A benchmark
     starts at `starts[k]` (a replay: when the report says it started), else where guidellm starts
-    it: when the one before it has ended (the first at time 0), 1/rate before a constant rate's
-    first send."""
+    it: when the one before it has ended (the first at time 0), or at its first send if earlier."""
     out, start = [], 0.0
     for k, (phase, g) in enumerate(requests.groupby("phase", sort=True)):
         ok = g[np.isfinite(g["e2e_s"].to_numpy(dtype=float))]
@@ -45,13 +44,10 @@ def predicted_benchmarks(requests: pd.DataFrame, starts: list[float] | None = No
         begin = starts[k] if starts is not None and k < len(starts) else start
         span, start = end - min(begin, float(g["arrival_time"].min())), end
         itl = ok["tpot_s"].to_numpy(dtype=float)
-        itl = itl[np.isfinite(itl)]
+        stats = benchmark_stats(ok["ttft_s"], itl[np.isfinite(itl)], ok["e2e_s"],
+                                int(ok["num_output_tokens"].sum()) if "num_output_tokens" in ok else 0, span)
         out.append({"benchmark": int(phase), "strategy": str(g["strategy"].iloc[0]) if "strategy" in g else "",
-                    "requests": len(ok), "failed": len(g) - len(ok),
-                    "requests_per_s": len(ok) / span if span > 0 else math.nan,
-                    "ttft_mean_ms": 1e3 * float(ok["ttft_s"].mean()) if len(ok) else math.nan,
-                    "itl_mean_ms": 1e3 * float(itl.mean()) if itl.size else math.nan,
-                    "e2e_mean_s": float(ok["e2e_s"].mean()) if len(ok) else math.nan})
+                    "requests": stats.pop("requests"), "failed": len(g) - len(ok), **stats})
     return out
 
 
@@ -84,8 +80,6 @@ def stage_rows(pred: Prediction) -> list[dict]:
         # under ignore_eos the server generates what the stage's own sends asked for (the generator's
         # max_tokens: the client's prompts, exactly), not the run's mean over every prompt
         m = read_summary_means(file, float(g["max_tokens"].mean()) if ignore_eos and "max_tokens" in g else None)
-        with open(file) as f:
-            rate = (json.load(f).get("load_summary") or {}).get("achieved_rate", math.nan)
         ok = g[np.isfinite(g["e2e_s"].to_numpy(dtype=float))]
         sends = float(g["arrival_time"].max() - g["arrival_time"].min())
         ttft, e2e = (float(ok[c].mean()) if len(ok) else math.nan for c in ("ttft_s", "e2e_s"))
@@ -93,8 +87,9 @@ def stage_rows(pred: Prediction) -> list[dict]:
         predicted = {"requests_per_s": (len(g) - 1) / sends if sends > 0 else math.nan,
                      "ttft_mean_ms": 1e3 * ttft, "e2e_mean_s": e2e,
                      "tpot_of_means_ms": 1e3 * (e2e - ttft) / (n - 1) if n > 1 else math.nan}
-        measured = {"requests_per_s": float(rate), "ttft_mean_ms": 1e3 * m.get("ttft_s", math.nan),
-                    "e2e_mean_s": m.get("e2e_s", math.nan), "tpot_of_means_ms": 1e3 * m.get("tpot_s", math.nan)}
+        measured = {"requests_per_s": m.get("achieved_rate_per_s", math.nan),
+                    "ttft_mean_ms": 1e3 * m.get("ttft_s", math.nan), "e2e_mean_s": m.get("e2e_s", math.nan),
+                    "tpot_of_means_ms": 1e3 * m.get("tpot_s", math.nan)}
         rows.extend(_compared(pred, k, f"stage {k}", measured, predicted, STAGE_COMPARED, "inference-perf stages"))
     return rows
 

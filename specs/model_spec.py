@@ -408,6 +408,11 @@ class ModelSpec:
                                                              or cfg.get("decoder_sparse_step", 1) != 1):
                 raise ConfigError(f"model.name: {p}: a {model_type} with dense layers (mlp_only_layers, "
                                   "decoder_sparse_step) is not modelled")
+            # what every decoder below reads alike; each branch adds its own MLP and attention fields
+            common = dict(name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),
+                          num_attention_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+                          vocab_size=need("vocab_size"), max_position_embeddings=need("max_position_embeddings"),
+                          dtype_bytes=dtype_bytes, quantization=quantization)
             if model_type == "qwen2_moe":
                 # one shared expert of its own width beside the routed ones: as many expert-width
                 # shared experts (same weights and FLOPs; its sigmoid gate, hidden x 1, is not timed)
@@ -415,43 +420,33 @@ class ModelSpec:
                 if shared % expert:
                     raise ConfigError(f"model.name: {p}: shared_expert_intermediate_size={shared} is not a multiple "
                                       f"of moe_intermediate_size={expert}: not modelled")
-                return cls(
-                    name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),
-                    num_attention_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
-                    intermediate_size=need("intermediate_size"), vocab_size=need("vocab_size"),
-                    max_position_embeddings=need("max_position_embeddings"), num_experts=need("num_experts"),
-                    num_experts_per_tok=need("num_experts_per_tok"), moe_intermediate_size=expert,
-                    num_shared_experts=shared // expert, tie_word_embeddings=cfg.get("tie_word_embeddings", False),
-                    dtype_bytes=dtype_bytes, quantization=quantization,
-                )
+                return cls(**common, intermediate_size=need("intermediate_size"), num_experts=need("num_experts"),
+                           num_experts_per_tok=need("num_experts_per_tok"), moe_intermediate_size=expert,
+                           num_shared_experts=shared // expert,
+                           tie_word_embeddings=cfg.get("tie_word_embeddings", False))
             if model_type in ("deepseek_v2", "deepseek_v3"):
+                routed = bool(cfg.get("n_routed_experts"))
                 return cls(
-                    name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),
-                    num_attention_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
-                    intermediate_size=need("intermediate_size"), vocab_size=need("vocab_size"),
-                    max_position_embeddings=need("max_position_embeddings"),
+                    **common, intermediate_size=need("intermediate_size"),
                     num_experts=cfg.get("n_routed_experts") or 0, num_experts_per_tok=cfg.get("num_experts_per_tok") or 0,
                     moe_intermediate_size=cfg.get("moe_intermediate_size"),
-                    num_shared_experts=(cfg.get("n_shared_experts") or 0) if cfg.get("n_routed_experts") else 0,
-                    first_k_dense_replace=(cfg.get("first_k_dense_replace") or 0) if cfg.get("n_routed_experts") else 0,
+                    num_shared_experts=(cfg.get("n_shared_experts") or 0) if routed else 0,
+                    first_k_dense_replace=(cfg.get("first_k_dense_replace") or 0) if routed else 0,
                     kv_lora_rank=need("kv_lora_rank"), q_lora_rank=cfg.get("q_lora_rank") or 0,
                     qk_nope_head_dim=need("qk_nope_head_dim"), qk_rope_head_dim=need("qk_rope_head_dim"),
                     v_head_dim=need("v_head_dim"), num_nextn_predict_layers=cfg.get("num_nextn_predict_layers", 0),
-                    tie_word_embeddings=cfg.get("tie_word_embeddings", False), dtype_bytes=dtype_bytes,
-                    quantization=quantization,
+                    tie_word_embeddings=cfg.get("tie_word_embeddings", False),
                 )
             experts = {"mixtral": "num_local_experts", "qwen3_moe": "num_experts"}.get(model_type)
             return cls(
-                name=name, num_layers=need("num_hidden_layers"), hidden_size=need("hidden_size"),
-                num_attention_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+                **common,
                 # a MoE's MLP is its experts' (qwen3_moe's intermediate_size is an unused dense width)
                 intermediate_size=need("moe_intermediate_size" if model_type == "qwen3_moe" else "intermediate_size"),
-                vocab_size=need("vocab_size"),
-                max_position_embeddings=need("max_position_embeddings"), head_dim=cfg.get("head_dim"),
+                head_dim=cfg.get("head_dim"),
                 num_experts=cfg.get(experts, 0) if experts else 0,
                 num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if experts else 0,
                 tie_word_embeddings=cfg.get("tie_word_embeddings", model_type == "gemma"),
-                bias=bool(cfg.get("attention_bias", False)), dtype_bytes=dtype_bytes, quantization=quantization,
+                bias=bool(cfg.get("attention_bias", False)),
             )
         except ConfigError as e:
             if str(e).startswith("model.name"):

@@ -22,6 +22,7 @@ import numpy as np
 
 from policies import ConfigError, Request
 from records.results import request_row
+from fidelity.benchmark_stats import benchmark_stats
 from fidelity.sources.inference_perf_profile import parse_version
 from fidelity.synthetic_prompt import SyntheticPrompt
 from sim.workload.concurrency import ConcurrencyCap
@@ -154,16 +155,9 @@ class Benchmark:
             self.itl.append(row["tpot_s"])
 
     def row(self, index: int) -> dict:
-        span = self.end - self.start
-        q = (lambda v, p: float(np.percentile(v, p)) if v else math.nan)  # noqa: E731
-        return {"benchmark": index, "strategy": self.strategy, "target": self.target, "requests": len(self.e2e),
-                "failed": self.failed, "requests_per_s": len(self.e2e) / span if span > 0 else math.nan,
-                "ttft_mean_ms": 1e3 * (float(np.mean(self.ttft)) if self.ttft else math.nan),
-                "ttft_p50_ms": 1e3 * q(self.ttft, 50), "ttft_p99_ms": 1e3 * q(self.ttft, 99),
-                "itl_mean_ms": 1e3 * (float(np.mean(self.itl)) if self.itl else math.nan),
-                "itl_p99_ms": 1e3 * q(self.itl, 99),
-                "e2e_mean_s": float(np.mean(self.e2e)) if self.e2e else math.nan, "e2e_p99_s": q(self.e2e, 99),
-                "output_tokens_per_s": self.output_tokens / span if span > 0 else math.nan}
+        stats = benchmark_stats(self.ttft, self.itl, self.e2e, self.output_tokens, self.end - self.start)
+        return {"benchmark": index, "strategy": self.strategy, "target": self.target,
+                "requests": stats.pop("requests"), "failed": self.failed, **stats}
 
 
 class GuidellmWorkload:

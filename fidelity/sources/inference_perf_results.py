@@ -76,7 +76,8 @@ def read_summary_means(path: Path, requested_output: float | None = None) -> dic
     chunk: `fidelity.metric_definitions`). n is `requested_output`, the mean max_tokens the client
     asked for, when given (under ignore_eos the server generates exactly that; the summary's
     output_len counts the re-tokenized text, which can fall well short), else the summary's mean
-    output_len. `num_successes` / `num_failures`: the summary's counts, where it has them."""
+    output_len. `num_successes` / `num_failures`: the summary's counts, and `achieved_rate_per_s`:
+    its sends per second (`load_summary.achieved_rate`), where it has them."""
     with open(path) as f:
         data = json.load(f)
     ok = data.get("successes") or {}
@@ -92,6 +93,9 @@ def read_summary_means(path: Path, requested_output: float | None = None) -> dic
     for key, part in (("num_successes", ok), ("num_failures", data.get("failures") or {})):
         if isinstance(part, dict) and isinstance(part.get("count"), (int, float)):
             out[key] = float(part["count"])  # requests the means are over, and those the client gave up on
+    rate = (data.get("load_summary") or {}).get("achieved_rate")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        out["achieved_rate_per_s"] = float(rate)
     return out
 
 

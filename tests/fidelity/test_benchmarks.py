@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 
 import pandas as pd
+import pytest
 import yaml
 from fidelity_helpers import write_exp_config
 
@@ -150,3 +151,25 @@ def test_a_simulated_sweep_draws_its_own_curve(tmp_path):
     if importlib.util.find_spec("matplotlib"):
         assert path is not None and path.stat().st_size > 10_000
     assert plot_simulated([], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
+
+
+def test_the_workloads_own_benchmarks_and_the_requests_table_report_alike():
+    """`simulate` reports a sweep from the workload's bookkeeping, `reproduce` and the app from the
+    finished requests table: one definition (`fidelity.benchmark_stats`), so the same figures."""
+    from fidelity.predict import STAND_IN_WORKLOAD
+    from fidelity.sources.guidellm import guidellm_workload
+    from sim.config import load_config
+    from sim.runner import simulate
+
+    config = load_config({"model": {"name": "Llama-2-7b"}, "hardware": {"gpu": "H100-SXM"},
+                          "scheduler": {"policy": "vllm", "max_num_batched_tokens": 2048, "max_num_seqs": 64},
+                          "workload": dict(STAND_IN_WORKLOAD)})
+    workload = guidellm_workload(PROFILE)
+    result = simulate(config, workload=workload)
+    own, table = workload.benchmark_rows(), predicted_benchmarks(result.requests)
+    assert len(own) == len(table) == 4
+    for a, b in zip(own, table):
+        assert a["strategy"] == b["strategy"] and a["requests"] == b["requests"] == PROFILE["max-requests"]
+        for key in ("requests_per_s", "ttft_mean_ms", "ttft_p99_ms", "itl_mean_ms", "e2e_p99_s",
+                    "output_tokens_per_s"):
+            assert b[key] == pytest.approx(a[key], rel=1e-9), key
