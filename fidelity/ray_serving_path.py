@@ -16,7 +16,10 @@ plus the (de)serialization of the payloads above, each unit timed alone on one t
 context token. The payloads mirror vLLM 0.2.3's classes (`vllm/outputs.py`, `vllm/sequence.py`,
 `vllm/sampling_params.py`): same attributes, same kinds of values. What it leaves out: Ray's
 object store for payloads over 100 KB, the API server's HTTP writes (our serve stack's per-output
-term carries one per streamed output) and any contention between the processes.
+term carries one per streamed output), any contention between the processes, the engine actor's
+`add_request` call and tokenization per new request (one Ray call and ~1.5 us a prompt token, at
+the step it joins), and, under tensor parallelism, the metadata pickled again for each further
+worker (counted once).
 """
 from __future__ import annotations
 
