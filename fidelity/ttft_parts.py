@@ -198,14 +198,70 @@ def ttft_parts_table(predictions) -> pd.DataFrame:
                                        "measured_origin", "predicted_origin"])
 
 
+PART_LABELS = {"client_send_s": "client send", "api_server_s": "API server", "engine_queue_s": "engine queue",
+               "prefill_steps_s": "steps to the first token", "first_chunk_s": "first chunk back"}
+
+
+def plot_ttft_parts(table: pd.DataFrame, path: Path, ncols: int = 4) -> Path | None:
+    """ttft_parts.png: per run, its mean TTFT as stacked parts, measured (the table's first view of
+    the run; one plain bar where its timestamps see no parts) above predicted, in ms. One panel a
+    run, each on its own scale (runs differ by orders of magnitude). None without matplotlib."""
+    try:
+        import matplotlib  # an optional extra: only the plot needs it
+
+        matplotlib.use("Agg")
+        import matplotlib.patches
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    runs = list(dict.fromkeys(table["run"]))
+    if not runs:
+        return None
+    nrows = -(-len(runs) // ncols)
+    fig, axes = plt.subplots(nrows, min(ncols, len(runs)), figsize=(4.2 * min(ncols, len(runs)), 1.9 * nrows),
+                             squeeze=False)
+    colors = dict(zip(PARTS, plt.get_cmap("tab10").colors))
+    for ax, run in zip(axes.flat, runs):
+        rows = table[table["run"] == run]
+        view = rows["view"].iloc[0]
+        rows = rows[rows["view"] == view].set_index("part")
+        for y, side in ((1, "measured_s"), (0, "predicted_s")):
+            parts = rows.loc[list(PARTS), side].astype(float).fillna(0.0) * 1e3
+            total = float(rows.loc["ttft_s", side]) * 1e3
+            if side == "measured_s" and not parts.sum() > 0:  # no timestamps inside the run's TTFT
+                ax.barh(y, total, color="lightgrey", hatch="//", edgecolor="grey")
+                continue
+            left = 0.0
+            for part, width in parts.items():
+                ax.barh(y, width, left=left, color=colors[part])
+                left += width
+        ax.set_yticks([1, 0], [f"measured ({view})" if view != "none" else "measured", "predicted"], fontsize=7)
+        ax.set_title(str(run)[-40:], fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_xlabel("mean TTFT (ms)", fontsize=7)
+    for ax in list(axes.flat)[len(runs):]:
+        ax.set_visible(False)
+    whole = matplotlib.patches.Patch(facecolor="lightgrey", hatch="//", edgecolor="grey")
+    fig.legend([matplotlib.patches.Patch(color=colors[p]) for p in PARTS] + [whole],
+               [PART_LABELS[p] for p in PARTS] + ["measured TTFT, no timestamps inside it"], loc="lower center",
+               ncol=len(PARTS) + 1, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 if nrows > 1 else 0.12, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def write_run_tables(rep, runs, out) -> list[str]:
-    """Beside report.csv: `ttft_parts.csv` (`ttft_parts_table`), `workload.csv` (each run's
+    """Beside report.csv: `ttft_parts.csv` (`ttft_parts_table`; `ttft_parts.png`, `plot_ttft_parts`,
+    with matplotlib), `workload.csv` (each run's
     generated workload against its measured lengths, `fidelity.client_workload`) and `served.csv`
     (its requests by how they ended, measured and predicted, `fidelity.client_timeout`); returns the
     lines to print (what the client sent, any resolution by the measured lengths, and the runs
     whose client gave up on requests)."""
     out = Path(out)
-    ttft_parts_table(list(rep.predictions.values())).to_csv(out / "ttft_parts.csv", index=False)
+    parts = ttft_parts_table(list(rep.predictions.values()))
+    parts.to_csv(out / "ttft_parts.csv", index=False)
+    plot_ttft_parts(parts, out / "ttft_parts.png")
     checks = [c for c in (check_workload(r) for r in runs) if c is not None]
     pd.DataFrame([c.row() for c in checks]).to_csv(out / "workload.csv", index=False)
     served = [served_row(pred) for pred in rep.predictions.values()]

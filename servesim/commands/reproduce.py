@@ -6,7 +6,7 @@ medians of |error| per source and over all runs), `report.csv` (the same rows), 
 `settings.csv` (every engine setting the runs record: modelled or not, `fidelity.engine_settings`;
 the not-modelled ones are also noted on stderr and in `report.csv`'s `not_modelled`),
 `ttft_parts.csv` (each run's mean TTFT as named parts, measured and predicted, with their origins:
-`fidelity.ttft_parts`), `workload.csv` (the client behaviour simulated and the generated against the
+`fidelity.ttft_parts`; `ttft_parts.png` draws them, a panel a run), `workload.csv` (the client behaviour simulated and the generated against the
 measured request lengths: `fidelity.client_workload`), `served.csv` (each run's requests by how
 they ended, measured and predicted, with the client's timeout: `fidelity.client_timeout`),
 `benchmarks.csv` for runs measured by their guidellm report (each benchmark's req/s, TTFT, ITL
@@ -201,6 +201,6 @@ def run(args: argparse.Namespace) -> int:
         options.say(args, med.to_string(float_format=lambda v: percent(v) if v < 10 else number(v, trim=True)))
     if not options.quiet(args):
         names = ["report.md", "report.csv", "medians.csv", "fits.json", "settings.csv", "errors.png", "ttft_parts.csv",
-                 "workload.csv", "served.csv", "benchmarks.csv", "benchmarks.png", "not_predicted.csv"]
+                 "ttft_parts.png", "workload.csv", "served.csv", "benchmarks.csv", "benchmarks.png", "not_predicted.csv"]
         print(f"wrote {out}/{', '.join(n for n in names if (out / n).is_file())}", file=sys.stderr)
     return 0

@@ -76,3 +76,45 @@ def test_inference_perf_prometheus_summary_gives_the_parts_as_means(tmp_path):
     server, client = views["server"][0].iloc[0], views["client"][0].iloc[0]
     assert server["api_server_s"] == pytest.approx(0.010) and server["engine_queue_s"] == 0.150
     assert client["ttft_s"] == 0.300 and client["api_server_s"] == pytest.approx(0.030)
+
+
+def parts_table(run: str, view: str, measured: dict, predicted: dict):
+    import pandas as pd
+
+    return pd.DataFrame([{"run": run, "source": "s", "view": view, "part": part,
+                          "measured_s": measured.get(part, float("nan")), "predicted_s": predicted[part],
+                          "measured_origin": "", "predicted_origin": ""} for part in (*PARTS, "ttft_s")])
+
+
+def test_the_parts_are_drawn_per_run_measured_above_predicted(tmp_path):
+    """ttft_parts.png: one panel a run; a run whose timestamps see no parts gets its measured TTFT
+    as one bar. The stacked widths are the table's means (read back off the figure's bars)."""
+    import pandas as pd
+
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from fidelity import ttft_parts
+
+    predicted = dict(zip(PARTS, (0.0, 0.003, 0.020, 0.080, 0.001)), ttft_s=0.104)
+    table = pd.concat([
+        parts_table("with-spans", "server", dict(zip(PARTS, (0.0, 0.004, 0.030, 0.090, 0.0)), ttft_s=0.124),
+                    predicted),
+        parts_table("client-only", "none", {"ttft_s": 0.161}, predicted)])
+    saved = []
+    real_close = plt.close
+    try:  # keep the figure for a look at its bars
+        plt.close = lambda fig=None: saved.append(fig)
+        assert ttft_parts.plot_ttft_parts(table, tmp_path / "p.png") == tmp_path / "p.png"
+    finally:
+        plt.close = real_close
+    assert (tmp_path / "p.png").stat().st_size > 5_000
+    first, second = saved[0].axes[:2]
+
+    def widths(ax, y):  # the bars drawn across height y of a panel
+        return sorted(round(p.get_width(), 6) for p in ax.patches if p.get_y() < y < p.get_y() + p.get_height())
+    assert widths(first, 1) == sorted([0.0, 4.0, 30.0, 90.0, 0.0])  # ms, measured parts
+    assert widths(first, 0) == sorted([0.0, 3.0, 20.0, 80.0, 1.0])
+    assert widths(second, 1) == [161.0]  # no parts: the whole TTFT, one bar
+    real_close(saved[0])
+    assert ttft_parts.plot_ttft_parts(table.iloc[:0], tmp_path / "none.png") is None
