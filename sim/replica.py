@@ -15,6 +15,7 @@ A client's request timeout (`request_timeout_s`) gives each request a deadline t
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 from contextlib import contextmanager
 from heapq import heappop, heappush
@@ -81,6 +82,7 @@ class Replica:
         self._deferred: list[tuple[Request, int]] = []  # async: (request, step it arrived during)
         self.request_timeout_s = None if request_timeout_s is None else float(request_timeout_s)
         self._deadlines: list[tuple[float, int, Request]] = []  # heap: (deadline, order, request) of live ones
+        self._deadline_order = itertools.count()  # ties on a deadline never compare two Requests
         # a model whose decode steps after a prefill cost more (`after_prefill_cost`): each step's
         # place in the sequence counts (the decode replay is told it; the mixed replay is not used)
         self._after_prefill = getattr(latency_model, "after_prefill_cost", None) \
@@ -115,7 +117,8 @@ class Replica:
             return
         self._live[request.req_id] = request
         if self.request_timeout_s is not None:
-            heappush(self._deadlines, (request.arrival_time + self.request_timeout_s, self.num_submitted, request))
+            heappush(self._deadlines, (request.arrival_time + self.request_timeout_s, next(self._deadline_order),
+                                       request))
         self.wake()
 
     def wake(self) -> None:

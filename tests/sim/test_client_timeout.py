@@ -68,6 +68,22 @@ def test_every_request_ends_and_every_block_returns(policy, preemption):
     assert bm.num_free_cpu_blocks == bm.num_cpu_blocks
 
 
+def test_requests_sent_together_while_a_step_runs_get_their_deadlines_in_order():
+    """Async scheduling defers a request that arrives mid-step to the next plan; several arriving
+    at one instant share a deadline and were once compared as Requests on the deadline heap
+    (TypeError). Each keeps its own place, and every one ends by its deadline."""
+    sched = make_sched("chunked", num_gpu_blocks=200, block_size=8, max_num_seqs=8, max_num_batched_tokens=256)
+    arrivals = np.repeat(np.arange(1, 11) * 0.013, 6)  # bursts of six, each landing inside a step
+    requests = make_requests(len(arrivals), arrivals=arrivals, prompt=np.full(len(arrivals), 40),
+                             max_tokens=np.full(len(arrivals), 30))
+    recorder, replica = run_replica(sched, ConstantLatency(0.01, 1e-5), requests, request_timeout_s=0.5,
+                                    async_scheduling=True)
+    table = requests_table(recorder.requests)
+    assert len(table) == len(arrivals) and replica.num_submitted == len(arrivals)
+    check_ended(table, 0.5)
+    assert (table["finish_reason"] == "timed_out").any() and table["finish_reason"].isin(["length"]).any()
+
+
 def test_a_request_finishing_in_the_step_that_spans_its_deadline_is_lost_to_its_client():
     """One request alone: 1 + 9 steps of 0.1 s end at 1.0 s; a 0.95 s timeout falls inside the last
     step, whose token the client never sees: timed out at 0.95 s. A 1.0 s timeout it meets."""
