@@ -9,6 +9,7 @@ figures (KV usage, queue lengths) weight each step by its duration.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
@@ -45,6 +46,29 @@ class SLOConfig:
     @property
     def is_empty(self) -> bool:
         return self.ttft_s is None and self.tpot_s is None and self.e2e_s is None
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+#: how many kinds of rejection a summary names (the most common first)
+REJECT_KINDS_SHOWN = 3
+
+
+def add_reject_kinds(kinds: dict[str, list], reasons: Iterable[str]) -> dict[str, list]:
+    """Count rejection reasons by kind into `kinds` (kind -> [count, first example]): a kind is the
+    reason with its numbers left out, so "prompt (4631 tokens) + ..." and "prompt (5102 tokens) +
+    ..." are one kind."""
+    for reason in reasons:
+        reason = str(reason) if reason == reason and reason is not None else ""
+        kind = _NUMBER.sub("N", reason)
+        entry = kinds.setdefault(kind, [0, reason])
+        entry[0] += 1
+    return kinds
+
+
+def rejected_reasons(kinds: dict[str, list]) -> list[dict]:
+    """The most common kinds of rejection, each {"kind", "count", "example"} (`add_reject_kinds`)."""
+    top = sorted(kinds.items(), key=lambda kv: (-kv[1][0], kv[0]))[:REJECT_KINDS_SHOWN]
+    return [{"kind": kind, "count": int(count), "example": example} for kind, (count, example) in top]
 
 
 def stats(values: Iterable[float]) -> dict | None:
@@ -130,6 +154,8 @@ def summarize(requests: "pd.DataFrame", steps: "pd.DataFrame", itls: np.ndarray 
         "num_requests": n,
         "num_finished": num_finished,
         "num_rejected": int((reasons == "rejected").sum()),
+        "rejected_reasons": rejected_reasons(add_reject_kinds(
+            {}, requests.loc[reasons == "rejected", "reject_reason"] if n and "reject_reason" in requests else ())),
         "num_aborted": int((reasons == "aborted").sum()),
         "num_timed_out": int((reasons == "timed_out").sum()),
         "num_unfinished": int((reasons == "unfinished").sum()),
@@ -268,6 +294,8 @@ def format_summary(summary: dict) -> str:
         f"requests       {number(summary['num_requests'])} ({number(summary['num_finished'])} finished, "
         f"{number(summary['num_rejected'])} rejected, {number(summary.get('num_aborted', 0))} aborted"
         + (f", {number(summary['num_timed_out'])} timed out" if summary.get("num_timed_out") else "") + ")",
+        *(f"rejected       {number(r['count'])}: {r['example']}" + (" (and the like)" if r["count"] > 1 else "")
+          for r in summary.get("rejected_reasons") or ()),
         f"duration       {number(summary['duration_s'])} s simulated, {number(summary['num_steps'])} steps",
         f"throughput     {number(tp['requests_per_s'])} req/s, {number(tp['output_tokens_per_s'])} output tok/s, "
         f"{number(tp['total_tokens_per_s'])} total tok/s",

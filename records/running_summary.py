@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from records.metrics import (COST_KEYS, OFFLOAD_STEP_COLUMNS, SPEC_COLUMNS, SLOConfig, offload_totals,
-                             speculative_totals, ttft_parts_of_sums)
+from records.metrics import (COST_KEYS, OFFLOAD_STEP_COLUMNS, SPEC_COLUMNS, SLOConfig, add_reject_kinds,
+                             offload_totals, rejected_reasons, speculative_totals, ttft_parts_of_sums)
 from records.results import COMPLETED_REASONS
 from records.saturation import saturation
 from records.sketch import DEFAULT_EXACT_LIMIT, DEFAULT_RELATIVE_ACCURACY, QuantileSketch
@@ -39,6 +39,7 @@ class RunningSummary:
         self.num_requests = 0
         self.num_finished = 0
         self.reasons: dict[str, int] = {}
+        self.reject_kinds: dict[str, list] = {}  # records.metrics.add_reject_kinds
         self.first_arrival = math.inf
         self.last_finish = -math.inf
         self.out_tokens = self.in_tokens = self.prompt_tokens_all = self.cached_tokens = 0
@@ -71,6 +72,9 @@ class RunningSummary:
         reasons = np.asarray(columns["finish_reason"], dtype=object)
         for reason, count in zip(*np.unique(reasons.astype(str), return_counts=True)):
             self.reasons[str(reason)] = self.reasons.get(str(reason), 0) + int(count)
+        if "reject_reason" in columns and (reasons.astype(str) == "rejected").any():
+            why = np.asarray(columns["reject_reason"], dtype=object)
+            add_reject_kinds(self.reject_kinds, why[reasons.astype(str) == "rejected"])
         done = np.isin(reasons.astype(str), COMPLETED_REASONS)
         self.num_requests += n
         self.num_finished += int(done.sum())
@@ -179,6 +183,7 @@ class RunningSummary:
             "num_requests": n,
             "num_finished": num_finished,
             "num_rejected": self.reasons.get("rejected", 0),
+            "rejected_reasons": rejected_reasons(self.reject_kinds),
             "num_aborted": self.reasons.get("aborted", 0),
             "num_timed_out": self.reasons.get("timed_out", 0),
             "num_unfinished": self.reasons.get("unfinished", 0),

@@ -137,3 +137,25 @@ def test_ttft_parts_line_names_only_what_was_simulated():
     parts = {**summary["ttft_parts"], "api_server_s": 0.002, "engine_queue_s": summary["ttft_parts"]["engine_queue_s"] - 0.002}
     line = next(x for x in format_summary({**summary, "ttft_parts": parts}).splitlines() if x.startswith("TTFT parts"))
     assert "API server 2" in line and "first chunk 0" in line
+
+
+def test_rejections_are_named_by_kind_most_common_first():
+    from records.metrics import REJECT_KINDS_SHOWN, add_reject_kinds, format_summary, rejected_reasons
+
+    reasons = [f"prompt ({p} tokens) + max_tokens (247) = {p + 247} exceeds max_model_len (4096)" for p in
+               (4000, 4631, 5102)] + ["needs 300 KV blocks; the pool has 256"] * 2 + ["x"] + ["y"] + [None]
+    kinds = add_reject_kinds({}, reasons)
+    top = rejected_reasons(kinds)
+    assert len(top) == REJECT_KINDS_SHOWN and [r["count"] for r in top] == [3, 2, 1]
+    assert top[0]["kind"] == "prompt (N tokens) + max_tokens (N) = N exceeds max_model_len (N)"
+    assert top[0]["example"] == reasons[0] and top[1]["example"] == "needs 300 KV blocks; the pool has 256"
+    assert sum(c for c, _ in kinds.values()) == len(reasons)  # nothing lost, the reasonless counted too
+    # a run's summary names them, and the CLI prints one line per kind
+    done = make_done_request("a", 0.0, [1.0, 2.0])
+    table = requests_table([done] + [make_rejected_request(f"r{i}", 0.5) for i in range(4)])
+    s = summarize(table, steps_table([]), pooled_itls([done]))
+    assert s["rejected_reasons"] == [{"kind": "prompt longer than scheduler.max_model_len", "count": 4,
+                                      "example": "prompt longer than scheduler.max_model_len"}]
+    lines = [line for line in format_summary(s).splitlines() if line.startswith("rejected")]
+    assert lines == ["rejected       4: prompt longer than scheduler.max_model_len (and the like)"]
+    assert summarize(requests_table([done]), steps_table([]), pooled_itls([done]))["rejected_reasons"] == []
