@@ -81,8 +81,13 @@ class WorkloadCheck:
         if not self.num_generated and self.resolution:  # the generator refused the profile
             return [head, f"workload: {self.resolution}"]
         if not self.measured_from:
-            return [head, f"workload: generated prompt mean {self.generated_prompt:.0f} tokens, output "
-                          f"{self.generated_output:.0f}; no measured request lengths to compare"]
+            out = [head, f"workload: generated prompt mean {self.generated_prompt:.0f} tokens, output "
+                         f"{self.generated_output:.0f}; no measured request lengths to compare{self._limit_note()}"]
+            if self.num_over_limit and self.version is None:  # the release decides what a session sends
+                out.append("workload: the client's release was not recorded and decides what a multi-turn "
+                           "session sends: set it as the profile's client.version (client.behaviour: "
+                           f"{', '.join(CHAT_BEHAVIOURS)})")
+            return out
         out = [head, f"workload: prompt mean generated {self.generated_prompt:.0f} vs measured "
                      f"{self.measured_prompt:.0f} tokens ({self.prompt_ratio - 1:+.1%}), output "
                      f"{self.generated_output:.0f} vs {self.measured_output:.0f} ({self.output_ratio - 1:+.1%}; "

@@ -80,6 +80,12 @@ def test_no_behaviour_matching_scales_the_prompts(tmp_path):
 def test_no_version_says_what_was_assumed(tmp_path):
     check = check_workload(load_server_run(chat_run(tmp_path / "n", None), require_measurements=False))
     assert "assumed inference-perf >= 0.6" in check.basis and "no measured request lengths" in check.lines()[1]
+    # the newest release's sessions outgrow the limit: said, with how to name the release
+    assert check.num_over_limit > 0 and f"{check.num_over_limit} of {check.num_generated}" in check.lines()[1]
+    assert "client.version" in check.lines()[2]
+    roomy = check_workload(load_server_run(chat_run(tmp_path / "r", None, max_model_len=1 << 20),
+                                           require_measurements=False))
+    assert roomy.num_over_limit == 0 and len(roomy.lines()) == 2
 
 
 def test_shipped_guidellm_runs_match_their_measured_lengths(shared_data):
