@@ -24,19 +24,19 @@ STEP_TERMS = ("schedule_s", "schedule_per_seq_s", "prepare_per_token_s", "sample
 class HostOverhead:
     """Named host-overhead terms (seconds; `compute_scale` a factor); all default to no overhead.
 
-    ==========================  ===============================================================
-    term                        meaning
-    ==========================  ===============================================================
-    schedule_s                  per step: scheduling + launching the forward pass
-    schedule_per_seq_s          per scheduled sequence: scheduler bookkeeping, block tables
-    prepare_per_token_s         per token of the step: input preparation (ids, positions, slots)
-    sample_per_seq_s            per sampled sequence: sampling + output processing in the step
-    serialize_per_context_token_s  per context token of the step's sequences: copying each one's
-                                whole prompt and output between processes (vLLM v0's Ray path)
-    compute_scale               correction of the GPU model's kernel time (1 = as profiled)
-    frontend_s                  per request, outside the engine: HTTP, tokenization, first chunk
-    frontend_per_token_s        per request and prompt token, outside the engine: tokenizing
-    ==========================  ===============================================================
+    ===============================  ==================================================================
+    term                             meaning
+    ===============================  ==================================================================
+    schedule_s                       per step: scheduling + launching the forward pass
+    schedule_per_seq_s               per scheduled sequence: scheduler bookkeeping, block tables
+    prepare_per_token_s              per token of the step: input preparation (ids, positions, slots)
+    sample_per_seq_s                 per sampled sequence: sampling + output processing in the step
+    serialize_per_context_token_s    per context token of the step's sequences: their whole prompt and
+                                     output copied between processes (vLLM v0's Ray serving path)
+    compute_scale                    correction of the GPU model's kernel time (1 = as profiled)
+    frontend_s                       per request, outside the engine: HTTP, tokenization, first chunk
+    frontend_per_token_s             per request and prompt token, outside the engine: tokenizing
+    ===============================  ==================================================================
     """
 
     schedule_s: float = 0.0
