@@ -47,6 +47,9 @@ def cards(summary: dict) -> None:
     c[2].metric("Preemptions", number(summary.get("num_preemptions", 0)))
     c[3].metric("Finished / rejected", f"{number(summary.get('num_finished', 0))} / "
                 f"{number(summary.get('num_rejected', 0))}")
+    for kind in summary.get("rejected_reasons") or ():  # why, by kind (records.metrics.rejected_reasons)
+        st.warning(f"{number(kind['count'])} rejected: {kind['example']}" + (" (and the like)" if kind["count"] > 1
+                                                                              else ""))
 
 
 def comparison_table(summaries: dict[str, dict]) -> pd.DataFrame:

@@ -194,6 +194,23 @@ def test_simulate_page_says_when_the_run_is_saturated():
     assert any("Saturated" in w.value for w in at.warning), [w.value for w in at.warning]
 
 
+def test_the_summary_cards_say_why_requests_were_rejected():
+    def script():
+        from app.ui import summary
+
+        summary.cards({"num_finished": 3, "num_rejected": 7, "rejected_reasons": [
+            {"kind": "prompt (N tokens) + max_tokens (N) = N exceeds max_model_len (N)", "count": 6,
+             "example": "prompt (9000 tokens) + max_tokens (64) = 9064 exceeds max_model_len (8192)"},
+            {"kind": "needs N KV blocks", "count": 1, "example": "needs 900 KV blocks"}]})
+
+    at = AppTest.from_function(script, default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [w.value for w in at.warning] == [
+        "6 rejected: prompt (9000 tokens) + max_tokens (64) = 9064 exceeds max_model_len (8192) (and the like)",
+        "1 rejected: needs 900 KV blocks"]
+
+
 def test_simulate_page_runs_a_benchmark_sweep_benchmark_by_benchmark():
     at = page("simulate")
     at.selectbox(key="sim.wkind").set_value("benchmark sweep").run()
