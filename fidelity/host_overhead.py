@@ -16,10 +16,6 @@ import pandas as pd
 
 from policies import BatchPlan, ConfigError
 
-STEP_TERMS = ("schedule_s", "schedule_per_seq_s", "prepare_per_token_s", "sample_per_seq_s",
-              "serialize_per_context_token_s")
-
-
 @dataclass(frozen=True)
 class HostOverhead:
     """Named host-overhead terms (seconds; `compute_scale` a factor); all default to no overhead.

@@ -253,9 +253,9 @@ def plot_ttft_parts(table: pd.DataFrame, path: Path, ncols: int = 4) -> Path | N
 
 def write_run_tables(rep, runs, out) -> list[str]:
     """Beside report.csv: `ttft_parts.csv` (`ttft_parts_table`; `ttft_parts.png`, `plot_ttft_parts`,
-    with matplotlib), `workload.csv` (each run's
-    generated workload against its measured lengths, `fidelity.client_workload`) and `served.csv`
-    (its requests by how they ended, measured and predicted, `fidelity.client_timeout`); returns the
+    with matplotlib), `workload.csv` (each run's generated workload against its measured lengths,
+    `fidelity.client_workload`) and `served.csv` (its requests by how they ended, measured and
+    predicted, `fidelity.client_timeout`); returns the
     lines to print (what the client sent, any resolution by the measured lengths, and the runs
     whose client gave up on requests)."""
     out = Path(out)

@@ -58,7 +58,7 @@ def add_reject_kinds(kinds: dict[str, list], reasons: Iterable[str]) -> dict[str
     reason with its numbers left out, so "prompt (4631 tokens) + ..." and "prompt (5102 tokens) +
     ..." are one kind."""
     for reason in reasons:
-        reason = str(reason) if reason == reason and reason is not None else ""
+        reason = reason if isinstance(reason, str) else ""  # none given (None, or NaN in a table)
         kind = _NUMBER.sub("N", reason)
         entry = kinds.setdefault(kind, [0, reason])
         entry[0] += 1
@@ -69,6 +69,11 @@ def rejected_reasons(kinds: dict[str, list]) -> list[dict]:
     """The most common kinds of rejection, each {"kind", "count", "example"} (`add_reject_kinds`)."""
     top = sorted(kinds.items(), key=lambda kv: (-kv[1][0], kv[0]))[:REJECT_KINDS_SHOWN]
     return [{"kind": kind, "count": int(count), "example": example} for kind, (count, example) in top]
+
+
+def rejection_example(kind: dict) -> str:
+    """One kind of `rejected_reasons` as its example, saying when more share it."""
+    return kind["example"] + (" (and the like)" if kind["count"] > 1 else "")
 
 
 def stats(values: Iterable[float]) -> dict | None:
@@ -294,7 +299,7 @@ def format_summary(summary: dict) -> str:
         f"requests       {number(summary['num_requests'])} ({number(summary['num_finished'])} finished, "
         f"{number(summary['num_rejected'])} rejected, {number(summary.get('num_aborted', 0))} aborted"
         + (f", {number(summary['num_timed_out'])} timed out" if summary.get("num_timed_out") else "") + ")",
-        *(f"rejected       {number(r['count'])}: {r['example']}" + (" (and the like)" if r["count"] > 1 else "")
+        *(f"rejected       {number(r['count'])}: {rejection_example(r)}"
           for r in summary.get("rejected_reasons") or ()),
         f"duration       {number(summary['duration_s'])} s simulated, {number(summary['num_steps'])} steps",
         f"throughput     {number(tp['requests_per_s'])} req/s, {number(tp['output_tokens_per_s'])} output tok/s, "

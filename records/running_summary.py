@@ -69,13 +69,13 @@ class RunningSummary:
             return
         if order is None:
             order = np.arange(self.num_requests, self.num_requests + n)
-        reasons = np.asarray(columns["finish_reason"], dtype=object)
-        for reason, count in zip(*np.unique(reasons.astype(str), return_counts=True)):
+        reasons = np.asarray(columns["finish_reason"], dtype=object).astype(str)
+        for reason, count in zip(*np.unique(reasons, return_counts=True)):
             self.reasons[str(reason)] = self.reasons.get(str(reason), 0) + int(count)
-        if "reject_reason" in columns and (reasons.astype(str) == "rejected").any():
-            why = np.asarray(columns["reject_reason"], dtype=object)
-            add_reject_kinds(self.reject_kinds, why[reasons.astype(str) == "rejected"])
-        done = np.isin(reasons.astype(str), COMPLETED_REASONS)
+        rejected = reasons == "rejected"
+        if "reject_reason" in columns and rejected.any():
+            add_reject_kinds(self.reject_kinds, np.asarray(columns["reject_reason"], dtype=object)[rejected])
+        done = np.isin(reasons, COMPLETED_REASONS)
         self.num_requests += n
         self.num_finished += int(done.sum())
         arrival = np.asarray(columns["arrival_time"], dtype=float)
@@ -115,7 +115,7 @@ class RunningSummary:
             if slo.e2e_s is not None:
                 good &= latency["e2e_s"] <= slo.e2e_s
         self.num_good += int(good.sum())
-        queued = reasons.astype(str) != "rejected"
+        queued = ~rejected
         self._queued.append((np.asarray(order)[queued], arrival[queued],
                              np.asarray(columns["first_token_time"], dtype=float)[queued]))
 

@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from records.display import ms, number
+from records.metrics import rejection_example
 
 
 def _ms(block: dict | None, key: str) -> str:
@@ -48,8 +49,7 @@ def cards(summary: dict) -> None:
     c[3].metric("Finished / rejected", f"{number(summary.get('num_finished', 0))} / "
                 f"{number(summary.get('num_rejected', 0))}")
     for kind in summary.get("rejected_reasons") or ():  # why, by kind (records.metrics.rejected_reasons)
-        st.warning(f"{number(kind['count'])} rejected: {kind['example']}" + (" (and the like)" if kind["count"] > 1
-                                                                              else ""))
+        st.warning(f"{number(kind['count'])} rejected: {rejection_example(kind)}")
 
 
 def comparison_table(summaries: dict[str, dict]) -> pd.DataFrame:
