@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/splitwise_check.py [--source aiconfigurator|h100-microbench] [--tp 2 4 8]
         [--hardware h100-80gb|a100-80gb] [--host eager-launch|eager|graphs|none] [--kernels vidur|native]
         [--raw-grid] [--calls-per-layer N] [--call-us US] [--fit-on GPU] [--csv OUT.csv] [--plot OUT.png]
+    .venv/bin/python benchmarks/splitwise_check.py --write-terms
 
 For each TP it imports a Llama-2-70B profile (`calibrate.importers.import_profile`, as `servesim
 calibrate import`), predicts each point of ../shared/data/groundtruth/splitwise-static-batches (the
@@ -12,7 +13,9 @@ error, then the median / p90 per TP and phase (target: median within 15%). `--ho
 `--call-us` replace `calibrate.importers.eager_launch`'s inputs), the host work outside the forward
 fitted **leave one TP out** (each TP scored with terms fitted on the others, printed per TP for the
 CLI's `--host-terms`) or with `--fit-on` on the other machine's rows only. `--raw-grid`: Vidur
-grids keep their last slope (`calibrate.importers.beyond_grid`).
+grids keep their last slope (`calibrate.importers.beyond_grid`). `--write-terms` fits each
+machine's host terms on all its TPs over aiconfigurator's kernels and writes them for the eager
+engine model of runs without CUDA graphs (`fidelity.eager_host.EAGER_HOST`).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from calibrate.importers import import_profile  # noqa: E402
+from fidelity.eager_host import EAGER_HOST, describe, write_terms  # noqa: E402
 from fidelity.sources.splitwise import HARDWARE, check, held_out_check, other_hardware_check, summary  # noqa: E402
 from sim.latency.profiled import ProfiledLatencyModel  # noqa: E402
 
@@ -55,10 +59,19 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(SHARED))
     ap.add_argument("--csv", default=None, help="also write every point to this CSV")
     ap.add_argument("--plot", default=None, help="also plot predicted against measured ms (PNG)")
+    ap.add_argument("--write-terms", action="store_true",
+                    help=f"fit each machine's host terms on all its TPs over aiconfigurator's kernels, write them to "
+                         f"{EAGER_HOST.relative_to(REPO)} (fidelity.eager_host) and exit")
     args = ap.parse_args(argv)
     if not (Path(args.data) / "groundtruth" / "splitwise-static-batches").is_dir():
         print(f"splitwise data not found under {args.data}", file=sys.stderr)
         return 2
+    if args.write_terms:
+        data = write_terms(Path(args.data), EAGER_HOST, tuple(args.tp))
+        for gpu, entry in data["machines"].items():
+            print(f"{gpu}: {describe(entry)}, {entry['fitted_on']}")
+        print(f"wrote {EAGER_HOST}")
+        return 0
     launch = args.host == "eager-launch"
     if args.fit_on and (args.fit_on == args.hardware or not launch):
         print("--fit-on needs --host eager-launch and the other machine", file=sys.stderr)

@@ -148,7 +148,9 @@ ASYNC_MODELLED = ("scheduler.async_scheduling: step n+1 planned while step n run
 
 
 V0_RELEASE_NOTE = ("a vLLM v0 engine (scheduler.policy continuous); the release picks its KV profiling rule "
-                   "(hardware.memory_profiling: v0-peak up to 0.2.4, else v0) and max_paddings' default")
+                   "(hardware.memory_profiling: v0-peak up to 0.2.4, else v0), max_paddings' default and, before "
+                   "0.2.6, an eager engine without CUDA graphs where the GPU data is aiconfigurator's kernels "
+                   "(GPU model aiconfigurator-eager, fidelity.eager_host)")
 
 
 def classify(name: str, value) -> tuple[str, str]:

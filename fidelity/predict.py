@@ -24,6 +24,7 @@ import pandas as pd
 from calibrate.importers import import_profile
 from calibrate.model_dims import dims_of_spec
 from fidelity.client_workload import resolved_profile
+from fidelity.eager_host import CUDA_GRAPHS_ORIGIN, describe, eager_terms, runs_eager
 from fidelity.host_layer import shipped_layer
 from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend
 from fidelity.overhead_fit import hidden_parts
@@ -41,12 +42,13 @@ from fidelity.ttft_parts import PARTS, predicted_parts
 from records.files import read_json_object
 from sim.config import load_config
 from sim.latency import build_latency_model
+from sim.latency.eager import EagerLatencyModel
 from sim.latency.profiled import ProfiledLatencyModel
 from sim.latency.roofline import RooflineConstants
 from sim.runner import simulate
 from sim.workload.concurrency import ConcurrencyCap
 
-GPU_MODEL_KINDS = ("auto", "layer-profile", "distserve", "aiconfigurator", "roofline")
+GPU_MODEL_KINDS = ("auto", "layer-profile", "distserve", "aiconfigurator", "aiconfigurator-eager", "roofline")
 # where unfitted host terms come from: other runs (any source), documented constants, or other sources only
 HOST_MODES = ("measured", "prior", "source-out")
 
@@ -117,15 +119,17 @@ def distserve_profile(run: RealRun) -> Path | None:
 _AICONFIGURATOR: dict[tuple, object] = {}  # (gpu, model, tp) -> Profile, or the exception it raised
 
 
-def _aiconfigurator_profile(gpu: str, spec, tp: int, compute_factor: float = 1.0):
+def _aiconfigurator_profile(gpu: str, spec, tp: int, compute_factor: float = 1.0, eager: dict | None = None):
     """calibrate's import of aiconfigurator's data (optional extra) for a `ModelSpec`, cached with
-    its failures (slow to load)."""
-    key = (gpu, spec, tp, round(compute_factor, 6))
+    its failures (slow to load). `eager`: host terms of an eager engine (`fidelity.eager_host`), put
+    in the profile beside its launch path; else kernel time only."""
+    key = (gpu, spec, tp, round(compute_factor, 6), tuple(sorted((eager or {}).items())))
     if key not in _AICONFIGURATOR:
         try:
             # kernel time only: the engine's host time is `host_prior`'s named terms (or a fit's)
-            _AICONFIGURATOR[key] = import_profile("aiconfigurator", gpu, dims_of_spec(spec, tp), tp, host="none",
-                                                  compute_factor=compute_factor)
+            host = dict(host="eager-launch", host_terms=eager) if eager is not None else dict(host="none")
+            _AICONFIGURATOR[key] = import_profile("aiconfigurator", gpu, dims_of_spec(spec, tp), tp,
+                                                  compute_factor=compute_factor, **host)
         except Exception as exc:  # noqa: BLE001 - any failure means "no data": fall back
             _AICONFIGURATOR[key] = exc
     hit = _AICONFIGURATOR[key]
@@ -153,7 +157,8 @@ def host_prior(gpu_model: str, run: RealRun | None = None, gpu: str | None = Non
     *other* DistServe runs (`fidelity.sources.distserve.distserve_host_prior`).
 
     A fit replaces these terms rather than adding to them. The other sources time whole engine
-    steps or layers (their host time is in the data) and the roofline carries its own: no terms.
+    steps or layers (their host time is in the data), an eager engine's model holds its host work
+    (`fidelity.eager_host`) and the roofline carries its own: no terms.
     """
     if gpu_model == "distserve" and measured and run is not None and distserve_profile(run) is not None:
         return distserve_host_prior(run, distserve_profile(run))
@@ -254,7 +259,8 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
       (chunked prefill), our own engine's host time per step and per sequence (`OUR_ENGINE_HOST`:
       its engine core, like ours, is a Python loop that schedules, prepares inputs and samples);
       else the documented constants (`sim.latency.RooflineConstants`); DistServe's coefficients
-      hold the per-step constant in their intercept, so there only the per-sequence constant;
+      hold the per-step constant in their intercept, so there only the per-sequence constant; an
+      eager engine's model (`aiconfigurator-eager`) holds the engine's host work, so there none;
     - an API-server run's front end: for vLLM v1 on an H100, a real vLLM API server's, measured on
       requests alone in the engines of another source (the idle-host layer: the spans' gap, plus
       the client's TTFT beyond the span where the run's is the client's, `layer_frontend`); else
@@ -279,7 +285,7 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
         evidence.append(f"front end {front * 1e3:.1f} ms + {per_token * 1e6:.2f} us/prompt token: a vLLM API "
                         f"server's, on requests alone in the engine ({layer.source}: span gap{beyond})")
         stack = None
-    if stack is not None and gpu_model in ("aiconfigurator", "distserve"):
+    if stack is not None and gpu_model in ("aiconfigurator", "aiconfigurator-eager", "distserve"):
         front = stack.get("request_overhead_s", 0.0) + (stack.get("stream_overhead_s", 0.0) if client_side else 0.0)
         evidence.append(f"front end {front * 1e3:.1f} ms: our serve stack ({SERVE_STACK_FRONTEND.name}"
                         f"{', ingress + first chunk' if client_side else ', ingress'})")
@@ -292,9 +298,12 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
     if ray is not None:
         ray_step, ray_seq, ray_token, why = ray
         evidence.append(why)
-    if gpu_model == "distserve":
-        evidence.append("per-sequence host time: documented constant (RooflineConstants.per_seq_overhead_s)")
-        return HostOverhead(schedule_s=per_step + ray_step, schedule_per_seq_s=c.per_seq_overhead_s + ray_seq,
+    if gpu_model in ("distserve", "aiconfigurator-eager"):
+        per_seq = c.per_seq_overhead_s if gpu_model == "distserve" else 0.0
+        evidence.append("per-sequence host time: documented constant (RooflineConstants.per_seq_overhead_s)"
+                        if gpu_model == "distserve" else
+                        "the engine's host work outside the forward pass: in the GPU model (fidelity.eager_host)")
+        return HostOverhead(schedule_s=per_step + ray_step, schedule_per_seq_s=per_seq + ray_seq,
                             sample_per_seq_s=per_out, serialize_per_context_token_s=ray_token,
                             frontend_s=front), evidence
     if gpu_model != "aiconfigurator":
@@ -340,10 +349,17 @@ def compute_prior(run: RealRun | None = None, gpu: str | None = None, measured: 
 def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: float | None = None,
                       source_out: bool = False):
     """(step-time model, its kind) for the run's GPU and model; `compute_factor` (aiconfigurator):
-    None = `compute_prior`. With `source_out`, no choice made on the run's own source's
-    measurements: DistServe's vLLM file keeps its own prefill fit (the choice of the other
-    file's came from the DistServe runs' first-token gaps), and its alignment factors are divided
-    out (`DISTSERVE_ALIGNMENT`: DistServe set them aligning its simulator with these runs)."""
+    None = `compute_prior`.
+
+    `auto` takes the most specific data there is: a per-layer profile next to the run, DistServe's
+    coefficients for its OPT-13B runs, aiconfigurator's kernels (in an eager engine,
+    `aiconfigurator-eager`, for a vLLM release without CUDA graphs: `fidelity.eager_host`), the
+    roofline. With `source_out`, no choice made on the run's own source's measurements: DistServe's
+    curves time its campaign's own engine steps (`llm_engine.step()`), so a run of a release
+    without CUDA graphs takes the eager engine model instead where it can be built; asked for by
+    name, DistServe's vLLM file keeps its own prefill fit (the choice of the other file's came
+    from the DistServe runs' first-token gaps), and its alignment factors are divided out
+    (`DISTSERVE_ALIGNMENT`: DistServe set them aligning its simulator with these runs)."""
     if kind not in GPU_MODEL_KINDS:
         raise ValueError(f"gpu_model: {kind!r} is not allowed; choose one of {', '.join(GPU_MODEL_KINDS)}")
     spec = config.model.spec()
@@ -360,13 +376,18 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
                                             **kw), "layer-profile"
         if kind == "layer-profile":
             raise ValueError(f"gpu_model: no per-layer profile next to run {run.name}")
-    if kind in ("auto", "distserve"):
+    eager = None
+    if kind == "aiconfigurator-eager" or (kind == "auto" and runs_eager(run)):
+        eager = _eager_model(run, config, compute_factor, source_out, required=kind != "auto")
+    if kind in ("auto", "distserve") and not (kind == "auto" and source_out and eager is not None):
         path = distserve_profile(run)
         if path is not None and run.server.model == "facebook/opt-13b":
             return DistServeLatencyModel(path, run.server.model, config.hardware.tp, own_prefill=source_out,
                                          pre_alignment=source_out), "distserve"
         if kind == "distserve":
             raise ValueError(f"gpu_model: no DistServe coefficients for run {run.name}")
+    if eager is not None:
+        return eager, "aiconfigurator-eager"
     if kind in ("auto", "aiconfigurator"):
         try:
             factor = compute_prior(run, config.hardware.gpu, source_out=source_out) if compute_factor is None \
@@ -379,6 +400,39 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
                                  f"{config.hardware.gpu} tp={config.hardware.tp} ({exc})") from None
 
     return build_latency_model(config), "roofline"
+
+
+def _eager_model(run: RealRun, config, compute_factor: float | None, source_out: bool,
+                 required: bool) -> EagerLatencyModel | None:
+    """aiconfigurator's kernels in an eager engine with the host work of `fidelity.eager_host` for the
+    run's GPU, or None where it cannot be built (`required`: a ValueError saying why)."""
+    spec, gpu, tp = config.model.spec(), config.hardware.gpu, config.hardware.tp
+    terms = eager_terms(gpu)
+    if terms is None:
+        if required:
+            raise ValueError(f"gpu_model: no eager engine host terms for {gpu} (fidelity.eager_host covers "
+                             "A100 and H100)")
+        return None
+    try:
+        factor = compute_prior(run, gpu, source_out=source_out) if compute_factor is None else compute_factor
+        profile = _aiconfigurator_profile(gpu, spec, tp, factor, eager=terms[0])
+    except Exception as exc:  # noqa: BLE001 - not installed, or no data for this GPU/model
+        if required:
+            raise ValueError(f"gpu_model: aiconfigurator has no data for {spec.name} on {gpu} tp={tp} ({exc})") from None
+        return None
+    return EagerLatencyModel(profile, block_size=config.cache.block_size)
+
+
+def eager_note(model: EagerLatencyModel, run: RealRun, gpu: str | None) -> str:
+    """What the eager engine model of a run is made of, for the report."""
+    launch = model.profile.meta.get("eager_launch", {})
+    terms = eager_terms(gpu)
+    host = f"{describe(terms[0])}, {terms[1]}" if terms is not None else "none"
+    why = (f"vLLM {run.server.engine_version} predates CUDA graphs ({CUDA_GRAPHS_ORIGIN})" if runs_eager(run)
+           else "asked for")
+    return (f"an eager engine ({why}): aiconfigurator's kernels overlapped with a launch path of "
+            f"{launch.get('launch_s', 0.0) * 1e3:.1f} ms a step ({launch.get('source', 'none')}); host work outside "
+            f"the forward pass: {host}")
 
 
 def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
@@ -477,11 +531,12 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     requests = pd.concat(req_tables, ignore_index=True)
     requests["tpot_s"] = tpot(requests["ttft_s"], requests["e2e_s"], requests["num_output_tokens"])
     requests = apply_frontend(requests, overhead)
-    notes = [f"compute-bound GEMM share x {factor:.3f}"] if label == "aiconfigurator" and factor != 1.0 else []
+    notes = [f"compute-bound GEMM share x {factor:.3f}"] if label.startswith("aiconfigurator") and factor != 1.0 else []
     if source_out and measured_run.inferred_args:
         evidence.append("engine defaults for " + ", ".join(sorted(measured_run.inferred_args)) +
                         " (inferred from the source's timings otherwise)")
-    gpu_note = base.alignment_note() if isinstance(base, DistServeLatencyModel) else ""
+    gpu_note = base.alignment_note() if isinstance(base, DistServeLatencyModel) else \
+        eager_note(base, measured_run, config.hardware.gpu) if label == "aiconfigurator-eager" else ""
     if gpu_note and source_out:  # the report's `fitted_on` names it with the host terms' origins
         evidence.insert(0, "GPU step times: " + gpu_note)
     front = [e for e in evidence if e.startswith("front end")]

@@ -137,15 +137,22 @@ def held_out_check(shared_data: Path, kernels: dict[int, Profile], hardware: str
     return pd.concat(parts, ignore_index=True), terms
 
 
+def machine_terms(shared_data: Path, kernels: dict[int, Profile], hardware: str) -> tuple[dict, str]:
+    """(terms, what they were fitted on): the host work outside the forward pass fitted on every TP
+    of `hardware` in `kernels` (TP -> kernel-only profile with `meta.eager_launch`)."""
+    base = check(shared_data, {tp: EagerLatencyModel(eager_profile(p)) for tp, p in kernels.items()}, hardware)
+    src = (f"fitted on Splitwise {hardware} TP {'/'.join(map(str, sorted(kernels)))} step times "
+           f"({len(base)} points)")
+    return fit_host_terms(base), src
+
+
 def other_hardware_check(shared_data: Path, kernels: dict[int, Profile], hardware: str,
                          fit_kernels: dict[int, Profile], fit_hardware: str):
     """(rows, terms): `hardware`'s points predicted with host terms fitted on every TP of `fit_hardware`
     (the same engine on another machine): no step time of `hardware` is fitted at all."""
     if fit_hardware == hardware:
         raise ValueError(f"fit_hardware: must differ from the scored hardware {hardware!r}")
-    base = check(shared_data, {tp: EagerLatencyModel(eager_profile(p)) for tp, p in fit_kernels.items()}, fit_hardware)
-    terms = fit_host_terms(base)
-    src = f"fitted on Splitwise {fit_hardware} TP {'/'.join(map(str, sorted(fit_kernels)))} step times"
+    terms, src = machine_terms(shared_data, fit_kernels, fit_hardware)
     rows = check(shared_data, {tp: EagerLatencyModel(eager_profile(p, terms, src)) for tp, p in kernels.items()},
                  hardware)
     return rows, {tp: terms for tp in kernels}

@@ -60,7 +60,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", help="GPU for runs that do not name one (default H100)")
     parser.add_argument("--gpu-model", default="auto",
                         choices=GPU_MODEL_KINDS,
-                        help="which measured data drives the GPU step time (auto: the most specific available)")
+                        help="which measured data drives the GPU step time (auto: the most specific available; "
+                             "aiconfigurator-eager: aiconfigurator's kernels in an engine without CUDA graphs, as "
+                             "auto takes for a vLLM release before 0.2.6)")
     parser.add_argument("--only", metavar="TEXT", action="append", default=[],
                         help="only runs whose name or source contains TEXT (repeatable)")
     options.add_json(parser, "the medians of |error| per source")

@@ -132,29 +132,41 @@ def test_distserve_settings_are_the_launch_scripts_and_listed(shared_data):
     assert "\n" not in line and "engine version not recorded" not in line and "client version not recorded" in line
 
 
-def test_distserve_source_out_uses_the_pre_alignment_curve_and_says_so(shared_data):
-    """Under source-out a DistServe run's step times are DistServe's profiled curve (3261c76), its
-    alignment to these runs divided out, and `fitted_on` says so; under `none` the aligned file
-    stays and the report discloses that it holds DistServe's alignment to these runs."""
+def test_distserve_source_out_uses_no_curve_of_its_own_campaign_and_says_so(shared_data):
+    """Under source-out a DistServe run (vLLM 0.2.3, before CUDA graphs) is an eager engine of
+    aiconfigurator's A100 kernels with host work fitted on Splitwise's A100 step times: DistServe's
+    curves time its own campaign's engine steps. Asked for by name, DistServe's curve comes with its
+    alignment to these runs divided out, and says so; under `none` the aligned file stays and the
+    report discloses that it holds DistServe's alignment to these runs."""
     from fidelity.predict import gpu_latency_model
     from fidelity.run_config import config_dict_for_run
     from sim.config import load_config
+    from sim.latency.eager import EagerLatencyModel
 
     runs = [r for r in find_runs(shared_data / "groundtruth" / "distserve-a100-opt13b") if r.name == "vllm-100-1"]
     if not runs:
         pytest.skip("no DistServe run vllm-100-1")
     run = runs[0]
     config = load_config(config_dict_for_run(run))
-    model, kind = gpu_latency_model(run, config, "auto", source_out=True)
+    model, kind = gpu_latency_model(run, config, "distserve", source_out=True)
     assert kind == "distserve"
     assert model.prefill == pytest.approx([15.751574849507277, 0.10036374192949256, 5.76898915900792e-06], rel=1e-9)
     assert model.decode_small == pytest.approx([19.562534173678987, 0.0004941120550644942, 0.05060571771697455],
                                                rel=1e-9)
-    aligned, _ = gpu_latency_model(run, config, "auto")
-    assert aligned.decode_small[0] == pytest.approx(1.2 * model.decode_small[0])
+    aligned, kind = gpu_latency_model(run, config, "auto")
+    assert kind == "distserve" and aligned.decode_small[0] == pytest.approx(1.2 * model.decode_small[0])
+    eager, kind = gpu_latency_model(run, config, "auto", source_out=True)
+    if kind != "aiconfigurator-eager":
+        pytest.skip(f"no eager engine model here ({kind}): aiconfigurator-core or the shipped terms missing")
+    assert isinstance(eager, EagerLatencyModel)
     out = reproduce(runs, fit="source", progress=False).table
-    assert out["fitted_on"].str.contains("alignment to these runs divided out").all()
-    assert out["gpu_model_note"].str.contains("divided out").all()
+    assert (out["gpu_model"] == "aiconfigurator-eager").all()
+    assert out["fitted_on"].str.contains("predates CUDA graphs").all()
+    assert out["fitted_on"].str.contains("fitted on Splitwise a100-80gb").all()
+    assert not out["fitted_on"].str.contains("DistServe coefficients").any()
+    named = reproduce(runs, fit="source", gpu_model="distserve", progress=False).table
+    assert named["fitted_on"].str.contains("alignment to these runs divided out").all()
+    assert named["gpu_model_note"].str.contains("divided out").all()
     none = reproduce(runs, fit="none", progress=False).table
     assert none["gpu_model_note"].str.contains("INCLUDE DistServe's alignment").all()
 
