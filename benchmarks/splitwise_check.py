@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from calibrate.importers import import_profile  # noqa: E402
-from fidelity.eager_host import EAGER_HOST, describe, write_terms  # noqa: E402
+from fidelity.eager_host import EAGER_HOST, eager_host, write_terms  # noqa: E402
 from fidelity.sources.splitwise import HARDWARE, check, held_out_check, other_hardware_check, summary  # noqa: E402
 from sim.latency.profiled import ProfiledLatencyModel  # noqa: E402
 
@@ -69,7 +69,9 @@ def main(argv=None) -> int:
     if args.write_terms:
         data = write_terms(Path(args.data), EAGER_HOST, tuple(args.tp))
         for gpu, entry in data["machines"].items():
-            print(f"{gpu}: {describe(entry)}, {entry['fitted_on']}")
+            errors = ", ".join(f"x{f} {e:.1f}%" for f, e in entry["held_out_median_abs_pct_by_compute_factor"].items())
+            print(f"{gpu}: held out one TP at a time, median |error| by compute factor: {errors}")
+            print(f"{gpu}: {eager_host(gpu).describe()}, {entry['fitted_on']}")
         print(f"wrote {EAGER_HOST}")
         return 0
     launch = args.host == "eager-launch"

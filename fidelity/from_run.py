@@ -33,7 +33,7 @@ from calibrate.importers import import_profile
 from calibrate.model_dims import dims_of_spec
 from fidelity.client_timeout import client_timeout
 from fidelity.client_workload import check_workload
-from fidelity.eager_host import CUDA_GRAPHS_ORIGIN, describe, eager_terms, runs_eager
+from fidelity.eager_host import CUDA_GRAPHS_ORIGIN, eager_host, runs_eager
 from fidelity.predict import compute_prior, host_prior
 from fidelity.run_config import (DEFAULT_GPU, MODELS_DIR, SUFFIXES,  # noqa: F401 (re-exported)
                                  SUPPORTED_VERSIONS, V0_WATERMARK, config_dict_for_run, engine_version,
@@ -98,12 +98,12 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
         path = measured_profile_file(config, run)
         if path is not None:
             config = replace(config, hardware=replace(config.hardware, latency="profiled", profile=str(path)))
-            eager = eager_terms(config.hardware.gpu) if runs_eager(run) else None
+            eager = eager_host(config.hardware.gpu) if runs_eager(run) else None
             if eager is not None:
                 config = with_notes(config, [
                     f"hardware: vLLM {run.server.engine_version} predates CUDA graphs ({CUDA_GRAPHS_ORIGIN}): an eager "
-                    f"engine, aiconfigurator's kernels beside its launch path, host work {describe(eager[0])} "
-                    f"({eager[1]})"])
+                    f"engine, aiconfigurator's kernels beside its launch path, host work {eager.describe()} "
+                    f"({eager.origin})"])
             front = any(o.replace(" ", "").startswith("frontend.") for o in overrides)
             if not front and not config.frontend.enabled:
                 prior = host_prior("aiconfigurator", run, config.hardware.gpu)
@@ -125,11 +125,11 @@ def measured_profile_file(config, run: RealRun | None = None, cache_dir: str | P
     the eager engine's launch path and host work, `fidelity.eager_host`),
     cached by content; None when the extra is not installed or has no data for them."""
     try:
-        eager = eager_terms(config.hardware.gpu) if run is not None and runs_eager(run) else None
+        eager = eager_host(config.hardware.gpu) if run is not None and runs_eager(run) else None
         prior = host_prior("aiconfigurator", run, config.hardware.gpu)
         factor = compute_prior(run, config.hardware.gpu)
         dims = dims_of_spec(config.model.spec(), config.hardware.tp)
-        host = list(eager[0].values()) if eager is not None else [prior.schedule_s, prior.schedule_per_seq_s]
+        host = list(eager.host_terms().values()) if eager is not None else [prior.schedule_s, prior.schedule_per_seq_s]
         dims_key = {**dims, "host": host, "eager": eager is not None, "compute_factor": factor}
         folder = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "servesim-fidelity"
         importer = Path(__file__).resolve().parents[1] / "calibrate" / "importers"
@@ -138,8 +138,8 @@ def measured_profile_file(config, run: RealRun | None = None, cache_dir: str | P
         path = folder / f"aiconfigurator-{config.hardware.gpu}-tp{config.hardware.tp}-{key}.json"
         if eager is not None and not path.is_file():  # the host work is the eager engine's (in the import)
             profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp,
-                                     host="eager-launch", host_terms=eager[0], compute_factor=factor)
-            profile.meta["host_terms_origin"] = eager[1]
+                                     host="eager-launch", host_terms=eager.host_terms(), compute_factor=factor)
+            profile.meta["host_terms_origin"] = eager.origin
             _save(profile, path)
         if not path.is_file():
             profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp, host="none",

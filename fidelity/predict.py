@@ -24,7 +24,7 @@ import pandas as pd
 from calibrate.importers import import_profile
 from calibrate.model_dims import dims_of_spec
 from fidelity.client_workload import resolved_profile
-from fidelity.eager_host import CUDA_GRAPHS_ORIGIN, describe, eager_terms, runs_eager
+from fidelity.eager_host import CUDA_GRAPHS_ORIGIN, eager_host, runs_eager
 from fidelity.host_layer import shipped_layer
 from fidelity.host_overhead import HostOverhead, HostOverheadLatencyModel, apply_frontend
 from fidelity.overhead_fit import hidden_parts
@@ -340,7 +340,12 @@ def compute_prior(run: RealRun | None = None, gpu: str | None = None, measured: 
                   source_out: bool = False) -> float:
     """How much slower the compute-bound share of a GEMM runs in a busy engine than aiconfigurator
     timed it alone: measured on idle engines of the other shipped runs (`fidelity.idle_host`)
-    for vLLM v1 on an H100 (with `source_out`, only runs of other sources), else 1 (as measured)."""
+    for vLLM v1 on an H100 (with `source_out`, only runs of other sources); for a release without
+    CUDA graphs on an A100 or H100, the machine's factor chosen on Splitwise's step times together
+    with the eager engine's host work (`fidelity.eager_host`); else 1 (as measured)."""
+    host = eager_host(gpu or run.server.gpu) if measured and run is not None and runs_eager(run) else None
+    if host is not None:
+        return host.compute_factor
     layer = _measured_layer(run, gpu, source_out) if measured else None
     value = layer.compute_factor_for(run.name if run is not None else None) if layer is not None else None
     return value if value is not None else 1.0
@@ -405,17 +410,18 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
 def _eager_model(run: RealRun, config, compute_factor: float | None, source_out: bool,
                  required: bool) -> EagerLatencyModel | None:
     """aiconfigurator's kernels in an eager engine with the host work of `fidelity.eager_host` for the
-    run's GPU, or None where it cannot be built (`required`: a ValueError saying why)."""
+    run's GPU (`compute_factor` None: `compute_prior`), or None where it cannot be built (`required`:
+    a ValueError saying why)."""
     spec, gpu, tp = config.model.spec(), config.hardware.gpu, config.hardware.tp
-    terms = eager_terms(gpu)
-    if terms is None:
+    host = eager_host(gpu)
+    if host is None:
         if required:
             raise ValueError(f"gpu_model: no eager engine host terms for {gpu} (fidelity.eager_host covers "
                              "A100 and H100)")
         return None
     try:
         factor = compute_prior(run, gpu, source_out=source_out) if compute_factor is None else compute_factor
-        profile = _aiconfigurator_profile(gpu, spec, tp, factor, eager=terms[0])
+        profile = _aiconfigurator_profile(gpu, spec, tp, factor, eager=host.host_terms())
     except Exception as exc:  # noqa: BLE001 - not installed, or no data for this GPU/model
         if required:
             raise ValueError(f"gpu_model: aiconfigurator has no data for {spec.name} on {gpu} tp={tp} ({exc})") from None
@@ -426,8 +432,8 @@ def _eager_model(run: RealRun, config, compute_factor: float | None, source_out:
 def eager_note(model: EagerLatencyModel, run: RealRun, gpu: str | None) -> str:
     """What the eager engine model of a run is made of, for the report."""
     launch = model.profile.meta.get("eager_launch", {})
-    terms = eager_terms(gpu)
-    host = f"{describe(terms[0])}, {terms[1]}" if terms is not None else "none"
+    found = eager_host(gpu)
+    host = f"{found.describe()}, {found.origin}" if found is not None else "none"
     why = (f"vLLM {run.server.engine_version} predates CUDA graphs ({CUDA_GRAPHS_ORIGIN})" if runs_eager(run)
            else "asked for")
     return (f"an eager engine ({why}): aiconfigurator's kernels overlapped with a launch path of "

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from fidelity_helpers import make_requests
 
-from fidelity.eager_host import EAGER_HOST, eager_terms, machine_of, runs_eager, write_terms
+from fidelity.eager_host import COMPUTE_FACTORS, EAGER_HOST, eager_host, machine_of, runs_eager, write_terms
 from fidelity.predict import gpu_latency_model, predict_run, source_out_prior
 from fidelity.run_config import config_dict_for_run
 from fidelity.runs import RealRun, ServerArgs
@@ -41,10 +41,10 @@ def prefill(tokens: int) -> BatchPlan:
 
 @pytest.fixture(scope="module")
 def shipped():
-    terms = eager_terms("A100")
-    if terms is None:
+    host = eager_host("A100")
+    if host is None:
         pytest.skip(f"no shipped eager host terms ({EAGER_HOST.name})")
-    return terms
+    return host
 
 
 @pytest.fixture(scope="module")
@@ -68,32 +68,52 @@ def test_machines_are_read_as_runs_spell_their_gpus():
 
 def test_the_shipped_terms_are_host_time_and_name_their_data(shipped):
     for gpu in ("A100", "H100"):
-        terms, origin = eager_terms(gpu)
-        assert all(0 < terms[k] < 0.05 for k in ("step_s", "per_seq_s", "prefill_s")), terms
-        assert f"Splitwise {gpu.lower()}-80gb" in origin and EAGER_HOST.name in origin
-    assert eager_terms("L40S") is None
+        host = eager_host(gpu)
+        terms = host.host_terms()
+        assert all(0 <= terms[k] < 0.05 for k in terms) and terms["step_s"] > 0 and terms["per_seq_s"] > 0, terms
+        assert host.compute_factor in COMPUTE_FACTORS
+        assert f"Splitwise {gpu.lower()}-80gb" in host.origin and EAGER_HOST.name in host.origin
+    assert eager_host("L40S") is None
 
 
 def test_a_missing_or_broken_file_gives_no_terms(tmp_path):
-    assert eager_terms("A100", tmp_path / "absent.json") is None
+    assert eager_host("A100", tmp_path / "absent.json") is None
     (tmp_path / "bad.json").write_text(json.dumps({"machines": {"A100": {"step_s": 1e-3}}}))
-    assert eager_terms("A100", tmp_path / "bad.json") is None
+    assert eager_host("A100", tmp_path / "bad.json") is None
 
 
-def test_the_shipped_terms_are_what_the_splitwise_data_fits(shared_data, shipped, tmp_path):
-    """`write_terms` on Splitwise's step times gives the shipped file's terms (nothing edited by hand)."""
+@pytest.fixture(scope="module")
+def fresh(shared_data, tmp_path_factory):
+    """`write_terms` run again on Splitwise's step times."""
     pytest.importorskip("aiconfigurator_core")
-    fresh = write_terms(shared_data, tmp_path / "terms.json")
+    path = tmp_path_factory.mktemp("eager") / "terms.json"
+    return path, write_terms(shared_data, path)
+
+
+def test_the_shipped_terms_are_what_the_splitwise_data_fits(fresh, shipped):
+    """Nothing in the shipped file is edited by hand: fitting again gives the same terms and factors."""
+    path, data = fresh
     for gpu in ("A100", "H100"):
-        terms, _ = eager_terms(gpu, tmp_path / "terms.json")
-        assert terms == pytest.approx(eager_terms(gpu)[0], rel=1e-6), gpu
-    assert fresh["machines"]["A100"]["fitted_on"].endswith("(114 points)")
+        again, kept = eager_host(gpu, path), eager_host(gpu)
+        assert again.compute_factor == kept.compute_factor, gpu
+        assert list(again.host_terms().values()) == pytest.approx(list(kept.host_terms().values()), rel=1e-6), gpu
+    assert data["machines"]["A100"]["fitted_on"].endswith("(114 points)")
+
+
+def test_the_compute_factor_is_the_one_that_predicts_held_out_tps_best(fresh):
+    """Each machine's factor has the least leave-one-TP-out error of those tried, and it beats the
+    kernels as timed (x1) or ties them."""
+    _, data = fresh
+    for gpu, entry in data["machines"].items():
+        errors = {float(f): e for f, e in entry["held_out_median_abs_pct_by_compute_factor"].items()}
+        assert sorted(errors) == list(COMPUTE_FACTORS)
+        assert errors[entry["compute_factor"]] == min(errors.values()) <= errors[1.0], gpu
 
 
 def test_a_step_is_the_kernels_or_the_launches_plus_the_host_work(eager_model, shipped):
     """max(kernels, launch path) + host work outside the forward: one decode waits for the host's
     launches or the GPU, whichever is longer; a prompt step pays the prompt constant too."""
-    terms, _ = shipped
+    terms = shipped.host_terms()
     one = eager_model.breakdown(decodes(1))
     device = sum(v for k, v in one.items() if k not in ("overhead", "launch_wait"))
     assert one["overhead"] == pytest.approx(terms["step_s"] + terms["per_seq_s"])
@@ -149,5 +169,20 @@ def test_simulate_from_a_run_of_an_eager_release_uses_the_eager_engine(shared_da
     assert any("predates CUDA graphs" in n and "Splitwise a100-80gb" in n for n in config.notes)
     model = build_latency_model(config.model, config.hardware, config.cache.block_size)
     assert isinstance(model, EagerLatencyModel)
-    terms, _ = shipped
+    terms = shipped.host_terms()
     assert model.breakdown(decodes(4))["overhead"] == pytest.approx(terms["step_s"] + 4 * terms["per_seq_s"])
+
+
+def test_an_eager_runs_kernels_run_at_its_machines_sustained_compute_factor(eager_model, shipped):
+    """The factor chosen with the host terms slows the compute-bound prefill, not a memory-bound decode."""
+    from fidelity.predict import compute_prior
+
+    assert compute_prior(old_run(), "A100") == shipped.compute_factor
+    assert compute_prior(old_run("0.4.0"), "A100") == 1.0
+    if shipped.compute_factor == 1.0:
+        pytest.skip("the shipped A100 factor is 1: nothing to compare")
+    as_timed, _ = gpu_latency_model(old_run(), load_config(config_dict_for_run(old_run())), "aiconfigurator-eager",
+                                    compute_factor=1.0, source_out=True)
+    slow, fast = eager_model.breakdown(prefill(1024)), as_timed.breakdown(prefill(1024))
+    assert slow["linear"] > 1.1 * fast["linear"]
+    assert eager_model.breakdown(decodes(1))["linear"] == pytest.approx(as_timed.breakdown(decodes(1))["linear"], rel=0.02)
