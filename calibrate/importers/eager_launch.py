@@ -20,7 +20,7 @@ import pandas as pd
 from calibrate.fit import fit_op
 from calibrate.importers.aiconfigurator import package_dir, system_of
 from policies import ConfigError
-from sim.latency.profile import Profile
+from sim.latency.profile import Profile, layer_kind
 
 #: kernel-issuing op calls per decoder layer of an eager 2023 vLLM Llama layer (see `add_eager_launch`)
 CALLS_PER_LAYER = 14
@@ -72,12 +72,18 @@ def add_eager_launch(profile: Profile, gpu: str | None = None, call_s: float | N
     `LlamaDecoderLayer`): input RMSNorm, QKV `F.linear`, rotary, `reshape_and_cache`, paged attention,
     O `F.linear`, its all-reduce, residual add, post-attention RMSNorm, gate/up `F.linear`,
     `silu_and_mul`, down `F.linear`, its all-reduce, residual add (no all-reduces at TP 1). Views,
-    splits and `torch.empty` allocations issue no kernel and are not counted.
+    splits and `torch.empty` allocations issue no kernel and are not counted. A layer with learned
+    positions (OPT: LayerNorm, fc1, ReLU, fc2; the positions added once at the embedding) issues the
+    same calls less the rotary one.
     """
     tp = profile.model["tensor_parallel_size"]
     layers = profile.model["num_hidden_layers"]
+    what = "given"
     if calls_per_layer is None:
+        what = "eager vLLM 0.1-0.2 Llama layer"
         calls_per_layer = CALLS_PER_LAYER if tp > 1 else CALLS_PER_LAYER_TP1
+        if layer_kind(profile.model, "position_embedding") == "learned":  # no rotary call a layer
+            calls_per_layer, what = calls_per_layer - 1, "eager vLLM 0.1-0.2 OPT layer: no rotary"
     if isinstance(calls_per_layer, bool) or not isinstance(calls_per_layer, int) or calls_per_layer < 1:
         raise ConfigError(f"calls_per_layer: expected a positive integer, got {calls_per_layer!r}")
     if call_s is None:
@@ -88,8 +94,7 @@ def add_eager_launch(profile: Profile, gpu: str | None = None, call_s: float | N
         source = "given"
     launch = {"calls_per_layer": calls_per_layer, "call_s": call_s, "num_layers": layers,
               "launch_s": layers * calls_per_layer * call_s,
-              "source": f"{calls_per_layer} op calls a layer (eager vLLM 0.1-0.2 Llama layer) x {call_s * 1e6:.1f} us "
-                        f"a call ({source})"}
+              "source": f"{calls_per_layer} op calls a layer ({what}) x {call_s * 1e6:.1f} us a call ({source})"}
     profile.meta["eager_launch"] = launch
     return launch
 

@@ -60,6 +60,24 @@ def test_an_opt_layer_keeps_its_plain_mlp_and_learned_positions(tmp_path):
         resolve_model(opt_config(tmp_path, drop=("ffn_dim",)))
 
 
+def test_an_eager_opt_layer_issues_one_call_fewer_than_a_llama_layer(tmp_path):
+    """Learned positions are added once at the embedding: no rotary call a layer (11 at TP 1, 13 at
+    TP 2), said in the launch path's source; a count given is kept."""
+    from calibrate.importers.eager_launch import add_eager_launch
+    from sim.latency.profile import Profile
+
+    for tp, want in ((1, 11), (2, 13)):
+        dims = resolve_model(opt_config(tmp_path), tp=tp)
+        opt = add_eager_launch(Profile(meta={}, model={**dims, "tensor_parallel_size": tp}, ops={}), call_s=2e-5)
+        llama = add_eager_launch(Profile(meta={}, model={**dims, "tensor_parallel_size": tp,
+                                                         "position_embedding": "rope"}, ops={}), call_s=2e-5)
+        assert opt["calls_per_layer"] == want == llama["calls_per_layer"] - 1
+        assert "OPT layer: no rotary" in opt["source"] and "Llama layer" in llama["source"]
+        given = add_eager_launch(Profile(meta={}, model={**dims, "tensor_parallel_size": tp}, ops={}), call_s=2e-5,
+                                 calls_per_layer=20)
+        assert given["calls_per_layer"] == 20 and "(given)" in given["source"]
+
+
 def test_a_model_the_dims_cannot_describe_is_refused_with_the_reason():
     from dataclasses import replace
 
