@@ -116,7 +116,7 @@ def distserve_profile(run: RealRun) -> Path | None:
     return None
 
 
-_AICONFIGURATOR: dict[tuple, object] = {}  # (gpu, model, tp) -> Profile, or the exception it raised
+_AICONFIGURATOR: dict[tuple, object] = {}  # (gpu, model, tp, factor, eager) -> Profile, or the exception raised
 
 
 def _aiconfigurator_profile(gpu: str, spec, tp: int, compute_factor: float = 1.0, eager: dict | None = None):
@@ -126,7 +126,8 @@ def _aiconfigurator_profile(gpu: str, spec, tp: int, compute_factor: float = 1.0
     key = (gpu, spec, tp, round(compute_factor, 6), tuple(sorted((eager or {}).items())))
     if key not in _AICONFIGURATOR:
         try:
-            # kernel time only: the engine's host time is `host_prior`'s named terms (or a fit's)
+            # kernel time only (the engine's host time: `host_prior`'s named terms or a fit's), or an
+            # eager engine's launch path and host work, which no named term repeats
             host = dict(host="eager-launch", host_terms=eager) if eager is not None else dict(host="none")
             _AICONFIGURATOR[key] = import_profile("aiconfigurator", gpu, dims_of_spec(spec, tp), tp,
                                                   compute_factor=compute_factor, **host)
