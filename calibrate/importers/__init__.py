@@ -34,8 +34,9 @@ HELP = {
     "raw_grid": "vidur: continue Vidur's grids beyond 4096 tokens with their last segment's slope (default: in "
                 "proportion to the tokens, calibrate.importers.beyond_grid)",
     "host_terms": "eager-launch: host work outside the forward, ms a step, a sequence and a step with prompts "
-                  "(default: the CUDA-graph engine's 1.5 ms + 5 us/seq; benchmarks/splitwise_check.py prints "
-                  "terms fitted for the 2023 vLLM)",
+                  "(default: with `servesim calibrate import --source aiconfigurator` on an A100 or H100, the 2023 "
+                  "vLLM's terms fitted on Splitwise's step times, fidelity/host/vllm-2023-eager-host.json; else the "
+                  "CUDA-graph engine's 1.5 ms + 5 us/seq)",
 }
 
 

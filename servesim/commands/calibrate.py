@@ -19,6 +19,7 @@ import warnings
 from calibrate.engine_steps import SCALE_BOUNDS
 from calibrate.fit_checks import CalibrationWarning, print_warnings
 from calibrate.importers import HELP as IMPORT_HELP, import_profile
+from fidelity.eager_host import eager_host
 from fidelity.fit_runs import fit_layer
 from fidelity.predict import GPU_MODEL_KINDS
 from records.display import number, percent
@@ -57,7 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("--kernels", default="native", help=IMPORT_HELP["kernels"])
     imp.add_argument("--raw-grid", action="store_true", help=IMPORT_HELP["raw_grid"])
     imp.add_argument("--calls-per-layer", type=int, default=None, help="eager-launch: kernel-issuing op calls a "
-                     "layer (default 14, 12 at TP 1: the eager vLLM 0.1-0.2 Llama layer)")
+                     "layer (default 14, 12 at TP 1: the eager vLLM 0.1-0.2 Llama layer; one fewer for OPT's)")
     imp.add_argument("--call-us", type=float, default=None, help="eager-launch: host time of one op call in us "
                      "(default: measured for the GPU's node from aiconfigurator-core, 16.9 us on H100)")
     imp.add_argument("--host-terms", type=float, nargs=3, default=None, metavar=("STEP_MS", "SEQ_MS", "PREFILL_MS"),
@@ -136,7 +137,10 @@ def fit_errors(profile, path) -> dict:
 
 def eager_launch_options(args) -> dict:
     """`import_profile` keyword arguments of the `--host eager-launch` options, checked with the
-    errors naming the flag the user typed (microseconds and milliseconds on the command line)."""
+    errors naming the flag the user typed (microseconds and milliseconds on the command line).
+
+    Without `--host-terms`, aiconfigurator's kernels on an A100 or H100 take the 2023 vLLM's host
+    work and the sustained-compute factor fitted with it over those kernels (`fidelity.eager_host`)."""
     if args.host != "eager-launch":
         for flag, v in (("--calls-per-layer", args.calls_per_layer), ("--call-us", args.call_us),
                         ("--host-terms", args.host_terms)):
@@ -152,8 +156,21 @@ def eager_launch_options(args) -> dict:
         if not all(0 <= v < math.inf for v in args.host_terms):
             raise ValueError(f"--host-terms: expected three milliseconds >= 0, got {args.host_terms}")
         terms = dict(zip(("step_s", "per_seq_s", "prefill_s"), (v * 1e-3 for v in args.host_terms)))
+    extra = {}
+    shipped = shipped_eager_host(args)
+    if shipped is not None:  # the terms were fitted over these kernels at this factor: they go together
+        terms, extra = shipped.host_terms(), {"compute_factor": shipped.compute_factor}
     return {"call_s": None if args.call_us is None else args.call_us * 1e-6,
-            "calls_per_layer": args.calls_per_layer, "host_terms": terms}
+            "calls_per_layer": args.calls_per_layer, "host_terms": terms, **extra}
+
+
+def shipped_eager_host(args):
+    """The shipped 2023 vLLM terms (`fidelity.eager_host`) an `--host eager-launch` import takes by
+    default: aiconfigurator's own kernels on an A100 or H100, no `--host-terms` given; else None."""
+    if args.host != "eager-launch" or args.host_terms is not None or args.source != "aiconfigurator" \
+            or args.kernels != "native":
+        return None
+    return eager_host(args.gpu)
 
 
 def run(args) -> int:
@@ -189,6 +206,10 @@ def run(args) -> int:
     launch = profile.meta.get("eager_launch")
     if launch:
         options.say(args, f"eager launch path: {launch['launch_s'] * 1e3:.1f} ms a step = {launch['source']}")
+        shipped = shipped_eager_host(args) if args.action == "import" else None
+        if shipped is not None:
+            options.say(args, f"host work outside the forward pass: {shipped.describe()} ({shipped.origin}; "
+                              "--host-terms gives others)")
     weights = f" ({m['quantization']} weights)" if m.get("quantization") else ""
     options.say(args, f"wrote {path}: {profile.meta.get('device')}, {m.get('name')} tp={m['tensor_parallel_size']} "
                 f"{m['dtype']}{weights}, source {profile.meta.get('source')}")

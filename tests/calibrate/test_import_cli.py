@@ -129,3 +129,32 @@ def test_bad_options_exit_2_naming_the_field(shared_data, tmp_path, capsys, extr
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"servesim calibrate: error: {field}:"), err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_aiconfigurators_kernels_take_the_shipped_2023_terms_by_default(tmp_path, capsys):
+    """`--host eager-launch` with aiconfigurator's own kernels on an A100: the host work and the
+    compute factor fitted together over those kernels on Splitwise's A100 (`fidelity.eager_host`),
+    said in one line; `--host-terms` replaces both (the kernels as timed)."""
+    pytest.importorskip("aiconfigurator_core")
+    from fidelity.eager_host import eager_host
+
+    shipped = eager_host("A100")
+    if shipped is None:
+        pytest.skip("no shipped eager host terms")
+    base = ["calibrate", "import", "--source", "aiconfigurator", "--gpu", "A100", "--model", "llama-2-13b",
+            "--host", "eager-launch"]
+    assert main([*base, "--out", str(tmp_path / "default.json")]) == 0
+    assert "Splitwise a100-80gb" in capsys.readouterr().out
+    given = [str(v * 1e3) for v in shipped.host_terms().values()]
+    assert main([*base, "--host-terms", *given, "--out", str(tmp_path / "given.json")]) == 0
+    model = ModelConfig(name="llama-2-13b")
+    default, as_timed = (build_latency_model(model, HardwareConfig(gpu="A100", latency="profiled",
+                                                                   profile=str(tmp_path / name)), 16)
+                         for name in ("default.json", "given.json"))
+    for plan in (decode_plan(1, 576), decode_plan(8, 576)):
+        assert default.breakdown(plan)["overhead"] == pytest.approx(as_timed.breakdown(plan)["overhead"], rel=1e-9)
+        assert default.breakdown(plan)["overhead"] == pytest.approx(
+            shipped.step_s + plan.num_seqs * shipped.per_seq_s, rel=1e-6)
+    big = prefill_plan(4, 1024)  # compute-bound: slowed by the shipped factor
+    assert default.breakdown(big)["linear"] == pytest.approx(
+        as_timed.breakdown(big)["linear"] * shipped.compute_factor, rel=0.05)
