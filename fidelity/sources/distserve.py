@@ -31,6 +31,9 @@ from policies import BatchPlan, ConfigError
 
 # --- DistServe's vLLM runs ----------------------------------------------------------------------
 DISTSERVE_RUN_NAME = re.compile(r"^vllm-(\d+)-([\d.]+)\.exp$")
+#: what each request of a run file records (times in seconds, latencies in ms)
+RECORD_FIELDS = ("prompt_len", "output_len", "issue_time", "first_token_time", "complete_time", "ttft_ms",
+                 "latency_ms")
 
 # The vLLM baseline's launch command, read from DistServe's source history (not from its timings):
 # `evaluation/2-benchmark-serving/2-start-api-server.py` as of 8f13114 (2024-04-23), the version
@@ -115,10 +118,21 @@ def load_distserve_run(path: Path) -> RealRun:
     (its simulator's input for DistServe instances), not of the vLLM baseline.
     """
     path = Path(path)
+    if not DISTSERVE_RUN_NAME.match(path.name):  # its folder also holds DistServe's own runs and the inputs
+        raise ConfigError(f"run: {path.name} is not a DistServe vLLM run (vllm-N-RATE.exp); the other files of "
+                          "that data are DistServe's own disaggregated runs (distserve-*.exp, not one vLLM "
+                          "engine) and workload inputs, which are not simulated as a run")
     first_line = path.read_text().split("\n", 1)[0]
-    recs = ast.literal_eval(first_line)
-    if not isinstance(recs, list) or not recs:
-        raise ValueError(f"{path}: expected a list of per-request records on the first line")
+    try:
+        recs = ast.literal_eval(first_line)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        recs = None
+    if not isinstance(recs, list) or not recs or not all(isinstance(r, dict) for r in recs):
+        raise ConfigError(f"run: {path.name}: expected a list of per-request records on the first line")
+    missing = [k for k in RECORD_FIELDS if any(k not in r for r in recs)]
+    if missing:  # the inputs folder holds files of the same names: what was sent, not what was measured
+        raise ConfigError(f"run: {path.name}: its records lack {', '.join(missing)} (a DistServe run records "
+                          f"{', '.join(RECORD_FIELDS)}); a workload input is not a run")
     issue = np.array([r["issue_time"] for r in recs], dtype=float)
     requests = measured_table({
         "arrival_time": issue,

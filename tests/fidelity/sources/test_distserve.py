@@ -97,6 +97,26 @@ def write_exp(path: Path, recs: list[dict]) -> Path:
     return path
 
 
+def test_only_a_measured_vllm_run_file_loads_as_a_run(tmp_path):
+    """DistServe's folders also hold its own disaggregated runs and the workload inputs (same names,
+    no timings): each is refused in one line naming what it is, never simulated as a vLLM run."""
+    from policies import ConfigError
+
+    model = DistServeLatencyModel(write_profiles(tmp_path / "profile_data"))
+    recs = lone_requests(model, host_s=4e-4, front_s=0.02)
+    assert load_distserve_run(write_exp(tmp_path / "vllm-6-1.exp", recs)).num_requests == len(recs)
+    with pytest.raises(ConfigError, match="^run: distserve-6-1.exp is not a DistServe vLLM run"):
+        load_distserve_run(write_exp(tmp_path / "distserve-6-1.exp", recs))
+    inputs = [{"prompt_len": r["prompt_len"], "output_len": r["output_len"], "start_time": r["issue_time"]}
+              for r in recs]
+    with pytest.raises(ConfigError, match="^run: vllm-6-1.exp: its records lack issue_time, first_token_time"):
+        load_distserve_run(write_exp(tmp_path / "inputs" / "vllm-6-1.exp", inputs))
+    (tmp_path / "bad" / "vllm-6-1.exp").parent.mkdir()
+    (tmp_path / "bad" / "vllm-6-1.exp").write_text("not a literal\n")
+    with pytest.raises(ConfigError, match="^run: vllm-6-1.exp: expected a list of per-request records"):
+        load_distserve_run(tmp_path / "bad" / "vllm-6-1.exp")
+
+
 def test_measure_run_host_recovers_the_per_sequence_host_time_and_front_end(tmp_path):
     model = DistServeLatencyModel(write_profiles(tmp_path / "profile_data"))
     path = write_exp(tmp_path / "runs" / "vllm-6-1.exp", lone_requests(model, host_s=4e-4, front_s=0.02))
