@@ -14,15 +14,18 @@ from fidelity.sources.llmservingsim import load_llmservingsim_run
 from fidelity.sources.vllm_server import load_server_run
 
 #: what `find_runs` recognises, for the commands' help and errors
-FOLDER_HELP = "folder of real runs (e.g. ../shared/data/groundtruth) or one run folder"
+FOLDER_HELP = "folder of real runs (e.g. ../shared/data/groundtruth), one run folder or one DistServe vllm-N-RATE.exp"
 LAYOUTS = "exp-config.yaml folders, LLMServingSim vllm/requests.jsonl or DistServe vllm-N-RATE.exp files"
 
 
 def find_runs(root: Path) -> list[RealRun]:
-    """Every run under `root`, in a stable order (a run folder itself is accepted too)."""
+    """Every run under `root`, in a stable order (a run folder itself, or one DistServe run file, is
+    accepted too)."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"{root}: no such folder")
+    if root.is_file():  # one run file: DistServe's, or refused with what it is
+        return [load_distserve_run(root)]
     runs: list[RealRun] = []
     for d in sorted([root, *[p for p in root.rglob("*") if p.is_dir()]]):
         if (d / "exp-config.yaml").is_file():

@@ -119,9 +119,10 @@ def load_distserve_run(path: Path) -> RealRun:
     """
     path = Path(path)
     if not DISTSERVE_RUN_NAME.match(path.name):  # its folder also holds DistServe's own runs and the inputs
-        raise ConfigError(f"run: {path.name} is not a DistServe vLLM run (vllm-N-RATE.exp); the other files of "
-                          "that data are DistServe's own disaggregated runs (distserve-*.exp, not one vLLM "
-                          "engine) and workload inputs, which are not simulated as a run")
+        own = " (distserve-*.exp: DistServe's own disaggregated system, not one vLLM engine)" \
+            if path.name.startswith("distserve-") else ""
+        raise ConfigError(f"run: {path.name} is not a DistServe vLLM run{own}; a run file must be one "
+                          "(vllm-N-RATE.exp), else give a run's folder or a folder of runs")
     first_line = path.read_text().split("\n", 1)[0]
     try:
         recs = ast.literal_eval(first_line)

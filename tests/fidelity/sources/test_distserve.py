@@ -104,8 +104,12 @@ def test_only_a_measured_vllm_run_file_loads_as_a_run(tmp_path):
 
     model = DistServeLatencyModel(write_profiles(tmp_path / "profile_data"))
     recs = lone_requests(model, host_s=4e-4, front_s=0.02)
-    assert load_distserve_run(write_exp(tmp_path / "vllm-6-1.exp", recs)).num_requests == len(recs)
-    with pytest.raises(ConfigError, match="^run: distserve-6-1.exp is not a DistServe vLLM run"):
+    from fidelity.run_folders import find_runs
+
+    run_file = write_exp(tmp_path / "vllm-6-1.exp", recs)
+    assert load_distserve_run(run_file).num_requests == len(recs)
+    assert [r.name for r in find_runs(run_file)] == ["vllm-6-1"]  # `reproduce FILE`, as `--from-run FILE`
+    with pytest.raises(ConfigError, match="^run: distserve-6-1.exp is not a DistServe vLLM run .*disaggregated"):
         load_distserve_run(write_exp(tmp_path / "distserve-6-1.exp", recs))
     inputs = [{"prompt_len": r["prompt_len"], "output_len": r["output_len"], "start_time": r["issue_time"]}
               for r in recs]
