@@ -149,10 +149,14 @@ def plot_errors(table: pd.DataFrame, path: Path) -> Path | None:
 
 def run(args: argparse.Namespace) -> int:
     runs = find_runs(Path(args.groundtruth))
-    if args.only:
-        runs = [r for r in runs if any(t in r.name or t in r.source for t in args.only)]
     if not runs:
         raise FileNotFoundError(f"{args.groundtruth}: no runs found (expected {LAYOUTS})")
+    if args.only:
+        found, runs = runs, [r for r in runs if any(t in r.name or t in r.source for t in args.only)]
+        if not runs:
+            sources = sorted({r.source for r in found})
+            raise ValueError(f"--only: no run's name or source contains {' or '.join(map(repr, args.only))} "
+                             f"({len(found)} runs found, sources: {', '.join(sources)})")
     # a run that cannot be simulated from what it records is listed with its reason, not a stop
     skipped = [(r, why) for r in runs
                if (why := why_unpredictable(r, args.gpu, args.workload, args.gpu_model)) is not None]

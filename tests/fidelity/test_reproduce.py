@@ -99,6 +99,12 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "no runs found" in capsys.readouterr().err
 
 
+def test_an_only_that_matches_nothing_says_so_not_that_there_are_no_runs(three_runs, tmp_path, capsys):
+    assert main(["reproduce", str(three_runs), "--only", "zzz", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--only: no run's name or source contains 'zzz' (3 runs found" in err
+
+
 def test_a_run_described_only_by_its_profile_and_summary_is_simulated(tmp_path):
     import copy
     import json
