@@ -31,9 +31,9 @@ NAME = re.compile(r"^(vllm|distserve)(?:-c(\d)(\d)d(\d)(\d))?-(\d+)-([\d.]+)\.ex
 
 def read_run(path: Path) -> pd.DataFrame:
     """Per-request measured table: arrival (s from the first), lengths, ttft_s, tpot_s (vLLM definition)."""
-    from fidelity.sources.distserve import load_distserve_run
+    from fidelity.sources.distserve import distserve_requests
 
-    req = load_distserve_run(path).requests.copy()
+    req = distserve_requests(path).copy()
     req["arrival_time"] -= req["arrival_time"].min()
     n = req["num_output_tokens"]
     req["tpot_s"] = np.where(n > 1, (req["e2e_s"] - req["ttft_s"]) / (n - 1).clip(lower=1), np.nan)

@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from fidelity.host_overhead import HostOverhead
 from fidelity.runs import RealRun, ServerArgs, measured_table
@@ -105,6 +106,30 @@ def distserve_prefill_gaps(path: Path) -> list[tuple[int, float]]:
     return gaps
 
 
+def distserve_requests(path: Path) -> pd.DataFrame:
+    """The measured per-request table (`fidelity.runs.measured_table`) of one DistServe file, of its
+    vLLM runs or of its own system's: the first line a Python literal list of `RECORD_FIELDS` records."""
+    path = Path(path)
+    first_line = path.read_text().split("\n", 1)[0]
+    try:
+        recs = ast.literal_eval(first_line)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        recs = None
+    if not isinstance(recs, list) or not recs or not all(isinstance(r, dict) for r in recs):
+        raise ConfigError(f"run: {path.name}: expected a list of per-request records on the first line")
+    missing = [k for k in RECORD_FIELDS if any(k not in r for r in recs)]
+    if missing:  # the inputs folder holds files of the same names: what was sent, not what was measured
+        raise ConfigError(f"run: {path.name}: its records lack {', '.join(missing)} (a DistServe run records "
+                          f"{', '.join(RECORD_FIELDS)}); a workload input is not a run")
+    return measured_table({
+        "arrival_time": np.array([r["issue_time"] for r in recs], dtype=float),
+        "num_prompt_tokens": [int(r["prompt_len"]) for r in recs],
+        "num_output_tokens": [int(r["output_len"]) for r in recs],
+        "ttft_s": np.array([r["ttft_ms"] for r in recs]) / 1e3,
+        "e2e_s": np.array([r["latency_ms"] for r in recs]) / 1e3,
+    })
+
+
 def load_distserve_run(path: Path) -> RealRun:
     """One DistServe alignment file `vllm-N-RATE.exp`: vLLM serving OPT-13B on one A100-80GB.
 
@@ -119,29 +144,11 @@ def load_distserve_run(path: Path) -> RealRun:
     """
     path = Path(path)
     if not DISTSERVE_RUN_NAME.match(path.name):  # its folder also holds DistServe's own runs and the inputs
-        own = " (distserve-*.exp: DistServe's own disaggregated system, not one vLLM engine)" \
-            if path.name.startswith("distserve-") else ""
+        own = (" (distserve-*.exp: DistServe's own disaggregated system, not one vLLM engine; "
+               "benchmarks/distserve_replay.py replays those)") if path.name.startswith("distserve-") else ""
         raise ConfigError(f"run: {path.name} is not a DistServe vLLM run{own}; a run file must be one "
                           "(vllm-N-RATE.exp), else give a run's folder or a folder of runs")
-    first_line = path.read_text().split("\n", 1)[0]
-    try:
-        recs = ast.literal_eval(first_line)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        recs = None
-    if not isinstance(recs, list) or not recs or not all(isinstance(r, dict) for r in recs):
-        raise ConfigError(f"run: {path.name}: expected a list of per-request records on the first line")
-    missing = [k for k in RECORD_FIELDS if any(k not in r for r in recs)]
-    if missing:  # the inputs folder holds files of the same names: what was sent, not what was measured
-        raise ConfigError(f"run: {path.name}: its records lack {', '.join(missing)} (a DistServe run records "
-                          f"{', '.join(RECORD_FIELDS)}); a workload input is not a run")
-    issue = np.array([r["issue_time"] for r in recs], dtype=float)
-    requests = measured_table({
-        "arrival_time": issue,
-        "num_prompt_tokens": [int(r["prompt_len"]) for r in recs],
-        "num_output_tokens": [int(r["output_len"]) for r in recs],
-        "ttft_s": np.array([r["ttft_ms"] for r in recs]) / 1e3,
-        "e2e_s": np.array([r["latency_ms"] for r in recs]) / 1e3,
-    })
+    requests = distserve_requests(path)
     # the v0 engine (no chunked prefill) of DistServe's vLLM 0.2.3; budget, sequences, block size and
     # padding cap the script's
     launch = DISTSERVE_VLLM_LAUNCH
