@@ -87,7 +87,11 @@ def hold_window_of(workload: Any, points: list[dict], rate_key: str = "workload.
     out = []
     for p in points:
         if rate_key in p and "workload.num_requests" not in p:
-            p = {**p, "workload.num_requests": str(max(1, round(n0 * float(p[rate_key]) / r0)))}
+            try:
+                rate = float(p[rate_key])
+            except ValueError:  # said as the config would say it, not as float() does
+                raise ConfigError.at(rate_key, f"expected a number, got {p[rate_key]!r}") from None
+            p = {**p, "workload.num_requests": str(max(1, round(n0 * rate / r0)))}
         out.append(p)
     return out
 

@@ -66,6 +66,8 @@ def test_hold_window_scales_the_count_with_the_rate():
     assert [p.get("workload.num_requests") for p in points] == ["20", "160", None, "7"]
     timed = small_config(num_requests=None, workload={"duration": 5.0})
     assert hold_window(timed, [{"workload.rate": "4"}]) == [{"workload.rate": "4"}]
+    with pytest.raises(ConfigError, match="^workload.rate: expected a number, got 'abc'"):
+        hold_window(base, [{"workload.rate": "abc"}])
 
 
 def test_unknown_executor_names_the_choices():
