@@ -22,6 +22,7 @@ from sim.capacity.slo import SLO
 from sim.capacity.sweep import (DEFAULT_SIMULATE, PointSpec, evaluate_point, format_override, hold_window,
                                  load_point_config)
 from sim.cluster.layout import cost_per_hour
+from specs import get_gpu
 
 LAYOUTS = ("colocated", "disaggregated")
 
@@ -44,6 +45,17 @@ class CandidateGrid:
                 raise ConfigError(f"plan.{name}: give at least one value")
         for layout in self.layouts:
             check_choice("plan.layouts", layout, LAYOUTS)
+        for name in ("tps", "replicas", "pool_counts"):
+            for v in getattr(self, name):
+                check_int(f"plan.{name}", v, 1)
+        for v in self.budgets:
+            if v is not None:
+                check_int("plan.budgets", v, 1)
+        for gpu in self.gpus:  # said once here, not once a candidate
+            try:
+                get_gpu(gpu)
+            except ConfigError as exc:
+                raise ConfigError(str(exc).replace("hardware.gpu:", "plan.gpus:", 1)) from None
         check_int("plan.max_gpus", self.max_gpus, 1)
 
     def candidates(self) -> list[dict[str, Any]]:

@@ -23,6 +23,20 @@ def test_candidates_respect_the_gpu_cap_and_layouts():
         CandidateGrid(layouts=("mixed",))
 
 
+@pytest.mark.parametrize("kw, said", [
+    (dict(gpus=("H100-SXM", "XYZ")), r"^plan.gpus: unknown GPU 'XYZ'; choose one of .*A100-80G"),
+    (dict(tps=(0, 1)), r"^plan.tps: must be >= 1, got 0"),
+    (dict(replicas=(-2,)), r"^plan.replicas: must be >= 1"),
+    (dict(pool_counts=(0,)), r"^plan.pool_counts: must be >= 1"),
+    (dict(budgets=(None, 0)), r"^plan.budgets: must be >= 1"),
+])
+def test_a_grid_no_candidate_of_which_could_run_is_refused_up_front(kw, said):
+    """Said once, naming the flag's field, before any candidate is simulated (each used to fail alone
+    and the plan ended 'no candidate serves the rate')."""
+    with pytest.raises(ConfigError, match=said):
+        CandidateGrid(**kw)
+
+
 def test_plan_picks_the_smallest_fitting_layout_and_it_really_is_smallest():
     base = small_config(num_requests=60)  # 60 at 8 req/s: a 7.5 s window, so 300 requests at 40 req/s
     grid = CandidateGrid(gpus=("H100-SXM",), tps=(1,), replicas=(1, 2, 3, 4), layouts=("colocated",), max_gpus=4)
