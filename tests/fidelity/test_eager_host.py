@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from fidelity_helpers import make_requests
 
@@ -21,9 +20,9 @@ def old_run(version: str | None = "0.2.3", gpu: str = "A100", n: int = 4, **reco
     """A vLLM v0 run of `version` serving OPT-13B on `gpu` (`n` requests, no timings)."""
     server = ServerArgs(model="facebook/opt-13b", gpu=gpu, enable_chunked_prefill=False, enable_prefix_caching=False,
                         max_model_len=2048, max_num_batched_tokens=2048, max_num_seqs=256, engine_version=version)
-    requests = make_requests(n, rate=2.0, prompt=(100, 800), output=(20, 60)) if n else pd.DataFrame()
+    requests = make_requests(n, rate=2.0, prompt=(100, 800), output=(20, 60))
     return RealRun(name="old", source="new", path=Path("/nonexistent"), server=server,
-                   requests=requests.assign(prefix_group=-1, num_prefix_tokens=0) if n else requests,
+                   requests=requests.assign(prefix_group=-1, num_prefix_tokens=0),
                    recorded_args={k: (v, "launch script") for k, v in recorded.items()})
 
 
