@@ -382,16 +382,19 @@ def gpu_latency_model(run: RealRun, config, kind: str = "auto", compute_factor: 
                                             **kw), "layer-profile"
         if kind == "layer-profile":
             raise ValueError(f"gpu_model: no per-layer profile next to run {run.name}")
-    eager = None
-    if kind == "aiconfigurator-eager" or (kind == "auto" and runs_eager(run)):
-        eager = _eager_model(run, config, compute_factor, source_out, required=kind != "auto")
-    if kind in ("auto", "distserve") and not (kind == "auto" and source_out and eager is not None):
+    wants_eager = kind == "aiconfigurator-eager" or (kind == "auto" and runs_eager(run))
+    # under source-out the eager model goes before DistServe's own curve, otherwise after it
+    eager = _eager_model(run, config, compute_factor, source_out, required=kind != "auto") \
+        if wants_eager and (kind != "auto" or source_out) else None
+    if kind in ("auto", "distserve") and eager is None:
         path = distserve_profile(run)
         if path is not None and run.server.model == "facebook/opt-13b":
             return DistServeLatencyModel(path, run.server.model, config.hardware.tp, own_prefill=source_out,
                                          pre_alignment=source_out), "distserve"
         if kind == "distserve":
             raise ValueError(f"gpu_model: no DistServe coefficients for run {run.name}")
+    if eager is None and wants_eager and kind == "auto" and not source_out:
+        eager = _eager_model(run, config, compute_factor, source_out, required=False)
     if eager is not None:
         return eager, "aiconfigurator-eager"
     if kind in ("auto", "aiconfigurator"):
