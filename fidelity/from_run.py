@@ -126,7 +126,7 @@ def measured_profile_file(config, run: RealRun | None = None, cache_dir: str | P
     cached by content; None when the extra is not installed or has no data for them."""
     try:
         eager = eager_host(config.hardware.gpu) if run is not None and runs_eager(run) else None
-        prior = host_prior("aiconfigurator", run, config.hardware.gpu)
+        prior = host_prior("aiconfigurator", run, config.hardware.gpu) if eager is None else None
         factor = compute_prior(run, config.hardware.gpu)
         dims = dims_of_spec(config.model.spec(), config.hardware.tp)
         host = list(eager.host_terms().values()) if eager is not None else [prior.schedule_s, prior.schedule_per_seq_s]
@@ -136,27 +136,23 @@ def measured_profile_file(config, run: RealRun | None = None, cache_dir: str | P
         stamp = "".join(p.read_text() for p in sorted(importer.glob("*.py")) if p.is_file())
         key = hashlib.sha1((json.dumps(dims_key, sort_keys=True) + config.hardware.gpu + stamp).encode()).hexdigest()[:16]
         path = folder / f"aiconfigurator-{config.hardware.gpu}-tp{config.hardware.tp}-{key}.json"
-        if eager is not None and not path.is_file():  # the host work is the eager engine's (in the import)
-            profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp,
-                                     host="eager-launch", host_terms=eager.host_terms(), compute_factor=factor)
-            profile.meta["host_terms_origin"] = eager.origin
-            _save(profile, path)
         if not path.is_file():
-            profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp, host="none",
-                                     compute_factor=factor)
-            profile.ops["step_overhead"] = fit_op("step_overhead", [
-                [n, prior.schedule_s + n * prior.schedule_per_seq_s] for n in (1, 16, 256, 4096)],
-                source=f"host time per step {prior.schedule_s * 1e3:.3f} ms + {prior.schedule_per_seq_s * 1e6:.0f} us/seq "
-                       "(fidelity.predict.host_prior)")
-            _save(profile, path)
+            if eager is not None:  # the eager engine's launch path and host work, in the import itself
+                profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp,
+                                         host="eager-launch", host_terms=eager.host_terms(), compute_factor=factor)
+                profile.meta["host_terms_origin"] = eager.origin
+            else:
+                profile = import_profile("aiconfigurator", config.hardware.gpu, dims, config.hardware.tp, host="none",
+                                         compute_factor=factor)
+                profile.ops["step_overhead"] = fit_op("step_overhead", [
+                    [n, prior.schedule_s + n * prior.schedule_per_seq_s] for n in (1, 16, 256, 4096)],
+                    source=f"host time per step {prior.schedule_s * 1e3:.3f} ms + "
+                           f"{prior.schedule_per_seq_s * 1e6:.0f} us/seq (fidelity.predict.host_prior)")
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            profile.save(tmp)
+            os.replace(tmp, path)
         return path
     except Exception:  # noqa: BLE001 - no extra, no data for this GPU/model/TP: the roofline stays
         return None
 
-
-def _save(profile, path: Path) -> None:
-    """Write `profile` to `path` whole (another process may read the cache meanwhile)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    profile.save(tmp)
-    os.replace(tmp, path)

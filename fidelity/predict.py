@@ -300,10 +300,12 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
         ray_step, ray_seq, ray_token, why = ray
         evidence.append(why)
     if gpu_model in ("distserve", "aiconfigurator-eager"):
-        per_seq = c.per_seq_overhead_s if gpu_model == "distserve" else 0.0
-        evidence.append("per-sequence host time: documented constant (RooflineConstants.per_seq_overhead_s)"
-                        if gpu_model == "distserve" else
-                        "the engine's host work outside the forward pass: in the GPU model (fidelity.eager_host)")
+        if gpu_model == "distserve":
+            per_seq, why = c.per_seq_overhead_s, "per-sequence host time: documented constant " \
+                                                 "(RooflineConstants.per_seq_overhead_s)"
+        else:
+            per_seq, why = 0.0, "the engine's host work outside the forward pass: in the GPU model (fidelity.eager_host)"
+        evidence.append(why)
         return HostOverhead(schedule_s=per_step + ray_step, schedule_per_seq_s=per_seq + ray_seq,
                             sample_per_seq_s=per_out, serialize_per_context_token_s=ray_token,
                             frontend_s=front), evidence

@@ -153,9 +153,10 @@ def gpu_names() -> list[str]:
     return list(GPUS)
 
 
-def get_gpu(name: str) -> GPUSpec:
-    """A catalog GPU by case-insensitive name or alias (`h100`, `A100-80GB`, `rtx4090`...)."""
+def get_gpu(name: str, field: str = "hardware.gpu") -> GPUSpec:
+    """A catalog GPU by case-insensitive name or alias (`h100`, `A100-80GB`, `rtx4090`...); an unknown
+    one is refused naming `field`, the setting it was given as."""
     hit = _LOOKUP.get(_key(name)) if isinstance(name, str) else None
     if hit is None:
-        raise ConfigError(f"hardware.gpu: unknown GPU {name!r}; choose one of {', '.join(GPUS)}")
+        raise ConfigError(f"{field}: unknown GPU {name!r}; choose one of {', '.join(GPUS)}")
     return GPUS[hit]

@@ -110,9 +110,8 @@ def distserve_requests(path: Path) -> pd.DataFrame:
     """The measured per-request table (`fidelity.runs.measured_table`) of one DistServe file, of its
     vLLM runs or of its own system's: the first line a Python literal list of `RECORD_FIELDS` records."""
     path = Path(path)
-    first_line = path.read_text().split("\n", 1)[0]
     try:
-        recs = ast.literal_eval(first_line)
+        recs = _read_exp(path)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         recs = None
     if not isinstance(recs, list) or not recs or not all(isinstance(r, dict) for r in recs):

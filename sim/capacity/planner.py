@@ -52,10 +52,7 @@ class CandidateGrid:
             if v is not None:
                 check_int("plan.budgets", v, 1)
         for gpu in self.gpus:  # said once here, not once a candidate
-            try:
-                get_gpu(gpu)
-            except ConfigError as exc:
-                raise ConfigError(str(exc).replace("hardware.gpu:", "plan.gpus:", 1)) from None
+            get_gpu(gpu, field="plan.gpus")
         check_int("plan.max_gpus", self.max_gpus, 1)
 
     def candidates(self) -> list[dict[str, Any]]:
