@@ -3,13 +3,16 @@
 A folder with `exp-config.yaml` is a vLLM server run (`fidelity.sources.vllm_server`), one with
 `vllm/meta.json` + `vllm/requests.jsonl` an LLMServingSim replay (`fidelity.sources.llmservingsim`),
 and `vllm-N-RATE.exp` files are DistServe's vLLM runs (`fidelity.sources.distserve`).
+`measurements_not_runs` names what such a folder also holds that is not a run servesim predicts
+(DistServe's own disaggregated system, Splitwise's static-batch step times), so a report can list it.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from fidelity.runs import RealRun
-from fidelity.sources.distserve import DISTSERVE_RUN_NAME, load_distserve_run
+from fidelity.sources.distserve import DISTSERVE_RUN_NAME, DISTSERVE_SOURCE, DISTSERVE_SYSTEM_NOTE, \
+    load_distserve_run
 from fidelity.sources.llmservingsim import load_llmservingsim_run
 from fidelity.sources.vllm_server import load_server_run
 
@@ -36,3 +39,22 @@ def find_runs(root: Path) -> list[RealRun]:
         elif not d.name.endswith("-workload"):  # DistServe's measured files (its inputs sit in *-workload)
             runs.extend(load_distserve_run(f) for f in sorted(d.glob("vllm-*.exp")) if DISTSERVE_RUN_NAME.match(f.name))
     return runs
+
+
+def measurements_not_runs(root: Path) -> list[tuple[str, str, str]]:
+    """(name, source, why) of each measurement under `root` that `find_runs` does not take: DistServe's
+    runs of its own disaggregated system (`distserve-*.exp`) and Splitwise's static-batch step times.
+    Their folder's name is the source, as for the runs beside them."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for d in sorted([root, *[p for p in root.rglob("*") if p.is_dir()]]):
+        if d.name.endswith("-workload"):  # DistServe's inputs, not measurements
+            continue
+        found += [(f.stem, DISTSERVE_SOURCE, "DistServe's own disaggregated system" + DISTSERVE_SYSTEM_NOTE)
+                  for f in sorted(d.glob("distserve-*.exp"))]
+        if (d / "perf_model.csv").is_file() and d.name == "data":
+            found.append((d.parent.name, d.parent.name, "static batches' step times, not a serving run: "
+                          "benchmarks/splitwise_check.py compares the step model with them"))
+    return found

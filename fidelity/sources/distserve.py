@@ -32,6 +32,10 @@ from policies import BatchPlan, ConfigError
 
 # --- DistServe's vLLM runs ----------------------------------------------------------------------
 DISTSERVE_RUN_NAME = re.compile(r"^vllm-(\d+)-([\d.]+)\.exp$")
+#: the source (campaign) of every run file here: DistServe's alignment data, A100, OPT-13B
+DISTSERVE_SOURCE = "distserve-a100-opt13b"
+#: why `reproduce` does not predict DistServe's own system's runs (said after what they are)
+DISTSERVE_SYSTEM_NOTE = ", not one vLLM engine; benchmarks/distserve_replay.py replays those"
 #: what each request of a run file records (times in seconds, latencies in ms)
 RECORD_FIELDS = ("prompt_len", "output_len", "issue_time", "first_token_time", "complete_time", "ttft_ms",
                  "latency_ms")
@@ -143,8 +147,8 @@ def load_distserve_run(path: Path) -> RealRun:
     """
     path = Path(path)
     if not DISTSERVE_RUN_NAME.match(path.name):  # its folder also holds DistServe's own runs and the inputs
-        own = (" (distserve-*.exp: DistServe's own disaggregated system, not one vLLM engine; "
-               "benchmarks/distserve_replay.py replays those)") if path.name.startswith("distserve-") else ""
+        own = f" (distserve-*.exp: DistServe's own disaggregated system{DISTSERVE_SYSTEM_NOTE})" \
+            if path.name.startswith("distserve-") else ""
         raise ConfigError(f"run: {path.name} is not a DistServe vLLM run{own}; a run file must be one "
                           "(vllm-N-RATE.exp), else give a run's folder or a folder of runs")
     requests = distserve_requests(path)
@@ -159,7 +163,7 @@ def load_distserve_run(path: Path) -> RealRun:
                         gpu_memory_utilization=float(launch["gpu_memory_utilization"]))
     recorded = {k: (v, DISTSERVE_VLLM_LAUNCH_ORIGIN) for k, v in launch.items()}
     recorded["engine_version"] = (DISTSERVE_VLLM_RELEASE, DISTSERVE_VLLM_RELEASE_ORIGIN)
-    return RealRun(name=path.stem, source="distserve-a100-opt13b", path=path, server=server, requests=requests,
+    return RealRun(name=path.stem, source=DISTSERVE_SOURCE, path=path, server=server, requests=requests,
                    recorded_args=recorded, unmodelled_args=DISTSERVE_UNMODELLED, measured_by="distserve")
 
 

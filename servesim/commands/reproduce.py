@@ -33,7 +33,7 @@ from fidelity.engine_settings import not_modelled, settings_table
 from fidelity.host_overhead import HostOverhead
 from fidelity.predict import GPU_MODEL_KINDS, why_unpredictable
 from fidelity.reproduce import reproduce
-from fidelity.run_folders import FOLDER_HELP, LAYOUTS, find_runs
+from fidelity.run_folders import FOLDER_HELP, LAYOUTS, find_runs, measurements_not_runs
 from fidelity.runs import METRICS
 from fidelity.ttft_parts import write_run_tables
 from policies import ConfigError
@@ -108,8 +108,8 @@ def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[s
     if excluded:
         lines += ["Excluded from the score (the given fit was trained on them): " + ", ".join(excluded), ""]
     if unpredicted is not None and len(unpredicted):
-        lines += ["## Runs not predicted", "", "Found, but not simulated (not in the medians): what they record "
-                  "is outside what servesim models.", "", "| source | run | reason |", "|---|---|---|"]
+        lines += ["## Runs not predicted", "", "Found, but not simulated here (not in the medians); each row "
+                  "says why.", "", "| source | run | reason |", "|---|---|---|"]
         lines += [f"| {r.source} | {r.run} | {r.reason} |" for r in unpredicted.itertuples(index=False)]
         lines.append("")
     if settings is not None and len(settings):
@@ -163,6 +163,13 @@ def run(args: argparse.Namespace) -> int:
     for r, why in skipped:  # said even under --quiet: the score no longer covers every run found
         print(f"warning: {r.name}: not predicted: {why}", file=sys.stderr)
     runs = [r for r in runs if all(r is not s for s, _ in skipped)]
+    # what the folder holds besides runs (DistServe's own system, static batches): listed, not scored
+    others = [(name, source, why) for name, source, why in measurements_not_runs(Path(args.groundtruth))
+              if not args.only or any(t in name or t in source for t in args.only)]
+    for why in dict.fromkeys(why for _, _, why in others):
+        names = [name for name, _, w in others if w == why]
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        print(f"warning: {names[0]}{more}: not predicted: {why}", file=sys.stderr)
     if not runs:
         raise ConfigError(f"{args.groundtruth}: no run can be predicted ({len(skipped)} found; "
                           f"{skipped[0][0].name}: {skipped[0][1]})")
@@ -191,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
     med.to_csv(out / "medians.csv", index_label="source")
     write_json(out / "fits.json", {"per_run": rep.fits, "per_source": rep.group_fits})
     title = f"servesim reproduce {args.groundtruth} (fit: {'given layer' if args.overhead else args.fit})"
-    unpredicted = pd.DataFrame([(r.name, r.source, why) for r, why in skipped], columns=["run", "source", "reason"])
+    unpredicted = pd.DataFrame([(r.name, r.source, why) for r, why in skipped] + others,
+                               columns=["run", "source", "reason"])
     unpredicted.to_csv(out / "not_predicted.csv", index=False)
     # runs scored benchmark by benchmark or stage by stage: benchmarks.csv / .png and report.md's section
     bench_lines, bench_section = write_benchmarks(list(rep.predictions.values()), out / "benchmarks.csv")

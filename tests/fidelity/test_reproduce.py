@@ -171,6 +171,33 @@ def test_a_run_whose_model_is_unknown_is_listed_with_its_reason_and_the_others_s
     assert error.startswith("servesim reproduce: error:") and "no run can be predicted (2 found" in error
 
 
+def test_measurements_beside_the_runs_are_listed_as_not_predicted(tmp_path, capsys):
+    """A groundtruth folder also holds DistServe's own system runs and Splitwise's step times: the
+    report accounts for them (not_predicted.csv, one warning a kind), the runs are scored as before."""
+    make_measured_run(tmp_path / "gt" / "hand-made" / "known", n=12, seed=0)
+    runs = tmp_path / "gt" / "distserve" / "data-ground-truth" / "opt-13b-sharegpt"
+    for name in ("distserve-6-1.exp", "distserve-c21d11-6-2.exp"):
+        (runs / name).parent.mkdir(parents=True, exist_ok=True)
+        (runs / name).write_text("[]\n")
+    (runs.parent / "opt-13b-sharegpt-workload").mkdir()
+    (runs.parent / "opt-13b-sharegpt-workload" / "distserve-6-1.exp").write_text("[]\n")  # an input
+    (tmp_path / "gt" / "splitwise" / "data").mkdir(parents=True)
+    (tmp_path / "gt" / "splitwise" / "data" / "perf_model.csv").write_text("model,hardware\n")
+    out = tmp_path / "rep"
+    assert main(["reproduce", str(tmp_path / "gt"), "--out", str(out), "--quiet", "--fit", "none",
+                 "--gpu-model", "roofline"]) == 0
+    assert set(pd.read_csv(out / "report.csv")["run"]) == {"known"}
+    skipped = pd.read_csv(out / "not_predicted.csv")
+    assert sorted(skipped["run"]) == ["distserve-6-1", "distserve-c21d11-6-2", "splitwise"]
+    assert skipped.set_index("run").loc["distserve-6-1", "reason"].startswith("DistServe's own disaggregated")
+    err = capsys.readouterr().err.splitlines()
+    assert "warning: distserve-6-1 and 1 more: not predicted: DistServe's own disaggregated system" in err[0]
+    assert err[1].startswith("warning: splitwise: not predicted: static batches' step times")
+    assert main(["reproduce", str(tmp_path / "gt"), "--out", str(out), "--quiet", "--fit", "none",
+                 "--gpu-model", "roofline", "--only", "known"]) == 0
+    assert pd.read_csv(out / "not_predicted.csv").empty  # --only narrows the list as it does the runs
+
+
 def test_a_run_the_named_step_time_source_has_no_data_for_is_listed_not_fatal(tmp_path, capsys):
     pytest.importorskip("aiconfigurator_core", reason="the aiconfigurator extra is not installed")
     root = tmp_path / "gt" / "hand-made"
