@@ -47,6 +47,8 @@ from fidelity.sources.vllm_server import load_server_run
 from policies import ConfigError
 from sim.config import load_config
 from sim.notes import with_notes
+from specs.gpu_spec import get_gpu
+from specs.memory import bytes_per_block, weight_bytes_per_gpu
 
 
 def load_run(run_dir: str | Path) -> RealRun:
@@ -86,6 +88,13 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
     if run.server.data_parallel_size > 1:  # that many engines, requests dealt in turn (as reproduce does)
         data["cluster"] = {"num_replicas": run.server.data_parallel_size, "router": "round_robin"}
     config = load_config(data, overrides)
+    measured = data["hardware"].get("num_gpu_blocks")
+    moved = kv_capacity_moved(run, config, model is not None, measured or 0)
+    if measured and moved and _override(overrides, "hardware.num_gpu_blocks") is None:
+        del data["hardware"]["num_gpu_blocks"]  # the engine's count was of its own memory and shapes
+        config = with_notes(load_config(data, overrides), [
+            f"hardware: the run's KV capacity ({measured} blocks, counted by its engine) holds for its own "
+            f"{', '.join(moved)}; derived again for the {', '.join(moved)} set"])
     if config.workload.kind == "inference_perf":
         check = check_workload(run)
         if check is not None:  # which client behaviour is simulated, and how it compares with the run's
@@ -115,6 +124,35 @@ def config_from_run(run_dir: str | Path, overrides: Sequence[str] = (), workload
                         "token outside the engine: a vLLM API server's, measured on idle engines of other runs "
                         "(the idle-host layer, fidelity.predict.host_prior)"])
     return config
+
+
+def kv_capacity_moved(run: RealRun, config, model_given: bool, blocks: int) -> list[str]:
+    """The settings of `config` (overridden) that make the run's own count of KV `blocks` not apply:
+    its GPU, TP, memory share or model. A GPU the run does not record is the one it ran on when given,
+    unless those blocks alone would not fit in its memory beside the weights."""
+    moved = []
+    if run.server.gpu:
+        if _gpu_name(run.server.gpu) != _gpu_name(config.hardware.gpu):
+            moved.append("hardware.gpu")
+    elif blocks:
+        spec, hw = config.model.spec(), config.hardware
+        need = blocks * bytes_per_block(spec, hw.tp, config.cache.block_size) + weight_bytes_per_gpu(spec, hw.tp)
+        if need > hw.gpu_spec().memory_bytes:
+            moved.append("hardware.gpu")
+    if config.hardware.tp != run.server.tensor_parallel_size:
+        moved.append("hardware.tp")
+    util = run.server.gpu_memory_utilization
+    if util and config.hardware.gpu_memory_utilization != util:
+        moved.append("hardware.gpu_memory_utilization")
+    return moved + (["model.name"] if model_given else [])
+
+
+def _gpu_name(name: str) -> str:
+    """The catalog's name of a GPU (aliases alike), else the name as given."""
+    try:
+        return get_gpu(name).name
+    except ConfigError:
+        return name
 
 
 def measured_profile_file(config, run: RealRun | None = None, cache_dir: str | Path | None = None) -> Path | None:

@@ -58,7 +58,7 @@ class HostOverhead:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(f"overhead.{unknown[0]}: unknown term; allowed: {', '.join(sorted(known))}")
-        return cls(**{k: float(v) for k, v in d.items()})
+        return cls(**d)  # `__post_init__` names a term that is not a number
 
     def to_dict(self) -> dict:
         return asdict(self)

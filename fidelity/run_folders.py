@@ -8,6 +8,8 @@ and `vllm-N-RATE.exp` files are DistServe's vLLM runs (`fidelity.sources.distser
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 from fidelity.runs import RealRun
@@ -16,28 +18,53 @@ from fidelity.sources.distserve import DISTSERVE_RUN_NAME, DISTSERVE_SOURCE, DIS
 from fidelity.sources.llmservingsim import load_llmservingsim_run
 from fidelity.sources.vllm_server import load_server_run
 
+#: the source of LLMServingSim's replays (`fidelity.sources.llmservingsim`: vLLM 0.19 on its GPUs)
+LLMSERVINGSIM_SOURCE = "llmservingsim-vllm-0.19"
 #: what `find_runs` recognises, for the commands' help and errors
 FOLDER_HELP = "folder of real runs (e.g. ../shared/data/groundtruth), one run folder or one DistServe vllm-N-RATE.exp"
 LAYOUTS = "exp-config.yaml folders, LLMServingSim vllm/requests.jsonl or DistServe vllm-N-RATE.exp files"
 
 
-def find_runs(root: Path) -> list[RealRun]:
-    """Every run under `root`, in a stable order (a run folder itself, or one DistServe run file, is
-    accepted too)."""
+def run_candidates(root: Path) -> list[tuple[str, str, Callable[[], RealRun]]]:
+    """(name, source, loader) of every run under `root`, in a stable order, none loaded yet (a run
+    folder itself, or one DistServe run file, is accepted too)."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"{root}: no such folder")
     if root.is_file():  # one run file: DistServe's, or refused with what it is
-        return [load_distserve_run(root)]
-    runs: list[RealRun] = []
+        return [(root.stem, DISTSERVE_SOURCE, partial(load_distserve_run, root))]
+    found = []
     for d in sorted([root, *[p for p in root.rglob("*") if p.is_dir()]]):
         if (d / "exp-config.yaml").is_file():
             source = d.parent.name if d != root else "vllm-server"
-            runs.append(load_server_run(d, source=source))
+            found.append((d.name, source, partial(load_server_run, d, source=source)))
         elif (d / "vllm" / "requests.jsonl").is_file() and (d / "vllm" / "meta.json").is_file():
-            runs.append(load_llmservingsim_run(d))
+            found.append((f"{d.parent.name}/{d.name}", LLMSERVINGSIM_SOURCE, partial(load_llmservingsim_run, d)))
         elif not d.name.endswith("-workload"):  # DistServe's measured files (its inputs sit in *-workload)
-            runs.extend(load_distserve_run(f) for f in sorted(d.glob("vllm-*.exp")) if DISTSERVE_RUN_NAME.match(f.name))
+            found += [(f.stem, DISTSERVE_SOURCE, partial(load_distserve_run, f))
+                      for f in sorted(d.glob("vllm-*.exp")) if DISTSERVE_RUN_NAME.match(f.name)]
+    return found
+
+
+def matches(name: str, source: str, only: Sequence[str]) -> bool:
+    """Whether a run is one `--only` asks for (its name or source contains one of the texts; none: all)."""
+    return not only or any(t in name or t in source for t in only)
+
+
+def find_runs(root: Path, only: Sequence[str] = (), unloadable: list | None = None) -> list[RealRun]:
+    """Every run under `root` (`run_candidates`) whose name or source `only` names, loaded. A run that
+    cannot be loaded raises, or with an `unloadable` list is appended to it as (name, source, why),
+    so one damaged folder does not stop the runs beside it."""
+    runs: list[RealRun] = []
+    for name, source, load in run_candidates(root):
+        if not matches(name, source, only):
+            continue
+        try:
+            runs.append(load())
+        except (ValueError, OSError) as exc:  # ConfigError is a ValueError; a missing file an OSError
+            if unloadable is None:
+                raise
+            unloadable.append((name, source, str(exc)))
     return runs
 
 

@@ -2,13 +2,17 @@
 
 Modules are imported lazily, so `servesim simulate` never imports torch. Each owning module
 exposes `configure(parser: argparse.ArgumentParser) -> None` and `run(args) -> int`.
-Configuration errors (`ValueError`, including `policies.ConfigError`) print one line and exit 2.
+Configuration errors (`ValueError`, including `policies.ConfigError`) and unreadable or unwritable
+paths (`OSError`) print one line and exit 2; an `--out` is checked before the command starts
+(`options.check_out`).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+
+from servesim.commands import options
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -48,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     module.configure(cmd_parser)
     args = cmd_parser.parse_args(argv[1:])
     try:
+        options.check_out(args)
         return int(module.run(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:  # config and input errors: one line, exit 2
+    except (ValueError, OSError) as exc:  # config and input errors, unreadable or unwritable paths: one line, exit 2
         print(f"servesim {name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

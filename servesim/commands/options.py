@@ -18,7 +18,9 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
+from policies import ConfigError
 from records.files import json_safe
 from servesim.commands import small
 from sim.config import load_config
@@ -29,6 +31,7 @@ SET_HELP = ("override one config value (repeatable): a TOML scalar, a bare word 
 QUIET_HELP = "print nothing but errors and warnings: no progress bar, tables or notes"
 NO_PROGRESS_HELP = "no progress bar (tables and notes still print)"
 DEVICE_HELP = "where the torch engine runs (default cpu)"
+OUT_CHECK = "_check_out_"  # + an --out flag's dest: True where it names a folder (`check_out`)
 THREADS_HELP = ("torch CPU threads (default 1: a tiny model gains nothing from more, and on a busy machine "
                 "spinning OpenMP threads slow every step)")
 
@@ -52,6 +55,25 @@ def add_out(parser: argparse.ArgumentParser, what: str, default: str | None = No
     tail = f" (default {shown})" if shown is not None else ""
     parser.add_argument("--out", dest=dest, default=default, required=required, metavar=metavar,
                         help=f"write {what} to {where}{tail}")
+    # checked before the command works (`check_out`): a long run must not end on a path it cannot write
+    parser.set_defaults(**{OUT_CHECK + dest: where == "this folder"})
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an `--out` the command could not write: a file where a folder is
+    wanted, a folder where a file is wanted, a place under no writable folder."""
+    for key, folder in vars(args).items():
+        value = getattr(args, key[len(OUT_CHECK):], None) if key.startswith(OUT_CHECK) else None
+        if not value:
+            continue
+        path = Path(value)
+        if folder and path.exists() and not path.is_dir():
+            raise ConfigError(f"--out: {path} is a file; give a folder (it is made if missing)")
+        if not folder and path.is_dir():
+            raise ConfigError(f"--out: {path} is a folder; give a file name")
+        parent = next((p for p in (path if folder else path.parent, *path.parents) if p.exists()), Path("."))
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise ConfigError(f"--out: {path}: cannot write under {parent}")
 
 
 def add_quiet(parser: argparse.ArgumentParser, progress: bool = True, subcommand: bool = False) -> None:

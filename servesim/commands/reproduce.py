@@ -33,7 +33,7 @@ from fidelity.engine_settings import not_modelled, settings_table
 from fidelity.host_overhead import HostOverhead
 from fidelity.predict import GPU_MODEL_KINDS, why_unpredictable
 from fidelity.reproduce import reproduce
-from fidelity.run_folders import FOLDER_HELP, LAYOUTS, find_runs, measurements_not_runs
+from fidelity.run_folders import FOLDER_HELP, LAYOUTS, find_runs, matches, measurements_not_runs, run_candidates
 from fidelity.runs import METRICS
 from fidelity.ttft_parts import write_run_tables
 from policies import ConfigError
@@ -77,7 +77,12 @@ def load_overhead_layer(path: str | Path) -> tuple:
     data = read_json_object(p, "--overhead")
     if data.get("format") != "servesim-overhead":
         raise ConfigError(f"--overhead: {p} is not a servesim-overhead file (format: {data.get('format')!r})")
-    return HostOverhead.from_dict(data["overhead"]), list(data.get("fitted_on", []))
+    if not isinstance(data.get("overhead"), dict):
+        raise ConfigError(f"--overhead: {p} has no 'overhead' table of terms (servesim calibrate fit-runs writes one)")
+    fitted_on = data.get("fitted_on", [])
+    if not isinstance(fitted_on, list) or not all(isinstance(n, str) for n in fitted_on):
+        raise ConfigError(f"--overhead: {p}: fitted_on must be a list of run names, got {fitted_on!r}")
+    return HostOverhead.from_dict(data["overhead"]), fitted_on
 
 
 def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[str], title: str,
@@ -148,31 +153,32 @@ def plot_errors(table: pd.DataFrame, path: Path) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    runs = find_runs(Path(args.groundtruth))
-    if not runs:
-        raise FileNotFoundError(f"{args.groundtruth}: no runs found (expected {LAYOUTS})")
-    if args.only:
-        found, runs = runs, [r for r in runs if any(t in r.name or t in r.source for t in args.only)]
-        if not runs:
-            sources = sorted({r.source for r in found})
+    root = Path(args.groundtruth)
+    # a run that cannot be loaded or simulated from what it records is listed with its reason, not a stop
+    unloadable: list[tuple[str, str, str]] = []
+    runs = find_runs(root, args.only, unloadable=unloadable)
+    if not runs and not unloadable:
+        everything = run_candidates(root) if args.only else []
+        if everything:
+            sources = sorted({source for _, source, _ in everything})
             raise ValueError(f"--only: no run's name or source contains {' or '.join(map(repr, args.only))} "
-                             f"({len(found)} runs found, sources: {', '.join(sources)})")
-    # a run that cannot be simulated from what it records is listed with its reason, not a stop
-    skipped = [(r, why) for r in runs
-               if (why := why_unpredictable(r, args.gpu, args.workload, args.gpu_model)) is not None]
-    for r, why in skipped:  # said even under --quiet: the score no longer covers every run found
-        print(f"warning: {r.name}: not predicted: {why}", file=sys.stderr)
-    runs = [r for r in runs if all(r is not s for s, _ in skipped)]
+                             f"({len(everything)} runs found, sources: {', '.join(sources)})")
+        raise FileNotFoundError(f"{args.groundtruth}: no runs found (expected {LAYOUTS})")
+    why = {id(r): w for r in runs if (w := why_unpredictable(r, args.gpu, args.workload, args.gpu_model)) is not None}
+    skipped = unloadable + [(r.name, r.source, why[id(r)]) for r in runs if id(r) in why]
+    for name, _, reason in skipped:  # said even under --quiet: the score no longer covers every run found
+        print(f"warning: {name}: not predicted: {reason}", file=sys.stderr)
+    runs = [r for r in runs if id(r) not in why]
     # what the folder holds besides runs (DistServe's own system, static batches): listed, not scored
-    others = [(name, source, why) for name, source, why in measurements_not_runs(Path(args.groundtruth))
-              if not args.only or any(t in name or t in source for t in args.only)]
+    others = [(name, source, why) for name, source, why in measurements_not_runs(root)
+              if matches(name, source, args.only)]
     for why in dict.fromkeys(why for _, _, why in others):
         names = [name for name, _, w in others if w == why]
         more = f" and {len(names) - 1} more" if len(names) > 1 else ""
         print(f"warning: {names[0]}{more}: not predicted: {why}", file=sys.stderr)
     if not runs:
         raise ConfigError(f"{args.groundtruth}: no run can be predicted ({len(skipped)} found; "
-                          f"{skipped[0][0].name}: {skipped[0][1]})")
+                          f"{skipped[0][0]}: {skipped[0][2]})")
     excluded: list[str] = []
     fit = args.fit
     if args.overhead:
@@ -198,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     med.to_csv(out / "medians.csv", index_label="source")
     write_json(out / "fits.json", {"per_run": rep.fits, "per_source": rep.group_fits})
     title = f"servesim reproduce {args.groundtruth} (fit: {'given layer' if args.overhead else args.fit})"
-    unpredicted = pd.DataFrame([(r.name, r.source, why) for r, why in skipped] + others,
+    unpredicted = pd.DataFrame(skipped + others,
                                columns=["run", "source", "reason"])
     unpredicted.to_csv(out / "not_predicted.csv", index=False)
     # runs scored benchmark by benchmark or stage by stage: benchmarks.csv / .png and report.md's section

@@ -157,6 +157,30 @@ def test_memory_and_kv_dtype_arguments_reach_the_config(tmp_path):
         config_from_run(folder)
 
 
+def test_the_runs_own_kv_capacity_holds_only_for_its_own_gpu_tp_and_model(tmp_path):
+    """An engine's counted KV blocks are of its card and shapes: a what-if on another GPU or TP derives
+    them again (and says so); the same card by another name, or a setting elsewhere, keeps them."""
+    folder = make_measured_run(tmp_path / "kv", n=8)
+    exp = yaml.safe_load((folder / "exp-config.yaml").read_text())
+    (folder / "exp-config.yaml").write_text(yaml.safe_dump({**exp, "num_gpu_blocks": 5000}))
+    for kept in ([], ["hardware.gpu=h100"], ["scheduler.max_num_seqs=8"]):
+        cfg = config_from_run(folder, kept)
+        assert cfg.hardware.num_gpu_blocks == 5000 and not any("KV capacity" in n for n in cfg.notes)
+    for moved in (["hardware.gpu=A10G"], ["hardware.tp=2"]):
+        cfg = config_from_run(folder, moved)
+        assert cfg.hardware.num_gpu_blocks is None, moved
+        assert any(f"KV capacity (5000 blocks, counted by its engine) holds for its own {moved[0].split('=')[0]}" in n
+                   for n in cfg.notes)
+    assert config_from_run(folder, ["hardware.gpu=A10G", "hardware.num_gpu_blocks=300"]).hardware.num_gpu_blocks == 300
+    # a GPU the run does not record is taken as its own, unless the counted blocks cannot fit in it
+    (folder / "exp-config.yaml").write_text(yaml.safe_dump({k: v for k, v in {**exp, "num_gpu_blocks": 500}.items()
+                                                             if k != "gpu"}))
+    assert config_from_run(folder, ["hardware.gpu=A10G"]).hardware.num_gpu_blocks == 500
+    (folder / "exp-config.yaml").write_text(yaml.safe_dump({k: v for k, v in {**exp, "num_gpu_blocks": 50000}.items()
+                                                             if k != "gpu"}))
+    assert config_from_run(folder, ["hardware.gpu=A10G"]).hardware.num_gpu_blocks is None
+
+
 def test_kv_offloading_arguments_become_the_cpu_tier(tmp_path):
     """vLLM's --kv-offloading-size / --kv-offloading-backend are the cache section's offload tier; the
     shipped runs that record them (LLMServingSim's vLLM 0.19 meta) have it off."""

@@ -94,6 +94,22 @@ def test_cli_with_a_given_layer_leaves_its_training_runs_out(three_runs, tmp_pat
     assert table["error"].abs().max() < 0.02
 
 
+@pytest.mark.parametrize("layer, message", [
+    ({"format": "servesim-overhead", "version": 1}, "has no 'overhead' table of terms"),
+    ({"format": "servesim-overhead", "overhead": {"schedule_s": "fast"}}, "overhead.schedule_s: expected a number, got 'fast'"),
+    # a string would be read letter by letter: the run it was fitted on scored with it
+    ({"format": "servesim-overhead", "overhead": {}, "fitted_on": "run0"}, "fitted_on must be a list of run names"),
+])
+def test_a_malformed_given_layer_is_refused_in_one_line(three_runs, tmp_path, capsys, layer, message):
+    import json
+
+    path = tmp_path / "layer.json"
+    path.write_text(json.dumps(layer))
+    assert main(["reproduce", str(three_runs), "--overhead", str(path), "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("servesim reproduce: error:") and message in err and "\n" not in err
+
+
 def test_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["reproduce", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
     assert "no runs found" in capsys.readouterr().err
@@ -169,6 +185,28 @@ def test_a_run_whose_model_is_unknown_is_listed_with_its_reason_and_the_others_s
     *warnings, error = capsys.readouterr().err.strip().splitlines()
     assert len(warnings) == 2 and all(w.startswith("warning: ") for w in warnings)
     assert error.startswith("servesim reproduce: error:") and "no run can be predicted (2 found" in error
+
+
+def test_a_run_that_cannot_be_loaded_is_listed_and_the_others_scored(tmp_path, capsys):
+    """One damaged folder (a server argument of the wrong type) must not stop the runs beside it, nor
+    `--only` from reaching another run."""
+    root = tmp_path / "gt" / "hand-made"
+    make_measured_run(root / "good", n=12, seed=0)
+    bad = make_measured_run(root / "bad", n=12, seed=1)
+    exp = bad / "exp-config.yaml"
+    exp.write_text(exp.read_text().replace("tensor_parallelism: 1", "tensor_parallelism: one"))
+    out = tmp_path / "rep"
+    args = ["reproduce", str(tmp_path / "gt"), "--out", str(out), "--quiet", "--fit", "none", "--gpu-model", "roofline"]
+    assert main(args) == 0
+    assert set(pd.read_csv(out / "report.csv")["run"]) == {"good"}
+    skipped = pd.read_csv(out / "not_predicted.csv")
+    assert list(skipped["run"]) == ["bad"] and skipped["reason"][0].startswith("exp-config.tensor_parallelism")
+    assert "warning: bad: not predicted: exp-config.tensor_parallelism" in capsys.readouterr().err
+    assert main([*args, "--only", "good"]) == 0  # the damaged run is not loaded at all
+    assert set(pd.read_csv(out / "report.csv")["run"]) == {"good"}
+    assert pd.read_csv(out / "not_predicted.csv").empty and "bad" not in capsys.readouterr().err
+    assert main(["reproduce", str(tmp_path / "gt"), "--out", str(out), "--quiet", "--only", "bad"]) == 2
+    assert "no run can be predicted (1 found; bad: exp-config.tensor_parallelism" in capsys.readouterr().err
 
 
 def test_measurements_beside_the_runs_are_listed_as_not_predicted(tmp_path, capsys):

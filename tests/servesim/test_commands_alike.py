@@ -99,3 +99,14 @@ def test_small_mode_caps_the_workload_and_says_so(capsys, monkeypatch):
     assert "note: SERVESIM_SMALL=1: workload.num_requests = 40 (was 400)" in err
     assert main(["simulate", str(DEFAULT), "--set", "workload.num_requests=12", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["num_requests"] == 12  # smaller already: left alone
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_any_work(tmp_path, capsys):
+    a_file = tmp_path / "taken"
+    a_file.write_text("")
+    assert main(["simulate", str(DEFAULT), "--out", str(a_file), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == f"servesim simulate: error: --out: {a_file} is a file; give a folder (it is made if missing)"
+    assert main(["calibrate", "fit-runs", str(tmp_path), "--out", str(tmp_path), "--quiet"]) == 2
+    assert f"--out: {tmp_path} is a folder; give a file name" in capsys.readouterr().err
+    assert main(["simulate", str(DEFAULT), "--out", str(tmp_path / "new" / "folder"), "--quiet"]) == 0
+    assert (tmp_path / "new" / "folder" / "summary.json").is_file()
