@@ -181,7 +181,8 @@ def summarize(requests: "pd.DataFrame", steps: "pd.DataFrame", itls: np.ndarray 
         "num_swaps": int(requests["num_swaps"].sum()) if n else 0,
         "num_recomputes": int(requests["num_recomputes"].sum()) if n else 0,
         "goodput_requests_per_s": per_s(num_good),
-        "slo_attainment": num_good / num_finished if num_finished else None,
+        # of every request, as DistServe defines it: one rejected, timed out or aborted has missed
+        "slo_attainment": num_good / n if n else None,
         "slo": None if slo is None or slo.is_empty else {k: v for k, v in vars(slo).items() if v is not None},
         "num_steps": len(steps),
         "padding_fraction": float(steps["num_padding_tokens"].sum() / computed) if computed else 0.0,

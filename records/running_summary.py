@@ -204,7 +204,7 @@ class RunningSummary:
             "num_swaps": self.num_swaps,
             "num_recomputes": self.num_recomputes,
             "goodput_requests_per_s": per_s(self.num_good),
-            "slo_attainment": self.num_good / num_finished if num_finished else None,
+            "slo_attainment": self.num_good / n if n else None,  # of every request (`records.metrics`)
             "slo": None if slo is None or slo.is_empty else {k: v for k, v in vars(slo).items() if v is not None},
             "num_steps": self.num_steps,
             "padding_fraction": float(self.padding_tokens / self.computed_tokens) if self.computed_tokens else 0.0,

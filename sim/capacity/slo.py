@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from policies import ConfigError
+from records.metrics import meets_slo
 
 
 def _check_target(name: str, value: float | None) -> None:
@@ -63,21 +62,6 @@ class SLO:
 
 
 def attainment(requests, slo: SLO) -> float:
-    """Fraction of rows of a `requests` table (DataFrame) that meet every target of `slo`."""
-    n = len(requests)
-    if n == 0:
-        return 0.0
-    ttft = requests["ttft_s"].to_numpy(dtype=float)
-    ok = ~np.isnan(ttft)
-    if "finish_reason" in requests:
-        reason = requests["finish_reason"].astype(str).str.lower().str.split(".").str[-1]
-        ok &= ~reason.isin(["rejected", "aborted"]).to_numpy()
-    if slo.ttft_s is not None:
-        ok &= ttft <= slo.ttft_s
-    if slo.tpot_s is not None:
-        tpot = requests["tpot_s"].to_numpy(dtype=float)
-        ok &= np.isnan(tpot) | (tpot <= slo.tpot_s)
-    if slo.e2e_s is not None:
-        e2e = requests["e2e_s"].to_numpy(dtype=float)
-        ok &= e2e <= slo.e2e_s
-    return float(ok.sum()) / n
+    """Fraction of rows of a `requests` table (DataFrame) that finished within every target of `slo`
+    (`records.metrics.meets_slo`: the summary's `slo_attainment`, so both say the same)."""
+    return float(meets_slo(requests, slo).mean()) if len(requests) else 0.0

@@ -68,6 +68,17 @@ def test_goodput_counts_only_requests_meeting_every_slo():
     assert no_slo["goodput_requests_per_s"] == pytest.approx(no_slo["throughput"]["requests_per_s"])
 
 
+def test_attainment_is_of_every_request_and_the_capacity_search_reads_the_same():
+    """A rejected request has missed its SLO: attainment counts it (DistServe's definition), and the
+    sweep's and search's `attainment` of the same table agrees with the summary's."""
+    from sim.capacity.slo import SLO, attainment
+
+    reqs = [make_done_request("fast", 0.0, [0.1, 0.2]), make_rejected_request("r", 0.5)]
+    s = summary_of(reqs, slo=SLOConfig(ttft_s=0.5))
+    assert s["slo_attainment"] == pytest.approx(0.5)
+    assert attainment(requests_table(reqs), SLO(ttft_s=0.5)) == pytest.approx(s["slo_attainment"])
+
+
 def test_padding_fraction_and_time_weighted_step_figures():
     steps = [make_step(0, 0.0, 1.0, prefill=30, padding=10, kv_usage=0.2, waiting=4),
              make_step(1, 1.0, 3.0, decode=2, padding=8, kv_usage=0.6, waiting=0)]
