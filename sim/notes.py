@@ -85,6 +85,19 @@ def outcome_notes(workload) -> list[str]:
     return notes
 
 
+def window_notes(config, workload, num_requests: int) -> list[str]:
+    """A line for the workload's requests that `sim.max_sim_time_s` left out: sent after the clock
+    stops (open loop), or never sent because the requests before them had not ended (a closed loop
+    of `workload.num_requests`), they are in no result (`num_requests`: those that are)."""
+    limit, planned = config.sim.max_sim_time_s, getattr(workload, "num_issued", None) or 0
+    if config.workload.kind == "closed_loop" and config.workload.num_requests:
+        planned = max(planned, config.workload.num_requests)
+    if limit is None or planned <= num_requests:
+        return []
+    return [f"sim.max_sim_time_s = {limit:g}: {planned - num_requests} of the workload's {planned} requests are sent "
+            "after the clock stops and are not simulated (not in the results)"]
+
+
 def with_notes(config, notes) -> object:
     """`config` with `notes` appended to its own (each line once, in order)."""
     merged = list(config.notes)

@@ -23,7 +23,7 @@ from records.metrics import format_summary
 from records.sketch import DEFAULT_RELATIVE_ACCURACY
 from servesim.commands import options, small
 from sim.config import config_to_toml
-from sim.notes import outcome_notes, setting_notes, with_notes
+from sim.notes import outcome_notes, setting_notes, window_notes, with_notes
 from sim.runner import simulate
 from sim.workload import build_workload
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     out = result.out_dir
     if out is not None and settings:
         write_rows(out / "settings.csv", settings)
-    after = outcome_notes(workload)
+    after = outcome_notes(workload) + window_notes(config, workload, result.summary["num_requests"])
     if after:
         options.note(args, *after)
         result.config = with_notes(result.config, after)

@@ -100,3 +100,20 @@ def test_from_run_rebuilds_a_real_runs_config(shared_data, capsys):
 def test_config_and_from_run_together_is_bad_input(capsys):
     assert main(["simulate", str(DEFAULT), "--from-run", "x"]) == 2
     assert capsys.readouterr().err.startswith("servesim simulate: error: --from-run")
+
+
+@pytest.mark.parametrize("kind", ["poisson", "closed_loop"])
+def test_requests_a_time_limit_leaves_out_are_counted_in_a_note(tmp_path, capsys, kind):
+    """`sim.max_sim_time_s` stops the clock: the requests not sent by then are in no result, and the
+    run says how many (the others, aborted or finished, are in the summary)."""
+    out = tmp_path / "run"
+    args = ["simulate", str(DEFAULT), "--set", f"workload.kind={kind}", "--set", "workload.num_users=4",
+            "--set", "workload.num_requests=100", "--out", str(out), "--no-progress"]
+    assert main([*args, "--set", "sim.max_sim_time_s=3"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    left = 100 - summary["num_requests"]
+    assert left > 0
+    line = f"note: sim.max_sim_time_s = 3: {left} of the workload's 100 requests are sent after the clock stops"
+    assert line in capsys.readouterr().err and line[6:] in (out / "config.toml").read_text()
+    assert main(args) == 0  # no limit: every request is in the results, nothing to say
+    assert "max_sim_time_s" not in capsys.readouterr().err
