@@ -64,8 +64,10 @@ def check_out(args: argparse.Namespace) -> None:
     wanted, a folder where a file is wanted, a place under no writable folder."""
     for key, folder in vars(args).items():
         value = getattr(args, key[len(OUT_CHECK):], None) if key.startswith(OUT_CHECK) else None
-        if not value:
+        if value is None:
             continue
+        if not str(value).strip():  # Path("") is the current folder: never where a user meant to write
+            raise ConfigError(f"--out: empty; give a {'folder' if folder else 'file name'}")
         path = Path(value)
         if folder and path.exists() and not path.is_dir():
             raise ConfigError(f"--out: {path} is a file; give a folder (it is made if missing)")

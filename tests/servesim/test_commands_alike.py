@@ -108,5 +108,8 @@ def test_an_out_that_cannot_be_written_is_refused_before_any_work(tmp_path, caps
     assert capsys.readouterr().err.strip() == f"servesim simulate: error: --out: {a_file} is a file; give a folder (it is made if missing)"
     assert main(["calibrate", "fit-runs", str(tmp_path), "--out", str(tmp_path), "--quiet"]) == 2
     assert f"--out: {tmp_path} is a folder; give a file name" in capsys.readouterr().err
+    for command in (["simulate", str(DEFAULT)], ["sweep", str(DEFAULT), "--grid", "workload.rate=5"]):
+        assert main([*command, "--out", "", "--quiet"]) == 2  # not the current folder
+        assert capsys.readouterr().err.strip().endswith("error: --out: empty; give a folder")
     assert main(["simulate", str(DEFAULT), "--out", str(tmp_path / "new" / "folder"), "--quiet"]) == 0
     assert (tmp_path / "new" / "folder" / "summary.json").is_file()
