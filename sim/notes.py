@@ -42,6 +42,20 @@ def scheduler_notes(config) -> list[str]:
     return []
 
 
+def rate_unused(w) -> str | None:
+    """Why `workload.rate` does not set the pace of workload config `w`, or None where it does (an
+    open loop at one rate, or a trace rescaled to it)."""
+    if w.kind == "closed_loop":
+        return "a closed loop's pace is its users (workload.num_users) and their think time"
+    if w.kind == "staged":
+        return "workload.stages give the rates"
+    if any((c.get("rate") if isinstance(c, dict) else c.rate) is not None for c in w.classes or ()):
+        return "each of workload.classes arrives at its own rate"
+    if w.kind not in GENERATED_ARRIVALS and w.kind != "trace":
+        return f"workload.kind = {w.kind} runs its own profile's load"
+    return None
+
+
 def workload_notes(config, workload=None) -> list[str]:
     """The workload's part: how its trace, rate and lengths bounds combine."""
     notes: list[str] = []
@@ -65,6 +79,9 @@ def workload_notes(config, workload=None) -> list[str]:
                      + (f"; {' and '.join('workload.' + k for k in unused)} not used" if unused else "")
                      + ("" if trace is not None and not has_arrivals(trace.format)
                         else "; set workload.kind = trace to replay its recorded arrivals"))
+    unused = rate_unused(w) if w.rate is not None else None
+    if unused:
+        notes.append(f"workload.rate = {_fmt(w.rate)} is not used: {unused}")
     if w.max_model_len is not None and w.max_model_len != sched.max_model_len and w.kind not in registry.KINDS:
         notes.append(f"workload.max_model_len = {w.max_model_len} bounds the request lengths, not "
                      f"scheduler.max_model_len = {sched.max_model_len}")

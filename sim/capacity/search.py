@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from policies import ConfigError
+from policies.config import check_number
 from sim.capacity.executor import SerialExecutor
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import DEFAULT_SIMULATE, evaluate_point, hold_window_of, load_point_config, make_specs
 from sim.cluster.layout import num_gpus
+from sim.notes import rate_unused
 
 DEFAULT_RATE_KEY = "workload.rate"
 
@@ -52,16 +54,21 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
     high rate a shorter burst and less time to build a queue, flattering it.
     """
     slo.require_targets()
-    if not rel_tol > 0:
-        raise ConfigError(f"rel_tol: must be > 0, got {rel_tol}")
-    if not start_rate > 0:
-        raise ConfigError(f"start_rate: must be > 0, got {start_rate}")
+    check_number("rel_tol", rel_tol, 0.0, strict_min=True)
+    check_number("start_rate", start_rate, 0.0, strict_min=True)
+    if start_rate > max_rate:  # the search never probes above max_rate: halving down from 1e300 takes ~1000 rounds
+        raise ConfigError(f"start_rate: {start_rate:g} requests/s is above the search's ceiling max_rate = "
+                          f"{max_rate:g}; start at or below it")
     executor = executor or SerialExecutor()
     width = max(1, getattr(executor, "max_workers", 1) or 1)
     rows: list[dict[str, Any]] = []
     tested: dict[float, bool] = {}
 
     config = load_point_config(make_specs(base, [{}], slo, base_overrides, simulate)[0])
+    unused = rate_unused(config.workload) if rate_key == DEFAULT_RATE_KEY else None
+    if unused:  # every probe would offer the same load: the search would double its rate forever
+        raise ConfigError(f"{rate_key}: does not set this workload's pace ({unused}); search an open-loop "
+                          "workload (workload.kind = poisson, gamma or constant, one rate) or a trace")
 
     def test(rates: list[float]) -> None:
         rates = [r for r in rates if r not in tested]

@@ -109,3 +109,15 @@ def load_config_text(text: str):
     import tomllib
 
     return load_config(tomllib.loads(text))
+
+
+def test_a_rate_the_workload_does_not_use_is_said():
+    base = {"model": {"name": "Llama-3-8B"}, "hardware": {"gpu": "H100"}}
+    for workload, why in [({"kind": "closed_loop", "num_users": 2, "rate": 5.0}, "a closed loop's pace"),
+                          ({"kind": "staged", "stages": [[2.0, 10]], "rate": 5.0}, "workload.stages give the rates"),
+                          ({"rate": 5.0, "classes": [{"name": "a", "rate": 3.0}]}, "its own rate")]:
+        notes = setting_notes(load_config({**base, "workload": workload}))
+        assert any(n.startswith("workload.rate = 5 is not used: ") and why in n for n in notes), (workload, notes)
+    for workload in ({"kind": "poisson", "rate": 5.0}, {"kind": "trace", "rate": 5.0,
+                                                        "trace": str(Path(__file__).resolve().parents[2] / "examples" / "traces" / "azure_conv_2023_slice.csv")}):
+        assert not any("is not used" in n for n in setting_notes(load_config({**base, "workload": workload})))

@@ -82,3 +82,16 @@ decode = { count = 1 }
     assert (tmp_path / "search.csv").exists()
     pytest.importorskip("matplotlib")
     assert (tmp_path / "search.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("workload", [
+    {"kind": "closed_loop", "num_users": 4},
+    {"kind": "staged", "stages": [[2.0, 10], [4.0, 10]]},
+    {"classes": [{"name": "hi", "priority": 0, "rate": 5.0}, {"name": "lo", "priority": 1, "rate": 10.0}]},
+])
+def test_a_search_of_a_rate_the_workload_does_not_use_is_refused_up_front(workload):
+    """Every probe would offer the same load and pass: without the check the search doubles its rate
+    towards max_rate, each probe longer than the last."""
+    base = small_config(**{"workload": workload})
+    with pytest.raises(ConfigError, match=r"^workload.rate: does not set this workload's pace \("):
+        find_max_rate(base, SLO(ttft_s=0.5), max_rate=1e5)
