@@ -1,6 +1,7 @@
 """SLO search: the highest request rate a configuration sustains (DistServe goodput).
 
-A rate is *sustained* when at least `slo.min_attainment` (90%) of the requests meet every target.
+A rate is *sustained* when at least `slo.min_attainment` (90%) of the requests meet every target
+and the run keeps up with it (`records.saturation`: no backlog that grows through the run).
 The search brackets the knee by doubling / halving from a starting rate, then narrows the bracket
 until `upper / lower - 1 <= rel_tol` (the stated tolerance). With an executor of width k it tests
 k rates per round (k-section; plain bisection when k = 1). It assumes attainment falls with rate,
@@ -81,7 +82,9 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
         for r, row in zip(rates, executor.map(evaluate_point, specs, desc="slo search", progress=progress)):
             row["rate"] = r
             rows.append(row)
-            tested[r] = bool(row["slo_met"])
+            # a growing backlog is no steady state, whatever the window's requests attained: a
+            # target longer than the window can never be missed, and the search would climb forever
+            tested[r] = bool(row["slo_met"]) and not row.get("saturated", False)
 
     def bracket() -> tuple[float, float]:
         passing = [r for r, ok in tested.items() if ok]

@@ -95,3 +95,14 @@ def test_a_search_of_a_rate_the_workload_does_not_use_is_refused_up_front(worklo
     base = small_config(**{"workload": workload})
     with pytest.raises(ConfigError, match=r"^workload.rate: does not set this workload's pace \("):
         find_max_rate(base, SLO(ttft_s=0.5), max_rate=1e5)
+
+
+def test_a_target_the_window_cannot_miss_stops_where_the_backlog_starts_to_grow():
+    """A TTFT target longer than the run is met at any rate; a rate whose queue grows through the
+    run is still not sustained, so the search ends at the saturation knee instead of max_rate."""
+    res = find_max_rate(small_config(num_requests=80), SLO(ttft_s=1000.0), rel_tol=0.2, progress=False)
+    table = res.table()
+    assert (table["slo_attainment"] == 1.0).all()  # every probe met the SLO itself
+    assert 0 < res.rate < res.upper < 1e3
+    assert not table.loc[table["rate"] == res.rate, "saturated"].iloc[0]
+    assert table.loc[table["rate"] == res.upper, "saturated"].iloc[0]
