@@ -99,6 +99,10 @@ def outcome_notes(workload) -> list[str]:
     if filtered:
         notes.append(f"workload.too_long = filter: {filtered} requests had prompt + output over "
                      f"max_model_len = {limit} tokens and were left out of the workload")
+    passes, trace = getattr(workload, "num_passes", 1), getattr(workload, "trace", None)
+    if passes > 1 and trace is not None:
+        notes.append(f"workload.trace: its {len(trace)} requests were replayed {passes} times over, one after "
+                     "another, to make the workload's num_requests or duration")
     return notes
 
 

@@ -64,6 +64,7 @@ class Workload:
                               "poisson, gamma, constant, staged or closed_loop to use its lengths")
         self.num_clipped = 0
         self.num_filtered = 0
+        self.num_passes = 1  # a trace replayed this many times over (`_replayed`)
         self.num_issued = 0
         self._rows: list[tuple] | None = None  # open loop: (arrival, prompt, output, priority, tokens, tags)
 
@@ -97,6 +98,7 @@ class Workload:
                 t = t * (self.trace.mean_rate / cfg.rate) if np.isfinite(self.trace.mean_rate) else t
             else:
                 t = t * cfg.time_scale
+            t = self._replayed(t)
             if cfg.duration is not None:
                 t = t[t < cfg.duration]
             if cfg.num_requests is not None:
@@ -120,6 +122,25 @@ class Workload:
         prompt, output, priority = self._lengths(idx, cls_idx)
         users = rng.integers(cfg.num_prefix_groups * cfg.users_per_group, size=n) if cfg.num_prefix_groups else None
         return t, prompt, output, priority, cls_idx, users
+
+    def _replayed(self, t: np.ndarray) -> np.ndarray:
+        """The trace's arrival times `t`, played again after themselves as often as `num_requests` or
+        `duration` asks for more than one pass holds: each pass starts one mean gap after the last
+        one's final arrival (a sweep's held window at a high rate needs more requests than the file
+        has). `num_passes` counts the passes; a row's lengths are row i mod the trace's (`_lengths`)."""
+        cfg, n = self.cfg, len(t)
+        span = float(t[-1] - t[0]) if n else 0.0
+        period = span + (span / (n - 1) if n > 1 else 0.0)  # one pass and one mean gap
+        want = 1
+        if cfg.num_requests is not None:
+            want = -(-cfg.num_requests // n) if n else 1
+        elif cfg.duration is not None and period > 0:
+            want = int(np.ceil((cfg.duration - float(t[0])) / period))
+        if want <= 1 or period <= 0:
+            self.num_passes = 1
+            return t
+        self.num_passes = want
+        return np.concatenate([t + k * period for k in range(want)])
 
     def _open_row(self, columns, i: int) -> tuple | None:
         """Row i of the open-loop columns, through `_make` (None when filtered out)."""

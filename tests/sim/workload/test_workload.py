@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from policies import ConfigError
+from sim.notes import outcome_notes
 from sim.workload import WorkloadConfig, build_workload
 from sim.workload.traces import write_trace_csv
 
@@ -131,6 +132,20 @@ def test_trace_replay_rate_override_and_time_scale(tmp_path):
     assert len(make_workload(trace=str(p), duration=10.0).start()) == 20
 
 
+def test_a_trace_shorter_than_the_workload_is_replayed_after_itself(tmp_path):
+    """num_requests (or a duration) beyond the file's rows plays the trace again, each pass one mean
+    gap after the last, lengths row i mod n: a sweep's held window at a high rate keeps its span."""
+    p = write_trace_csv(tmp_path / "t.csv", [0.0, 1.0, 2.0], [11, 22, 33], [1, 2, 3])
+    w = make_workload(trace=str(p), num_requests=7)
+    reqs = w.start()
+    assert [r.arrival_time for r in reqs] == pytest.approx([0, 1, 2, 3, 4, 5, 6])
+    assert [r.num_prompt_tokens for r in reqs] == [11, 22, 33, 11, 22, 33, 11] and w.num_passes == 3
+    assert len(make_workload(trace=str(p), duration=7.5).start()) == 8  # arrivals 0..7
+    single = make_workload(trace=str(p), num_requests=3)
+    assert len(single.start()) == 3 and single.num_passes == 1
+    assert "replayed 3 times over" in " ".join(outcome_notes(w))
+
+
 def test_poisson_arrivals_with_trace_lengths(tmp_path):
     p = write_trace_csv(tmp_path / "t.csv", [0, 1, 2], [11, 22, 33], [1, 2, 3])
     reqs = make_workload(kind="poisson", rate=100.0, num_requests=7, trace=str(p)).start()
@@ -175,6 +190,36 @@ def test_real_azure_conversation_with_poisson_arrivals(shared_data):
     (dict(prompt_len={"kind": "constant", "value": 1, "mode": 3}), r"^workload\.prompt_len\.mode: unknown key"),
 ])
 def test_config_errors_name_the_field(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        WorkloadConfig(**kw)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(stages=5), r"^workload\.stages: expected a list of \[rate, duration\] pairs"),
+    (dict(kind="staged", stages="ab"), r"^workload\.stages: expected a list"),
+    (dict(classes="foo"), r"^workload\.classes: expected a list of tables, e\.g\. \[\{ name = "),
+    (dict(classes={"name": "a"}), r"^workload\.classes: expected a list of tables"),  # a [workload.classes] table
+    (dict(rate=None, classes="foo"), r"^workload\.classes: expected a list"),  # read before the rate's default
+    (dict(rate=float("nan")), r"^workload\.rate: expected a number, got nan$"),
+    (dict(think_time=float("nan")), r"^workload\.think_time: expected a number"),
+    (dict(stages=[[float("inf"), 60]]), r"^workload\.stages\[0\]\.rate: expected a finite number"),
+])
+def test_config_errors_name_the_field_and_the_shape_expected(kw, match):
+    """Iterating a number or a string here said "'int' object is not iterable" or "got 'f'"."""
+    with pytest.raises(ConfigError, match=match):
+        WorkloadConfig(**kw)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(num_requests=10**20), r"^workload\.num_requests: must be <= 100,000,000"),
+    (dict(kind="closed_loop", num_users=10**12), r"^workload\.num_users: must be <= 100,000,000"),
+    (dict(rate=1e300, duration=600.0), r"^workload\.duration: 600 s at 1e\+300 requests/s .*or set "
+                                       r"workload\.num_requests$"),
+    (dict(kind="staged", stages=[[1.0, 60], [1e9, 1000]], num_requests=10),
+     r"^workload\.stages\[1\]: 1000 s at 1e\+09 requests/s"),  # stages are drawn whole, then cut
+])
+def test_a_workload_too_large_to_draw_is_refused_naming_the_field(kw, match):
+    """Not numpy's "Maximum allowed dimension exceeded" (or an allocation that never ends)."""
     with pytest.raises(ConfigError, match=match):
         WorkloadConfig(**kw)
 
