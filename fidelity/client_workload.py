@@ -27,7 +27,7 @@ from policies import ConfigError, FinishReason
 from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 from fidelity.engine_settings import ALIASES
 from records.files import write_content_file
-from fidelity.runs import RealRun
+from fidelity.runs import RealRun, version_text
 from fidelity.sources.guidellm import GuidellmWorkload, is_guidellm_profile
 from fidelity.sources.guidellm_results import read_guidellm_requests
 from fidelity.sources.inference_perf import SharedPrefixWorkload
@@ -117,13 +117,13 @@ def recorded_version(run: RealRun, client: str) -> str | None:
     `inference_perf_version` / `client_version`, guidellm's report metadata."""
     client_section = (run.profile or {}).get("client")
     if isinstance(client_section, dict) and client_section.get("version") is not None:
-        return str(client_section["version"])
+        return version_text("profile.client.version", client_section["version"])
     exp = run.path / "exp-config.yaml"
     if exp.is_file():
         data = read_yaml(exp)
         for key in VERSION_KEYS:
             if data.get(key):
-                return str(data[key])
+                return version_text(f"exp-config.{key}", data[key])
     if client == "guidellm" and run.path.is_dir():  # its report (any name) opens with its metadata
         key = '"guidellm_version": "'
         for report in sorted(run.path.glob("*.json")):

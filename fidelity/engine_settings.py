@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from fidelity.runs import DEFAULT_GPU, RealRun, async_scheduling, engine_version
+from fidelity.runs import DEFAULT_GPU, RealRun, async_scheduling, engine_version, recorded_bool
+from policies import ConfigError
 
 MODELLED = "modelled"
 NOT_MODELLED = "not modelled"
@@ -105,14 +106,23 @@ MORE_USED = {
     "max_num_partial_prefills": "1: one partial prefill at a time, as simulated",
     "long_prefill_token_threshold": "0: no long-prefill cap, as simulated",
 }
+def _off(value) -> bool:
+    """A recorded flag that is off: false, 0, a string spelling false ("false", "no", "0": `recorded_bool`;
+    bool("false") is True), or empty."""
+    try:
+        return not recorded_bool("flag", value)
+    except ConfigError:
+        return not value
+
+
 # settings whose modelled meaning depends on the value: (test, note when it fails)
 VALUE_LIMITS = {
     "dtype": (lambda v: str(v).lower() in ("auto", "bfloat16", "bf16", "float16", "fp16", "half"),
               "weights of 2 bytes are assumed; other dtypes are not modelled"),
     "kv_cache_dtype": (lambda v: v is None or str(v).lower() == "auto" or str(v).lower().startswith("fp8"),
                        "only auto and fp8 KV caches are modelled"),
-    "async_scheduling": (lambda v: not v, ""),
-    "enforce_eager": (lambda v: not v, ""),
+    "async_scheduling": (_off, ""),
+    "enforce_eager": (_off, ""),
     "pipeline_parallel_size": (lambda v: v in (None, 1), ""),
     "cpu_offload_gb": (lambda v: not v, ""),
     "policy": (lambda v: str(v).lower() == "fcfs", "only fcfs is modelled for a run"),
@@ -123,7 +133,7 @@ VALUE_LIMITS = {
     "max_num_partial_prefills": (lambda v: v in (None, 1), "concurrent partial prefills are not modelled"),
     "long_prefill_token_threshold": (lambda v: not v, "a long-prefill cap is not modelled"),
     "num_scheduler_steps": (lambda v: v in (None, 1), ""),
-    "enable_lora": (lambda v: not v, ""),
+    "enable_lora": (_off, ""),
     "quantization": (lambda v: v in (None, "none"), ""),
     "speculative_config": (lambda v: not v, ""),
 }
@@ -176,7 +186,7 @@ def settings_table(run: RealRun) -> list[dict]:
     for name, (value, where) in sorted(run.recorded_args.items()):
         status, note = (NOT_MODELLED, run.unmodelled_args[name]) if name in run.unmodelled_args else \
             classify(name, value)
-        if name == "async_scheduling" and value and async_scheduling(run.server):  # passed on, or the release default
+        if name == "async_scheduling" and not _off(value) and async_scheduling(run.server):  # passed on, or the release default
             status, note = MODELLED, ASYNC_MODELLED
         if name in ALIASES["engine_version"] and not run.server.enable_chunked_prefill:
             note = V0_RELEASE_NOTE

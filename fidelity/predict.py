@@ -31,14 +31,15 @@ from fidelity.overhead_fit import hidden_parts
 from fidelity.ray_serving_path import FULL_TEXT_ENTRYPOINT, serving_path_terms
 from fidelity.metric_definitions import definition
 from fidelity.replay import ReplayWorkload
-from fidelity.run_config import config_dict_for_run
-from fidelity.runs import METRICS, RealRun, tpot
+from fidelity.run_config import PROFILE_DATA_ERROR, config_dict_for_run
+from fidelity.runs import METRICS, RealRun, recorded_bool, tpot
 from fidelity.sources.distserve import DistServeLatencyModel, distserve_host_prior
-from fidelity.sources.guidellm import guidellm_workload
+from fidelity.sources.guidellm import guidellm_workload, is_guidellm_profile
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_results import shared_prefix_profile
 from fidelity.sources.llmservingsim import LayerProfileLatencyModel
 from fidelity.ttft_parts import PARTS, predicted_parts
+from policies import ConfigError
 from records.files import read_json_object
 from sim.config import load_config
 from sim.latency import build_latency_model
@@ -335,7 +336,11 @@ def ray_path_terms(run: RealRun) -> tuple[float, float, float, str] | None:
     its recorded `engine_use_ray`, `worker_use_ray` and entry point say; None without either flag."""
     def recorded(name):
         return (run.recorded_args.get(name) or (None,))[0]
-    return serving_path_terms(bool(recorded("engine_use_ray")), bool(recorded("worker_use_ray")),
+
+    def flag(name):  # a recorded "false" is off (bool("false") is True)
+        value, where = run.recorded_args.get(name) or (None, "")
+        return value is not None and recorded_bool(f"{name} ({where})", value)
+    return serving_path_terms(flag("engine_use_ray"), flag("worker_use_ray"),
                               recorded("entrypoint") == FULL_TEXT_ENTRYPOINT)
 
 
@@ -461,6 +466,25 @@ def _workload(run: RealRun, requests: pd.DataFrame | None, kind: str):
     return SharedPrefixWorkload(resolved_profile(run))  # what the run's client release (or its lengths) says
 
 
+def _workload_kind(run: RealRun, workload: str) -> str:
+    """What `predict_run` sends: "replay" (the recorded requests), "profile" (inference-perf's
+    shared_prefix generator) or "guidellm" (its benchmarks, driven by the simulated server). A
+    profile neither generator reads is refused with `config_dict_for_run`'s line (not guidellm's
+    complaint about a missing rate-type)."""
+    # a multi-turn chat's turns carry their session's earlier turns (cached in the prefix cache, and
+    # sent only after the previous answer): a replay of the sends knows neither, the generator both
+    sp = shared_prefix_profile(run.profile) if workload == "auto" else None
+    chat = sp is not None and sp.enable_multi_turn_chat
+    if workload == "replay" or (workload == "auto" and run.has_per_request and not chat):
+        return "replay"
+    data = (run.profile or {}).get("data")
+    if not run.profile or (isinstance(data, dict) and data.get("type") == "shared_prefix"):
+        return "profile"  # (no profile: config_dict_for_run says the run has neither)
+    if is_guidellm_profile(run.profile):
+        return "guidellm"
+    raise ConfigError(PROFILE_DATA_ERROR)
+
+
 #: a workload section for a config whose simulation brings its own Workload object (load_config needs one)
 STAND_IN_WORKLOAD = {"kind": "constant", "rate": 1.0, "num_requests": 1}
 
@@ -475,6 +499,7 @@ def why_unpredictable(run: RealRun, gpu: str | None = None, workload: str = "aut
     if not run.has_per_request and not run.profile:
         return f"run {run.name} records neither per-request arrivals nor a load profile (profile.yaml)"
     try:  # the config predict_run builds, with a stand-in workload (the run's own is read later)
+        _workload_kind(run, workload)  # a profile neither generator reads is refused as simulate refuses it
         data = config_dict_for_run(run, gpu=gpu, workload=workload, workload_section=dict(STAND_IN_WORKLOAD))
         config = load_config(data)
         if run.client_max_concurrency:  # made-up sends under a client's bound: the replay must keep it
@@ -500,15 +525,7 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
     if source_out:  # no server argument inferred from the source's own timings
         run = run.without_inferred_args()
 
-    # a multi-turn chat's turns carry their session's earlier turns (cached in the prefix cache, and
-    # sent only after the previous answer): a replay of the sends knows neither, the generator both
-    sp = shared_prefix_profile(run.profile) if workload == "auto" else None
-    chat = sp is not None and sp.enable_multi_turn_chat
-    replayed = workload == "replay" or (workload == "auto" and run.has_per_request and not chat)
-    kind = "replay" if replayed else "profile"
-    data_section = (run.profile or {}).get("data")
-    if kind == "profile" and not (isinstance(data_section, dict) and data_section.get("type") == "shared_prefix"):
-        kind = "guidellm"  # guidellm profiles: its benchmarks, driven by the simulated server
+    kind = _workload_kind(run, workload)
     placeholder = dict(STAND_IN_WORKLOAD) if kind == "guidellm" else None
     data = config_dict_for_run(run, gpu=gpu, workload=workload, workload_section=placeholder)
     config = load_config(data, overrides)

@@ -221,13 +221,17 @@ def profile_trace(profile: dict, seed: int = 0, cache_dir: str | Path | None = N
     return path, sys_len
 
 
+#: why a run's profile cannot drive a simulation: neither generator reads its data
+PROFILE_DATA_ERROR = ("profile.data: expected inference-perf's data.type: shared_prefix or guidellm's synthetic data "
+                      "(prompt_tokens, output_tokens) with a rate-type")
+
+
 def profile_workload_section(profile: dict, seed: int = 0, cache_dir: str | Path | None = None) -> dict:
     """The `workload` section closest to an inference-perf profile given as a mapping only: its
     generator's requests as a trace, with its shared-prefix groups (`config_dict_for_run` runs a
     profile file, and every guidellm profile, by its exact generator)."""
     if not (isinstance(profile.get("data"), dict) and profile["data"].get("type") == "shared_prefix"):
-        raise ConfigError("profile.data: expected inference-perf's data.type: shared_prefix or guidellm's "
-                          "synthetic data (prompt_tokens, output_tokens) with a rate-type")
+        raise ConfigError(PROFILE_DATA_ERROR)
     p = SharedPrefixProfile.from_dict(profile)
     path, sys_len = profile_trace(profile, seed, cache_dir)
     section = {"kind": "trace", "trace": str(path), "too_long": "keep", "seed": seed}

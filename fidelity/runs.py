@@ -8,12 +8,14 @@ the runs of a folder and hands each to its source's loader.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from policies import ConfigError
 from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 
 if TYPE_CHECKING:  # pandas where a table is built: importing a source (its workload kind) stays light
@@ -35,6 +37,70 @@ GPU_ALIASES = {
     "h100": "H100", "h100-80gb": "H100", "nvidia h100 80gb hbm3": "H100",
     "a100": "A100", "a100-80gb": "A100", "a100-80g": "A100",
 }
+
+
+# a true/false setting as YAML and JSON files spell it when it is quoted (YAML reads an unquoted
+# true/false/yes/no as a boolean itself); bool("false") is True, so a string is never read by bool()
+BOOL_SPELLINGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def recorded_bool(field: str, value) -> bool:
+    """A recorded true/false setting: a boolean, 0 or 1, or a string `BOOL_SPELLINGS` has (any case);
+    anything else is refused naming `field`."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in BOOL_SPELLINGS:
+        return BOOL_SPELLINGS[value.strip().lower()]
+    raise ConfigError(f"{field}: expected true or false, got {value!r}")
+
+
+def recorded_gib(field: str, value) -> float | None:
+    """A recorded size in GiB where 0 (or absent, false) means off: None, or a number > 0; anything
+    else is refused naming `field`."""
+    if not value:
+        return None
+    try:
+        gib = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        gib = math.nan
+    if gib == 0:
+        return None
+    if not (gib > 0 and math.isfinite(gib)):
+        raise ConfigError(f"{field}: expected a size in GiB >= 0 (0: off), got {value!r}")
+    return gib
+
+
+# a vLLM release as runs record it: "0.11", "v0.11.0", "0.11.1.dev12+gabc", "0.6.3.post1", "0.7.0rc1"
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.-]?(?:dev|post|rc|a|b)\d*)*(?:\+[0-9A-Za-z.]+)?",
+                      re.IGNORECASE)
+
+
+def version_text(field: str, value) -> str:
+    """A recorded release number as the text it was written as; a number is refused naming `field`:
+    YAML and JSON read an unquoted 0.10 as the number 0.1, and which release was meant is lost."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ConfigError(f"{field}: {value!r} was read as a number, not a release (YAML and JSON read an "
+                          "unquoted 0.10 as the number 0.1); quote it, e.g. '0.10'")
+    return str(value).strip()
+
+
+def recorded_release(field: str, value) -> str:
+    """A recorded vLLM release as "X.Y" or "X.Y.Z" (a leading "v" and a dev/post/rc/local suffix
+    dropped); a number (`version_text`) or anything else that is not a release is refused naming `field`."""
+    text = version_text(field, value)
+    m = _RELEASE.fullmatch(text) if isinstance(value, str) else None
+    if m is None:
+        raise ConfigError(f"{field}: {value!r} is not a vLLM release; expected X.Y or X.Y.Z (e.g. '0.11' or "
+                          "'v0.11.0', a .devN/.postN suffix allowed)")
+    return ".".join(g for g in m.groups() if g is not None)
+
+
+def release_parts(version: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of a release `recorded_release` accepts (no patch: 0)."""
+    parts = [int(x) for x in recorded_release("engine_version", version).split(".")]
+    return (*parts, 0)[:3]
 
 
 def canonical_gpu(name: str | None) -> str | None:
@@ -72,29 +138,30 @@ class ServerArgs:
     async_scheduling: bool | None = None  # vLLM's --async-scheduling (None: not recorded, the release's default)
     max_paddings: int | None = None  # vLLM 0.2.2-0.3's --max-paddings (None: not recorded, the release's default)
 
+    def __post_init__(self):
+        # a loader reads the run's spelling with `recorded_release` (naming its file); here it is plain
+        v = self.engine_version
+        if v is not None and (not isinstance(v, str) or recorded_release("engine_version", v) != v):
+            raise ConfigError(f"engine_version: expected X.Y or X.Y.Z, got {v!r}")
+
 
 def engine_version(server: ServerArgs) -> str:
     """The vLLM preset version closest to the run's engine (unknown: the preset's default)."""
     v = server.engine_version
-    if v in SUPPORTED_VERSIONS:
-        return v
     if v is None:
         return "0.19"
-    try:
-        major, minor = (int(x) for x in v.split(".")[:2])
-    except ValueError:
-        return "0.19"
+    major, minor, _ = release_parts(v)
+    if f"{major}.{minor}" in SUPPORTED_VERSIONS:
+        return f"{major}.{minor}"
+    if major > 0:  # a release after every preset: the newest
+        return SUPPORTED_VERSIONS[-1]
     # the v1 presets start at 0.11; older engines (v0) use the 'continuous' policy instead
-    return min(SUPPORTED_VERSIONS, key=lambda s: abs(int(s.split(".")[1]) - minor) if major == 0 else 0)
+    return min(SUPPORTED_VERSIONS, key=lambda s: abs(int(s.split(".")[1]) - minor))
 
 
 def release(server: ServerArgs) -> tuple[int, int, int] | None:
-    """The run's recorded engine release as (major, minor, patch), or None (unrecorded, unparsable)."""
-    try:
-        parts = [int(x) for x in str(server.engine_version).split(".")[:3]] if server.engine_version else []
-    except ValueError:
-        return None
-    return (*parts, 0, 0)[:3] if parts else None
+    """The run's recorded engine release as (major, minor, patch), or None (unrecorded)."""
+    return release_parts(server.engine_version) if server.engine_version else None
 
 
 def async_scheduling(server: ServerArgs) -> bool:
@@ -104,11 +171,7 @@ def async_scheduling(server: ServerArgs) -> bool:
         return server.async_scheduling
     if not server.enable_chunked_prefill:
         return False
-    v = server.engine_version or DEFAULT_VLLM_VERSION
-    try:
-        return async_scheduling_default(v)
-    except ValueError:
-        return async_scheduling_default(DEFAULT_VLLM_VERSION)
+    return async_scheduling_default(server.engine_version or DEFAULT_VLLM_VERSION)  # X.Y[.Z]: __post_init__
 
 
 @dataclass
@@ -177,13 +240,15 @@ class RealRun:
         return out
 
 
-def measured_table(rows: dict[str, list | np.ndarray]) -> pd.DataFrame:
+def measured_table(rows: dict[str, list | np.ndarray], file: Path | str | None = None) -> pd.DataFrame:
     """The common requests table (missing columns take their defaults), sorted by arrival, arrival
-    times relative to the first one."""
+    times relative to the first one. Rows no run can measure are refused naming `file`, the file
+    they were read from, and the row (`check_rows`)."""
     import pandas as pd
 
     df = pd.DataFrame(rows)
     n = len(df)
+    check_rows(df, file)
     defaults = {"req_id": list(range(n)), "prefix_group": -1, "num_prefix_tokens": 0}
     for col in REQUEST_COLUMNS:
         if col not in df:
@@ -196,6 +261,63 @@ def measured_table(rows: dict[str, list | np.ndarray]) -> pd.DataFrame:
     if "tpot_s" not in rows and n:
         df["tpot_s"] = tpot(df["ttft_s"], df["e2e_s"], df["num_output_tokens"])
     return df[list(REQUEST_COLUMNS)]
+
+
+def read_table(path: Path, columns: tuple[str, ...], numeric: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A run's CSV file with the `columns` it must have, its `numeric` ones read as numbers (a blank
+    cell: NaN); an empty or unreadable file, a missing column or a cell that is not a number is
+    refused in one line naming the file (and the columns, or the column and row)."""
+    import pandas as pd
+
+    expected = ", ".join(columns)
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(f"{path}: empty; expected a CSV with the columns {expected}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not a readable CSV ({str(exc).strip()}); expected the columns {expected}") from None
+    missing = [c for c in columns if c not in df]
+    if missing:
+        raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; expected the columns {expected}")
+    for col in numeric:
+        v = pd.to_numeric(df[col], errors="coerce")
+        bad = v.isna() & df[col].notna()
+        if bad.any():
+            label = bad.idxmax()  # rows are the file's: 1 is the first after the header
+            raise ConfigError(f"{path}: row {label + 1}: {col}: expected a number, got {df.at[label, col]!r}")
+        df[col] = v
+    return df
+
+
+def check_rows(df: pd.DataFrame, file: Path | str | None = None) -> None:
+    """Refuse the first row of a measured table that no run can have: a missing or fractional token
+    count, a missing arrival, a negative TTFT or E2E (a missing one is NaN: not measured), a
+    request id seen twice. The line names `file` and the row (its number in the file where the
+    table's index is the file's rows: 1 is the first after a CSV's header)."""
+    import pandas as pd
+
+    def refuse(bad: pd.Series, col: str, expected: str) -> None:
+        if bad.any():
+            label = bad.idxmax()  # the first bad row
+            row = label + 1 if isinstance(label, (int, np.integer)) else label
+            rid = f" (req_id {df.at[label, 'req_id']!r})" if "req_id" in df and col != "req_id" else ""
+            value = df.at[label, col]
+            value = value.item() if isinstance(value, np.generic) else value
+            got = "a blank cell (NaN)" if isinstance(value, float) and math.isnan(value) else repr(value)
+            raise ConfigError(f"{file or 'requests'}: row {row}{rid}: {col}: {expected}, got {got}")
+
+    for col in ("num_prompt_tokens", "num_output_tokens", "arrival_time", "ttft_s", "e2e_s"):
+        if col in df:
+            v = pd.to_numeric(df[col], errors="coerce").astype(float)
+            if col.startswith("num_"):
+                refuse(~np.isfinite(v) | (v < 0) | (v != v.round()), col, "expected a whole number of tokens >= 0")
+            elif col == "arrival_time":
+                refuse(~np.isfinite(v), col, "expected a time in seconds")
+            else:  # NaN: not measured (a failed stream's TTFT, say); a negative latency is impossible
+                refuse(v < 0, col, "a latency cannot be negative")
+    if "req_id" in df:
+        ids = df["req_id"].astype(str)
+        refuse(ids.duplicated(), "req_id", "an earlier row has the same id (one request measured twice)")
 
 
 def tpot(ttft: pd.Series, e2e: pd.Series, num_output_tokens: pd.Series) -> pd.Series:

@@ -1,11 +1,12 @@
 """The project's JSON files, read and written in one place (stdlib only: specs and catalogs use it too).
 
-`read_json_object` reads any of them (profiles, front-end and host layers, HF config.json, reports):
-every way a read can fail is one line starting with the field the file came from. `write_json`
-writes one (UTF-8, indented, one trailing newline, its folder made). A summary (`write_summary`,
-`json_safe`) is written with NaN/inf as null, since JSON has no NaN, and numpy scalars as plain
-numbers (`json_default`); `servesim ... --json` prints the same way. `write_content_file` writes
-a file named by its content (a profile or trace the app or a run's config points to), once.
+`read_json_object` reads any of them (profiles, front-end and host layers, HF config.json, reports),
+`read_json` any JSON value, `read_json_lines` a JSON Lines file: every way a read can fail is one
+line starting with the field the file came from. `write_json` writes one (UTF-8, indented, one
+trailing newline, its folder made). A summary (`write_summary`, `json_safe`) is written with
+NaN/inf as null, since JSON has no NaN, and numpy scalars as plain numbers (`json_default`);
+`servesim ... --json` prints the same way. `write_content_file` writes a file named by its
+content (a profile or trace the app or a run's config points to), once.
 """
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ from pathlib import Path
 from policies import ConfigError
 
 
-def read_json_object(path: str | Path, field: str, *, missing: type[Exception] = ConfigError) -> dict:
-    """The JSON object in the file at `path`; every way it can fail is one line starting with `field`.
+def read_json(path: str | Path, field: str, *, missing: type[Exception] = ConfigError) -> object:
+    """The JSON value in the file at `path`; every way it can fail is one line starting with `field`.
 
     A missing file raises `missing` (callers that promised `FileNotFoundError` keep it); an unreadable
-    file, bad UTF-8, bad JSON or a top level that is not an object raise `ConfigError`.
+    file, bad UTF-8 or bad JSON (an empty or truncated file, say) raise `ConfigError`.
     """
     path = Path(path)
     try:
@@ -34,13 +35,45 @@ def read_json_object(path: str | Path, field: str, *, missing: type[Exception] =
         raise ConfigError(f"{field}: {path} is not valid JSON (not UTF-8: {exc.reason} at byte {exc.start})") from None
     except OSError as exc:  # a directory, no permission, ...
         raise ConfigError(f"{field}: cannot read {path} ({exc.strerror or exc})") from None
+    if not text.strip():
+        raise ConfigError(f"{field}: {path} is not valid JSON (the file is empty)")
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{field}: {path} is not valid JSON ({exc})") from None
+
+
+def read_json_object(path: str | Path, field: str, *, missing: type[Exception] = ConfigError) -> dict:
+    """The JSON object in the file at `path` (`read_json`); a top level that is not an object is a
+    `ConfigError` too."""
+    data = read_json(path, field, missing=missing)
     if not isinstance(data, dict):
         raise ConfigError(f"{field}: {path} does not hold a JSON object (its top level is {_json_kind(data)})")
     return data
+
+
+def read_json_lines(path: str | Path, field: str, *, missing: type[Exception] = ConfigError) -> list[dict]:
+    """The JSON objects of a JSON Lines file, one per non-blank line; a line that is not one is
+    refused naming `field`, the file and the line (`read_json`'s other failures likewise)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise missing(f"{field}: no such file {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{field}: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{field}: {path} line {number} is not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{field}: {path} line {number} does not hold a JSON object (it is {_json_kind(data)})")
+        out.append(data)
+    return out
 
 
 def write_json(path: str | Path, data: object, *, indent: int = 2, default=None) -> Path:

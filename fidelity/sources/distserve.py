@@ -130,7 +130,7 @@ def distserve_requests(path: Path) -> pd.DataFrame:
         "num_output_tokens": [int(r["output_len"]) for r in recs],
         "ttft_s": np.array([r["ttft_ms"] for r in recs]) / 1e3,
         "e2e_s": np.array([r["latency_ms"] for r in recs]) / 1e3,
-    })
+    }, path)
 
 
 def load_distserve_run(path: Path) -> RealRun:

@@ -31,10 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fidelity.runs import measured_table
+from fidelity.runs import measured_table, read_table
 from fidelity.sources.guidellm import (RATE_TYPES, GuidellmWorkload, guidellm_prefixes, guidellm_release,
                                       is_guidellm_profile)
 from policies import ConfigError
+from records.files import read_json_object
 
 #: the guidellm release a report without `metadata` is read as (0.2 and 0.3 share its layout and
 #: the behaviour servesim models: constant rates open with an initial burst)
@@ -80,8 +81,7 @@ def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport
     """The report at `path` (`data`: already parsed). Refused with the reason: a sampled report
     whose arguments describe no load servesim can regenerate, or one with no served request."""
     if data is None:
-        with open(path) as f:
-            data = json.load(f)
+        data = read_json_object(path, "guidellm report")
     if not is_guidellm_report(data):
         raise ValueError(f"{path}: not a guidellm report (expected benchmarks, each with requests.successful)")
     benchmarks = data["benchmarks"]
@@ -125,7 +125,7 @@ def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport
     rows = [r for rows in kept for r in rows]
     if not rows:
         raise ValueError(f"{path}: no request of this guidellm report was served")
-    table = measured_table({k: [r[k] for r in rows] for k in rows[0]})
+    table = measured_table({k: [r[k] for r in rows] for k in rows[0]}, path)
     # the requests the client gave up on, beside the replayed ones (`fidelity.client_timeout.served_row`)
     summary = {"num_failures": float(dropped)} if dropped else {}
     return GuidellmReport(table, measured, summary, profile, version, model, notes)
@@ -301,9 +301,12 @@ def _profile(data: dict, old: bool) -> dict | None:
 
 
 # --- a run's measurements ------------------------------------------------------------------------
+CLIENT_COLUMNS = ("request_start_time", "prompt_tokens", "output_tokens", "ttft_ms", "request_latency_s", "itl_ms")
+
+
 def read_guidellm_requests(path: Path) -> pd.DataFrame:
     """guidellm's per-request CSV (client side). guidellm's ITL is vLLM's TPOT (ENGINE-SEMANTICS §8)."""
-    df = pd.read_csv(path)
+    df = read_table(path, CLIENT_COLUMNS, numeric=CLIENT_COLUMNS)
     if "status" in df:
         df = df[df["status"].astype(str).str.startswith("success")]
     ttft = df["ttft_ms"].astype(float) / 1e3
@@ -313,7 +316,7 @@ def read_guidellm_requests(path: Path) -> pd.DataFrame:
         "num_prompt_tokens": df["prompt_tokens"], "num_output_tokens": df["output_tokens"],
         "ttft_s": ttft, "e2e_s": df["request_latency_s"].astype(float),
         "tpot_s": (df["itl_ms"].astype(float) / 1e3).where(df["output_tokens"] > 1),
-    })
+    }, path)
 
 
 def successes_with_spans(folder: Path) -> pd.DataFrame | None:

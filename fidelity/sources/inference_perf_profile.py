@@ -9,6 +9,7 @@ from math import log, sqrt
 
 import numpy as np
 
+from fidelity.runs import recorded_bool, version_text
 from policies import ConfigError
 
 
@@ -75,6 +76,12 @@ def _num(field: str, value, minimum: float = 0.0, integer: bool = False, strict:
     if value < minimum or (strict and value == minimum):
         raise ConfigError(f"{field}: must be {'>' if strict else '>='} {minimum}, got {value!r}")
     return int(value) if integer else float(value)
+
+
+def _flag(field: str, section: dict, default: bool) -> bool:
+    """A true/false key of a profile section (`recorded_bool`); absent or null: `default`."""
+    value = section.get(field.rsplit(".", 1)[-1])
+    return default if value is None else recorded_bool(field, value)
 
 
 @dataclass(frozen=True)
@@ -226,8 +233,8 @@ class SharedPrefixProfile:
         unknown = set(client) - {"name", "version", "behaviour", "prompt_scale"}
         if unknown:
             raise ConfigError(f"profile.client: unknown keys {sorted(unknown)}; allowed name, version, behaviour, prompt_scale")
-        multi = bool(sp.get("enable_multi_turn_chat", False))
-        version = None if client.get("version") is None else str(client["version"])
+        multi = _flag(f"{f}.enable_multi_turn_chat", sp, False)
+        version = None if client.get("version") is None else version_text("profile.client.version", client["version"])
         behaviour, _ = behaviour_for(version, multi)
         if client.get("behaviour") is not None:
             behaviour = str(client["behaviour"])
@@ -240,10 +247,10 @@ class SharedPrefixProfile:
             system_prompt_len=LengthDistribution.parse(f"{f}.system_prompt_len", sp.get("system_prompt_len", 100)),
             question_len=LengthDistribution.parse(f"{f}.question_len", question),
             output_len=LengthDistribution.parse(f"{f}.output_len", output),
-            enable_multi_turn_chat=bool(sp.get("enable_multi_turn_chat", False)),
+            enable_multi_turn_chat=multi,
             load_type=load_type, stages=tuple(stages),
             interval=_num("profile.load.interval", load.get("interval", 1.0), 0),
-            ignore_eos=bool(server.get("ignore_eos", True)) if isinstance(server, dict) else True,
+            ignore_eos=_flag("profile.server.ignore_eos", server, True) if isinstance(server, dict) else True,
             seed=None if seed is None else _num(f"{f}.seed", seed, 0, integer=True),
             client_version=version, behaviour=behaviour, prompt_scale=scale,
         )

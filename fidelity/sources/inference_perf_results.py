@@ -4,7 +4,6 @@ and what its `shared_prefix` profile says of the requests it measured.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +13,8 @@ import numpy as np
 from fidelity.runs import measured_table
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import SharedPrefixProfile
+from policies import ConfigError
+from records.files import read_json, read_json_object
 
 if TYPE_CHECKING:  # the run readers' tables
     import pandas as pd
@@ -31,10 +32,10 @@ def read_inference_perf_requests(path: Path) -> pd.DataFrame:
     from `info`; with `computed_metrics`, whose TPOT and ITL are per streamed chunk, (E2E - TTFT) /
     (output tokens - 1) (`fidelity.metric_definitions`).
     """
-    with open(path) as f:
-        entries = json.load(f)
+    entries = read_json(path, "inference-perf per-request metrics")
     if not isinstance(entries, list):
-        raise ValueError(f"{path}: expected a JSON list of per-request entries")
+        raise ConfigError(f"inference-perf per-request metrics: {path} does not hold a JSON list of per-request "
+                          "entries")
     rows = []
     for e in entries:
         if not isinstance(e, dict) or e.get("error"):
@@ -63,11 +64,11 @@ def read_inference_perf_requests(path: Path) -> pd.DataFrame:
         rows.append({"arrival_time": start, "num_prompt_tokens": int(n_in), "num_output_tokens": int(n_out),
                      "ttft_s": ttft, "e2e_s": float(e["end_time"]) - start, "tpot_s": tpot})
     if not rows:
-        raise ValueError(f"{path}: no successful request with token counts (computed_metrics or info)")
+        raise ConfigError(f"{path}: no successful request with token counts (computed_metrics or info)")
     for r in rows:
         if not math.isfinite(r["tpot_s"]) and r["num_output_tokens"] > 1:
             r["tpot_s"] = (r["e2e_s"] - r["ttft_s"]) / (r["num_output_tokens"] - 1)
-    return measured_table({k: [r[k] for r in rows] for k in rows[0]})
+    return measured_table({k: [r[k] for r in rows] for k in rows[0]}, path)
 
 
 def read_summary_means(path: Path, requested_output: float | None = None) -> dict[str, float]:
@@ -78,8 +79,7 @@ def read_summary_means(path: Path, requested_output: float | None = None) -> dic
     output_len counts the re-tokenized text, which can fall well short), else the summary's mean
     output_len. `num_successes` / `num_failures`: the summary's counts, and `achieved_rate_per_s`:
     its sends per second (`load_summary.achieved_rate`), where it has them."""
-    with open(path) as f:
-        data = json.load(f)
+    data = read_json_object(path, "inference-perf summary")
     ok = data.get("successes") or {}
     lat = ok.get("latency") or data.get("latency") or {}
     names = {"ttft_s": "time_to_first_token", "e2e_s": "request_latency"}

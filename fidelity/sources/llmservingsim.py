@@ -11,7 +11,6 @@ Also here: LLMServingSim's vLLM 0.19 bench runs (`load_llmservingsim_run`).
 """
 from __future__ import annotations
 
-import json
 from bisect import bisect_right
 from pathlib import Path
 
@@ -19,7 +18,9 @@ import numpy as np
 import pandas as pd
 
 from policies import BatchPlan, ConfigError
-from fidelity.runs import RealRun, ServerArgs, canonical_gpu, measured_table
+from fidelity.runs import (RealRun, ServerArgs, canonical_gpu, measured_table, recorded_bool, recorded_gib,
+                          recorded_release)
+from records.files import read_json_lines, read_json_object
 
 
 PER_LAYER_OPS = ("layernorm", "qkv_proj", "rotary_emb", "o_proj", "qk_norm", "gate_up_proj", "act_fn", "down_proj")
@@ -239,40 +240,61 @@ class LayerProfileLatencyModel:
 
 
 # --- LLMServingSim's vLLM 0.19 runs ---------------------------------------------------------------
+REQUEST_KEYS = ("request_id", "input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
+
+
+def _column(file: Path, recs: list[dict], key: str, number: bool = True) -> list | np.ndarray:
+    """`key` of every record of a requests.jsonl (as numbers where `number`); a record without it,
+    or with something else than a number there, is refused naming the file and the record."""
+    for i, r in enumerate(recs, 1):
+        if key not in r:
+            raise ConfigError(f"{file}: record {i} has no {key}; each record has {', '.join(REQUEST_KEYS)}")
+        if number and (isinstance(r[key], bool) or not isinstance(r[key], (int, float))):
+            raise ConfigError(f"{file}: record {i}: {key}: expected a number, got {r[key]!r}")
+    return np.array([r[key] for r in recs], dtype=float) if number else [r[key] for r in recs]
+
+
 def load_llmservingsim_run(path: Path) -> RealRun:
     """An LLMServingSim bench example: vLLM 0.19 offline engine, engine-side timestamps per request."""
     path = Path(path)
-    meta = json.loads((path / "vllm" / "meta.json").read_text())
+    meta_file, requests_file = path / "vllm" / "meta.json", path / "vllm" / "requests.jsonl"
+    meta = read_json_object(meta_file, "LLMServingSim meta.json")
     kw = meta.get("engine_kwargs", {})
     kv = meta.get("kv_cache") or {}
     device = (meta.get("hardware") or {}).get("device_name")
     gpu = canonical_gpu(device) if device else canonical_gpu(path.parent.name)
     resolved_cache = (meta.get("resolved_config") or {}).get("cache_config") or {}
     offload_size = kw.get("kv_offloading_size", resolved_cache.get("kv_offloading_size"))
+    # X.Y: the preset's; a meta.json without it is these examples' vLLM 0.19
+    version = recorded_release(f"{meta_file}: vllm_version", meta["vllm_version"]) \
+        if meta.get("vllm_version") is not None else "0.19"
     server = ServerArgs(
         model=str(kw.get("model", meta.get("model"))), gpu=gpu,
         tensor_parallel_size=int(kw.get("tensor_parallel_size") or 1),
         data_parallel_size=int(kw.get("data_parallel_size") or 1),
-        enable_expert_parallel=bool(kw.get("enable_expert_parallel", False)),
+        enable_expert_parallel=recorded_bool(f"{meta_file}: engine_kwargs.enable_expert_parallel",
+                                             kw.get("enable_expert_parallel", False)),
         max_model_len=kw.get("max_model_len"), max_num_batched_tokens=kw.get("max_num_batched_tokens"),
         max_num_seqs=kw.get("max_num_seqs"),
-        enable_prefix_caching=bool(kv.get("enable_prefix_caching", True)),
+        enable_prefix_caching=recorded_bool(f"{meta_file}: kv_cache.enable_prefix_caching",
+                                            kv.get("enable_prefix_caching", True)),
         block_size=int(kv.get("block_size") or 16), num_gpu_blocks=kv.get("num_gpu_blocks"),
-        engine_version=".".join(str(meta.get("vllm_version", "0.19")).split(".")[:2]),
-        kv_offloading_size=float(offload_size) if offload_size else None,
+        engine_version=".".join(version.split(".")[:2]),
+        kv_offloading_size=recorded_gib(f"{meta_file}: kv_offloading_size", offload_size),
         kv_offloading_backend=kw.get("kv_offloading_backend", resolved_cache.get("kv_offloading_backend")),
     )
-    recs = [json.loads(line) for line in (path / "vllm" / "requests.jsonl").read_text().splitlines() if line.strip()]
-    queued = np.array([r["queued_ts"] for r in recs], dtype=float)
-    first = np.array([r["first_token_ts"] for r in recs], dtype=float)
-    last = np.array([r["last_token_ts"] for r in recs], dtype=float)
+    recs = read_json_lines(requests_file, "LLMServingSim requests")
+    if not recs:
+        raise ConfigError(f"{requests_file}: no request records; expected one JSON object per line with "
+                          f"{', '.join(REQUEST_KEYS)}")
+    queued, first, last = (_column(requests_file, recs, k) for k in ("queued_ts", "first_token_ts", "last_token_ts"))
     # the README's definitions (they reproduce LLMServingSim's summary.txt): times from queued_ts
     requests = measured_table({
-        "req_id": [str(r["request_id"]) for r in recs], "arrival_time": queued,
-        "num_prompt_tokens": [int(r["input_toks"]) for r in recs],
-        "num_output_tokens": [int(r["output_toks"]) for r in recs],
+        "req_id": [str(v) for v in _column(requests_file, recs, "request_id", number=False)], "arrival_time": queued,
+        "num_prompt_tokens": _column(requests_file, recs, "input_toks"),
+        "num_output_tokens": _column(requests_file, recs, "output_toks"),
         "ttft_s": first - queued, "e2e_s": last - queued,
-    })
+    }, requests_file)
     name = f"{path.parent.name}/{path.name}"
     recorded = {"vllm_version": (meta.get("vllm_version"), "meta.json")} if meta.get("vllm_version") else {}
     resolved = meta.get("resolved_config") or {}

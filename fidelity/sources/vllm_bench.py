@@ -16,7 +16,6 @@ the backend, rate, model and date.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from fidelity.runs import measured_table
+from records.files import read_json_object
 
 if TYPE_CHECKING:  # the run readers' tables
     import pandas as pd
@@ -72,8 +72,7 @@ def read_vllm_bench(path: Path, data: dict | None = None) -> BenchResult:
     `latencies` nor `itls`. `data`: the file, where the caller has parsed it
     (`fidelity.sources.client_report.find_client_report`)."""
     if data is None:
-        with open(path) as f:
-            data = json.load(f)
+        data = read_json_object(path, "vllm bench result")
     if not is_bench_result(data):
         raise ValueError(f"{path}: not a `vllm bench serve` result (expected the lists {', '.join(REQUIRED)})")
     data = dict(data)  # made-up send times go in as start_times: the caller's copy stays as read
@@ -114,4 +113,4 @@ def read_vllm_bench(path: Path, data: dict | None = None) -> BenchResult:
                      "ttft_s": float(ttft), "e2e_s": e2e})
     if not rows:
         raise ValueError(f"{path}: no request of this vllm bench result was served")
-    return BenchResult(measured_table({k: [r[k] for r in rows] for k in rows[0]}), generated, cap, failed)
+    return BenchResult(measured_table({k: [r[k] for r in rows] for k in rows[0]}, path), generated, cap, failed)

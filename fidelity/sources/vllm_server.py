@@ -22,77 +22,97 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from fidelity.runs import REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, measured_table
+from fidelity.runs import (REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, measured_table, read_table,
+                          recorded_bool, recorded_gib, recorded_release, release_parts)
 from fidelity.sources.client_report import find_client_report
 from fidelity.sources.guidellm_results import (prefix_from_guidellm, read_guidellm_report, read_guidellm_requests,
                                                report_model)
 from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
                                                      read_summary_means, requested_output_mean)
 from fidelity.sources.vllm_bench import read_vllm_bench
+from policies import ConfigError
 
 
 # --- YAML / profiles -----------------------------------------------------------------------------
 def read_yaml(path: Path) -> dict:
-    """A YAML (or JSON) mapping; an empty file is an empty mapping."""
-    with open(path) as f:
-        data = yaml.safe_load(f)
+    """A YAML (or JSON) mapping; an empty file is an empty mapping. Bad YAML is one line naming the
+    file and where the parser stopped (`ConfigError`)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{path}: not valid YAML{where}: {what}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid YAML (not UTF-8: {exc.reason} at byte {exc.start})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
 
 
 def server_args_from_exp_config(exp: dict, gpu: str | None = None) -> ServerArgs:
     """`ServerArgs` from an `exp-config.yaml` mapping (vLLM server arguments, inference-sim naming)."""
     if "model" not in exp:
-        raise ValueError("exp-config.model: missing; the run's model name (e.g. meta-llama/Llama-3.1-8B) is required")
+        raise ConfigError("exp-config.model: missing; the run's model name (e.g. meta-llama/Llama-3.1-8B) is required")
 
     def opt_int(key: str, *aliases: str) -> int | None:
         for k in (key, *aliases):
             if exp.get(k) is not None:
                 v = exp[k]
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 1:
-                    raise ValueError(f"exp-config.{k}: expected a positive integer, got {v!r}")
+                    raise ConfigError(f"exp-config.{k}: expected a positive integer, got {v!r}")
                 return int(v)
         return None
 
+    def flag(key: str, default: bool | None) -> bool | None:
+        return recorded_bool(f"exp-config.{key}", exp[key]) if exp.get(key) is not None else default
+
+    version = recorded_release("exp-config.vllm_version", exp["vllm_version"]) if exp.get("vllm_version") is not None \
+        else None
     return ServerArgs(
         model=str(exp["model"]),
         gpu=canonical_gpu(exp.get("gpu") or exp.get("hardware") or gpu),
         tensor_parallel_size=opt_int("tensor_parallelism", "tensor_parallel_size", "tp") or 1,
         data_parallel_size=opt_int("data_parallel_size", "dp") or 1,
-        enable_expert_parallel=bool(exp.get("enable_expert_parallel", False)),
+        enable_expert_parallel=flag("enable_expert_parallel", False),
         max_model_len=opt_int("max_model_len"),
         max_num_batched_tokens=opt_int("max_num_batched_tokens"),
         max_num_seqs=opt_int("max_num_seqs"),
-        enable_chunked_prefill=bool(exp.get("enable_chunked_prefill", True)),
-        enable_prefix_caching=bool(exp.get("enable_prefix_caching", True)),
+        enable_chunked_prefill=flag("enable_chunked_prefill", True),
+        enable_prefix_caching=flag("enable_prefix_caching", True),
         block_size=opt_int("block_size") or 16,
         num_gpu_blocks=opt_int("num_gpu_blocks"),
-        engine_version=str(exp["vllm_version"]) if exp.get("vllm_version") else None,
+        engine_version=version,
         gpu_memory_utilization=_fraction(exp.get("gpu_memory_utilization")),
         kv_cache_dtype=str(exp["kv_cache_dtype"]) if exp.get("kv_cache_dtype") else None,
-        kv_offloading_size=float(exp["kv_offloading_size"]) if exp.get("kv_offloading_size") else None,
+        kv_offloading_size=recorded_gib("exp-config.kv_offloading_size", exp.get("kv_offloading_size")),
         kv_offloading_backend=str(exp["kv_offloading_backend"]) if exp.get("kv_offloading_backend") else None,
-        async_scheduling=bool(exp["async_scheduling"]) if exp.get("async_scheduling") is not None else None,
+        async_scheduling=flag("async_scheduling", None),
     )
 
 
 def _fraction(value) -> float | None:
+    """exp-config's `gpu_memory_utilization`, a fraction in (0, 1], or None."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"exp-config.gpu_memory_utilization: expected a fraction in (0, 1], got {value!r}")
+        raise ConfigError(f"exp-config.gpu_memory_utilization: expected a fraction in (0, 1], got {value!r}")
     return float(value)
 
 
 _KV_LINE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
-_VERSION_LINE = re.compile(r"V1 LLM engine \(v(\d+\.\d+)")
+# the engine's release as a server log states it: the V1 engine's banner ("Initializing a V1 LLM
+# engine (v0.11.0) with config"), the v0 engine's ("Initializing an LLM engine (v0.6.3) with config")
+# and the API server's first line ("vLLM API server version 0.6.3")
+_VERSION_LINE = re.compile(r"Initializing an? (?:V1 )?LLM engine \((v[^)\s]+)\)|vLLM API server version (\S+)")
 
 
 def scan_vllm_log(path: Path) -> dict:
-    """The last reported KV cache size (tokens) and engine version in a vLLM server log, if any."""
+    """The last reported KV cache size (tokens) and engine version ("X.Y.Z") in a vLLM server log, if any."""
     out: dict = {}
     if not path.is_file():
         return out
@@ -101,30 +121,40 @@ def scan_vllm_log(path: Path) -> dict:
             if m := _KV_LINE.search(line):
                 out["num_kv_tokens"] = int(m.group(1).replace(",", ""))
             elif m := _VERSION_LINE.search(line):
-                out["engine_version"] = m.group(1)
+                out["engine_version"] = recorded_release(f"{path}: the engine's version", m.group(1) or m.group(2))
     return out
 
 
+def same_release(a: str, b: str) -> bool:
+    """Whether two releases agree as far as both are spelled ("0.11" and "0.11.0" do)."""
+    n = min(len(a.split(".")), len(b.split(".")))
+    return release_parts(a)[:n] == release_parts(b)[:n]
+
+
 # --- per-request measurement files --------------------------------------------------------------
+SPAN_COLUMNS = ("request_id", "start_unix_ns", "prompt_tokens", "completion_tokens", "ttft_s", "e2e_s")
+SERVESIM_COLUMNS = ("req_id", "arrival_time", "num_prompt_tokens", "num_output_tokens", "ttft_s", "e2e_s")
+
+
 def read_vllm_spans(path: Path) -> pd.DataFrame:
     """vLLM's OTLP `llm_request` spans as CSV: the server arrival is the span start."""
-    df = pd.read_csv(path)
+    df = read_table(path, SPAN_COLUMNS, numeric=SPAN_COLUMNS[1:])
     return measured_table({
         "req_id": df["request_id"].astype(str),
         "arrival_time": df["start_unix_ns"].astype("float64") / 1e9,
         "num_prompt_tokens": df["prompt_tokens"], "num_output_tokens": df["completion_tokens"],
         "ttft_s": df["ttft_s"].astype(float), "e2e_s": df["e2e_s"].astype(float),
-    })
+    }, path)
 
 
 def read_servesim_requests(path: Path) -> pd.DataFrame:
     """A servesim `requests.csv` (sim or engine results) used as a measurement."""
-    df = pd.read_csv(path)
+    df = read_table(path, SERVESIM_COLUMNS, numeric=SERVESIM_COLUMNS[1:])
     return measured_table({
         "req_id": df["req_id"], "arrival_time": df["arrival_time"].astype(float),
         "num_prompt_tokens": df["num_prompt_tokens"], "num_output_tokens": df["num_output_tokens"],
         "ttft_s": df["ttft_s"].astype(float), "e2e_s": df["e2e_s"].astype(float),
-    })
+    }, path)
 
 
 # in order of preference: server-side timings first (what the engine itself did)
@@ -221,8 +251,15 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         if model:
             exp, model_from = {**exp, "model": str(model)}, report[1].name
     server = server_args_from_exp_config(exp)
-    if log.get("engine_version") and server.engine_version is None:
-        server = replace(server, engine_version=log["engine_version"])
+    logged = log.get("engine_version")
+    if logged and server.engine_version is not None and not same_release(server.engine_version, logged):
+        # the run's records disagree on what ran: refused rather than one chosen silently. exp-config
+        # says what the experiment meant to launch, the log what the engine said it was, and either
+        # can be stale (a log may hold several launches; its last is read): the user knows which
+        raise ConfigError(f"exp-config.vllm_version: {exp['vllm_version']!r}, but vllm.log's engine reports "
+                          f"{logged}; correct exp-config.yaml, or remove vllm_version to use the log's")
+    if logged and (server.engine_version is None or logged.count(".") > server.engine_version.count(".")):
+        server = replace(server, engine_version=logged)  # unrecorded, or the log's patch release too
     if log.get("num_kv_tokens") and server.num_gpu_blocks is None:
         server = replace(server, num_gpu_blocks=log["num_kv_tokens"] // server.block_size)
     requests = pd.DataFrame(columns=list(REQUEST_COLUMNS))

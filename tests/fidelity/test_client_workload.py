@@ -12,6 +12,7 @@ from fidelity_helpers import ISSUE_PROFILE, write_exp_config
 from servesim.cli import main
 from fidelity.client_workload import BAND, check_workload
 from fidelity.sources.vllm_server import load_server_run
+from policies import ConfigError
 
 SYS, Q, OUT = 100, 447, 248
 
@@ -114,3 +115,10 @@ def test_reproduce_writes_the_workload_check_and_the_ttft_parts(tmp_path, capsys
     assert parts.loc[names, "predicted_s"].sum() == pytest.approx(parts.loc["ttft_s", "predicted_s"], rel=1e-9)
     assert parts["predicted_origin"].astype(bool).all()
     assert folder.name in set(parts["run"])
+
+
+def test_a_client_release_read_as_a_number_is_refused_not_read_as_another(tmp_path):
+    # `inference_perf_version: 0.50` unquoted is the number 0.5: which release was meant is lost
+    run = load_server_run(chat_run(tmp_path / "run", None, 0.5), require_measurements=False)
+    with pytest.raises(ConfigError, match=r"^exp-config.inference_perf_version: 0.5 was read as a number.*quote it"):
+        check_workload(run)

@@ -126,3 +126,16 @@ def test_unrecorded_async_scheduling_follows_the_release_default(tmp_path, versi
     row = {r["setting"]: r for r in settings_table(load_run(folder))}["async_scheduling"]
     assert row["status"] == ASSUMED and row["value"] is on
     assert config_from_run(folder, measured_kernels=False).scheduler.async_scheduling is on
+
+
+def test_true_false_settings_spelled_as_strings_are_simulated_and_listed_as_written(tmp_path):
+    folder = synthetic_run(tmp_path / "run", enable_prefix_caching="false", async_scheduling="no", enable_lora="False")
+    run = load_run(folder)
+    assert run.server.enable_prefix_caching is False and run.server.async_scheduling is False
+    rows = {r["setting"]: r for r in settings_table(run)}
+    # modelled as the value written (bool("no") would read on), and the note says what is simulated
+    assert rows["async_scheduling"]["value"] == "no" and rows["async_scheduling"]["status"] == MODELLED
+    assert "v0 engine" not in rows["async_scheduling"]["note"]
+    assert rows["enable_lora"]["status"] == MODELLED  # off, as simulated
+    config = config_from_run(folder, measured_kernels=False)
+    assert config.cache.enable_prefix_caching is False and config.scheduler.async_scheduling is False

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from policies import ConfigError
-from records.files import read_json_object, write_content_file, write_json
+from records.files import read_json, read_json_lines, read_json_object, write_content_file, write_json
 
 
 def write(tmp_path, data: bytes | str, name: str = "x.json"):
@@ -48,6 +48,22 @@ def test_invalid_json_is_one_line_naming_field_and_path(tmp_path, text):
         read_json_object(path, "frontend profile")
     msg = one_line_error(info, "frontend profile")
     assert str(path) in msg and "not valid JSON" in msg
+
+
+def test_any_json_value_reads_and_an_empty_file_says_so(tmp_path):
+    assert read_json(write(tmp_path, "[1, 2]"), "f") == [1, 2]
+    with pytest.raises(ConfigError) as info:
+        read_json(write(tmp_path, "  \n"), "inference-perf summary")
+    assert one_line_error(info, "inference-perf summary").endswith("is not valid JSON (the file is empty)")
+
+
+def test_json_lines_read_one_object_a_line_and_a_bad_line_is_named(tmp_path):
+    assert read_json_lines(write(tmp_path, '{"a": 1}\n\n{"a": 2}\n', "r.jsonl"), "f") == [{"a": 1}, {"a": 2}]
+    for text, what in (('{"a": 1}\n{"a": ', "line 2 is not valid JSON"), ('{"a": 1}\n[1]\n', "line 2 does not hold")):
+        path = write(tmp_path, text, "r.jsonl")
+        with pytest.raises(ConfigError) as info:
+            read_json_lines(path, "requests")
+        assert f"{path} {what}" in one_line_error(info, "requests")
 
 
 def test_bad_utf8_is_a_config_error_not_a_unicode_error(tmp_path):

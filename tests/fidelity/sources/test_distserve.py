@@ -228,3 +228,13 @@ def test_six_of_the_runs_never_pad_past_the_cap_and_neither_does_the_simulation(
     batches = req.groupby("first_token_time")["num_prompt_tokens"].apply(list)  # one prefill step each
     assert (batches.map(len) > 1).any()  # prompts are co-scheduled ...
     assert max(len(b) * max(b) - sum(b) for b in batches) <= 256  # ... within the cap
+
+
+def test_an_impossible_latency_names_the_run_file_and_row(tmp_path):
+    from policies import ConfigError
+
+    recs = lone_requests(DistServeLatencyModel(write_profiles(tmp_path / "profile_data")), host_s=4e-4, front_s=0.02)
+    recs[1]["ttft_ms"] = -5.0
+    path = write_exp(tmp_path / "vllm-6-1.exp", recs)
+    with pytest.raises(ConfigError, match=f"^{path}: row 2: ttft_s: a latency cannot be negative"):
+        load_distserve_run(path)

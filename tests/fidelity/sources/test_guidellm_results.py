@@ -13,7 +13,9 @@ from fidelity.metric_definitions import DEFINITIONS
 from fidelity.reproduce import reproduce
 from fidelity.run_folders import find_runs
 from fidelity.sources.client_report import client_kind
-from fidelity.sources.guidellm_results import parse_data, prefix_from_guidellm, read_guidellm_report
+from fidelity.sources.guidellm_results import (parse_data, prefix_from_guidellm, read_guidellm_report,
+                                               read_guidellm_requests)
+from policies import ConfigError
 
 SYNTHETIC = "prompt_tokens=400,prompt_tokens_stdev=100,output_tokens=40,output_tokens_stdev=10"
 
@@ -56,7 +58,7 @@ def write_report(folder, requests, ttft, e2e, layout="0.6", name="benchmarks.jso
     failed = [{"request_id": f"e{i}", "error": "ReadTimeout"} for i in range(errored)]
     totals = m.pop("request_totals")
     bench = []
-    for _ in range(benchmarks):
+    for k in range(benchmarks):
         if layout == "0.3":  # totals beside the metrics, the profile and data per benchmark
             kind = {"type_": "sweep", "sweep_size": rate} if profile == "sweep" else {
                 "type_": "async", "strategy_type": profile, "rate": [rate], "initial_burst": True}
@@ -67,7 +69,9 @@ def write_report(folder, requests, ttft, e2e, layout="0.6", name="benchmarks.jso
             b = {"type_": "generative_benchmark", "config": {"strategy": {"type_": profile},
                                                               "warmup": {"percent": None, "value": None}},
                  "metrics": {**m, "request_totals": totals}}
-        b["requests"] = {"successful": kept, "errored": failed, "incomplete": [], "total": None}
+        # each benchmark sends requests of its own (guidellm ids every request uniquely)
+        own = [{**e, **{key: f"{e[key]}-b{k}" for key in ("request_id", "response_id") if key in e and k}} for e in kept]
+        b["requests"] = {"successful": own, "errored": failed, "incomplete": [], "total": None}
         bench.append(b)
     report = {"benchmarks": bench}
     if layout != "0.3":
@@ -202,3 +206,14 @@ def test_multi_turn_data_is_replayed_and_said_but_a_sample_of_it_is_refused(tmp_
                         keep=3)
     with pytest.raises(ValueError, match="sample-requests.*its load is not modelled .*profile.data.turns"):
         read_guidellm_report(path)
+
+
+def test_a_client_csv_missing_a_column_or_a_number_names_the_file(tmp_path):
+    path = tmp_path / "guidellm_per_request.csv"
+    header = "response_id,status,request_start_time,prompt_tokens,output_tokens,ttft_ms,request_latency_s"
+    path.write_text(header + "\nr1,success,10.0,100,20,50.0,1.0\n")
+    with pytest.raises(ConfigError, match=f"^{path}: missing column\\(s\\) itl_ms; expected the columns"):
+        read_guidellm_requests(path)
+    path.write_text(header + ",itl_ms\nr1,success,10.0,100,20,50.0,1.0,5.0\nr2,success,11.0,many,20,50.0,1.0,5.0\n")
+    with pytest.raises(ConfigError, match=f"^{path}: row 2: prompt_tokens: expected a number, got 'many'"):
+        read_guidellm_requests(path)

@@ -195,6 +195,25 @@ def test_bad_profiles_name_the_field(change, field):
         SharedPrefixProfile.from_dict(profile(**change))
 
 
+@pytest.mark.parametrize("written, read", [("false", False), ("No", False), ("true", True), (None, True)])
+def test_ignore_eos_written_as_a_string_is_read_as_written(written, read):
+    # results/config.yaml with `ignore_eos: "false"`: bool("false") is True (null: inference-perf's default)
+    assert SharedPrefixProfile.from_dict(profile(server__ignore_eos=written)).ignore_eos is read
+    sp = SharedPrefixProfile.from_dict(profile(data__shared_prefix__enable_multi_turn_chat="false"))
+    assert not sp.enable_multi_turn_chat and sp.behaviour == "single-turn"
+
+
+def test_a_true_false_key_of_another_value_names_the_field():
+    with pytest.raises(ConfigError, match=r"^profile.server.ignore_eos: expected true or false, got 'sometimes'$"):
+        SharedPrefixProfile.from_dict(profile(server__ignore_eos="sometimes"))
+
+
+def test_a_client_version_read_as_a_number_is_refused_not_read_as_another_release():
+    # `version: 0.10` unquoted is the number 0.1: inference-perf 0.1 would be read as single-turn
+    with pytest.raises(ConfigError, match=r"^profile.client.version: 0.1 was read as a number.*quote it"):
+        SharedPrefixProfile.from_dict({**profile(), "client": {"version": 0.1}})
+
+
 def test_fixed_length_is_exact():
     d = LengthDistribution.parse("x", 77)
     assert (d.sample(np.random.default_rng(0), 5) == 77).all()

@@ -14,6 +14,7 @@ from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import SharedPrefixProfile
 from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
                                                      read_summary_means, requested_output_mean)
+from policies import ConfigError
 
 
 def streamed(start: float, ttft: float, n_out: int, tpot: float, n_in: int = 100, chunks_per_token: int = 1) -> dict:
@@ -56,6 +57,23 @@ def test_a_file_without_successes_names_itself(tmp_path):
         read_inference_perf_requests(path)
     with pytest.raises(ValueError, match="JSON list"):
         read_inference_perf_requests(write(tmp_path, "d.json", {"a": 1}))
+
+
+@pytest.mark.parametrize("text", ["", "[{\"start_time\": 1.0, \"end_"])
+def test_an_empty_or_truncated_file_names_itself(tmp_path, text):
+    for name, read in (("per_request_lifecycle_metrics.json", read_inference_perf_requests),
+                       ("stage_0_lifecycle_metrics.json", read_summary_means)):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=f": {path} is not valid JSON"):
+            read(path)
+
+
+def test_a_negative_latency_names_the_file_and_row(tmp_path):
+    entries = [streamed(10.0, 0.2, 11, 0.05), streamed(11.0, -0.3, 11, 0.05)]  # a first token before the send
+    path = write(tmp_path, "per_request_lifecycle_metrics.json", entries)
+    with pytest.raises(ConfigError, match=f"^{path}: row 2: ttft_s: a latency cannot be negative"):
+        read_inference_perf_requests(path)
 
 
 def summary(ttft: float, e2e: float, n_out: float, ok: int = 90, failed: int = 10) -> dict:

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from policies import BatchPlan, Request, ScheduledSeq
+from policies import BatchPlan, ConfigError, Request, ScheduledSeq
 from fidelity.sources.distserve import DistServeLatencyModel
-from fidelity.sources.llmservingsim import Grid, LayerProfileLatencyModel
+from fidelity.sources.llmservingsim import Grid, LayerProfileLatencyModel, load_llmservingsim_run
 
 
 def plan(chunks=(), num_decode=0, kv=0):
@@ -110,3 +110,49 @@ def test_distserve_coefficients(tmp_path):
     assert m.step_time(plan(chunks=[(100, 0), (50, 0)])) == pytest.approx((10 + 0.1 * 150 + 0.001 * (100**2 + 50**2)) / 1e3)
     assert m.step_time(plan(num_decode=2, kv=100)) == pytest.approx((20 + 0.01 * 202 + 2.0) / 1e3)
     assert m.step_time(plan(num_decode=4, kv=100)) == pytest.approx((30 + 0.5 * 4) / 1e3)
+
+
+def bench_run(folder, meta=None, lines=None):
+    """A hand-made LLMServingSim bench example (vllm/meta.json and requests.jsonl; `meta` merged in,
+    `lines` replacing the three requests' lines)."""
+    (folder / "vllm").mkdir(parents=True)
+    data = {"vllm_version": "0.19.0", "hardware": {"device_name": "NVIDIA H100 80GB HBM3"},
+            "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "max_num_seqs": 64},
+            "kv_cache": {"block_size": 16, "num_gpu_blocks": 1000, "enable_prefix_caching": True}, **(meta or {})}
+    (folder / "vllm" / "meta.json").write_text(json.dumps(data))
+    recs = [{"request_id": f"bench-{i}", "input_toks": 100 + i, "output_toks": 20, "queued_ts": 10.0 + i,
+             "first_token_ts": 10.2 + i, "last_token_ts": 11.0 + i} for i in range(3)]
+    text = "\n".join(json.dumps(r) for r in recs) + "\n" if lines is None else lines
+    (folder / "vllm" / "requests.jsonl").write_text(text)
+    return folder
+
+
+def test_a_hand_made_bench_run_reads_its_settings_as_written(tmp_path):
+    run = load_llmservingsim_run(bench_run(tmp_path / "ok"))
+    assert run.server.engine_version == "0.19" and run.server.enable_prefix_caching and run.num_requests == 3
+    off = bench_run(tmp_path / "off", {"kv_cache": {"block_size": 16, "enable_prefix_caching": "false"}})
+    assert load_llmservingsim_run(off).server.enable_prefix_caching is False  # bool("false") is True
+
+
+@pytest.mark.parametrize("meta, lines, message", [
+    ({"vllm_version": 0.19}, None, r"meta.json: vllm_version: 0.19 was read as a number.*quote it"),
+    ({"vllm_version": "nineteen"}, None, r"meta.json: vllm_version: 'nineteen' is not a vLLM release"),
+    ({"kv_cache": {"enable_prefix_caching": "maybe"}}, None, r"meta.json: kv_cache.enable_prefix_caching: expected true"),
+    ({"engine_kwargs": {"model": "m", "kv_offloading_size": "lots"}}, None, r"meta.json: kv_offloading_size: expected"),
+    (None, '{"request_id": "bench-0", "input_toks": 1', r"requests.jsonl line 1 is not valid JSON"),
+    (None, '{"request_id": "bench-0", "input_toks": 1}\n', r"requests.jsonl: record 1 has no queued_ts; each record has request_id"),
+    (None, '{"request_id": "b", "input_toks": "x", "output_toks": 1, "queued_ts": 1, "first_token_ts": 1, '
+           '"last_token_ts": 2}\n', r"requests.jsonl: record 1: input_toks: expected a number, got 'x'"),
+], ids=["version-number", "version-text", "prefix-caching", "offloading-size", "truncated-line", "missing-key",
+        "text-count"])
+def test_a_damaged_bench_run_names_the_file_and_field(tmp_path, meta, lines, message):
+    with pytest.raises(ConfigError, match=message):
+        load_llmservingsim_run(bench_run(tmp_path / "run", meta, lines))
+
+
+@pytest.mark.parametrize("name", ["meta.json", "requests.jsonl"])
+def test_an_empty_bench_file_names_itself(tmp_path, name):
+    folder = bench_run(tmp_path / "run")
+    (folder / "vllm" / name).write_text("")
+    with pytest.raises(ConfigError, match=f"{folder / 'vllm' / name}"):
+        load_llmservingsim_run(folder)

@@ -13,6 +13,7 @@ from fidelity.reproduce import reproduce
 from fidelity.run_folders import find_runs
 from fidelity.sources.client_report import client_kind, load_json_object
 from fidelity.sources.vllm_bench import read_vllm_bench, send_times
+from policies import ConfigError
 
 
 def write_bench_result(folder, requests, ttft, e2e, name="vllm-2.0qps-Llama-2-7b-hf-20261207-120000.json",
@@ -185,3 +186,14 @@ def test_failed_requests_are_counted_beside_the_served_ones(tmp_path):
     assert "2 failed" in note and "max_concurrency" in note
     row = served_row(predict_run(run, gpu_model="roofline"))
     assert row["measured_failures"] == 2 and row["measured_successes"] == 8 and row["predicted_requests"] == 8
+
+
+def test_an_empty_result_or_an_impossible_latency_names_the_file(tmp_path):
+    (tmp_path / "empty.json").write_text("")
+    with pytest.raises(ConfigError, match=f"^vllm bench result: {tmp_path / 'empty.json'} is not valid JSON"):
+        read_vllm_bench(tmp_path / "empty.json")
+    requests = make_requests(n=4, rate=2.0)
+    ttft, e2e = measured(requests)
+    path = write_bench_result(tmp_path, requests, ttft, e2e - np.array([0, 0, 9.0, 0]))  # E2E < 0 in row 3
+    with pytest.raises(ConfigError, match=f"^{path}: row 3 \\(req_id '2'\\): e2e_s: a latency cannot be negative"):
+        read_vllm_bench(path)
