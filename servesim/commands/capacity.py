@@ -27,8 +27,8 @@ def layout_overrides(config, layout: str, gpus: int) -> list[str]:
     """Overrides turning `config` into `layout` on `gpus` GPUs (colocated: gpus / hardware.tp replicas)."""
     if layout == "as-is":
         return []
-    if layout == "disaggregated":
-        return ["disaggregation.enabled=true"]
+    if layout == "disaggregated":  # the pools are its replicas (`sim.cluster.layout.check_disaggregated`)
+        return ["disaggregation.enabled=true", "cluster.replicas=[]", "cluster.num_replicas=1", "autoscaling.enabled=false"]
     tp = config.hardware.tp
     if gpus % tp:
         raise ConfigError(f"hardware.tp: {gpus} GPUs do not split into replicas of tp={tp}")
@@ -68,6 +68,10 @@ def run(args) -> int:
     options.say(args, f"SLO: ttft<={slo.ttft_s} tpot<={slo.tpot_s} e2e<={slo.e2e_s} s for >= "
                 f"{slo.min_attainment:.0%} of requests; tolerance {args.tol:.1%}")
     gpus = reference_gpus(base, layouts)
+    if "disaggregated" in layouts and "as-is" not in layouts and gpus != num_gpus(base):
+        d = base.disaggregation
+        options.note(args, f"capacity: every layout gets {gpus} GPUs, the disaggregation pools' ({d.prefill.count} "
+                     f"prefill + {d.decode.count} decode), not the config's {num_gpus(base)}")
     tables = []
     for layout in layouts:
         overrides = list(args.overrides) + layout_overrides(base, layout, gpus)

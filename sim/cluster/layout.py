@@ -34,6 +34,22 @@ def is_cluster(config: Any) -> bool:
             or autoscaling_section(config).enabled)
 
 
+def check_disaggregated(config: Any) -> None:
+    """Refuse what a disaggregated layout would leave unused: its replicas are the pools'
+    (`disaggregation.prefill` / `.decode` `count`), not `[cluster]`'s, and the autoscaler scales
+    colocated replicas only."""
+    if not is_disaggregated(config):
+        return
+    cluster = cluster_section(config)
+    if cluster.num_replicas > 1 or cluster.replicas:
+        key = "cluster.replicas" if cluster.replicas else "cluster.num_replicas"
+        raise ConfigError(f"{key}: with disaggregation.enabled the replicas are the pools' "
+                          "(disaggregation.prefill.count, disaggregation.decode.count); leave [cluster] at one replica")
+    if autoscaling_section(config).enabled:
+        raise ConfigError("autoscaling.enabled: the autoscaler scales colocated replicas; with "
+                          "disaggregation.enabled set the pools' counts instead")
+
+
 def apply_pool(config: Any, pool: PoolConfig, where: str) -> Any:
     """`config` with the pool's section overrides applied (errors name the pool)."""
     changes = {}

@@ -20,12 +20,13 @@ from sim.build import end_reason, make_recorder, progress_bar, run_workload
 from sim.cluster.colocated import ColocatedCluster
 from sim.cluster.disaggregated import DisaggregatedCluster
 from sim.cluster.independent import independent_parts, simulate_independent
-from sim.cluster.layout import is_disaggregated
+from sim.cluster.layout import check_disaggregated, is_disaggregated
 from sim.result import SimResult, finish_run
 
 
 def simulate_cluster(config: Any, progress: bool = False, latency_model=None, workload=None, out=None,
                      stream: bool | None = None, plot: bool = False, fast_decode: bool = True) -> SimResult:
+    check_disaggregated(config)
     if is_disaggregated(config) and config.workload.request_timeout_s is not None:
         # a request there is two halves on two pools with a KV transfer between: whose deadline
         # aborts what (and frees which blocks) is not modelled

@@ -181,3 +181,17 @@ def test_preemption_intervals_of_both_halves_reach_the_user_request():
     assert (intervals["first_token_time"] <= intervals["preempted_at"]).all()
     assert (intervals["preempted_at"] <= intervals["resumed_at"]).all()
     assert (intervals["resumed_at"] <= intervals["finish_time"]).all()
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["cluster.num_replicas=2"], "cluster.num_replicas"),
+    (["autoscaling.enabled=true"], "autoscaling.enabled"),
+])
+def test_settings_a_disaggregated_layout_would_leave_unused_are_refused(extra, field):
+    """The pools are the replicas: [cluster]'s count and the autoscaler would be silently dropped."""
+    from policies import ConfigError
+
+    config = make_config(["disaggregation.enabled=true", *extra], num_requests=4)
+    with pytest.raises(ConfigError, match=f"^{field}: "):
+        simulate(config)
+    assert simulate(make_config(["disaggregation.enabled=true"], num_requests=4)).summary["num_finished"] == 4
