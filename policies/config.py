@@ -5,6 +5,8 @@ Every error names the field and what is allowed, so a CLI can print it as one li
 """
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, is_dataclass
 
@@ -41,19 +43,43 @@ def check_choice(field: str, value: object, allowed: tuple, hint: str = "") -> N
                           + (f" ({hint})" if hint else ""))
 
 
-def check_int(field: str, value: object, minimum: int | None = None, allow_none: bool = False) -> None:
+def check_int(field: str, value: object, minimum: int | None = None, allow_none: bool = False,
+              maximum: int | None = None) -> None:
+    """Refuse anything but an integer in [`minimum`, `maximum`] (None: unbounded; `allow_none`: None too).
+
+    `maximum` is for counts that size arrays: a huge one is refused here, naming the field, rather
+    than by numpy ("Maximum allowed dimension exceeded") or the allocator.
+    """
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{field}: expected an integer, got {value!r}")
     if minimum is not None and value < minimum:
         raise ConfigError(f"{field}: must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{field}: must be <= {maximum:,}, got {value:,}")
 
 
 def check_number(field: str, value: object, minimum: float | None = None, maximum: float | None = None,
-                 strict_min: bool = False) -> None:
+                 strict_min: bool = False, hint: str = "") -> None:
+    """Refuse anything but a finite number in the bounds (`strict_min`: > `minimum`, else >=).
+
+    NaN is never a number here: every comparison with it is false, so it would pass the bounds and
+    then run as nothing (a NaN rate makes no requests) or fail far away ("cannot convert float NaN
+    to integer"). Infinity (TOML's `inf`, or `1e400`, which overflows to it) and an integer too
+    large for a float are refused too: every field checked here is a rate, count, duration, size,
+    price or fraction, and a setting that may be unbounded says so by being left unset (None).
+    `hint` (e.g. "leave it unset for no limit") follows such a refusal.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{field}: expected a number, got {value!r}")
+    tail = f" ({hint})" if hint else ""
+    if isinstance(value, float) and math.isnan(value):
+        raise ConfigError(f"{field}: expected a number, got nan{tail}")
+    if isinstance(value, float) and math.isinf(value):
+        raise ConfigError(f"{field}: expected a finite number, got {value:g}{tail}")
+    if isinstance(value, int) and abs(value) > sys.float_info.max:  # no float holds it: inf in disguise
+        raise ConfigError(f"{field}: expected a finite number, got an integer of {len(str(abs(value)))} digits{tail}")
     if minimum is not None and (value <= minimum if strict_min else value < minimum):
         raise ConfigError(f"{field}: must be {'>' if strict_min else '>='} {minimum}, got {value}")
     if maximum is not None and value > maximum:
@@ -232,6 +258,11 @@ class SchedulerConfig:
         check_int("scheduler.long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         check_int("scheduler.static_max_batch_size", self.static_max_batch_size, 1, allow_none=True)
         check_int("scheduler.max_paddings", self.max_paddings, 0)
+        # a knob only one policy reads is refused under the others, not silently ignored
+        if self.static_max_batch_size is not None and self.policy != "static":
+            raise ConfigError(f"scheduler.static_max_batch_size: only policy 'static' uses a fixed batch size "
+                              f"(policy is {self.policy!r}); remove it, or choose policy static "
+                              f"(the others batch up to max_num_seqs)")
         if self.max_paddings and self.policy != "continuous":
             raise ConfigError(f"scheduler.max_paddings: only policy 'continuous' pads prompt batches "
                               f"(policy is {self.policy!r}); set 0 or choose policy continuous")

@@ -75,7 +75,8 @@ class SimSection:
 
     def __post_init__(self) -> None:
         if self.max_sim_time_s is not None:
-            check_number("sim.max_sim_time_s", self.max_sim_time_s, 0.0, strict_min=True)
+            check_number("sim.max_sim_time_s", self.max_sim_time_s, 0.0, strict_min=True,
+                         hint="leave it unset to run until every request has ended")
 
 
 def section_types() -> dict[str, type]:

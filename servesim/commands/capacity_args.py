@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from policies.config import check_number
 from records.display import number
 from servesim.commands import options
 from sim.capacity.executor import EXECUTORS, make_executor
@@ -20,7 +21,8 @@ from sim.workload import build_workload
 def add_common(parser: argparse.ArgumentParser) -> None:
     options.add_config(parser, help="base configuration (TOML)")
     options.add_set(parser)  # every point gets the overrides
-    slo = parser.add_argument_group("SLO (seconds; defaults: the config's [slo] section)")
+    slo = parser.add_argument_group("SLO (seconds; defaults: the config's [slo] section; a target left out "
+                                    "there and here is no target, so inf is refused)")
     slo.add_argument("--slo-ttft", type=float, help="time-to-first-token target (s)")
     slo.add_argument("--slo-tpot", type=float, help="time-per-output-token target (s)")
     slo.add_argument("--slo-e2e", type=float, help="end-to-end latency target (s)")
@@ -45,6 +47,9 @@ def load_base(args):
 
 def slo_from_args(args, base=None) -> SLO:
     """The SLO of the --slo-* flags over the config's [slo] section (`base`: the config, if loaded already)."""
+    for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot), ("--slo-e2e", args.slo_e2e)):
+        if value is not None:  # named as typed (SLO would say slo.ttft_s)
+            check_number(flag, value, 0.0, strict_min=True, hint="leave the flag out for no target")
     if base is None:
         base = load_config(args.config, args.overrides)
     return SLO.from_config(base, ttft_s=args.slo_ttft, tpot_s=args.slo_tpot, e2e_s=args.slo_e2e,

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from policies import ConfigError
+from policies.config import check_number
 from records.display import number
 from servesim.commands import options
 from servesim.commands.capacity_args import add_common, executor_from_args, load_base, show_table, slo_from_args
@@ -34,20 +35,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layouts", default=",".join(LAYOUTS), help="colocated,disaggregated")
     parser.add_argument("--max-gpus", type=int, default=8, help="largest layout to consider")
     parser.add_argument("--price", action="append", default=[], metavar="GPU=USD",
-                        help="USD per GPU-hour (repeatable; default: the catalog's)")
+                        help="USD per GPU-hour, >= 0, of one of the --gpus (repeatable; default: the catalog's)")
     options.add_out(parser, "plan.csv (every candidate) and plan.png")
 
 
 def parse_prices(items: list[str]) -> dict[str, float]:
+    """`--price GPU=USD` flags as {GPU: USD}; the planner checks the GPUs and the values
+    (`sim.capacity.planner.check_prices`)."""
     prices = {}
     for item in items:
         name, sep, value = item.partition("=")
+        name = name.strip()
         try:
-            prices[name.strip()] = float(value)
+            usd = float(value)
         except ValueError:
             sep = ""
-        if not sep or not name.strip():
+        if not sep or not name:
             raise ConfigError(f"--price: expected GPU=USD_PER_HOUR, got {item!r}")
+        if name in prices:  # the later one would silently win
+            raise ConfigError(f"--price: {name} is given twice; give each GPU one price")
+        prices[name] = usd
     return prices
 
 
@@ -59,6 +66,7 @@ def shape(row: dict) -> str:
 
 
 def run(args) -> int:
+    check_number("--target-rate", args.target_rate, 0.0, strict_min=True)  # before any work, named as typed
     try:
         grid = CandidateGrid(gpus=tuple(g.strip() for g in args.gpus.split(",") if g.strip()),
                              tps=_ints(args.tp), replicas=_ints(args.replicas),

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 
+from policies import ConfigError
 from servesim.commands import options
 from servesim.commands.capacity_args import add_common, executor_from_args, load_base, show_table, slo_from_args
 from sim.capacity.plots import plot_sweep
-from sim.capacity.sweep import (combine, expand_grid, expand_list, hold_window, parse_assignment, run_sweep,
+from sim.capacity.sweep import (combine, expand_grid, expand_list, hold_window, parse_assignments, run_sweep,
                                 write_table)
 
 SHOWN = ("point", "num_gpus", "num_finished", "num_rejected", "throughput_output_tokens_per_s",
@@ -30,16 +32,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fixed-count", action="store_true",
                         help="keep workload.num_requests when sweeping workload.rate (default: scale it with the "
                              "rate so every point spans the same arrival window)")
-    parser.add_argument("--x", help="the plots' x axis (default: the first swept key)")
+    parser.add_argument("--x", help="the plots' x axis: one of the swept keys, with numeric values (default: the "
+                        "first swept key)")
     options.add_out(parser, "sweep.csv, base_config.toml and sweep.png", default="runs/sweep")
     parser.add_argument("--no-plot", action="store_true", help="skip sweep.png")
 
 
 def run(args) -> int:
-    grid = dict(parse_assignment(g, "--grid") for g in args.grid)
-    lists = dict(parse_assignment(item, "--list") for item in args.lists)
+    grid = parse_assignments(args.grid, "--grid")
+    lists = parse_assignments(args.lists, "--list", taken=dict.fromkeys(grid, "--grid"))
     if not grid and not lists:
         raise ValueError("--grid: give at least one --grid or --list KEY=V1,V2,...")
+    keys = list(grid) + list(lists)
+    if args.x is not None and args.x not in keys:  # said before the sweep runs, not after it (no plot)
+        raise ConfigError(f"--x: {args.x!r} is not swept; choose one of {', '.join(keys)}")
     base = load_base(args)
     points = combine(expand_grid(grid), expand_list(lists))
     if not args.fixed_count:
@@ -47,7 +53,6 @@ def run(args) -> int:
     slo = slo_from_args(args, base)
     df = run_sweep(args.config, points, slo, executor_from_args(args), args.overrides,
                    progress=options.progress(args))
-    keys = list(grid) + list(lists)
     shown = list(keys)
     if any("workload.num_requests" in p for p in points) and "workload.num_requests" not in keys:
         shown.append("workload.num_requests")  # set by the held window: shown, not a plot grouping
@@ -60,5 +65,8 @@ def run(args) -> int:
         png = plot_sweep(df, x, keys, out / "sweep.png", title=f"{Path(args.config).name}: sweep over {x}")
         if png:
             paths.append(png)
+    elif not args.no_plot:  # e.g. a GPU name: no axis to plot along
+        print(f"warning: sweep.png not written: {x}'s values are not numbers; plot along a numeric key with --x "
+              "(or give --no-plot)", file=sys.stderr)
     options.say(args, "wrote " + ", ".join(str(p) for p in paths))
     return 0

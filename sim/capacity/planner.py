@@ -11,18 +11,21 @@ sees the base workload's arrival window (n0 requests at rate r0 -> n0 * target /
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from policies import ConfigError
-from policies.config import check_choice, check_int
+from policies.config import check_choice, check_int, check_number
 from sim.capacity.executor import LocalExecutor
 from sim.capacity.slo import SLO
-from sim.capacity.sweep import (DEFAULT_SIMULATE, PointSpec, evaluate_point, format_override, hold_window,
+from sim.capacity.sweep import (DEFAULT_SIMULATE, PointSpec, evaluate_point, format_override, hold_window_of,
                                  load_point_config)
 from sim.cluster.layout import cost_per_hour
-from specs import get_gpu
+from sim.config import load_config
+from specs import check_parallelism, get_gpu
+from specs.hardware import TP_SIZES
 
 LAYOUTS = ("colocated", "disaggregated")
 
@@ -48,12 +51,30 @@ class CandidateGrid:
         for name in ("tps", "replicas", "pool_counts"):
             for v in getattr(self, name):
                 check_int(f"plan.{name}", v, 1)
+        for v in self.tps:  # hardware.tp's choices: any other degree fails every candidate alike
+            check_choice("plan.tps", v, TP_SIZES)
         for v in self.budgets:
             if v is not None:
                 check_int("plan.budgets", v, 1)
         for gpu in self.gpus:  # said once here, not once a candidate
             get_gpu(gpu, field="plan.gpus")
         check_int("plan.max_gpus", self.max_gpus, 1)
+
+    def check_model(self, config: Any) -> None:
+        """Refuse a TP degree the base's model cannot be split into (`specs.check_parallelism`: its
+        heads and MLP width must divide, as every candidate's config would check).
+
+        The candidates change the GPU and the layout, never the model, so such a TP would fail every
+        candidate that uses it: said once here, naming `plan.tps`, not once a row. A TP the model
+        splits into is fine even where it does not fit a GPU's memory: that candidate's row says so.
+        """
+        model = config.model.spec()
+        for tp in self.tps:
+            try:
+                hardware = dataclasses.replace(config.hardware, tp=tp)  # hardware.tp's own checks (with ep)
+                check_parallelism(model, tp, hardware.ep)
+            except ConfigError as exc:
+                raise ConfigError(f"plan.tps: {tp} cannot serve {model.name} on any GPU ({exc})") from None
 
     def candidates(self) -> list[dict[str, Any]]:
         """Each candidate: {'layout', 'gpu', ..., 'overrides': [...]} (GPU count within max_gpus)."""
@@ -77,6 +98,33 @@ class CandidateGrid:
                                                            pool.format("prefill", n_p, gpu, tp_p),
                                                            pool.format("decode", n_d, gpu, tp_d)]})
         return out
+
+
+def check_prices(prices: dict[str, float] | None, gpus: Sequence[str]) -> dict[str, float]:
+    """`prices` (USD per GPU-hour by GPU name or alias) keyed as `gpus`, the plan's GPUs, spell them.
+
+    Aliases of one card match (a price for `h100` prices `H100-SXM`, `specs.get_gpu`). A price for
+    a GPU the plan does not try would be ignored, so it is refused naming both lists; a negative
+    or non-finite one is refused as `hardware.price_per_hour` is.
+    """
+    planned: dict[str, list[str]] = {}  # catalog name -> the plan's spellings of it
+    for gpu in gpus:
+        planned.setdefault(get_gpu(gpu, field="plan.gpus").name, []).append(gpu)
+    out: dict[str, float] = {}
+    for name, usd in (prices or {}).items():
+        check_number(f"plan.prices: {name}", usd, 0.0)
+        try:
+            card = get_gpu(name).name
+        except ConfigError:  # not in the catalog: not among the planned GPUs either
+            card = None
+        if card not in planned:
+            raise ConfigError(f"plan.prices: {name} is not a GPU this plan tries; priced: {', '.join(prices)}; "
+                              f"planned (plan.gpus): {', '.join(gpus)}")
+        for gpu in planned[card]:
+            if gpu in out:
+                raise ConfigError(f"plan.prices: {name} prices {card} a second time; give each GPU one price")
+            out[gpu] = float(usd)
+    return out
 
 
 def evaluate_candidate(spec: PointSpec) -> dict[str, Any]:
@@ -108,13 +156,15 @@ def plan(base: Any, target_rate: float, slo: SLO, grid: CandidateGrid = Candidat
          rate_key: str = "workload.rate", simulate: str = DEFAULT_SIMULATE, progress: bool = True) -> Plan:
     """Simulate every candidate at `target_rate` and pick the cheapest fitting ones."""
     slo.require_targets()
-    if not target_rate > 0:
-        raise ConfigError(f"target_rate: must be > 0, got {target_rate}")
+    check_number("target_rate", target_rate, 0.0, strict_min=True)
+    prices = check_prices(prices, grid.gpus)
     candidates = grid.candidates()
     if not candidates:
         raise ConfigError(f"plan.max_gpus: no candidate layout fits in {grid.max_gpus} GPUs")
+    config = load_config(base, list(base_overrides))
+    grid.check_model(config)
     # the same arrival window as the base config's (as the SLO search does): n0 requests at r0 -> n0/r0 s
-    (point,) = hold_window(base, [{rate_key: repr(float(target_rate))}], base_overrides, rate_key)
+    (point,) = hold_window_of(config.workload, [{rate_key: repr(float(target_rate))}], rate_key)
     at_rate = tuple(format_override(k, v) for k, v in point.items())
     specs = [PointSpec(base, (), tuple(base_overrides) + tuple(cand["overrides"]) + at_rate, slo, i, simulate)
              for i, cand in enumerate(candidates)]

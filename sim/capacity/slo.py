@@ -10,14 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies import ConfigError
+from policies.config import check_number
 from records.metrics import meets_slo
+
+# an infinite target would read as "no target", which is what leaving it out already says; refused,
+# so that inf or NaN never quietly turns a target off (or, as NaN, fails every request)
+NO_TARGET_HINT = "leave it out for no target"
 
 
 def _check_target(name: str, value: float | None) -> None:
+    """A target is None (not checked) or a finite number of seconds > 0."""
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"slo.{name}: expected a positive number of seconds, got {value!r}")
+    check_number(f"slo.{name}", value, 0.0, strict_min=True, hint=NO_TARGET_HINT)
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from policies import ConfigError
+from policies.config import check_number
 from sim.capacity.executor import LocalExecutor
 from sim.capacity.slo import SLO, attainment
 from sim.cluster.layout import all_replica_configs, num_gpus
 from sim.config import load_config
+from sim.workload.config import MAX_NUM_REQUESTS
 
 DEFAULT_SIMULATE = "sim.runner.simulate"
 
@@ -36,6 +38,27 @@ def parse_assignment(text: str, flag: str = "--grid") -> tuple[str, list[str]]:
     if not sep or not key or not parse_values(values):
         raise ConfigError(f"{flag}: expected KEY=V1,V2,... got {text!r}")
     return key, parse_values(values)
+
+
+def parse_assignments(texts: Sequence[str], flag: str = "--grid",
+                      taken: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """Several `KEY=V1,V2,...` as {key: values}, refusing a key given twice.
+
+    A second `--grid workload.rate=...` would replace the first one's values, and a key both in
+    `--grid` and `--list` would be swept twice over in one column: neither is what was meant, so
+    both are refused. `taken`: keys already given to another flag (key -> that flag).
+    """
+    taken = dict(taken or {})
+    out: dict[str, list[str]] = {}
+    for text in texts:
+        key, values = parse_assignment(text, flag)
+        if key in out:
+            raise ConfigError(f"{flag}: {key} is given twice; give each key once, with all its values: "
+                              f"{flag} {key}=V1,V2,...")
+        if key in taken:
+            raise ConfigError(f"{flag}: {key} is already swept by {taken[key]}; give each key to one flag")
+        out[key] = values
+    return out
 
 
 def expand_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
@@ -91,7 +114,14 @@ def hold_window_of(workload: Any, points: list[dict], rate_key: str = "workload.
                 rate = float(p[rate_key])
             except ValueError:  # said as the config would say it, not as float() does
                 raise ConfigError.at(rate_key, f"expected a number, got {p[rate_key]!r}") from None
-            p = {**p, "workload.num_requests": str(max(1, round(n0 * rate / r0)))}
+            # checked here, before round() meets a NaN or an infinity
+            check_number(rate_key, rate, 0.0, strict_min=True)
+            count = n0 * rate / r0
+            if count > MAX_NUM_REQUESTS:
+                raise ConfigError.at(rate_key, f"{rate:g} requests/s needs about {count:.3g} requests to span the "
+                                     f"base's arrival window ({n0} at {r0:g}/s); at most {MAX_NUM_REQUESTS:,} per "
+                                     "run: give a lower rate or a smaller base workload.num_requests")
+            p = {**p, "workload.num_requests": str(max(1, round(count)))}
         out.append(p)
     return out
 

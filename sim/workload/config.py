@@ -21,6 +21,13 @@ WORKLOAD_KINDS = ("poisson", "gamma", "constant", "staged", "closed_loop", "trac
 TRACE_FORMATS = ("auto", "csv", "azure", "mooncake")
 LENGTH_KINDS = ("constant", "uniform", "lognormal", "empirical")
 TOO_LONG = ("clip", "filter", "keep")
+# the most requests one run may make: arrival times and lengths are arrays of this size, so a
+# larger count (a typo, or a rate x duration that overflows) is refused naming its field rather
+# than failing in numpy ("Maximum allowed dimension exceeded") or the allocator
+MAX_NUM_REQUESTS = 10**8
+STAGES_SHAPE = "a list of [rate, duration] pairs, e.g. [[2.0, 60], [8.0, 60]]"
+CLASSES_SHAPE = ('a list of tables, e.g. [{ name = "chat", priority = 0, fraction = 0.8 }, '
+                 '{ name = "batch", priority = 1, fraction = 0.2 }]')
 
 
 def workload_kinds() -> tuple[str, ...]:
@@ -44,6 +51,12 @@ def _from_dict(cls, field: str, value):
     if unknown:
         raise ConfigError(f"{field}.{unknown[0]}: unknown key; allowed keys are {', '.join(sorted(known))}")
     return cls(**value, field=field) if cls is LengthDist else cls(**value)
+
+
+def _check_list(field: str, value, shape: str) -> None:
+    """Refuse a `value` that is not a list (a TOML array) or tuple, saying the `shape` expected."""
+    if value is not None and not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{field}: expected {shape}; got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -186,6 +199,9 @@ class WorkloadConfig:
 
     def __post_init__(self) -> None:
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen: normalise in place)
+        # lists checked first: a string or a number here would be iterated (or fail to be) below
+        _check_list("workload.stages", self.stages, STAGES_SHAPE)
+        _check_list("workload.classes", self.classes, CLASSES_SHAPE)
         if self.kind is None:
             profile_kind = registry.kind_of(self.profile) if isinstance(self.profile, str) else None
             s("kind", "trace" if self.trace else profile_kind or "poisson")
@@ -197,13 +213,13 @@ class WorkloadConfig:
         elif self.kind in ("poisson", "gamma", "constant") and not self._class_rates():
             s("rate", 1.0)  # documented default: 1 request/s
         check_number("workload.cv", self.cv, 0.0)
-        check_int("workload.num_requests", self.num_requests, 1, allow_none=True)
+        check_int("workload.num_requests", self.num_requests, 1, allow_none=True, maximum=MAX_NUM_REQUESTS)
         if self.duration is not None:
             check_number("workload.duration", self.duration, 0.0, strict_min=True)
         s("stages", self._parse_stages(self.stages))
         if self.kind == "staged" and not self.stages:
             raise ConfigError("workload.stages: required for kind = 'staged', e.g. [[2.0, 60], [8.0, 60]]")
-        check_int("workload.num_users", self.num_users, 1)
+        check_int("workload.num_users", self.num_users, 1, maximum=MAX_NUM_REQUESTS)
         check_number("workload.think_time", self.think_time, 0.0)
         if self.trace is not None:
             if not isinstance(self.trace, str) or not Path(self.trace).is_file():
@@ -236,6 +252,27 @@ class WorkloadConfig:
             s("num_requests", 1000)  # documented default, so a closed loop always ends
         if self.kind in ("poisson", "gamma", "constant") and self.num_requests is None and self.duration is None:
             s("num_requests", 1000)
+        self._check_expected_count()
+
+    def _check_expected_count(self) -> None:
+        """Refuse arrivals sized by time whose expected count exceeds `MAX_NUM_REQUESTS`.
+
+        With `num_requests` an open-loop stream is that long at most; without it, and for every
+        stage (drawn whole, then cut to `num_requests`), the arrays are sized by rate x duration
+        (`sim.workload.arrivals`), which a huge rate or duration makes too large.
+        """
+        if self.kind == "staged":
+            spans = [(f"workload.stages[{i}]", rate, dur) for i, (rate, dur) in enumerate(self.stages)]
+        elif self.kind in ("poisson", "gamma", "constant") and self.num_requests is None and self.duration is not None:
+            rates = [c.rate for c in self.classes if c.rate is not None] or [self.rate]
+            spans = [("workload.duration", sum(rates), self.duration)]
+        else:
+            return
+        fix = "" if self.kind == "staged" else ", or set workload.num_requests"
+        for field, rate, dur in spans:
+            if rate * dur > MAX_NUM_REQUESTS:
+                raise ConfigError(f"{field}: {dur:g} s at {rate:g} requests/s is about {rate * dur:.3g} requests; "
+                                  f"at most {MAX_NUM_REQUESTS:,} per run: lower the rate or the duration{fix}")
 
     def _check_profile(self) -> None:
         """`profile` goes with a registered kind (and only with one); its generator checks the contents."""
@@ -251,10 +288,12 @@ class WorkloadConfig:
         kind.check(registry.read_profile(self.profile))  # field errors name profile.<key>
 
     def _class_rates(self) -> bool:
+        """Whether the classes (tables or `PriorityClass`es) give their own rates."""
         return any((c.get("rate") if isinstance(c, dict) else c.rate) is not None for c in self.classes or ())
 
     @staticmethod
     def _parse_stages(stages) -> tuple[tuple[float, float], ...]:
+        """`[[rate, duration], ...]` as a tuple of (rate, duration) floats, each checked."""
         out = []
         for i, st in enumerate(stages or ()):
             if not isinstance(st, (list, tuple)) or len(st) != 2:
@@ -265,6 +304,7 @@ class WorkloadConfig:
         return tuple(out)
 
     def _parse_classes(self, classes) -> tuple[PriorityClass, ...]:
+        """The class tables as `PriorityClass`es: unique names, all fractions (adding up to 1) or all rates."""
         out = tuple(_from_dict(PriorityClass, "workload.classes", c) for c in classes or ())
         if not out:
             return out

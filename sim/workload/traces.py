@@ -7,6 +7,8 @@ prefix block), and registered formats (`sim.workload.registry.TraceFormat`, e.g.
 tables without arrival times: lengths only, not for `kind = "trace"`), detected from their CSV
 header. `detect_format` picks one from the suffix and header when `trace_format = "auto"`.
 
+Files are read as UTF-8 with an optional byte-order mark (`TEXT_ENCODING`), as Excel saves a CSV.
+
 Arrival times are shifted so that the first request arrives at 0 and sorted (stably). Every
 malformed line raises one `ConfigError` naming the field, the file and the line number
 (`csv_rows` and `parse_int` do it for registered readers too).
@@ -27,6 +29,9 @@ from policies.config import ConfigError
 from sim.workload import registry
 
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per Mooncake hash id (their README)
+# UTF-8, skipping a leading byte-order mark: Excel's "CSV UTF-8" starts with one, which would
+# otherwise glue itself to the first column's name ("\ufeffarrival_time")
+TEXT_ENCODING = "utf-8-sig"
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ def detect_format(path: str | Path, field: str = "workload.trace") -> str:
     p = Path(path)
     if p.suffix.lower() in (".jsonl", ".json"):
         return "mooncake"
-    with p.open("r", encoding="utf-8", errors="replace") as f:
+    with p.open("r", encoding=TEXT_ENCODING, errors="replace") as f:
         header = f.readline().strip()
     cols = [c.strip() for c in header.split(",")]
     if "TIMESTAMP" in cols and "ContextTokens" in cols:
@@ -121,7 +126,7 @@ def parse_int(value: str, what: str, where: str, minimum: int = 0) -> int:
 
 def csv_rows(path: Path, field: str, required: tuple[str, ...]):
     """Yield (line number, row dict, where) after checking the header has the `required` columns."""
-    with path.open("r", encoding="utf-8", newline="") as f:
+    with path.open("r", encoding=TEXT_ENCODING, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None or not any(h.strip() for h in header):
@@ -176,7 +181,7 @@ def _read_azure(path: Path, field: str):
 
 def _read_mooncake(path: Path, field: str):
     t, p, o, h = [], [], [], []
-    with path.open("r", encoding="utf-8") as f:
+    with path.open("r", encoding=TEXT_ENCODING) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue

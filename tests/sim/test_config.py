@@ -56,6 +56,45 @@ def test_bad_input_names_the_field(source, overrides, field):
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("override", [
+    "workload.rate=nan", "workload.rate=inf", "workload.rate=1e400", "sim.max_sim_time_s=nan",
+    "sim.max_sim_time_s=inf", "workload.duration=nan", "slo.ttft_s=nan", "slo.ttft_s=inf", "workload.think_time=nan",
+    "hardware.gpu_memory_utilization=nan", "cache.watermark=nan", "hardware.swap_space_gb=nan",
+    "hardware.price_per_hour=inf", "cache.offload_size_gb=inf",
+])
+def test_nan_and_infinity_are_refused_naming_the_field(override):
+    """NaN passed every bound and ran as nothing (a NaN rate: no requests, exit 0) or failed far away
+    ("cannot convert float NaN to integer"); infinity is no rate, duration, size or price."""
+    field, value = override.split("=")
+    with pytest.raises(ConfigError) as info:
+        load_config({}, [override])
+    said = "nan" if value == "nan" else "inf"
+    assert str(info.value).startswith(f"{field}: expected a") and said in str(info.value), str(info.value)
+
+
+def test_nan_in_a_toml_file_is_refused_as_from_the_command_line(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[workload]\nrate = nan\n")
+    with pytest.raises(ConfigError, match=r"^workload\.rate: expected a number, got nan$"):
+        load_config(path)
+
+
+def test_an_infinite_time_limit_is_refused_saying_how_to_have_none():
+    with pytest.raises(ConfigError, match=r"^sim\.max_sim_time_s: .*got inf \(leave it unset to run until every"):
+        load_config({}, ["sim.max_sim_time_s=inf"])
+
+
+@pytest.mark.parametrize("override, said", [
+    ("workload.num_requests=99999999999999999999", r"^workload\.num_requests: must be <= 100,000,000"),
+    ("workload.stages=5", r"^workload\.stages: expected a list of \[rate, duration\] pairs, .*got 5$"),
+    ("workload.classes=foo", r"^workload\.classes: expected a list of tables, .*got 'foo'$"),
+])
+def test_wrong_shapes_and_huge_counts_are_refused_naming_the_field(override, said):
+    """These ended in numpy's "Maximum allowed dimension exceeded" or "'int' object is not iterable"."""
+    with pytest.raises(ConfigError, match=said):
+        load_config({}, [override])
+
+
 def test_unknown_key_lists_the_allowed_ones():
     with pytest.raises(ConfigError, match="allowed keys: .*max_num_batched_tokens"):
         load_config({"scheduler": {"budget": 3}})

@@ -200,9 +200,9 @@ def test_closed_loop_users_send_again_when_their_client_has_the_last_token():
     ("request_overhead_s", -0.001, "must be >= 0"),
     ("stream_overhead_s", "fast", "expected a number"),
     ("tokenize_s_per_token", float("inf"), "finite"),
-    ("tokenize_s_per_token", float("nan"), "finite"),
+    ("tokenize_s_per_token", float("nan"), "expected a number, got nan"),
     ("engine_s_per_output", -1e-5, "must be >= 0"),
-    ("engine_s_per_step", float("nan"), "finite"),
+    ("engine_s_per_step", float("nan"), "expected a number, got nan"),
     ("engine_s_per_step", -1e-4, "must be >= 0"),
     ("stream_delay", 0.001, "unknown key; allowed keys: request_overhead_s, tokenize_s_per_token, "
                             "stream_overhead_s, engine_s_per_output, engine_s_per_step"),

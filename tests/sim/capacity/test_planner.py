@@ -1,11 +1,14 @@
 """The planner: the fitting layout with the fewest GPUs, and the cheapest one under given prices."""
+import json
+
 import pytest
 
 from policies import ConfigError
 from sim.capacity.executor import SerialExecutor
-from sim.capacity.planner import CandidateGrid, plan
+from sim.capacity.planner import CandidateGrid, check_prices, plan
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import PointSpec, evaluate_point
+from sim.config import load_config
 from capacity_helpers import small_config
 
 SLO_PLAN = SLO(ttft_s=0.3, tpot_s=0.015)
@@ -26,6 +29,7 @@ def test_candidates_respect_the_gpu_cap_and_layouts():
 @pytest.mark.parametrize("kw, said", [
     (dict(gpus=("H100-SXM", "XYZ")), r"^plan.gpus: unknown GPU 'XYZ'; choose one of .*A100-80G"),
     (dict(tps=(0, 1)), r"^plan.tps: must be >= 1, got 0"),
+    (dict(tps=(1, 3)), r"^plan.tps: 3 is not allowed; choose one of 1, 2, 4, 8$"),  # each candidate said it alone
     (dict(replicas=(-2,)), r"^plan.replicas: must be >= 1"),
     (dict(pool_counts=(0,)), r"^plan.pool_counts: must be >= 1"),
     (dict(budgets=(None, 0)), r"^plan.budgets: must be >= 1"),
@@ -35,6 +39,66 @@ def test_a_grid_no_candidate_of_which_could_run_is_refused_up_front(kw, said):
     and the plan ended 'no candidate serves the rate')."""
     with pytest.raises(ConfigError, match=said):
         CandidateGrid(**kw)
+
+
+class FailingExecutor:
+    """An executor that must not be used: the plan was to be refused before simulating."""
+
+    def map(self, *args, **kwargs):
+        raise AssertionError("a candidate was simulated")
+
+
+def twelve_head_model(tmp_path) -> str:
+    """A HF config.json of a model with 12 attention heads: TP 1, 2 and 4 split it, TP 8 does not."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(model_type="llama", hidden_size=768, intermediate_size=3072, num_attention_heads=12,
+                                    num_hidden_layers=4, num_key_value_heads=4, vocab_size=32000,
+                                    max_position_embeddings=4096, torch_dtype="float16")))
+    return str(path)
+
+
+def test_a_tp_the_model_cannot_be_split_into_is_refused_up_front_naming_plan_tps(tmp_path):
+    config = load_config(small_config(model={"name": twelve_head_model(tmp_path)}))
+    CandidateGrid(tps=(1, 2, 4)).check_model(config)  # a TP fine for the model is fine
+    with pytest.raises(ConfigError, match=r"^plan\.tps: 8 cannot serve .* on any GPU \(hardware\.tp: 8 does not "
+                                          r"divide .*num_attention_heads=12"):
+        CandidateGrid(tps=(1, 8)).check_model(config)
+    with pytest.raises(ConfigError, match=r"^plan\.tps: 8 cannot serve"):  # before any candidate is simulated
+        plan(small_config(model={"name": twelve_head_model(tmp_path)}), 8.0, SLO_PLAN, CandidateGrid(tps=(1, 8)),
+             executor=FailingExecutor(), progress=False)
+
+
+def test_prices_match_the_planned_gpus_by_alias_and_are_checked():
+    gpus = ("H100-SXM", "A100-80GB")
+    assert check_prices({"h100": 1.0, "A100-80G": 2}, gpus) == {"H100-SXM": 1.0, "A100-80GB": 2.0}
+    assert check_prices(None, gpus) == {}
+
+
+@pytest.mark.parametrize("prices, said", [
+    ({"H100-SXM": -2.0}, r"^plan\.prices: H100-SXM: must be >= 0"),  # hardware.price_per_hour = -1 was refused
+    ({"H100-SXM": float("nan")}, r"^plan\.prices: H100-SXM: expected a number, got nan"),
+    ({"H100-SXM": float("inf")}, r"^plan\.prices: H100-SXM: expected a finite number"),
+    ({"FOO": 2.0}, r"^plan\.prices: FOO is not a GPU this plan tries; priced: FOO; planned \(plan\.gpus\): H100-SXM$"),
+    ({"A100-80GB": 2.0}, r"^plan\.prices: A100-80GB is not a GPU this plan tries; .*planned \(plan\.gpus\): H100-SXM"),
+    ({"H100-SXM": 1.0, "h100": 2.0}, r"^plan\.prices: h100 prices H100-SXM a second time"),
+])
+def test_a_price_that_would_be_ignored_or_is_no_price_is_refused(prices, said):
+    with pytest.raises(ConfigError, match=said):
+        check_prices(prices, ("H100-SXM",))
+
+
+def test_a_price_given_by_alias_is_the_one_the_plan_charges():
+    grid = CandidateGrid(gpus=("H100-SXM",), tps=(1,), replicas=(1,), layouts=("colocated",), max_gpus=1)
+    result = plan(small_config(num_requests=10), 4.0, SLO(ttft_s=5.0), grid, prices={"h100": 1.25},
+                  executor=SerialExecutor(), progress=False)
+    assert result.rows[0]["cost_per_hour"] == pytest.approx(1.25)
+
+
+@pytest.mark.parametrize("rate", [float("inf"), float("nan"), 0.0])
+def test_a_target_rate_that_is_no_rate_is_refused(rate):
+    """inf ended in an OverflowError traceback (the held window's request count)."""
+    with pytest.raises(ConfigError, match=r"^target_rate: "):
+        plan(small_config(), rate, SLO_PLAN, executor=FailingExecutor(), progress=False)
 
 
 def test_plan_picks_the_smallest_fitting_layout_and_it_really_is_smallest():
@@ -103,6 +167,24 @@ def test_plan_cli_prints_both_winners(tmp_path, capsys):
         pass
     rc = main(["plan", str(cfg), "--target-rate", "10", "--slo-ttft", "0.5", "--price", "H100", "--no-progress"])
     assert rc == 2 and "--price" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--target-rate", "inf"], "--target-rate: expected a finite number, got inf"),
+    (["--target-rate", "10", "--tp", "3"], "plan.tps: 3 is not allowed; choose one of 1, 2, 4, 8"),
+    (["--target-rate", "10", "--price", "H100-SXM=-2"], "plan.prices: H100-SXM: must be >= 0"),
+    (["--target-rate", "10", "--price", "FOO=2"], "plan.prices: FOO is not a GPU this plan tries"),
+    (["--target-rate", "10", "--price", "H100=1", "--price", "H100=2"], "--price: H100 is given twice"),
+    (["--target-rate", "10", "--slo-ttft", "nan"], "--slo-ttft: expected a number, got nan"),
+])
+def test_plan_cli_refuses_bad_flags_in_one_line_before_simulating(tmp_path, capsys, flags, said):
+    from servesim.cli import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[model]\nname = "Llama-3-8B"\n[slo]\nttft_s = 0.5\n')
+    rc = main(["plan", str(cfg), *flags, "--gpus", "H100-SXM", "--executor", "serial", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"servesim plan: error: {said}"), err
 
 
 def test_plan_ranks_layouts_by_cost_per_token_and_energy_per_token_across_vendors():

@@ -52,6 +52,17 @@ def test_each_probe_spans_the_same_arrival_window():
     assert "workload.num_requests" not in fixed.table() and (fixed.table()["num_requests"] == 40).all()
 
 
+@pytest.mark.parametrize("start, said", [
+    (float("inf"), r"^start_rate: expected a finite number, got inf$"),  # an OverflowError traceback
+    (float("nan"), r"^start_rate: expected a number, got nan$"),
+    (1e300, r"^start_rate: 1e\+300 requests/s is above the search's ceiling max_rate = 100000"),  # numpy's
+    # "Maximum allowed dimension exceeded", from the held window's request count
+])
+def test_a_start_rate_the_search_cannot_start_from_is_refused(start, said):
+    with pytest.raises(ConfigError, match=said):
+        find_max_rate(small_config(), SLO_STRICT, start_rate=start, progress=False)
+
+
 def test_search_needs_an_slo():
     with pytest.raises(ConfigError, match="slo"):
         find_max_rate(small_config(), SLO(), progress=False)
@@ -74,9 +85,12 @@ prefill = { count = 1 }
 decode = { count = 1 }
 """)
     rc = main(["capacity", str(cfg), "--slo-ttft", "2", "--slo-tpot", "0.012", "--tol", "0.2", "--layout", "colocated",
-               "--layout", "disaggregated", "--executor", "serial", "--no-progress", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+               "--layout", "disaggregated", "--executor", "serial", "--no-progress", "--out", str(tmp_path),
+               "--set", "cluster.num_replicas=3"])
+    captured = capsys.readouterr()
+    out = captured.out
     assert rc == 0
+    assert "every layout gets 2 GPUs, the disaggregation pools' (1 prefill + 1 decode), not the config's 3" in captured.err
     lines = [ln for ln in out.splitlines() if "sustained" in ln]
     assert len(lines) == 2 and all("2 GPUs" in ln for ln in lines)
     assert (tmp_path / "search.csv").exists()

@@ -40,3 +40,10 @@ def test_slo_from_config_prefers_explicit_targets():
 def test_bad_slo_names_the_field(kwargs, field):
     with pytest.raises(ConfigError, match=field):
         SLO(**kwargs)
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+def test_an_infinite_or_nan_target_is_refused_saying_how_to_have_none(value):
+    """A target left out is no target; inf would say it a second way (and NaN failed every request)."""
+    with pytest.raises(ConfigError, match=r"^slo\.ttft_s: expected a .* \(leave it out for no target\)$"):
+        SLO(ttft_s=value)

@@ -7,7 +7,7 @@ from servesim.cli import main
 from sim.capacity.executor import LocalExecutor, SerialExecutor, make_executor
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import (combine, evaluate_point, expand_grid, expand_list, make_specs, parse_assignment,
-                                run_sweep, write_table)
+                                parse_assignments, run_sweep, write_table)
 from sim.config import load_config
 from sim.runner import simulate
 from capacity_helpers import small_config
@@ -68,6 +68,56 @@ def test_hold_window_scales_the_count_with_the_rate():
     assert hold_window(timed, [{"workload.rate": "4"}]) == [{"workload.rate": "4"}]
     with pytest.raises(ConfigError, match="^workload.rate: expected a number, got 'abc'"):
         hold_window(base, [{"workload.rate": "abc"}])
+
+
+@pytest.mark.parametrize("rate, said", [
+    ("nan", r"^workload\.rate: expected a number, got nan$"),  # round() said "cannot convert float NaN"
+    ("inf", r"^workload\.rate: expected a finite number, got inf$"),  # an OverflowError traceback
+    ("1e300", r"^workload\.rate: 1e\+300 requests/s needs about .* requests .* at most 100,000,000"),
+])
+def test_hold_window_refuses_a_rate_whose_window_cannot_be_held_naming_it(rate, said):
+    from sim.capacity.sweep import hold_window
+
+    with pytest.raises(ConfigError, match=said):
+        hold_window(small_config(num_requests=40, rate=8.0), [{"workload.rate": rate}])
+
+
+def test_a_key_given_twice_is_refused_naming_it():
+    """A second --grid of a key replaced the first's values; one in --grid and --list made a duplicate column."""
+    assert parse_assignments(["a.b=1,2", "c.d=3"]) == {"a.b": ["1", "2"], "c.d": ["3"]}
+    with pytest.raises(ConfigError, match=r"^--grid: workload\.rate is given twice; give each key once"):
+        parse_assignments(["workload.rate=5,10", "workload.rate=20"], "--grid")
+    with pytest.raises(ConfigError, match=r"^--list: workload\.rate is already swept by --grid"):
+        parse_assignments(["workload.rate=20,40"], "--list", taken={"workload.rate": "--grid"})
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--grid", "workload.rate=5,10", "--grid", "workload.rate=20"], "--grid: workload.rate is given twice"),
+    (["--grid", "workload.rate=5,10", "--list", "workload.rate=20,40"], "--list: workload.rate is already swept"),
+    (["--grid", "workload.rate=5,10", "--x", "foo"], "--x: 'foo' is not swept; choose one of workload.rate"),
+    (["--grid", "workload.rate=nan"], "workload.rate: expected a number, got nan"),
+    (["--grid", "workload.rate=4", "--slo-ttft", "inf"], "--slo-ttft: expected a finite number, got inf (leave the "
+                                                         "flag out for no target)"),
+])
+def test_sweep_cli_refuses_before_any_point_runs(tmp_path, capsys, flags, said):
+    cfg = tmp_path / "base.toml"
+    cfg.write_text(TOML)
+    rc = main(["sweep", str(cfg), *flags, "--out", str(tmp_path / "out"), "--executor", "serial", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"servesim sweep: error: {said}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_cli_says_why_no_plot_when_x_is_not_numeric(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    cfg = tmp_path / "base.toml"
+    cfg.write_text(TOML.replace("num_requests = 30", "num_requests = 8"))
+    rc = main(["sweep", str(cfg), "--grid", "hardware.gpu=H100-SXM,H200", "--out", str(tmp_path / "out"),
+               "--executor", "serial", "--no-progress", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 0 and not (tmp_path / "out" / "sweep.png").exists()
+    assert err == ["warning: sweep.png not written: hardware.gpu's values are not numbers; plot along a numeric "
+                   "key with --x (or give --no-plot)"], err
 
 
 def test_unknown_executor_names_the_choices():

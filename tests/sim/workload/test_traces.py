@@ -39,6 +39,18 @@ def test_our_csv_with_priority_round_trips(tmp_path):
     assert tr.priority.tolist() == [1, 0, 2] and tr.prompt_tokens.tolist() == [100, 200, 300]
 
 
+def test_a_csv_saved_by_excel_with_a_byte_order_mark_reads_like_any_other(tmp_path):
+    """Excel's "CSV UTF-8" starts with a BOM, which glued itself to the first column's name."""
+    p = tmp_path / "excel.csv"
+    p.write_bytes(b"\xef\xbb\xbfarrival_time,prompt_tokens,output_tokens\r\n0.0,100,10\r\n0.5,200,20\r\n")
+    assert detect_format(p) == "csv"
+    tr = read_trace(p)
+    assert tr.arrival_time.tolist() == [0.0, 0.5] and tr.prompt_tokens.tolist() == [100, 200]
+    azure = tmp_path / "azure.csv"
+    azure.write_bytes(b"\xef\xbb\xbf" + AZURE.encode())
+    assert read_trace(azure, "azure").prompt_tokens.tolist() == [374, 10, 396]  # a named format too
+
+
 def test_mooncake_jsonl(tmp_path):
     lines = [dict(timestamp=0, input_length=600, output_length=5, hash_ids=[0, 1]),
              dict(timestamp=1500, input_length=100, output_length=7, hash_ids=[0])]
