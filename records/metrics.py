@@ -41,7 +41,7 @@ class SLOConfig:
         for name in ("ttft_s", "tpot_s", "e2e_s"):
             value = getattr(self, name)
             if value is not None:
-                check_number(f"slo.{name}", value, 0.0, strict_min=True)
+                check_number(f"slo.{name}", value, 0.0, strict_min=True, hint="leave it out for no target")
 
     @property
     def is_empty(self) -> bool:

@@ -21,6 +21,10 @@ TP_SIZES = (1, 2, 4, 8)
 LATENCY_MODELS = ("roofline", "profiled")
 
 
+# the block pool is a list of free blocks (~55 bytes each in the simulator): 10^7 of them hold ten
+# times the KV tokens of a 1B model on a 141 GB H200 at block size 1, and take ~0.6 GB of RAM
+MAX_GPU_BLOCKS = 10**7
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Which model is served: a catalog name (case-insensitive) or a HF config.json path, and dtypes."""
@@ -84,7 +88,7 @@ class HardwareConfig:
             raise ConfigError(f"hardware.ep: {self.ep} must divide hardware.tp = {self.tp} or be a multiple of it")
         if self.ep_link_bandwidth_gbps is not None:
             check_number("hardware.ep_link_bandwidth_gbps", self.ep_link_bandwidth_gbps, 0.0, strict_min=True)
-        check_int("hardware.num_gpu_blocks", self.num_gpu_blocks, 1, allow_none=True)
+        check_int("hardware.num_gpu_blocks", self.num_gpu_blocks, 1, allow_none=True, maximum=MAX_GPU_BLOCKS)
         check_number("hardware.gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, strict_min=True)
         check_number("hardware.swap_space_gb", self.swap_space_gb, 0.0)
         if self.pcie_bandwidth_gbps is not None:

@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from policies import ConfigError
+from policies.config import check_number
 from records.display import number
 from servesim.commands import options
 from servesim.commands.capacity_args import add_common, executor_from_args, load_base, show_table, slo_from_args
@@ -61,6 +62,9 @@ def run(args) -> int:
     slo = slo_from_args(args, base)
     layouts = args.layout or ["as-is"]
     start = args.start_rate
+    check_number("--tol", args.tol, 0.0, strict_min=True)  # under the flags' names, not the search's arguments
+    if start is not None:
+        check_number("--start-rate", start, 0.0, strict_min=True)
     if start is None:
         section, _, key = args.rate_key.partition(".")
         start = float(getattr(getattr(base, section, None), key, None) or 1.0)

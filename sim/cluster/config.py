@@ -31,6 +31,10 @@ def _check_pool(values: Mapping[str, Any], where: str) -> None:
             raise ConfigError(f"{where}.{name}: expected a table of {name} keys, got {values[name]!r}")
 
 
+# every replica is a simulated engine with its own scheduler and KV pool: more than this many is no
+# fleet a planner asks about, and would take hours to build before the first request
+MAX_REPLICAS = 10_000
+
 @dataclass(frozen=True)
 class PoolConfig:
     """`count` identical replicas: the top-level config with these section overrides applied."""
@@ -90,7 +94,7 @@ class ClusterConfig:
     seed: int = 0  # power_of_two's random choices
 
     def __post_init__(self) -> None:
-        check_int("cluster.num_replicas", self.num_replicas, 1)
+        check_int("cluster.num_replicas", self.num_replicas, 1, maximum=MAX_REPLICAS)
         check_choice("cluster.router", self.router, ROUTERS)
         check_number("cluster.max_imbalance", self.max_imbalance, 1.0)
         check_int("cluster.seed", self.seed, 0)

@@ -86,6 +86,9 @@ def test_an_infinite_time_limit_is_refused_saying_how_to_have_none():
 
 @pytest.mark.parametrize("override, said", [
     ("workload.num_requests=99999999999999999999", r"^workload\.num_requests: must be <= 100,000,000"),
+    ("cluster.num_replicas=99999999999", r"^cluster\.num_replicas: must be <= 10,000"),  # hung building them
+    ("hardware.num_gpu_blocks=99999999999999", r"^hardware\.num_gpu_blocks: must be <= 10,000,000"),  # MemoryError
+    ("slo.ttft_s=inf", r"^slo\.ttft_s: expected a finite number, got inf \(leave it out for no target\)$"),
     ("workload.stages=5", r"^workload\.stages: expected a list of \[rate, duration\] pairs, .*got 5$"),
     ("workload.classes=foo", r"^workload\.classes: expected a list of tables, .*got 'foo'$"),
 ])

@@ -1,4 +1,6 @@
 """SLO search: the reported rate sustains the SLO, 10% more does not, within the stated tolerance."""
+from pathlib import Path
+
 import pytest
 
 from policies import ConfigError
@@ -7,6 +9,8 @@ from sim.capacity.search import find_max_rate
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import evaluate_point, make_specs
 from capacity_helpers import small_config
+
+REPO = Path(__file__).resolve().parents[3]
 
 SLO_STRICT = SLO(ttft_s=0.3, tpot_s=0.015)
 
@@ -120,3 +124,11 @@ def test_a_target_the_window_cannot_miss_stops_where_the_backlog_starts_to_grow(
     assert 0 < res.rate < res.upper < 1e3
     assert not table.loc[table["rate"] == res.rate, "saturated"].iloc[0]
     assert table.loc[table["rate"] == res.upper, "saturated"].iloc[0]
+
+
+@pytest.mark.parametrize("flag, value", [("--start-rate", "inf"), ("--start-rate", "nan"), ("--tol", "0")])
+def test_capacity_flags_are_checked_under_their_own_names(flag, value, capsys):
+    from servesim.cli import main
+
+    assert main(["capacity", str(REPO / "examples" / "default.toml"), flag, value, "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith(f"servesim capacity: error: {flag}: ")
