@@ -80,13 +80,20 @@ else:
     except ValueError as exc:
         problem = grid_slot.error(str(exc))
 
-    price_map = {str(k): float(v) for k, v in zip(prices["gpu"], prices["USD per GPU-hour"])}
-    inputs = (canonical(resolved), float(target_rate), (slo.ttft_s, slo.tpot_s, slo.e2e_s),
-              tuple(sorted(dataclasses.asdict(grid).items())), tuple(sorted(price_map.items())))
-    if problem is None and (clicked or st.session_state.get("cap.last") == inputs):
+    inputs = None
+    if problem is None:  # the SLO and the grid were built (an error above leaves one unset)
+        price_map = {str(k): float(v) for k, v in zip(prices["gpu"], prices["USD per GPU-hour"])}
+        inputs = (canonical(resolved), float(target_rate), (slo.ttft_s, slo.tpot_s, slo.e2e_s),
+                  tuple(sorted(dataclasses.asdict(grid).items())), tuple(sorted(price_map.items())))
+    result = None
+    if inputs is not None and (clicked or st.session_state.get("cap.last") == inputs):
         st.session_state["cap.last"] = inputs
-        with st.spinner(f"Simulating {len(grid.candidates())} layouts at {target_rate} req/s..."):
-            result = run_plan(*inputs)
+        try:  # a price or TP the planner refuses (plan.prices, plan.tps) is said here, not a traceback
+            with st.spinner(f"Simulating {len(grid.candidates())} layouts at {target_rate} req/s..."):
+                result = run_plan(*inputs)
+        except ValueError as exc:
+            problem = grid_slot.error(str(exc))
+    if result is not None:
         table = result.table()
         if result.by_gpus is None:
             st.warning("No candidate layout meets the SLO at this rate. Try more GPUs, larger TP or looser targets.")

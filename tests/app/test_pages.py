@@ -119,6 +119,7 @@ def test_capacity_page_rejects_an_empty_candidate_list():
     at.multiselect(key="cap.tps").set_value([])
     at.run()
     assert any("plan.tps" in e.value for e in at.error), [e.value for e in at.error]
+    assert not at.exception, [e.value for e in at.exception]  # no grid was built: nothing may use one
 
 
 def make_report(tmp_path):
