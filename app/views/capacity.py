@@ -111,8 +111,9 @@ else:
                             + (f"; {joules:.3g} J per output token" if joules is not None else ""))
         show = [k for k in ("layout", "gpu", "tp", "replicas", "prefill", "decode", "num_gpus", "cost_per_hour",
                             "cost_per_million_output_tokens", "energy_j_per_output_token",
-                            "slo_attainment", "slo_met", "ttft_s_p90", "tpot_s_p90", "error") if k in table]
-        st.dataframe(table[show].sort_values(["slo_met", "num_gpus"], ascending=[False, True]),
+                            "slo_attainment", "slo_met", "saturated", "fits", "ttft_s_p90", "tpot_s_p90", "error")
+                if k in table]
+        st.dataframe(table[show].sort_values(["fits", "num_gpus"], ascending=[False, True]),
                      use_container_width=True, hide_index=True)
 
         if result.by_cost is not None:

@@ -84,7 +84,7 @@ def run(args) -> int:
         row["shape"] = shape(row)
     table = result.table()
     cols = ["layout", "shape", "budget", "num_gpus", "cost_per_hour", "cost_per_million_output_tokens",
-            "energy_j_per_output_token", "slo_attainment", "ttft_s_p90", "tpot_s_p90", "error"]
+            "energy_j_per_output_token", "slo_attainment", "fits", "ttft_s_p90", "tpot_s_p90", "error"]
     if "budget" in table and table["budget"].isna().all():
         cols.remove("budget")
     if "error" in table and table["error"].isna().all():

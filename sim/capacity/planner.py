@@ -2,8 +2,9 @@
 
 Candidates are layouts built from a base config: colocated (`replicas` copies of `gpu` x `tp`,
 with a chunk budget) and disaggregated (a prefill pool and a decode pool, each `count` x `tp` of
-one GPU type). Each is simulated at the target rate; a layout *fits* when at least
-`slo.min_attainment` of its requests meet the SLO. The plan reports the fitting layout with the
+one GPU type). Each is simulated at the target rate; a layout *fits* when it sustains it as the
+SLO search means it (`sim.capacity.sweep.sustains`: `slo.min_attainment` of its requests meet the
+SLO and its queue does not grow through the run). The plan reports the fitting layout with the
 fewest GPUs (ties: cheaper), the one with the lowest cost per hour (ties: fewer GPUs), and the ones
 with the lowest cost per million output tokens and the lowest energy per output token (`sim.cost`).
 Prices are USD per GPU-hour by GPU name (defaults: the GPU catalog's rough prices). Each candidate
@@ -21,7 +22,7 @@ from policies.config import check_choice, check_int, check_number
 from sim.capacity.executor import LocalExecutor
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import (DEFAULT_SIMULATE, PointSpec, evaluate_point, format_override, hold_window_of,
-                                 load_point_config)
+                                 load_point_config, sustains)
 from sim.cluster.layout import cost_per_hour
 from sim.config import load_config
 from specs import check_parallelism, get_gpu
@@ -181,7 +182,9 @@ def plan(base: Any, target_rate: float, slo: SLO, grid: CandidateGrid = Candidat
             row["cost_per_million_output_tokens"] = (row["cost_per_hour"] / (3600.0 * tokens_per_s) * 1e6
                                                      if tokens_per_s > 0 else None)
     result = Plan(rows=rows)
-    fitting = [r for r in rows if r.get("slo_met")]
+    for row in rows:
+        row["fits"] = sustains(row)  # the search's test: the SLO met and the queue not growing
+    fitting = [r for r in rows if r["fits"]]
     if fitting:
         result.by_gpus = min(fitting, key=lambda r: (r["num_gpus"], r["cost_per_hour"], r["point"]))
         result.by_cost = min(fitting, key=lambda r: (r["cost_per_hour"], r["num_gpus"], r["point"]))

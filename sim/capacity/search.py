@@ -16,7 +16,8 @@ from policies import ConfigError
 from policies.config import check_number
 from sim.capacity.executor import SerialExecutor
 from sim.capacity.slo import SLO
-from sim.capacity.sweep import DEFAULT_SIMULATE, evaluate_point, hold_window_of, load_point_config, make_specs
+from sim.capacity.sweep import (DEFAULT_SIMULATE, evaluate_point, hold_window_of, load_point_config, make_specs,
+                                sustains)
 from sim.cluster.layout import num_gpus
 from sim.notes import rate_unused
 
@@ -82,9 +83,7 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
         for r, row in zip(rates, executor.map(evaluate_point, specs, desc="slo search", progress=progress)):
             row["rate"] = r
             rows.append(row)
-            # a growing backlog is no steady state, whatever the window's requests attained: a
-            # target longer than the window can never be missed, and the search would climb forever
-            tested[r] = bool(row["slo_met"]) and not row.get("saturated", False)
+            tested[r] = sustains(row)  # a growing backlog is no steady state (else the search climbs forever)
 
     def bracket() -> tuple[float, float]:
         passing = [r for r, ok in tested.items() if ok]

@@ -102,6 +102,14 @@ def hold_window(base: Any, points: list[dict], base_overrides: Sequence[str] = (
     return hold_window_of(load_config(base, list(base_overrides)).workload, points, rate_key)
 
 
+def sustains(row: Mapping[str, Any]) -> bool:
+    """Whether a point's row (`evaluate_point`) sustains its load: `slo.min_attainment` of its
+    requests met the SLO and its queue did not grow through the run (`records.saturation`); a
+    target longer than the run cannot be missed however far the backlog grows. The search's
+    and the planner's one test."""
+    return bool(row.get("slo_met")) and not row.get("saturated", False)
+
+
 def hold_window_of(workload: Any, points: list[dict], rate_key: str = "workload.rate") -> list[dict]:
     """`hold_window` for a workload section already loaded (the base's)."""
     n0, r0 = getattr(workload, "num_requests", None), getattr(workload, "rate", None)

@@ -200,3 +200,15 @@ def test_plan_ranks_layouts_by_cost_per_token_and_energy_per_token_across_vendor
     for row in fitting:  # at the planner's prices: $/h over the tokens of an hour
         tokens_per_hour = row["throughput_output_tokens_per_s"] * 3600
         assert row["cost_per_million_output_tokens"] == pytest.approx(row["cost_per_hour"] / tokens_per_hour * 1e6)
+
+
+def test_a_layout_whose_backlog_grows_does_not_fit_even_when_its_requests_meet_the_slo():
+    """The planner fits as the search sustains: a TTFT target longer than the run is met by every
+    request of a 1-replica layout whose queue grows through the run; it must not be picked."""
+    slo = SLO(ttft_s=1000.0)
+    grid = CandidateGrid(gpus=("H100-SXM",), tps=(1,), replicas=(1, 2, 4), layouts=("colocated",))
+    result = plan(small_config(num_requests=80), 60.0, slo, grid, executor=SerialExecutor(), progress=False)
+    table = result.table()
+    one = table[table["replicas"] == 1].iloc[0]
+    assert one["slo_met"] and one["saturated"] and not one["fits"]
+    assert result.by_gpus is not None and result.by_gpus["replicas"] > 1 and not result.by_gpus["saturated"]
