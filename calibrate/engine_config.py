@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from gpu_backend.engine import DTYPES, Engine, EngineConfig, resolve_dtype
-from gpu_backend.kv_cache import KVCache
+from gpu_backend.engine import DTYPES, Engine, EngineConfig, check_device, resolve_dtype
+from gpu_backend.kv_cache import KVCache, available_memory
 from gpu_backend.model_config import ModelConfig
 from policies import CacheConfig, ConfigError, SpeculativeConfig
 from sim.cluster.layout import cluster_section, is_disaggregated
@@ -23,8 +23,11 @@ def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[
 
     The model section must name a HF config.json (file or folder); safetensors beside it are loaded,
     else weights are seeded random. KV blocks: `hardware.num_gpu_blocks`, else what fits the device;
-    CPU swap blocks from `hardware.swap_space_gb`; KV offload-tier blocks from `cache.offload_size_gb`.
+    CPU swap blocks from `hardware.swap_space_gb`; KV offload-tier blocks from `cache.offload_size_gb`;
+    all of them checked against the memory the device and host have free (`check_memory`).
+    Settings the engine cannot run (`check_engine_settings`) are refused, not run as something else.
     """
+    device = check_device(device)
     if is_disaggregated(config):
         raise ConfigError("disaggregation.enabled: the engine serves one replica; simulate prefill/decode "
                           "pools with `servesim simulate`")
@@ -36,11 +39,10 @@ def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[
     if not (path.suffix == ".json" or path.is_dir()):
         raise ConfigError(f"model.name: the engine needs a HF config.json path (e.g. examples/tiny-llama/config.json), "
                           f"got catalog name {config.model.name!r}")
+    torch_dtype = check_engine_settings(config, device)
     model_config = ModelConfig.from_json(path)
     folder = path if path.is_dir() else path.parent
     weights = str(folder) if any(folder.glob("*.safetensors")) else None
-    dtype = config.model.dtype if config.model.dtype in DTYPES else "auto"
-    torch_dtype = resolve_dtype(dtype, device)
     block_size = config.cache.block_size
     num_gpu_blocks = config.hardware.num_gpu_blocks or KVCache.default_num_blocks(
         model_config, block_size, torch_dtype, device)
@@ -51,14 +53,65 @@ def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[
     if config.cache.offload_size_gb:
         offload = {"num_offload_blocks": int(config.cache.offload_size_gb * 2**30) // block_bytes,
                    "offload_backend": config.cache.offload_backend, "offload_block_bytes": block_bytes}
+    check_memory(device, block_bytes, num_gpu_blocks, num_cpu_blocks, offload.get("num_offload_blocks", 0))
     cache = CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks,
                         watermark=config.cache.watermark, enable_prefix_caching=config.cache.enable_prefix_caching,
                         **offload)
     engine_config = EngineConfig(model=model_config, scheduler=config.scheduler, cache=cache, weights=weights,
-                                 dtype=dtype, seed=getattr(config.workload, "seed", 0) or 0, slo=config.slo,
-                                 max_time_s=config.sim.max_sim_time_s,
+                                 dtype=config.model.dtype, seed=getattr(config.workload, "seed", 0) or 0,
+                                 slo=config.slo, max_time_s=config.sim.max_sim_time_s,
                                  speculative=getattr(config, "speculative", None) or SpeculativeConfig())
     return engine_config, config_to_toml(config)
+
+
+def check_engine_settings(config, device: torch.device) -> torch.dtype:
+    """The dtype the engine runs `config` in on `device`, refusing what it would not run as written:
+    quantized weights (its GEMMs are 16/32-bit), a KV cache in another dtype than the weights (its KV
+    tensors take the model's), tensor parallelism (it runs one device). Running something else in
+    their place would leave results and a config.toml that claim settings which never ran;
+    `servesim simulate` models them."""
+    if config.model.dtype not in DTYPES:
+        raise ConfigError(f"model.dtype: the engine runs float32, float16 or bfloat16 weights (auto: float32 on "
+                          f"CPU, bfloat16 on CUDA), got {config.model.dtype!r}; simulate quantized weights with "
+                          "`servesim simulate`")
+    dtype = resolve_dtype(config.model.dtype, device)
+    ran = str(dtype).removeprefix("torch.")
+    if config.model.kv_cache_dtype not in ("auto", ran):
+        raise ConfigError(f"model.kv_cache_dtype: the engine keeps the KV cache in the weights' dtype ({ran} here), "
+                          f"got {config.model.kv_cache_dtype!r}; set auto, or simulate it with `servesim simulate`")
+    if config.hardware.tp != 1:
+        raise ConfigError(f"hardware.tp: the engine runs the model on one device (tp 1), got {config.hardware.tp}; "
+                          "simulate tensor parallelism with `servesim simulate`")
+    return dtype
+
+
+def check_memory(device: torch.device, block_bytes: int, num_gpu_blocks: int, num_cpu_blocks: int = 0,
+                 num_offload_blocks: int = 0) -> None:
+    """Refuse KV blocks the machine has no room for, before torch tries to allocate them (its error is
+    a traceback about an allocator). The KV cache goes on `device`; swap space and the offload tier
+    in host memory (with the KV cache on a CPU device). The model's weights are not counted."""
+    host = available_memory("cpu")
+    room = host if device.type == "cpu" else available_memory(device)
+    need = num_gpu_blocks * block_bytes
+    if need > room:
+        raise ConfigError(f"hardware.num_gpu_blocks: {num_gpu_blocks} KV blocks of {block_bytes} bytes need "
+                          f"{_bytes(need)} but {device.type} memory has {_bytes(room)} available; at most "
+                          f"{room // block_bytes} fit")
+    left, beside = (host - need, ["the KV cache"]) if device.type == "cpu" else (host, [])
+    for field, what, blocks in (("hardware.swap_space_gb", "swap space", num_cpu_blocks),
+                                ("cache.offload_size_gb", "offload tier", num_offload_blocks)):
+        need = blocks * block_bytes
+        if need > left:
+            raise ConfigError(f"{field}: {blocks} KV blocks of {block_bytes} bytes need {_bytes(need)} of host memory "
+                              f"but {_bytes(max(left, 0))} are available"
+                              + (f" beside {' and '.join(beside)}" if beside else ""))
+        left -= need
+        beside.append(f"the {what}")
+
+
+def _bytes(n: int) -> str:
+    """`n` bytes, exact and in GiB: "327680000000 bytes (305.2 GiB)"."""
+    return f"{n} bytes ({n / 2**30:.1f} GiB)"
 
 
 def build_engine(config, device: str | torch.device = "cpu", model=None, clock: str = "wall") -> Engine:

@@ -28,13 +28,13 @@ from calibrate.grid import Grid
 from calibrate.speed_probe import fake_seq
 from gpu_backend.attention import select_backend
 from gpu_backend.attention.torch_backend import write_kv
-from gpu_backend.engine import resolve_dtype
+from gpu_backend.engine import check_device, resolve_dtype
 from gpu_backend.heap import pin_heap
 from gpu_backend.input_batch import build_input_batch
 from gpu_backend.kv_cache import KVCache
 from gpu_backend.model import build_model, op_registry
 from gpu_backend.sampling_params import GREEDY
-from policies import BatchPlan, ConfigError, ScheduledSeq
+from policies import BatchPlan, ScheduledSeq
 
 
 def clock_for(device: torch.device) -> tuple[Callable[[], float], str]:
@@ -100,11 +100,9 @@ class OpBench:
 
     def __init__(self, model_config, device: str = "cpu", dtype: torch.dtype | None = None, seed: int = 0,
                  model=None) -> None:
-        self.device = torch.device(device)
+        self.device = check_device(device)
         # the engine runs with it too: time ops as they run there (gpu_backend.heap)
         self.heap_pinned = pin_heap() if self.device.type == "cpu" else None
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
         self.config = model_config
         if model is not None:  # the model an engine will run (see `calibrate`'s `model`)
             self.model = model.to(self.device)

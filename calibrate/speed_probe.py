@@ -164,13 +164,14 @@ class SpeedProbe:
         return float(np.median([abs(s / a - 1.0) for (_, s), a in zip(chosen, around)]) * 100.0)
 
     def summary(self, reference: float, start: float | None = None, end: float | None = None) -> dict:
-        """What the readings say, for a report: the reference, and the run's speed within [start, end]."""
+        """What the readings say, for a report: the reference, and the run's speed within [start, end]
+        against it (none without a reference: `speed_at` would read 1.0, a speed no probe saw)."""
         out = {"plan": {"decodes": PROBE_PLAN[0], "kv_len": PROBE_PLAN[1], "prefill_chunk": PROBE_PLAN[2]},
                "reference_s": reference, "num_readings": len(self.readings), "interval_s": self.interval_s,
                "window": self.window}
         if start is not None and end is not None:
             inside = [t for t, _, c in self.readings if c == "steps" and start <= t <= end]
-            if inside:
+            if inside and reference:
                 s = self.speed_at(inside, reference)
                 out.update({"run_num_readings": len(inside), "run_median": round(float(np.median(s)), 4),
                             "run_p10": round(float(np.percentile(s, 10)), 4),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -221,9 +222,9 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     import torch
 
     from calibrate.bench import calibrate
-    from calibrate.op_bench import clock_for
+    from calibrate.op_bench import clock_for, device_name
     from calibrate.speed_probe import PROBE_PLAN, SpeedProbe
-    from gpu_backend.engine import build_engine_model
+    from gpu_backend.engine import build_engine_model, resolve_dtype
 
     if threads is not None and torch.device(device).type == "cpu":
         torch.set_num_threads(threads)
@@ -240,6 +241,14 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                          f"GPU/CPU blocks but the engine {engine_cfg.cache.num_gpu_blocks}/"
                          f"{engine_cfg.cache.num_cpu_blocks}; set model.dtype to the engine's dtype "
                          f"({engine_cfg.dtype}) and hardware.num_gpu_blocks")
+    prof = None
+    if profile is not None:  # checked before the engine runs: a wrong profile must not cost the whole run
+        prof = Profile.load(profile)
+        prof.check_model(resolve_model(model_path, 1, prof.model["dtype"]))
+        dtype = str(resolve_dtype(engine_cfg.dtype, device)).removeprefix("torch.")
+        num_threads = torch.get_num_threads() if torch.device(device).type == "cpu" else None
+        for line in profile_mismatches(prof.meta, device_name(torch.device(device)), dtype, num_threads):
+            print(f"validate: warning: {line}", file=sys.stderr)
     run: dict = {}
     # the profile is measured on the very model the engine runs: two models of one process ran CPU
     # steps up to 18% apart (calibrate's `model`); the speed probe runs it too
@@ -256,12 +265,7 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
 
     t0 = time.perf_counter()
     reference = None
-    if profile is not None:
-        prof = Profile.load(profile)
-        made_with = prof.meta.get("num_threads")
-        if made_with is not None and torch.device(device).type == "cpu" and made_with != torch.get_num_threads():
-            print(f"validate: warning: the profile was measured with {made_with} torch thread(s), this run uses "
-                  f"{torch.get_num_threads()}; op times differ with the thread count", file=sys.stderr)
+    if prof is not None:
         t_cal = time.perf_counter() - t0
         run_measured_engine()
         made = prof.meta.get("speed_probe") or {}
@@ -389,6 +393,30 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
         plots = write_plots(out, steps, dists)
         write_html(out, report, config_path, prof, details, plots)
     return report, details
+
+
+def profile_mismatches(meta: dict, device: str, dtype: str, threads: int | None = None) -> list[str]:
+    """How a profile's machine (its `meta`) differs from this run's: the device (`device`, as
+    `calibrate.op_bench.device_name` writes it), the dtype, the torch thread count (`threads`, on a
+    CPU; None: not compared). One line each, for a warning: op times differ with every one of them.
+
+    Device names are compared without their bracketed tails (a CPU's thread count, an importer's
+    source) and a shorter name stands for a longer one ("NVIDIA H100" for "NVIDIA H100 80GB HBM3")."""
+    lines = []
+    made_on = meta.get("device")
+    if made_on:
+        a, b = (re.sub(r"\s*\(.*\)\s*$", "", str(name)).strip().lower() for name in (made_on, device))
+        if not (a.startswith(b) or b.startswith(a)):
+            lines.append(f"the profile was measured on {made_on}, this run is on {device}; its op times are "
+                         "that device's")
+    made_in = meta.get("dtype")
+    if made_in and made_in != dtype:
+        lines.append(f"the profile was measured in {made_in}, the engine runs {dtype}; op times differ with the dtype")
+    made_with = meta.get("num_threads")
+    if threads is not None and made_with is not None and made_with != threads:
+        lines.append(f"the profile was measured with {made_with} torch thread(s), this run uses {threads}; "
+                     "op times differ with the thread count")
+    return lines
 
 
 def mean_errors(report: dict) -> dict:

@@ -86,6 +86,15 @@ class EngineConfig:
                               f"max_position_embeddings={self.model.max_position_embeddings}")
 
 
+def check_device(device: str | torch.device) -> torch.device:
+    """`device` as a torch device, refused in one line where this torch cannot run on it (a CUDA
+    device asked of a CPU-only torch): before anything is built there, so no assertion deep in torch."""
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
+    return device
+
+
 def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
     dtype = DTYPES[name]
     if dtype is None:
@@ -142,6 +151,8 @@ class Engine:
       queue / `loop.call_soon_threadsafe`).
     - `engine.abort(req_id)`: thread-safe cancellation; the request's blocks are freed at the next step
       boundary and it ends FINISHED / aborted.
+    - `engine.reject_reason(request)`: thread-safe; why the scheduler would reject the request on
+      arrival (it can never fit), or None: a front end answers such a request at once.
     - `engine.start()` / `engine.stop()`: run the loop on a background thread (for a server). If a step
       raises there, `engine.error` holds the exception and every live request ends aborted (callbacks
       get their final output), so no client waits forever; a request added after that ends aborted at
@@ -162,9 +173,7 @@ class Engine:
                               "from a servesim config with calibrate.engine_config.engine_config_from_sim")
         self.config_toml = None  # the servesim config's TOML, saved beside the results when set
         self.config = config
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
+        self.device = check_device(device)
         if self.device.type == "cpu":
             pin_heap()  # steady step times, as the calibration measured them (gpu_backend.heap)
         if model is None:
@@ -238,6 +247,13 @@ class Engine:
         with self._lock:
             self._aborts.append(req_id)
         self._wakeup.set()
+
+    def reject_reason(self, request: Request) -> str | None:
+        """Why the scheduler would reject `request` on arrival (it can never be served here), or None.
+
+        Thread-safe: it reads only the fixed limits (max_model_len, the KV pool's size and watermark),
+        so a front end can refuse such a request before it answers anything (`policies.Scheduler`)."""
+        return self.scheduler.reject_reason(request)
 
     # --- the loop -------------------------------------------------------------------------------------
     def _emit(self, request: Request, tokens: list[int], now: float) -> None:

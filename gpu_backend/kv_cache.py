@@ -13,6 +13,9 @@ blocks in host memory: `offload_load` / `offload_store` take a plan's `offload_l
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import torch
 
 from gpu_backend.model_config import ModelConfig
@@ -108,3 +111,19 @@ class KVCache:
             else:
                 max_bytes = 256 * 2**20
         return max(1, max_bytes // bytes_per_block)
+
+
+def available_memory(device: str | torch.device) -> int:
+    """Bytes a new allocation can take on `device` now: a CUDA device's free memory, or for the CPU
+    (host memory: CPU KV, swap space, offload tier) the kernel's MemAvailable, which counts the
+    page cache it would give back (free pages alone where /proc/meminfo is missing)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    meminfo = Path("/proc/meminfo")
+    if meminfo.is_file():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # kB
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from policies import Request
+from policies import ConfigError, Request
 
 from gpu_backend.serve.config import ServeConfig
 from gpu_backend.serve.detokenizer import IncrementalDetokenizer
@@ -74,8 +74,7 @@ class OpenAIServer:
         self.config = config
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size or tokenizer.vocab_size
-        if tokenizer.vocab_size > self.vocab_size:
-            raise ValueError(f"serve.tokenizer: {tokenizer.vocab_size} tokens do not fit the model's vocab_size {self.vocab_size}")
+        check_vocab(tokenizer, self.vocab_size, config.model_name, random_weights=False)  # the weights: serve's check
         self.make_sampling = make_sampling  # CompletionParams -> the engine's sampling params (None: engine default)
         self.metrics = ServerMetrics()
         self.created = int(time.time())
@@ -128,8 +127,26 @@ class OpenAIServer:
                                              f"model's maximum length is {self.max_model_len}, so at most {room}")
         sampling = self.make_sampling(params) if self.make_sampling else None
         req_id = f"{kind}-{next(self._ids)}"
-        return Request(req_id, arrival_time, len(ids), max_tokens, priority=params.priority,
-                       prompt_token_ids=ids, ignore_eos=params.ignore_eos, sampling=sampling)
+        request = Request(req_id, arrival_time, len(ids), max_tokens, priority=params.priority,
+                          prompt_token_ids=ids, ignore_eos=params.ignore_eos, sampling=sampling)
+        self.check_servable(request, field)
+        return request
+
+    def check_servable(self, request: Request, field: str) -> None:
+        """Refuse (400) a request the engine's scheduler would reject on arrival (its KV at full length
+        can never fit): known before a byte of the response is sent, so a streamed request gets the
+        400 a whole one gets, as vLLM's server checks a request before it streams. The param named is
+        what makes it too big: the prompt (`field`) where it cannot fit with a single output token,
+        else max_tokens."""
+        reject_reason = getattr(self.engine, "reject_reason", None)
+        if reject_reason is None:  # a stand-in engine (front-end calibration, tests) has no such limit
+            return
+        why = reject_reason(request)
+        if why is None:
+            return
+        alone = Request(request.req_id, request.arrival_time, request.num_prompt_tokens, 1)
+        raise RequestError(field if reject_reason(alone) is not None else "max_tokens",
+                           f"rejected by the engine: {why}")
 
     def submit(self, request: Request, loop: asyncio.AbstractEventLoop) -> RequestStream | None:
         """Hand the request to the engine (ingress list); None if the waiting queue is full."""
@@ -180,6 +197,24 @@ class OpenAIServer:
         out.mkdir(parents=True, exist_ok=True)
         result.save(out)
         return sorted(str(p) for p in out.iterdir())
+
+
+def check_vocab(tokenizer: Tokenizer, vocab_size: int, model: str, random_weights: bool = True) -> None:
+    """Refuse a tokenizer the model's vocabulary does not match, naming both and their sizes.
+
+    Larger: a prompt could hold ids the model has no embedding for. Smaller, with random weights:
+    every id the model samples from the tokenizer's size up decodes to nothing, and random weights
+    sample those as often as any other, so text silently loses most of its tokens (no setup here
+    pairs them: `train_tokenizer` sizes a tokenizer to its model's vocab_size). Smaller with a
+    trained checkpoint is how real models pad their embedding (to a multiple of 64, say): allowed."""
+    n = tokenizer.vocab_size
+    if n == vocab_size or (n < vocab_size and not random_weights):
+        return
+    why = ("a prompt could hold ids the model has no embedding for" if n > vocab_size else
+           f"the model's random weights would sample ids {n}..{vocab_size - 1}, which decode to nothing")
+    raise ConfigError(f"serve.tokenizer: {tokenizer.path} has {n} tokens but the model {model} has vocab_size "
+                      f"{vocab_size}: {why}; give the model's own tokenizer, or train one of {vocab_size} tokens "
+                      "(python -m gpu_backend.serve.train_tokenizer)")
 
 
 # --- response bodies --------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import warnings
+from pathlib import Path
 
 from calibrate.engine_steps import SCALE_BOUNDS
 from calibrate.fit_checks import CalibrationWarning, print_warnings
@@ -86,6 +87,10 @@ def configure_fit_runs(parser: argparse.ArgumentParser) -> None:
 
 def fit_runs(args) -> int:
     """Fit the layer, write it to --out, print its terms and errors (from the layer in memory)."""
+    if args.iterations < 1:
+        raise ValueError(f"--iterations: expected a positive number of simulate -> fit rounds, got {args.iterations}")
+    if args.test_every < 0:
+        raise ValueError(f"--test-every: expected 0 (hold out none) or a positive integer, got {args.test_every}")
     layer = fit_layer(args.runs, args.test, args.test_every, args.iterations, args.gpu, args.gpu_model,
                       progress=options.progress(args))
     out = write_json(args.fit_out, layer)
@@ -182,15 +187,14 @@ def run(args) -> int:
                                  **eager_launch_options(args))
         out = args.import_out
     else:
-        if not args.model or not args.out:
-            raise ValueError("--model: measure mode needs --model CONFIG.json and --out PROFILE "
-                             "(or use `servesim calibrate import ...`)")
+        check_measure_args(args)
+        threads = options.check_threads(args)
         import torch  # the engine extra: `calibrate import` and `fit-runs` run without it
 
         from calibrate.bench import calibrate
 
         if args.device == "cpu":
-            torch.set_num_threads(options.check_threads(args))
+            torch.set_num_threads(threads)
         if args.quick and args.grid not in (None, "quick"):
             raise ValueError(f"--quick: contradicts --grid {args.grid}; give one of them")
         grid = small_grid(args, args.grid or ("quick" if args.quick else "full"))
@@ -215,6 +219,22 @@ def run(args) -> int:
                 f"{m['dtype']}{weights}, source {profile.meta.get('source')}")
     print_warnings(profile.meta)  # on stderr, --quiet or not
     return 0
+
+
+def check_measure_args(args) -> None:
+    """Measure mode's two required flags, each named where it is missing, and its `--model`: the
+    engine's own model, a HF config.json (file or folder holding one) that exists; the catalog's
+    names are for `calibrate import`, so they are not offered here."""
+    hint = "(or use `servesim calibrate import ...`)"
+    if not args.model:
+        raise ValueError(f"--model: measure mode needs --model CONFIG.json, the engine model's config {hint}")
+    if not args.out:
+        raise ValueError(f"--out: measure mode needs --out PROFILE, the profile file to write {hint}")
+    path = Path(args.model)
+    if not (path.is_file() or (path / "config.json").is_file()):
+        raise ValueError(f"--model: no config.json at {args.model}; measure mode times the engine's model, given as "
+                         "a Hugging Face config.json or a folder holding one (e.g. examples/tiny-llama/config.json); "
+                         "model names are for `servesim calibrate import`")
 
 
 def small_grid(args, grid: str) -> str:

@@ -100,10 +100,25 @@ def add_threads(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1, metavar="N", help=THREADS_HELP)
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity set where the OS has one (a container or `taskset`
+    may allow fewer than the machine has), else every CPU the machine has."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def check_threads(args: argparse.Namespace) -> int:
-    if args.threads < 1:
-        raise ValueError(f"--threads: must be >= 1, got {args.threads}")
-    return args.threads
+    """`--threads`, refused below 1 or above the CPUs this process may use: torch given more threads
+    than that spins them all (a machine brought to a crawl) or crashes in OpenMP (a segmentation
+    fault, no message)."""
+    threads, cpus = args.threads, usable_cpus()
+    if threads < 1:
+        raise ConfigError(f"--threads: must be >= 1, got {threads}")
+    if threads > cpus:
+        raise ConfigError(f"--threads: {threads} is more than the {cpus} CPU(s) this process may use; "
+                          f"choose 1..{cpus}")
+    return threads
 
 
 # --- what the flags mean ----------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
+import socket
 import sys
 import tomllib
 from pathlib import Path
@@ -33,6 +35,9 @@ from sim.notes import scheduler_notes, with_notes
 # sections of the shared config file that serving does not read: requests come from HTTP clients,
 # and the front end is the real one (section -> what reads it instead)
 NOT_SERVED = {"workload": "`servesim simulate`, `run` and `validate`", "frontend": "`servesim simulate`"}
+CALIBRATE_REPEATS = 25  # --calibrate-frontend's requests per prompt length
+# flags that only --calibrate-frontend reads (given without it they would change nothing)
+CALIBRATE_FLAGS = {"--calibrate-repeats": "calibrate_repeats", "--probe-engine": "probe_engine"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +54,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate-frontend", metavar="OUT.json",
                         help="do not serve: time the HTTP front end (ingress, tokenizer, per-token streaming) on "
                              "this machine with this config's engine and tokenizer, write a front-end profile, exit")
-    parser.add_argument("--calibrate-repeats", type=int, default=25, metavar="N",
-                        help="--calibrate-frontend: requests per prompt length (default 25)")
+    parser.add_argument("--calibrate-repeats", type=int, default=None, metavar="N",
+                        help=f"--calibrate-frontend: requests per prompt length (default {CALIBRATE_REPEATS})")
     parser.add_argument("--probe-engine", action="store_true",
                         help="--calibrate-frontend: a stand-in engine whose steps sleep (the front end alone, no model)")
 
@@ -83,30 +88,69 @@ def build_server(config_path: str | Path, device: str = "cpu", overrides: list[s
 
 
 def server_of(config, serve_config, tokenizer, device: str = "cpu"):
-    """The `OpenAIServer` (engine not started) of a loaded serving setup."""
-    from calibrate.engine_config import build_engine
-    from gpu_backend.serve.server import OpenAIServer
+    """The `OpenAIServer` (engine not started) of a loaded serving setup; the tokenizer is checked
+    against the model before the model's weights load (`check_vocab`)."""
+    from calibrate.engine_config import engine_config_from_sim
+    from gpu_backend.engine import Engine
+    from gpu_backend.serve.server import OpenAIServer, check_vocab
 
-    engine = build_engine(config, device)
-    server = OpenAIServer(engine, tokenizer, serve_config, config.scheduler.max_model_len,
-                          vocab_size=engine.model_config.vocab_size)
-    return server
+    engine_config, config_toml = engine_config_from_sim(config, device)
+    check_vocab(tokenizer, engine_config.model.vocab_size, config.model.name,
+                random_weights=engine_config.weights is None)
+    engine = Engine(engine_config, device)
+    engine.config_toml = config_toml
+    return OpenAIServer(engine, tokenizer, serve_config, config.scheduler.max_model_len,
+                        vocab_size=engine.model_config.vocab_size)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host`:`port` for uvicorn to serve on. Bound before the model loads, so a
+    port in use or an address not this machine's is refused at once, naming the flag (uvicorn would
+    say it after the load, and exit 3), and nothing can take the port between the check and serving."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a port in TIME_WAIT is free
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            raise ConfigError(f"--host: cannot bind {host} ({exc.strerror}); give an address of this machine "
+                              "(127.0.0.1: this machine only, 0.0.0.0: every interface)") from None
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"--port: {port} is already in use on {host}; choose another (0: any free port)") from None
+        raise ConfigError(f"--port: cannot bind {host}:{port} ({exc.strerror})") from None
+    return sock
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gpu_backend.serve.server import build_app
-
+    """Check the flags (the address bound before any model loads), then serve, or time the front end."""
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port: must be in 0..65535, got {args.port}")
     options.check_threads(args)
+    if not args.calibrate_frontend:
+        for flag, dest in CALIBRATE_FLAGS.items():
+            if getattr(args, dest) not in (None, False):
+                raise ValueError(f"{flag}: only used with --calibrate-frontend OUT.json (which times the front "
+                                 "end instead of serving)")
     if args.device == "cpu" and not args.probe_engine:  # the probe engine has no model
         import torch
 
         torch.set_num_threads(args.threads)
     if args.calibrate_frontend:
         return calibrate(args)
+    sock = bind(args.host, args.port)
+    try:
+        return serve(args, sock)
+    finally:
+        sock.close()
+
+
+def serve(args: argparse.Namespace, sock: socket.socket) -> int:
+    """Build the engine and serve it on the bound socket `sock` until Ctrl-C / SIGTERM."""
+    import uvicorn
+
+    from gpu_backend.serve.server import build_app
+
     config, serve_config, tokenizer = load_serve_setup(args.config, args.overrides, args.out)
     options.note(args, *config.notes)
     server = server_of(config, serve_config, tokenizer, args.device)
@@ -127,12 +171,14 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
 
     srv.startup = startup
-    srv.run()  # SIGINT/SIGTERM: graceful shutdown, then the app's lifespan writes the records
+    srv.run(sockets=[sock])  # SIGINT/SIGTERM: graceful shutdown, then the app's lifespan writes the records
     return 0
 
 
 def calibrate(args: argparse.Namespace) -> int:
     """`--calibrate-frontend OUT.json`: time the front end, write the profile, print the [frontend] section."""
+    if args.calibrate_repeats is None:
+        args.calibrate_repeats = CALIBRATE_REPEATS
     if args.calibrate_repeats < 3:
         raise ValueError(f"--calibrate-repeats: must be >= 3, got {args.calibrate_repeats}")
     if small.enabled() and args.calibrate_repeats > 3:

@@ -91,11 +91,16 @@ def speed_lines(details: dict) -> list[str]:
     """What the speed probe saw (`calibrate.speed_probe`), which speed the figures above are at
     (`calibrate.validate.speed_basis`) and why, and the same comparison at the other speed."""
     probe = details.get("speed_probe") or {}
-    if probe.get("run_median") is None:
+    if not probe:
         return []
-    how = slower_or_faster((probe["run_median"] - 1) * 100)
-    lines = [f"diagnostic: by the speed probe ({probe['run_num_readings']} readings) the machine ran the engine {how} "
-             f"during the run than during its calibration (p10-p90 {probe['run_p10']:.2f}-{probe['run_p90']:.2f})"]
+    lines = []
+    # the run's speed is against the calibration's reference: without one (a profile made without
+    # the probe) no reading says how the two compare
+    if probe.get("run_median") is not None and probe.get("reference_s"):
+        how = slower_or_faster((probe["run_median"] - 1) * 100)
+        lines.append(f"diagnostic: by the speed probe ({probe['run_num_readings']} readings) the machine ran the "
+                     f"engine {how} during the run than during its calibration (p10-p90 {probe['run_p10']:.2f}-"
+                     f"{probe['run_p90']:.2f})")
     basis, headline, other = figures_by_speed(details)
     at_run = basis == "run"
     scatter = probe.get("run_scatter_pct")

@@ -75,6 +75,15 @@ def test_without_readings_or_reference_the_speed_is_one():
     assert np.allclose(probe_with([(0.0, 0.002, "steps")]).speed_at([1.0], None), 1.0)
 
 
+def test_without_a_reference_the_summary_gives_no_run_speed():
+    # a profile made without the probe has no reference: a run speed of 1.0 would be a reading of nothing
+    probe = probe_with([(float(t), 0.001 if t % 2 else 0.0012, "steps") for t in range(40)])
+    summary = probe.summary(None, 0.0, 39.0)
+    assert summary["reference_s"] is None and "run_median" not in summary and "run_num_readings" not in summary
+    assert summary["run_scatter_pct"] > 15.0  # the scatter needs no reference
+    assert probe.summary(0.001, 0.0, 39.0)["run_median"] > 1.0
+
+
 def test_normalizing_divides_a_slow_stretch_out_of_steps_and_op_points():
     # a machine 25% slower from t = 5 s: the probe and every step or op timed then are slowed alike
     slow = lambda t: 1.25 if t >= 5 else 1.0  # noqa: E731

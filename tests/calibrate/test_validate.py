@@ -285,3 +285,53 @@ def test_the_speed_basis_is_the_runs_only_where_the_probe_follows_the_machine():
     for args in (("cpu", False, l3), ("cpu", True, None), ("cuda", True, l3), ("cuda:0", True, None)):
         basis = speed_basis(*args, 118 * 2 ** 20)
         assert basis["basis"] == "calibration" and basis["why"]
+
+
+def test_a_profile_of_another_model_is_refused_before_the_engine_runs(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    import gpu_backend.engine
+    from calibrate.validate import run_validation
+    from policies import ConfigError
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("the engine's model was built before the profile was checked")
+
+    monkeypatch.setattr(gpu_backend.engine, "build_engine_model", no_engine)
+    small = f"model.name={REPO / 'examples/small-llama/config.json'}"
+    with pytest.raises(ConfigError, match=r"^profile.model.num_hidden_layers: profile was made for num_hidden_layers=4 "
+                                          r"but the model has 8"):
+        run_validation(tiny_toml(tmp_path), "cpu", REPO / "examples/profiles/tiny-llama-cpu.json", overrides=[small],
+                       progress=False)
+
+
+def test_a_profile_of_another_device_dtype_or_thread_count_is_named():
+    from calibrate.validate import profile_mismatches
+
+    cpu = {"device": "cpu: AMD EPYC (1 threads)", "dtype": "float32", "num_threads": 1}
+    assert profile_mismatches(cpu, "cpu: AMD EPYC (1 threads)", "float32", 1) == []
+    assert profile_mismatches(cpu, "cpu: AMD EPYC (2 threads)", "float32", None) == []  # threads not compared
+    lines = profile_mismatches(cpu, "cpu: AMD EPYC (2 threads)", "bfloat16", 2)
+    assert lines == ["the profile was measured in float32, the engine runs bfloat16; op times differ with the dtype",
+                     "the profile was measured with 1 torch thread(s), this run uses 2; op times differ with the "
+                     "thread count"]
+    h100 = {"device": "NVIDIA H100 80GB HBM3", "dtype": "bfloat16"}
+    assert profile_mismatches(h100, "cpu: AMD EPYC (1 threads)", "float32", 1) == [
+        "the profile was measured on NVIDIA H100 80GB HBM3, this run is on cpu: AMD EPYC (1 threads); its op times "
+        "are that device's",
+        "the profile was measured in bfloat16, the engine runs float32; op times differ with the dtype"]
+    # an importer's bracketed source, a shorter name of the same GPU: the same device
+    microbench = {"device": "NVIDIA H100 (h100-kernel-microbench)"}
+    assert profile_mismatches(microbench, "NVIDIA H100 80GB HBM3", "bfloat16") == []
+    assert len(profile_mismatches(h100, "NVIDIA A100-SXM4-80GB", "bfloat16")) == 1
+
+
+def test_cuda_without_a_cuda_device_is_refused_in_one_line(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this torch sees a CUDA device")
+    from calibrate.validate import run_validation
+    from policies import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^--device: cuda was asked for but torch sees no CUDA device; choose one "
+                                          r"of cpu$"):
+        run_validation(tiny_toml(tmp_path), "cuda", progress=False)

@@ -271,6 +271,25 @@ def test_token_ids_outside_the_vocab_are_refused(tiny_model):
         engine.add_request(make_request(0, [5, tiny_model.config.vocab_size]))
 
 
+def test_reject_reason_says_what_the_scheduler_would_refuse_without_queueing_it(tiny_model):
+    engine = make_engine(tiny_model, num_gpu_blocks=4)  # 64 tokens of KV
+    assert engine.reject_reason(make_request("fits", list(range(3, 13)), max_tokens=8)) is None
+    why = engine.reject_reason(make_request("big", list(range(3, 13)), max_tokens=200))
+    assert why.startswith("needs 14 KV blocks for 209 tokens but the GPU has 4")
+    assert not engine.has_unfinished()  # asking queues nothing
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this torch sees a CUDA device")
+def test_cuda_without_a_cuda_device_is_refused_in_one_line():
+    from gpu_backend.engine import check_device
+    from policies import ConfigError
+
+    assert check_device("cpu").type == "cpu"
+    with pytest.raises(ConfigError, match="^--device: cuda was asked for but torch sees no CUDA device; "
+                                          "choose one of cpu$"):
+        check_device("cuda")
+
+
 def test_concurrent_ingress_from_many_threads(tiny_model):
     engine = make_engine(tiny_model, max_num_seqs=8)
     finished = []

@@ -1,4 +1,6 @@
 """Paged KV tensors: layout, swap out/in of block pairs, default sizing."""
+import os
+
 import pytest
 import torch
 
@@ -90,3 +92,15 @@ def test_engine_swap_blocks_match_the_simulators_for_the_same_config():
     engine_config, _ = engine_config_from_sim(config, "cpu")
     expected = num_cpu_blocks(config.model.spec(), config.hardware, config.cache.block_size)
     assert engine_config.cache.num_cpu_blocks == expected > 0
+
+
+def test_available_host_memory_is_the_kernels_figure(monkeypatch, tmp_path):
+    import gpu_backend.kv_cache as kv_cache
+    from gpu_backend.kv_cache import available_memory
+
+    free = available_memory("cpu")
+    assert 0 < free <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24683772 kB\nMemFree:          100 kB\nMemAvailable:   22224088 kB\n")
+    monkeypatch.setattr(kv_cache, "Path", lambda path: meminfo)
+    assert available_memory("cpu") == 22224088 * 1024  # the page cache it would give back counts

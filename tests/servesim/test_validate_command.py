@@ -29,7 +29,8 @@ def test_a_cache_that_holds_the_weights_is_a_diagnostic_line():
 
 
 def test_the_speed_probe_says_how_the_run_compares_with_its_calibration():
-    d = {"speed_probe": {"run_median": 1.05, "run_num_readings": 12, "run_p10": 1.01, "run_p90": 1.08},
+    d = {"speed_probe": {"reference_s": 0.004, "run_median": 1.05, "run_num_readings": 12, "run_p10": 1.01,
+                         "run_p90": 1.08},
          "at_run_speed": {"step_time_abs_pct_error": {"median": 2.0},
                           "mean_abs_pct_error": {"ttft_s": 4.0, "tpot_s": 1.0, "e2e_s": None}}}
     lines = report_lines(report(), d)
@@ -39,8 +40,19 @@ def test_the_speed_probe_says_how_the_run_compares_with_its_calibration():
     assert len(scaled) == 1 and "TTFT 4" in scaled[0] and "E2E" not in scaled[0]
 
 
+def test_without_a_reference_speed_the_probe_compares_no_speeds():
+    # a profile made without the speed probe: its run readings have nothing to be compared with
+    d = {"speed_probe": {"reference_s": None, "run_median": 1.0, "run_num_readings": 56, "run_p10": 1.0,
+                         "run_p90": 1.0, "run_scatter_pct": 2.0},
+         "speed_basis": {"basis": "calibration", "why": "no speed probe read the run and its calibration"}}
+    lines = report_lines(report(), d)
+    assert not any("by the speed probe" in line for line in lines)
+    assert any("scattered 2.0%" in line for line in lines)
+    assert "the figures above are at the calibration's speed: no speed probe read the run and its calibration" in lines
+
+
 def test_the_probes_own_scatter_is_given_as_the_machines_per_step_floor():
-    d = {"speed_probe": {"run_median": 1.0, "run_num_readings": 40, "run_p10": 0.9, "run_p90": 1.1,
+    d = {"speed_probe": {"reference_s": 0.004, "run_median": 1.0, "run_num_readings": 40, "run_p10": 0.9, "run_p90": 1.1,
                          "run_scatter_pct": 4.0, "calibration_scatter_pct": 1.5},
          "speed_basis": {"basis": "run", "why": "..."},
          "at_run_speed": {"step_time_abs_pct_error": {"median": 7.0}, "mean_abs_pct_error": {}}}
@@ -55,7 +67,8 @@ def test_the_probes_own_scatter_is_given_as_the_machines_per_step_floor():
 
 
 def test_figures_at_the_runs_speed_say_so_and_give_the_calibrations():
-    d = {"speed_probe": {"run_median": 0.97, "run_num_readings": 30, "run_p10": 0.95, "run_p90": 0.99},
+    d = {"speed_probe": {"reference_s": 0.004, "run_median": 0.97, "run_num_readings": 30, "run_p10": 0.95,
+                         "run_p90": 0.99},
          "speed_basis": {"basis": "run", "why": "the model's weights (118 MiB) exceed the 32 MiB L3 cache; ..."},
          "at_run_speed": {"step_time_abs_pct_error": {"median": 3.0},
                           "mean_abs_pct_error": {"ttft_s": 10.0, "tpot_s": 10.0, "e2e_s": 10.0}},

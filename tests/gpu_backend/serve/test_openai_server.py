@@ -324,3 +324,40 @@ def test_a_dead_engine_answers_every_request_instead_of_hanging(tokenizer, tiny_
         later = c.post("/v1/completions", json={"prompt": "again", "max_tokens": 4})  # no engine thread left
         assert later.status_code == 200 and later.json()["choices"][0]["finish_reason"] == "abort"
         assert wait_until(lambda: settled(c))
+
+
+def test_a_request_the_engine_can_never_fit_is_a_400_streamed_or_not(tiny_model, make_server, running):
+    from gpu_backend.engine import Engine, EngineConfig
+    from policies import CacheConfig, SchedulerConfig
+
+    config = EngineConfig(model=tiny_model.config, scheduler=SchedulerConfig(max_model_len=256),
+                          cache=CacheConfig(num_gpu_blocks=4, block_size=16))  # 64 tokens of KV
+    server = make_server(Engine(config, "cpu", model=tiny_model))
+    with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
+        for stream in (False, True):  # known before the first byte: no 200 with an error inside the stream
+            long = c.post("/v1/completions", json={"prompt": list(range(3, 203)), "max_tokens": 4, "stream": stream})
+            assert long.status_code == 400 and long.json()["error"]["param"] == "prompt", long.text
+            assert "rejected by the engine: needs 13 KV blocks" in long.json()["error"]["message"]
+            # a short prompt that max_tokens makes too big: max_tokens is the param to change
+            many = c.post("/v1/completions", json={"prompt": list(range(3, 13)), "max_tokens": 200, "stream": stream})
+            assert many.status_code == 400 and many.json()["error"]["param"] == "max_tokens", many.text
+        ok = c.post("/v1/completions", json={"prompt": list(range(3, 13)), "max_tokens": 4})
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 4
+        assert wait_until(lambda: settled(c))
+
+
+def test_a_tokenizer_of_another_vocabulary_size_is_refused(tokenizer, make_engine):
+    from gpu_backend.serve.config import ServeConfig
+    from gpu_backend.serve.server import OpenAIServer
+    from policies import ConfigError
+
+    from gpu_backend.serve.server import check_vocab
+
+    with pytest.raises(ConfigError, match=r"^serve.tokenizer: .*tiny-llama has 2048 tokens but the model "
+                                          r"tiny-llama has vocab_size 1024: a prompt could hold ids"):
+        OpenAIServer(make_engine(), tokenizer, ServeConfig(), 256, vocab_size=1024)
+    assert OpenAIServer(make_engine(), tokenizer, ServeConfig(), 256, vocab_size=2048).vocab_size == 2048
+    # a smaller tokenizer: random weights sample ids it cannot decode; a checkpoint pads its embedding
+    with pytest.raises(ConfigError, match=r"random weights would sample ids 2048\.\.8191"):
+        check_vocab(tokenizer, 8192, "m", random_weights=True)
+    check_vocab(tokenizer, 8192, "m", random_weights=False)
