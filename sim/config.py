@@ -19,7 +19,7 @@ import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Mapping, Sequence
 
 from policies import ConfigError, SchedulerConfig, SpeculativeConfig
@@ -160,9 +160,26 @@ def apply_override(data: dict, override: str) -> None:
     node[keys[-1]] = parse_value(raw)
 
 
+def _plain(value: Any) -> Any:
+    """`value` with what Python code hands a config turned into what a TOML file would hold: numpy
+    scalars (a pandas cell, `np.float64(5.0)`) into Python numbers, paths into strings, tuples into
+    lists. A numpy float passes a number check but is written back as `np.float64(5.0)`, no TOML."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, PurePath):
+        return str(value)
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):  # a numpy scalar (an array is no value)
+        return value.item() if getattr(value, "ndim", 0) == 0 else value
+    return value
+
+
 def _read(source: str | Path | Mapping) -> tuple[dict, Path | None]:
     if isinstance(source, Mapping):
-        return copy.deepcopy(dict(source)), None
+        return _plain(copy.deepcopy(dict(source))), None
+    if not isinstance(source, (str, PurePath)):
+        raise ConfigError(f"config: expected a TOML file's path or a dict of sections, got {type(source).__name__}")
     path = Path(source)
     if not path.is_file():
         raise ConfigError(f"config: file not found: {path}")
@@ -195,6 +212,9 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
 
 def load_config(source: str | Path | Mapping, overrides: Sequence[str] = ()) -> Config:
     """Read a TOML file (or a dict), apply `overrides` ("section.key=value"), validate, build a Config."""
+    if isinstance(overrides, str):  # a lone string would be read letter by letter
+        raise ConfigError(f"overrides: expected a list of 'section.key=value' strings, got one string {overrides!r}; "
+                          "wrap it in a list")
     data, base = _read(source)
     from_file = copy.deepcopy(data) if base is not None else None  # to tell file paths from --set ones
     for override in overrides:

@@ -24,7 +24,8 @@ from sim.build import (build_cache_config, build_replica, end_reason, make_recor
                        resolve_latency_model, run_workload)
 from sim.cluster.layout import is_cluster
 from sim.cluster.runner import simulate_cluster
-from sim.config import Config
+from sim.config import Config, config_to_toml, load_config
+from sim.notes import outcome_notes, setting_notes, window_notes, with_notes
 from sim.replica import paused_gc
 from sim.result import SimResult, finish_run, read_table, tabulate
 
@@ -44,16 +45,21 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     goes and leave memory, and the result holds the summary (its tables read back from the files);
     `stream=True` streams without files (summary only). `plot` (streamed runs): timeline.png too.
     `fast_decode=False` runs every step through the scheduler (`sim.decode_replay`: same results).
+    `config` may also be what `load_config` reads (a TOML file's path, a dict of sections).
     """
+    if not isinstance(config, Config):
+        config = load_config(config)
+    workload = run_workload(config, workload)
+    config = with_notes(config, setting_notes(config, workload))  # how its settings combine (`sim.notes`)
     if is_cluster(config):  # several replicas behind a router, or prefill/decode pools
         if config.frontend.enabled:
             raise ConfigError("frontend: the front-end delays are modelled for one replica only; "
                               "remove [frontend] or use one replica without disaggregation")
-        return simulate_cluster(config, progress, latency_model, workload, out=out, stream=stream, plot=plot,
-                                fast_decode=fast_decode)
+        result = simulate_cluster(config, progress, latency_model, workload, out=out, stream=stream, plot=plot,
+                                  fast_decode=fast_decode)
+        return with_run_notes(result, workload)
     # the engine thread's share of streaming, if any
     latency_model = config.frontend.charge(resolve_latency_model(latency_model, config))
-    workload = run_workload(config, workload)
     env = simpy.Environment()
     recorder = make_recorder(config, out, stream, plot)
     replica = build_replica(env, config, recorder, "0", latency_model, fast_decode)
@@ -73,4 +79,16 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
             if bar is not None:
                 bar.close()
         end_unfinished(scheduler, recorder.requests, env.now, end_reason(config))
-        return finish_run(recorder, config)
+        return with_run_notes(finish_run(recorder, config), workload)
+
+
+def with_run_notes(result: SimResult, workload) -> SimResult:
+    """`result` with what the run did to its workload in its config's notes (`sim.notes`: lengths
+    clipped or filtered, a trace replayed, requests a time limit left out), config.toml included,
+    so a result made from Python says what the command line says."""
+    notes = outcome_notes(workload) + window_notes(result.config, workload, result.summary["num_requests"])
+    if notes:
+        result.config = with_notes(result.config, notes)
+        if result.out_dir is not None:  # written before these were known
+            (Path(result.out_dir) / "config.toml").write_text(config_to_toml(result.config))
+    return result

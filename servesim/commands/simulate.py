@@ -22,8 +22,7 @@ from records.display import format_benchmarks
 from records.metrics import format_summary
 from records.sketch import DEFAULT_RELATIVE_ACCURACY
 from servesim.commands import options, small
-from sim.config import config_to_toml
-from sim.notes import outcome_notes, setting_notes, window_notes, with_notes
+from sim.notes import setting_notes, with_notes
 from sim.runner import simulate
 from sim.workload import build_workload
 
@@ -96,12 +95,8 @@ def run(args: argparse.Namespace) -> int:
     out = result.out_dir
     if out is not None and settings:
         write_rows(out / "settings.csv", settings)
-    after = outcome_notes(workload) + window_notes(config, workload, result.summary["num_requests"])
-    if after:
-        options.note(args, *after)
-        result.config = with_notes(result.config, after)
-        if out is not None:  # the runner wrote the config before these were known: write it again
-            (out / "config.toml").write_text(config_to_toml(result.config))
+    # what the run did to its workload (`sim.runner.with_run_notes`: in config.toml already)
+    options.note(args, *[n for n in result.config.notes if n not in config.notes])
     if result.sketched_metrics:
         options.note(args, f"percentiles of {', '.join(result.sketched_metrics)} are within "
                      f"{DEFAULT_RELATIVE_ACCURACY:.1%} (more values than kept exactly)")

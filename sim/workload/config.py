@@ -10,7 +10,7 @@ registers its load generators and length tables there), so this module names no 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from policies.config import ConfigError, check_choice, check_int, check_number
@@ -43,13 +43,16 @@ def trace_formats() -> tuple[str, ...]:
 def _from_dict(cls, field: str, value):
     if isinstance(value, cls) or value is None:
         return value
+    settings = [f for f in fields(cls) if f.name != "field"]  # `field` is bookkeeping, not a setting
     if not isinstance(value, dict):
-        raise ConfigError(f"{field}: expected a table of {', '.join(f.name for f in fields(cls))}, got {value!r}")
-    known = {f.name for f in fields(cls)} - {"field"}  # `field` is bookkeeping, not a setting
-    value = {k: v for k, v in value.items() if k != "field"}
+        raise ConfigError(f"{field}: expected a table of {', '.join(f.name for f in settings)}, got {value!r}")
+    known = {f.name for f in settings}
     unknown = sorted(set(value) - known)
     if unknown:
         raise ConfigError(f"{field}.{unknown[0]}: unknown key; allowed keys are {', '.join(sorted(known))}")
+    missing = [f.name for f in settings if f.default is MISSING and f.default_factory is MISSING and f.name not in value]
+    if missing:
+        raise ConfigError(f"{field}.{missing[0]}: required")
     return cls(**value, field=field) if cls is LengthDist else cls(**value)
 
 
@@ -305,7 +308,7 @@ class WorkloadConfig:
 
     def _parse_classes(self, classes) -> tuple[PriorityClass, ...]:
         """The class tables as `PriorityClass`es: unique names, all fractions (adding up to 1) or all rates."""
-        out = tuple(_from_dict(PriorityClass, "workload.classes", c) for c in classes or ())
+        out = tuple(_from_dict(PriorityClass, f"workload.classes[{i}]", c) for i, c in enumerate(classes or ()))
         if not out:
             return out
         names = [c.name for c in out]

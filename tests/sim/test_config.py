@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -170,3 +173,30 @@ def test_defaults_fill_every_section():
                                                                        st.text(max_size=5), max_size=3)))
 def test_toml_writer_round_trips_values(value):
     assert tomllib.loads(f"v = {_toml_value(value)}")["v"] == value
+
+
+def test_values_python_code_hands_over_are_read_as_a_toml_file_would_hold_them(tmp_path):
+    """numpy scalars (a pandas cell) and paths: accepted, and written back as TOML that loads again."""
+    row = pd.DataFrame({"rate": [5], "seqs": [64]}).iloc[0]
+    repo = Path(__file__).resolve().parents[2]
+    config = load_config({"model": {"name": repo / "examples" / "tiny-llama" / "config.json"},
+                          "workload": {"rate": row["rate"], "num_requests": np.int32(20), "cv": np.float64(1.5)},
+                          "scheduler": {"max_num_seqs": row["seqs"]},
+                          "hardware": {"gpu_memory_utilization": np.float32(0.5)}})
+    assert config.workload.rate == 5 and config.scheduler.max_num_seqs == 64 and config.model.name.endswith("config.json")
+    path = tmp_path / "c.toml"
+    path.write_text(config_to_toml(config))
+    assert "np." not in path.read_text() and load_config(path).workload == config.workload
+
+
+@pytest.mark.parametrize("source, overrides, said", [
+    (None, (), r"^config: expected a TOML file's path or a dict of sections, got NoneType$"),
+    ({}, "workload.rate=5", r"^overrides: expected a list of 'section.key=value' strings, got one string"),
+    ({"workload": {"classes": [{"priority": 0, "fraction": 1.0}]}}, (), r"^workload\.classes\[0\]\.name: required$"),
+    ({"workload": {"prompt_len": {"kind": "constant", "value": 5, "field": "x"}}}, (),
+     r"^workload\.prompt_len\.field: unknown key; allowed keys are high, kind, low, max, mean, median, min, path, "
+     r"sigma, value$"),
+])
+def test_what_python_code_gets_wrong_is_one_line_naming_it(source, overrides, said):
+    with pytest.raises(ConfigError, match=said):
+        load_config(source, overrides)

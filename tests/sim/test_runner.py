@@ -103,3 +103,17 @@ def test_simulating_never_imports_torch():
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_result_made_from_python_carries_the_notes_the_command_prints(tmp_path):
+    """simulate() takes what load_config reads, and its result's config (and config.toml) says what the
+    run did to the workload: here the requests a time limit left out."""
+    config = {"model": {"name": "Llama-3-8B"}, "workload": {"rate": 15.0, "num_requests": 120},
+              "sim": {"max_sim_time_s": 4.0}}
+    result = simulate(config, out=tmp_path)
+    left = 120 - result.summary["num_requests"]
+    assert left > 0
+    line = f"sim.max_sim_time_s = 4: {left} of the workload's 120 requests are sent after the clock stops"
+    assert any(n.startswith(line) for n in result.config.notes)
+    assert f"# note: {line}" in (tmp_path / "config.toml").read_text()
+    assert not simulate({**config, "sim": {}}).config.notes  # nothing left out: nothing to say
