@@ -32,6 +32,7 @@ from calibrate.model_dims import resolve_model
 from calibrate.validation_page import write_html, write_plots
 from gpu_backend.clock import ExcludingClock, UncontendedClock
 from policies import Request
+from policies.config import check_int
 from records.files import write_json
 from records.results import pooled_itls
 from sim.config import load_config
@@ -224,7 +225,10 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
     from calibrate.bench import calibrate
     from calibrate.op_bench import clock_for, device_name
     from calibrate.speed_probe import PROBE_PLAN, SpeedProbe
-    from gpu_backend.engine import build_engine_model, resolve_dtype
+    from gpu_backend.engine import build_engine_model, check_device, resolve_dtype
+
+    device = str(check_device(device))  # before anything is built there (a typo, or cuda without one)
+    check_int("threads", threads, 1, allow_none=True)
 
     if threads is not None and torch.device(device).type == "cpu":
         torch.set_num_threads(threads)

@@ -156,8 +156,10 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "source", workload:
               gpu_model: str = "auto", iterations: int = 1, progress: bool = True) -> Reproduction:
     """Simulate and score `runs`.
 
-    1. every run is simulated once with no host overhead (the GPU model alone), which also yields
-       its linear equations in the overhead terms (`overhead_fit.run_system`);
+    1. every run is simulated once with its GPU model and that model's host prior, nothing fitted
+       (`predict.host_prior`: none, documented constants, or host times measured on the *other*
+       runs' idle engines), which also yields its linear equations in the overhead terms
+       (`overhead_fit.run_system`);
     2. `fit="loo"`: for each run, the terms are fitted on the *other* runs of its fit group (same
        source, i.e. one engine version and host, same GPU kind, same kind of GPU step-time data)
        and the run is simulated again with them; the score of a run never uses a fit that saw it.

@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from fidelity.runs import RealRun
+from policies import ConfigError
 from fidelity.sources.distserve import DISTSERVE_RUN_NAME, DISTSERVE_SOURCE, DISTSERVE_SYSTEM_NOTE, \
     load_distserve_run
 from fidelity.sources.llmservingsim import load_llmservingsim_run
@@ -55,6 +56,8 @@ def find_runs(root: Path, only: Sequence[str] = (), unloadable: list | None = No
     """Every run under `root` (`run_candidates`) whose name or source `only` names, loaded. A run that
     cannot be loaded raises, or with an `unloadable` list is appended to it as (name, source, why),
     so one damaged folder does not stop the runs beside it."""
+    if isinstance(only, str):  # its letters would each match nearly every run
+        raise ConfigError(f"only: expected a list of texts, got one string {only!r}; wrap it in a list")
     runs: list[RealRun] = []
     for name, source, load in run_candidates(root):
         if not matches(name, source, only):

@@ -89,7 +89,12 @@ class EngineConfig:
 def check_device(device: str | torch.device) -> torch.device:
     """`device` as a torch device, refused in one line where this torch cannot run on it (a CUDA
     device asked of a CPU-only torch): before anything is built there, so no assertion deep in torch."""
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):  # torch's own words list a dozen backends this engine never runs on
+        raise ConfigError(f"--device: {device!r} is not a device; choose one of cpu, cuda") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device: {device.type} is not a device the engine runs on; choose one of cpu, cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device: cuda was asked for but torch sees no CUDA device; choose one of cpu")
     return device

@@ -260,6 +260,11 @@ def _toml_str(s: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def toml_value(value: Any) -> str:
+    """A Python value (numpy scalars and paths included) as TOML writes it: an override's right side."""
+    return _toml_value(_plain(value))
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, Enum):
         value = value.value

@@ -11,14 +11,18 @@ config and its built workload before the run; `outcome_notes` of what the worklo
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 
+from policies.config import ConfigError
 from records.display import number
+from records.files import read_json_object
 from sim.workload import registry
 from sim.workload.config import WorkloadConfig
 from sim.workload.traces import has_arrivals
 from policies.schedulers import scheduler_class
+from specs.gpu_spec import get_gpu
 
 GENERATED_ARRIVALS = ("poisson", "gamma", "constant", "staged", "closed_loop")
 
@@ -29,7 +33,26 @@ def _fmt(v: float) -> str:
 
 def setting_notes(config, workload=None) -> list[str]:
     """Lines for the settings of `config` that change another (`workload`: its built workload, for the trace)."""
-    return workload_notes(config, workload) + scheduler_notes(config)
+    return workload_notes(config, workload) + scheduler_notes(config) + profile_notes(config)
+
+
+def profile_notes(config) -> list[str]:
+    """A line when `hardware.profile` was measured on another GPU than `hardware.gpu`: the step times
+    are the profile's GPU's, and `hardware.gpu` sizes the KV memory only. A profile of the engine on
+    a CPU, or one that names no GPU, says nothing here."""
+    hw = config.hardware
+    if hw.latency != "profiled" or not hw.profile:
+        return []
+    try:
+        meta = read_json_object(hw.profile, "hardware.profile").get("meta") or {}
+        made_on, runs_on = get_gpu(meta["gpu"]).name, get_gpu(hw.gpu).name
+    except (ConfigError, KeyError, TypeError):  # no such file or GPU: the latency model says so
+        return []
+    if made_on == runs_on:
+        return []
+    return [f"hardware.gpu = {hw.gpu}, but hardware.profile {Path(hw.profile).name} was measured on {made_on}: "
+            f"the step times are the {made_on}'s and {runs_on} sizes only the KV memory; set hardware.gpu = "
+            f"{made_on}, or import a profile of the {runs_on} (servesim calibrate import)"]
 
 
 def scheduler_notes(config) -> list[str]:

@@ -52,7 +52,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="source: nothing measured or fitted on a run's own source (campaign; default, "
                              "a new deployment's situation); loo: host-overhead terms fitted leave-one-run-out "
                              "within each source; "
-                             "none: the GPU model alone")
+                             "none: nothing fitted, the GPU model with its host prior (documented constants, or "
+                             "host times measured on the other runs' idle engines)")
     parser.add_argument("--overhead", metavar="FILE", help="a fitted overhead layer (servesim calibrate fit-runs); "
                         "the runs it was fitted on are excluded from the score")
     parser.add_argument("--workload", choices=("auto", "replay", "profile"), default="auto",

@@ -20,7 +20,7 @@ from policies.config import check_number
 from sim.capacity.executor import LocalExecutor
 from sim.capacity.slo import SLO, attainment
 from sim.cluster.layout import all_replica_configs, num_gpus
-from sim.config import load_config
+from sim.config import load_config, toml_value
 from sim.workload.config import MAX_NUM_REQUESTS
 
 DEFAULT_SIMULATE = "sim.runner.simulate"
@@ -147,9 +147,11 @@ def to_scalar(value: Any) -> Any:
 
 
 def format_override(key: str, value: Any) -> str:
-    if isinstance(value, bool):
-        value = "true" if value else "false"
-    return f"{key}={value}"
+    """`key=value` as `--set` reads it: a string as given (the command line's own words), anything
+    else as TOML (a dict is an inline table, not its Python repr)."""
+    if value is None:
+        raise ConfigError(f"{key}: None is no value to set; leave the key out of the point to keep the base's")
+    return f"{key}={value if isinstance(value, str) else toml_value(value)}"
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,8 @@ def evaluate_point(spec: PointSpec) -> dict[str, Any]:
 
 def make_specs(base: Any, points: list[dict], slo: SLO = SLO(), base_overrides: Sequence[str] = (),
                simulate: str = DEFAULT_SIMULATE) -> list[PointSpec]:
+    if isinstance(points, Mapping) or not all(isinstance(p, Mapping) for p in points):
+        raise ConfigError(f"points: expected a list of {{key: value}} tables, one a point, got {points!r}"[:200])
     return [PointSpec(base, tuple(p.items()), tuple(base_overrides), slo, i, simulate)
             for i, p in enumerate(points)]
 

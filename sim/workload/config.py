@@ -208,8 +208,7 @@ class WorkloadConfig:
         if self.kind is None:
             profile_kind = registry.kind_of(self.profile) if isinstance(self.profile, str) else None
             s("kind", "trace" if self.trace else profile_kind or "poisson")
-        check_choice("workload.kind", self.kind, workload_kinds(), hint="a source's own kinds register when its "
-                     "package is imported, as servesim's commands import them all")
+        check_choice("workload.kind", self.kind, workload_kinds(), hint=registry.REGISTERED_BY)
         self._check_profile()
         if self.rate is not None:
             check_number("workload.rate", self.rate, 0.0, strict_min=True)

@@ -25,6 +25,10 @@ import yaml
 
 from policies.config import ConfigError
 
+#: where a kind or format a config names but nobody registered comes from (`sim` names no source)
+REGISTERED_BY = ("the servesim commands register the sources' own kinds and formats; from Python, "
+                 "import fidelity.workloads first")
+
 
 @dataclass(frozen=True)
 class ProfileKind:

@@ -82,7 +82,8 @@ def detect_format(path: str | Path, field: str = "workload.trace") -> str:
     expected = ["arrival_time,prompt_tokens,output_tokens (csv)", "TIMESTAMP,ContextTokens,GeneratedTokens (azure)",
                 *(f"{fmt.header} ({fmt.name})" for fmt in registry.TRACE_FORMATS.values())]
     raise ConfigError(f"{field}: cannot tell the format of {p} from its first line {header[:80]!r}; expected a "
-                      f"header {', '.join(expected)} or JSON lines (mooncake), or set workload.trace_format")
+                      f"header {', '.join(expected)} or JSON lines (mooncake), or set workload.trace_format "
+                      f"({registry.REGISTERED_BY})")
 
 
 def read_trace(path: str | Path, fmt: str = "auto", field: str = "workload.trace") -> Trace:

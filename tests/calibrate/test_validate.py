@@ -335,3 +335,17 @@ def test_cuda_without_a_cuda_device_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"^--device: cuda was asked for but torch sees no CUDA device; choose one "
                                           r"of cpu$"):
         run_validation(tiny_toml(tmp_path), "cuda", progress=False)
+
+
+@pytest.mark.parametrize("kw, said", [
+    ({"device": "gpu"}, r"^--device: 'gpu' is not a device; choose one of cpu, cuda$"),
+    ({"device": "meta"}, r"^--device: meta is not a device the engine runs on; choose one of cpu, cuda$"),
+    ({"threads": "2"}, r"^threads: expected an integer, got '2'$"),
+])
+def test_a_device_or_thread_count_from_python_is_refused_in_one_line(tmp_path, kw, said):
+    pytest.importorskip("torch")
+    from calibrate.validate import run_validation
+    from policies import ConfigError
+
+    with pytest.raises(ConfigError, match=said):
+        run_validation(tiny_toml(tmp_path), progress=False, **kw)

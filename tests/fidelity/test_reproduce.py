@@ -202,6 +202,8 @@ def test_a_run_that_cannot_be_loaded_is_listed_and_the_others_scored(tmp_path, c
     skipped = pd.read_csv(out / "not_predicted.csv")
     assert list(skipped["run"]) == ["bad"] and skipped["reason"][0].startswith("exp-config.tensor_parallelism")
     assert "warning: bad: not predicted: exp-config.tensor_parallelism" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"^only: expected a list of texts, got one string 'good'"):
+        find_runs(tmp_path / "gt", "good")  # its letters would pick nearly every run
     assert main([*args, "--only", "good"]) == 0  # the damaged run is not loaded at all
     assert set(pd.read_csv(out / "report.csv")["run"]) == {"good"}
     assert pd.read_csv(out / "not_predicted.csv").empty and "bad" not in capsys.readouterr().err

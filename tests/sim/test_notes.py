@@ -121,3 +121,22 @@ def test_a_rate_the_workload_does_not_use_is_said():
     for workload in ({"kind": "poisson", "rate": 5.0}, {"kind": "trace", "rate": 5.0,
                                                         "trace": str(Path(__file__).resolve().parents[2] / "examples" / "traces" / "azure_conv_2023_slice.csv")}):
         assert not any("is not used" in n for n in setting_notes(load_config({**base, "workload": workload})))
+
+
+def test_a_profile_measured_on_another_gpu_is_said():
+    """hardware.gpu sizes the KV memory only when the step times come from a profile of another GPU."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = Path(tmp) / "h100.json"
+        profile.write_text(json.dumps({"meta": {"gpu": "H100", "device": "NVIDIA H100 80GB HBM3"}}))
+        base = {"model": {"name": "Llama-3-8B"}, "hardware": {"latency": "profiled", "profile": str(profile)}}
+        other = setting_notes(load_config({**base, "hardware": {**base["hardware"], "gpu": "A100-80G"}}))
+        assert any(n.startswith("hardware.gpu = A100-80G, but hardware.profile h100.json was measured on H100-SXM: ")
+                   for n in other), other
+        same = setting_notes(load_config({**base, "hardware": {**base["hardware"], "gpu": "h100"}}))
+        assert not any("was measured on" in n for n in same)
+        profile.write_text(json.dumps({"meta": {"device": "cpu: AMD EPYC (1 threads)"}}))  # the engine's own
+        assert not any("was measured on" in n for n in setting_notes(load_config({**base, "hardware": {
+            **base["hardware"], "gpu": "A100-80G"}})))

@@ -169,3 +169,17 @@ output_len = { kind = "uniform", low = 20, high = 120 }
 ttft_s = 0.5
 tpot_s = 0.02
 """
+
+
+def test_python_values_of_a_point_are_set_as_toml_not_their_repr():
+    """A dict is an inline table (its repr was re-read as a string); None and a dict of points are
+    refused naming them."""
+    base = small_config(num_requests=20)
+    table = run_sweep(base, [{"workload.output_len": {"kind": "constant", "value": 7}}], SLO(ttft_s=1.0),
+                      executor=SerialExecutor(), progress=False)
+    assert table["num_finished"].iloc[0] == 20
+    assert table["throughput_output_tokens_per_s"].iloc[0] > 0
+    with pytest.raises(ConfigError, match=r"^hardware\.num_gpu_blocks: None is no value to set"):
+        run_sweep(base, [{"hardware.num_gpu_blocks": None}], SLO(ttft_s=1.0), executor=SerialExecutor(), progress=False)
+    with pytest.raises(ConfigError, match=r"^points: expected a list of \{key: value\} tables"):
+        run_sweep(base, {"workload.rate": 5.0}, SLO(ttft_s=1.0), executor=SerialExecutor(), progress=False)

@@ -96,7 +96,7 @@ def test_without_registrations_only_sims_own_kinds_and_formats(monkeypatch, tmp_
     monkeypatch.setattr(registry, "KINDS", {})
     monkeypatch.setattr(registry, "TRACE_FORMATS", {})
     with pytest.raises(ConfigError, match=r"^workload\.kind: 'toy' is not allowed; choose one of poisson, gamma, "
-                                          r"constant, staged, closed_loop, trace \(a source's own kinds"):
+                                          r"constant, staged, closed_loop, trace \(the servesim commands register"):
         WorkloadConfig(kind="toy")
     with pytest.raises(ConfigError, match=r"^workload\.trace_format: 'toylens' is not allowed; choose one of auto, "
                                           r"csv, azure, mooncake$"):
@@ -127,7 +127,12 @@ def test_a_registered_format_is_detected_read_and_gives_lengths_only(toy, tmp_pa
         detect_format(unknown)
 
 
-def test_an_unregistered_kind_names_the_allowed_ones_and_how_sources_register():
+def test_an_unregistered_kind_names_the_allowed_ones_and_how_sources_register(tmp_path):
     with pytest.raises(ConfigError, match=r"^workload\.kind: 'nope' is not allowed; choose one of poisson, .*"
-                                          r"register when its package is imported"):
+                                          r"from Python, import fidelity\.workloads first\)$"):
         WorkloadConfig(kind="nope")
+    unknown = tmp_path / "lengths.csv"
+    unknown.write_text("first,second\n10,5\n")
+    with pytest.raises(ConfigError, match=r"set workload\.trace_format \(the servesim commands register .*"
+                                          r"import fidelity\.workloads first\)$"):
+        detect_format(unknown)
