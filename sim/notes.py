@@ -33,7 +33,20 @@ def _fmt(v: float) -> str:
 
 def setting_notes(config, workload=None) -> list[str]:
     """Lines for the settings of `config` that change another (`workload`: its built workload, for the trace)."""
-    return workload_notes(config, workload) + scheduler_notes(config) + profile_notes(config)
+    return workload_notes(config, workload) + scheduler_notes(config) + context_notes(config) + profile_notes(config)
+
+
+def context_notes(config) -> list[str]:
+    """A line when `scheduler.max_model_len` exceeds the model's context (`max_position_embeddings`):
+    vLLM refuses to start so (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1), and the model was not trained
+    to attend that far; simulated all the same, as a what-if."""
+    context = getattr(config.model.spec(), "max_position_embeddings", None)
+    limit = config.scheduler.max_model_len
+    if not isinstance(context, int) or limit <= context:
+        return []
+    return [f"scheduler.max_model_len = {limit} exceeds {config.model.name}'s context of {context} tokens "
+            "(max_position_embeddings): vLLM refuses to start so unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; "
+            "simulated as a what-if"]
 
 
 def profile_notes(config) -> list[str]:

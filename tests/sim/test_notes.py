@@ -140,3 +140,10 @@ def test_a_profile_measured_on_another_gpu_is_said():
         profile.write_text(json.dumps({"meta": {"device": "cpu: AMD EPYC (1 threads)"}}))  # the engine's own
         assert not any("was measured on" in n for n in setting_notes(load_config({**base, "hardware": {
             **base["hardware"], "gpu": "A100-80G"}})))
+
+
+def test_a_max_model_len_past_the_models_context_is_said():
+    base = {"model": {"name": "Llama-3-8B"}, "hardware": {"gpu": "H100"}}
+    long = setting_notes(load_config({**base, "scheduler": {"max_model_len": 200_000}}))
+    assert any(n.startswith("scheduler.max_model_len = 200000 exceeds Llama-3-8B's context of 8192 tokens") for n in long)
+    assert not any("exceeds" in n for n in setting_notes(load_config({**base, "scheduler": {"max_model_len": 8192}})))
