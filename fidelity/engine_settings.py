@@ -212,6 +212,34 @@ def settings_table(run: RealRun) -> list[dict]:
             continue
         rows.append({"run": run.name, "setting": f.name, "value": value, "status": ASSUMED,
                      "note": "not recorded: " + (USED.get(f.name) or "as simulated"), "recorded_in": ""})
+    return rows + client_rows(run)
+
+
+# the client's request settings (inference-perf's `api` section): the simulation's requests are
+# streamed completions, each token handed to the client as the step that made it ends
+CLIENT_API = {
+    "type": ("completion", "a chat request's template tokens are not in the generated prompts"),
+    "streaming": (True, "unstreamed, the client's TTFT is the whole response's; the simulated one is the "
+                        "first streamed token's"),
+}
+
+
+def client_rows(run: RealRun) -> list[dict]:
+    """Rows for the client's recorded request settings (`CLIENT_API`): modelled where they are what
+    the simulation sends, else not modelled, with why."""
+    api = (run.profile or {}).get("api")
+    if not isinstance(api, dict):
+        return []
+    where = run.profile_file.name if run.profile_file is not None else "the client's profile"
+    rows = []
+    for key, (simulated, why) in CLIENT_API.items():
+        if api.get(key) is None:
+            continue
+        value = api[key]
+        same = (recorded_bool(f"api.{key}", value) == simulated) if isinstance(simulated, bool) else value == simulated
+        rows.append({"run": run.name, "setting": f"api.{key}", "value": value,
+                     "status": MODELLED if same else NOT_MODELLED,
+                     "note": "the simulated requests are streamed completions" if same else why, "recorded_in": where})
     return rows
 
 

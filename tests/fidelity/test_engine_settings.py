@@ -139,3 +139,24 @@ def test_true_false_settings_spelled_as_strings_are_simulated_and_listed_as_writ
     assert rows["enable_lora"]["status"] == MODELLED  # off, as simulated
     config = config_from_run(folder, measured_kernels=False)
     assert config.cache.enable_prefix_caching is False and config.scheduler.async_scheduling is False
+
+
+def test_the_clients_request_settings_are_listed_modelled_or_not():
+    """inference-perf's api.type and api.streaming: a streamed completion is what is simulated; a chat
+    request or an unstreamed one is listed as not modelled, with why (issue 15: nothing ignored)."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from fidelity.engine_settings import client_rows
+
+    def rows(api):
+        run = SimpleNamespace(name="r", profile={"api": api}, profile_file=Path("results/config.yaml"))
+        return {r["setting"]: (r["status"], r["note"], r["recorded_in"]) for r in client_rows(run)}
+
+    as_run = rows({"type": "completion", "streaming": True, "headers": None})
+    assert as_run == {"api.type": (MODELLED, "the simulated requests are streamed completions", "config.yaml"),
+                      "api.streaming": (MODELLED, "the simulated requests are streamed completions", "config.yaml")}
+    other = rows({"type": "chat", "streaming": "false"})
+    assert other["api.type"][0] == other["api.streaming"][0] == NOT_MODELLED
+    assert "template tokens" in other["api.type"][1] and "whole response" in other["api.streaming"][1]
+    assert rows({}) == {} and client_rows(SimpleNamespace(name="r", profile=None, profile_file=None)) == []
