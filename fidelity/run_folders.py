@@ -16,11 +16,9 @@ from fidelity.runs import RealRun
 from policies import ConfigError
 from fidelity.sources.distserve import DISTSERVE_RUN_NAME, DISTSERVE_SOURCE, DISTSERVE_SYSTEM_NOTE, \
     load_distserve_run
-from fidelity.sources.llmservingsim import load_llmservingsim_run
+from fidelity.sources.llmservingsim import LLMSERVINGSIM_SOURCE, load_llmservingsim_run
 from fidelity.sources.vllm_server import load_server_run
 
-#: the source of LLMServingSim's replays (`fidelity.sources.llmservingsim`: vLLM 0.19 on its GPUs)
-LLMSERVINGSIM_SOURCE = "llmservingsim-vllm-0.19"
 #: what `find_runs` recognises, for the commands' help and errors
 FOLDER_HELP = "folder of real runs (e.g. ../shared/data/groundtruth), one run folder or one DistServe vllm-N-RATE.exp"
 LAYOUTS = "exp-config.yaml folders, LLMServingSim vllm/requests.jsonl or DistServe vllm-N-RATE.exp files"

@@ -22,6 +22,8 @@ from fidelity.runs import (RealRun, ServerArgs, canonical_gpu, measured_table, r
                           recorded_release)
 from records.files import read_json_lines, read_json_object
 
+#: the source (campaign) of every replay here: LLMServingSim's vLLM 0.19 runs on its GPUs
+LLMSERVINGSIM_SOURCE = "llmservingsim-vllm-0.19"
 
 PER_LAYER_OPS = ("layernorm", "qkv_proj", "rotary_emb", "o_proj", "qk_norm", "gate_up_proj", "act_fn", "down_proj")
 PER_STEP_OPS = ("embedding", "final_layernorm")
@@ -303,5 +305,5 @@ def load_llmservingsim_run(path: Path) -> RealRun:
                            ("meta.json resolved_config.cache_config", resolved_cache)):
         for key, value in section.items():
             recorded.setdefault(key, (value, where))
-    return RealRun(name=name, source="llmservingsim-vllm-0.19", path=path, server=server, requests=requests,
+    return RealRun(name=name, source=LLMSERVINGSIM_SOURCE, path=path, server=server, requests=requests,
                    recorded_args=recorded, measured_by="llmservingsim")
