@@ -15,6 +15,8 @@ requests the means are over, so a prediction must give up where the client did
 """
 from __future__ import annotations
 
+import pandas as pd
+
 from fidelity.runs import RealRun
 from policies import FinishReason
 
@@ -55,20 +57,30 @@ def served_row(prediction) -> dict:
         return int(reasons.isin([r.value for r in reasons_of]).sum()) if reasons is not None else 0
 
     done = (FinishReason.STOP, FinishReason.LENGTH)
+    rejected = req.loc[reasons == FinishReason.REJECTED.value, "reject_reason"] \
+        if reasons is not None and "reject_reason" in req else ()
+    why = str(pd.Series(rejected).mode().iloc[0]) if len(rejected) else ""
     return {"run": run.name, "source": run.source, "client_timeout_s": timeout, "timeout_origin": origin,
             "measured_successes": summary.get("num_successes", float(len(run.requests)) if len(run.requests) else None),
             "measured_failures": summary.get("num_failures"),
             "predicted_requests": len(req), "predicted_finished": count(*done),
             "predicted_timed_out": count(FinishReason.TIMED_OUT), "predicted_rejected": count(FinishReason.REJECTED),
-            "predicted_other": len(req) - count(*done, FinishReason.TIMED_OUT, FinishReason.REJECTED)}
+            "predicted_other": len(req) - count(*done, FinishReason.TIMED_OUT, FinishReason.REJECTED),
+            "predicted_reject_reason": why}  # the commonest, of those rejected
 
 
 def served_line(row: dict) -> str | None:
-    """The CLI line of a `served_row` whose client gave up on requests, measured or predicted; else None."""
-    failed = row["measured_failures"]
-    if not (failed or row["predicted_timed_out"]):
-        return None
-    measured = "" if failed is None else f"measured {int(failed)} failed of {int(failed + (row['measured_successes'] or 0))}, "
-    timeout = row["client_timeout_s"]
-    said = f"client timeout {timeout:g} s" if timeout is not None else row["timeout_origin"]
-    return f"{row['run']}: {said}: {measured}predicted {row['predicted_timed_out']} timed out of {row['predicted_requests']}"
+    """The CLI line of a `served_row` whose client gave up on requests, measured or predicted, or
+    whose simulated engine rejected some (a real server served them, or the run would say so); else None."""
+    failed, rejected = row["measured_failures"], row.get("predicted_rejected") or 0
+    parts = []
+    if failed or row["predicted_timed_out"]:
+        measured = "" if failed is None else \
+            f"measured {int(failed)} failed of {int(failed + (row['measured_successes'] or 0))}, "
+        timeout = row["client_timeout_s"]
+        said = f"client timeout {timeout:g} s" if timeout is not None else row["timeout_origin"]
+        parts.append(f"{said}: {measured}predicted {row['predicted_timed_out']} timed out of {row['predicted_requests']}")
+    if rejected:  # never served in the simulation: over max_model_len, or more KV than the pool holds
+        why = row.get("predicted_reject_reason")
+        parts.append(f"predicted {rejected} rejected of {row['predicted_requests']}" + (f" (most: {why})" if why else ""))
+    return f"{row['run']}: " + "; ".join(parts) if parts else None

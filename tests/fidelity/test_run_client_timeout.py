@@ -72,3 +72,21 @@ def test_an_overloaded_run_gives_up_where_its_client_did_and_loses_no_request(tm
                           gpu_model="roofline", host="prior")
     assert served_row(patient)["predicted_timed_out"] == 0
     assert patient.means()["e2e_s"] > pred.means()["e2e_s"]
+
+
+def test_requests_the_simulated_engine_rejects_are_said_with_the_commonest_reason(tmp_path):
+    """A run folder whose KV pool cannot hold a request (num_gpu_blocks too small) has its requests
+    rejected in the simulation: served.csv counts them, and the CLI line says how many and why."""
+    from fidelity_helpers import make_measured_run
+
+    from fidelity.sources.vllm_server import load_server_run
+
+    folder = make_measured_run(tmp_path / "run", n=12, seed=0)
+    exp = folder / "exp-config.yaml"
+    exp.write_text(exp.read_text() + "num_gpu_blocks: 4\n")
+    row = served_row(predict_run(load_server_run(folder), gpu_model="roofline", host="prior"))
+    assert row["predicted_rejected"] == 12 and "KV blocks" in row["predicted_reject_reason"]
+    assert served_line(row).startswith("run: predicted 12 rejected of 12 (most: needs ")
+    fine = served_row(predict_run(load_server_run(make_measured_run(tmp_path / "ok", n=12)), gpu_model="roofline",
+                                  host="prior"))
+    assert fine["predicted_rejected"] == 0 and fine["predicted_reject_reason"] == "" and served_line(fine) is None
