@@ -117,7 +117,13 @@ def _bytes(n: int) -> str:
 def build_engine(config, device: str | torch.device = "cpu", model=None, clock: str = "wall") -> Engine:
     """An `Engine` for a servesim config (its TOML kept for the results), on `model` when given, with
     the engine clock `clock` (`gpu_backend.clock`)."""
-    engine_config, config_toml = engine_config_from_sim(config, device)
+    return engine_for(*engine_config_from_sim(config, device), device, model, clock)
+
+
+def engine_for(engine_config: EngineConfig, config_toml: str, device: str | torch.device = "cpu", model=None,
+               clock: str = "wall") -> Engine:
+    """`build_engine` from its `engine_config_from_sim` pair, for a caller that checks the engine
+    config before the model's weights load."""
     if clock != engine_config.clock:
         engine_config = dataclasses.replace(engine_config, clock=clock)
     engine = Engine(engine_config, device, model=model)

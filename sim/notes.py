@@ -85,7 +85,7 @@ def rate_unused(w) -> str | None:
         return "a closed loop's pace is its users (workload.num_users) and their think time"
     if w.kind == "staged":
         return "workload.stages give the rates"
-    if any((c.get("rate") if isinstance(c, dict) else c.rate) is not None for c in w.classes or ()):
+    if w.class_rates():
         return "each of workload.classes arrives at its own rate"
     if w.kind not in GENERATED_ARRIVALS and w.kind != "trace":
         return f"workload.kind = {w.kind} runs its own profile's load"

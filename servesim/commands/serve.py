@@ -90,15 +90,13 @@ def build_server(config_path: str | Path, device: str = "cpu", overrides: list[s
 def server_of(config, serve_config, tokenizer, device: str = "cpu"):
     """The `OpenAIServer` (engine not started) of a loaded serving setup; the tokenizer is checked
     against the model before the model's weights load (`check_vocab`)."""
-    from calibrate.engine_config import engine_config_from_sim
-    from gpu_backend.engine import Engine
+    from calibrate.engine_config import engine_config_from_sim, engine_for
     from gpu_backend.serve.server import OpenAIServer, check_vocab
 
     engine_config, config_toml = engine_config_from_sim(config, device)
     check_vocab(tokenizer, engine_config.model.vocab_size, config.model.name,
                 random_weights=engine_config.weights is None)
-    engine = Engine(engine_config, device)
-    engine.config_toml = config_toml
+    engine = engine_for(engine_config, config_toml, device)
     return OpenAIServer(engine, tokenizer, serve_config, config.scheduler.max_model_len,
                         vocab_size=engine.model_config.vocab_size)
 

@@ -212,7 +212,7 @@ class WorkloadConfig:
         self._check_profile()
         if self.rate is not None:
             check_number("workload.rate", self.rate, 0.0, strict_min=True)
-        elif self.kind in ("poisson", "gamma", "constant") and not self._class_rates():
+        elif self.kind in ("poisson", "gamma", "constant") and not self.class_rates():
             s("rate", 1.0)  # documented default: 1 request/s
         check_number("workload.cv", self.cv, 0.0)
         check_int("workload.num_requests", self.num_requests, 1, allow_none=True, maximum=MAX_NUM_REQUESTS)
@@ -289,7 +289,7 @@ class WorkloadConfig:
                               f"{kind.needs})")
         kind.check(registry.read_profile(self.profile))  # field errors name profile.<key>
 
-    def _class_rates(self) -> bool:
+    def class_rates(self) -> bool:
         """Whether the classes (tables or `PriorityClass`es) give their own rates."""
         return any((c.get("rate") if isinstance(c, dict) else c.rate) is not None for c in self.classes or ())
 
