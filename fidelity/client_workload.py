@@ -24,16 +24,18 @@ from pathlib import Path
 import numpy as np
 
 from policies import ConfigError, FinishReason
+from policies.config import check_number
 from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 from fidelity.engine_settings import ALIASES
-from records.files import write_content_file
+from records.files import read_json_object, write_content_file
 from fidelity.runs import RealRun, version_text
 from fidelity.sources.guidellm import GuidellmWorkload, is_guidellm_profile
 from fidelity.sources.guidellm_results import read_guidellm_requests
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import LATEST_READ, CHAT_BEHAVIOURS, SharedPrefixProfile, behaviour_for
 from fidelity.sources.inference_perf_results import read_inference_perf_requests
-from fidelity.sources.vllm_server import read_yaml, run_file
+from fidelity.sources.vllm_server import run_file
+from records.yaml_file import read_yaml
 
 BAND = 1.5  # generated / measured prompt mean beyond [1/BAND, BAND]: not tokenization noise
 VERSION_KEYS = ("inference_perf_version", "client_version")  # where an exp-config.yaml records it
@@ -138,12 +140,16 @@ def measured_lengths(run: RealRun) -> tuple[float, float, str]:
     """(mean prompt, mean output, file) the run measured, the client's counts first (nan, nan, "")."""
     summary = run_file(run.path, "summary_lifecycle_metrics.json", run.profile)
     if summary is not None:
-        with open(summary) as f:
-            data = json.load(f)
+        data = read_json_object(summary, "inference-perf summary")
         ok = data.get("successes") or data  # older summaries keep the successes' figures at the top
+        if not isinstance(ok, dict):
+            raise ConfigError(f"inference-perf summary: {summary}: successes: expected an object, got {ok!r:.60}")
         prompt, output = ok.get("prompt_len") or {}, ok.get("output_len") or {}
         if isinstance(prompt, dict) and prompt.get("mean") is not None:
             out = output.get("mean") if isinstance(output, dict) else None
+            check_number(f"inference-perf summary: {summary}: prompt_len.mean", prompt["mean"], 0)
+            if out is not None:
+                check_number(f"inference-perf summary: {summary}: output_len.mean", out, 0)
             return float(prompt["mean"]), float(out) if out is not None else math.nan, summary.name
     lifecycle = run_file(run.path, "per_request_lifecycle_metrics.json", run.profile)
     if lifecycle is not None:

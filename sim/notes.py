@@ -71,11 +71,18 @@ def profile_notes(config) -> list[str]:
 def scheduler_notes(config) -> list[str]:
     """The scheduler's part: a whole-prompt policy's step budget (what `servesim serve` has to say too)."""
     sched = config.scheduler
-    if scheduler_class(sched.policy).whole_prompts and sched.max_num_batched_tokens < sched.max_model_len:
-        return [f"scheduler.policy = {sched.policy} schedules whole prompts: its step budget is "
-                f"max_model_len = {sched.max_model_len} tokens, not scheduler.max_num_batched_tokens = "
-                f"{sched.max_num_batched_tokens}"]
-    return []
+    if not scheduler_class(sched.policy).whole_prompts:
+        return []
+    notes = []
+    if sched.max_num_batched_tokens < sched.max_model_len:
+        notes.append(f"scheduler.policy = {sched.policy} schedules whole prompts: its step budget is "
+                     f"max_model_len = {sched.max_model_len} tokens, not scheduler.max_num_batched_tokens = "
+                     f"{sched.max_num_batched_tokens}")
+    if sched.long_prefill_token_threshold:  # it caps a prefill chunk, and these policies never chunk
+        notes.append(f"scheduler.long_prefill_token_threshold = {sched.long_prefill_token_threshold} is not used: "
+                     f"scheduler.policy = {sched.policy} prefills whole prompts (set policy = chunked to cap "
+                     "a prompt's chunk)")
+    return notes
 
 
 def rate_unused(w) -> str | None:
@@ -153,6 +160,28 @@ def window_notes(config, workload, num_requests: int) -> list[str]:
         return []
     return [f"sim.max_sim_time_s = {limit:g}: {planned - num_requests} of the workload's {planned} requests are sent "
             "after the clock stops and are not simulated (not in the results)"]
+
+
+def empty_notes(config, workload, num_requests: int) -> list[str]:
+    """A line for a run whose workload made no request: nothing was measured, and the settings
+    that made it so are named (a duration too short for its rate, stages of rate 0, a filter
+    that dropped every request)."""
+    if num_requests:
+        return []
+    w = config.workload
+    if getattr(workload, "num_filtered", 0):
+        why = (f"workload.too_long = filter dropped all {workload.num_filtered} (each over max_model_len = "
+               f"{workload.max_model_len} tokens)")
+        fix = "raise max_model_len, shorten the lengths or set workload.too_long = clip"
+    elif w.kind == "staged":
+        why = "its stages sent none (" + ", ".join(f"{_fmt(r)} req/s for {_fmt(d)} s" for r, d in w.stages) + ")"
+        fix = "give a stage a rate above 0"
+    elif w.duration is not None and w.rate is not None:
+        why = f"none arrived within workload.duration = {_fmt(w.duration)} s at workload.rate = {_fmt(w.rate)} req/s"
+        fix = "give a longer duration, a higher rate or num_requests"
+    else:
+        why, fix = "the workload's settings sent none", "check workload.num_requests, duration and rate"
+    return [f"workload: the run had no requests: {why}; {fix}"]
 
 
 def with_notes(config, notes) -> object:

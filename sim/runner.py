@@ -25,7 +25,7 @@ from sim.build import (build_cache_config, build_replica, end_reason, make_recor
 from sim.cluster.layout import is_cluster
 from sim.cluster.runner import simulate_cluster
 from sim.config import Config, config_to_toml, load_config
-from sim.notes import outcome_notes, setting_notes, window_notes, with_notes
+from sim.notes import empty_notes, outcome_notes, setting_notes, window_notes, with_notes
 from sim.replica import paused_gc
 from sim.result import SimResult, finish_run, read_table, tabulate
 
@@ -86,7 +86,9 @@ def with_run_notes(result: SimResult, workload) -> SimResult:
     """`result` with what the run did to its workload in its config's notes (`sim.notes`: lengths
     clipped or filtered, a trace replayed, requests a time limit left out), config.toml included,
     so a result made from Python says what the command line says."""
-    notes = outcome_notes(workload) + window_notes(result.config, workload, result.summary["num_requests"])
+    done = result.summary["num_requests"]
+    notes = outcome_notes(workload) + window_notes(result.config, workload, done) + \
+        empty_notes(result.config, workload, done)
     if notes:
         result.config = with_notes(result.config, notes)
         if result.out_dir is not None:  # written before these were known

@@ -14,6 +14,7 @@ from fidelity.runs import measured_table
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import SharedPrefixProfile
 from policies import ConfigError
+from policies.config import check_number
 from records.files import read_json, read_json_object
 
 if TYPE_CHECKING:  # the run readers' tables
@@ -37,38 +38,52 @@ def read_inference_perf_requests(path: Path) -> pd.DataFrame:
         raise ConfigError(f"inference-perf per-request metrics: {path} does not hold a JSON list of per-request "
                           "entries")
     rows = []
-    for e in entries:
+    for i, e in enumerate(entries, 1):
         if not isinstance(e, dict) or e.get("error"):
             continue
-        c = e.get("computed_metrics")
-        if c:
-            rows.append({
-                "arrival_time": float(e["start_time"]), "num_prompt_tokens": int(c["input_tokens"]),
-                "num_output_tokens": int(c["output_tokens"]),
-                "ttft_s": float(c["time_to_first_token"]) if c.get("time_to_first_token") is not None else math.nan,
-                "e2e_s": float(c["request_latency"]),
-                "tpot_s": math.nan,  # derived per token below
-            })
-            continue
-        info = e.get("info") or {}
-        req = info.get("request_metrics") or {}
-        n_in = (req.get("text") or {}).get("input_tokens", info.get("input_tokens"))
-        resp = info.get("response_metrics") or {}
-        n_out = resp.get("output_tokens")
-        if n_in is None or n_out is None or e.get("start_time") is None or e.get("end_time") is None:
-            continue
-        start, times = float(e["start_time"]), resp.get("output_token_times") or []
-        ttft = float(times[0]) - start if len(times) > 1 else math.nan
-        # first to last token stamp over the tokens (not the stamps: a stream may carry several per token)
-        tpot = (float(times[-1]) - float(times[0])) / (int(n_out) - 1) if len(times) > 1 and int(n_out) > 1 else math.nan
-        rows.append({"arrival_time": start, "num_prompt_tokens": int(n_in), "num_output_tokens": int(n_out),
-                     "ttft_s": ttft, "e2e_s": float(e["end_time"]) - start, "tpot_s": tpot})
+        try:
+            row = _entry_row(e)
+        except KeyError as exc:
+            raise ConfigError(f"{path}: entry {i} has no {exc.args[0]!r} (a successful entry has start_time, "
+                              "end_time and computed_metrics or info)") from None
+        except (TypeError, ValueError, AttributeError) as exc:  # a count or time not a number, a section not an object
+            raise ConfigError(f"{path}: entry {i}: expected objects of numbers for its times and token counts "
+                              f"({exc})") from None
+        if row is not None:
+            rows.append(row)
     if not rows:
         raise ConfigError(f"{path}: no successful request with token counts (computed_metrics or info)")
     for r in rows:
         if not math.isfinite(r["tpot_s"]) and r["num_output_tokens"] > 1:
             r["tpot_s"] = (r["e2e_s"] - r["ttft_s"]) / (r["num_output_tokens"] - 1)
     return measured_table({k: [r[k] for r in rows] for k in rows[0]}, path)
+
+
+def _entry_row(e: dict) -> dict | None:
+    """One successful entry of `read_inference_perf_requests` as a row, or None where `info` lacks
+    its token counts or times (raises KeyError, TypeError or ValueError on a damaged entry)."""
+    c = e.get("computed_metrics")
+    if c:
+        return {
+            "arrival_time": float(e["start_time"]), "num_prompt_tokens": int(c["input_tokens"]),
+            "num_output_tokens": int(c["output_tokens"]),
+            "ttft_s": float(c["time_to_first_token"]) if c.get("time_to_first_token") is not None else math.nan,
+            "e2e_s": float(c["request_latency"]),
+            "tpot_s": math.nan,  # derived per token by the caller
+        }
+    info = e.get("info") or {}
+    req = info.get("request_metrics") or {}
+    n_in = (req.get("text") or {}).get("input_tokens", info.get("input_tokens"))
+    resp = info.get("response_metrics") or {}
+    n_out = resp.get("output_tokens")
+    if n_in is None or n_out is None or e.get("start_time") is None or e.get("end_time") is None:
+        return None
+    start, times = float(e["start_time"]), resp.get("output_token_times") or []
+    ttft = float(times[0]) - start if len(times) > 1 else math.nan
+    # first to last token stamp over the tokens (not the stamps: a stream may carry several per token)
+    tpot = (float(times[-1]) - float(times[0])) / (int(n_out) - 1) if len(times) > 1 and int(n_out) > 1 else math.nan
+    return {"arrival_time": start, "num_prompt_tokens": int(n_in), "num_output_tokens": int(n_out),
+            "ttft_s": ttft, "e2e_s": float(e["end_time"]) - start, "tpot_s": tpot}
 
 
 def read_summary_means(path: Path, requested_output: float | None = None) -> dict[str, float]:
@@ -80,10 +95,14 @@ def read_summary_means(path: Path, requested_output: float | None = None) -> dic
     output_len. `num_successes` / `num_failures`: the summary's counts, and `achieved_rate_per_s`:
     its sends per second (`load_summary.achieved_rate`), where it has them."""
     data = read_json_object(path, "inference-perf summary")
-    ok = data.get("successes") or {}
-    lat = ok.get("latency") or data.get("latency") or {}
+    ok = _section(path, data, "successes")
+    lat = _section(path, ok, "latency", "successes.") or _section(path, data, "latency")
     names = {"ttft_s": "time_to_first_token", "e2e_s": "request_latency"}
-    out = {k: float(lat[v]["mean"]) for k, v in names.items() if isinstance(lat.get(v), dict) and "mean" in lat[v]}
+    out = {}
+    for key, name in names.items():
+        if isinstance(lat.get(name), dict) and "mean" in lat[name]:
+            check_number(f"inference-perf summary: {path}: latency.{name}.mean", lat[name]["mean"])
+            out[key] = float(lat[name]["mean"])
     n = (ok.get("output_len") or {}).get("mean") if isinstance(ok.get("output_len"), dict) else None
     if requested_output is not None:
         n = requested_output
@@ -93,10 +112,21 @@ def read_summary_means(path: Path, requested_output: float | None = None) -> dic
     for key, part in (("num_successes", ok), ("num_failures", data.get("failures") or {})):
         if isinstance(part, dict) and isinstance(part.get("count"), (int, float)):
             out[key] = float(part["count"])  # requests the means are over, and those the client gave up on
-    rate = (data.get("load_summary") or {}).get("achieved_rate")
+    rate = _section(path, data, "load_summary").get("achieved_rate")
     if isinstance(rate, (int, float)) and not isinstance(rate, bool):
         out["achieved_rate_per_s"] = float(rate)
     return out
+
+
+def _section(path: Path, data: dict, key: str, where: str = "") -> dict:
+    """`data[key]` of an inference-perf summary: an object, or {} where absent; anything else is
+    refused naming the file and the key."""
+    part = data.get(key)
+    if part is None:
+        return {}
+    if not isinstance(part, dict):
+        raise ConfigError(f"inference-perf summary: {path}: {where}{key}: expected an object, got {part!r:.60}")
+    return part
 
 
 def requested_output_mean(profile: dict | None) -> float | None:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from policies import BatchPlan, ConfigError
+from policies.config import check_int
 from fidelity.runs import (RealRun, ServerArgs, canonical_gpu, measured_table, recorded_bool, recorded_gib,
                           recorded_release)
 from records.files import read_json_lines, read_json_object
@@ -256,6 +257,30 @@ def _column(file: Path, recs: list[dict], key: str, number: bool = True) -> list
     return np.array([r[key] for r in recs], dtype=float) if number else [r[key] for r in recs]
 
 
+def _count(meta_file: Path, kw: dict, key: str) -> int:
+    """engine_kwargs[`key`], a parallel size: absent or null is 1, else an integer >= 1."""
+    value = kw.get(key)
+    if value is None:
+        return 1
+    check_int(f"{meta_file}: engine_kwargs.{key}", value, minimum=1)
+    return value
+
+
+def check_devices(meta_file: Path, meta: dict, server: ServerArgs) -> None:
+    """Refuse a meta.json whose engine asks for more GPUs (tensor x data parallel) than its
+    `hardware.device_count` records: vLLM cannot have run that way, so the record is damaged, and
+    simulating the engine arguments would answer for a machine the run did not have."""
+    count = (meta.get("hardware") or {}).get("device_count")
+    if count is None:
+        return
+    check_int(f"{meta_file}: hardware.device_count", count, minimum=1)
+    need = server.tensor_parallel_size * server.data_parallel_size
+    if need > count:
+        raise ConfigError(f"{meta_file}: engine_kwargs.tensor_parallel_size {server.tensor_parallel_size} x "
+                          f"data_parallel_size {server.data_parallel_size} needs {need} GPUs, but "
+                          f"hardware.device_count records {count}")
+
+
 def load_llmservingsim_run(path: Path) -> RealRun:
     """An LLMServingSim bench example: vLLM 0.19 offline engine, engine-side timestamps per request."""
     path = Path(path)
@@ -272,8 +297,8 @@ def load_llmservingsim_run(path: Path) -> RealRun:
         if meta.get("vllm_version") is not None else "0.19"
     server = ServerArgs(
         model=str(kw.get("model", meta.get("model"))), gpu=gpu,
-        tensor_parallel_size=int(kw.get("tensor_parallel_size") or 1),
-        data_parallel_size=int(kw.get("data_parallel_size") or 1),
+        tensor_parallel_size=_count(meta_file, kw, "tensor_parallel_size"),
+        data_parallel_size=_count(meta_file, kw, "data_parallel_size"),
         enable_expert_parallel=recorded_bool(f"{meta_file}: engine_kwargs.enable_expert_parallel",
                                              kw.get("enable_expert_parallel", False)),
         max_model_len=kw.get("max_model_len"), max_num_batched_tokens=kw.get("max_num_batched_tokens"),
@@ -285,6 +310,7 @@ def load_llmservingsim_run(path: Path) -> RealRun:
         kv_offloading_size=recorded_gib(f"{meta_file}: kv_offloading_size", offload_size),
         kv_offloading_backend=kw.get("kv_offloading_backend", resolved_cache.get("kv_offloading_backend")),
     )
+    check_devices(meta_file, meta, server)
     recs = read_json_lines(requests_file, "LLMServingSim requests")
     if not recs:
         raise ConfigError(f"{requests_file}: no request records; expected one JSON object per line with "

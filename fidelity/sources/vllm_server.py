@@ -20,7 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from fidelity.runs import (REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, measured_table, read_table,
                           recorded_bool, recorded_gib, recorded_release, release_parts)
@@ -31,29 +30,10 @@ from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, 
                                                      read_summary_means, requested_output_mean)
 from fidelity.sources.vllm_bench import read_vllm_bench
 from policies import ConfigError
+from records.yaml_file import read_yaml
 
 
 # --- YAML / profiles -----------------------------------------------------------------------------
-def read_yaml(path: Path) -> dict:
-    """A YAML (or JSON) mapping; an empty file is an empty mapping. Bad YAML is one line naming the
-    file and where the parser stopped (`ConfigError`)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        what = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise ConfigError(f"{path}: not valid YAML{where}: {what}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not valid YAML (not UTF-8: {exc.reason} at byte {exc.start})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
-
-
 def server_args_from_exp_config(exp: dict, gpu: str | None = None) -> ServerArgs:
     """`ServerArgs` from an `exp-config.yaml` mapping (vLLM server arguments, inference-sim naming)."""
     if "model" not in exp:

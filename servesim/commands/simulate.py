@@ -22,7 +22,7 @@ from records.display import format_benchmarks
 from records.metrics import format_summary
 from records.sketch import DEFAULT_RELATIVE_ACCURACY
 from servesim.commands import options, small
-from sim.notes import setting_notes, with_notes
+from sim.notes import empty_notes, setting_notes, with_notes
 from sim.runner import simulate
 from sim.workload import build_workload
 
@@ -96,7 +96,10 @@ def run(args: argparse.Namespace) -> int:
     if out is not None and settings:
         write_rows(out / "settings.csv", settings)
     # what the run did to its workload (`sim.runner.with_run_notes`: in config.toml already)
-    options.note(args, *[n for n in result.config.notes if n not in config.notes])
+    empty = empty_notes(result.config, workload, result.summary["num_requests"])
+    options.note(args, *[n for n in result.config.notes if n not in config.notes and n not in empty])
+    if empty:  # nothing was measured: an error, not a summary of dashes
+        raise ConfigError(empty[0])
     if result.sketched_metrics:
         options.note(args, f"percentiles of {', '.join(result.sketched_metrics)} are within "
                      f"{DEFAULT_RELATIVE_ACCURACY:.1%} (more values than kept exactly)")

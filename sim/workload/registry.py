@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import yaml
-
 from policies.config import ConfigError
+from records.yaml_file import read_yaml
 
 #: where a kind or format a config names but nobody registered comes from (`sim` names no source)
 REGISTERED_BY = ("the servesim commands register the sources' own kinds and formats; from Python, "
@@ -74,7 +73,7 @@ def kind_of(path: str) -> str | None:
     first = next(iter(KINDS))
     try:
         profile = read_profile(path)
-    except (OSError, ConfigError, yaml.YAMLError):
+    except (OSError, ConfigError):
         return first
     errors, written_for = [], []
     for kind in KINDS.values():
@@ -107,9 +106,9 @@ def _has_field(profile: dict, error: str) -> bool:
 
 
 def read_profile(path: str) -> dict:
-    """A profile file (YAML or JSON) as a mapping."""
-    with open(path) as f:
-        data = yaml.safe_load(f)
-    if not isinstance(data, dict):
+    """A profile file (YAML or JSON) as a mapping; a damaged one is one line naming
+    `workload.profile` and the file (`records.yaml_file`)."""
+    data = read_yaml(path, "workload.profile")
+    if not data:
         raise ConfigError(f"workload.profile: {path} must hold a mapping (the profile's sections)")
     return data

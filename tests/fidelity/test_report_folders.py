@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,10 @@ from fidelity.engine_settings import ASSUMED, settings_table
 from fidelity.from_run import load_run
 from fidelity.run_folders import find_runs
 from fidelity.sources.inference_perf_profile import SharedPrefixProfile
-from fidelity.sources.vllm_server import ignored_profile_keys, load_server_run, read_yaml
+from fidelity.sources.vllm_server import ignored_profile_keys, load_server_run
+from policies import ConfigError
 from servesim.cli import main
+from records.yaml_file import read_yaml
 
 MADE_UP = Path(__file__).parent / "data" / "inference-perf-results"
 RUN = MADE_UP / "made-up-llama-2-7b-tp1"
@@ -62,6 +65,23 @@ def test_profile_yaml_alone_is_resolved_by_the_measured_lengths(tmp_path):
     check = check_workload(load_server_run(folder))
     assert "chat-0.6's prompts" in check.resolution and check.behaviour == "single-turn"
     assert check.num_over_limit == 0
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda d: d["successes"].update(prompt_len={"mean": "lots"}), "prompt_len.mean: expected a number, got 'lots'"),
+    (lambda d: d.update(successes=[1, 2]), "successes: expected an object"),
+], ids=["text-mean", "successes-a-list"])
+def test_a_damaged_summary_names_the_file_and_field(tmp_path, damage, says):
+    """The measured lengths a workload is checked against come from the client's summary: damaged,
+    it is refused naming the file and the field, not with float()'s or dict's traceback."""
+    folder = tmp_path / RUN.name
+    shutil.copytree(RUN, folder)
+    path = folder / "results" / "summary_lifecycle_metrics.json"
+    data = json.loads(path.read_text())
+    damage(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=f"inference-perf summary: {path}: {says}"):
+        check_workload(load_server_run(folder))
 
 
 def _simulate(folder: Path, out: Path) -> dict:

@@ -10,8 +10,9 @@ from fidelity_helpers import make_measured_run, make_requests, write_exp_config,
 
 from fidelity.run_folders import find_runs
 from fidelity.runs import ServerArgs, engine_version, release
-from fidelity.sources.vllm_server import load_server_run, read_yaml, scan_vllm_log, server_args_from_exp_config
+from fidelity.sources.vllm_server import load_server_run, scan_vllm_log, server_args_from_exp_config
 from policies import ConfigError
+from records.yaml_file import read_yaml
 
 
 @pytest.fixture(scope="module")

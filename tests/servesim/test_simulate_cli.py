@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from servesim.cli import main
+from sim.config import load_config
+from sim.runner import simulate
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "examples" / "default.toml"
@@ -117,3 +119,27 @@ def test_requests_a_time_limit_leaves_out_are_counted_in_a_note(tmp_path, capsys
     assert line in capsys.readouterr().err and line[6:] in (out / "config.toml").read_text()
     assert main(args) == 0  # no limit: every request is in the results, nothing to say
     assert "max_sim_time_s" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sets, says", [
+    (["workload.duration=0.001", "workload.rate=2"], "none arrived within workload.duration = 0.001 s"),
+    (["workload.kind=staged", "workload.stages=[[0, 5], [0, 3]]"], "its stages sent none"),
+    (["workload.max_model_len=10", "workload.too_long=filter"], "workload.too_long = filter dropped all"),
+])
+def test_a_workload_that_makes_no_request_is_an_error_saying_why(capsys, sets, says):
+    """A run of no request measures nothing: exit 2 with the one line naming what made it empty,
+    not a summary of dashes and exit 0."""
+    args = ["simulate", str(DEFAULT), "--no-progress", "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("servesim simulate: error: workload: the run had no requests")
+    assert says in err[0]
+
+
+def test_from_python_a_workload_of_no_request_says_so_in_its_notes():
+    result = simulate(load_config(DEFAULT, ["workload.duration=0.001", "workload.rate=2"]))
+    assert result.summary["num_requests"] == 0
+    assert any(n.startswith("workload: the run had no requests") for n in result.config.notes)
+    assert not any("no requests" in n for n in simulate(load_config(DEFAULT, ["workload.num_requests=5"])).config.notes)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policies import CacheConfig
+from policies import CacheConfig, Request
 from policies.schedulers import make_scheduler
 from records.display import number
 from sim.config import config_to_toml, load_config
@@ -77,6 +77,23 @@ def test_a_whole_prompt_policy_says_its_budget_is_max_model_len_as_the_scheduler
         else:
             assert said == [], policy
     assert policy == "chunked" and said == []
+
+
+def test_a_prefill_cap_a_policy_never_applies_says_so_as_the_scheduler_runs():
+    """`long_prefill_token_threshold` caps a prompt's chunk; the note speaks exactly where the
+    scheduler leaves a prompt longer than the cap whole."""
+    for policy in ("static", "continuous", "chunked", "vllm"):
+        cfg = config(scheduler={"policy": policy, "long_prefill_token_threshold": 16})
+        notes, _ = notes_of(cfg)
+        scheduler = make_scheduler(cfg.scheduler, CacheConfig(block_size=16, num_gpu_blocks=1000))
+        scheduler.add_request(Request("r", 0.0, 100, 2), 0.0)
+        plan = scheduler.schedule(0.0)
+        said = [n for n in notes if "long_prefill_token_threshold" in n]
+        if plan.num_scheduled_tokens["r"] == 100:  # left whole: the cap did nothing
+            assert said == [f"scheduler.long_prefill_token_threshold = 16 is not used: scheduler.policy = "
+                            f"{policy} prefills whole prompts (set policy = chunked to cap a prompt's chunk)"]
+        else:
+            assert plan.num_scheduled_tokens["r"] == 16 and said == [], policy
 
 
 def test_clipped_lengths_are_counted_as_the_workload_clipped_them():

@@ -76,6 +76,27 @@ def test_a_negative_latency_names_the_file_and_row(tmp_path):
         read_inference_perf_requests(path)
 
 
+def _damaged(entry: dict, fix) -> dict:
+    fix(entry)
+    return entry
+
+
+@pytest.mark.parametrize("entry, says", [
+    ({"end_time": 2.0, "error": None, "computed_metrics": {"input_tokens": 5, "output_tokens": 3,
+                                                          "request_latency": 1.0}}, "entry 2 has no 'start_time'"),
+    ({"start_time": 1.0, "end_time": 2.0, "error": None, "computed_metrics": {"input_tokens": 5}},
+     "entry 2 has no 'output_tokens'"),
+    (_damaged(streamed(11.0, 0.3, 11, 0.05), lambda e: e["info"]["response_metrics"].update(output_tokens="ten")),
+     "entry 2: expected objects of numbers"),
+    ({"start_time": 1.0, "end_time": 2.0, "error": None, "info": ["not", "an", "object"]},
+     "entry 2: expected objects of numbers"),
+], ids=["no-start-time", "computed-without-output", "text-count", "info-a-list"])
+def test_a_damaged_entry_names_the_file_and_entry(tmp_path, entry, says):
+    path = write(tmp_path, "per_request_lifecycle_metrics.json", [streamed(10.0, 0.2, 11, 0.05), entry])
+    with pytest.raises(ConfigError, match=f"^{path}: {says}"):
+        read_inference_perf_requests(path)
+
+
 def summary(ttft: float, e2e: float, n_out: float, ok: int = 90, failed: int = 10) -> dict:
     lat = {"time_to_first_token": {"mean": ttft}, "request_latency": {"mean": e2e},
            "time_per_output_token": {"mean": 123.0}}  # per chunk: never read

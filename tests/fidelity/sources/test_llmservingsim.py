@@ -132,6 +132,10 @@ def test_a_hand_made_bench_run_reads_its_settings_as_written(tmp_path):
     assert run.server.engine_version == "0.19" and run.server.enable_prefix_caching and run.num_requests == 3
     off = bench_run(tmp_path / "off", {"kv_cache": {"block_size": 16, "enable_prefix_caching": "false"}})
     assert load_llmservingsim_run(off).server.enable_prefix_caching is False  # bool("false") is True
+    four = bench_run(tmp_path / "tp4", {"hardware": {"device_name": "NVIDIA H100 80GB HBM3", "device_count": 8},
+                                        "engine_kwargs": {"model": "m", "tensor_parallel_size": 4,
+                                                          "data_parallel_size": 2}})
+    assert load_llmservingsim_run(four).server.tensor_parallel_size == 4  # 4 x 2 GPUs of 8: as recorded
 
 
 @pytest.mark.parametrize("meta, lines, message", [
@@ -143,8 +147,16 @@ def test_a_hand_made_bench_run_reads_its_settings_as_written(tmp_path):
     (None, '{"request_id": "bench-0", "input_toks": 1}\n', r"requests.jsonl: record 1 has no queued_ts; each record has request_id"),
     (None, '{"request_id": "b", "input_toks": "x", "output_toks": 1, "queued_ts": 1, "first_token_ts": 1, '
            '"last_token_ts": 2}\n', r"requests.jsonl: record 1: input_toks: expected a number, got 'x'"),
+    ({"hardware": {"device_name": "NVIDIA H100 80GB HBM3", "device_count": 1},
+      "engine_kwargs": {"model": "m", "tensor_parallel_size": 4}}, None,
+     r"meta.json: engine_kwargs.tensor_parallel_size 4 x data_parallel_size 1 needs 4 GPUs, but "
+     r"hardware.device_count records 1"),
+    ({"engine_kwargs": {"model": "m", "tensor_parallel_size": "two"}}, None,
+     r"meta.json: engine_kwargs.tensor_parallel_size: expected an integer, got 'two'"),
+    ({"hardware": {"device_name": "NVIDIA H100 80GB HBM3", "device_count": 0}}, None,
+     r"meta.json: hardware.device_count: must be >= 1, got 0"),
 ], ids=["version-number", "version-text", "prefix-caching", "offloading-size", "truncated-line", "missing-key",
-        "text-count"])
+        "text-count", "more-gpus-than-devices", "text-tp", "no-devices"])
 def test_a_damaged_bench_run_names_the_file_and_field(tmp_path, meta, lines, message):
     with pytest.raises(ConfigError, match=message):
         load_llmservingsim_run(bench_run(tmp_path / "run", meta, lines))

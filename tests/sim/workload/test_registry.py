@@ -67,8 +67,14 @@ def test_a_registered_kind_checks_its_profile_and_names_the_field(toy, tmp_path)
     with pytest.raises(ConfigError, match=r"^workload\.profile: only used with kind = 'toy', not 'poisson'"):
         WorkloadConfig(kind="poisson", profile=str(toy))
     bad.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"^workload\.profile: .*: expected a mapping at the top level, got list"):
+        WorkloadConfig(profile=str(bad))
+    bad.write_text("")
     with pytest.raises(ConfigError, match=r"^workload\.profile: .* must hold a mapping"):
         WorkloadConfig(profile=str(bad))
+    bad.write_text("n: [3\n")  # bad YAML: one line naming the file and where, not yaml's traceback
+    with pytest.raises(ConfigError, match=rf"^workload\.profile: {bad}: not valid YAML at line 2, column 1"):
+        WorkloadConfig(kind="toy", profile=str(bad))
 
 
 def test_a_profile_without_a_kind_goes_to_the_kind_that_takes_it(toy, tmp_path):
