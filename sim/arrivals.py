@@ -8,6 +8,7 @@ steps that made them. One type for a single replica and for a cluster.
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 import simpy
@@ -38,6 +39,8 @@ class Arrivals:
         self.num_generated = 0  # requests known so far (initial + follow-ups)
         self.num_ended = 0
         self.progress: "tqdm | None" = None
+        self._due: deque[Request] = deque()  # follow-ups due now, waiting for the submit in progress
+        self._submitting = False
 
     def start(self) -> None:
         # an open-loop workload's requests one at a time, in arrival order (`Workload.stream`):
@@ -80,8 +83,19 @@ class Arrivals:
         delay = self.reach_time(request) - self.env.now
         if delay > 0:
             self.env.timeout(delay).callbacks.append(lambda _event, r=request: self.submit(r))
-        else:
-            self.submit(request)
+            return
+        # now, before the replica plans its next step; but a follow-up of a request that ends inside
+        # `submit` (rejected, say) waits for that call to return, so that a closed loop whose every
+        # request is rejected submits them one after another, not one stack frame deeper each
+        self._due.append(request)
+        if self._submitting:
+            return
+        self._submitting = True
+        try:
+            while self._due:
+                self.submit(self._due.popleft())
+        finally:
+            self._submitting = False
 
     def on_finish(self, request: Request, now: float) -> None:
         if self.frontend is not None:  # the client sees the end (and every token) egress_s later

@@ -95,7 +95,9 @@ class CandidateGrid:
                         pool = 'disaggregation.{}={{count={}, gpu="{}", tp={}}}'
                         out.append({"layout": "disaggregated", "gpu": gpu, "budget": budget,
                                     "prefill": f"{n_p}x tp{tp_p}", "decode": f"{n_d}x tp{tp_d}",
+                                    # the pools are the replicas: a base's [cluster] replicas would be refused
                                     "overrides": common + [f'hardware.gpu="{gpu}"', "disaggregation.enabled=true",
+                                                           "cluster.replicas=[]", "cluster.num_replicas=1",
                                                            pool.format("prefill", n_p, gpu, tp_p),
                                                            pool.format("decode", n_d, gpu, tp_d)]})
         return out

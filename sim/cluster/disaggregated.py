@@ -224,6 +224,7 @@ class DisaggregatedCluster:
         request.num_cached_tokens = half.num_cached_tokens
         request.num_preemptions += half.num_preemptions
         request.preemption_intervals.extend(half.preemption_intervals)
+        request.num_swaps += half.num_swaps
         request.num_recomputes += half.num_recomputes
         if half.finish_reason not in COMPLETED or not half.token_times:
             self._end(request, half.finish_reason or FinishReason.ABORTED, now, half.reject_reason)

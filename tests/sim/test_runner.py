@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pandas as pd
@@ -59,6 +60,26 @@ def test_closed_loop_keeps_at_most_num_users_in_flight():
     finishes = np.sort(t["finish_time"].to_numpy())
     later = np.sort(t["arrival_time"].to_numpy())[8:]
     assert (later >= finishes[:len(later)] + 0.2 - 1e-9).all()
+
+
+def test_a_closed_loop_whose_every_request_is_rejected_ends_with_each_counted():
+    """A rejected request ends inside its own submit, and its user's next one (no think time) is due
+    at once: thousands of them in a row are submitted one after another, not each a stack frame
+    deeper (a RecursionError near 200 before), and each is in the results as rejected."""
+    n = 3 * sys.getrecursionlimit()
+    cfg = load_config({"scheduler": {"max_model_len": 64},
+                       "workload": {"kind": "closed_loop", "num_users": 1, "think_time": 0.0, "num_requests": n,
+                                    "prompt_len": {"kind": "constant", "value": 100},
+                                    "output_len": {"kind": "constant", "value": 8}, "too_long": "keep"}})
+    r = simulate(cfg, latency_model=ConstantLatency(0.01))
+    assert len(r.requests) == n and r.summary["num_rejected"] == n and r.requests["req_id"].is_unique
+    # a user whose requests are served still waits for each to end before the next
+    served = simulate(load_config({"workload": {"kind": "closed_loop", "num_users": 1, "think_time": 0.0,
+                                                "num_requests": 20, "prompt_len": {"kind": "constant", "value": 10},
+                                                "output_len": {"kind": "constant", "value": 4}}}),
+                      latency_model=ConstantLatency(0.01))
+    t = served.requests.sort_values("arrival_time")
+    assert (t["arrival_time"].to_numpy()[1:] >= t["finish_time"].to_numpy()[:-1] - 1e-12).all()
 
 
 def test_max_sim_time_aborts_the_live_requests_and_keeps_them(tmp_path):

@@ -146,6 +146,20 @@ def test_a_layout_the_model_does_not_fit_is_reported_not_fatal():
     assert result.by_gpus is not None and result.by_gpus["tp"] == 4
 
 
+def test_a_base_with_cluster_replicas_still_plans_its_disaggregated_layouts():
+    """The pools are a disaggregated layout's replicas: a base config's `[cluster]` (two replicas,
+    as examples/capacity.toml has) is reset for those candidates as for the colocated ones, not
+    carried into every disaggregated row as an error."""
+    base = small_config(num_requests=20, cluster={"num_replicas": 2})
+    grid = CandidateGrid(gpus=("H100-SXM",), tps=(1,), replicas=(1, 2), layouts=("colocated", "disaggregated"),
+                         max_gpus=2, pool_counts=(1,))
+    result = plan(base, 4.0, SLO(ttft_s=5.0), grid, executor=SerialExecutor(), progress=False)
+    disagg = [r for r in result.rows if r["layout"] == "disaggregated"]
+    assert disagg and all("error" not in r or not r["error"] for r in disagg), disagg
+    assert all(r["num_gpus"] == 2 and r["slo_attainment"] > 0 for r in disagg)
+    assert {r["replicas"] for r in result.rows if r["layout"] == "colocated"} == {1, 2}
+
+
 def test_plan_cli_prints_both_winners(tmp_path, capsys):
     from servesim.cli import main
 

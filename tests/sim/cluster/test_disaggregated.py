@@ -183,6 +183,20 @@ def test_preemption_intervals_of_both_halves_reach_the_user_request():
     assert (intervals["resumed_at"] <= intervals["finish_time"]).all()
 
 
+@pytest.mark.parametrize("side, blocks", [("prefill", 40), ("decode", 120)])
+def test_every_preemption_of_either_half_is_counted_as_a_swap_or_a_recompute(side, blocks):
+    """Swap preemption in a small pool on one side: each preemption the user request carries is a
+    swap or a recompute, whichever half made it (the prefill half's swaps were dropped before).
+    Prompts longer than the small prefill pool are rejected, and counted so."""
+    pool = f"disaggregation.{side}={{count = 1, hardware = {{num_gpu_blocks = {blocks}, swap_space_gb = 4}}}}"
+    res = simulate(make_config(DISAGG + [pool, "scheduler.preemption=swap", "scheduler.max_num_batched_tokens=128",
+                                         "workload.num_requests=60", "workload.rate=200"]))
+    reqs = res.requests
+    assert set(reqs["finish_reason"]) <= {"length", "rejected"} and reqs["num_swaps"].sum() > 0
+    assert (reqs["num_preemptions"] == reqs["num_swaps"] + reqs["num_recomputes"]).all()
+    assert res.summary["num_swaps"] == reqs["num_swaps"].sum()
+
+
 @pytest.mark.parametrize("extra, field", [
     (["cluster.num_replicas=2"], "cluster.num_replicas"),
     (["autoscaling.enabled=true"], "autoscaling.enabled"),
