@@ -25,13 +25,14 @@ SWEEP_STRATEGIES = RATE_TYPES
 
 
 def sweep_workload(strategy: str, rate: str, requests: int, prompt_tokens: int, output_tokens: int,
-                   prefix_tokens: int = 0, folder: str | Path | None = None) -> dict:
+                   prefix_tokens: int = 0, folder: str | Path | None = None, seed: int = 42) -> dict:
     """A `workload` section that runs a benchmark sweep as guidellm drives it: `strategy` (one of
     `SWEEP_STRATEGIES`), `rate` (a sweep's size, req/s, streams; "1,2,4" runs one benchmark each;
     unused by synchronous and throughput), `requests` per benchmark, lengths with a quarter of
-    their mean as spread, a shared prefix. The profile is a JSON file in `folder` (the temporary
-    folder by default) named by its content, so that one profile is one file and one config."""
-    profile = {"rate-type": strategy, "max-requests": int(requests), "random-seed": 42,
+    their mean as spread, a shared prefix, the draws' `seed`. The profile is a JSON file in
+    `folder` (the temporary folder by default) named by its content, so that one profile is one
+    file and one config."""
+    profile = {"rate-type": strategy, "max-requests": int(requests), "random-seed": int(seed),
                "data": {"prompt_tokens": int(prompt_tokens), "prompt_tokens_stdev": int(prompt_tokens) // 4,
                         "output_tokens": int(output_tokens), "output_tokens_stdev": int(output_tokens) // 4,
                         "prefix_tokens": int(prefix_tokens)}}

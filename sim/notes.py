@@ -158,8 +158,9 @@ def window_notes(config, workload, num_requests: int) -> list[str]:
         planned = max(planned, config.workload.num_requests)
     if limit is None or planned <= num_requests:
         return []
+    # env.run(until=limit) stops before the events at `limit`: a request due then is left out too
     return [f"sim.max_sim_time_s = {limit:g}: {planned - num_requests} of the workload's {planned} requests are sent "
-            "after the clock stops and are not simulated (not in the results)"]
+            "at or after the clock stops and are not simulated (not in the results)"]
 
 
 def empty_notes(config, workload, num_requests: int) -> list[str]:

@@ -165,6 +165,9 @@ class Replica:
     def _mark_timed_out(self, request: Request, deadline: float) -> None:
         request.finish_reason = FinishReason.TIMED_OUT
         request.finish_time = deadline
+        # the request ends at its deadline for the client: so does a preemption still open at the abort
+        # (each stays counted, as num_preemptions counts it)
+        request.preemption_intervals = [(min(a, deadline), min(b, deadline)) for a, b in request.preemption_intervals]
         request.reject_reason = f"client timeout: not finished {self.request_timeout_s:g} s after it was sent"
 
     def run_alone(self, until: float | None = None) -> None:

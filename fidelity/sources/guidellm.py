@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from policies import ConfigError, Request
+from policies.config import check_int, check_number
 from records.results import request_row
 from fidelity.benchmark_stats import benchmark_stats
 from fidelity.sources.inference_perf_profile import parse_version
@@ -108,6 +109,24 @@ def guidellm_prefixes(data: dict, release: tuple[int, ...]) -> list[tuple[int, i
         out.extend([(first + i, tokens) for i in range(count)] * (weight // common))
         first += count
     return out if any(tokens for _, tokens in out) else []
+
+
+def check_lengths(data: dict) -> None:
+    """Refuse synthetic lengths guidellm's samplers cannot draw from, naming the key: a mean prompt
+    or output under 1 token (a negative one was drawn as 1 before, and 0 failed inside `random`), a
+    negative spread, bounds under 1 or crossed. `prefix_tokens` >= 0."""
+    for name in ("prompt_tokens", "output_tokens"):
+        check_number(f"profile.data.{name}", data[name], 1)
+        check_number(f"profile.data.{name}_stdev", data.get(f"{name}_stdev") or 0, 0)
+        lo, hi = data.get(f"{name}_min"), data.get(f"{name}_max")
+        for bound, value in (("min", lo), ("max", hi)):
+            if value is not None:
+                check_int(f"profile.data.{name}_{bound}", value, 1)
+        if lo is not None and hi is not None and lo > hi:
+            raise ConfigError(f"profile.data.{name}_min: {lo} is above {name}_max = {hi}")
+    prefix = data.get("prefix_tokens")
+    if prefix is not None:
+        check_int("profile.data.prefix_tokens", prefix, 0)
 
 
 class IntegerSampler:
@@ -230,6 +249,7 @@ class GuidellmWorkload:
         if int(data.get("turns") or 1) != 1:
             raise ConfigError(f"profile.data.turns: guidellm's multi-turn rows are not modelled; allowed 1, "
                               f"got {data.get('turns')!r}")
+        check_lengths(data)
         self._prefix_rng = random.Random(s + 3)
         self.prompt = IntegerSampler(data["prompt_tokens"], data.get("prompt_tokens_stdev"),
                                      data.get("prompt_tokens_min"), data.get("prompt_tokens_max"), s)

@@ -21,8 +21,8 @@ from policies import ConfigError
 from policies.config import check_choice, check_int, check_number
 from sim.capacity.executor import LocalExecutor
 from sim.capacity.slo import SLO
-from sim.capacity.sweep import (DEFAULT_SIMULATE, PointSpec, evaluate_point, format_override, hold_window_of,
-                                 load_point_config, sustains)
+from sim.capacity.sweep import (DEFAULT_SIMULATE, PointSpec, check_paced, evaluate_point, format_override,
+                                 hold_window_of, load_point_config, sustains)
 from sim.cluster.layout import cost_per_hour
 from sim.config import load_config
 from specs import check_parallelism, get_gpu
@@ -165,6 +165,7 @@ def plan(base: Any, target_rate: float, slo: SLO, grid: CandidateGrid = Candidat
     if not candidates:
         raise ConfigError(f"plan.max_gpus: no candidate layout fits in {grid.max_gpus} GPUs")
     config = load_config(base, list(base_overrides))
+    check_paced(config.workload, rate_key)  # else every candidate would be offered the base's own load
     grid.check_model(config)
     # the same arrival window as the base config's (as the SLO search does): n0 requests at r0 -> n0/r0 s
     (point,) = hold_window_of(config.workload, [{rate_key: repr(float(target_rate))}], rate_key)

@@ -16,10 +16,9 @@ from policies import ConfigError
 from policies.config import check_number
 from sim.capacity.executor import SerialExecutor
 from sim.capacity.slo import SLO
-from sim.capacity.sweep import (DEFAULT_SIMULATE, evaluate_point, hold_window_of, load_point_config, make_specs,
-                                sustains)
+from sim.capacity.sweep import (DEFAULT_SIMULATE, check_paced, evaluate_point, hold_window_of, load_point_config,
+                                make_specs, sustains)
 from sim.cluster.layout import num_gpus
-from sim.notes import rate_unused
 
 DEFAULT_RATE_KEY = "workload.rate"
 
@@ -67,10 +66,7 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
     tested: dict[float, bool] = {}
 
     config = load_point_config(make_specs(base, [{}], slo, base_overrides, simulate)[0])
-    unused = rate_unused(config.workload) if rate_key == DEFAULT_RATE_KEY else None
-    if unused:  # every probe would offer the same load: the search would double its rate forever
-        raise ConfigError(f"{rate_key}: does not set this workload's pace ({unused}); search an open-loop "
-                          "workload (workload.kind = poisson, gamma or constant, one rate) or a trace")
+    check_paced(config.workload, rate_key)
 
     def test(rates: list[float]) -> None:
         rates = [r for r in rates if r not in tested]

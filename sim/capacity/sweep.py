@@ -21,6 +21,7 @@ from sim.capacity.executor import LocalExecutor
 from sim.capacity.slo import SLO, attainment
 from sim.cluster.layout import all_replica_configs, num_gpus
 from sim.config import load_config, toml_value
+from sim.notes import rate_unused
 from sim.workload.config import MAX_NUM_REQUESTS
 
 DEFAULT_SIMULATE = "sim.runner.simulate"
@@ -108,6 +109,17 @@ def sustains(row: Mapping[str, Any]) -> bool:
     target longer than the run cannot be missed however far the backlog grows. The search's
     and the planner's one test."""
     return bool(row.get("slo_met")) and not row.get("saturated", False)
+
+
+def check_paced(workload: Any, rate_key: str = "workload.rate") -> None:
+    """Refuse a search or plan by `workload.rate` of a workload whose pace that rate does not set
+    (`sim.notes.rate_unused`: a closed loop, stages, per-class rates, a profile's own load): every
+    rate would offer the same load, so every answer would be the same (and a search would double
+    its rate forever)."""
+    unused = rate_unused(workload) if rate_key == "workload.rate" else None
+    if unused:
+        raise ConfigError(f"{rate_key}: does not set this workload's pace ({unused}); use an open-loop "
+                          "workload (workload.kind = poisson, gamma or constant, one rate) or a trace")
 
 
 def hold_window_of(workload: Any, points: list[dict], rate_key: str = "workload.rate") -> list[dict]:

@@ -58,6 +58,9 @@ class AutoscalingConfig:
         check_choice("autoscaling.metric", self.metric, METRICS)
         if self.target is not None:
             check_number("autoscaling.target", self.target, 0.0, strict_min=True)
+            if self.metric == "kv_usage" and self.target > 1:  # never reached: the fleet would never grow
+                raise ConfigError(f"autoscaling.target: metric = kv_usage is the used fraction of the KV pool, "
+                                  f"in (0, 1]; got {self.target}")
         check_number("autoscaling.interval_s", self.interval_s, 0.0, strict_min=True)
         if self.provisioning_delay_s is not None:
             check_number("autoscaling.provisioning_delay_s", self.provisioning_delay_s, 0.0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -104,7 +105,11 @@ def _read_cached(path: str, fmt: str, _mtime: int, field: str) -> Trace:
     if reader is None:
         raise ConfigError(f"workload.trace_format: {fmt!r} is not allowed; choose one of "
                           f"{', '.join(['auto', *readers])}")
-    rows = reader(Path(path), field)
+    try:
+        rows = reader(Path(path), field)
+    except UnicodeDecodeError as exc:  # a file saved in another encoding (Latin-1, UTF-16)
+        raise ConfigError(f"{field}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                          "save it as UTF-8") from None
     if not rows[0]:
         raise ConfigError(f"{field}: {path} has no requests")
     t = np.asarray(rows[0], dtype=np.float64)
@@ -116,9 +121,11 @@ def _read_cached(path: str, fmt: str, _mtime: int, field: str) -> Trace:
 
 
 def parse_int(value: str, what: str, where: str, minimum: int = 0) -> int:
+    if isinstance(value, float) and not value.is_integer():  # a JSON 10.7: int() would drop the .7 unsaid
+        raise ConfigError(f"{where}: {what} must be an integer, got {value!r}")
     try:
         x = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON Infinity
         raise ConfigError(f"{where}: {what} must be an integer, got {value!r}") from None
     if x < minimum:
         raise ConfigError(f"{where}: {what} must be >= {minimum}, got {x}")
@@ -196,7 +203,8 @@ def _read_mooncake(path: Path, field: str):
             for key in ("timestamp", "input_length", "output_length"):
                 if key not in d:
                     raise ConfigError(f"{where}: missing key {key!r}")
-            if isinstance(d["timestamp"], bool) or not isinstance(d["timestamp"], (int, float)) or d["timestamp"] < 0:
+            stamp = d["timestamp"]  # Python's json reads NaN and Infinity: neither is a time
+            if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp) or stamp < 0:
                 raise ConfigError(f"{where}: timestamp must be a number of ms >= 0, got {d['timestamp']!r}")
             t.append(d["timestamp"] / 1000.0)
             n_in = parse_int(d["input_length"], "input_length", where, 1)

@@ -115,7 +115,7 @@ def test_requests_a_time_limit_leaves_out_are_counted_in_a_note(tmp_path, capsys
     summary = json.loads((out / "summary.json").read_text())
     left = 100 - summary["num_requests"]
     assert left > 0
-    line = f"note: sim.max_sim_time_s = 3: {left} of the workload's 100 requests are sent after the clock stops"
+    line = f"note: sim.max_sim_time_s = 3: {left} of the workload's 100 requests are sent at or after the clock stops"
     assert line in capsys.readouterr().err and line[6:] in (out / "config.toml").read_text()
     assert main(args) == 0  # no limit: every request is in the results, nothing to say
     assert "max_sim_time_s" not in capsys.readouterr().err

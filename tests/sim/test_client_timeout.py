@@ -10,13 +10,14 @@ timeouts: tests/sim/test_fast_path.py.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import simpy
 
 from policies import ConfigError, Request
-from records.results import Recorder, requests_table
+from records.results import Recorder, preemption_table, requests_table
 from sim.config import load_config
 from sim.replica import Replica
 from sim.runner import simulate
@@ -24,6 +25,7 @@ from sim.workload import WorkloadConfig
 from sim_helpers import ConstantLatency, make_requests, make_sched, run_replica
 
 ENDED = {"length", "stop", "rejected", "timed_out"}
+TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny-llama" / "config.json"
 
 
 def overload_config(timeout=2.0, **workload):
@@ -66,6 +68,31 @@ def test_every_request_ends_and_every_block_returns(policy, preemption):
     bm = sched.block_manager
     assert bm.num_free_gpu_blocks == bm.num_gpu_blocks
     assert bm.num_free_cpu_blocks == bm.num_cpu_blocks
+    # a preemption never outlasts its request: a timed-out one's still open at the abort ends at the deadline
+    for r in recorder.requests:
+        assert len(r.preemption_intervals) == r.num_preemptions
+        assert all(a <= b <= r.finish_time for a, b in r.preemption_intervals), (r.req_id, r.preemption_intervals)
+
+
+def test_a_preemption_open_when_its_request_times_out_ends_at_the_deadline():
+    """A tight pool under a closed loop with swap preemption and a short timeout: requests preempted
+    when their client gives up end at the deadline, and so do their open preemption intervals."""
+    cfg = load_config({
+        "model": {"name": str(TINY)},
+        "hardware": {"gpu": "H100-SXM", "num_gpu_blocks": 4, "swap_space_gb": 0.0},
+        "scheduler": {"policy": "continuous", "max_num_seqs": 4, "queue": "priority", "preemption": "swap"},
+        "cache": {"block_size": 32, "watermark": 0.2, "enable_prefix_caching": True},
+        "workload": {"num_requests": 261, "seed": 460, "prompt_len": {"kind": "uniform", "low": 7, "high": 104},
+                     "output_len": {"kind": "constant", "value": 12}, "kind": "closed_loop", "num_users": 8,
+                     "think_time": 0.01, "num_prefix_groups": 1, "prefix_len": 16, "users_per_group": 2,
+                     "request_timeout_s": 0.05}})
+    table = simulate(cfg).requests
+    out = table[(table["finish_reason"] == "timed_out") & (table["num_preemptions"] > 0)]
+    assert len(out) > 0
+    intervals = preemption_table(table).merge(table[["req_id", "finish_time"]])
+    assert len(intervals) == table["num_preemptions"].sum()
+    assert (intervals["preempted_at"] <= intervals["resumed_at"]).all()
+    assert (intervals["resumed_at"] <= intervals["finish_time"]).all()
 
 
 def test_requests_sent_together_while_a_step_runs_get_their_deadlines_in_order():

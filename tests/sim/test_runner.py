@@ -134,7 +134,7 @@ def test_a_result_made_from_python_carries_the_notes_the_command_prints(tmp_path
     result = simulate(config, out=tmp_path)
     left = 120 - result.summary["num_requests"]
     assert left > 0
-    line = f"sim.max_sim_time_s = 4: {left} of the workload's 120 requests are sent after the clock stops"
+    line = f"sim.max_sim_time_s = 4: {left} of the workload's 120 requests are sent at or after the clock stops"
     assert any(n.startswith(line) for n in result.config.notes)
     assert f"# note: {line}" in (tmp_path / "config.toml").read_text()
     assert not simulate({**config, "sim": {}}).config.notes  # nothing left out: nothing to say

@@ -8,6 +8,8 @@ import pytest
 
 from policies import ConfigError, FinishReason
 from fidelity.sources.guidellm import GuidellmWorkload, guidellm_workload
+from fidelity.workloads import sweep_workload
+from sim.workload.registry import read_profile
 
 PROFILE = {"rate-type": "sweep", "rate": 5, "max-requests": 40, "random-seed": 42,
            "data": {"prefix_tokens": 1024, "prompt_tokens": 2048, "prompt_tokens_stdev": 500,
@@ -177,7 +179,26 @@ def test_a_profile_file_without_a_kind_is_run_by_guidellms_generator(tmp_path):
                                            ({"rate-type": "constant", "rate": None}, "profile.rate"),
                                            ({"rate-type": "poisson", "rate": "2,x"}, "profile.rate"),
                                            ({"max-concurrency": 0}, "profile.max-concurrency"),
-                                           ({"data": {"prompt_tokens": 5}}, "profile.data")])
+                                           ({"data": {"prompt_tokens": 5}}, "profile.data"),
+                                           ({"data": {**PROFILE["data"], "prompt_tokens": -5}},
+                                            "profile.data.prompt_tokens: must be >= 1"),
+                                           ({"data": {**PROFILE["data"], "output_tokens": 0}},
+                                            "profile.data.output_tokens: must be >= 1"),
+                                           ({"data": {**PROFILE["data"], "prompt_tokens_stdev": -1}},
+                                            "profile.data.prompt_tokens_stdev: must be >= 0"),
+                                           ({"data": {**PROFILE["data"], "output_tokens_min": 70}},
+                                            "profile.data.output_tokens_min: 70 is above output_tokens_max"),
+                                           ({"data": {**PROFILE["data"], "prefix_tokens": -1}},
+                                            "profile.data.prefix_tokens: must be >= 0")])
 def test_bad_profiles_name_the_field(change, field):
     with pytest.raises(ConfigError, match=f"^{field}"):
         GuidellmWorkload({**PROFILE, **change})
+
+
+def test_a_benchmark_sweep_built_for_the_app_follows_its_seed(tmp_path):
+    """`sweep_workload` (the app's benchmark sweep) draws with the seed it is given, not always 42."""
+    def prompts(seed):
+        section = sweep_workload("poisson", "3", 20, 200, 50, folder=tmp_path, seed=seed)
+        return [r.num_prompt_tokens for r in GuidellmWorkload(read_profile(section["profile"])).start()]
+
+    assert prompts(7) == prompts(7) and prompts(7) != prompts(8)

@@ -160,6 +160,19 @@ def test_a_base_with_cluster_replicas_still_plans_its_disaggregated_layouts():
     assert {r["replicas"] for r in result.rows if r["layout"] == "colocated"} == {1, 2}
 
 
+@pytest.mark.parametrize("workload", [
+    {"kind": "closed_loop", "num_users": 8, "think_time": 0.5},
+    {"kind": "staged", "stages": [[2.0, 5.0], [8.0, 5.0]]},
+], ids=["closed-loop", "staged"])
+def test_a_workload_whose_pace_the_target_rate_does_not_set_is_refused(workload):
+    """Every candidate would be offered the base's own load, whatever the target: 2 and 20 req/s
+    gave the same table and the same "fits" before."""
+    base = small_config(num_requests=20, workload=workload)
+    grid = CandidateGrid(gpus=("H100-SXM",), tps=(1,), replicas=(1,), layouts=("colocated",), max_gpus=1)
+    with pytest.raises(ConfigError, match=r"^workload.rate: does not set this workload's pace \("):
+        plan(base, 20.0, SLO_PLAN, grid, executor=SerialExecutor(), progress=False)
+
+
 def test_plan_cli_prints_both_winners(tmp_path, capsys):
     from servesim.cli import main
 

@@ -83,7 +83,9 @@ def test_desired_replicas_follow_the_hpa_rule(serving, metric, want):
 @pytest.mark.parametrize("values, field", [({"max_replicas": 0}, "autoscaling.max_replicas"),
                                            ({"min_replicas": 3, "max_replicas": 2}, "autoscaling.max_replicas"),
                                            ({"metric": "cpu"}, "autoscaling.metric"),
-                                           ({"interval_s": 0}, "autoscaling.interval_s")])
+                                           ({"interval_s": 0}, "autoscaling.interval_s"),
+                                           ({"metric": "kv_usage", "target": 4.0},
+                                            r"autoscaling.target: metric = kv_usage is the used fraction")])
 def test_bad_values_name_the_field(values, field):
     with pytest.raises(ConfigError, match=f"^{field}"):
         AutoscalingConfig(enabled=True, **values)

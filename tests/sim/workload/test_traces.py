@@ -74,10 +74,24 @@ def test_mooncake_jsonl(tmp_path):
     ("missing.jsonl", '{"timestamp": 0, "output_length": 1}\n', r"missing\.jsonl:1: missing key 'input_length'"),
     ("few_hashes.jsonl", '{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [1]}\n',
      r"few_hashes\.jsonl:1: 1 hash_ids cover 512 tokens"),
+    ("nan.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
+                  '{"timestamp": NaN, "input_length": 5, "output_length": 1}\n', r"nan\.jsonl:2: timestamp must be"),
+    ("inf.jsonl", '{"timestamp": Infinity, "input_length": 5, "output_length": 1}\n', r"inf\.jsonl:1: timestamp must be"),
+    ("frac.jsonl", '{"timestamp": 0, "input_length": 10.7, "output_length": 1}\n',
+     r"frac\.jsonl:1: input_length must be an integer, got 10.7"),
+    ("inf_len.jsonl", '{"timestamp": 0, "input_length": Infinity, "output_length": 1}\n',
+     r"inf_len\.jsonl:1: input_length must be an integer"),
 ])
 def test_malformed_traces_name_file_and_line(tmp_path, name, text, match):
     p = write(tmp_path, name, text)
     with pytest.raises(ConfigError, match=r"^workload\.trace: .*" + match):
+        read_trace(p)
+
+
+def test_a_file_not_in_utf8_is_refused_naming_it(tmp_path):
+    p = tmp_path / "latin1.csv"
+    p.write_bytes("arrival_time,prompt_tokens,output_tokens\n0,10,5\n# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=rf"^workload\.trace: {p} is not UTF-8 text .*save it as UTF-8"):
         read_trace(p)
 
 
