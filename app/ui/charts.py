@@ -84,13 +84,18 @@ def request_timeline(requests: pd.DataFrame, start: int = 0, count: int = 40) ->
     return fig
 
 
-def load_curves(table: pd.DataFrame, x: str, columns: dict[str, str], title: str) -> go.Figure:
-    """Lines of several columns of a sweep table against its load column `x`."""
+def load_curves(table: pd.DataFrame, x: str, columns: dict[str, str], title: str, x_title: str | None = None,
+                y_title: str | None = None, log_y: bool = False) -> go.Figure:
+    """Lines of several columns of a sweep table against its load column `x` (axes titled `x_title`,
+    default `x`, and `y_title`; `log_y`: a log y axis, for lines of different magnitudes)."""
     fig = go.Figure()
     for col, label in columns.items():
         if col in table:
             fig.add_trace(go.Scatter(x=table[x], y=table[col], mode="lines+markers", name=label))
-    fig.update_layout(title=title, xaxis_title=x, height=360, margin=dict(l=40, r=10, t=40, b=40))
+    fig.update_layout(title=title, xaxis_title=x_title or x, yaxis_title=y_title, height=360,
+                      margin=dict(l=40, r=10, t=40, b=40))
+    if log_y:
+        fig.update_yaxes(type="log")
     return fig
 
 
@@ -102,7 +107,7 @@ def predicted_vs_measured(metrics: dict) -> go.Figure:
             if isinstance(row, dict) and "predicted" in row:
                 names.append(f"{metric} {stat}")
                 predicted.append(row["predicted"])
-                measured.append(row["measured"])
+                measured.append(row.get("measured"))
     fig = go.Figure([go.Bar(x=names, y=predicted, name="predicted"), go.Bar(x=names, y=measured, name="measured")])
     fig.update_layout(barmode="group", height=380, yaxis_type="log", margin=dict(l=40, r=10, t=30, b=80))
     return fig

@@ -74,8 +74,8 @@ def _upload_trace(uploaded) -> str:
     return str(write_content_file(tempfile.gettempdir(), "servesim-trace-", uploaded.getvalue(), suffix))
 
 
-def _sweep_inputs(prefix: str, errors: FieldErrors) -> dict:
-    """A benchmark sweep's strategy, rates, requests per benchmark and synthetic lengths."""
+def _sweep_inputs(prefix: str, errors: FieldErrors, seed: int) -> dict:
+    """A benchmark sweep's strategy, rates, requests per benchmark and synthetic lengths, drawn with `seed`."""
     c1, c2, c3 = st.columns(3)
     strategy = c1.selectbox("Benchmarks", SWEEP_STRATEGIES, key=f"{prefix}sw.kind",
                             help="sweep: one at a time, all at once, then constant rates between the two")
@@ -88,13 +88,16 @@ def _sweep_inputs(prefix: str, errors: FieldErrors) -> dict:
     output = c2.number_input("Output tokens (mean)", value=128, step=16, key=f"{prefix}sw.output")
     shared = c3.number_input("Shared prefix tokens", value=0, step=64, key=f"{prefix}sw.prefix")
     errors.slot("profile")
-    return sweep_workload(strategy, rate, int(n), int(prompt), int(output), int(shared))
+    return sweep_workload(strategy, rate, int(n), int(prompt), int(output), int(shared), seed=seed)
 
 
 def config_form(prefix: str = "", defaults: dict | None = None, workload: bool = True,
-                show_slo: bool = True, sweep: bool = False) -> tuple[dict, list[str], FieldErrors]:
+                show_slo: bool = True, sweep: bool = False,
+                per_column: bool = False) -> tuple[dict, list[str], FieldErrors]:
     """Render the inputs; return (config dict, extra `section.key=value` overrides, error slots).
-    `sweep`: also offer a benchmark sweep as the workload (its benchmarks one after another)."""
+    `sweep`: also offer a benchmark sweep as the workload (its benchmarks one after another).
+    `per_column`: the page sets policy, token budget and preemption itself (Compare's columns), so
+    the form leaves those inputs out (the config holds the defaults)."""
     d = {"model": "Llama-3-8B", "gpu": "H100-SXM", "policy": "chunked", "budget": 512, **(defaults or {})}
     errors = FieldErrors()
     models, gpus = model_names(), gpu_names()
@@ -121,14 +124,18 @@ def config_form(prefix: str = "", defaults: dict | None = None, workload: bool =
 
     st.markdown("**Scheduler**")
     c1, c2, c3 = st.columns(3)
-    policy = c1.selectbox("Policy", POLICIES, index=POLICIES.index(d["policy"]), key=f"{prefix}policy")
-    budget = c2.number_input("Token budget (max_num_batched_tokens)", value=int(d["budget"]), step=64,
-                             key=f"{prefix}budget")
+    if per_column:  # the page's columns set these
+        policy, budget, preemption = d["policy"], d["budget"], PREEMPTIONS[0]
+    else:
+        policy = c1.selectbox("Policy", POLICIES, index=POLICIES.index(d["policy"]), key=f"{prefix}policy")
+        budget = c2.number_input("Token budget (max_num_batched_tokens)", value=int(d["budget"]), step=64,
+                                 key=f"{prefix}budget")
     seqs = c3.number_input("max_num_seqs", value=int(d.get("max_num_seqs", 128)), step=8, key=f"{prefix}seqs")
     errors.slot("scheduler.max_num_batched_tokens")
     c1, c2, c3 = st.columns(3)
     queue = c1.selectbox("Queue order", QUEUES, key=f"{prefix}queue")
-    preemption = c2.selectbox("Preemption", PREEMPTIONS, key=f"{prefix}preemption")
+    if not per_column:
+        preemption = c2.selectbox("Preemption", PREEMPTIONS, key=f"{prefix}preemption")
     prefix_cache = c3.checkbox("Prefix caching", value=bool(d.get("prefix_caching", False)), key=f"{prefix}pc")
     errors.slot("scheduler")
 
@@ -151,7 +158,7 @@ def config_form(prefix: str = "", defaults: dict | None = None, workload: bool =
         wl: dict = {"kind": kind, "seed": int(c3.number_input("Seed", value=int(d.get("seed", 0)), step=1,
                                                               key=f"{prefix}seed"))}
         if kind == SWEEP:
-            wl = _sweep_inputs(prefix, errors)
+            wl = _sweep_inputs(prefix, errors, wl["seed"])
         elif kind == "trace":
             uploaded = st.file_uploader("Trace (CSV: arrival_time,prompt_tokens,output_tokens; Azure CSV; "
                                         "Mooncake JSONL)", key=f"{prefix}trace")
@@ -188,9 +195,9 @@ def config_form(prefix: str = "", defaults: dict | None = None, workload: bool =
         ttft = c1.number_input("TTFT target (s)", value=float(d.get("slo_ttft", 2.0)), step=0.1, key=f"{prefix}sttft")
         tpot = c2.number_input("TPOT target (s)", value=float(d.get("slo_tpot", 0.1)), step=0.01,
                                key=f"{prefix}stpot")
-        e2e = c3.number_input("E2E target (s, 0 = none)", value=0.0, step=1.0, key=f"{prefix}se2e")
+        e2e = c3.number_input("E2E target (s, 0 = none)", value=0.0, min_value=0.0, step=1.0, key=f"{prefix}se2e")
         config["slo"] = {"ttft_s": float(ttft), "tpot_s": float(tpot)}
-        if e2e > 0:
+        if e2e != 0:  # 0 is "none"; a negative value (set past the input's minimum) is reported by validation
             config["slo"]["e2e_s"] = float(e2e)
         errors.slot("slo")
 

@@ -70,5 +70,7 @@ def run_with_status(config_dict: dict, label: str = "Simulating") -> RunOutput |
             status.update(label=f"{label}: failed", state="error")
             st.error(str(exc))
             return None
-        status.update(label=f"{label}: done ({out.summary.get('num_requests', 0)} requests)", state="complete")
+        finished, rejected = out.summary.get("num_finished", 0), out.summary.get("num_rejected", 0)
+        status.update(label=f"{label}: done ({finished} finished" + (f", {rejected} rejected)" if rejected else ")"),
+                      state="complete")
     return out

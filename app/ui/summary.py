@@ -13,14 +13,29 @@ def _ms(block: dict | None, key: str) -> str:
     return ms(block.get(key)) if block else "-"
 
 
+def saturation_message(summary: dict) -> str | None:
+    """The saturation warning's text, or None when the offered load was sustained."""
+    if not summary.get("saturated"):
+        return None
+    sustainable = summary.get("sustainable_rate")
+    if sustainable is None:
+        return "Saturated: queues grew through the run; the latency figures describe a growing backlog."
+    return (f"Saturated: the offered {summary.get('offered_rate', 0):.3g} req/s exceeds what this "
+            f"configuration sustains (about {sustainable:.3g} req/s). Queues grew through the run, so "
+            "the latency figures describe a growing backlog, not a steady state.")
+
+
+def rejection_messages(summary: dict) -> list[str]:
+    """One line per kind of rejection (records.metrics.rejected_reasons): how many, and why."""
+    return [f"{number(kind['count'])} rejected: {rejection_example(kind)}"
+            for kind in summary.get("rejected_reasons") or ()]
+
+
 def load_banner(summary: dict) -> None:
     """Say out loud when the offered load exceeded what the configuration sustains."""
-    if summary.get("saturated"):
-        sustainable = summary.get("sustainable_rate")
-        st.warning(f"Saturated: the offered {summary.get('offered_rate', 0):.3g} req/s exceeds what this "
-                   f"configuration sustains (about {sustainable:.3g} req/s). Queues grew through the run, so "
-                   "the latency figures describe a growing backlog, not a steady state." if sustainable is not None
-                   else "Saturated: queues grew through the run; the latency figures describe a growing backlog.")
+    message = saturation_message(summary)
+    if message:
+        st.warning(message)
 
 
 def cost_cards(summary: dict) -> None:
@@ -48,8 +63,8 @@ def cards(summary: dict) -> None:
     c[2].metric("Preemptions", number(summary.get("num_preemptions", 0)))
     c[3].metric("Finished / rejected", f"{number(summary.get('num_finished', 0))} / "
                 f"{number(summary.get('num_rejected', 0))}")
-    for kind in summary.get("rejected_reasons") or ():  # why, by kind (records.metrics.rejected_reasons)
-        st.warning(f"{number(kind['count'])} rejected: {rejection_example(kind)}")
+    for line in rejection_messages(summary):  # why, by kind
+        st.warning(line)
 
 
 def comparison_table(summaries: dict[str, dict]) -> pd.DataFrame:
@@ -59,6 +74,9 @@ def comparison_table(summaries: dict[str, dict]) -> pd.DataFrame:
         thr = s.get("throughput", {})
         rows.append({
             "config": label,
+            "finished": s.get("num_finished", 0),
+            "rejected": s.get("num_rejected", 0),
+            "saturated": bool(s.get("saturated")),
             "output tok/s": round(thr.get("output_tokens_per_s", 0.0), 1),
             "req/s": round(thr.get("requests_per_s", 0.0), 3),
             "TTFT mean (ms)": _num(s.get("ttft_s"), "mean"),

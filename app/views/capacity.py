@@ -15,10 +15,13 @@ from specs import get_gpu, gpu_names
 from ui import charts
 from ui.forms import config_form
 from ui.runs import canonical, validate
+from ui.summary import cost_cards, load_banner
 from sim.capacity.executor import SerialExecutor
 from sim.capacity.planner import CandidateGrid, plan
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import run_sweep
+from sim.config import load_config
+from sim.runner import simulate
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -33,6 +36,23 @@ def run_curve(config_json: str, rates: tuple, slo_targets: tuple, overrides: tup
     """A rate sweep of one layout (its overrides), cached by its inputs."""
     return run_sweep(json.loads(config_json), [{"workload.rate": r} for r in rates], slo=SLO(*slo_targets),
                      executor=SerialExecutor(), base_overrides=list(overrides), progress=False)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def run_autoscaled(config_json: str) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """An autoscaled run's (summary, replicas, requests), cached by its config (kept across reruns)."""
+    run = simulate(load_config(json.loads(config_json)))
+    return run.summary, run.replicas, run.requests
+
+
+def gpus_text(n) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def curve_rates(target: float) -> list[float]:
+    """The load curve's rates around `target`: 6 significant figures (never rounded down to 0)."""
+    return [float(f"{target * f:.6g}") for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)]
+
 
 st.title("Capacity")
 st.caption("How many GPUs of which kind, in which layout, serve this traffic within this SLO, and at what cost?")
@@ -102,11 +122,20 @@ else:
             winners = (("Fewest GPUs", result.by_gpus), ("Lowest cost", result.by_cost),
                        ("Lowest cost per 1M tokens", result.by_token_cost), ("Least energy per token", result.by_energy))
             for col, (title, row) in zip(c, winners):
+                if row is None:
+                    continue
                 desc = (f"{row['replicas']} x {row['gpu']} TP{row['tp']}" if row["layout"] == "colocated"
                         else f"{row['gpu']}: prefill {row['prefill']}, decode {row['decode']}")
-                col.metric(title, f"{row['num_gpus']} GPUs, ${row['cost_per_hour']:.2f}/h", help=desc)
                 per_m, joules = row.get("cost_per_million_output_tokens"), row.get("energy_j_per_output_token")
-                col.caption(f"{row['layout']}: {desc}; SLO attainment {row['slo_attainment']:.0%}"
+                headline = {  # each card shows the figure it is titled after
+                    "Fewest GPUs": gpus_text(row["num_gpus"]),
+                    "Lowest cost": f"${row['cost_per_hour']:.2f}/h",
+                    "Lowest cost per 1M tokens": "-" if per_m is None else f"${per_m:.3g}",
+                    "Least energy per token": "-" if joules is None else f"{joules:.3g} J",
+                }[title]
+                col.metric(title, headline, help=desc)
+                col.caption(f"{row['layout']}: {desc}; {gpus_text(row['num_gpus'])}, ${row['cost_per_hour']:.2f}/h; "
+                            f"SLO attainment {row['slo_attainment']:.0%}"
                             + (f"; ${per_m:.3g} per 1M output tokens" if per_m is not None else "")
                             + (f"; {joules:.3g} J per output token" if joules is not None else ""))
         show = [k for k in ("layout", "gpu", "tp", "replicas", "prefill", "decode", "num_gpus", "cost_per_hour",
@@ -120,14 +149,27 @@ else:
             win = result.by_cost
             win_overrides = [o for o in table.loc[table["point"] == win["point"], "overrides"].iloc[0].split(";") if o]
             win_overrides = [o for o in win_overrides if not o.startswith("workload.rate=")]
-            rates = [round(float(target_rate) * f, 3) for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)]
-            with st.spinner("Latency vs load for the cheapest layout..."):
-                curve = run_curve(inputs[0], tuple(rates), inputs[2], tuple(win_overrides))
-            st.plotly_chart(charts.load_curves(curve, "workload.rate", {
-                "ttft_s_p90": "TTFT p90 (s)", "tpot_s_p90": "TPOT p90 (s)", "e2e_s_p90": "E2E p90 (s)"},
-                "Latency vs load (cheapest layout)"), use_container_width=True)
-            st.plotly_chart(charts.load_curves(curve, "workload.rate", {"slo_attainment": "SLO attainment"},
-                                               "SLO attainment vs load"), use_container_width=True)
+            curve = None
+            try:  # like the plan's: a rate the simulator refuses is said here, not a traceback
+                with st.spinner("Latency vs load for the cheapest layout..."):
+                    curve = run_curve(inputs[0], tuple(curve_rates(float(target_rate))), inputs[2],
+                                      tuple(win_overrides))
+            except (ValueError, FileNotFoundError) as exc:
+                st.error(f"latency vs load: {exc}")
+            if curve is not None:
+                latency = curve.copy()
+                for col in ("ttft_s_p90", "tpot_s_p90", "e2e_s_p90"):
+                    if col in latency:
+                        latency[col] = latency[col] * 1000
+                rate_title = "offered rate (requests/s)"
+                st.plotly_chart(charts.load_curves(latency, "workload.rate", {
+                    "ttft_s_p90": "TTFT p90", "tpot_s_p90": "TPOT p90", "e2e_s_p90": "E2E p90"},
+                    "Latency vs load (cheapest layout)", x_title=rate_title, y_title="p90 latency (ms, log scale)",
+                    log_y=True), use_container_width=True)
+                st.plotly_chart(charts.load_curves(curve, "workload.rate", {"slo_attainment": "SLO attainment"},
+                                                   "SLO attainment vs load", x_title=rate_title,
+                                                   y_title="share of requests within the SLO"),
+                                use_container_width=True)
 
 st.divider()
 st.subheader("Autoscaling")
@@ -143,33 +185,37 @@ auto_target = c[0].number_input("Target", value=4.0, step=0.5, key="auto.target"
                                 help="queue: requests waiting per replica; kv_usage: 0-1; ttft_p90: seconds")
 min_r = c[1].number_input("Min replicas", value=1, min_value=1, step=1, key="auto.min")
 max_r = c[2].number_input("Max replicas", value=4, min_value=1, step=1, key="auto.max")
-delay = c[3].number_input("Provisioning delay (s, 0 = weights / load bandwidth)", value=20.0, step=5.0,
-                          key="auto.delay")
+delay = c[3].number_input("Provisioning delay (s, 0 = weights / load bandwidth)", value=20.0, min_value=0.0,
+                          step=5.0, key="auto.delay")
 auto_slot = st.empty()
-if st.button("Simulate the autoscaled fleet", key="auto.run"):
-    auto = ["workload.kind=staged",
-            f"workload.stages=[[{low_rate}, {stage_s}], [{high_rate}, {stage_s}], [{low_rate}, {stage_s}]]",
-            "workload.num_requests=100000", "autoscaling.enabled=true", f"autoscaling.min_replicas={int(min_r)}",
-            f"autoscaling.max_replicas={int(max_r)}", f'autoscaling.metric="{metric}"',
-            f"autoscaling.target={auto_target}", f"autoscaling.interval_s={max(stage_s / 12, 1.0)}"]
-    if delay > 0:
-        auto.append(f"autoscaling.provisioning_delay_s={delay}")
-    scaled, field, message = validate(base, list(overrides) + auto)
+auto_clicked = st.button("Simulate the autoscaled fleet", key="auto.run")
+auto = ["workload.kind=staged",
+        f"workload.stages=[[{low_rate}, {stage_s}], [{high_rate}, {stage_s}], [{low_rate}, {stage_s}]]",
+        "workload.num_requests=100000", "autoscaling.enabled=true", f"autoscaling.min_replicas={int(min_r)}",
+        f"autoscaling.max_replicas={int(max_r)}", f'autoscaling.metric="{metric}"',
+        f"autoscaling.target={auto_target}", f"autoscaling.interval_s={max(stage_s / 12, 1.0)}"]
+if delay != 0:  # 0: the default estimate; a negative value (past the input's minimum) is reported by validation
+    auto.append(f"autoscaling.provisioning_delay_s={delay}")
+scaled, field, message = validate(base, list(overrides) + auto)
+# shown after a click and on every rerun after it while the inputs stay the same (like the plan's result)
+if auto_clicked or (scaled is not None and st.session_state.get("auto.last") == scaled):
+    run = None
     if message:
         auto_slot.error(message)
     else:
-        from sim.config import load_config
-        from sim.runner import simulate
-
-        with st.spinner("Simulating the stepped load with autoscaling..."):
-            run = simulate(load_config(scaled))
-        from ui.summary import cost_cards, load_banner
-
-        load_banner(run.summary)
-        scaling = run.summary["autoscaling"]
+        try:  # what only the run checks (the model fits the TP; no disaggregation) is said here
+            with st.spinner("Simulating the stepped load with autoscaling..."):
+                run = run_autoscaled(canonical(scaled))
+        except (ValueError, FileNotFoundError) as exc:
+            auto_slot.error(str(exc))
+    if run is not None:
+        st.session_state["auto.last"] = scaled
+        run_summary, run_replicas, run_requests = run
+        load_banner(run_summary)
+        scaling = run_summary["autoscaling"]
         c = st.columns(3)
         c[0].metric("Replicas up (max / mean)", f"{scaling['max_replicas_up']} / {scaling['mean_replicas_up']:.2f}")
         c[1].metric("Scale-ups / downs", f"{scaling['num_scale_ups']} / {scaling['num_scale_downs']}")
         c[2].metric("Provisioning delay", f"{scaling['provisioning_delay_s']:.3g} s")
-        cost_cards(run.summary)
-        st.plotly_chart(charts.replica_timeline(run.replicas, run.requests), use_container_width=True)
+        cost_cards(run_summary)
+        st.plotly_chart(charts.replica_timeline(run_replicas, run_requests), use_container_width=True)

@@ -33,6 +33,16 @@ def metrics_table(report: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _is_figure(value: object) -> bool:
+    """A report's figure: a number (NaN included: it shows as "-") or null."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def check_report(report: object) -> str | None:
     """None if `report` has the validation.json shape, else what is wrong (naming the key)."""
     if not isinstance(report, dict):
@@ -40,18 +50,69 @@ def check_report(report: object) -> str | None:
     for key in ("step_time_abs_pct_error", "metrics"):
         if not isinstance(report.get(key), dict):
             return f"validation.json: missing the `{key}` object (is this a servesim validate report?)"
+    for stat in ("median", "p90"):
+        value = report["step_time_abs_pct_error"].get(stat)
+        if not _is_figure(value):
+            return f"validation.json: step_time_abs_pct_error.{stat} must be a number, got {_short(value)}"
+    for metric, block in report["metrics"].items():
+        if not isinstance(block, dict):
+            return f"validation.json: metrics.{metric} must be an object of statistics, got {_short(block)}"
+        for stat, row in block.items():
+            if not isinstance(row, dict):
+                return (f"validation.json: metrics.{metric}.{stat} must be an object of predicted and measured "
+                        f"figures, got {_short(row)}")
+            for key in ("predicted", "measured", "abs_pct_error"):
+                if not _is_figure(row.get(key)):
+                    return f"validation.json: metrics.{metric}.{stat}.{key} must be a number, got {_short(row[key])}"
     return None
 
 
-def diagnostics(folder: Path | None) -> str | None:
-    """One line from the report's details.json: how much of the per-step error is the machine's."""
-    if folder is None or not (folder / "details.json").is_file():
-        return None
+def read_json(path_or_bytes, name: str) -> tuple[object, str | None]:
+    """(the parsed JSON, None) or (None, what is wrong with it, naming the file)."""
     try:
-        details = json.loads((folder / "details.json").read_text())
-    except (json.JSONDecodeError, OSError):
-        return None
-    return "; ".join(phrases(details)) or None
+        data = path_or_bytes.read_bytes() if isinstance(path_or_bytes, Path) else path_or_bytes
+        return json.loads(data.decode("utf-8")), None
+    except UnicodeDecodeError as exc:
+        return None, f"{name}: not UTF-8 text ({exc})"
+    except json.JSONDecodeError as exc:
+        return None, f"{name}: not valid JSON ({exc})"
+    except OSError as exc:
+        return None, f"{name}: cannot be read ({exc})"
+
+
+def diagnostics(folder: Path | None) -> tuple[str | None, str | None]:
+    """(one line from the report's details.json: how much of the per-step error is the machine's,
+    what is wrong with details.json); (None, None) without one."""
+    if folder is None or not (folder / "details.json").is_file():
+        return None, None
+    details, problem = read_json(folder / "details.json", "details.json")
+    if problem:
+        return None, problem
+    if not isinstance(details, dict):
+        return None, "details.json: expected a JSON object"
+    try:
+        return "; ".join(phrases(details)) or None, None
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        return None, f"details.json: a figure has an unexpected shape ({type(exc).__name__}: {exc})"
+
+
+def read_steps(path: Path) -> tuple[pd.DataFrame | None, str | None]:
+    """(steps.csv's step_id, measured_s and predicted_s as numbers, None) or (None, what is wrong)."""
+    try:
+        steps = pd.read_csv(path)
+    except UnicodeDecodeError as exc:
+        return None, f"steps.csv: not UTF-8 text ({exc})"
+    except pd.errors.EmptyDataError:
+        return None, "steps.csv: empty"
+    except (ValueError, OSError) as exc:  # pandas' parser errors are ValueErrors
+        return None, f"steps.csv: cannot be read ({exc})"
+    missing = [c for c in ("step_id", "measured_s", "predicted_s") if c not in steps]
+    if missing:
+        return None, f"steps.csv: lacks the column(s) {', '.join(missing)}"
+    try:
+        return steps[["step_id", "measured_s", "predicted_s"]].apply(pd.to_numeric), None
+    except (ValueError, TypeError) as exc:
+        return None, f"steps.csv: a value is not a number ({exc})"
 
 
 def _pct(v) -> str:
@@ -67,19 +128,28 @@ def show(report: dict, folder: Path | None) -> None:
     e2e = report["metrics"].get("e2e_s", {}).get("mean", {})
     c[2].metric("Mean E2E error", _pct(e2e.get("abs_pct_error")))
     st.dataframe(metrics_table(report), use_container_width=True, hide_index=True)
-    note = diagnostics(folder)
+    note, problem = diagnostics(folder)
     if note:
         st.caption(note)
+    if problem:
+        st.error(problem)
     st.plotly_chart(charts.predicted_vs_measured(report["metrics"]), use_container_width=True)
     if folder is not None and (folder / "steps.csv").is_file():
-        steps = pd.read_csv(folder / "steps.csv")
-        fig = go.Figure([go.Scatter(x=steps["step_id"], y=steps["measured_s"] * 1000, name="measured", mode="lines"),
-                         go.Scatter(x=steps["step_id"], y=steps["predicted_s"] * 1000, name="predicted", mode="lines")])
-        fig.update_layout(title="step time over the run", xaxis_title="step", yaxis_title="ms", height=340)
-        st.plotly_chart(fig, use_container_width=True)
+        steps, problem = read_steps(folder / "steps.csv")
+        if problem:
+            st.error(problem)
+        else:
+            fig = go.Figure([
+                go.Scatter(x=steps["step_id"], y=steps["measured_s"] * 1000, name="measured", mode="lines"),
+                go.Scatter(x=steps["step_id"], y=steps["predicted_s"] * 1000, name="predicted", mode="lines")])
+            fig.update_layout(title="step time over the run", xaxis_title="step", yaxis_title="ms", height=340)
+            st.plotly_chart(fig, use_container_width=True)
     for png in ("cdfs.png", "steps.png"):
         if folder is not None and (folder / png).is_file():
-            st.image(str(folder / png))
+            try:
+                st.image(str(folder / png))
+            except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is an OSError
+                st.error(f"{png}: not an image ({type(exc).__name__})")
 
 
 mode = st.radio("Source", ("Load a report", "Run on CPU"), horizontal=True, key="val.mode")
@@ -88,21 +158,18 @@ if mode == "Load a report":
     uploaded = st.file_uploader("...or upload a validation.json", type=["json"], key="val.upload")
     slot = st.empty()
     report, folder = None, None
+    problem = None
     if uploaded is not None:
-        try:
-            report = json.loads(uploaded.getvalue())
-        except json.JSONDecodeError as exc:
-            slot.error(f"validation.json: not valid JSON ({exc})")
+        report, problem = read_json(uploaded.getvalue(), "validation.json")
     elif folder_text:
         folder = Path(folder_text).expanduser()
         if not (folder / "validation.json").is_file():
-            slot.error(f"report folder: no validation.json in {folder}")
+            problem = f"report folder: no validation.json in {folder}"
             folder = None
         else:
-            try:
-                report = json.loads((folder / "validation.json").read_text())
-            except json.JSONDecodeError as exc:
-                slot.error(f"validation.json: not valid JSON ({exc})")
+            report, problem = read_json(folder / "validation.json", "validation.json")
+    if problem:
+        slot.error(problem)
     if report is not None:
         problem = check_report(report)
         if problem:
@@ -125,10 +192,23 @@ else:
             else:
                 out = Path(tempfile.mkdtemp(prefix="servesim-validate-"))
                 profile = EXAMPLES / "profiles" / "tiny-llama-cpu.json"
-                with st.spinner("Calibrating, simulating and running the real engine..."):
-                    report = validate(EXAMPLES / name, "cpu", profile if profile.is_file() else None, out,
-                                      overrides=[f"workload.num_requests={int(requests)}"], progress=False)
-                st.session_state["val.last"] = str(out)
-    if st.session_state.get("val.last"):
-        folder = Path(st.session_state["val.last"])
-        show(json.loads((folder / "validation.json").read_text()), folder)
+                try:
+                    with st.spinner("Calibrating, simulating and running the real engine..."):
+                        validate(EXAMPLES / name, "cpu", profile if profile.is_file() else None, out,
+                                 overrides=[f"workload.num_requests={int(requests)}"], progress=False)
+                except (ValueError, FileNotFoundError, RuntimeError, OSError) as exc:
+                    slot.error(f"the run failed: {exc}")
+                    st.session_state.pop("val.last", None)
+                else:
+                    st.session_state["val.last"] = {"folder": str(out), "config": name, "requests": int(requests)}
+    last = st.session_state.get("val.last")
+    # the report of the last run, shown while the inputs are still the ones it was made from
+    if isinstance(last, dict) and (last.get("config"), last.get("requests")) == (name, int(requests)):
+        folder = Path(last["folder"])
+        report, problem = read_json(folder / "validation.json", "validation.json")
+        problem = problem or check_report(report)
+        if problem:
+            slot.error(problem)
+        else:
+            st.caption(f"Report of {last['config']} with {last['requests']} requests ({folder})")
+            show(report, folder)

@@ -1,6 +1,7 @@
 """Each app page driven with streamlit's AppTest: inputs set, run, outputs present, bad input shown."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,215 @@ def test_simulate_page_runs_a_benchmark_sweep_benchmark_by_benchmark():
     at.text_input(key="sim.sw.rate").set_value("1").run()  # a sweep of one benchmark: its field's error
     at.button(key="sim.run").click().run()
     assert any("profile.rate: a sweep needs at least 2" in e.value for e in at.error)
+
+
+# --- faults found by driving the pages headlessly (one test each) ---------------------------------
+
+
+def errors_of(at: AppTest) -> list[str]:
+    assert not at.exception, [e.value for e in at.exception]
+    return [e.value for e in at.error]
+
+
+def test_compare_column_labels_follow_policy_and_budget_until_edited():
+    at = page("compare")
+    at.selectbox(key="cmp.0.policy").set_value("chunked")
+    at.number_input(key="cmp.0.budget").set_value(128).run()
+    assert at.text_input(key="cmp.0.label").value == "chunked 128"
+    at.text_input(key="cmp.0.label").input("mine").run()
+    at.number_input(key="cmp.0.budget").set_value(64).run()
+    assert at.text_input(key="cmp.0.label").value == "mine"  # the user's label stays
+    assert at.text_input(key="cmp.1.label").value == "chunked 512"
+
+
+def test_compare_shows_finished_and_rejected_per_column():
+    at = page("compare")
+    at.number_input(key="cmp.n").set_value(60)
+    at.radio(key="cmp.count").set_value(2).run()
+    at.text_area(key="cmp.extra").input("hardware.num_gpu_blocks=20").run()
+    at.button(key="cmp.run").click().run()
+    assert not errors_of(at)
+    table = at.dataframe[0].value
+    assert {"finished", "rejected", "saturated"} <= set(table.columns)
+    assert (table["finished"] + table["rejected"] == 60).all() and table["rejected"].gt(0).all()
+    warnings = [w.value for w in at.warning]
+    assert any(w.startswith("continuous 2048: ") and "rejected" in w for w in warnings), warnings
+    assert all("finished" in s.label for s in at.get("status")), [s.label for s in at.get("status")]
+
+
+def test_compare_flags_a_saturated_column():
+    at = page("compare")
+    at.number_input(key="cmp.n").set_value(150)
+    at.number_input(key="cmp.rate").set_value(200.0)
+    at.radio(key="cmp.count").set_value(2).run()
+    at.button(key="cmp.run").click().run()
+    assert not errors_of(at)
+    table = at.dataframe[0].value
+    assert table["saturated"].any()
+    assert any(": Saturated" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def test_compare_form_leaves_policy_budget_and_preemption_to_the_columns():
+    at = page("compare")
+    assert not [w for w in at.selectbox if w.key in ("cmp.policy", "cmp.preemption")]
+    assert not [w for w in at.number_input if w.key == "cmp.budget"]
+
+
+def test_compare_shows_each_columns_notes():
+    """Two columns that differ only in a budget a whole-prompt policy ignores say why they agree."""
+    at = page("compare")
+    at.number_input(key="cmp.n").set_value(40)
+    at.radio(key="cmp.count").set_value(2).run()
+    at.selectbox(key="cmp.1.policy").set_value("continuous")
+    at.number_input(key="cmp.1.budget").set_value(256).run()
+    at.button(key="cmp.run").click().run()
+    assert not errors_of(at)
+    notes = [i.value for i in at.info]
+    assert any(n.startswith("continuous 256: ") and "max_model_len" in n for n in notes), notes
+
+
+def test_compare_shows_a_shared_field_error_once_under_the_form():
+    at = page("compare")
+    at.number_input(key="cmp.seqs").set_value(0).run()
+    messages = [m for m in errors_of(at) if "max_num_seqs" in m]
+    assert len(messages) == 1, messages
+
+
+def test_a_negative_e2e_target_or_provisioning_delay_cannot_be_entered():
+    """The inputs' minimum is 0 (the browser refuses less; streamlit puts a lower value back to it)."""
+    at = page("simulate")
+    assert at.number_input(key="sim.se2e").min == 0
+    at.number_input(key="sim.se2e").set_value(-3.0).run()
+    assert at.number_input(key="sim.se2e").value == 0 and not errors_of(at)
+    at = page("compare")
+    assert at.number_input(key="cmp.se2e").min == 0
+    at = page("capacity")
+    assert at.number_input(key="auto.delay").min == 0
+    at.number_input(key="auto.delay").set_value(-5.0).run()
+    assert at.number_input(key="auto.delay").value >= 0
+
+
+def test_capacity_autoscaling_shows_a_run_error_in_the_page():
+    at = page("capacity")
+    at.selectbox(key="cap.model").set_value("Llama-3-70B").run()  # TP 1: its weights do not fit
+    at.button(key="auto.run").click().run()
+    assert any(m.startswith("hardware.tp") for m in errors_of(at))
+    at = page("capacity")
+    at.text_area(key="cap.extra").input("disaggregation.enabled=true").run()
+    at.button(key="auto.run").click().run()
+    assert any("autoscaling" in m and "disaggregation" in m for m in errors_of(at))
+
+
+def test_capacity_autoscaling_result_survives_reruns():
+    at = page("capacity")
+    at.number_input(key="auto.high").set_value(6.0)
+    at.number_input(key="auto.stage").set_value(20.0)
+    at.button(key="auto.run").click().run()
+    assert not errors_of(at)
+    assert any(m.label == "Replicas up (max / mean)" for m in at.metric)
+    at.number_input(key="cap.target").set_value(3.0).run()  # another section's input: the result stays
+    assert any(m.label == "Replicas up (max / mean)" for m in at.metric)
+    at.number_input(key="auto.high").set_value(7.0).run()  # its own input changed: the result is gone
+    assert not any(m.label == "Replicas up (max / mean)" for m in at.metric)
+
+
+def test_capacity_small_target_rate_still_draws_the_curve():
+    at = page("capacity")
+    at.number_input(key="cap.n").set_value(30)
+    at.number_input(key="cap.target").set_value(0.001)
+    at.multiselect(key="cap.gpus").set_value(["H100-SXM"])
+    at.multiselect(key="cap.tps").set_value([1])
+    at.multiselect(key="cap.reps").set_value([1])
+    at.button(key="cap.run").click().run()
+    assert not errors_of(at)
+    assert len(plotly_charts(at)) == 2
+
+
+def test_capacity_cards_and_curves_say_what_they_show():
+    at = page("capacity")
+    at.number_input(key="cap.n").set_value(40)
+    at.number_input(key="cap.target").set_value(2.0)
+    at.multiselect(key="cap.gpus").set_value(["H100-SXM"])
+    at.multiselect(key="cap.tps").set_value([1])
+    at.multiselect(key="cap.reps").set_value([1, 2])
+    at.button(key="cap.run").click().run()
+    assert not errors_of(at)
+    cards = {m.label: m.value for m in at.metric}
+    assert cards["Fewest GPUs"] == "1 GPU"
+    assert cards["Lowest cost"].startswith("$") and cards["Lowest cost"].endswith("/h")
+    assert cards["Lowest cost per 1M tokens"].startswith("$") and "GPU" not in cards["Lowest cost per 1M tokens"]
+    assert cards["Least energy per token"].endswith(" J")
+    for chart in plotly_charts(at):
+        layout = json.loads(chart.proto.spec)["layout"]
+        assert layout["xaxis"]["title"]["text"] == "offered rate (requests/s)"
+        assert layout["yaxis"]["title"]["text"]
+
+
+BAD_REPORTS = {
+    "metric not an object": {"metrics": {"ttft_s": 5}},
+    "stat not an object": {"metrics": {"ttft_s": {"mean": 5}}},
+    "metric a list": {"metrics": {"e2e_s": [1, 2]}},
+    "figure a string": {"step_time_abs_pct_error": {"median": "4%"}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REPORTS))
+def test_validate_page_names_a_report_of_the_wrong_shape(case):
+    good = {"step_time_abs_pct_error": {"median": 4.0},
+            "metrics": {"e2e_s": {"mean": {"predicted": 1, "measured": 1.1}}}}
+    at = page("validate")
+    body = json.dumps({**good, **BAD_REPORTS[case]}).encode()
+    at.file_uploader(key="val.upload").set_value(("validation.json", body, "application/json")).run()
+    messages = errors_of(at)
+    assert len(messages) == 1 and messages[0].startswith("validation.json: "), messages
+
+
+def test_validate_page_names_a_file_that_is_not_utf8():
+    at = page("validate")
+    at.file_uploader(key="val.upload").set_value(("validation.json", b'{"a": "\xff"}', "application/json")).run()
+    assert errors_of(at) == [errors_of(at)[0]] and "UTF-8" in errors_of(at)[0]
+
+
+@pytest.mark.parametrize("name, body, expect", [
+    ("steps.csv", "a,b\n1,2\n", "steps.csv: lacks the column(s) step_id, measured_s, predicted_s"),
+    ("steps.csv", "", "steps.csv: empty"),
+    ("steps.csv", b"step_id,measured_s,predicted_s\n1,\xff,2\n", "steps.csv: not UTF-8"),
+    ("cdfs.png", "not a picture", "cdfs.png: not an image"),
+    ("details.json", "[1, 2]", "details.json: expected a JSON object"),
+    ("details.json", '{"step_time_abs_pct_error_detrended": "x"}', "details.json: "),
+])
+def test_validate_page_names_a_bad_file_of_the_report_folder(tmp_path, name, body, expect):
+    make_report(tmp_path)
+    path = tmp_path / name
+    path.write_bytes(body) if isinstance(body, bytes) else path.write_text(body)
+    at = page("validate")
+    at.text_input(key="val.folder").input(str(tmp_path)).run()
+    messages = errors_of(at)
+    assert len(messages) == 1 and messages[0].startswith(expect), messages
+    assert at.dataframe  # the report itself is still shown
+
+
+def test_validate_run_on_cpu_shows_its_report_only_for_its_inputs(tmp_path):
+    make_report(tmp_path)
+    at = page("validate")
+    at.radio(key="val.mode").set_value("Run on CPU").run()
+    config = at.selectbox(key="val.config").value
+    at.session_state["val.last"] = {"folder": str(tmp_path), "config": config, "requests": 20}
+    at.run()
+    assert not errors_of(at) and at.dataframe
+    assert any(config in c.value and "20 requests" in c.value for c in at.caption)
+    at.number_input(key="val.n").set_value(5).run()
+    assert not at.dataframe  # another request count: that report is not this one's
+
+
+def test_validate_run_on_cpu_shows_an_error_of_the_run(monkeypatch):
+    import calibrate.validate
+
+    def fail(*args, **kwargs):
+        raise ValueError("workload.num_requests: too few for a check")
+
+    monkeypatch.setattr(calibrate.validate, "validate", fail)
+    at = page("validate")
+    at.radio(key="val.mode").set_value("Run on CPU").run()
+    at.button(key="val.run").click().run()
+    assert any("too few for a check" in m for m in errors_of(at))
