@@ -3,8 +3,11 @@
 #
 # The design notes' opening example: one **2,000-token request** arrives together with **63 short
 # ones**. Static batching (the classic padded baseline) forms a batch of 64, pads every prompt to the
-# longest and keeps every slot busy until the longest generation ends. Continuous (iteration-level)
-# batching lets finished requests leave and waiting ones join at every step.
+# longest and keeps every slot busy until the longest generation ends. (For the whole padded batch
+# to fit in one step, the token budget is 64 x 2,048 tokens, as in
+# `examples/long_among_short_static.toml`; with a smaller budget the static scheduler would form
+# smaller batches.) Continuous (iteration-level) batching lets finished requests leave and waiting
+# ones join at every step.
 #
 # We count *useful* work (live tokens) against *padded* work and compare latency and throughput.
 
@@ -18,7 +21,9 @@ from sim.config import load_config
 from sim.runner import simulate
 
 SMALL = os.environ.get("SERVESIM_NOTEBOOK_SMALL") == "1"
-NUM_WAVES = 2 if SMALL else 6  # batches of 64 arriving one after another
+NUM_WAVES = 2 if SMALL else 6  # groups of 64 requests arriving one after another
+BATCH = 64
+WAVE_GAP = 2.0  # seconds between groups
 
 
 class FixedWorkload:
@@ -36,12 +41,13 @@ class FixedWorkload:
 
 def wave(t0: float) -> list:
     """One 2,000-token request (with a long answer) among 63 short chat requests, all at t0."""
-    return [(t0, 2000, 512)] + [(t0 + 0.001 * k, 64 + 7 * (k % 9), 16 + 5 * (k % 13)) for k in range(1, 64)]
+    return [(t0, 2000, 512)] + [(t0, 64 + 7 * (k % 9), 16 + 5 * (k % 13)) for k in range(1, BATCH)]
 
 
-rows = [r for w in range(NUM_WAVES) for r in wave(2.0 * w)]
+rows = [r for w in range(NUM_WAVES) for r in wave(WAVE_GAP * w)]
 base = {"model": {"name": "Llama-2-7B"}, "hardware": {"gpu": "A100-80G"},
-        "scheduler": {"max_num_seqs": 64, "max_num_batched_tokens": 8192}}
+        # the budget lets one step hold the padded prefill of the whole batch (64 x 2,048 tokens)
+        "scheduler": {"max_num_seqs": BATCH, "max_num_batched_tokens": BATCH * 2048}}
 results = {
     policy: simulate(load_config(base, [f"scheduler.policy={policy}"]), workload=FixedWorkload(rows))
     for policy in ("static", "continuous")
@@ -67,12 +73,29 @@ table = pd.DataFrame(table).set_index("policy")
 table
 
 # %%
-# The static batch wastes work and makes the short requests wait for the long one; continuous
-# batching finishes them as soon as they are done.
-assert table.loc["static", "padding fraction"] > 0.3
+# Static batching really forms batches of 64: the requests that start together.
+static_req, static_steps = results["static"].requests, results["static"].steps
+batch_sizes = static_req.groupby("first_scheduled_time").size()
+print("static batch sizes:", sorted(int(n) for n in batch_sizes.unique()))
+assert batch_sizes.max() == BATCH
+# Once the short answers are done, the long request decodes alone and the other 63 slots are padding:
+# that is most of the static decode steps.
+decode_steps = static_steps[static_steps["num_prefill_tokens"] == 0]
+alone = decode_steps[(decode_steps["num_decode_tokens"] == 1) & (decode_steps["num_padding_tokens"] == BATCH - 1)]
+print(f"static: {len(alone)} of {len(decode_steps)} decode steps carry the long request alone")
+assert len(alone) > 0.5 * len(decode_steps)
+# Most of the tokens the static batches compute are padding; continuous batching computes none, has
+# the higher throughput, and finishes the short requests without waiting for the long one.
+assert table.loc["static", "padding fraction"] > 0.5
 assert table.loc["continuous", "padding tokens"] == 0
+assert table.loc["continuous", "useful tokens"] == table.loc["static", "useful tokens"]
 assert table.loc["continuous", "output tok/s"] > table.loc["static", "output tok/s"]
 assert table.loc["continuous", "p50 E2E short (s)"] < table.loc["static", "p50 E2E short (s)"]
+# Under continuous batching a wave's requests join the batch when they arrive, while the long
+# request of the wave before is still running (its ~500 decode steps outlast the 2 s between waves).
+cont_req = results["continuous"].requests
+assert (cont_req["first_scheduled_time"] - cont_req["arrival_time"]).max() < WAVE_GAP
+assert cont_req.query("num_prompt_tokens == 2000")["e2e_s"].min() > WAVE_GAP
 
 # %%
 import matplotlib.pyplot as plt
@@ -86,7 +109,9 @@ axes[0].legend(loc="upper right")
 plt.tight_layout()
 
 # %% [markdown]
-# Under `static`, once the short answers are done the batch keeps 63 padded slots alive for the
-# long request's remaining ~500 steps: most of the computed tokens are padding, and the next wave
-# waits for the whole batch. Under `continuous` the short requests leave after their last token and
-# the next wave's requests join the running long one.
+# Under `static`, the batch's prefill pads every prompt to 2,000 tokens, and once the short answers
+# are done the batch keeps 63 padded slots alive for the long request's remaining decode steps:
+# most of the computed tokens are padding (the table's padding fraction), and the next wave waits
+# for the whole batch. Under `continuous` the short requests leave after their last token and the
+# next wave's requests join the running long one, so the same useful tokens take a fraction of
+# the time.
