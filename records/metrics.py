@@ -174,7 +174,7 @@ def summarize(requests: "pd.DataFrame", steps: "pd.DataFrame", itls: np.ndarray 
         "tpot_s": stats(done["tpot_s"]) if num_finished else None,
         "itl_s": itl_stats,
         "e2e_s": stats(done["e2e_s"]) if num_finished else None,
-        "queue_s": stats(requests["queue_s"]) if n else None,
+        "queue_s": stats(done["queue_s"]) if num_finished else None,  # over the successes, as TTFT and its parts
         "ttft_parts": ttft_parts_of_sums(*_ttft_sums(done), num_finished),
         "max_stall_s": max_stall,
         "num_preemptions": int(requests["num_preemptions"].sum()) if n else 0,
@@ -290,8 +290,9 @@ def speculative_totals(sums: dict) -> dict:
     }
 
 
-def format_summary(summary: dict) -> str:
-    """A small human-readable table of the headline figures (the CLI prints it; `records.display`)."""
+def format_summary(summary: dict, clock: str = "simulated") -> str:
+    """A small human-readable table of the headline figures (the CLI prints it; `records.display`);
+    `clock` says whose time the duration is ("measured" for a run of the real engine)."""
     def cell(block: dict | None, key: str) -> str:
         return f"{ms(block.get(key)) if block else '-':>10}"
 
@@ -302,7 +303,7 @@ def format_summary(summary: dict) -> str:
         + (f", {number(summary['num_timed_out'])} timed out" if summary.get("num_timed_out") else "") + ")",
         *(f"rejected       {number(r['count'])}: {rejection_example(r)}"
           for r in summary.get("rejected_reasons") or ()),
-        f"duration       {number(summary['duration_s'])} s simulated, {number(summary['num_steps'])} steps",
+        f"duration       {number(summary['duration_s'])} s {clock}, {number(summary['num_steps'])} steps",
         f"throughput     {number(tp['requests_per_s'])} req/s, {number(tp['output_tokens_per_s'])} output tok/s, "
         f"{number(tp['total_tokens_per_s'])} total tok/s",
         f"goodput        {number(summary['goodput_requests_per_s'])} req/s"

@@ -98,9 +98,8 @@ class RunningSummary:
         self.num_swaps += int(np.asarray(columns["num_swaps"], dtype=np.int64).sum())
         self.num_recomputes += int(np.asarray(columns["num_recomputes"], dtype=np.int64).sum())
         latency = {name: np.asarray(columns[name], dtype=float) for name in LATENCY_METRICS}
-        for name in ("ttft_s", "tpot_s", "e2e_s"):
+        for name in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
             self.sketches[name].add(latency[name][done])
-        self.sketches["queue_s"].add(latency["queue_s"])
         scheduled = np.asarray(columns["first_scheduled_time"], dtype=float)[done]
         self.to_schedule_s += float(np.nansum(scheduled - arrival[done]))
         self.to_first_token_s += float(np.nansum(np.asarray(columns["first_token_time"], dtype=float)[done] - scheduled))
@@ -197,7 +196,7 @@ class RunningSummary:
             "tpot_s": stats("tpot_s"),
             "itl_s": itl,
             "e2e_s": stats("e2e_s"),
-            "queue_s": self.sketches["queue_s"].stats() if n else None,
+            "queue_s": stats("queue_s"),  # over the successes, as TTFT and its parts
             "ttft_parts": ttft_parts_of_sums(self.to_schedule_s, self.to_first_token_s, self.in_tokens, num_finished),
             "max_stall_s": itl["max"] if itl else None,
             "num_preemptions": self.num_preemptions,

@@ -78,6 +78,13 @@ def scheduler_notes(config) -> list[str]:
         notes.append(f"scheduler.policy = {sched.policy} schedules whole prompts: its step budget is "
                      f"max_model_len = {sched.max_model_len} tokens, not scheduler.max_num_batched_tokens = "
                      f"{sched.max_num_batched_tokens}")
+    cache = config.cache
+    if sched.policy == "static" and (cache.enable_prefix_caching or cache.offload_size_gb):
+        # padded batches recompute every prompt (policies.static_scheduler)
+        used = " and ".join(k for k, on in (("cache.enable_prefix_caching", cache.enable_prefix_caching),
+                                             ("cache.offload_size_gb", cache.offload_size_gb)) if on)
+        notes.append(f"{used} not used: scheduler.policy = static recomputes every prompt in its padded batch "
+                     "(no prefix cache, no CPU tier)")
     if sched.long_prefill_token_threshold:  # it caps a prefill chunk, and these policies never chunk
         notes.append(f"scheduler.long_prefill_token_threshold = {sched.long_prefill_token_threshold} is not used: "
                      f"scheduler.policy = {sched.policy} prefills whole prompts (set policy = chunked to cap "

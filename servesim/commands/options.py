@@ -148,6 +148,11 @@ def note(args: argparse.Namespace, *notes: str) -> None:
         print(f"note: {text}", file=sys.stderr)
 
 
+def written(out: Path) -> str:
+    """The files a command wrote into `out`, for its last line: every file there, by name."""
+    return ", ".join(sorted(p.name for p in Path(out).iterdir() if p.is_file()))
+
+
 def print_json(obj) -> None:
     """`obj` as JSON on stdout (NaN/inf and numpy values made JSON-safe)."""
     def plain(v):  # numpy scalars (table cells), paths

@@ -61,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             options.print_json(result.summary)
         else:
-            options.say(args, format_summary(result.summary),
+            options.say(args, format_summary(result.summary, clock="measured"),
                         f"engine: {args.device}, attention backend {engine.backend.name}, {engine.num_steps} steps")
             if out is not None:
-                options.say(args, f"\nwrote {out}/: summary.json, requests.csv, steps.csv, config.toml")
+                options.say(args, f"\nwrote {out}/: {options.written(out)}")
     except BrokenPipeError:  # `| head`: the reader left; not an error
         pass
     options.flush_stdout()

@@ -119,9 +119,7 @@ def run(args: argparse.Namespace) -> int:
             if benchmarks:
                 options.say(args, "", format_benchmarks(benchmarks))
             if out is not None:
-                names = ["summary.json", "requests.csv", "steps.csv", "config.toml", "requests.parquet",
-                         "steps.parquet", "benchmarks.csv"] + (["timeline.png", "benchmarks.png"] if plot else [])
-                options.say(args, f"\nwrote {out}/: {', '.join(n for n in names if (out / n).is_file())}")
+                options.say(args, f"\nwrote {out}/: {options.written(out)}")
     except BrokenPipeError:  # `| head`: the reader left; not an error
         pass
     options.flush_stdout()

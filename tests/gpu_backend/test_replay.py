@@ -107,6 +107,13 @@ output_len = {{ kind = "constant", value = 4 }}
     for name in ("requests.csv", "steps.csv", "config.toml"):
         assert (tmp_path / "engine" / name).is_file()
     assert 'policy = "continuous"' in (tmp_path / "engine" / "config.toml").read_text()
+    # printed: a measured duration, and the files the run wrote, each of them
+    capsys.readouterr()
+    assert main(["run", str(config), "--device", "cpu", "--no-progress", "--out", str(tmp_path / "again")]) == 0
+    printed = capsys.readouterr().out
+    assert " s measured, " in printed and " s simulated" not in printed
+    listed = printed.rsplit("wrote ", 1)[1].split(": ", 1)[1].strip().split(", ")
+    assert sorted(listed) == sorted(p.name for p in (tmp_path / "again").iterdir() if p.is_file())
 
 
 def test_cli_refuses_a_catalog_model(tmp_path, capsys):

@@ -150,6 +150,10 @@ def test_summary_counts_timed_out_requests_and_measures_successes_only():
     check_ended(table, 2.0)
     streamed = simulate(overload_config(), stream=True).summary  # the streaming recorder counts them alike
     assert streamed["num_timed_out"] == s["num_timed_out"] and streamed["num_finished"] == s["num_finished"]
+    # the queue is one of TTFT's parts: over the same successes, in both recorders, and so its parts' row
+    assert s["queue_s"]["mean"] == pytest.approx(done["queue_s"].mean())
+    assert streamed["queue_s"]["mean"] == pytest.approx(done["queue_s"].mean(), rel=0.01)
+    assert s["queue_s"]["mean"] < table["queue_s"].mean()  # the timed-out waited longer: not in it
 
 
 def test_no_timeout_is_the_client_that_waits():

@@ -10,6 +10,7 @@ from policies.schedulers import make_scheduler
 from records.display import number
 from sim.config import config_to_toml, load_config
 from sim.notes import outcome_notes, setting_notes, with_notes
+from sim.runner import simulate
 from sim.workload import build_workload
 from sim.workload.traces import read_trace
 
@@ -94,6 +95,19 @@ def test_a_prefill_cap_a_policy_never_applies_says_so_as_the_scheduler_runs():
                             f"{policy} prefills whole prompts (set policy = chunked to cap a prompt's chunk)"]
         else:
             assert plan.num_scheduled_tokens["r"] == 16 and said == [], policy
+
+
+def test_a_prefix_cache_static_batching_never_uses_says_so_as_the_run_shows():
+    """Shared-prefix requests with the prefix cache on: the note speaks where nothing is hit."""
+    for policy in ("static", "continuous"):
+        cfg = config(scheduler={"policy": policy}, cache={"enable_prefix_caching": True},
+                     workload={"num_requests": 40, "rate": 5.0, "num_prefix_groups": 2, "prefix_len": 256,
+                               "users_per_group": 4})
+        notes, _ = notes_of(cfg)
+        said = [n for n in notes if "cache.enable_prefix_caching" in n]
+        hit = simulate(cfg).summary["prefix_cache_hit_rate"]
+        assert (said != []) == (hit == 0), (policy, hit, said)
+    assert policy == "continuous" and hit > 0
 
 
 def test_clipped_lengths_are_counted_as_the_workload_clipped_them():
