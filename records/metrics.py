@@ -53,22 +53,27 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 REJECT_KINDS_SHOWN = 3
 
 
-def add_reject_kinds(kinds: dict[str, list], reasons: Iterable[str]) -> dict[str, list]:
-    """Count rejection reasons by kind into `kinds` (kind -> [count, first example]): a kind is the
-    reason with its numbers left out, so "prompt (4631 tokens) + ..." and "prompt (5102 tokens) +
-    ..." are one kind."""
-    for reason in reasons:
+def add_reject_kinds(kinds: dict[str, list], reasons: Iterable[str], orders: Iterable[int] | None = None
+                     ) -> dict[str, list]:
+    """Count rejection reasons by kind into `kinds` (kind -> [count, example, its order]): a kind is
+    the reason with its numbers left out, so "prompt (4631 tokens) + ..." and "prompt (5102 tokens)
+    + ..." are one kind. The example is the reason of the earliest request submitted (`orders`: the
+    requests' submission numbers; default the order given), so that a summary streamed in finish
+    order names the same example as one read from the whole table."""
+    for k, reason in enumerate(reasons) if orders is None else zip(orders, reasons):
         reason = reason if isinstance(reason, str) else ""  # none given (None, or NaN in a table)
         kind = _NUMBER.sub("N", reason)
-        entry = kinds.setdefault(kind, [0, reason])
+        entry = kinds.setdefault(kind, [0, reason, k])
         entry[0] += 1
+        if k < entry[2]:
+            entry[1], entry[2] = reason, k
     return kinds
 
 
 def rejected_reasons(kinds: dict[str, list]) -> list[dict]:
     """The most common kinds of rejection, each {"kind", "count", "example"} (`add_reject_kinds`)."""
     top = sorted(kinds.items(), key=lambda kv: (-kv[1][0], kv[0]))[:REJECT_KINDS_SHOWN]
-    return [{"kind": kind, "count": int(count), "example": example} for kind, (count, example) in top]
+    return [{"kind": kind, "count": int(count), "example": example} for kind, (count, example, _) in top]
 
 
 def rejection_example(kind: dict) -> str:

@@ -74,7 +74,8 @@ class RunningSummary:
             self.reasons[str(reason)] = self.reasons.get(str(reason), 0) + int(count)
         rejected = reasons == "rejected"
         if "reject_reason" in columns and rejected.any():
-            add_reject_kinds(self.reject_kinds, np.asarray(columns["reject_reason"], dtype=object)[rejected])
+            add_reject_kinds(self.reject_kinds, np.asarray(columns["reject_reason"], dtype=object)[rejected],
+                             np.asarray(order)[rejected].tolist())
         done = np.isin(reasons, COMPLETED_REASONS)
         self.num_requests += n
         self.num_finished += int(done.sum())

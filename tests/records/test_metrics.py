@@ -160,7 +160,7 @@ def test_rejections_are_named_by_kind_most_common_first():
     assert len(top) == REJECT_KINDS_SHOWN and [r["count"] for r in top] == [3, 2, 1]
     assert top[0]["kind"] == "prompt (N tokens) + max_tokens (N) = N exceeds max_model_len (N)"
     assert top[0]["example"] == reasons[0] and top[1]["example"] == "needs 300 KV blocks; the pool has 256"
-    assert sum(c for c, _ in kinds.values()) == len(reasons)  # nothing lost, the reasonless counted too
+    assert sum(c for c, *_ in kinds.values()) == len(reasons)  # nothing lost, the reasonless counted too
     # a run's summary names them, and the CLI prints one line per kind
     done = make_done_request("a", 0.0, [1.0, 2.0])
     table = requests_table([done] + [make_rejected_request(f"r{i}", 0.5) for i in range(4)])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -124,3 +125,22 @@ def test_the_workload_stream_is_start_sorted():
                 assert list(a.prompt_token_ids[:300]) == list(b.prompt_token_ids[:300])
     closed = load_config(BASE, LAYOUTS["closed loop"])
     assert build_workload(closed.workload).stream() is None
+
+
+def test_a_streamed_summary_names_the_same_rejection_example():
+    """Rejections end in another order than they were submitted (several replicas, a closed loop):
+    the streamed summary's example of a kind is still the earliest submitted one's, as the in-memory
+    summary reads it off the table."""
+    tiny = str(Path(__file__).resolve().parents[2] / "examples" / "tiny-llama" / "config.json")
+    cfg = load_config({
+        "model": {"name": tiny}, "hardware": {"gpu": "H100-SXM", "num_gpu_blocks": 2},
+        "scheduler": {"policy": "vllm", "max_num_batched_tokens": 8, "queue": "priority", "max_model_len": 16},
+        "cache": {"block_size": 2, "enable_prefix_caching": False},
+        "workload": {"num_requests": 28, "seed": 541, "prompt_len": {"kind": "constant", "value": 90},
+                     "output_len": {"kind": "uniform", "low": 3, "high": 16}, "kind": "closed_loop", "num_users": 8,
+                     "think_time": 0.0, "too_long": "keep"},
+        "autoscaling": {"enabled": True, "min_replicas": 1, "max_replicas": 3, "metric": "kv_usage",
+                        "interval_s": 0.01, "provisioning_delay_s": 0.2}})
+    in_memory = simulate(cfg).summary["rejected_reasons"]
+    assert in_memory[0]["count"] == 28
+    assert simulate(cfg, stream=True).summary["rejected_reasons"] == in_memory
