@@ -190,6 +190,7 @@ class DisaggregatedCluster:
         # the whole model's K and V of one token (each GPU sends its shard on its own lane)
         self.kv_bytes_per_token = kv_bytes_per_token(config.model.spec(), 1)
         self.pending: list[deque[_Transfer]] = [deque() for _ in self.decode]
+        self.moving: dict[str, tuple[_Transfer, Request]] = {}  # transfers on the link: (transfer, decode-side hold)
         self.originals: dict = {}
         self.transfer_times: list[float] = []
         self.hooks: list = []
@@ -266,6 +267,7 @@ class DisaggregatedCluster:
             if reservation is None:
                 break  # first come, first served: wait for blocks to free up
             queue.popleft()
+            self.moving[t.request.req_id] = (t, reservation)
             self.env.process(self._transfer(t, reservation))
 
     def _release(self, t: _Transfer) -> None:
@@ -279,6 +281,7 @@ class DisaggregatedCluster:
         request = t.request
         duration = self.transfer_time(request.num_prompt_tokens)
         yield self.env.timeout(duration)
+        del self.moving[request.req_id]
         self._release(t)
         replica = self.decode[t.decode]
         replica.scheduler.block_manager.free(reservation)
@@ -308,11 +311,19 @@ class DisaggregatedCluster:
 
     # --- the end --------------------------------------------------------------------------------
     def end_unfinished(self, now: float, why: str) -> None:
-        """Abort every live half, then end every user request still open (none goes missing)."""
+        """Abort every live half, free the KV of transfers waiting for or on the link (their holds on
+        both sides), then end every user request still open (none goes missing, no block stays held)."""
         for replica in self.prefill + self.decode:
             s = replica.scheduler
             for req_id in list(s.requests):  # the scheduler's live halves, whatever their queue
                 s.abort_request(req_id, now)
+        for queue in self.pending:
+            while queue:
+                self._release(queue.popleft())
+        for t, reservation in self.moving.values():
+            self._release(t)
+            self.decode[t.decode].scheduler.block_manager.free(reservation)
+        self.moving.clear()
         for request in self.recorder.requests:
             if not request.is_finished:
                 request.finish(FinishReason.ABORTED, now, why)

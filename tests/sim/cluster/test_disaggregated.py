@@ -83,6 +83,26 @@ def test_kv_blocks_are_held_on_both_sides_while_moving():
     assert pbm.num_used_gpu_blocks == 0 and dbm.num_used_gpu_blocks == 0
 
 
+def test_a_time_limit_frees_the_kv_of_transfers_waiting_for_and_on_the_link():
+    """Stopped while one transfer is on a slow link and others wait for the decode side's blocks:
+    every hold on both sides comes back, as it does for the live halves."""
+    config = make_config(DISAGG + ["disaggregation.link_bandwidth_gbps=0.5", "workload.num_requests=1",
+                                   "disaggregation.decode={count = 1, hardware = {num_gpu_blocks = 70}}"])
+    env = simpy.Environment()
+    cluster = DisaggregatedCluster(env, config, Recorder())
+    for k in range(3):
+        cluster.submit(Request(f"r{k}", 0.0, 1000, 4))
+    pbm = cluster.prefill[0].scheduler.block_manager
+    dbm = cluster.decode[0].scheduler.block_manager
+    env.run(until=0.15)  # the prefills are done; one transfer moves, the others wait for decode blocks
+    assert len(cluster.moving) == 1 and len(cluster.pending[0]) == 2
+    assert pbm.num_used_gpu_blocks == 3 * pbm.blocks_for(1000) and dbm.num_used_gpu_blocks > 0
+    cluster.end_unfinished(env.now, "time limit")
+    assert pbm.num_used_gpu_blocks == 0 and dbm.num_used_gpu_blocks == 0
+    assert not cluster.moving and not cluster.pending[0]
+    assert all(r.is_finished for r in cluster.recorder.requests)
+
+
 def test_decode_side_admits_only_what_fits():
     """A decode pool of 64 blocks (1024 tokens) and 600-token prompts: one request decodes at a time."""
     res = simulate(make_config(DISAGG + ["disaggregation.decode={hardware = {num_gpu_blocks = 64}}",
