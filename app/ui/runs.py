@@ -15,6 +15,7 @@ from sim.config import apply_override, config_to_toml, load_config
 from sim.notes import outcome_notes, setting_notes, with_notes
 from sim.runner import simulate
 from sim.workload import build_workload
+from ui.state import with_upload_names
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def run_with_status(config_dict: dict, label: str = "Simulating") -> RunOutput |
             out = run_simulation(canonical(config_dict))
         except (ValueError, FileNotFoundError) as exc:
             status.update(label=f"{label}: failed", state="error")
-            st.error(str(exc))
+            st.error(with_upload_names(str(exc)))  # an uploaded trace by the name it was uploaded as
             return None
         finished, rejected = out.summary.get("num_finished", 0), out.summary.get("num_rejected", 0)
         status.update(label=f"{label}: done ({finished} finished" + (f", {rejected} rejected)" if rejected else ")"),

@@ -15,6 +15,7 @@ from specs import get_gpu, gpu_names
 from ui import charts
 from ui.forms import config_form
 from ui.runs import canonical, validate
+from ui.state import keep_value, kept, with_upload_names
 from ui.summary import cost_cards, load_banner
 from sim.capacity.executor import SerialExecutor
 from sim.capacity.planner import CandidateGrid, plan
@@ -58,32 +59,50 @@ st.title("Capacity")
 st.caption("How many GPUs of which kind, in which layout, serve this traffic within this SLO, and at what cost?")
 
 with st.container(border=True):
-    base, overrides, errors = config_form(prefix="cap.", defaults={"num_requests": 150, "rate": 4.0},
-                                          show_slo=False)
+    base, overrides, errors = config_form(
+        prefix="cap.", defaults={"num_requests": 150}, show_slo=False,
+        hardware_note="The plan tries the candidates below (GPU types, TP degrees, replica counts) in place of "
+                      "this GPU, TP and Replicas; the autoscaling section at the end runs this GPU and TP.",
+        rate_note="Rate: the target rate below (these requests are offered at it).")
 
 st.markdown("**Targets**")
 c = st.columns(4)
-target_rate = c[0].number_input("Target rate (req/s)", value=4.0, step=0.5, key="cap.target")
-slo_ttft = c[1].number_input("TTFT SLO (s)", value=1.0, step=0.1, key="cap.ttft")
-slo_tpot = c[2].number_input("TPOT SLO (s)", value=0.08, step=0.01, key="cap.tpot")
-slo_e2e = c[3].number_input("E2E SLO (s, 0 = none)", value=0.0, step=1.0, key="cap.e2e")
+target_rate = c[0].number_input("Target rate (req/s)", value=4.0, step=0.5, key=kept("cap.target"))
+slo_ttft = c[1].number_input("TTFT SLO (s)", value=1.0, step=0.1, key=kept("cap.ttft"))
+slo_tpot = c[2].number_input("TPOT SLO (s)", value=0.08, step=0.01, key=kept("cap.tpot"))
+slo_e2e = c[3].number_input("E2E SLO (s, 0 = none)", value=0.0, step=1.0, key=kept("cap.e2e"))
 target_slot = st.empty()
+st.caption("Each candidate layout is offered the form's requests at the target rate (Poisson, gamma or "
+           "constant arrivals), so the run spans requests / target rate seconds.")
+plan_base = base  # the autoscaling section's stepped load sets its own rates: it takes `base`
+if base.get("workload", {}).get("kind") not in ("closed_loop", "trace") and target_rate > 0:
+    # the plan's base is offered the target rate: its window (`hold_window_of`: requests x target /
+    # base rate) is then the requests the user typed, not a count scaled by a rate nobody sees
+    plan_base = {**base, "workload": {**base["workload"], "rate": float(target_rate)}}
 
 st.markdown("**Candidates**")
 c = st.columns(4)
-gpus = c[0].multiselect("GPU types", gpu_names(), default=["H100-SXM", "A100-80G"], key="cap.gpus")
-tps = c[1].multiselect("TP degrees", [1, 2, 4, 8], default=[1, 2], key="cap.tps")
-replicas = c[2].multiselect("Replica counts (colocated)", [1, 2, 3, 4, 6, 8], default=[1, 2, 4], key="cap.reps")
-layouts = c[3].multiselect("Layouts", ["colocated", "disaggregated"], default=["colocated"], key="cap.layouts")
-max_gpus = st.slider("At most this many GPUs", 1, 16, 8, key="cap.maxgpus")
-prices = st.data_editor(pd.DataFrame({"gpu": gpus, "USD per GPU-hour": [get_gpu(g).price_per_hour for g in gpus]}),
+gpus = c[0].multiselect("GPU types", gpu_names(), default=["H100-SXM", "A100-80G"], key=kept("cap.gpus"))
+tps = c[1].multiselect("TP degrees", [1, 2, 4, 8], default=[1, 2], key=kept("cap.tps"))
+replicas = c[2].multiselect("Replica counts (colocated)", [1, 2, 3, 4, 6, 8], default=[1, 2, 4], key=kept("cap.reps"))
+layouts = c[3].multiselect("Layouts", ["colocated", "disaggregated"], default=["colocated"], key=kept("cap.layouts"))
+max_gpus = st.slider("At most this many GPUs", 1, 16, 8, key=kept("cap.maxgpus"))
+# a data editor cannot be set through the session state: the prices it gave are kept by the page and
+# are its data the next time (after a page switch too)
+kept_prices = keep_value("cap.price_map") or {}
+prices = st.data_editor(pd.DataFrame({"gpu": gpus, "USD per GPU-hour": [kept_prices.get(g, get_gpu(g).price_per_hour)
+                                                                        for g in gpus]}),
                         key="cap.prices", disabled=["gpu"], hide_index=True)
+price_map = {str(k): float(v) for k, v in zip(prices["gpu"], prices["USD per GPU-hour"])}
+keep_value("cap.price_map", {**kept_prices, **price_map})
 grid_slot = st.empty()
 clicked = st.button("Find the cheapest layout", type="primary", key="cap.run")
 
-resolved, field, message = validate(base, overrides)
+resolved, field, message = validate(plan_base, overrides)
 problem = None
-if message:
+if message and field == "workload.rate":  # the target's rate (the form has no Rate input here)
+    problem = target_slot.error(message.replace("workload.rate", "target rate", 1))
+elif message:
     errors.show(field, message)
 elif target_rate <= 0:
     problem = target_slot.error("target rate: must be > 0 requests per second")
@@ -102,7 +121,6 @@ else:
 
     inputs = None
     if problem is None:  # the SLO and the grid were built (an error above leaves one unset)
-        price_map = {str(k): float(v) for k, v in zip(prices["gpu"], prices["USD per GPU-hour"])}
         inputs = (canonical(resolved), float(target_rate), (slo.ttft_s, slo.tpot_s, slo.e2e_s),
                   tuple(sorted(dataclasses.asdict(grid).items())), tuple(sorted(price_map.items())))
     result = None
@@ -112,7 +130,7 @@ else:
             with st.spinner(f"Simulating {len(grid.candidates())} layouts at {target_rate} req/s..."):
                 result = run_plan(*inputs)
         except ValueError as exc:
-            problem = grid_slot.error(str(exc))
+            problem = grid_slot.error(with_upload_names(str(exc)))
     if result is not None:
         table = result.table()
         if result.by_gpus is None:
@@ -120,7 +138,8 @@ else:
         else:
             c = st.columns(4)
             winners = (("Fewest GPUs", result.by_gpus), ("Lowest cost", result.by_cost),
-                       ("Lowest cost per 1M tokens", result.by_token_cost), ("Least energy per token", result.by_energy))
+                       ("Lowest cost per 1M tokens", result.by_token_cost),
+                       ("Least energy per token", result.by_energy))
             for col, (title, row) in zip(c, winners):
                 if row is None:
                     continue
@@ -155,7 +174,7 @@ else:
                     curve = run_curve(inputs[0], tuple(curve_rates(float(target_rate))), inputs[2],
                                       tuple(win_overrides))
             except (ValueError, FileNotFoundError) as exc:
-                st.error(f"latency vs load: {exc}")
+                st.error(with_upload_names(f"latency vs load: {exc}"))
             if curve is not None:
                 latency = curve.copy()
                 for col in ("ttft_s_p90", "tpot_s_p90", "e2e_s_p90"):
@@ -176,17 +195,17 @@ st.subheader("Autoscaling")
 st.caption("Traffic that rises and falls: replicas added as a metric crosses its target (each serves once its "
            "model has loaded) and drained away as it falls. GPU-hours count every replica while it is up.")
 c = st.columns(4)
-low_rate = c[0].number_input("Low rate (req/s)", value=1.0, step=0.5, key="auto.low")
-high_rate = c[1].number_input("Peak rate (req/s)", value=8.0, step=0.5, key="auto.high")
-stage_s = c[2].number_input("Seconds per stage", value=60.0, step=10.0, key="auto.stage")
-metric = c[3].selectbox("Metric", ["queue", "kv_usage", "ttft_p90"], key="auto.metric")
+low_rate = c[0].number_input("Low rate (req/s)", value=1.0, step=0.5, key=kept("auto.low"))
+high_rate = c[1].number_input("Peak rate (req/s)", value=8.0, step=0.5, key=kept("auto.high"))
+stage_s = c[2].number_input("Seconds per stage", value=60.0, step=10.0, key=kept("auto.stage"))
+metric = c[3].selectbox("Metric", ["queue", "kv_usage", "ttft_p90"], key=kept("auto.metric"))
 c = st.columns(4)
-auto_target = c[0].number_input("Target", value=4.0, step=0.5, key="auto.target",
+auto_target = c[0].number_input("Target", value=4.0, step=0.5, key=kept("auto.target"),
                                 help="queue: requests waiting per replica; kv_usage: 0-1; ttft_p90: seconds")
-min_r = c[1].number_input("Min replicas", value=1, min_value=1, step=1, key="auto.min")
-max_r = c[2].number_input("Max replicas", value=4, min_value=1, step=1, key="auto.max")
+min_r = c[1].number_input("Min replicas", value=1, min_value=1, step=1, key=kept("auto.min"))
+max_r = c[2].number_input("Max replicas", value=4, min_value=1, step=1, key=kept("auto.max"))
 delay = c[3].number_input("Provisioning delay (s, 0 = weights / load bandwidth)", value=20.0, min_value=0.0,
-                          step=5.0, key="auto.delay")
+                          step=5.0, key=kept("auto.delay"))
 auto_slot = st.empty()
 auto_clicked = st.button("Simulate the autoscaled fleet", key="auto.run")
 auto = ["workload.kind=staged",
@@ -201,13 +220,13 @@ scaled, field, message = validate(base, list(overrides) + auto)
 if auto_clicked or (scaled is not None and st.session_state.get("auto.last") == scaled):
     run = None
     if message:
-        auto_slot.error(message)
+        auto_slot.error(with_upload_names(message))
     else:
         try:  # what only the run checks (the model fits the TP; no disaggregation) is said here
             with st.spinner("Simulating the stepped load with autoscaling..."):
                 run = run_autoscaled(canonical(scaled))
         except (ValueError, FileNotFoundError) as exc:
-            auto_slot.error(str(exc))
+            auto_slot.error(with_upload_names(str(exc)))
     if run is not None:
         st.session_state["auto.last"] = scaled
         run_summary, run_replicas, run_requests = run

@@ -10,6 +10,7 @@ from policies.config import POLICIES, PREEMPTIONS
 from ui import charts, summary
 from ui.forms import config_form
 from ui.runs import run_with_status, validate
+from ui.state import kept
 
 st.title("Compare")
 st.caption("The same workload under two to four scheduler configurations.")
@@ -24,24 +25,24 @@ COLUMN_FIELDS = ("scheduler.policy", "scheduler.max_num_batched_tokens", "schedu
 def column_label(i: int, policy: str, budget) -> str:
     """The column's label: "policy budget" until the user edits it (a keyed text_input keeps its first
     value whatever `value` says, so the default is written into the session state while it is unedited)."""
-    key, auto_key = f"cmp.{i}.label", f"cmp.{i}.auto"
+    key, auto_key = kept(f"cmp.{i}.label"), f"cmp.{i}.auto"  # an edited label comes back after a page switch
     auto = f"{policy} {budget}"
     if st.session_state.get(key) in (None, st.session_state.get(auto_key)):
         st.session_state[key] = auto
     st.session_state[auto_key] = auto
-    return st.text_input("Label", key=key)
+    return st.text_input("Label", key=kept(key))  # the label as shown kept (the default just written)
 
 
-n = st.radio("Configurations", (2, 3, 4), index=1, horizontal=True, key="cmp.count")
+n = st.radio("Configurations", (2, 3, 4), index=1, horizontal=True, key=kept("cmp.count"))
 presets = [("continuous", 2048), ("chunked", 512), ("chunked", 256), ("static", 2048)]
 variants = []
 cols = st.columns(n)
 for i, col in enumerate(cols):
     with col:
         policy_default, budget_default = presets[i]
-        policy = st.selectbox("Policy", POLICIES, index=POLICIES.index(policy_default), key=f"cmp.{i}.policy")
-        budget = st.number_input("Budget", value=budget_default, step=64, key=f"cmp.{i}.budget")
-        preemption = st.selectbox("Preemption", PREEMPTIONS, key=f"cmp.{i}.preempt")
+        policy = st.selectbox("Policy", POLICIES, index=POLICIES.index(policy_default), key=kept(f"cmp.{i}.policy"))
+        budget = st.number_input("Budget", value=budget_default, step=64, key=kept(f"cmp.{i}.budget"))
+        preemption = st.selectbox("Preemption", PREEMPTIONS, key=kept(f"cmp.{i}.preempt"))
         label = column_label(i, policy, budget)
         sched = {"policy": policy, "max_num_batched_tokens": int(budget), "preemption": preemption}
         variants.append((label, sched, st.empty()))

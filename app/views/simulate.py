@@ -7,6 +7,7 @@ from fidelity.benchmarks import predicted_benchmarks
 from ui import charts, summary
 from ui.forms import config_form
 from ui.runs import run_with_status, validate
+from ui.state import kept
 
 st.title("Simulate")
 st.caption("Pick a model, GPU and scheduler, describe the traffic, and see the latency it gets.")
@@ -48,7 +49,7 @@ elif clicked or st.session_state.get("sim.last") == resolved:
             st.plotly_chart(charts.step_timeline(out.steps), use_container_width=True)
         with tabs[2]:
             n = len(out.requests)
-            start = st.slider("First request", 0, max(n - 1, 0), 0, key="sim.window") if n > 1 else 0
+            start = st.slider("First request", 0, max(n - 1, 0), 0, key=kept("sim.window")) if n > 1 else 0
             st.plotly_chart(charts.request_timeline(out.requests, start=start, count=40), use_container_width=True)
         with tabs[3]:
             st.dataframe(out.requests, use_container_width=True, height=300)

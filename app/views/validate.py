@@ -15,6 +15,7 @@ import streamlit as st
 
 from records.display import percent
 from ui import charts
+from ui.state import kept, kept_upload
 from calibrate.validation_page import diagnostics as phrases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,15 +153,15 @@ def show(report: dict, folder: Path | None) -> None:
                 st.error(f"{png}: not an image ({type(exc).__name__})")
 
 
-mode = st.radio("Source", ("Load a report", "Run on CPU"), horizontal=True, key="val.mode")
+mode = st.radio("Source", ("Load a report", "Run on CPU"), horizontal=True, key=kept("val.mode"))
 if mode == "Load a report":
-    folder_text = st.text_input("Report folder (holds validation.json)", value="", key="val.folder")
-    uploaded = st.file_uploader("...or upload a validation.json", type=["json"], key="val.upload")
+    folder_text = st.text_input("Report folder (holds validation.json)", value="", key=kept("val.folder"))
+    uploaded = kept_upload("...or upload a validation.json", "val.upload", type=["json"])  # kept on a page switch
     slot = st.empty()
     report, folder = None, None
     problem = None
     if uploaded is not None:
-        report, problem = read_json(uploaded.getvalue(), "validation.json")
+        report, problem = read_json(uploaded[1], "validation.json")
     elif folder_text:
         folder = Path(folder_text).expanduser()
         if not (folder / "validation.json").is_file():
@@ -178,8 +179,8 @@ if mode == "Load a report":
             show(report, folder)
 else:
     configs = sorted(p.name for p in EXAMPLES.glob("validate-*.toml"))
-    name = st.selectbox("Validation workload", configs, key="val.config")
-    requests = st.number_input("Requests (fewer = faster)", value=20, step=5, key="val.n")
+    name = st.selectbox("Validation workload", configs, key=kept("val.config"))
+    requests = st.number_input("Requests (fewer = faster)", value=20, step=5, key=kept("val.n"))
     slot = st.empty()
     if st.button("Run on CPU", type="primary", key="val.run"):
         if requests < 1:

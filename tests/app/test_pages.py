@@ -24,6 +24,16 @@ def plotly_charts(at: AppTest) -> list:
     return [el for el in at.main if getattr(el, "type", "") == "plotly_chart"] or at.get("plotly_chart")
 
 
+def plan_on_h100(at: AppTest, n: int, target: float, replicas: list[int]) -> AppTest:
+    """Capacity page `at` planning `n` requests at `target` req/s over H100 TP1 x `replicas`."""
+    at.number_input(key="cap.n").set_value(n)
+    at.number_input(key="cap.target").set_value(target)
+    at.multiselect(key="cap.gpus").set_value(["H100-SXM"])
+    at.multiselect(key="cap.tps").set_value([1])
+    at.multiselect(key="cap.reps").set_value(replicas)
+    return at.button(key="cap.run").click().run()
+
+
 def test_simulate_page_runs_and_shows_results():
     at = page("simulate")
     at.number_input(key="sim.n").set_value(60)
@@ -101,12 +111,7 @@ def test_compare_page_shows_a_bad_column_under_that_column():
 
 def test_capacity_page_finds_a_layout_and_draws_the_load_curve():
     at = page("capacity")
-    at.number_input(key="cap.n").set_value(60)
-    at.number_input(key="cap.target").set_value(2.0)
-    at.multiselect(key="cap.gpus").set_value(["H100-SXM"])
-    at.multiselect(key="cap.tps").set_value([1])
-    at.multiselect(key="cap.reps").set_value([1, 2])
-    at.button(key="cap.run").click().run()
+    plan_on_h100(at, 60, 2.0, [1, 2])
     assert not at.exception, [e.value for e in at.exception]
     titles = [m.label for m in at.metric]
     assert "Fewest GPUs" in titles and "Lowest cost" in titles
@@ -343,24 +348,14 @@ def test_capacity_autoscaling_result_survives_reruns():
 
 def test_capacity_small_target_rate_still_draws_the_curve():
     at = page("capacity")
-    at.number_input(key="cap.n").set_value(30)
-    at.number_input(key="cap.target").set_value(0.001)
-    at.multiselect(key="cap.gpus").set_value(["H100-SXM"])
-    at.multiselect(key="cap.tps").set_value([1])
-    at.multiselect(key="cap.reps").set_value([1])
-    at.button(key="cap.run").click().run()
+    plan_on_h100(at, 30, 0.001, [1])
     assert not errors_of(at)
     assert len(plotly_charts(at)) == 2
 
 
 def test_capacity_cards_and_curves_say_what_they_show():
     at = page("capacity")
-    at.number_input(key="cap.n").set_value(40)
-    at.number_input(key="cap.target").set_value(2.0)
-    at.multiselect(key="cap.gpus").set_value(["H100-SXM"])
-    at.multiselect(key="cap.tps").set_value([1])
-    at.multiselect(key="cap.reps").set_value([1, 2])
-    at.button(key="cap.run").click().run()
+    plan_on_h100(at, 40, 2.0, [1, 2])
     assert not errors_of(at)
     cards = {m.label: m.value for m in at.metric}
     assert cards["Fewest GPUs"] == "1 GPU"
@@ -441,3 +436,73 @@ def test_validate_run_on_cpu_shows_an_error_of_the_run(monkeypatch):
     at.radio(key="val.mode").set_value("Run on CPU").run()
     at.button(key="val.run").click().run()
     assert any("too few for a check" in m for m in errors_of(at))
+
+
+APP = PAGES.parent / "streamlit_app.py"
+
+
+def test_switching_pages_keeps_each_pages_inputs_and_results():
+    """Streamlit drops the state of widgets a run does not render: a page left and come back to kept
+    its inputs (edited prices and an uploaded file included) and showed its last results again."""
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    at.run()
+    at.number_input(key="sim.n").set_value(60)
+    at.number_input(key="sim.rate").set_value(3.0)
+    at.button(key="sim.run").click().run()
+    assert len(at.metric) > 0
+    at.switch_page("views/compare.py").run()
+    at.radio(key="cmp.count").set_value(2)
+    at.text_input(key="cmp.0.label").input("mine").run()
+    at.switch_page("views/capacity.py").run()
+    at.multiselect(key="cap.gpus").set_value(["H100-SXM"])
+    at.number_input(key="cap.target").set_value(2.5).run()
+    at.switch_page("views/validate.py").run()
+    body = json.dumps({"step_time_abs_pct_error": {"median": 1.0, "p90": 2.0}, "metrics": {}}).encode()
+    at.file_uploader(key="val.upload").set_value(("validation.json", body, "application/json")).run()
+    assert [m.value for m in at.metric][:2] == ["1.0%", "2.0%"]
+
+    at.switch_page("views/simulate.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert (at.number_input(key="sim.n").value, at.number_input(key="sim.rate").value) == (60, 3.0)
+    assert any(m.label == "Finished / rejected" for m in at.metric)  # the results are back
+    at.switch_page("views/compare.py").run()
+    assert at.radio(key="cmp.count").value == 2 and at.text_input(key="cmp.0.label").value == "mine"
+    at.switch_page("views/capacity.py").run()
+    assert at.multiselect(key="cap.gpus").value == ["H100-SXM"] and at.number_input(key="cap.target").value == 2.5
+    at.switch_page("views/validate.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [m.value for m in at.metric][:2] == ["1.0%", "2.0%"]  # the uploaded report, still shown
+
+
+def test_capacity_page_offers_the_typed_requests_at_the_target_rate():
+    """The form has no Rate input of its own (the target rate sets the load, and the plan's window is
+    the requests typed), and says that the candidates replace its GPU, TP and replicas."""
+    at = page("capacity")
+    assert "cap.rate" not in [w.key for w in at.number_input]
+    assert any("in place of this GPU, TP and Replicas" in c.value for c in at.caption)
+    plan_on_h100(at, 40, 2.0, [1])
+    assert not at.exception and not at.error, ([e.value for e in at.exception], [e.value for e in at.error])
+    planned = json.loads(at.session_state["cap.last"][0])["workload"]
+    assert (planned["rate"], planned["num_requests"]) == (2.0, 40)  # 40 requests offered at 2 req/s
+    assert "Lowest cost" in [m.label for m in at.metric]
+
+
+def test_trace_upload_errors_name_the_uploaded_file():
+    at = page("simulate")
+    at.selectbox(key="sim.wkind").set_value("trace").run()
+    at.file_uploader(key="sim.trace").set_value(("my-trace.csv", b"arrival_time,prompt_tokens\n0,10\n",
+                                                 "text/csv")).run()
+    at.button(key="sim.run").click().run()
+    messages = [e.value for e in at.error]
+    assert any("my-trace.csv" in m and "output_tokens" in m for m in messages), messages
+    assert not any("servesim-trace-" in m for m in messages), messages
+
+
+def test_simulate_page_bounds_the_requests_and_says_how_long_a_big_run_takes():
+    at = page("simulate")
+    assert at.number_input(key="sim.n").max <= 1_000_000
+    at.number_input(key="sim.n").set_value(500_000).run()
+    assert any("500,000 requests" in w.value and "minutes" in w.value for w in at.warning), \
+        [w.value for w in at.warning]
+    at.number_input(key="sim.n").set_value(2000).run()
+    assert not at.warning, [w.value for w in at.warning]
