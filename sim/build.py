@@ -107,15 +107,22 @@ def make_recorder(config: Any, out: str | Path | None = None, stream: bool | Non
                              step_meters=(CostMeter(replica_costs(config)),))
 
 
-def progress_bar(arrivals, leave: bool = True, total: int | None = None):
-    """A tqdm bar over the run's requests (None for a run too small to need one): `arrivals`' count
-    (it updates the bar's total with follow-ups), or a fixed `total` when `arrivals` is None."""
+def progress_bar(arrivals, leave: bool = True, total: int | None = None, progress: Any = True):
+    """A bar over the run's requests (None for a run too small to need one, or `progress` false):
+    `arrivals`' count (it updates the bar's total with follow-ups), or a fixed `total` when
+    `arrivals` is None. `progress` true draws tqdm's; a callable makes the bar itself from the total
+    (anything with tqdm's `total`, `update(n)` and `close()`: the app's shows in its page)."""
+    if not progress:
+        return None
     total = arrivals.num_generated if arrivals is not None else total
     if total < PROGRESS_MIN_REQUESTS:
         return None
-    from tqdm import tqdm  # on demand: a run without a bar never imports it (start-up)
+    if callable(progress):
+        bar = progress(total)
+    else:
+        from tqdm import tqdm  # on demand: a run without a bar never imports it (start-up)
 
-    bar = tqdm(total=total, desc="simulate", unit="req", mininterval=0.5, leave=leave)
+        bar = tqdm(total=total, desc="simulate", unit="req", mininterval=0.5, leave=leave)
     if arrivals is not None:
         arrivals.progress = bar
     return bar

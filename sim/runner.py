@@ -14,6 +14,7 @@ engine thread's share of streaming its outputs. A layout of more than one replic
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 import simpy
 
@@ -34,7 +35,7 @@ __all__ = ["Arrivals", "SimResult", "build_cache_config", "finish_run", "make_re
            "tabulate"]
 
 
-def simulate(config: Config, progress: bool = False, latency_model=None, workload=None,
+def simulate(config: Config, progress: bool | Callable[[int], Any] = False, latency_model=None, workload=None,
              out: str | Path | None = None, stream: bool | None = None, plot: bool = False,
              fast_decode: bool = True) -> SimResult:
     """Run one replica under `config`'s workload until every request has ended.
@@ -45,6 +46,8 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
     goes and leave memory, and the result holds the summary (its tables read back from the files);
     `stream=True` streams without files (summary only). `plot` (streamed runs): timeline.png too.
     `fast_decode=False` runs every step through the scheduler (`sim.decode_replay`: same results).
+    `progress`: a tqdm bar on stderr, or a callable making a bar of its own from the request count
+    (`sim.build.progress_bar`).
     `config` may also be what `load_config` reads (a TOML file's path, a dict of sections).
     """
     if not isinstance(config, Config):
@@ -71,7 +74,7 @@ def simulate(config: Config, progress: bool = False, latency_model=None, workloa
         replica.on_finish.append(recorder.on_finish)
     arrivals.start()
 
-    bar = progress_bar(arrivals) if progress else None
+    bar = progress_bar(arrivals, progress=progress)
     with paused_gc():  # the run and its tables: see sim.replica.paused_gc
         try:
             env.run(until=config.sim.max_sim_time_s)

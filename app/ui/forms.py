@@ -100,12 +100,12 @@ def _trace_input(prefix: str) -> str | None:
 
 
 def requests_note(n: int) -> None:
-    """Say how long a run of `n` requests will take where it is long (the page shows no progress)."""
+    """Say how long a run of `n` requests will take where it is long (its status box counts them)."""
     if n > WARN_REQUESTS:
         minutes = n * SECONDS_PER_REQUEST / 60
         st.warning(f"{n:,} requests: about {minutes:.0f} minutes of simulation (roughly "
                    f"{SECONDS_PER_REQUEST * 1000:g} ms per request, more with long outputs or several "
-                   "replicas), with no progress shown until it ends. Fewer requests give the same "
+                   "replicas); the status box counts the requests as they end. Fewer requests give the same "
                    "latency figures for a steady load.")
 
 

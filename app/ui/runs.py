@@ -6,6 +6,7 @@ never re-runs a simulation that was already done.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 import pandas as pd
@@ -51,13 +52,33 @@ def canonical(config_dict: dict) -> str:
     return json.dumps(config_dict, sort_keys=True, default=str)
 
 
+class StatusBar:
+    """tqdm's interface (`total`, `update`, `close`) over a status box's label: how many of the run's
+    requests have ended, said at most every `every_s` seconds (`sim.build.progress_bar`)."""
+
+    def __init__(self, status, label: str, total: int, every_s: float = 0.5) -> None:
+        self.status, self.label, self.total, self.every_s = status, label, total, every_s
+        self.n, self._said = 0, 0.0
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self._said >= self.every_s:
+            self._said = now
+            self.status.update(label=f"{self.label}... {self.n:,} of {self.total:,} requests ended")
+
+    def close(self) -> None:
+        self.status.update(label=f"{self.label}...")
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
-def run_simulation(config_json: str) -> RunOutput:
-    """Simulate a config given as canonical JSON (the cache key). Raises on bad input."""
+def run_simulation(config_json: str, _progress=None) -> RunOutput:
+    """Simulate a config given as canonical JSON (the cache key; `_progress`, a bar factory for
+    `simulate`, is not part of it). Raises on bad input."""
     config = load_config(json.loads(config_json))
     workload = build_workload(config.workload, config.scheduler.max_model_len)
     config = with_notes(config, setting_notes(config, workload))
-    result = simulate(config, workload=workload)
+    result = simulate(config, progress=_progress or False, workload=workload)
     config = with_notes(config, outcome_notes(workload))
     return RunOutput(result.requests, result.steps, result.summary, config_to_toml(config), config.notes)
 
@@ -66,7 +87,7 @@ def run_with_status(config_dict: dict, label: str = "Simulating") -> RunOutput |
     """Run (or fetch from cache) with a status box; errors are shown, not raised."""
     with st.status(f"{label}...", expanded=False) as status:
         try:
-            out = run_simulation(canonical(config_dict))
+            out = run_simulation(canonical(config_dict), _progress=lambda total: StatusBar(status, label, total))
         except (ValueError, FileNotFoundError) as exc:
             status.update(label=f"{label}: failed", state="error")
             st.error(with_upload_names(str(exc)))  # an uploaded trace by the name it was uploaded as

@@ -29,7 +29,7 @@ def independent_parts(config: Any, workload) -> list | None:
     return parts(len(replica_configs(config))) if parts is not None else None
 
 
-def simulate_independent(config: Any, parts: list, recorder, latency_model=None, progress: bool = False,
+def simulate_independent(config: Any, parts: list, recorder, latency_model=None, progress: Any = False,
                          fast_decode: bool = True):
     """Run each replica alone on its part of the workload, into the one (streaming) recorder.
 
@@ -41,7 +41,7 @@ def simulate_independent(config: Any, parts: list, recorder, latency_model=None,
     could be resolved the other way (with continuous arrival times it does not occur;
     tests/sim/cluster/test_independent.py compares both runs).
     """
-    bar = progress_bar(None, leave=False, total=sum(count for count, _ in parts)) if progress else None
+    bar = progress_bar(None, leave=False, total=sum(count for count, _ in parts), progress=progress)
     num_parts = len(parts)
     finished, ends = [], []
     try:

@@ -24,7 +24,7 @@ from sim.cluster.layout import check_disaggregated, is_disaggregated
 from sim.result import SimResult, finish_run
 
 
-def simulate_cluster(config: Any, progress: bool = False, latency_model=None, workload=None, out=None,
+def simulate_cluster(config: Any, progress: Any = False, latency_model=None, workload=None, out=None,
                      stream: bool | None = None, plot: bool = False, fast_decode: bool = True) -> SimResult:
     check_disaggregated(config)
     if is_disaggregated(config) and config.workload.request_timeout_s is not None:
@@ -50,7 +50,7 @@ def simulate_cluster(config: Any, progress: bool = False, latency_model=None, wo
     autoscaler = None if is_disaggregated(config) else cluster.start_autoscaler(arrivals.done)
     if not isinstance(recorder, Recorder):  # last: a request's times are final when its row is built
         cluster.add_finish_hook(recorder.on_finish)
-    bar = progress_bar(arrivals, leave=False) if progress else None
+    bar = progress_bar(arrivals, leave=False, progress=progress)
     try:
         env.run(until=config.sim.max_sim_time_s)
     finally:

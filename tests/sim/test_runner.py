@@ -82,6 +82,32 @@ def test_a_closed_loop_whose_every_request_is_rejected_ends_with_each_counted():
     assert (t["arrival_time"].to_numpy()[1:] >= t["finish_time"].to_numpy()[:-1] - 1e-12).all()
 
 
+class CountingBar:
+    """A bar made by a `progress` callable: what the run told it."""
+
+    def __init__(self, total):
+        self.total, self.n, self.closed = total, 0, False
+
+    def update(self, n=1):
+        self.n += n
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_a_progress_callable_makes_the_bar_and_hears_of_every_request(monkeypatch, replicas):
+    """`progress` may make its own bar (the app's shows in its page): it is given the request count
+    and told of each request that ends, on one replica and on several."""
+    monkeypatch.setattr("sim.build.PROGRESS_MIN_REQUESTS", 1)
+    bars = []
+    cfg = load_config(SMALL, [f"cluster.num_replicas={replicas}"])
+    result = simulate(cfg, progress=lambda total: bars.append(CountingBar(total)) or bars[-1],
+                      latency_model=ConstantLatency(0.01, per_token=1e-5))
+    (bar,) = bars
+    assert bar.total == bar.n == len(result.requests) == 150 and bar.closed
+
+
 def test_max_sim_time_aborts_the_live_requests_and_keeps_them(tmp_path):
     r = simulate(load_config(SMALL, ["sim.max_sim_time_s=3.0"]))
     s = r.summary
