@@ -102,10 +102,30 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in (
     # 48 GB, no NVLink, PCIe Gen4 x16 64 GB/s, 350 W. torch total_memory ~44.5 GiB.
     GPUSpec("L40S", 362.05 * TFLOPS, 733 * TFLOPS, 0.864e12, int(44.53 * GiB), 0.0, 32 * GB, 1.00,
             350, 35, source="NVIDIA L40S datasheet; idle estimated"),
-    # NVIDIA A10 datasheet (AWS's A10G is this GPU in G5 instances; AWS publishes no separate tensor
-    # rate): BF16 125 TFLOPS dense (250 sparse), no FP8, GDDR6 600 GB/s, 24 GB, PCIe Gen4 x16, 150 W.
-    GPUSpec("A10G", 125 * TFLOPS, 125 * TFLOPS, 0.6e12, int(22.1 * GiB), 0.0, 32 * GB, 1.00,
-            150, 20, source="NVIDIA A10 datasheet (A10G = AWS G5's A10); idle estimated"),
+    # NVIDIA L40 datasheet: BF16 181.05 TFLOPS dense (362.1 sparse), FP8 362 dense, GDDR6 864 GB/s,
+    # 48 GB, no NVLink, PCIe Gen4 x16, 300 W: the L40S's memory with half its tensor rate.
+    GPUSpec("L40", 181.05 * TFLOPS, 362 * TFLOPS, 0.864e12, int(44.53 * GiB), 0.0, 32 * GB, 0.90,
+            300, 30, source="NVIDIA L40 datasheet; idle estimated"),
+    # NVIDIA A10 datasheet: BF16 125 TFLOPS dense (250 sparse; 72 SMs at full-rate FP32 accumulate),
+    # no FP8, GDDR6 600 GB/s, 24 GB, PCIe Gen4 x16, 150 W.
+    GPUSpec("A10", 125 * TFLOPS, 125 * TFLOPS, 0.6e12, int(22.1 * GiB), 0.0, 32 * GB, 0.75,
+            150, 20, source="NVIDIA A10 datasheet; idle estimated"),
+    # AWS's A10G (G5 instances; AWS publishes no datasheet): GA102 with 80 SMs at 1.71 GHz, whose
+    # BF16/FP16 tensor rate with FP32 accumulate is the GeForce half rate, 80 x 512 FLOP/clk x 1.71 GHz
+    # ~ 70 TFLOPS dense (cli99/llm-analysis gpu_configs/a10g-pcie-24gb.json: 70), not the A10's 125;
+    # GDDR6 600 GB/s, 24 GB, PCIe Gen4 x16; board power as the A10's (not published).
+    GPUSpec("A10G", 70 * TFLOPS, 70 * TFLOPS, 0.6e12, int(22.1 * GiB), 0.0, 32 * GB, 1.00,
+            150, 20, source="A10G (AWS G5): SM count x GeForce-rate tensor throughput; memory as A10; "
+                            "power and idle estimated"),
+    # NVIDIA H100 datasheet (PCIe): BF16 1,513 TFLOPS with sparsity -> 756 dense, FP8 1,513 dense,
+    # HBM2e 2.0 TB/s, 80 GB, PCIe Gen5 128 GB/s, 350 W. Its NVLink bridge joins two cards only and
+    # most PCIe servers have none: TP goes over PCIe here.
+    GPUSpec("H100-PCIe", 756 * TFLOPS, 1513 * TFLOPS, 2.0e12, int(79.19 * GiB), 0.0, 64 * GB, 2.40,
+            350, 50, source="NVIDIA H100 datasheet (PCIe); idle estimated"),
+    # NVIDIA A100 datasheet (PCIe 80GB): BF16 312 TFLOPS dense, no FP8, HBM2e 1,935 GB/s, 80 GB,
+    # PCIe Gen4 64 GB/s, 300 W; its NVLink bridge joins two cards only: TP goes over PCIe here.
+    GPUSpec("A100-80G-PCIe", 312 * TFLOPS, 312 * TFLOPS, 1.935e12, int(79.15 * GiB), 0.0, 32 * GB, 1.60,
+            300, 40, source="NVIDIA A100 datasheet (PCIe 80GB); idle estimated"),
     # NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: FP16/BF16 tensor with FP32
     # accumulate 165.2 TFLOPS dense, FP8 (FP32 accumulate) 330.3 dense, GDDR6X 1,008 GB/s, 24 GB,
     # no NVLink, PCIe Gen4 x16, 450 W. torch total_memory 25,250,627,584 B (a measured run's meta.json).
@@ -136,8 +156,9 @@ _ALIASES = {
     "h100": "H100-SXM", "h100sxm5": "H100-SXM", "h10080g": "H100-SXM", "h10080gb": "H100-SXM",
     "a100": "A100-80G", "a10080gb": "A100-80G", "a100sxm80g": "A100-80G", "a10040gb": "A100-40G",
     "h200sxm": "H200", "h800sxm": "H800", "4090": "RTX-4090", "geforcertx4090": "RTX-4090",
-    "rtxpro6000blackwell": "RTX-PRO-6000", "l40": "L40S", "b200sxm": "B200", "hgxb200": "B200",
-    "gb200nvl72": "GB200", "a10": "A10G", "mi300": "MI300X", "instinctmi300x": "MI300X",
+    "rtxpro6000blackwell": "RTX-PRO-6000", "b200sxm": "B200", "hgxb200": "B200",
+    "gb200nvl72": "GB200", "mi300": "MI300X", "instinctmi300x": "MI300X",
+    "h100pcie80gb": "H100-PCIe", "a100pcie": "A100-80G-PCIe", "a10080gbpcie": "A100-80G-PCIe",
     "instinctmi325x": "MI325X", "instinctmi355x": "MI355X", "h20sxm": "H20",
 }
 

@@ -29,6 +29,10 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
     _llama("Llama-3-8B", 32, 4096, 32, 8, 14336, 128256, 8192),
     # meta-llama/Meta-Llama-3-70B
     _llama("Llama-3-70B", 80, 8192, 64, 8, 28672, 128256, 8192),
+    # meta-llama/Llama-3.1-8B and -70B: Llama 3's shapes with a 131,072-token context (rope_scaling
+    # "llama3", factor 8 over 8,192); the scaling changes no cost, the context is what differs
+    _llama("Llama-3.1-8B", 32, 4096, 32, 8, 14336, 128256, 131072),
+    _llama("Llama-3.1-70B", 80, 8192, 64, 8, 28672, 128256, 131072),
     # codellama/CodeLlama-34b-hf
     _llama("CodeLlama-34B", 48, 8192, 64, 8, 22016, 32000, 16384),
     # mistralai/Mistral-7B-v0.1 (sliding window 4096 not modelled: attention reads the full context)
@@ -61,8 +65,10 @@ _ALIASES = {
     "llama2-7b": "Llama-2-7B", "meta-llama/llama-2-7b-hf": "Llama-2-7B", "llama-2-7b-chat": "Llama-2-7B",
     "llama2-13b": "Llama-2-13B", "meta-llama/llama-2-13b-hf": "Llama-2-13B",
     "llama2-70b": "Llama-2-70B", "meta-llama/llama-2-70b-hf": "Llama-2-70B",
-    "llama3-8b": "Llama-3-8B", "meta-llama/meta-llama-3-8b": "Llama-3-8B", "llama-3.1-8b": "Llama-3-8B",
+    "llama3-8b": "Llama-3-8B", "meta-llama/meta-llama-3-8b": "Llama-3-8B",
     "llama3-70b": "Llama-3-70B", "meta-llama/meta-llama-3-70b": "Llama-3-70B",
+    "meta-llama/meta-llama-3.1-8b": "Llama-3.1-8B", "llama-3.1-8b-instruct": "Llama-3.1-8B",
+    "meta-llama/meta-llama-3.1-70b": "Llama-3.1-70B", "llama-3.1-70b-instruct": "Llama-3.1-70B",
     "codellama/codellama-34b-hf": "CodeLlama-34B", "codellama-34b-instruct": "CodeLlama-34B",
     "mistralai/mistral-7b-v0.1": "Mistral-7B", "mistral-7b-instruct": "Mistral-7B",
     "mistralai/mixtral-8x7b-v0.1": "Mixtral-8x7B", "mixtral": "Mixtral-8x7B",

@@ -46,8 +46,23 @@ def test_h200_has_more_and_faster_memory_than_h100():
     assert get_gpu("h200").hbm_bandwidth > get_gpu("h100").hbm_bandwidth
 
 
+def test_the_cut_down_and_pcie_parts_are_not_their_big_siblings():
+    """Each variant a planner may type has its own figures: the L40 has half the L40S's tensor rate
+    in the same memory, AWS's A10G runs the GeForce rate under the A10's 125 TFLOPS, and the PCIe
+    H100/A100 have less bandwidth and power than the SXM parts, and no NVLink to shard over."""
+    l40, l40s = get_gpu("l40"), get_gpu("l40s")
+    assert l40.name == "L40" and l40.flops_bf16 == pytest.approx(l40s.flops_bf16 / 2, rel=0.01)
+    assert l40.hbm_bandwidth == l40s.hbm_bandwidth and l40.board_power_w < l40s.board_power_w
+    assert get_gpu("a10").name == "A10" and get_gpu("a10g").flops_bf16 < get_gpu("a10").flops_bf16
+    for pcie, sxm in (("h100-pcie", "h100"), ("a100-pcie", "a100")):
+        p, s = get_gpu(pcie), get_gpu(sxm)
+        assert p.hbm_bandwidth < s.hbm_bandwidth and p.board_power_w < s.board_power_w
+        assert p.nvlink_bandwidth == 0 and p.interconnect_bandwidth == p.pcie_bandwidth
+        assert p.memory_bytes == pytest.approx(s.memory_bytes, rel=0.01)
+
+
 @pytest.mark.parametrize("alias, name", [("h100", "H100-SXM"), ("A100-80GB", "A100-80G"), ("rtx4090", "RTX-4090"),
-                                         ("l40s", "L40S")])
+                                         ("l40s", "L40S"), ("l40", "L40"), ("a10", "A10"), ("H100 PCIe", "H100-PCIe")])
 def test_aliases(alias, name):
     assert get_gpu(alias).name == name
 

@@ -12,6 +12,7 @@ from spec_factories import LLAMA2_7B_HF, make_hf_config
 PUBLISHED_B = {
     "Llama-2-7B": 6.74, "Llama-2-13B": 13.0, "Llama-2-70B": 69.0, "Llama-3-8B": 8.03, "Llama-3-70B": 70.6,
     "CodeLlama-34B": 33.7, "Mistral-7B": 7.24, "Mixtral-8x7B": 46.7, "DeepSeek-67B": 67.4, "OPT-13B": 12.85,
+    "Llama-3.1-8B": 8.03, "Llama-3.1-70B": 70.6,
 }
 
 
@@ -44,6 +45,15 @@ def test_gqa_shrinks_kv_by_the_head_ratio():
 @pytest.mark.parametrize("alias", ["llama-2-7b", "LLAMA2-7B", "meta-llama/Llama-2-7b-hf", "llama_2_7b"])
 def test_aliases_are_case_insensitive(alias):
     assert get_model(alias).name == "Llama-2-7B"
+
+
+@pytest.mark.parametrize("three, three_one", [("Llama-3-8B", "llama-3.1-8b"), ("Llama-3-70B", "Llama-3.1-70B-Instruct")])
+def test_llama_3_1_is_llama_3_with_its_long_context(three, three_one):
+    """A planner's long prompts are clipped to the context (max_model_len's default): Llama 3.1's is
+    131,072 tokens (rope scaling), not Llama 3's 8,192, on the same layers."""
+    old, new = get_model(three), get_model(three_one)
+    assert (old.max_position_embeddings, new.max_position_embeddings) == (8192, 131072)
+    assert new.num_params == old.num_params and new.kv_bytes_per_token == old.kv_bytes_per_token
 
 
 def test_unknown_model_lists_the_names():
