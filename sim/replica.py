@@ -14,6 +14,7 @@ A client's request timeout (`request_timeout_s`) gives each request a deadline t
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import math
@@ -79,6 +80,7 @@ class Replica:
         self.async_scheduling = bool(async_scheduling)
         self._step_index = 0  # steps started so far (async scheduling: which step a submit fell in)
         self._in_step = False
+        self._stepping = None  # the record of the step running now (`end_step`)
         self._deferred: list[tuple[Request, int]] = []  # async: (request, step it arrived during)
         self.request_timeout_s = None if request_timeout_s is None else float(request_timeout_s)
         self._deadlines: list[tuple[float, int, Request]] = []  # heap: (deadline, order, request) of live ones
@@ -153,6 +155,15 @@ class Replica:
                 continue
             self._mark_timed_out(request, deadline)
             self.request_ended(request, now)
+
+    def end_step(self, now: float) -> None:
+        """The row, cut at `now`, of a step still running when the run stops (`sim.max_sim_time_s`)
+        whose plan preempted or swapped: the requests count those already, so the steps table must
+        too. Any other step in flight is left out, as the fast paths leave theirs (they never run a
+        step that preempts), so that both paths keep giving the same table."""
+        record, self._stepping = self._stepping, None
+        if record is not None and (record.num_preempted or record.num_swap_out_blocks or record.num_swap_in_blocks):
+            self.recorder.add_step(dataclasses.replace(record, duration=now - record.start))
 
     def _timed_out(self, request: Request) -> None:
         """A request that ended after its deadline (finished in the step spanning it, or aborted
@@ -319,9 +330,9 @@ class Replica:
                 was_idle = False
             record = record_step(plan, now, duration, scheduler, name)
             self._step_index += 1
-            self._in_step = True
+            self._in_step, self._stepping = True, record
             yield timeout(duration)
-            self._in_step = False
+            self._in_step, self._stepping = False, None
             self.busy_time += duration
             now = env.now
             finished = scheduler.update(plan, StepResult(duration), now)

@@ -81,6 +81,7 @@ def simulate(config: Config, progress: bool | Callable[[int], Any] = False, late
         finally:
             if bar is not None:
                 bar.close()
+        replica.end_step(env.now)
         end_unfinished(scheduler, recorder.requests, env.now, end_reason(config))
         return with_run_notes(finish_run(recorder, config), workload)
 

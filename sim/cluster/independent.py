@@ -55,6 +55,7 @@ def simulate_independent(config: Any, parts: list, recorder, latency_model=None,
                     replica.on_finish.append(lambda request, now: bar.update(1))
                 env.process(_feed(env, requests, replica.submit, recorder, k, num_parts))
                 env.run(until=config.sim.max_sim_time_s)
+                replica.end_step(env.now)
                 ends.append(env.now)
                 finished.append(replica)
     finally:

@@ -57,6 +57,8 @@ def simulate_cluster(config: Any, progress: Any = False, latency_model=None, wor
         if bar is not None:
             bar.close()
     why = end_reason(config)
+    for replica in (cluster.prefill + cluster.decode if is_disaggregated(config) else cluster.replicas):
+        replica.end_step(env.now)
     if is_disaggregated(config):
         cluster.end_unfinished(env.now, why)
     else:
