@@ -293,6 +293,8 @@ class Replica:
                 if not plan.is_empty:
                     add_step(record_step(plan, now, 0.0, scheduler, name))
                     scheduler.update(plan, StepResult(0.0), now)
+                elif plan.preempted:  # it preempted to make room, then could place nothing: the
+                    add_step(record_step(plan, now, 0.0, scheduler, name))  # requests count those
                 pipelined = False  # nothing runs, so nothing hides the next step's host work
                 if self._deferred:  # async scheduling, no step to run: nothing is planned ahead
                     self._release(None, now)
