@@ -67,7 +67,8 @@ def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[
 def check_engine_settings(config, device: torch.device) -> torch.dtype:
     """The dtype the engine runs `config` in on `device`, refusing what it would not run as written:
     quantized weights (its GEMMs are 16/32-bit), a KV cache in another dtype than the weights (its KV
-    tensors take the model's), tensor parallelism (it runs one device). Running something else in
+    tensors take the model's), tensor parallelism (it runs one device), a client timeout (its replay
+    waits for every answer). Running something else in
     their place would leave results and a config.toml that claim settings which never ran;
     `servesim simulate` models them."""
     if config.model.dtype not in DTYPES:
@@ -82,6 +83,10 @@ def check_engine_settings(config, device: torch.device) -> torch.dtype:
     if config.hardware.tp != 1:
         raise ConfigError(f"hardware.tp: the engine runs the model on one device (tp 1), got {config.hardware.tp}; "
                           "simulate tensor parallelism with `servesim simulate`")
+    timeout = getattr(config.workload, "request_timeout_s", None)
+    if timeout is not None:  # the replay's client waits for every answer: it would run them all to the end
+        raise ConfigError(f"workload.request_timeout_s: the engine's workload replay has no client that gives up "
+                          f"(got {timeout:g} s); leave it unset, or simulate client timeouts with `servesim simulate`")
     return dtype
 
 

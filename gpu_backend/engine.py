@@ -236,6 +236,11 @@ class Engine:
         with self._lock:  # the error handler drains the ingress under this lock: nothing slips past it
             error = self.error
             if error is None:
+                # a second live request of one id would take over the first's stream, and the
+                # scheduler refuses it at the next step, on the loop (which then dies): refused here
+                if request.req_id in self._live or any(r.req_id == request.req_id for r, _ in self._ingress):
+                    raise ValueError(f"request {request.req_id!r}: a request of this id is still live; "
+                                     "give each live request its own req_id")
                 self._ingress.append((request, on_output))
         if error is not None:  # the loop is dead: end it now rather than leave its client waiting
             now = self.now()

@@ -13,6 +13,7 @@ blocks in host memory: `offload_load` / `offload_store` take a plan's `offload_l
 """
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -32,6 +33,8 @@ class KVCache:
         self.num_blocks, self.block_size, self.num_cpu_blocks = num_blocks, block_size, num_cpu_blocks
         self.device = torch.device(device)
         shape = (config.num_hidden_layers, 2, num_blocks, block_size, config.num_key_value_heads, config.head_dim)
+        check_room(self.device, math.prod(shape[:2] + shape[3:]) * dtype.itemsize,
+                   num_blocks, num_cpu_blocks, num_offload_blocks)
         self.buffer = torch.zeros(shape, dtype=dtype, device=self.device)  # [L, 2, N, B, Hkv, D]
         self.k = [self.buffer[i, 0] for i in range(config.num_hidden_layers)]  # each [N, B, Hkv, D]
         self.v = [self.buffer[i, 1] for i in range(config.num_hidden_layers)]
@@ -111,6 +114,22 @@ class KVCache:
             else:
                 max_bytes = 256 * 2**20
         return max(1, max_bytes // bytes_per_block)
+
+
+def check_room(device: torch.device, block_bytes: int, num_blocks: int, num_cpu_blocks: int,
+               num_offload_blocks: int) -> None:
+    """Refuse KV blocks the machine has no room for, naming the count, before torch tries (its error
+    is an allocator traceback, or the kernel's OOM killer midway through zeroing them). The GPU pool
+    goes on `device`; swap space and the offload tier in host memory (with the pool on a CPU)."""
+    host = available_memory("cpu")
+    on_host = (num_cpu_blocks + num_offload_blocks + (num_blocks if device.type == "cpu" else 0)) * block_bytes
+    room = host if device.type == "cpu" else available_memory(device)
+    for field, count, need, free, where in (
+            ("cache.num_gpu_blocks", num_blocks, num_blocks * block_bytes, room, device.type),
+            ("cache.num_cpu_blocks", num_cpu_blocks + num_offload_blocks, on_host, host, "host")):
+        if need > free:
+            raise ValueError(f"{field}: {count} KV blocks of {block_bytes} bytes need {need / 2**30:.2f} GiB in "
+                             f"{where} memory, which has {free / 2**30:.2f} GiB available")
 
 
 def available_memory(device: str | torch.device) -> int:

@@ -1,7 +1,7 @@
 """Sampling: the `Sampler`, which draws tokens as `SamplingParams` (`gpu_backend.sampling_params`) say.
 
-Greedy when `temperature == 0`; otherwise softmax(logits / temperature), restricted to the top-p
-nucleus, sampled with a generator seeded from `(seed, step)` where `step` is the request's number
+Greedy when `SamplingParams.is_greedy` (a temperature under 1e-5); otherwise softmax(logits /
+temperature), restricted to the top-p nucleus, sampled with a generator seeded from `(seed, step)` where `step` is the request's number
 of output tokens so far. So a seeded request draws the same tokens whatever batch it shares, and
 after a recompute preemption. Stopping: a token in `stop_token_ids` (or the model's EOS unless
 `Request.ignore_eos`) ends the request with reason STOP; `Request.max_tokens` ends it with LENGTH

@@ -11,9 +11,15 @@ from dataclasses import dataclass
 from policies.config import ConfigError, check_int, check_number
 
 
+# below this a temperature is greedy, as vLLM's sampler takes it (its _SAMPLING_EPS): dividing
+# float32 logits by, say, 1e-40 overflows to inf and the softmax to NaN
+GREEDY_BELOW = 1e-5
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick each next token: greedy (temperature 0), or temperature + top-p with a seed."""
+    """How to pick each next token: greedy (temperature 0, or under `GREEDY_BELOW`), or temperature +
+    top-p with a seed."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -32,7 +38,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
 
 GREEDY = SamplingParams()

@@ -36,6 +36,13 @@ def test_settings_the_engine_would_not_run_are_refused(model, hardware, field):
         engine_config_from_sim(make_config(model, hardware=hardware), "cpu")
 
 
+def test_a_client_timeout_the_replay_would_not_apply_is_refused():
+    """The engine's replay waits for every answer: a config with request_timeout_s ran every request to
+    its end (e2e 9.2 s against a 0.05 s timeout) and wrote the timeout into config.toml as if applied."""
+    with pytest.raises(ConfigError, match=r"^workload.request_timeout_s: the engine's workload replay has no client"):
+        engine_config_from_sim(make_config(workload={"request_timeout_s": 0.05}), "cpu")
+
+
 def test_what_the_engine_runs_as_written_is_accepted():
     engine_config, _ = engine_config_from_sim(make_config(), "cpu")
     assert engine_config.dtype == "float32"

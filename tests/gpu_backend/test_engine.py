@@ -271,6 +271,25 @@ def test_token_ids_outside_the_vocab_are_refused(tiny_model):
         engine.add_request(make_request(0, [5, tiny_model.config.vocab_size]))
 
 
+def test_a_second_live_request_of_one_id_is_refused_and_the_first_goes_on(tiny_model, hf_ref):
+    """Before, the second took over the first's stream and the scheduler refused it at the next step
+    (on a served engine's loop, which then died for every client); an id is free again once ended."""
+    engine = make_engine(tiny_model)
+    first = make_request("x", PROMPTS[0], max_tokens=6)
+    engine.add_request(first)
+    with pytest.raises(ValueError, match="'x': a request of this id is still live"):
+        engine.add_request(make_request("x", PROMPTS[1], max_tokens=6))
+    engine.step()  # now live in the scheduler, no longer in the ingress: still refused
+    with pytest.raises(ValueError, match="still live"):
+        engine.add_request(make_request("x", PROMPTS[1], max_tokens=6))
+    engine.run_until_done()
+    hf_ref.assert_same_greedy(PROMPTS[0], first.output_token_ids)
+    again = make_request("x", PROMPTS[1], max_tokens=6)
+    engine.add_request(again)  # the first has ended: its id may be used again
+    engine.run_until_done()
+    assert again.num_output_tokens == 6
+
+
 def test_reject_reason_says_what_the_scheduler_would_refuse_without_queueing_it(tiny_model):
     engine = make_engine(tiny_model, num_gpu_blocks=4)  # 64 tokens of KV
     assert engine.reject_reason(make_request("fits", list(range(3, 13)), max_tokens=8)) is None

@@ -104,3 +104,15 @@ def test_available_host_memory_is_the_kernels_figure(monkeypatch, tmp_path):
     meminfo.write_text("MemTotal:       24683772 kB\nMemFree:          100 kB\nMemAvailable:   22224088 kB\n")
     monkeypatch.setattr(kv_cache, "Path", lambda path: meminfo)
     assert available_memory("cpu") == 22224088 * 1024  # the page cache it would give back counts
+
+
+@pytest.mark.parametrize("blocks, field", [({"num_blocks": 10**9}, "cache.num_gpu_blocks"),
+                                           ({"num_blocks": 4, "num_cpu_blocks": 10**9}, "cache.num_cpu_blocks"),
+                                           ({"num_blocks": 4, "num_offload_blocks": 10**9}, "cache.num_cpu_blocks")])
+def test_blocks_beyond_the_machine_are_refused_naming_the_count_before_allocating(blocks, field):
+    """Through the Python API too (`Engine(EngineConfig(...))`), not only the config route: before,
+    torch's allocator raised 'can't allocate memory' (or the OOM killer came while zeroing)."""
+    with pytest.raises(ValueError, match=rf"^{field}: 1,?000,?000,?00\d KV blocks of \d+ bytes need .* GiB"):
+        KVCache(make_model_config(), block_size=16, **blocks)
+    cache = KVCache(make_model_config(), num_blocks=4, block_size=16, num_cpu_blocks=2)  # what fits is built
+    assert cache.num_blocks == 4 and cache.num_cpu_blocks == 2

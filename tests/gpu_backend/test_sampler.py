@@ -12,6 +12,15 @@ def test_greedy_is_argmax():
     assert Sampler()(logits, [GREEDY] * 5, [0] * 5, [0] * 5) == logits.argmax(-1).tolist()
 
 
+@pytest.mark.parametrize("temperature", [1e-40, 1e-30, 1e-6])
+def test_a_tiny_temperature_is_greedy_not_nan(temperature):
+    """Logits divided by 1e-40 overflow to inf and the softmax to NaN (torch.multinomial then raises,
+    and a served engine dies with it): below 1e-5 a temperature is greedy, as in vLLM."""
+    logits = torch.tensor([[0.1, 2.0, 0.3, 1.9], [5.0, 1.0, 0.0, -1.0]])
+    params = [SamplingParams(temperature=temperature, seed=1)] * 2
+    assert Sampler()(logits, params, [1, 2], [0, 0]) == [1, 0]
+
+
 def test_seeded_sampling_is_reproducible_and_depends_on_seed_and_step():
     logits = torch.zeros(1, 1000)
     p = SamplingParams(temperature=1.0)
