@@ -41,6 +41,11 @@ class Arrivals:
         self.progress: "tqdm | None" = None
         self._due: deque[Request] = deque()  # follow-ups due now, waiting for the submit in progress
         self._submitting = False
+        # with a front end: the start's requests (sorted by reach time) and how many were submitted,
+        # and the follow-ups on their way (`sent_unsubmitted`)
+        self._feeding: list[Request] | None = None
+        self._fed = 0
+        self._moving: dict = {}
 
     def start(self) -> None:
         # an open-loop workload's requests one at a time, in arrival order (`Workload.stream`):
@@ -69,11 +74,13 @@ class Arrivals:
 
     def _feed(self, requests: list[Request]):
         env, submit, reach_time = self.env, self.submit, self.reach_time
+        self._feeding = requests if self.frontend is not None else None  # a list, sorted by reach time
         for request in requests:
             delay = reach_time(request) - env.now
             if delay > 0:
                 yield env.timeout(delay)
             submit(request)
+            self._fed += 1
 
     def schedule(self, request: Request) -> None:
         """Submit a follow-up at its arrival time (now if that has passed)."""
@@ -82,7 +89,9 @@ class Arrivals:
             self.progress.total = self.num_generated
         delay = self.reach_time(request) - self.env.now
         if delay > 0:
-            self.env.timeout(delay).callbacks.append(lambda _event, r=request: self.submit(r))
+            if self.frontend is not None:  # sent (perhaps), not yet through the front end
+                self._moving[request.req_id] = request
+            self.env.timeout(delay).callbacks.append(lambda _event, r=request: self._submit_moved(r))
             return
         # now, before the replica plans its next step; but a follow-up of a request that ends inside
         # `submit` (rejected, say) waits for that call to return, so that a closed loop whose every
@@ -96,6 +105,19 @@ class Arrivals:
                 self.submit(self._due.popleft())
         finally:
             self._submitting = False
+
+    def _submit_moved(self, request: Request) -> None:
+        self._moving.pop(request.req_id, None)
+        self.submit(request)
+
+    def sent_unsubmitted(self, limit: float) -> list[Request]:
+        """Requests their client sent before `limit` that had not reached `submit` when the run
+        stopped there: a front end's ingress was carrying them. They belong in the results (cut off
+        by the limit, as the requests the scheduler held); those due at or after it do not."""
+        out = [r for r in self._moving.values() if r.arrival_time < limit]
+        if self._feeding is not None:
+            out += [r for r in self._feeding[self._fed:] if r.arrival_time < limit]
+        return out
 
     def on_finish(self, request: Request, now: float) -> None:
         if self.frontend is not None:  # the client sees the end (and every token) egress_s later

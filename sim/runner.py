@@ -82,6 +82,9 @@ def simulate(config: Config, progress: bool | Callable[[int], Any] = False, late
             if bar is not None:
                 bar.close()
         replica.end_step(env.now)
+        if config.sim.max_sim_time_s is not None:  # sent before the limit, still in the front end
+            for request in arrivals.sent_unsubmitted(config.sim.max_sim_time_s):
+                recorder.add_request(request, "0")
         end_unfinished(scheduler, recorder.requests, env.now, end_reason(config))
         return with_run_notes(finish_run(recorder, config), workload)
 

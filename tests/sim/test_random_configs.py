@@ -33,8 +33,8 @@ The default run covers every feature of `random_configs.ALL_FEATURES` with a fix
 (`test_default_indices_cover_every_feature` keeps it so); the `slow` run draws 600 of another seed,
 among them the indices where the fuzzer found the faults since fixed. A failure names the seed and
 index: `random_config(seed, idx, folder)` rebuilds it alone. `test_each_check_catches_its_invariant_
-broken` shows that the checks can fail, each on a good run with its invariant broken; a fault found
-at HEAD is a strict xfail (`SLOW_KNOWN_FAULTS` and the test after the drivers). Also here:
+broken` shows that the checks can fail, each on a good run with its invariant broken; a fault found at
+HEAD would be a strict xfail (`SLOW_KNOWN_FAULTS`; the two this driver found are mended). Also here:
 M/D/1 waits against Lindley's recursion and Pollaczek-Khinchine, and invalid configs refused on one
 line naming the field.
 """
@@ -68,10 +68,7 @@ SLOW_SEED = 2
 # 533, 596; every fourth is also run the three ways
 SLOW_INDICES = range(600)
 # known faults at HEAD, by index of SLOW_SEED (strict: an index that passes again fails, to be removed here)
-SLOW_KNOWN_FAULTS = {
-    483: "front end + time limit: request 29, sent at 0.09999 s before the 0.1 s limit, reaches the scheduler "
-         "after it (ingress 0.14 ms) and is in no table (see test_a_request_sent_before_the_limit_is_in_the_results)",
-}
+SLOW_KNOWN_FAULTS: dict[int, str] = {}  # 483 was one (a front-end request sent before the limit), mended
 COMPLETED = ("length", "stop")
 EPS = 1e-9
 ALLOWANCE_S = 120
@@ -543,18 +540,21 @@ def test_invariants_hold_over_many_configs(idx, trace_folder):
     assert_invariants(SLOW_SEED, idx, trace_folder, three_ways=idx % 4 == 0)
 
 
-@pytest.mark.xfail(strict=True, reason="known fault at HEAD: a request the client sends before sim.max_sim_time_s "
-                                       "but whose front-end ingress ends after it is in no table, and the note "
-                                       "counts it as sent at or after the clock stops")
-def test_a_request_sent_before_the_limit_is_in_the_results():
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_sent_before_the_limit_is_in_the_results(stream):
     """Requests due every 0.1 s, a 50 ms front-end ingress, a 0.32 s limit: the one sent at 0.3 s was sent
-    before the clock stopped, so it is in the results (aborted, as any request the limit cuts off)."""
+    before the clock stopped, so it is in the results (aborted, as any request the limit cuts off); it was
+    in no table before (slow index 483 found it)."""
     result = simulate(load_config({
         "model": {"name": TINY}, "hardware": {"num_gpu_blocks": 100},
         "workload": {"kind": "constant", "rate": 10.0, "num_requests": 10,
                      "prompt_len": {"kind": "constant", "value": 8}, "output_len": {"kind": "constant", "value": 4}},
-        "sim": {"max_sim_time_s": 0.32}, "frontend": {"request_overhead_s": 0.05}}))
-    assert len(result.requests) == 3, result.requests[["req_id", "arrival_time", "finish_reason"]]
+        "sim": {"max_sim_time_s": 0.32}, "frontend": {"request_overhead_s": 0.05}}), stream=stream)
+    assert result.summary["num_requests"] == 3 and result.summary["num_aborted"] >= 1
+    if not stream:
+        last = result.requests.sort_values("arrival_time").iloc[-1]
+        assert last["arrival_time"] == pytest.approx(0.3) and last["finish_reason"] == "aborted"
+        assert "max_sim_time_s" in last["reject_reason"]
 
 
 
