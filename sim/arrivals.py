@@ -45,7 +45,7 @@ class Arrivals:
         # and the follow-ups on their way (`sent_unsubmitted`)
         self._feeding: list[Request] | None = None
         self._fed = 0
-        self._moving: dict = {}
+        self._moving: dict[int | str, Request] = {}
 
     def start(self) -> None:
         # an open-loop workload's requests one at a time, in arrival order (`Workload.stream`):
