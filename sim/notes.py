@@ -69,7 +69,8 @@ def profile_notes(config) -> list[str]:
 
 
 def scheduler_notes(config) -> list[str]:
-    """The scheduler's part: a whole-prompt policy's step budget (what `servesim serve` has to say too)."""
+    """The scheduler's part: a whole-prompt policy's step budget (what `servesim serve` has to say
+    too), and the settings such a policy leaves unused (a prefill cap; static's prefix cache)."""
     sched = config.scheduler
     if not scheduler_class(sched.policy).whole_prompts:
         return []
