@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from gpu_backend.engine import DTYPES, Engine, EngineConfig, check_device, resolve_dtype
-from gpu_backend.kv_cache import KVCache, available_memory
+from gpu_backend.kv_cache import KVCache, check_memory
 from gpu_backend.model_config import ModelConfig
 from policies import CacheConfig, ConfigError, SpeculativeConfig
 from sim.cluster.layout import cluster_section, is_disaggregated
@@ -24,7 +24,8 @@ def engine_config_from_sim(config, device: str | torch.device = "cpu") -> tuple[
     The model section must name a HF config.json (file or folder); safetensors beside it are loaded,
     else weights are seeded random. KV blocks: `hardware.num_gpu_blocks`, else what fits the device;
     CPU swap blocks from `hardware.swap_space_gb`; KV offload-tier blocks from `cache.offload_size_gb`;
-    all of them checked against the memory the device and host have free (`check_memory`).
+    all of them checked against the memory the device and host have free
+    (`gpu_backend.kv_cache.check_memory`).
     Settings the engine cannot run (`check_engine_settings`) are refused, not run as something else.
     """
     device = check_device(device)
@@ -88,35 +89,6 @@ def check_engine_settings(config, device: torch.device) -> torch.dtype:
         raise ConfigError(f"workload.request_timeout_s: the engine's workload replay has no client that gives up "
                           f"(got {timeout:g} s); leave it unset, or simulate client timeouts with `servesim simulate`")
     return dtype
-
-
-def check_memory(device: torch.device, block_bytes: int, num_gpu_blocks: int, num_cpu_blocks: int = 0,
-                 num_offload_blocks: int = 0) -> None:
-    """Refuse KV blocks the machine has no room for, before torch tries to allocate them (its error is
-    a traceback about an allocator). The KV cache goes on `device`; swap space and the offload tier
-    in host memory (with the KV cache on a CPU device). The model's weights are not counted."""
-    host = available_memory("cpu")
-    room = host if device.type == "cpu" else available_memory(device)
-    need = num_gpu_blocks * block_bytes
-    if need > room:
-        raise ConfigError(f"hardware.num_gpu_blocks: {num_gpu_blocks} KV blocks of {block_bytes} bytes need "
-                          f"{_bytes(need)} but {device.type} memory has {_bytes(room)} available; at most "
-                          f"{room // block_bytes} fit")
-    left, beside = (host - need, ["the KV cache"]) if device.type == "cpu" else (host, [])
-    for field, what, blocks in (("hardware.swap_space_gb", "swap space", num_cpu_blocks),
-                                ("cache.offload_size_gb", "offload tier", num_offload_blocks)):
-        need = blocks * block_bytes
-        if need > left:
-            raise ConfigError(f"{field}: {blocks} KV blocks of {block_bytes} bytes need {_bytes(need)} of host memory "
-                              f"but {_bytes(max(left, 0))} are available"
-                              + (f" beside {' and '.join(beside)}" if beside else ""))
-        left -= need
-        beside.append(f"the {what}")
-
-
-def _bytes(n: int) -> str:
-    """`n` bytes, exact and in GiB: "327680000000 bytes (305.2 GiB)"."""
-    return f"{n} bytes ({n / 2**30:.1f} GiB)"
 
 
 def build_engine(config, device: str | torch.device = "cpu", model=None, clock: str = "wall") -> Engine:

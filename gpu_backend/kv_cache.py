@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from gpu_backend.model_config import ModelConfig
+from policies import ConfigError
 
 
 class KVCache:
@@ -33,8 +34,8 @@ class KVCache:
         self.num_blocks, self.block_size, self.num_cpu_blocks = num_blocks, block_size, num_cpu_blocks
         self.device = torch.device(device)
         shape = (config.num_hidden_layers, 2, num_blocks, block_size, config.num_key_value_heads, config.head_dim)
-        check_room(self.device, math.prod(shape[:2] + shape[3:]) * dtype.itemsize,
-                   num_blocks, num_cpu_blocks, num_offload_blocks)
+        check_memory(self.device, math.prod(shape[:2] + shape[3:]) * dtype.itemsize,
+                     num_blocks, num_cpu_blocks, num_offload_blocks, ENGINE_FIELDS)
         self.buffer = torch.zeros(shape, dtype=dtype, device=self.device)  # [L, 2, N, B, Hkv, D]
         self.k = [self.buffer[i, 0] for i in range(config.num_hidden_layers)]  # each [N, B, Hkv, D]
         self.v = [self.buffer[i, 1] for i in range(config.num_hidden_layers)]
@@ -116,20 +117,41 @@ class KVCache:
         return max(1, max_bytes // bytes_per_block)
 
 
-def check_room(device: torch.device, block_bytes: int, num_blocks: int, num_cpu_blocks: int,
-               num_offload_blocks: int) -> None:
-    """Refuse KV blocks the machine has no room for, naming the count, before torch tries (its error
-    is an allocator traceback, or the kernel's OOM killer midway through zeroing them). The GPU pool
-    goes on `device`; swap space and the offload tier in host memory (with the pool on a CPU)."""
+#: the fields `check_memory` names: a servesim config's (`calibrate.engine_config`), or an `EngineConfig`'s
+CONFIG_FIELDS = ("hardware.num_gpu_blocks", "hardware.swap_space_gb", "cache.offload_size_gb")
+ENGINE_FIELDS = ("cache.num_gpu_blocks", "cache.num_cpu_blocks", "cache.num_offload_blocks")
+
+
+def check_memory(device: torch.device, block_bytes: int, num_gpu_blocks: int, num_cpu_blocks: int = 0,
+                 num_offload_blocks: int = 0, fields: tuple[str, str, str] = CONFIG_FIELDS) -> None:
+    """Refuse KV blocks the machine has no room for, naming the field (`fields`: the GPU pool's, the
+    swap space's, the offload tier's), before torch tries to allocate them (its error is an allocator
+    traceback, or the kernel's OOM killer midway through zeroing them). The KV cache goes on
+    `device`; swap space and the offload tier in host memory (with the KV cache on a CPU device).
+    The model's weights are not counted."""
+    device = torch.device(device)
     host = available_memory("cpu")
-    on_host = (num_cpu_blocks + num_offload_blocks + (num_blocks if device.type == "cpu" else 0)) * block_bytes
     room = host if device.type == "cpu" else available_memory(device)
-    for field, count, need, free, where in (
-            ("cache.num_gpu_blocks", num_blocks, num_blocks * block_bytes, room, device.type),
-            ("cache.num_cpu_blocks", num_cpu_blocks + num_offload_blocks, on_host, host, "host")):
-        if need > free:
-            raise ValueError(f"{field}: {count} KV blocks of {block_bytes} bytes need {need / 2**30:.2f} GiB in "
-                             f"{where} memory, which has {free / 2**30:.2f} GiB available")
+    need = num_gpu_blocks * block_bytes
+    if need > room:
+        raise ConfigError(f"{fields[0]}: {num_gpu_blocks} KV blocks of {block_bytes} bytes need "
+                          f"{_bytes(need)} but {device.type} memory has {_bytes(room)} available; at most "
+                          f"{room // block_bytes} fit")
+    left, beside = (host - need, ["the KV cache"]) if device.type == "cpu" else (host, [])
+    for field, what, blocks in ((fields[1], "swap space", num_cpu_blocks),
+                                (fields[2], "offload tier", num_offload_blocks)):
+        need = blocks * block_bytes
+        if need > left:
+            raise ConfigError(f"{field}: {blocks} KV blocks of {block_bytes} bytes need {_bytes(need)} of host memory "
+                              f"but {_bytes(max(left, 0))} are available"
+                              + (f" beside {' and '.join(beside)}" if beside else ""))
+        left -= need
+        beside.append(f"the {what}")
+
+
+def _bytes(n: int) -> str:
+    """`n` bytes, exact and in GiB: "327680000000 bytes (305.2 GiB)"."""
+    return f"{n} bytes ({n / 2**30:.1f} GiB)"
 
 
 def available_memory(device: str | torch.device) -> int:

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import calibrate.engine_config as engine_config_module  # noqa: E402
+import gpu_backend.kv_cache as kv_cache_module  # noqa: E402
 from calibrate.engine_config import engine_config_from_sim  # noqa: E402
 from policies import ConfigError  # noqa: E402
 from sim.config import load_config  # noqa: E402
@@ -51,7 +51,7 @@ def test_what_the_engine_runs_as_written_is_accepted():
 
 
 def test_kv_blocks_beyond_the_memory_free_are_refused_before_allocating(monkeypatch):
-    monkeypatch.setattr(engine_config_module, "available_memory", lambda device: 2**30)  # 1 GiB: 32768 blocks
+    monkeypatch.setattr(kv_cache_module, "available_memory", lambda device: 2**30)  # 1 GiB: 32768 blocks
     engine_config, _ = engine_config_from_sim(make_config(hardware={"num_gpu_blocks": 2**30 // BLOCK_BYTES}), "cpu")
     assert engine_config.cache.num_gpu_blocks == 32768
     with pytest.raises(ConfigError, match=r"^hardware.num_gpu_blocks: 10000000 KV blocks of 32768 bytes need "

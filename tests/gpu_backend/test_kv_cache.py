@@ -108,7 +108,7 @@ def test_available_host_memory_is_the_kernels_figure(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("blocks, field", [({"num_blocks": 10**9}, "cache.num_gpu_blocks"),
                                            ({"num_blocks": 4, "num_cpu_blocks": 10**9}, "cache.num_cpu_blocks"),
-                                           ({"num_blocks": 4, "num_offload_blocks": 10**9}, "cache.num_cpu_blocks")])
+                                           ({"num_blocks": 4, "num_offload_blocks": 10**9}, "cache.num_offload_blocks")])
 def test_blocks_beyond_the_machine_are_refused_naming_the_count_before_allocating(blocks, field):
     """Through the Python API too (`Engine(EngineConfig(...))`), not only the config route: before,
     torch's allocator raised 'can't allocate memory' (or the OOM killer came while zeroing)."""
