@@ -24,16 +24,15 @@ from pathlib import Path
 import numpy as np
 
 from policies import ConfigError, FinishReason
-from policies.config import check_number
 from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 from fidelity.engine_settings import ALIASES
-from records.files import read_json_object, write_content_file
+from records.files import write_content_file
 from fidelity.runs import RealRun, version_text
 from fidelity.sources.guidellm import GuidellmWorkload, is_guidellm_profile
 from fidelity.sources.guidellm_results import read_guidellm_requests
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import LATEST_READ, CHAT_BEHAVIOURS, SharedPrefixProfile, behaviour_for
-from fidelity.sources.inference_perf_results import read_inference_perf_requests
+from fidelity.sources.inference_perf_results import read_inference_perf_requests, read_summary_lengths
 from fidelity.sources.vllm_server import run_file
 from records.yaml_file import read_yaml
 
@@ -139,18 +138,9 @@ def recorded_version(run: RealRun, client: str) -> str | None:
 def measured_lengths(run: RealRun) -> tuple[float, float, str]:
     """(mean prompt, mean output, file) the run measured, the client's counts first (nan, nan, "")."""
     summary = run_file(run.path, "summary_lifecycle_metrics.json", run.profile)
-    if summary is not None:
-        data = read_json_object(summary, "inference-perf summary")
-        ok = data.get("successes") or data  # older summaries keep the successes' figures at the top
-        if not isinstance(ok, dict):
-            raise ConfigError(f"inference-perf summary: {summary}: successes: expected an object, got {ok!r:.60}")
-        prompt, output = ok.get("prompt_len") or {}, ok.get("output_len") or {}
-        if isinstance(prompt, dict) and prompt.get("mean") is not None:
-            out = output.get("mean") if isinstance(output, dict) else None
-            check_number(f"inference-perf summary: {summary}: prompt_len.mean", prompt["mean"], 0)
-            if out is not None:
-                check_number(f"inference-perf summary: {summary}: output_len.mean", out, 0)
-            return float(prompt["mean"]), float(out) if out is not None else math.nan, summary.name
+    lengths = read_summary_lengths(summary) if summary is not None else None
+    if lengths is not None:
+        return (*lengths, summary.name)
     lifecycle = run_file(run.path, "per_request_lifecycle_metrics.json", run.profile)
     if lifecycle is not None:
         df = read_inference_perf_requests(lifecycle)

@@ -118,6 +118,22 @@ def read_summary_means(path: Path, requested_output: float | None = None) -> dic
     return out
 
 
+def read_summary_lengths(path: Path) -> tuple[float, float] | None:
+    """(mean prompt, mean output; nan where absent) tokens of inference-perf's successes in its
+    `summary_lifecycle_metrics.json` (older summaries keep them at the top), or None where it has no
+    mean prompt length."""
+    data = read_json_object(path, "inference-perf summary")
+    ok = _section(path, data, "successes") or data
+    prompt, output = ok.get("prompt_len") or {}, ok.get("output_len") or {}
+    if not isinstance(prompt, dict) or prompt.get("mean") is None:
+        return None
+    out = output.get("mean") if isinstance(output, dict) else None
+    check_number(f"inference-perf summary: {path}: prompt_len.mean", prompt["mean"], 0)
+    if out is not None:
+        check_number(f"inference-perf summary: {path}: output_len.mean", out, 0)
+    return float(prompt["mean"]), float(out) if out is not None else math.nan
+
+
 def _section(path: Path, data: dict, key: str, where: str = "") -> dict:
     """`data[key]` of an inference-perf summary: an object, or {} where absent; anything else is
     refused naming the file and the key."""
