@@ -1,7 +1,7 @@
 """The project's JSON files, read and written in one place (stdlib only: specs and catalogs use it too).
 
 `read_json_object` reads any of them (profiles, front-end and host layers, HF config.json, reports),
-`read_json` any JSON value, `read_json_lines` a JSON Lines file: every way a read can fail is one
+`read_json` any JSON value, `read_json_lines` a JSON Lines file (`iter_json_lines` as it reads): every way a read can fail is one
 line starting with the field the file came from. `write_json` writes one (UTF-8, indented, one
 trailing newline, its folder made). A summary (`write_summary`, `json_safe`) is written with
 NaN/inf as null, since JSON has no NaN, and numpy scalars as plain numbers (`json_default`);
@@ -52,28 +52,37 @@ def read_json_object(path: str | Path, field: str, *, missing: type[Exception] =
     return data
 
 
-def read_json_lines(path: str | Path, field: str, *, missing: type[Exception] = ConfigError) -> list[dict]:
-    """The JSON objects of a JSON Lines file, one per non-blank line; a line that is not one is
-    refused naming `field`, the file and the line (`read_json`'s other failures likewise)."""
+def iter_json_lines(path: str | Path, field: str, *, missing: type[Exception] = ConfigError):
+    """(line number, object) for each non-blank line of a JSON Lines file, read as it goes (a trace
+    of millions of lines is never held as text); a line that is not a JSON object is refused naming
+    `field`, the file and the line, and so is a file that is not UTF-8 (a leading BOM is allowed)."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        f = path.open("r", encoding="utf-8-sig")
     except FileNotFoundError:
         raise missing(f"{field}: no such file {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{field}: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    except OSError as exc:  # a directory, no permission, ...
+        raise ConfigError(f"{field}: cannot read {path} ({exc.strerror or exc})") from None
+    with f:
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{field}: {path} line {number} is not valid JSON ({exc})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{field}: {path} line {number} does not hold a JSON object (it is {_json_kind(data)})")
-        out.append(data)
-    return out
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"{field}: {path} line {number} is not valid JSON ({exc})") from None
+                if not isinstance(data, dict):
+                    raise ConfigError(f"{field}: {path} line {number} does not hold a JSON object "
+                                      f"(it is {_json_kind(data)})")
+                yield number, data
+        except UnicodeDecodeError as exc:  # a file saved in another encoding (Latin-1, UTF-16)
+            raise ConfigError(f"{field}: {path} is not UTF-8 text ({exc.reason}); save it as UTF-8") from None
+
+
+def read_json_lines(path: str | Path, field: str, *, missing: type[Exception] = ConfigError) -> list[dict]:
+    """The JSON objects of a JSON Lines file, one per non-blank line (`iter_json_lines`)."""
+    return [data for _, data in iter_json_lines(path, field, missing=missing)]
 
 
 def write_json(path: str | Path, data: object, *, indent: int = 2, default=None) -> Path:

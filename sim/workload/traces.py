@@ -16,7 +16,6 @@ malformed line raises one `ConfigError` naming the field, the file and the line 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from policies.config import ConfigError
+from records.files import iter_json_lines
 from sim.workload import registry
 
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per Mooncake hash id (their README)
@@ -189,37 +189,28 @@ def _read_azure(path: Path, field: str):
 
 def _read_mooncake(path: Path, field: str):
     t, p, o, h = [], [], [], []
-    with path.open("r", encoding=TEXT_ENCODING) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{field}: {path}:{lineno}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{where}: not valid JSON ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise ConfigError(f"{where}: expected a JSON object, got {type(d).__name__}")
-            for key in ("timestamp", "input_length", "output_length"):
-                if key not in d:
-                    raise ConfigError(f"{where}: missing key {key!r}")
-            stamp = d["timestamp"]  # Python's json reads NaN and Infinity: neither is a time
-            if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp) or stamp < 0:
-                raise ConfigError(f"{where}: timestamp must be a number of ms >= 0, got {d['timestamp']!r}")
-            t.append(d["timestamp"] / 1000.0)
-            n_in = parse_int(d["input_length"], "input_length", where, 1)
-            p.append(n_in)
-            o.append(max(1, parse_int(d["output_length"], "output_length", where)))
-            ids = d.get("hash_ids")
-            if ids is None:  # no prefix information: the prompt shares nothing
-                h.append(None)
-                continue
-            if not isinstance(ids, list) or not all(isinstance(x, int) for x in ids):
-                raise ConfigError(f"{where}: hash_ids must be a list of integers")
-            if len(ids) * MOONCAKE_BLOCK_TOKENS < n_in:
-                raise ConfigError(f"{where}: {len(ids)} hash_ids cover {len(ids) * MOONCAKE_BLOCK_TOKENS} tokens, "
-                                  f"fewer than input_length={n_in}")
-            h.append(tuple(ids))
+    for lineno, d in iter_json_lines(path, field):
+        where = f"{field}: {path}:{lineno}"
+        for key in ("timestamp", "input_length", "output_length"):
+            if key not in d:
+                raise ConfigError(f"{where}: missing key {key!r}")
+        stamp = d["timestamp"]  # Python's json reads NaN and Infinity: neither is a time
+        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp) or stamp < 0:
+            raise ConfigError(f"{where}: timestamp must be a number of ms >= 0, got {d['timestamp']!r}")
+        t.append(d["timestamp"] / 1000.0)
+        n_in = parse_int(d["input_length"], "input_length", where, 1)
+        p.append(n_in)
+        o.append(max(1, parse_int(d["output_length"], "output_length", where)))
+        ids = d.get("hash_ids")
+        if ids is None:  # no prefix information: the prompt shares nothing
+            h.append(None)
+            continue
+        if not isinstance(ids, list) or not all(isinstance(x, int) for x in ids):
+            raise ConfigError(f"{where}: hash_ids must be a list of integers")
+        if len(ids) * MOONCAKE_BLOCK_TOKENS < n_in:
+            raise ConfigError(f"{where}: {len(ids)} hash_ids cover {len(ids) * MOONCAKE_BLOCK_TOKENS} tokens, "
+                              f"fewer than input_length={n_in}")
+        h.append(tuple(ids))
     return t, p, o, None, h
 
 

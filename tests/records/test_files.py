@@ -6,7 +6,7 @@ import json
 import pytest
 
 from policies import ConfigError
-from records.files import read_json, read_json_lines, read_json_object, write_content_file, write_json
+from records.files import iter_json_lines, read_json, read_json_lines, read_json_object, write_content_file, write_json
 
 
 def write(tmp_path, data: bytes | str, name: str = "x.json"):
@@ -64,6 +64,24 @@ def test_json_lines_read_one_object_a_line_and_a_bad_line_is_named(tmp_path):
         with pytest.raises(ConfigError) as info:
             read_json_lines(path, "requests")
         assert f"{path} {what}" in one_line_error(info, "requests")
+
+
+def test_json_lines_allow_a_bom_and_refuse_another_encoding_naming_the_file(tmp_path):
+    path = write(tmp_path, b'\xef\xbb\xbf{"a": 1}\n{"a": 2}\n', "bom.jsonl")  # as Windows tools save UTF-8
+    assert [n for n, _ in iter_json_lines(path, "f")] == [1, 2]
+    path = write(tmp_path, '{"a": 1}\n{"b": "caf\u00e9"}\n'.encode("latin-1"), "latin1.jsonl")
+    with pytest.raises(ConfigError) as info:
+        read_json_lines(path, "workload.trace")
+    assert one_line_error(info, "workload.trace").endswith(f"{path} is not UTF-8 text (invalid continuation byte); "
+                                                             "save it as UTF-8")
+
+
+def test_json_lines_are_read_as_they_go(tmp_path):
+    """The first object comes before a later bad line is reached: a big trace is never one string."""
+    lines = iter_json_lines(write(tmp_path, '{"a": 1}\n{cut\n', "r.jsonl"), "f")
+    assert next(lines) == (1, {"a": 1})
+    with pytest.raises(ConfigError, match="line 2 is not valid JSON"):
+        next(lines)
 
 
 def test_bad_utf8_is_a_config_error_not_a_unicode_error(tmp_path):

@@ -70,7 +70,7 @@ def test_mooncake_jsonl(tmp_path):
     ("zero.csv", "arrival_time,prompt_tokens,output_tokens\n0,0,5\n", r"zero\.csv:2: prompt_tokens must be >= 1"),
     ("azure_bad.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", r"azure_bad\.csv:2: TIMESTAMP"),
     ("unknown.csv", "a,b,c\n1,2,3\n", r"cannot tell the format"),
-    ("bad.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{oops\n', r"bad\.jsonl:2: not valid JSON"),
+    ("bad.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{oops\n', r"bad\.jsonl line 2 is not valid JSON"),
     ("missing.jsonl", '{"timestamp": 0, "output_length": 1}\n', r"missing\.jsonl:1: missing key 'input_length'"),
     ("few_hashes.jsonl", '{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [1]}\n',
      r"few_hashes\.jsonl:1: 1 hash_ids cover 512 tokens"),
