@@ -3,8 +3,10 @@
 `settings_table(run)` has one row per setting the run's files record (`RealRun.recorded_args`:
 exp-config.yaml, LLMServingSim's meta.json engine kwargs, what vllm.log reports) and per server
 argument its loader inferred (`RealRun.inferred_args`): `setting`, `value`, `status` (`modelled`,
-`not modelled`, `no effect`, `inferred`, `assumed`: not recorded, the value simulated), `note` (where servesim uses it, or why not). A setting servesim does
-not know is listed as not modelled, by name. `simulate --from-run` prints the not-modelled ones as
+`not modelled`, `no effect`, `inferred`, `assumed`: not recorded, the value simulated), `note`
+(where servesim uses it, or why not), and per argument the benchmark client records (`client_rows`:
+inference-perf's `api` section, guidellm's report `args`). A setting servesim does not know is listed
+as not modelled, by name. `simulate --from-run` prints the not-modelled ones as
 notes and writes `settings.csv`; `reproduce` writes every run's rows to `settings.csv`, names the
 not-modelled ones per run in `report.csv` (`not_modelled`) and in report.md.
 """
@@ -224,14 +226,70 @@ CLIENT_API = {
 }
 
 
+def _unset(value) -> bool:
+    return value is None or value is False or value in (0, "", [], {})
+
+
+_LOAD = "the load: its sends replayed where the run measured them, else regenerated as guidellm drives them " \
+        "(fidelity.sources.guidellm)"
+_TEXT = lambda v: v in (None, "text_completions")  # noqa: E731
+_WARM = "warm-up and cool-down requests are sent but not reported: not replayed"
+# guidellm's recorded arguments (its report's, by 0.4-0.7's names and 0.2-0.3's): (test, status and note
+# when it passes, note when it fails: not modelled)
+GUIDELLM_ARGS = {
+    **{name: (lambda v: True, MODELLED, _LOAD, "") for name in (
+        "profile", "rate", "max_requests", "max_number", "random_seed", "data", "rampup", "strategy",
+        "strategy_index")},
+    **{name: (lambda v: True, NO_EFFECT, why, "") for name, why in {
+        "target": "the server's address", "model": "the served model (the server's arguments name it)",
+        "processor": "the tokenizer the client counts with", "processor_args": "the client's tokenizer",
+        "data_args": "how the data is loaded", "data_samples": "how the data is loaded",
+        "data_column_mapper": "how the data is loaded", "data_collator": "how the data is loaded",
+        "data_sampler": "the order of synthetic rows drawn alike", "data_num_workers": "the client's data loaders",
+        "dataloader_kwargs": "the client's data loaders", "outputs": "the report's files",
+        "output_dir": "the report's files", "output_path": "the report's files",
+        "sample_requests": "how many requests the report keeps (a sample: its load regenerated, said in the notes)",
+        "prefer_response_metrics": "token counts from the server's usage rather than the client's tokenizer",
+    }.items()},
+    "data_request_formatter": (_TEXT, MODELLED, "text completions: the generated prompts are what the server "
+                               "tokenizes", CLIENT_API["type"][1]),
+    "request_type": (_TEXT, MODELLED, "text completions: the generated prompts are what the server tokenizes",
+                     CLIENT_API["type"][1]),
+    "backend": (lambda v: v in (None, "openai_http"), NO_EFFECT, "HTTP requests to the OpenAI-compatible server",
+                "another backend than openai_http"),
+    "backend_kwargs": (_unset, NO_EFFECT, "unset", "extra backend arguments are not read"),
+    "backend.timeout": (lambda v: v is None, NO_EFFECT, "unset",
+                        "httpx's timeout on each read (the connection, every streamed chunk): a request that waits "
+                        "longer for its first or next chunk fails in the client; no guidellm timeout is simulated "
+                        "(fidelity.client_timeout)"),
+    **{name: (_unset, NO_EFFECT, "unset", _WARM) for name in (
+        "warmup", "cooldown", "warmup_number", "warmup_duration", "cooldown_number", "cooldown_duration")},
+    **{name: (_unset, NO_EFFECT, "unset: a benchmark ends at its request count",
+              "a benchmark's time limit is not regenerated (a replay sends what was sent)")
+       for name in ("max_seconds", "max_duration")},
+    **{name: (_unset, NO_EFFECT, "unset", "a benchmark stopped on errors or over-saturation is not modelled")
+       for name in ("max_errors", "max_error_rate", "max_global_error_rate", "over_saturation")},
+}
+
+
+def guidellm_row(run: RealRun, name: str, value, where: str) -> dict:
+    """The row of one recorded guidellm argument (`GUIDELLM_ARGS`; one it does not list: not modelled)."""
+    ok, status, note, why = GUIDELLM_ARGS.get(name, (lambda v: False, "", "", "servesim does not know this "
+                                                    "guidellm argument"))
+    if not ok(value):
+        status, note = NOT_MODELLED, why
+    return {"run": run.name, "setting": f"guidellm.{name}", "value": value, "status": status, "note": note,
+            "recorded_in": where}
+
+
 def client_rows(run: RealRun) -> list[dict]:
-    """Rows for the client's recorded request settings (`CLIENT_API`): modelled where they are what
-    the simulation sends, else not modelled, with why."""
+    """Rows for the client's recorded request settings (inference-perf's `CLIENT_API`, guidellm's
+    `GUIDELLM_ARGS`): modelled where they are what the simulation sends, else not modelled, with why."""
+    rows = [guidellm_row(run, name, value, where) for name, (value, where) in sorted(run.client_args.items())]
     api = (run.profile or {}).get("api")
     if not isinstance(api, dict):
-        return []
+        return rows
     where = run.profile_file.name if run.profile_file is not None else "the client's profile"
-    rows = []
     for key, (simulated, why) in CLIENT_API.items():
         if api.get(key) is None:
             continue

@@ -191,6 +191,9 @@ class RealRun:
     # every engine setting the run's files record: name -> (value, the file it is recorded in)
     # (`fidelity.engine_settings` lists each as modelled or not)
     recorded_args: dict = field(default_factory=dict)
+    # the benchmark client's recorded arguments: name -> (value, the file), guidellm's report's
+    # (`fidelity.engine_settings.client_rows`; inference-perf's are in `profile`)
+    client_args: dict = field(default_factory=dict)
     # recorded settings simulated otherwise: name -> why (listed as not modelled, never dropped silently)
     unmodelled_args: dict = field(default_factory=dict)
     # which kind of measurement the timings are (`fidelity.metric_definitions.DEFINITIONS`), and the

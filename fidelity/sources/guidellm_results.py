@@ -131,6 +131,21 @@ def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport
     return GuidellmReport(table, measured, summary, profile, version, model, notes)
 
 
+def report_args(data: dict) -> dict:
+    """The client arguments the report records, by guidellm's own names: 0.4 and later its `args`, with
+    the backend's resolved `timeout` (`backend.timeout`); 0.2-0.3 the first benchmark's `args`."""
+    benchmarks = data.get("benchmarks") or [{}]
+    first = benchmarks[0] if isinstance(benchmarks[0], dict) else {}
+    if "config" not in first:
+        args = first.get("args")
+        return dict(args) if isinstance(args, dict) else {}
+    args = dict(data["args"]) if isinstance(data.get("args"), dict) else {}
+    backend = (first.get("config") or {}).get("backend")
+    if isinstance(backend, dict) and "timeout" in backend:
+        args["backend.timeout"] = backend["timeout"]
+    return args
+
+
 def _report_benchmarks(benchmarks: list[dict], kept: list[list[dict]], totals: list[dict]) -> ReportBenchmarks:
     """Each benchmark as guidellm measured it: strategy, target (req/s or streams), served and failed
     requests, requests per second over its duration, mean TTFT and ITL (ms) and E2E (s) of its

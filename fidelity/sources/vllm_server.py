@@ -25,7 +25,7 @@ from fidelity.runs import (REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, 
                           recorded_bool, recorded_gib, recorded_release, release_parts)
 from fidelity.sources.client_report import find_client_report
 from fidelity.sources.guidellm_results import (prefix_from_guidellm, read_guidellm_report, read_guidellm_requests,
-                                               report_model)
+                                               report_args, report_model)
 from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
                                                      read_summary_means, requested_output_mean)
 from fidelity.sources.vllm_bench import read_vllm_bench
@@ -222,7 +222,7 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
     # name is the client's choice), found and parsed once (it may also name the model)
     named = next(((name, reader, file) for name, reader in MEASUREMENT_FILES
                   if (file := run_file(path, name, profile)) is not None), None)
-    report = find_client_report(report_folders(path, profile)) if named is None or "model" not in exp else None
+    report = find_client_report(report_folders(path, profile))  # also for its arguments (`client_args`)
     guidellm = (read_guidellm_report(report[1], report[2])
                 if named is None and report is not None and report[0] == "guidellm" else None)
     model_from = "exp-config.yaml"
@@ -281,7 +281,10 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
     for key in ("engine_version", "num_kv_tokens"):
         if key in log and key not in recorded:
             recorded[key] = (log[key], "vllm.log")
+    client_args = ({k: (v, report[1].name) for k, v in report_args(report[2]).items()}
+                   if report is not None and report[0] == "guidellm" else {})
     return RealRun(name=path.name, source=source, path=path, server=server, requests=requests, recorded_args=recorded,
+                   client_args=client_args,
                    measured_by=measured_by, measured_file=measured_file,
                    tpot_of_means=not len(requests) and bool(summary),
                    profile=profile, summary=summary, profile_file=profile_file, profile_ignored=tuple(ignored),

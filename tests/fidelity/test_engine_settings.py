@@ -150,7 +150,7 @@ def test_the_clients_request_settings_are_listed_modelled_or_not():
     from fidelity.engine_settings import client_rows
 
     def rows(api):
-        run = SimpleNamespace(name="r", profile={"api": api}, profile_file=Path("results/config.yaml"))
+        run = SimpleNamespace(name="r", profile={"api": api}, profile_file=Path("results/config.yaml"), client_args={})
         return {r["setting"]: (r["status"], r["note"], r["recorded_in"]) for r in client_rows(run)}
 
     as_run = rows({"type": "completion", "streaming": True, "headers": None})
@@ -159,4 +159,4 @@ def test_the_clients_request_settings_are_listed_modelled_or_not():
     other = rows({"type": "chat", "streaming": "false"})
     assert other["api.type"][0] == other["api.streaming"][0] == NOT_MODELLED
     assert "template tokens" in other["api.type"][1] and "whole response" in other["api.streaming"][1]
-    assert rows({}) == {} and client_rows(SimpleNamespace(name="r", profile=None, profile_file=None)) == []
+    assert rows({}) == {} and client_rows(SimpleNamespace(name="r", profile=None, profile_file=None, client_args={})) == []

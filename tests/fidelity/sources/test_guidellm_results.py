@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 from fidelity_helpers import make_requests, roofline_truth, write_exp_config
 
+from fidelity.engine_settings import MODELLED, NO_EFFECT, not_modelled, settings_table
 from fidelity.metric_definitions import DEFINITIONS
 from fidelity.reproduce import reproduce
 from fidelity.run_folders import find_runs
 from fidelity.sources.client_report import client_kind
 from fidelity.sources.guidellm_results import (parse_data, prefix_from_guidellm, read_guidellm_report,
-                                               read_guidellm_requests)
+                                               read_guidellm_requests, report_args)
 from policies import ConfigError
 
 SYNTHETIC = "prompt_tokens=400,prompt_tokens_stdev=100,output_tokens=40,output_tokens_stdev=10"
@@ -111,6 +112,40 @@ def test_a_report_is_read_by_its_content_with_its_sends_and_per_token_itl(tmp_pa
     assert run.profile["data"]["prompt_tokens"] == 400 and run.profile["random-seed"] == 7
     assert run.profile["client"]["version"] == ("0.6.1" if layout == "0.6" else "0.3")
     assert (layout == "0.3") == any("layout is 0.2-0.3's" in note for note in run.assumed)
+
+
+@pytest.mark.parametrize("layout", ["0.6", "0.3"])
+def test_the_reports_client_arguments_are_each_listed_modelled_or_not(tmp_path, layout):
+    """Issue 15: nothing a run records is silently ignored, the client's arguments included, also
+    where another file holds the measurements."""
+    requests = make_requests(n=6)
+    write_exp_config(tmp_path, gpu="H100")
+    path = write_report(tmp_path, requests, *measured(requests), layout=layout)
+    report = json.loads(path.read_text())
+    if layout == "0.6":
+        report["args"].update(data_request_formatter="chat_completions", max_seconds=30, warmup=None,
+                              frobnicate=1, output_dir="/out")
+        report["benchmarks"][0]["config"]["backend"] = {"target": "http://x:8000", "timeout": 60.0}
+    else:
+        report["benchmarks"][0]["args"].update(max_duration=None, warmup_number=5)
+    path.write_text(json.dumps(report))
+    [run] = find_runs(tmp_path)
+    rows = {r["setting"]: (r["status"], r["note"], r["recorded_in"]) for r in settings_table(run)
+            if r["setting"].startswith("guidellm.")}
+    recorded = report_args(report)
+    assert set(rows) == {f"guidellm.{k}" for k in recorded} and all(r[2] == path.name for r in rows.values())
+    assert rows["guidellm.profile"][0] == MODELLED
+    off = set(not_modelled(run))
+    if layout == "0.6":
+        assert recorded["backend.timeout"] == 60.0
+        assert {"guidellm.data_request_formatter=chat_completions", "guidellm.max_seconds=30",
+                "guidellm.frobnicate=1", "guidellm.backend.timeout=60.0"} <= off
+        assert "template tokens" in rows["guidellm.data_request_formatter"][1]
+        assert rows["guidellm.warmup"][0] == rows["guidellm.output_dir"][0] == NO_EFFECT
+        assert rows["guidellm.max_requests"][0] == rows["guidellm.random_seed"][0] == MODELLED
+    else:
+        assert rows["guidellm.max_number"][0] == MODELLED and rows["guidellm.max_duration"][0] == NO_EFFECT
+        assert off == {"guidellm.warmup_number=5"}
 
 
 def test_a_profile_yaml_is_kept_and_given_the_reports_release(tmp_path):
