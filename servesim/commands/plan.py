@@ -105,6 +105,6 @@ def run(args) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "plan.csv", index=False)
-        png = plot_plan(table, out / "plan.png")
+        png = plot_plan(table, out / "plan.png", slo.min_attainment, result.by_cost)
         options.say(args, f"wrote {out / 'plan.csv'}" + (f", {png}" if png else ""))
     return 0 if result.by_gpus is not None else 1

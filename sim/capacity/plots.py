@@ -1,4 +1,5 @@
-"""Sweep plots: latency percentiles and goodput against load (matplotlib, PNG).
+"""Capacity plots (matplotlib, PNG): a sweep's latency percentiles and goodput against load, a
+search's attainment against rate, a plan's candidates' cost against what each gives.
 
 One line per combination of the other swept keys, so a sweep over rate x layout shows each
 layout's curve. matplotlib is the `calibrate` extra; without it no plot is written.
@@ -102,28 +103,54 @@ def plot_search(table, min_attainment: float, path: str | Path, per_gpu: bool = 
     return _save(plt, fig, path)
 
 
-def plot_plan(table, path: str | Path) -> Path | None:
-    """Every planner candidate: cost per hour against GPU count, filled where the SLO is met."""
+PLAN_PANELS = (("slo_attainment", None, "% of requests meeting every SLO", 100.0),
+               ("ttft_s_p90", "slo_ttft_s", "p90 TTFT (ms)", 1e3),
+               ("tpot_s_p90", "slo_tpot_s", "p90 TPOT (ms)", 1e3))
+
+
+def plot_plan(table, path: str | Path, min_attainment: float | None = None, chosen: dict | None = None) -> Path | None:
+    """Every planner candidate at the target load: what each costs per hour against what it gives
+    (SLO attainment, p90 TTFT, p90 TPOT, each with its target), filled where the SLO is met; `chosen`
+    (a row: the cheapest that meets it) starred. At one offered load, cost per GPU-hour is what
+    separates candidates and latency is what more money buys, so both axes carry information."""
     plt = _pyplot()
     if plt is None or "cost_per_hour" not in table:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
     t = table.dropna(subset=["cost_per_hour"])
+    panels = [p for p in PLAN_PANELS if p[0] in t and t[p[0]].notna().any()]
+    if t.empty or not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    axes = axes[0]
     groups = list(t.groupby(["layout", "gpu"], sort=True))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, ((layout, gpu), sub) in enumerate(groups):
         marker = "o" if layout == "colocated" else "s"
         color = colors[k % len(colors)]
-        dx = (k - (len(groups) - 1) / 2) * 0.06  # side by side: layouts of one GPU count often cost the same
-        met = sub[sub["slo_met"].astype(bool)]
-        miss = sub[~sub["slo_met"].astype(bool)]
-        ax.scatter(met["num_gpus"] + dx, met["cost_per_hour"], marker=marker, color=color,
-                   label=f"{layout} {gpu}: meets SLO")
-        ax.scatter(miss["num_gpus"] + dx, miss["cost_per_hour"], marker=marker, facecolors="none", edgecolors=color,
-                   label=f"{layout} {gpu}: misses")
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("USD per hour")
-    ax.set_title("Planner candidates")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+        # side by side: layouts of one GPU count often cost the same
+        x = sub["cost_per_hour"] * (1 + (k - (len(groups) - 1) / 2) * 0.015)
+        met = sub["slo_met"].astype(bool).to_numpy()
+        for ax, (col, _, _, scale) in zip(axes, panels):
+            y = sub[col] * scale
+            ax.scatter(x[met], y[met], marker=marker, color=color, label=f"{layout} {gpu}: meets SLO")
+            ax.scatter(x[~met], y[~met], marker=marker, facecolors="none", edgecolors=color,
+                       label=f"{layout} {gpu}: misses")
+    for ax, (col, target, label, scale) in zip(axes, panels):
+        line = min_attainment if target is None else (t[target].dropna().iloc[0] if target in t and
+                                                      t[target].notna().any() else None)
+        if line is not None:
+            ax.axhline(float(line) * scale, color="grey", ls="--", lw=0.8, label="target")
+        if chosen is not None and chosen.get(col) is not None:
+            ax.scatter([chosen["cost_per_hour"]], [chosen[col] * scale], marker="*", s=220, color="gold",
+                       edgecolors="black", zorder=5, label=f"cheapest within SLO: {chosen.get('shape', '')}")
+        if target is not None:
+            ax.set_yscale("log")  # plain numbers, and the 2s and 5s between the decades
+            ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(plt.FuncFormatter(
+                lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+        ax.set_xlabel("USD per hour")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Planner candidates at the target load: cost against attainment and latency")
     return _save(plt, fig, path)
