@@ -40,6 +40,22 @@ def test_grid_interpolates_bilinearly_and_extends_its_ends():
         Grid2D((1.0, 3.0), (10.0, 20.0), ((1.0, 2.0),))
 
 
+def test_grid_beyond_both_last_knots_grows_with_each_input():
+    # a last cell whose increments shrink (cross term 5 - 3 - 4 + 1 = -1 < 0): the bilinear form
+    # beyond both ends fell as both inputs grew, to 0 s (a decode batch beyond the grid's at a KV
+    # length beyond it cost nothing)
+    g = Grid2D((1.0, 2.0), (10.0, 20.0), ((1.0, 3.0), (4.0, 5.0)))
+    corner = [[g(x, y) for y in (20.0, 40.0, 80.0, 160.0)] for x in (2.0, 4.0, 8.0, 16.0)]
+    assert corner[0][0] == 5.0 and corner[-1][-1] > 5.0
+    for row in corner:  # non-decreasing in y at each x
+        assert all(b >= a for a, b in zip(row, row[1:])), row
+    for col in zip(*corner):  # and in x at each y
+        assert all(b >= a for a, b in zip(col, col[1:])), col
+    # continuous at the corner's edges: the single-axis extrapolations as before
+    assert g(2.0 + 1e-9, 50.0) == pytest.approx(g(2.0, 50.0)) == pytest.approx(5.0 + (5.0 - 4.0) * 3)
+    assert g(6.0, 20.0 + 1e-9) == pytest.approx(g(6.0, 20.0)) == pytest.approx(5.0 + (5.0 - 3.0) * 4)
+
+
 def test_grid_over_cached_context_separates_first_and_later_chunks():
     # y_minus_x: second axis is context - chunk (tokens cached before the chunk)
     g = Grid2D((16.0, 64.0), (0.0, 64.0), ((1.0, 3.0), (2.0, 6.0)), y_minus_x=True)
