@@ -16,7 +16,6 @@ TP all-reduce from NVLink's datasheet 450 GB/s (ring factor 2(tp-1)/tp, 10 us); 
 """
 from __future__ import annotations
 
-import csv
 import datetime as _dt
 import math
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 from calibrate.fit import fit_op
 from calibrate.importers.shared_data import shared_data_dir
 from calibrate.importers.derived import derived_ops
+from calibrate.importers.measured_table import read_rows
 from calibrate.model_dims import per_rank_shapes, resolve_model
 from policies import ConfigError
 from sim.latency.profile import Profile, layer_kind
@@ -35,9 +35,17 @@ NVLINK_BW = 450e9  # bytes/s per direction per GPU (NVLink 4, DGX H100 datasheet
 NVLINK_LATENCY_S = 10e-6
 
 
-def _rows(path: Path) -> list[dict]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
+def _rows(path: Path, columns: tuple[str, ...]) -> list[dict]:
+    """The table's rows, `columns` checked positive (`calibrate.importers.measured_table`)."""
+    return read_rows(path, columns, label="--data-dir")
+
+
+def _fit_table(op: str, pts: list, source: str, path: Path):
+    """`fit_op`, its refusal of too few distinct sizes naming the table they came from."""
+    try:
+        return fit_op(op, pts, source=source)
+    except ValueError as exc:
+        raise ConfigError(f"--data-dir: {path}: {exc}") from None
 
 
 def _gemm_points(rows: list[dict], k: int, n: int) -> tuple[list, str]:
@@ -67,7 +75,7 @@ def import_h100_microbench(gpu: str, model: str, tp: int = 1, data_dir: str | Pa
         raise ConfigError(f"model: h100-microbench has no MoE kernels for {dims.get('name', 'this model')} "
                           f"({dims['num_experts']} experts); use source aiconfigurator")
     ops = {}
-    gemm_rows = _rows(root / "gemm" / "h100" / "data.csv")
+    gemm_rows = _rows(root / "gemm" / "h100" / "data.csv", ("m", "k", "n", "latency_us"))
     for op, (k, n) in per_rank_shapes(dims).items():
         pts, src = _gemm_points(gemm_rows, k, n)
         ops[op] = fit_op(op, pts, source=src)
@@ -78,17 +86,18 @@ def import_h100_microbench(gpu: str, model: str, tp: int = 1, data_dir: str | Pa
         have = sorted(p.stem for p in (root / "mha" / "prefill" / "h100").glob("*.csv"))
         raise ConfigError(f"model: h100-microbench has no attention for heads-kv_heads-head_dim {shape}; "
                           f"choose a model with one of {', '.join(have)}")
-    pts = [[float(r["seq_len"]), float(r["seq_len"]), float(r["latency_us"]) * US / tp] for r in _rows(prefill)]
-    ops["attn_prefill"] = fit_op("attn_prefill", pts, source=f"h100-microbench mha prefill {shape} / tp={tp}")
+    pts = [[r["seq_len"], r["seq_len"], r["latency_us"] * US / tp] for r in _rows(prefill, ("seq_len", "latency_us"))]
+    ops["attn_prefill"] = _fit_table("attn_prefill", pts, f"h100-microbench mha prefill {shape} / tp={tp}", prefill)
     avail = sorted(int(p.stem.rsplit("tp", 1)[1]) for p in (root / "mha" / "decode" / "h100").glob(f"{shape}-tp*.csv"))
     if not avail:
         raise ConfigError(f"model: h100-microbench has no decode attention for {shape}")
     src_tp = min(avail, key=lambda a: abs(math.log(a / tp)))
     scale = src_tp / tp
-    rows = _rows(root / "mha" / "decode" / "h100" / f"{shape}-tp{src_tp}.csv")
-    pts = [[float(r["batch_size"]), float(r["kv_len"]), float(r["latency_us"]) * US * scale] for r in rows]
-    ops["attn_decode"] = fit_op("attn_decode", pts, source=f"h100-microbench mha decode {shape}-tp{src_tp}"
-                                + (f" x {scale:.3g} (heads per rank)" if scale != 1 else ""))
+    decode = root / "mha" / "decode" / "h100" / f"{shape}-tp{src_tp}.csv"
+    pts = [[r["batch_size"], r["kv_len"], r["latency_us"] * US * scale]
+           for r in _rows(decode, ("batch_size", "kv_len", "latency_us"))]
+    ops["attn_decode"] = _fit_table("attn_decode", pts, f"h100-microbench mha decode {shape}-tp{src_tp}"
+                                    + (f" x {scale:.3g} (heads per rank)" if scale != 1 else ""), decode)
     if tp > 1:
         ring = 2 * (tp - 1) / tp
         sizes = [2.0 ** e for e in range(10, 31, 2)]

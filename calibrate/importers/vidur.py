@@ -21,6 +21,7 @@ from pathlib import Path
 
 from calibrate.fit import fit_op
 from calibrate.importers.beyond_grid import extend_dense_grids
+from calibrate.importers.measured_table import read_rows
 from calibrate.importers.shared_data import shared_data_dir
 from policies import ConfigError
 from sim.latency.profile import Profile, layer_kind
@@ -32,23 +33,37 @@ GPUS = {"H100": "h100", "A100": "a100"}
 OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
        "mlp_down_proj": "down_proj", "mlp_act": "act", "input_layernorm": "input_norm", "attn_rope": "rotary",
        "add": "residual_add", "emb": "embed"}
+#: the median column of each op (blank where Vidur did not time that op at that size)
+MEDIANS = tuple(f"time_stats.{vop}.median" for vop in OPS)
+AR_MEDIAN = "time_stats.all_reduce.median"
 MS = 1e-3
 
 
-def _find_mlp_csv(root: Path, gpu_dir: str, dims: dict) -> Path:
+#: the columns of a model's mlp.csv that say which model it timed, and at which TP
+DIM_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd")
+
+
+def _find_mlp_csv(root: Path, gpu_dir: str, dims: dict) -> tuple[Path, list[dict]]:
+    """The mlp.csv whose model has `dims`' heads, KV heads and widths (by its first row), and its
+    rows, checked (`calibrate.importers.measured_table`)."""
     want = (dims["num_attention_heads"], dims["num_key_value_heads"], dims["hidden_size"], dims["intermediate_size"])
     for path in sorted((root / "compute" / gpu_dir).rglob("mlp.csv")):
         with open(path, newline="") as f:
             row = next(csv.DictReader(f), None)
-        if row and tuple(int(float(row[k])) for k in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd")) == want:
-            return path
+        try:
+            found = row is not None and tuple(int(float(row[k])) for k in DIM_COLUMNS) == want
+        except (KeyError, TypeError, ValueError):  # a damaged file: say what it lacks
+            found = True
+        if found:
+            return path, read_rows(path, DIM_COLUMNS + ("num_tokens", "num_tensor_parallel_workers") + MEDIANS,
+                                   optional=MEDIANS, label="data_dir")
     raise ConfigError(f"model: vidur-per-op has no {gpu_dir} per-op data for {dims['name']} (heads/kv heads/hidden/"
                       f"intermediate {want})")
 
 
 def _medians(rows: list[dict], key: str, col: str) -> list[list[float]]:
-    """[x, seconds] rows: every measured row kept (fit_op takes per-x medians)."""
-    return [[float(r[key]), float(r[col]) * MS] for r in rows if r.get(col) not in (None, "")]
+    """[x, seconds] rows: every measured row kept (fit_op takes per-x medians; blank cells skipped)."""
+    return [[r[key], r[col] * MS] for r in rows if r[col] is not None]
 
 
 def vidur_overlay(profile: Profile, data_dir: str | Path | None = None, extend: bool = True) -> Profile:
@@ -71,9 +86,8 @@ def vidur_overlay(profile: Profile, data_dir: str | Path | None = None, extend: 
         raise ConfigError(f"gpu: vidur-per-op covers {', '.join(GPUS)}, not {gpu!r}")
     dims = profile.model
     tp = dims["tensor_parallel_size"]
-    path = _find_mlp_csv(root, GPUS[gpu], dims)
-    with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if int(float(r["num_tensor_parallel_workers"])) == tp]
+    path, rows = _find_mlp_csv(root, GPUS[gpu], dims)
+    rows = [r for r in rows if int(r["num_tensor_parallel_workers"]) == tp]
     if not rows:
         raise ConfigError(f"tp: vidur-per-op {path.parent.name} has no data at tensor parallelism {tp}")
     src = f"vidur-per-op {path.relative_to(root)}"
@@ -83,14 +97,13 @@ def vidur_overlay(profile: Profile, data_dir: str | Path | None = None, extend: 
             profile.ops[op] = fit_op(op, pts, source=f"{src} {vop} (eager PyTorch)")
     if tp > 1:
         ar_path = root / "network" / f"{GPUS[gpu]}_dgx" / "all_reduce.csv"
-        with open(ar_path, newline="") as f:
-            # one node only: the A100 table also has the same worker counts spread over nodes
-            # (devices_per_node < num_workers), i.e. over the network, ~10x slower
-            ar = [r for r in csv.DictReader(f)
-                  if int(float(r["num_workers"])) == tp and int(float(r["devices_per_node"])) == tp]
+        # one node only: the A100 table also has the same worker counts spread over nodes
+        # (devices_per_node < num_workers), i.e. over the network, ~10x slower
+        ar = [r for r in read_rows(ar_path, ("num_workers", "devices_per_node", "size", AR_MEDIAN), label="data_dir")
+              if int(r["num_workers"]) == tp and int(r["devices_per_node"]) == tp]
         if not ar:
             raise ConfigError(f"tp: vidur-per-op {ar_path.parent.name} has no all-reduce over {tp} GPUs")
-        profile.ops["all_reduce"] = fit_op("all_reduce", _medians(ar, "size", "time_stats.all_reduce.median"),
+        profile.ops["all_reduce"] = fit_op("all_reduce", _medians(ar, "size", AR_MEDIAN),
                                            source=f"vidur-per-op {ar_path.relative_to(root)} (torch.distributed "
                                                   "NCCL called from Python)")
     if extend:

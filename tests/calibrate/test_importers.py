@@ -311,6 +311,63 @@ def test_h100_microbench_reproduces_a_measured_gemm(shared_data, tmp_path):
     assert "64-8-128-tp4 x 0.5" in p8.ops["attn_decode"].source
 
 
+def _damaged_copy(src, dst, rel: str, edit, parts=(".",)) -> None:
+    """Copy the folders `parts` of the data folder `src` to `dst`, the table at `rel` rewritten by
+    `edit(rows) -> rows`."""
+    import shutil
+
+    for part in parts:
+        shutil.copytree(src / part, dst / part)
+    path = dst / rel
+    path.chmod(0o644)
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows(edit(rows))
+
+
+@pytest.mark.parametrize("rel, edit, match", [
+    ("mha/prefill/h100/64-8-128.csv", lambda rows: rows[:2] + [rows[2][:2] + ["-5.0"] + rows[2][3:]] + rows[3:],
+     r"64-8-128.csv line 3: latency_us = '-5.0'; expected a number > 0"),
+    ("mha/decode/h100/64-8-128-tp4.csv", lambda rows: [rows[0]] + [r[:4] + ["0"] + r[5:] for r in rows[1:]],
+     r"64-8-128-tp4.csv line 2: latency_us = '0'"),
+    ("gemm/h100/data.csv", lambda rows: [r[:3] + r[4:] for r in rows], r"data.csv: no column latency_us"),
+    ("gemm/h100/data.csv", lambda rows: rows[:1], r"data.csv: no rows below the header"),
+])
+def test_a_damaged_microbench_table_is_refused_naming_its_file(shared_data, tmp_path, rel, edit, match):
+    """A negative or zero time was fitted silently (a bent prefill fit, free decode attention); a
+    lost column or an empty table failed with a traceback or a bare `min() arg is an empty sequence`."""
+    _damaged_copy(shared_data / "profiles" / "h100-kernel-microbench", tmp_path / "mb", rel, edit)
+    with pytest.raises(ConfigError, match=f"^--data-dir: .*{match}"):
+        import_profile("h100-microbench", "H100", "llama-2-70b", 4, data_dir=tmp_path / "mb")
+
+
+@pytest.mark.parametrize("rel, column, value, match", [
+    ("network/h100_dgx/all_reduce.csv", "time_stats.all_reduce.median", "0", "all_reduce.csv line 2"),
+    ("compute/h100/meta-llama/Llama-2-70b-hf/mlp.csv", "time_stats.mlp_up_proj.median", "-5.7",
+     r"mlp.csv line 2: time_stats.mlp_up_proj.median = '-5.7'; expected a number > 0 or a blank cell"),
+    ("compute/h100/meta-llama/Llama-2-70b-hf/mlp.csv", "num_tensor_parallel_workers", None,
+     "mlp.csv: no column num_tensor_parallel_workers"),
+])
+def test_a_damaged_vidur_table_is_refused_naming_its_file(shared_data, aic_h100, tmp_path, rel, column, value,
+                                                           match):
+    """Zero or negative times made the all-reduce or a GEMM free; a lost column raised a KeyError."""
+    from calibrate.importers.vidur import vidur_overlay
+
+    def edit(rows):
+        i = rows[0].index(column)
+        if value is None:
+            return [r[:i] + r[i + 1:] for r in rows]
+        return [rows[0]] + [r[:i] + [value] + r[i + 1:] for r in rows[1:]]
+
+    _damaged_copy(shared_data / "profiles" / "vidur-per-op", tmp_path / "vidur", rel, edit,
+                  parts=("compute/h100/meta-llama/Llama-2-70b-hf", "network/h100_dgx"))
+    base = Profile.from_dict(aic_h100.to_dict())
+    base.meta["gpu"] = "H100"
+    with pytest.raises(ConfigError, match=f"^data_dir: .*{match}"):
+        vidur_overlay(base, data_dir=tmp_path / "vidur")
+
+
 def test_host_time_options():
     from calibrate.importers.derived import host_overhead_op
 
