@@ -50,10 +50,15 @@ def context_notes(config) -> list[str]:
 
 
 def profile_notes(config) -> list[str]:
-    """A line when `hardware.profile` was measured on another GPU than `hardware.gpu`: the step times
-    are the profile's GPU's, and `hardware.gpu` sizes the KV memory only. A profile of the engine on
-    a CPU, or one that names no GPU, says nothing here."""
+    """A line when `hardware.profile` is given but `hardware.latency` is not "profiled" (the profile
+    is not read: a user pointing a run at a calibration would read the roofline's figures as its),
+    and when it was measured on another GPU than `hardware.gpu`: the step times are the profile's
+    GPU's, and `hardware.gpu` sizes the KV memory only. A profile of the engine on a CPU, or one that
+    names no GPU, says nothing here."""
     hw = config.hardware
+    if hw.profile and hw.latency != "profiled":
+        return [f"hardware.profile {Path(hw.profile).name} is not used: hardware.latency = {hw.latency} (the "
+                f"datasheet model); set hardware.latency = \"profiled\" for the profile's step times"]
     if hw.latency != "profiled" or not hw.profile:
         return []
     try:

@@ -173,6 +173,15 @@ def test_a_profile_measured_on_another_gpu_is_said():
             **base["hardware"], "gpu": "A100-80G"}})))
 
 
+def test_a_profile_the_roofline_leaves_unread_is_said():
+    """`hardware.profile` without `hardware.latency = "profiled"` was ignored without a word: the run's
+    figures were the datasheet roofline's, not the calibration's the user pointed it at."""
+    base = {"model": {"name": "Llama-3-8B"}, "hardware": {"profile": "/somewhere/h100.json"}}
+    notes = setting_notes(load_config(base))
+    assert any(n.startswith("hardware.profile h100.json is not used: hardware.latency = roofline") for n in notes), notes
+    assert not any("is not used: hardware.latency" in n for n in setting_notes(load_config({"model": base["model"]})))
+
+
 def test_a_max_model_len_past_the_models_context_is_said():
     base = {"model": {"name": "Llama-3-8B"}, "hardware": {"gpu": "H100"}}
     long = setting_notes(load_config({**base, "scheduler": {"max_model_len": 200_000}}))
