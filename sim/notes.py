@@ -18,6 +18,7 @@ import numpy as np
 from policies.config import ConfigError
 from records.display import number
 from records.files import read_json_object
+from sim.latency.profile import Profile
 from sim.workload import registry
 from sim.workload.config import WorkloadConfig
 from sim.workload.traces import has_arrivals
@@ -33,7 +34,8 @@ def _fmt(v: float) -> str:
 
 def setting_notes(config, workload=None) -> list[str]:
     """Lines for the settings of `config` that change another (`workload`: its built workload, for the trace)."""
-    return workload_notes(config, workload) + scheduler_notes(config) + context_notes(config) + profile_notes(config)
+    return (workload_notes(config, workload) + scheduler_notes(config) + context_notes(config) + profile_notes(config)
+            + profile_range_notes(config))
 
 
 def context_notes(config) -> list[str]:
@@ -71,6 +73,47 @@ def profile_notes(config) -> list[str]:
     return [f"hardware.gpu = {hw.gpu}, but hardware.profile {Path(hw.profile).name} was measured on {made_on}: "
             f"the step times are the {made_on}'s and {runs_on} sizes only the KV memory; set hardware.gpu = "
             f"{made_on}, or import a profile of the {runs_on} (servesim calibrate import)"]
+
+
+#: a step's inputs a profile bounds: (what, its unit, the ops whose measured maximum bounds it, which input of each)
+PROFILE_RANGES = (
+    ("steps", "tokens", ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"), 0),
+    ("prefill chunks", "tokens", ("attn_prefill",), 0),
+    ("decode batches", "sequences", ("attn_decode",), 0),
+    ("contexts", "tokens", ("attn_prefill", "attn_decode"), 1),
+)
+
+
+def profile_range_notes(config) -> list[str]:
+    """A line when the scheduler allows steps beyond what `hardware.profile` measured: more tokens a
+    step, longer prefill chunks, larger decode batches or longer contexts than its points reach.
+    The curves go on there as docs/formats.md says of each kind (a grid's attention linearly, where
+    its work grows with the square), so such steps are extrapolated, not measured. Said of the
+    limits the scheduler allows, which a workload may not reach."""
+    hw, sched = config.hardware, config.scheduler
+    if hw.latency != "profiled" or not hw.profile:
+        return []
+    try:
+        profile = Profile.load(hw.profile)
+        measured = {op: profile.measured_max(op) for *_, ops, _ in PROFILE_RANGES for op in ops}
+    except (ConfigError, OSError, TypeError, ValueError):  # unreadable: the latency model says so
+        return []
+    budget = ("scheduler.max_num_batched_tokens", sched.max_num_batched_tokens)
+    length = ("scheduler.max_model_len", sched.max_model_len)
+    if scheduler_class(sched.policy).whole_prompts and length[1] > budget[1]:  # the step budget it takes
+        budget = length
+    allowed = {"steps": budget, "prefill chunks": min(budget, length, key=lambda s: s[1]),
+               "decode batches": ("scheduler.max_num_seqs", sched.max_num_seqs), "contexts": length}
+    beyond = []
+    for what, unit, ops, i in PROFILE_RANGES:
+        bounds = [m[i] for op in ops if (m := measured[op]) is not None]
+        setting, value = allowed[what]
+        if bounds and value > min(bounds):
+            beyond.append(f"{what} of up to {_fmt(min(bounds))} {unit} ({setting} = {value})")
+    if not beyond:
+        return []
+    return [f"hardware.profile {Path(hw.profile).name} was measured on {', '.join(beyond)}: larger ones are "
+            "extrapolated from its curves, not measured (docs/formats.md: how each curve continues)"]
 
 
 def scheduler_notes(config) -> list[str]:

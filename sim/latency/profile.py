@@ -151,6 +151,21 @@ class Profile:
                 raise ConfigError.at(f"profile.model.{key}", f"profile was made for {key}={mine} but the model has "
                                      f"{theirs}; re-run `servesim calibrate` (or import) for this model")
 
+    def measured_max(self, name: str) -> tuple[float, ...] | None:
+        """The largest value of each input op `name` was measured at: over its points, or its curve's
+        last knots where the file keeps no points; None for an absent op or a bare formula."""
+        op = self.ops.get(name)
+        if op is None:
+            return None
+        if op.points:
+            return tuple(max(float(p[i]) for p in op.points) for i in range(len(op.inputs)))
+        c = op.curve
+        if isinstance(c, PiecewiseLinear):
+            return (c.x[-1],)
+        if isinstance(c, Grid2D):  # y_minus_x: the second input is the whole context, chunk included
+            return (c.x[-1], c.y[-1] + (c.x[-1] if c.y_minus_x else 0.0))
+        return None
+
     @property
     def kv_bytes_per_token(self) -> int:
         """KV cache bytes per token on one rank (keys + values, all layers)."""

@@ -182,6 +182,40 @@ def test_a_profile_the_roofline_leaves_unread_is_said():
     assert not any("is not used: hardware.latency" in n for n in setting_notes(load_config({"model": base["model"]})))
 
 
+def test_a_scheduler_beyond_the_profiles_measured_range_is_said(tmp_path):
+    """A profile measured on small steps was extrapolated to whatever the scheduler allowed without a
+    word (an imported attention table of prompts up to 16k tokens, a 128k max_model_len)."""
+    from sim.latency.curves import Grid2D, PiecewiseLinear
+    from sim.latency.profile import OP_INPUTS, OpProfile, Profile
+
+    def one_input(name):
+        return OpProfile(name, OP_INPUTS[name], PiecewiseLinear((1.0, 512.0), (1e-6, 1e-4)), [[1, 1e-6], [512, 1e-4]])
+
+    ops = {name: one_input(name) for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")}
+    ops["attn_prefill"] = OpProfile("attn_prefill", OP_INPUTS["attn_prefill"], Grid2D(
+        (16.0, 512.0), (0.0, 1024.0), ((1e-6, 2e-6), (3e-5, 4e-5)), y_minus_x=True), [[16, 16, 1e-6], [512, 1536, 4e-5]])
+    ops["attn_decode"] = OpProfile("attn_decode", OP_INPUTS["attn_decode"], Grid2D(
+        (1.0, 64.0), (16.0, 2048.0), ((1e-6, 2e-6), (3e-6, 4e-5))), [[1, 16, 1e-6], [64, 2048, 4e-5]])
+    dims = {"name": "toy", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
+            "num_key_value_heads": 4, "intermediate_size": 128, "vocab_size": 100, "tensor_parallel_size": 1,
+            "dtype": "float32"}
+    path = Profile({"device": "test"}, dims, ops).save(tmp_path / "toy.json")
+
+    def notes(**scheduler):
+        return [n for n in setting_notes(load_config({"model": {"name": "Llama-3-8B"}, "scheduler": scheduler,
+                                                      "hardware": {"latency": "profiled", "profile": str(path)}}))
+                if n.startswith("hardware.profile toy.json was measured on ")]
+
+    assert notes(max_num_batched_tokens=512, max_num_seqs=64, max_model_len=1536) == []
+    wide = notes(max_num_batched_tokens=512, max_num_seqs=128, max_model_len=4096)
+    assert len(wide) == 1 and ("decode batches of up to 64 sequences (scheduler.max_num_seqs = 128), contexts of up "
+                               "to 1,536 tokens (scheduler.max_model_len = 4096): larger ones are extrapolated" in
+                               wide[0]), wide
+    whole = notes(policy="continuous", max_num_batched_tokens=512, max_num_seqs=64, max_model_len=1024)
+    assert len(whole) == 1 and ("steps of up to 512 tokens (scheduler.max_model_len = 1024), prefill chunks of up to "
+                                "512 tokens (scheduler.max_model_len = 1024):" in whole[0]), whole
+
+
 def test_a_max_model_len_past_the_models_context_is_said():
     base = {"model": {"name": "Llama-3-8B"}, "hardware": {"gpu": "H100"}}
     long = setting_notes(load_config({**base, "scheduler": {"max_model_len": 200_000}}))

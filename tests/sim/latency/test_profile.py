@@ -51,3 +51,18 @@ def test_a_truncated_file_is_a_clear_error(tmp_path):
     path.write_text(path.read_text()[:200])
     with pytest.raises(ConfigError, match="^profile: .* not valid JSON"):
         Profile.load(path)
+
+
+def test_measured_max_reads_the_points_else_the_curves_last_knots():
+    from sim.latency.curves import Grid2D, PiecewiseLinear
+
+    p = make_profile()
+    p.ops["qkv_proj"].points = [[1, 1e-6], [512, 2e-5], [64, 5e-6]]
+    assert p.measured_max("qkv_proj") == (512.0,)
+    assert p.measured_max("o_proj") == (1001.0,)  # no points: the curve's last knot
+    p.ops["attn_prefill"].curve = Grid2D((16.0, 256.0), (0.0, 1024.0), ((1.0, 2.0), (3.0, 4.0)), y_minus_x=True)
+    assert p.measured_max("attn_prefill") == (256.0, 1280.0)  # chunk, and context with the chunk in it
+    assert p.measured_max("attn_decode") is None  # a bare formula (Bilinear) bounds nothing
+    del p.ops["swap_in"]
+    assert p.measured_max("swap_in") is None
+    assert isinstance(p.ops["lm_head"].curve, PiecewiseLinear)
