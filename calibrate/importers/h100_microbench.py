@@ -13,6 +13,13 @@ The folder (see its README) has H100 kernel timings in microseconds:
 
 No all-reduce, norm or sampler data: elementwise ops come from `calibrate.importers.derived`, the
 TP all-reduce from NVLink's datasheet 450 GB/s (ring factor 2(tp-1)/tp, 10 us); `source` says so.
+
+The GEMM table's fastest rows run at ~1,290 TFLOP/s, above the H100's 989 TFLOP/s 16-bit peak (its
+`mfu` column is against the 1,979 TFLOP/s FP8 peak): they are FP8 GEMMs, whose kernel and scaling the
+README does not state (docs/results/2026-12-02-decode-step.md). They stand in for a 16-bit model's
+GEMMs, which read twice the weight bytes at half the peak, so the import says so in
+`meta.warnings` (`servesim calibrate import` prints it); a table faster than the FP8 peak is in
+another unit than microseconds and is refused (`_gemm_rate_warning`).
 """
 from __future__ import annotations
 
@@ -27,12 +34,14 @@ from calibrate.importers.measured_table import read_rows
 from calibrate.model_dims import per_rank_shapes, resolve_model
 from policies import ConfigError
 from sim.latency.profile import Profile, layer_kind
+from specs import get_gpu
 
 US = 1e-6
 DEFAULT_DIR = shared_data_dir() / "profiles" / "h100-kernel-microbench"
 H100_MEM_BW = 3.35e12  # bytes/s, HBM3 datasheet
 NVLINK_BW = 450e9  # bytes/s per direction per GPU (NVLink 4, DGX H100 datasheet)
 NVLINK_LATENCY_S = 10e-6
+H100 = get_gpu("H100-SXM")  # its datasheet peaks, against which the GEMM table's rates are read
 
 
 def _rows(path: Path, columns: tuple[str, ...]) -> list[dict]:
@@ -46,6 +55,24 @@ def _fit_table(op: str, pts: list, source: str, path: Path):
         return fit_op(op, pts, source=source)
     except ValueError as exc:
         raise ConfigError(f"--data-dir: {path}: {exc}") from None
+
+
+def _gemm_rate_warning(rows: list[dict], path: Path) -> str | None:
+    """The GEMM table's fastest FLOP rate against the H100's datasheet peaks: above the FP8 peak no
+    kernel runs (the times are in another unit than microseconds: refused); above the 16-bit peak
+    the table times FP8 GEMMs, standing in for a 16-bit model's (the warning returned)."""
+    fastest = max(rows, key=lambda r: r["m"] * r["k"] * r["n"] / r["latency_us"])
+    rate = 2 * fastest["m"] * fastest["k"] * fastest["n"] / (fastest["latency_us"] * US)
+    shape = f"m, k, n = {fastest['m']:.0f}, {fastest['k']:.0f}, {fastest['n']:.0f} in {fastest['latency_us']:g} us"
+    if rate > H100.flops_fp8:
+        raise ConfigError(f"--data-dir: {path}: latency_us: the GEMM of {shape} runs at {rate / 1e12:,.0f} TFLOP/s, "
+                          f"above the H100's {H100.flops_fp8 / 1e12:,.0f} TFLOP/s FP8 peak; expected microseconds")
+    if rate <= H100.flops_bf16:
+        return None
+    return (f"h100-microbench's GEMMs run at up to {rate / 1e12:,.0f} TFLOP/s ({shape}), above the H100's "
+            f"{H100.flops_bf16 / 1e12:,.0f} TFLOP/s 16-bit peak: they are FP8 GEMMs, standing in for the 16-bit "
+            "GEMMs of this model, which take up to twice as long where compute or weight reads bound them; "
+            "source aiconfigurator times 16-bit GEMMs")
 
 
 def _gemm_points(rows: list[dict], k: int, n: int) -> tuple[list, str]:
@@ -65,9 +92,10 @@ def import_h100_microbench(gpu: str, model: str, tp: int = 1, data_dir: str | Pa
     if not root.is_dir():
         raise FileNotFoundError(f"--data-dir: h100-kernel-microbench not found at {root}")
     dims = {**model, "tensor_parallel_size": tp} if isinstance(model, dict) else resolve_model(model, tp)
-    if layer_kind(dims, "quantization") != "none":  # its 16-bit GEMMs would stand in for the FP8 ones
-        raise ConfigError(f"model: h100-microbench times 16-bit GEMMs, not the {dims['quantization']} weights of "
-                          f"{dims.get('name', 'this model')}; use source aiconfigurator")
+    if layer_kind(dims, "quantization") != "none":  # its FP8 GEMMs are of an unstated kernel and scaling
+        raise ConfigError(f"model: h100-microbench times FP8 GEMMs of an unstated kernel and scaling, not vLLM's "
+                          f"kernels for the {dims['quantization']} weights of {dims.get('name', 'this model')}; "
+                          "use source aiconfigurator")
     if layer_kind(dims, "kv_cache_dtype") == "fp8":  # its attention reads a 16-bit cache
         raise ConfigError(f"model: h100-microbench times attention over a 16-bit KV cache, not the fp8 cache of "
                           f"{dims.get('name', 'this model')}; use source aiconfigurator")
@@ -75,7 +103,9 @@ def import_h100_microbench(gpu: str, model: str, tp: int = 1, data_dir: str | Pa
         raise ConfigError(f"model: h100-microbench has no MoE kernels for {dims.get('name', 'this model')} "
                           f"({dims['num_experts']} experts); use source aiconfigurator")
     ops = {}
-    gemm_rows = _rows(root / "gemm" / "h100" / "data.csv", ("m", "k", "n", "latency_us"))
+    gemm_path = root / "gemm" / "h100" / "data.csv"
+    gemm_rows = _rows(gemm_path, ("m", "k", "n", "latency_us"))
+    warning = _gemm_rate_warning(gemm_rows, gemm_path)
     for op, (k, n) in per_rank_shapes(dims).items():
         pts, src = _gemm_points(gemm_rows, k, n)
         ops[op] = fit_op(op, pts, source=src)
@@ -109,4 +139,6 @@ def import_h100_microbench(gpu: str, model: str, tp: int = 1, data_dir: str | Pa
             "dtype": "bfloat16", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "source": "h100-microbench", "license": "Apache-2.0 (inference-sim bench_data)", "gpu": "H100",
             "notes": "GEMMs scaled from the nearest measured shape; attention measured; the rest derived"}
+    if warning:
+        meta["warnings"] = [warning]
     return Profile(meta=meta, model=dims, ops=ops)

@@ -193,7 +193,8 @@ def test_fp8_forms_without_trustworthy_kernels_are_refused_with_the_reason(tmp_p
     from calibrate.importers.h100_microbench import import_h100_microbench
 
     fp8 = resolve_model(llama_config(tmp_path / "fp8", quantization_config={"quant_method": "fp8"}), tp=4)
-    with pytest.raises(ConfigError, match="^model: h100-microbench times 16-bit GEMMs, not the fp8 weights"):
+    with pytest.raises(ConfigError, match="^model: h100-microbench times FP8 GEMMs of an unstated kernel and scaling, "
+                       "not vLLM's kernels for the fp8 weights"):
         import_h100_microbench("H100", fp8, 4, data_dir=tmp_path)  # refused before any data is read
     fp8_kv = {**resolve_model("llama-3-70b", 4), "kv_cache_dtype": "fp8"}
     with pytest.raises(ConfigError, match="^model: h100-microbench times attention over a 16-bit KV cache"):
@@ -309,6 +310,29 @@ def test_h100_microbench_reproduces_a_measured_gemm(shared_data, tmp_path):
     # the 70B shape at TP8 borrows the TP4 decode file with half the heads per rank
     p8 = import_profile("h100-microbench", "H100", "llama-2-70b", 8, data_dir=root)
     assert "64-8-128-tp4 x 0.5" in p8.ops["attn_decode"].source
+
+
+def test_h100_microbench_says_its_gemms_outrun_the_16_bit_peak(shared_data, tmp_path):
+    """The table's GEMMs run at ~1,290 TFLOP/s, above the H100's 989 TFLOP/s 16-bit peak (FP8 GEMMs):
+    a 16-bit model's GEMMs were taken from them without a word. Times 1000x too fast (milliseconds
+    in the microseconds column) outrun even the FP8 peak and are refused."""
+    root = shared_data / "profiles" / "h100-kernel-microbench"
+    p = import_profile("h100-microbench", "H100", "llama-2-70b", 4, data_dir=root)
+    assert len(p.meta["warnings"]) == 1 and "above the H100's 989 TFLOP/s 16-bit peak: they are FP8 GEMMs" \
+        in p.meta["warnings"][0], p.meta.get("warnings")
+    rel = "gemm/h100/data.csv"
+    i = 3  # latency_us
+
+    def scaled(f):
+        return lambda rows: [rows[0]] + [r[:i] + [str(float(r[i]) * f)] + r[i + 1:] for r in rows[1:]]
+
+    _damaged_copy(root, tmp_path / "ms", rel, scaled(1e-3))
+    with pytest.raises(ConfigError, match=r"^--data-dir: .*data.csv: latency_us: the GEMM of m, k, n = 8192, 8192, "
+                                          r"6144 in 0.641031 us runs at 1,286,418 TFLOP/s, above the H100's 1,979 "
+                                          "TFLOP/s FP8 peak; expected microseconds"):
+        import_profile("h100-microbench", "H100", "llama-2-70b", 4, data_dir=tmp_path / "ms")
+    _damaged_copy(root, tmp_path / "bf16", rel, scaled(2.0))  # within the 16-bit peak: nothing to say
+    assert "warnings" not in import_profile("h100-microbench", "H100", "llama-2-70b", 4, data_dir=tmp_path / "bf16").meta
 
 
 def _damaged_copy(src, dst, rel: str, edit, parts=(".",)) -> None:
