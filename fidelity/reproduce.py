@@ -153,7 +153,8 @@ def _system(pred: Prediction) -> RunSystem | None:
 
 
 def reproduce(runs: list[RealRun], fit: str | HostOverhead = "source", workload: str = "auto", gpu: str | None = None,
-              gpu_model: str = "auto", iterations: int = 1, progress: bool = True) -> Reproduction:
+              gpu_model: str = "auto", iterations: int = 1, progress: bool = True,
+              fitted_on: list[str] | tuple[str, ...] = ()) -> Reproduction:
     """Simulate and score `runs`.
 
     1. every run is simulated once with its GPU model and that model's host prior, nothing fitted
@@ -168,8 +169,8 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "source", workload:
        GPU model's host prior (`predict.host_prior`: none, documented constants, or host times
        measured on the *other* runs' idle engines). `fit="none"` scores step 1.
        `fit=HostOverhead` applies given terms to every run (the caller excludes the runs they were
-       fitted on). `fit="source"` (default): nothing measured or fitted on a run's own source reaches it
-       (`reproduce_source_out`).
+       fitted on, `fitted_on`, which the report's `fitted_on` names). `fit="source"` (default):
+       nothing measured or fitted on a run's own source reaches it (`reproduce_source_out`).
     """
     if isinstance(fit, str) and fit not in FITS:
         raise ValueError(f"fit: {fit!r} is not allowed; choose one of {', '.join(FITS)} (or give fitted terms)")
@@ -186,7 +187,7 @@ def reproduce(runs: list[RealRun], fit: str | HostOverhead = "source", workload:
     if fit == "none" or isinstance(fit, HostOverhead):
         label = None if fit == "none" else "given"
         for run in runs:
-            rows.extend(_rows(base[run.name], label or prior_label(base[run.name]), []))
+            rows.extend(_rows(base[run.name], label or prior_label(base[run.name]), list(fitted_on) if label else []))
         rep.table, rep.predictions = pd.DataFrame(rows), base
         return rep
 

@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.groundtruth}: no run can be predicted ({len(skipped)} found; "
                           f"{skipped[0][0]}: {skipped[0][2]})")
     excluded: list[str] = []
-    fit = args.fit
+    fit, fitted_on = args.fit, []
     if args.overhead:
         fit, fitted_on = load_overhead_layer(args.overhead)
         excluded = [r.name for r in runs if r.name in fitted_on]
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         if not runs:
             raise ConfigError("--overhead: every run found was used to fit it; nothing is left to score")
     rep = reproduce(runs, fit=fit, workload=args.workload, gpu=args.gpu, gpu_model=args.gpu_model,
-                    progress=options.progress(args))
+                    progress=options.progress(args), fitted_on=fitted_on)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     med = rep.medians()

@@ -90,6 +90,8 @@ def test_cli_with_a_given_layer_leaves_its_training_runs_out(three_runs, tmp_pat
                  "--gpu-model", "roofline"]) == 0
     table = pd.read_csv(out / "report.csv")
     assert set(table["run"]) == {"run2"}
+    # report.csv names the runs the given layer saw (it left `fitted_on` empty)
+    assert set(table["fit"]) == {"given"} and set(table["fitted_on"]) == {"run0;run1"}
     # the measurements were made with TRUTH: the given terms predict them
     assert table["error"].abs().max() < 0.02
 
