@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from policies import ConfigError, Request
 
@@ -280,6 +281,8 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
         except RequestError as exc:
             server.metrics.observe_refused("bad_request")
             return error(str(exc), exc.status, exc.field)
+        except ClientDisconnect:  # it hung up before its body was complete: nothing was asked, nobody listens
+            return error("client disconnected", 499)
         try:
             stream = server.submit(request, asyncio.get_running_loop())
         except RequestError as exc:

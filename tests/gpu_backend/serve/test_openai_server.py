@@ -361,3 +361,26 @@ def test_a_tokenizer_of_another_vocabulary_size_is_refused(tokenizer, make_engin
     with pytest.raises(ConfigError, match=r"random weights would sample ids 2048\.\.8191"):
         check_vocab(tokenizer, 8192, "m", random_weights=True)
     check_vocab(tokenizer, 8192, "m", random_weights=False)
+
+
+def test_a_client_leaving_before_its_body_is_complete_is_no_server_error(make_server):
+    """Half a body, then a hang-up: the handler answers (nobody reads it) instead of raising, which
+    uvicorn logged as "Exception in ASGI application" with a traceback, one per such client."""
+    from gpu_backend.serve.server import build_app
+
+    app = build_app(make_server(), start_engine=False)
+    messages = [{"type": "http.request", "body": b'{"prompt": "half a bo', "more_body": True}]
+    sent = []
+
+    async def receive():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions", "query_string": b"",
+             "root_path": "", "headers": [(b"content-type", b"application/json")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 499
