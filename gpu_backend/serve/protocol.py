@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_STOP_STRINGS = 16
+INT64 = (-2**63, 2**63 - 1)  # a priority is recorded in the engine's tables (Parquet: int64 columns)
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
@@ -69,10 +70,12 @@ def _number(body: dict, field: str, default: float, lo: float, hi: float, lo_ope
     return value
 
 
-def _int(body: dict, field: str, default: int | None, lo: int | None = None) -> int | None:
+def _int(body: dict, field: str, default: int | None, lo: int | None = None, hi: int | None = None) -> int | None:
     value = _typed(body, field, (int,), default, "an integer")
     if value is not None and lo is not None and value < lo:
-        raise RequestError(field, f"must be >= {lo}, got {value}")
+        raise RequestError(field, f"must be >= {lo}, got {_short(value)}")
+    if value is not None and hi is not None and value > hi:
+        raise RequestError(field, f"must be <= {hi}, got {_short(value)}")
     return value
 
 
@@ -180,6 +183,6 @@ def parse_request(body: object, chat: bool) -> CompletionParams:
         stream=_typed(body, "stream", (bool,), False, "true or false"),
         include_usage=include_usage,
         continuous_usage=continuous_usage,
-        priority=_int(body, "priority", 0),
+        priority=_int(body, "priority", 0, *INT64),
         model=model,
     )

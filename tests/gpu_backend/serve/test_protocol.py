@@ -16,6 +16,8 @@ def test_defaults_and_fields():
     assert (p.max_tokens, p.temperature, p.top_p, p.seed, p.stop, p.ignore_eos, p.stream, p.include_usage,
             p.priority) == (7, 0.0, 0.5, 3, ("x",), True, True, True, -2)
     assert parse_request(body(), chat=False).max_tokens is None
+    # a priority is recorded in the engine's tables: any 64-bit integer, no more (Parquet refused 2**70)
+    assert parse_request(body(priority=-2**63), chat=False).priority == -2**63
 
 
 def test_chat_messages_with_text_parts():
@@ -43,6 +45,8 @@ def test_chat_messages_with_text_parts():
     (body(top_p=1.5), "top_p"),
     (body(seed=-1), "seed"),
     (body(seed="s"), "seed"),
+    (body(priority=-2**63 - 1), "priority"),
+    (body(priority=2**70), "priority"),
     (body(stop=[1]), "stop"),
     (body(stop=["x"] * 100), "stop"),
     (body(ignore_eos="yes"), "ignore_eos"),
