@@ -160,6 +160,9 @@ def parse_request(body: object, chat: bool) -> CompletionParams:
     if body.get("echo") not in (None, False):
         raise RequestError("echo", "echo is not supported")
     stream_options = _typed(body, "stream_options", (dict,), {}, "an object")
+    stream = _typed(body, "stream", (bool,), False, "true or false")
+    if stream_options and not stream:  # as OpenAI and vLLM: options of a stream that is not one
+        raise RequestError("stream_options", "only allowed with \"stream\": true")
     include_usage = stream_options.get("include_usage", False)
     if not isinstance(include_usage, bool):
         raise RequestError("stream_options.include_usage", f"expected true or false, got {_short(include_usage)}")
@@ -180,7 +183,7 @@ def parse_request(body: object, chat: bool) -> CompletionParams:
         stop=_stop(body),
         stop_token_ids=tuple(stop_token_ids),
         ignore_eos=_typed(body, "ignore_eos", (bool,), False, "true or false"),
-        stream=_typed(body, "stream", (bool,), False, "true or false"),
+        stream=stream,
         include_usage=include_usage,
         continuous_usage=continuous_usage,
         priority=_int(body, "priority", 0, *INT64),

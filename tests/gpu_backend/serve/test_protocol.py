@@ -18,6 +18,8 @@ def test_defaults_and_fields():
     assert parse_request(body(), chat=False).max_tokens is None
     # a priority is recorded in the engine's tables: any 64-bit integer, no more (Parquet refused 2**70)
     assert parse_request(body(priority=-2**63), chat=False).priority == -2**63
+    # stream_options without a stream: refused as OpenAI and vLLM do, unless empty
+    assert parse_request(body(stream_options={}), chat=False).stream is False
 
 
 def test_chat_messages_with_text_parts():
@@ -52,7 +54,9 @@ def test_chat_messages_with_text_parts():
     (body(ignore_eos="yes"), "ignore_eos"),
     (body(stream=1), "stream"),
     (body(stream_options=[]), "stream_options"),
-    (body(stream_options={"include_usage": "y"}), "stream_options.include_usage"),
+    (body(stream_options={"include_usage": True}), "stream_options"),
+    (body(stream=False, stream_options={"include_usage": False}), "stream_options"),
+    (body(stream=True, stream_options={"include_usage": "y"}), "stream_options.include_usage"),
     (body(priority="high"), "priority"),
     (body(n=2), "n"),
     (body(logprobs=5), "logprobs"),
