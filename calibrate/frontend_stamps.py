@@ -7,16 +7,18 @@ import time
 
 
 class TimedTokenizer:
-    """Wraps the server's tokenizer: times each `encode` (wall clock) on the thread that calls it.
+    """Wraps the server's tokenizer: times each `encode` (wall clock) on the thread that runs it.
 
-    The server's handler tokenizes and then adds the request on one thread, so the engine wrapper
-    reads the last time of that thread and pairs it with the request: that encode lies inside the
-    request's ingress, whatever the machine's load (a separate timing of the same text need not).
+    The server tokenizes a prompt on a worker thread and adds the request from its event loop, so
+    the engine wrapper pairs a request with the encode whose ids are its prompt's (`pop`): that
+    encode lies inside the request's ingress, whatever the machine's load (a separate timing of the
+    same text need not).
     """
 
     def __init__(self, tokenizer) -> None:
         self._tokenizer = tokenizer
-        self._last = threading.local()
+        self._lock = threading.Lock()
+        self._seconds: dict[tuple, float] = {}
 
     def __getattr__(self, name):
         return getattr(self._tokenizer, name)
@@ -24,13 +26,15 @@ class TimedTokenizer:
     def encode(self, *args, **kwargs):
         t = time.perf_counter()
         ids = self._tokenizer.encode(*args, **kwargs)
-        self._last.seconds = time.perf_counter() - t
+        seconds = time.perf_counter() - t
+        with self._lock:
+            self._seconds[tuple(ids)] = seconds
         return ids
 
-    def pop_last(self) -> float | None:
-        """The calling thread's last encode time, once (None when it has not encoded since)."""
-        seconds, self._last.seconds = getattr(self._last, "seconds", None), None
-        return seconds
+    def pop(self, ids) -> float | None:
+        """The time of the encode that gave `ids`, once (None when none did since)."""
+        with self._lock:
+            return self._seconds.pop(tuple(ids), None)
 
 
 class Stamping:
@@ -55,7 +59,7 @@ class Stamping:
     def add_request(self, request, on_output=None) -> None:
         self.requests[request.req_id] = request
         if self._tokenizer is not None:
-            self.encode_s[request.req_id] = self._tokenizer.pop_last()
+            self.encode_s[request.req_id] = self._tokenizer.pop(request.prompt_token_ids)
 
         def timed(out, cb=on_output):
             t = time.perf_counter()

@@ -2,11 +2,11 @@
 
 Routes: POST /v1/completions and /v1/chat/completions (streaming as server-sent events, or one JSON
 body), GET /v1/models, /health, /metrics (Prometheus text), POST /admin/dump (write the engine's
-requests/steps tables). Handlers never block on the engine: they tokenize, validate, and call
-`engine.add_request`, which only appends to the engine's ingress list under a short lock; the
-engine thread swaps that list into its scheduler at the next step boundary. Tokens come back
-through `RequestStream` callbacks. A client that goes away mid-request is aborted, which frees its
-KV blocks. Bad input answers 400 naming the field; a full queue 503 with Retry-After.
+requests/steps tables). Handlers never block on the engine: they tokenize (on a worker thread),
+validate, and call `engine.add_request`, which only appends to the engine's ingress list under a
+short lock; the engine thread swaps that list into its scheduler at the next step boundary.
+Tokens come back through `RequestStream` callbacks. A client that goes away mid-request is aborted,
+which frees its KV blocks. Bad input answers 400 naming the field; a full queue 503 with Retry-After.
 """
 from __future__ import annotations
 
@@ -110,11 +110,24 @@ class OpenAIServer:
         except (UnicodeError, TypeError, ValueError) as exc:
             raise RequestError(field, f"cannot be tokenized ({type(exc).__name__}: {exc})") from None
 
-    def make_request(self, params: CompletionParams, arrival_time: float, kind: str) -> Request:
-        """Tokenize and check lengths; raises RequestError (400) on anything the model cannot take."""
+    def read_prompt(self, body: object, chat: bool) -> tuple[CompletionParams, list[int]]:
+        """A decoded request body's parameters and prompt ids, validated and tokenized (RequestError
+        if not): seconds for a long prompt, so the handler calls it on a worker thread."""
+        params = parse_request(body, chat)
+        self.check_model(params)
+        return params, self.prompt_ids(params)
+
+    def check_model(self, params: CompletionParams) -> None:
+        """Refuse (404) a request for a model this server does not serve."""
         if params.model is not None and params.model != self.config.model_name:
             raise RequestError("model", f"{params.model!r} is not served here; choose {self.config.model_name}", 404)
-        ids = self.prompt_ids(params)
+
+    def make_request(self, params: CompletionParams, arrival_time: float, kind: str,
+                     ids: list[int] | None = None) -> Request:
+        """Tokenize (unless `ids`, the prompt's ids, are given) and check lengths; raises RequestError
+        (400) on anything the model cannot take."""
+        self.check_model(params)
+        ids = self.prompt_ids(params) if ids is None else ids
         field = "messages" if params.is_chat else "prompt"
         if not ids:
             raise RequestError(field, "is empty after tokenization")
@@ -276,8 +289,10 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
                 body = json.loads(raw)
             except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, absurd nesting
                 raise RequestError("body", f"is not valid JSON ({type(exc).__name__}: {str(exc)[:100]})") from None
-            params = parse_request(body, chat)
-            request = server.make_request(params, arrival, kind)
+            # on a worker thread, as vLLM's server tokenizes: a long prompt takes seconds (a 1 MB one
+            # 3 s here), all of which the event loop stood still, every other stream with it
+            params, ids = await asyncio.to_thread(server.read_prompt, body, chat)
+            request = server.make_request(params, arrival, kind, ids)
         except RequestError as exc:
             server.metrics.observe_refused("bad_request")
             return error(str(exc), exc.status, exc.field)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -384,3 +386,33 @@ def test_a_client_leaving_before_its_body_is_complete_is_no_server_error(make_se
              "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
     asyncio.run(app(scope, receive, send))
     assert sent[0]["status"] == 499
+
+
+def test_a_prompt_being_tokenized_leaves_the_event_loop_serving(tokenizer, make_server, running):
+    """Tokenizing a long prompt takes seconds (1 MB: 3 s with the tiny tokenizer); on the event loop
+    it froze every other request's stream and /health meanwhile (a 30 MB one for 96 s). A tokenizer
+    that holds one prompt until told stands for it: the server answers others while it waits."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Held:
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+        def encode(self, text, add_special_tokens=True):
+            if text == "held":
+                entered.set()
+                release.wait(30)
+            return tokenizer.encode(text, add_special_tokens)
+
+    server = make_server()
+    server.tokenizer = Held()
+    with running(server) as url, ThreadPoolExecutor(1) as pool:
+        try:
+            held = pool.submit(httpx.post, f"{url}/v1/completions", json={"prompt": "held", "max_tokens": 2},
+                               timeout=30)
+            assert entered.wait(10)
+            other = httpx.post(f"{url}/v1/completions", json={"prompt": "other", "max_tokens": 2}, timeout=5)
+            assert other.status_code == 200 and not held.done()
+        finally:
+            release.set()
+        assert held.result().status_code == 200
