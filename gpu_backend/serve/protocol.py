@@ -1,9 +1,11 @@
 """The OpenAI request bodies the server accepts, parsed and validated into `CompletionParams`.
 
 Each check raises `RequestError` whose message starts with the offending field, so the client sees
-one clear line (HTTP 400). Fields people send that the engine has no use for (`user`,
-`presence_penalty`, ...) are ignored, as OpenAI-compatible servers do; fields it cannot honour
-(`n` > 1, `best_of`, `logprobs`) are refused rather than silently dropped.
+one clear line (HTTP 400). Fields that change nothing generated (`user`, `metadata`, ...) are
+ignored, as OpenAI-compatible servers do; fields that would change what is generated and that the
+engine cannot honour (`n` > 1, `best_of`, `logprobs`, and `UNHONOURED`'s: penalties, `top_k`,
+`min_tokens`, tools, ...) are refused unless they hold their neutral value, rather than silently
+dropped: a client's run would otherwise measure other output lengths or texts than it asked for.
 """
 from __future__ import annotations
 
@@ -12,6 +14,19 @@ from dataclasses import dataclass
 MAX_STOP_STRINGS = 16
 INT64 = (-2**63, 2**63 - 1)  # a priority is recorded in the engine's tables (Parquet: int64 columns)
 ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+# fields of OpenAI's API and vLLM's extensions the engine cannot honour -> the values that ask for nothing
+UNHONOURED = {
+    "min_tokens": (None, 0), "top_k": (None, 0, -1), "min_p": (None, 0), "repetition_penalty": (None, 1),
+    "presence_penalty": (None, 0), "frequency_penalty": (None, 0), "logit_bias": (None, {}),
+    "top_logprobs": (None, 0), "prompt_logprobs": (None, 0), "use_beam_search": (None, False),
+    "length_penalty": (None, 1), "truncate_prompt_tokens": (None,), "bad_words": (None, []),
+    "allowed_token_ids": (None,), "response_format": (None, {"type": "text"}), "tools": (None, []),
+    "tool_choice": (None, "none", "auto"), "functions": (None, []), "function_call": (None, "none", "auto"),
+    "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),
+    "structured_outputs": (None,),
+}
 
 
 class RequestError(ValueError):
@@ -56,6 +71,16 @@ def _typed(body: dict, field: str, types: tuple, default, what: str):
     if not isinstance(value, types):
         raise RequestError(field, f"expected {what}, got {_short(value)}")
     return value
+
+
+def _same(value: object, neutral: object) -> bool:
+    """`value` is `neutral` as JSON means it: numbers by value (1 == 1.0), a boolean only itself
+    (Python's True == 1 would pass a JSON true as a neutral penalty of 1)."""
+    if isinstance(value, bool) or isinstance(neutral, bool):
+        return value is neutral
+    if isinstance(neutral, (int, float)):
+        return isinstance(value, (int, float)) and value == neutral
+    return value == neutral
 
 
 def _short(value: object) -> str:
@@ -159,6 +184,14 @@ def parse_request(body: object, chat: bool) -> CompletionParams:
         raise RequestError("logprobs", "logprobs are not supported")
     if body.get("echo") not in (None, False):
         raise RequestError("echo", "echo is not supported")
+    for field, neutral in UNHONOURED.items():
+        value = body.get(field)
+        if not any(_same(value, v) for v in neutral):
+            if field == "min_tokens" and body.get("ignore_eos") is True and not body.get("stop") \
+                    and not body.get("stop_token_ids"):
+                continue  # nothing can end the output early: min_tokens asks for nothing
+            shown = " or ".join("left out" if v is None else _short(v) for v in neutral)
+            raise RequestError(field, f"is not supported by this engine (got {_short(value)}); it must be {shown}")
     stream_options = _typed(body, "stream_options", (dict,), {}, "an object")
     stream = _typed(body, "stream", (bool,), False, "true or false")
     if stream_options and not stream:  # as OpenAI and vLLM: options of a stream that is not one

@@ -68,6 +68,31 @@ def test_bad_completion_field_is_named(payload, field):
     assert info.value.field == field and str(info.value).startswith(f"{field}: ") and info.value.status == 400
 
 
+@pytest.mark.parametrize("field, value", [
+    ("min_tokens", 8), ("top_k", 20), ("min_p", 0.1), ("repetition_penalty", 1.2), ("presence_penalty", 0.5),
+    ("frequency_penalty", True), ("logit_bias", {"50256": -100}), ("response_format", {"type": "json_object"}),
+    ("tools", [{"type": "function"}]), ("tool_choice", "required"), ("top_logprobs", 3), ("use_beam_search", True),
+    ("guided_json", {}), ("truncate_prompt_tokens", 10),
+])
+def test_a_field_that_would_change_the_output_is_refused_unless_neutral(field, value):
+    """Silently dropped, a client's min_tokens or penalties would measure other lengths than it asked for."""
+    with pytest.raises(RequestError) as info:
+        parse_request(body(**{field: value}), chat=False)
+    assert info.value.field == field and "not supported" in str(info.value) and info.value.status == 400
+
+
+def test_neutral_values_of_unhonoured_fields_pass():
+    neutral = dict(min_tokens=0, top_k=-1, min_p=0.0, repetition_penalty=1.0, presence_penalty=0,
+                   frequency_penalty=0.0, logit_bias={}, response_format={"type": "text"}, tools=[],
+                   tool_choice="none", top_logprobs=None, use_beam_search=False, user="u")
+    assert parse_request(body(**neutral), chat=False).prompt == "hi"
+    # min_tokens under ignore_eos with nothing else to stop on: the output is max_tokens long anyway
+    assert parse_request(body(min_tokens=8, max_tokens=8, ignore_eos=True), chat=False).max_tokens == 8
+    for stop in (dict(stop="x"), dict(stop_token_ids=[2])):
+        with pytest.raises(RequestError, match="^min_tokens: "):
+            parse_request(body(min_tokens=8, ignore_eos=True, **stop), chat=False)
+
+
 @pytest.mark.parametrize("payload, field", [
     ({"prompt": "hi"}, "messages"),
     ({"messages": []}, "messages"),
