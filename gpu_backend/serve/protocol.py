@@ -53,7 +53,7 @@ class CompletionParams:
     ignore_eos: bool = False
     stream: bool = False
     include_usage: bool = False
-    continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats: usage in every chunk
+    continuous_usage: bool = False  # vLLM's continuous_usage_stats with include_usage: usage in every chunk
     priority: int = 0
     model: str | None = None
 
@@ -218,7 +218,7 @@ def parse_request(body: object, chat: bool) -> CompletionParams:
         ignore_eos=_typed(body, "ignore_eos", (bool,), False, "true or false"),
         stream=stream,
         include_usage=include_usage,
-        continuous_usage=continuous_usage,
+        continuous_usage=include_usage and continuous_usage,  # as vLLM: only with include_usage
         priority=_int(body, "priority", 0, *INT64),
         model=model,
     )

@@ -110,15 +110,20 @@ def test_streaming_chat_role_first_and_continuous_usage(tokenizer, make_server, 
     with running(server) as url, httpx.Client(base_url=url, timeout=20) as c:
         r = c.post("/v1/chat/completions", json={
             "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 6, "stream": True,
-            "stream_options": {"include_usage": False, "continuous_usage_stats": True}})
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
         events = sse_events(r.text)
         assert events[0]["object"] == "chat.completion.chunk" and events[0]["choices"][0]["delta"]["role"] == "assistant"
-        assert events[-1] == "[DONE]" and events[-2]["choices"]  # no separate usage chunk
-        body = events[1:-1]
+        assert events[-1] == "[DONE]" and events[-2]["choices"] == []  # the usage chunk last
+        body = events[1:-2]
         assert [e["usage"]["completion_tokens"] for e in body] == list(range(1, 7))
         prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": "hi"}]))
         assert body[0]["usage"]["prompt_tokens"] == len(prompt)
         assert "".join(e["choices"][0]["delta"].get("content", "") for e in body) == expected_text(tokenizer, 6)
+        # vLLM reads continuous_usage_stats only with include_usage: alone it adds nothing
+        r = c.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 6, "stream": True,
+            "stream_options": {"include_usage": False, "continuous_usage_stats": True}})
+        assert not any(isinstance(e, dict) and "usage" in e for e in sse_events(r.text))
 
 
 def test_chat_non_streaming_and_stop_string(tokenizer, make_server, running):
