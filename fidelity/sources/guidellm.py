@@ -188,7 +188,8 @@ class GuidellmWorkload:
       `linspace(sync rate, throughput rate, N-1)[1:]`, the two rates being the requests per second
       the first two benchmarks achieved. A constant benchmark sends its k-th request k/rate after
       it starts (k from 1, 0.4 on); before 0.4 it first sent `floor(rate)` at once (its initial
-      burst), then one every 1/rate.
+      burst), then one every 1/rate from 1/rate after the start, and a poisson one opened with the
+      same burst before its exponential gaps.
     - `rampup: T` seconds (0.4 on): a throughput benchmark spreads its first max-concurrency sends
       over T (the i-th at T i / max-concurrency), a concurrent one starts its streams over T, and
       (0.5 on) a constant one raises its rate linearly from 0 over T, as guidellm's strategies do.
@@ -322,12 +323,14 @@ class GuidellmWorkload:
             return [self._request(t0 + (self.rampup * i / streams if i < streams else 0.0))
                     for i in range(1, streams + 1)]
         rate = target
+        # before 0.4 both open with floor(rate) sends at once (0.3 tests `initial_burst is not None`
+        # on a bool, so always), then go on from the start: constant one every 1/rate from 1/rate
+        # (even with no burst), poisson by exponential gaps
+        burst = min(n, math.floor(rate)) if self.initial_burst else 0
         if kind == "poisson":
-            times = t0 + np.cumsum(self._rng.exponential(1.0 / rate, n))
-        elif self.initial_burst:  # before 0.4: floor(rate) at once, then one every 1/rate
-            burst = min(n, math.floor(rate))
-            start = t0 + (1.0 / rate if burst else 0.0)
-            times = np.concatenate([np.full(burst, t0), start + np.arange(n - burst) / rate])
+            times = np.concatenate([np.full(burst, t0), t0 + np.cumsum(self._rng.exponential(1.0 / rate, n - burst))])
+        elif self.initial_burst:
+            times = np.concatenate([np.full(burst, t0), t0 + np.arange(1, n - burst + 1) / rate])
         elif self._constant_rampup:  # the rate rises linearly over the rampup: n(t) = rate t^2 / 2T
             ramp = self._constant_rampup
             n_ramp = rate * ramp / 2.0

@@ -118,6 +118,17 @@ def test_a_rampup_spreads_the_first_sends_as_guidellm_does(kind):
         GuidellmWorkload({**profile, "rampup": -1})
 
 
+@pytest.mark.parametrize("kind, rate", [("poisson", 3.0), ("constant", 3.0), ("constant", 0.5)])
+def test_guidellm_03_opens_constant_and_poisson_rates_with_its_burst(kind, rate):
+    # 0.3's strategies send floor(rate) at the start, then carry on from it (constant: from 1/rate)
+    profile = {**PROFILE, "rate-type": kind, "rate": rate, "max-requests": 20, "client": {"version": "0.3.1"}}
+    sends = np.array(sorted(r.arrival_time for r in GuidellmWorkload(profile).start()))
+    burst = int(rate)
+    assert (sends[:burst] == 0.0).all() and (sends[burst:] > 0).all()
+    if kind == "constant":
+        assert sends[burst:] == pytest.approx(np.arange(1, 21 - burst) / rate)
+
+
 def in_flight(done, service=0.5):
     """The most requests in flight at once, from a `drive` run with a fixed service time."""
     events = sorted([(r.arrival_time, 1) for _, r in done] + [(t, -1) for t, _ in done], key=lambda e: (e[0], e[1]))
