@@ -35,7 +35,8 @@ NEWER = (0, 4)  # the release whose behaviour an unrecorded version is assumed t
 
 
 def guidellm_release(profile: dict) -> tuple[int, ...]:
-    """(major, minor) of the guidellm release the profile's `client.version` names (unknown: NEWER)."""
+    """(major, minor, patch) of the guidellm release the profile's `client.version` names (unknown:
+    NEWER): a constant benchmark's rampup came in a patch release (0.5.3)."""
     client = profile.get("client") or {}
     version = client.get("version") if isinstance(client, dict) else None
     if version is None:
@@ -43,7 +44,7 @@ def guidellm_release(profile: dict) -> tuple[int, ...]:
     parsed = parse_version(version)
     if parsed is None:
         raise ConfigError(f"profile.client.version: {version!r} is not a release number (e.g. 0.6.0)")
-    return parsed[:2]
+    return parsed[:3]
 
 
 RATE_TYPES = ("sweep", "synchronous", "throughput", "constant", "poisson", "concurrent")
@@ -192,7 +193,9 @@ class GuidellmWorkload:
       same burst before its exponential gaps.
     - `rampup: T` seconds (0.4 on): a throughput benchmark spreads its first max-concurrency sends
       over T (the i-th at T i / max-concurrency), a concurrent one starts its streams over T, and
-      (0.5 on) a constant one raises its rate linearly from 0 over T, as guidellm's strategies do.
+      (0.5.3 on) a constant one raises its rate linearly from 0 over T, as guidellm's strategies do;
+      a sweep's constant benchmarks start at their full rate (its profile passes the rampup to its
+      throughput benchmark only).
     - `rate-type: constant | poisson`, `rate: R` or a list of rates: one benchmark per rate;
       `concurrent`, `rate: N` or a list: one benchmark per stream count, each of N streams sending
       its next request when its last ends; `synchronous` and `throughput` run that one benchmark
@@ -239,7 +242,7 @@ class GuidellmWorkload:
         if isinstance(rampup, bool) or not isinstance(rampup, (int, float)) or not 0 <= rampup < math.inf:
             raise ConfigError(f"profile.rampup: expected seconds >= 0, got {rampup!r}")
         self.rampup = float(rampup) if release >= (0, 4) else 0.0
-        self._constant_rampup = self.rampup if release >= (0, 5) else 0.0
+        self._constant_rampup = self.rampup if release >= (0, 5, 3) else 0.0
         cap = profile.get("max-concurrency", profile.get("max_concurrency"))
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise ConfigError(f"profile.max-concurrency: expected a positive integer, got {cap!r}")
@@ -331,7 +334,8 @@ class GuidellmWorkload:
             times = np.concatenate([np.full(burst, t0), t0 + np.cumsum(self._rng.exponential(1.0 / rate, n - burst))])
         elif self.initial_burst:
             times = np.concatenate([np.full(burst, t0), t0 + np.arange(1, n - burst + 1) / rate])
-        elif self._constant_rampup:  # the rate rises linearly over the rampup: n(t) = rate t^2 / 2T
+        elif self._constant_rampup and self.rates[k] is not None:  # a sweep's start at their full rate
+            # the rate rises linearly over the rampup: n(t) = rate t^2 / 2T
             ramp = self._constant_rampup
             n_ramp = rate * ramp / 2.0
             times = t0 + np.where(index == 1, 0.0, np.where(index <= n_ramp, np.sqrt(2.0 * index * ramp / rate),

@@ -129,6 +129,20 @@ def test_guidellm_03_opens_constant_and_poisson_rates_with_its_burst(kind, rate)
         assert sends[burst:] == pytest.approx(np.arange(1, 21 - burst) / rate)
 
 
+@pytest.mark.parametrize("version, ramps", [("0.5.2", False), ("0.5.3", True), ("0.7.3", True)])
+def test_a_constant_rampup_came_in_0_5_3_and_skips_a_sweeps_constant_rates(version, ramps):
+    profile = {**PROFILE, "rate-type": "constant", "rate": 10.0, "max-requests": 40, "rampup": 2.0,
+               "client": {"version": version}}
+    sends = np.array(sorted(r.arrival_time for r in GuidellmWorkload(profile).start()))
+    assert (sends[0] == 0.0) == ramps  # without the rampup the k-th is sent k/rate after the start
+    if not ramps:
+        assert sends == pytest.approx(np.arange(1, 41) / 10.0)
+    sweep = drive(GuidellmWorkload({**PROFILE, "rampup": 2.0, "client": {"version": version}}))
+    for phase in (2, 3, 4):  # a sweep's constant benchmarks: one every 1/rate from the first
+        t = np.array(sorted(r.arrival_time for _, r in sweep if r.tags["phase"] == phase))
+        assert np.diff(t) == pytest.approx(np.full(39, t[1] - t[0]))
+
+
 def in_flight(done, service=0.5):
     """The most requests in flight at once, from a `drive` run with a fixed service time."""
     events = sorted([(r.arrival_time, 1) for _, r in done] + [(t, -1) for t, _ in done], key=lambda e: (e[0], e[1]))
