@@ -116,7 +116,9 @@ class LengthDistribution:
         hi = _num(f"{field}.max", value.get("max", 1024), 0, integer=True)
         if lo > hi:
             raise ConfigError(f"{field}.min: {lo} is greater than max {hi}")
-        return cls(mean=_num(f"{field}.mean", value.get("mean", 512)), std_dev=std, min=lo, max=hi, type=kind,
+        # a lognormal is moment-matched to its mean, so it needs one > 0 (inference-perf refuses 0 too)
+        mean = _num(f"{field}.mean", value.get("mean", 512), strict=kind == "lognormal")
+        return cls(mean=mean, std_dev=std, min=lo, max=hi, type=kind,
                    skew=float(value.get("skew", 0.0)))
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:

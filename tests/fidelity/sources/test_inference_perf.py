@@ -189,6 +189,9 @@ def test_a_rejected_turn_leaves_the_context_unchanged():
     ({"load__stages": []}, "profile.load.stages"),
     ({"load__stages": [{"rate": -1, "duration": 10}]}, r"profile.load.stages\[0\].rate"),
     ({"data__shared_prefix__question_len": {"mean": 10, "type": "zipf"}}, "profile.data.shared_prefix.question_len.type"),
+    # a lognormal of mean 0 has no shape (inference-perf refuses it), not a ZeroDivisionError when sampled
+    ({"data__shared_prefix__question_len": {"mean": 0, "std_dev": 10, "type": "lognormal"}},
+     "profile.data.shared_prefix.question_len.mean"),
 ])
 def test_bad_profiles_name_the_field(change, field):
     with pytest.raises(ConfigError, match=f"^{field}"):
