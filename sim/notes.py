@@ -26,6 +26,7 @@ from policies.schedulers import scheduler_class
 from specs.gpu_spec import get_gpu
 
 GENERATED_ARRIVALS = ("poisson", "gamma", "constant", "staged", "closed_loop")
+CV_KINDS = ("gamma", "staged")  # the kinds whose gaps workload.cv shapes (sim.workload.workload)
 
 
 def _fmt(v: float) -> str:
@@ -181,6 +182,9 @@ def workload_notes(config, workload=None) -> list[str]:
     unused = rate_unused(w) if w.rate is not None else None
     if unused:
         notes.append(f"workload.rate = {_fmt(w.rate)} is not used: {unused}")
+    if w.cv != 1.0 and w.kind not in CV_KINDS:  # a cv = 3 with the default kind would run Poisson unsaid
+        notes.append(f"workload.cv = {_fmt(w.cv)} is not used: only kind = gamma (and each stage of kind = staged) "
+                     f"draws gaps of a chosen coefficient of variation, not kind = {w.kind}")
     if w.max_model_len is not None and w.max_model_len != sched.max_model_len and w.kind not in registry.KINDS:
         notes.append(f"workload.max_model_len = {w.max_model_len} bounds the request lengths, not "
                      f"scheduler.max_model_len = {sched.max_model_len}")

@@ -149,7 +149,8 @@ class WorkloadConfig:
                                   #   generator (`sim.workload.registry`; fidelity registers its load
                                   #   generators': sessions wait for their previous turn, stages drain)
         rate = 4.0                # requests/s (poisson, gamma, constant; trace: rescale to this mean rate)
-        cv = 2.0                  # gamma: coefficient of variation of inter-arrival gaps (1 = Poisson)
+        cv = 2.0                  # gamma (and each stage of staged): coefficient of variation of
+                                  #   inter-arrival gaps (1 = Poisson); other kinds leave it unused
         num_requests = 1000       # stop after this many requests
         duration = 600.0          # or stop generating arrivals after this many seconds
         stages = [[2.0, 60], [8.0, 60]]   # staged: [rate, duration] pairs, one after another

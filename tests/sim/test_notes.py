@@ -154,6 +154,15 @@ def test_a_rate_the_workload_does_not_use_is_said():
         assert not any("is not used" in n for n in setting_notes(load_config({**base, "workload": workload})))
 
 
+def test_a_cv_the_arrivals_do_not_use_is_said():
+    base = {"model": {"name": "Llama-3-8B"}, "hardware": {"gpu": "H100"}}
+    for kind in ("poisson", "constant", "closed_loop"):  # poisson's gaps keep cv 1 whatever it says
+        notes = setting_notes(load_config({**base, "workload": {"kind": kind, "cv": 3.0}}))
+        assert any(n.startswith("workload.cv = 3 is not used: ") and f"kind = {kind}" in n for n in notes), notes
+    for workload in ({"kind": "gamma", "cv": 3.0}, {"kind": "staged", "stages": [[2.0, 10]], "cv": 3.0}, {}):
+        assert not any("workload.cv" in n for n in setting_notes(load_config({**base, "workload": workload})))
+
+
 def test_a_profile_measured_on_another_gpu_is_said():
     """hardware.gpu sizes the KV memory only when the step times come from a profile of another GPU."""
     import json
