@@ -3,7 +3,8 @@
 TTFT = first token - arrival; E2E = last token - arrival; TPOT = (E2E - TTFT) / (output tokens - 1)
 for requests with more than one output token; ITL = every gap between consecutive tokens, pooled;
 max stall = the largest ITL. Latency metrics count completed requests (finish reason length or stop).
-Throughput divides by the run's duration: first arrival to last finish. Goodput counts completed
+Throughput divides by the run's duration: first arrival to the later of the last request's end
+(whatever its finish reason) and the last step's end (docs/formats.md). Goodput counts completed
 requests meeting every SLO given (no SLO given: every completed request counts). Step-weighted
 figures (KV usage, queue lengths) weight each step by its duration.
 """
