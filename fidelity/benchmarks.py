@@ -44,8 +44,9 @@ def predicted_benchmarks(requests: pd.DataFrame, starts: list[float] | None = No
         begin = starts[k] if starts is not None and k < len(starts) else start
         span, start = end - min(begin, float(g["arrival_time"].min())), end
         itl = ok["tpot_s"].to_numpy(dtype=float)
-        stats = benchmark_stats(ok["ttft_s"], itl[np.isfinite(itl)], ok["e2e_s"],
-                                int(ok["num_output_tokens"].sum()) if "num_output_tokens" in ok else 0, span)
+        has_itl = np.isfinite(itl)
+        stats = benchmark_stats(ok["ttft_s"], itl[has_itl], ok["e2e_s"], int(ok["num_output_tokens"].sum()), span,
+                                itl_gaps=ok["num_output_tokens"].to_numpy(dtype=float)[has_itl] - 1)
         out.append({"benchmark": int(phase), "strategy": str(g["strategy"].iloc[0]) if "strategy" in g else "",
                     "requests": stats.pop("requests"), "failed": len(g) - len(ok), **stats})
     return out

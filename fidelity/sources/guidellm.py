@@ -159,6 +159,7 @@ class Benchmark:
     end: float = math.nan
     ttft: list = field(default_factory=list)
     itl: list = field(default_factory=list)
+    itl_gaps: list = field(default_factory=list)  # each ITL's output tokens - 1 (its weight)
     e2e: list = field(default_factory=list)
     output_tokens: int = 0
     failed: int = 0
@@ -173,9 +174,11 @@ class Benchmark:
         self.output_tokens += row["num_output_tokens"]
         if math.isfinite(row["tpot_s"]):
             self.itl.append(row["tpot_s"])
+            self.itl_gaps.append(row["num_output_tokens"] - 1)
 
     def row(self, index: int) -> dict:
-        stats = benchmark_stats(self.ttft, self.itl, self.e2e, self.output_tokens, self.end - self.start)
+        stats = benchmark_stats(self.ttft, self.itl, self.e2e, self.output_tokens, self.end - self.start,
+                                itl_gaps=self.itl_gaps)
         return {"benchmark": index, "strategy": self.strategy, "target": self.target,
                 "requests": stats.pop("requests"), "failed": self.failed, **stats}
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fidelity.benchmark_stats import per_token_mean
 from fidelity.runs import measured_table, read_table
 from fidelity.sources.guidellm import (RATE_TYPES, GuidellmWorkload, guidellm_prefixes, guidellm_release,
                                       is_guidellm_profile)
@@ -148,9 +149,10 @@ def report_args(data: dict) -> dict:
 
 def _report_benchmarks(benchmarks: list[dict], kept: list[list[dict]], totals: list[dict]) -> ReportBenchmarks:
     """Each benchmark as guidellm measured it: strategy, target (req/s or streams), served and failed
-    requests, requests per second over its duration, mean TTFT and ITL (ms) and E2E (s) of its
-    requests, from those it kept (`kept`: `_row`s) where it kept them all, else from its metrics
-    (ITL there per token); with the benchmark of each kept request and each benchmark's start."""
+    requests, requests per second over its duration, mean TTFT and ITL (ms; per token, as guidellm
+    weights it: `fidelity.benchmark_stats`) and E2E (s) of its requests, from those it kept (`kept`:
+    `_row`s) where it kept them all, else from its metrics; with the benchmark of each kept request
+    and each benchmark's start."""
     out = []
     for k, (b, rows, t) in enumerate(zip(benchmarks, kept, totals)):
         old = "config" not in b
@@ -159,8 +161,8 @@ def _report_benchmarks(benchmarks: list[dict], kept: list[list[dict]], totals: l
         target = strategy.get("rate") if kind in ("constant", "poisson") else strategy.get("streams")
         if rows and len(rows) >= t.get("successful", 0):
             ttft, e2e = np.mean([r["ttft_s"] for r in rows]), np.mean([r["e2e_s"] for r in rows])
-            itls = [r["tpot_s"] for r in rows if math.isfinite(r["tpot_s"])]
-            itl = float(np.mean(itls)) if itls else math.nan
+            with_itl = [r for r in rows if math.isfinite(r["tpot_s"])]  # per token, as guidellm's metrics
+            itl = per_token_mean([r["tpot_s"] for r in with_itl], [r["num_output_tokens"] - 1 for r in with_itl])
         else:
             mean = (lambda name: float((((b.get("metrics") or {}).get(name) or {}).get("successful") or {})
                                        .get("mean", math.nan)))
