@@ -69,9 +69,9 @@ def check_engine_settings(config, device: torch.device) -> torch.dtype:
     """The dtype the engine runs `config` in on `device`, refusing what it would not run as written:
     quantized weights (its GEMMs are 16/32-bit), a KV cache in another dtype than the weights (its KV
     tensors take the model's), tensor parallelism (it runs one device), a client timeout (its replay
-    waits for every answer). Running something else in
-    their place would leave results and a config.toml that claim settings which never ran;
-    `servesim simulate` models them."""
+    waits for every answer), async scheduling (it plans each step after the last one ended). Running
+    something else in their place would leave results and a config.toml that claim settings which
+    never ran; `servesim simulate` models them."""
     if config.model.dtype not in DTYPES:
         raise ConfigError(f"model.dtype: the engine runs float32, float16 or bfloat16 weights (auto: float32 on "
                           f"CPU, bfloat16 on CUDA), got {config.model.dtype!r}; simulate quantized weights with "
@@ -84,6 +84,10 @@ def check_engine_settings(config, device: torch.device) -> torch.dtype:
     if config.hardware.tp != 1:
         raise ConfigError(f"hardware.tp: the engine runs the model on one device (tp 1), got {config.hardware.tp}; "
                           "simulate tensor parallelism with `servesim simulate`")
+    if config.scheduler.async_scheduling:  # the simulator would hold each arrival a step longer
+        raise ConfigError("scheduler.async_scheduling: the engine plans each step after the one before has ended "
+                          "(an arrival during step n joins step n+1); set it false, or simulate vLLM's "
+                          "--async-scheduling with `servesim simulate`")
     timeout = getattr(config.workload, "request_timeout_s", None)
     if timeout is not None:  # the replay's client waits for every answer: it would run them all to the end
         raise ConfigError(f"workload.request_timeout_s: the engine's workload replay has no client that gives up "

@@ -43,6 +43,14 @@ def test_a_client_timeout_the_replay_would_not_apply_is_refused():
         engine_config_from_sim(make_config(workload={"request_timeout_s": 0.05}), "cpu")
 
 
+def test_async_scheduling_the_engine_would_not_apply_is_refused():
+    """The engine plans a step only after the one before has ended: with async_scheduling = true it ran
+    synchronously (an arrival during step n in step n+1, where the simulator holds it to step n+2) and
+    wrote the setting into config.toml as if applied."""
+    with pytest.raises(ConfigError, match=r"^scheduler.async_scheduling: the engine plans each step after"):
+        engine_config_from_sim(make_config(scheduler={"async_scheduling": True}), "cpu")
+
+
 def test_what_the_engine_runs_as_written_is_accepted():
     engine_config, _ = engine_config_from_sim(make_config(), "cpu")
     assert engine_config.dtype == "float32"
