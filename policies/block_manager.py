@@ -10,6 +10,7 @@ side of its loads and stores (the scheduler drives them).
 """
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from policies.request import Request
 
 NONE_HASH = hash(("servesim", "root"))  # parent hash of a request's first block (deterministic)
+# a count-only request's KV is its own (no other request holds its tokens): its chain starts from a
+# root drawn from this process-wide count, so no two requests share a block, in any block manager
+_COUNT_ONLY_ROOTS = itertools.count()
 
 
 class BlockManager:
@@ -39,6 +43,13 @@ class BlockManager:
       A chunk's full blocks are offered when allocated, before their KV is written (a request admitted
       later in the same step may share them, as in v1); a request that lets them go before that
       step ran (preempted in it) withdraws the ones nobody else holds.
+    - A count-only request (no token ids: the simulator's) holds content no other request has, so no
+      one else can hit its blocks; but it hits its own after a recompute preemption, as an engine's
+      request does (v1 keeps a freed block's hash until evicted). Its full computed blocks are offered
+      when it lets them go (`free`), not as they fill: nobody could hit them before, and so the
+      simulator's replayed stretches (`append_blocks`) need not stop at block boundaries. Blocks it
+      brings back (`swap_in`, a landed load) are offered at once, as for any request, so that copies
+      of blocks it left cached decide the same way. The KV offload tier stores them as they fill.
     - The watermark (vLLM v0, 1% there, 0 in v1) only guards admissions and swap-ins, never the
       growth of a running request.
     """
@@ -141,6 +152,12 @@ class BlockManager:
         if start >= n_full:
             return
         ids = req.token_ids(start * bs, n_full * bs)
+        if ids is None:  # count-only: content of its own, one chain per request (see the class docstring)
+            parent = hashes[-1] if hashes else hash(("count-only", next(_COUNT_ONLY_ROOTS)))
+            for i in range(start, n_full):
+                parent = hash((parent, i))
+                hashes.append(parent)
+            return
         parent = hashes[-1] if hashes else NONE_HASH
         for i in range(n_full - start):
             parent = hash((parent, tuple(ids[i * bs:(i + 1) * bs])))
@@ -149,9 +166,10 @@ class BlockManager:
     def get_computed_blocks(self, req: "Request") -> tuple[list[int], int]:
         """The longest cached prefix of `req` as (block ids, number of hit tokens).
 
-        Only for a request with nothing computed; never covers the last known token.
+        Only for a request with nothing computed; never covers the last known token. A count-only
+        request can only hit blocks it offered itself, so one that never hashed any has no lookup.
         """
-        if not self.enable_prefix_caching or req.prompt_token_ids is None:
+        if not self.enable_prefix_caching or (req.prompt_token_ids is None and not req.block_hashes):
             return [], 0
         max_hit_blocks = (req.num_tokens - 1) // self.block_size
         self._update_hashes(req, max_hit_blocks * self.block_size)
@@ -292,7 +310,7 @@ class BlockManager:
 
     def cache_loaded_blocks(self, req: "Request") -> None:
         """Offer `req`'s computed full blocks to the prefix cache (after a delayed-cache allocation)."""
-        if self.enable_prefix_caching and req.prompt_token_ids is not None:
+        if self.enable_prefix_caching:
             self._cache_full_blocks(req, req.num_computed_tokens)
 
     def allocate(self, req: "Request", num_new_tokens: int, computed_blocks: list[int] = ()) -> None:
@@ -352,9 +370,15 @@ class BlockManager:
         if not table:
             self.holders.pop(req.req_id, None)
 
-    def free(self, req: "Request") -> None:
-        """Release `req`'s GPU blocks (in reverse order) and its CPU blocks, if any."""
+    def free(self, req: "Request", finished: bool = False) -> None:
+        """Release `req`'s GPU blocks (in reverse order) and its CPU blocks, if any. `finished`: `req`
+        has ended (a count-only one's blocks are then never looked up again: `_release_own`)."""
         table = req.block_table
+        if table and self.enable_prefix_caching and req.prompt_token_ids is None:  # count-only
+            if not finished or req.block_hashes:  # it may come back for them, or left copies cached
+                self._cache_full_blocks(req, min(req.num_computed_tokens, req.num_tokens))
+            elif self.cached:
+                self._release_own(req)
         if table:
             rc, fq, bh = self.ref_counts, self.free_queue, self.block_hash
             if not self.cached:
@@ -382,6 +406,23 @@ class BlockManager:
             self.free_cpu.extend(reversed(req.cpu_block_table))
             req.cpu_block_table = []
             self.cpu_holders.pop(req.req_id, None)
+
+    def _release_own(self, req: "Request") -> None:
+        """Free the blocks of a finished count-only request that never hashed one: its full computed
+        blocks go where cached blocks go (the tail, its first block last to be evicted), as they would
+        had it offered them, without hashing blocks nobody can look up; the rest go to the head. Only
+        while some block is cached: with none, the order of the free blocks among themselves decides
+        no eviction (a block cached later goes behind them all), so `free` puts them all at the head."""
+        table, rc, fq = req.block_table, self.ref_counts, self.free_queue
+        n_full = min(min(req.num_computed_tokens, req.num_tokens) // self.block_size, len(table))
+        for b in table:
+            rc[b] = 0  # its own: no other request can hit a count-only request's blocks
+        fq.update(dict.fromkeys(reversed(table[n_full:])))  # the head
+        to_tail = fq.move_to_end
+        for b in reversed(table[:n_full]):
+            fq[b] = None
+            to_tail(b, False)
+        table.clear()
 
     # --- swap -------------------------------------------------------------------------------------
     def can_swap_out(self, req: "Request") -> bool:
@@ -421,7 +462,7 @@ class BlockManager:
         self.cpu_holders.pop(req.req_id, None)
         if table:
             self.holders[req.req_id] = req
-        if self.enable_prefix_caching and req.prompt_token_ids is not None:
+        if self.enable_prefix_caching:  # a count-only request too: its old copies may still be cached
             self._cache_full_blocks(req, req.num_computed_tokens)
         return pairs
 
@@ -429,8 +470,8 @@ class BlockManager:
     def offload_lookup(self, req: "Request", num_gpu_hit_blocks: int, now: float) -> int:
         """Blocks of `req`'s prefix, after its `num_gpu_hit_blocks` GPU hits, that the CPU tier can load
         (never the block of the last known token, as for GPU hits)."""
-        if self.offload is None or req.prompt_token_ids is None:
-            return 0
+        if self.offload is None or (req.prompt_token_ids is None and not req.block_hashes):
+            return 0  # a count-only request only finds what it stored itself
         max_hit_blocks = (req.num_tokens - 1) // self.block_size
         if max_hit_blocks <= num_gpu_hit_blocks:
             return 0
@@ -452,7 +493,7 @@ class BlockManager:
         hashes. `prompt_only`: stop at the prompt (LMCache saves no decode KV); the tier's backend
         also rounds down to whole chunks."""
         tier = self.offload
-        if tier is None or req.prompt_token_ids is None:
+        if tier is None:
             return [], []
         tokens = min(req.num_computed_tokens, req.num_tokens)
         if prompt_only:

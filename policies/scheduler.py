@@ -176,7 +176,10 @@ class Scheduler(Stretches):
         return req
 
     def _finish(self, req: "Request", reason: FinishReason, now: float, why: str | None = None) -> None:
-        self.block_manager.free(req)
+        self.block_manager.free(req, finished=True)
+        # its cached blocks are found by hash from now on: a finished request (which results keep)
+        # need not carry a hash per block
+        req.block_hashes = []
         req.is_swapped = False
         req.finish(reason, now, why)
         self.requests.pop(req.req_id, None)

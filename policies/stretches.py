@@ -51,6 +51,9 @@ class Stretches:
             return 0
         bm = self.block_manager
         bs, caching = bm.block_size, bm.enable_prefix_caching
+        # a block filling is the prefix cache's business for a request with ids (offered as it fills)
+        # and the offload tier's for any request (stored as it fills): a stretch ends before it
+        offloads = bm.offload is not None
         horizon = 1 << 62
         for req in running:
             if req.state is not _GEN:
@@ -61,7 +64,7 @@ class Stretches:
             if num_tokens - c != 1:
                 return 0
             left = req.max_tokens - num_out  # the step at which it finishes (1 = the next one)
-            if caching and req.prompt_token_ids is not None:
+            if caching and (offloads or req.prompt_token_ids is not None):
                 left = min(left, (-num_tokens) % bs, len(req.block_table) * bs - c)
             if left < horizon:
                 horizon = left

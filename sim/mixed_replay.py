@@ -267,8 +267,10 @@ class MixedReplay:
                 for req in waiting:  # _schedule_waiting, FCFS: a prefix of the queue
                     if budget <= 0 or seats >= max_seqs:
                         break
-                    if req.num_computed_tokens or (caching and req.prompt_token_ids is not None):
-                        blocked = True  # a prefix lookup or a landed load: schedule()'s to do
+                    # a prefix lookup (ids, or a count-only request's own blocks after a recompute)
+                    # or a landed load: schedule()'s to do
+                    if req.num_computed_tokens or (caching and (req.prompt_token_ids is not None or req.block_hashes)):
+                        blocked = True
                         break
                     m = req.num_prompt_tokens + len(req.output_token_ids)
                     if 0 < limit < m:

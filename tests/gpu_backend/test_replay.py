@@ -224,3 +224,62 @@ def test_max_time_keeps_requests_that_arrived_during_the_last_step(tiny_model):
     assert sorted(reqs.index) == [0, 1]  # request 1 arrived (0.05 s) before the run ended (0.2 s)
     assert (reqs["finish_reason"] == "aborted").all()
     assert (reqs["reject_reason"] == "the run ended (max_time_s)").all()
+
+
+def lockstep_config(**sections) -> dict:
+    """A tiny chunked run that stresses decisions: a 64-token budget, 4 seats, 16 Poisson requests
+    of 8-80 prompt and 2-24 output tokens; `sections` add to or replace its keys."""
+    config = {
+        "model": {"name": str(TINY_CONFIG), "dtype": "float32"},
+        "hardware": {"num_gpu_blocks": 64},
+        "scheduler": {"policy": "chunked", "max_num_batched_tokens": 64, "max_num_seqs": 4, "max_model_len": 512},
+        "workload": {"kind": "poisson", "rate": 50.0, "num_requests": 16, "seed": 3,
+                     "prompt_len": {"kind": "uniform", "low": 8, "high": 80},
+                     "output_len": {"kind": "uniform", "low": 2, "high": 24}},
+    }
+    for name, keys in sections.items():
+        config[name] = {**config.get(name, {}), **keys}
+    return config
+
+
+CLASSES = [{"name": "hi", "priority": 0, "fraction": 0.5}, {"name": "lo", "priority": 1, "fraction": 0.5}]
+LOCKSTEP = {  # name: (sections, what the run must have done, so that the case tests what it names)
+    # vLLM's defaults: prefix caching on, recompute; a resumed request hits its own cached blocks
+    "vllm-recompute": ({"hardware": {"num_gpu_blocks": 14}, "scheduler": {"policy": "vllm"}},
+                       ("num_recomputes", "prefix_hits")),
+    "swap": ({"hardware": {"num_gpu_blocks": 12, "swap_space_gb": 0.01}, "scheduler": {"preemption": "swap"},
+              "cache": {"enable_prefix_caching": True}}, ("num_swaps",)),
+    "priority": ({"hardware": {"num_gpu_blocks": 12}, "scheduler": {"queue": "priority"},
+                  "workload": {"classes": CLASSES}}, ("num_preemptions",)),
+    "shared-prefixes": ({"hardware": {"num_gpu_blocks": 24}, "cache": {"enable_prefix_caching": True},
+                         "workload": {"num_prefix_groups": 2, "prefix_len": 40, "users_per_group": 3}},
+                        ("prefix_hits",)),
+    "static": ({"hardware": {"num_gpu_blocks": 12}, "scheduler": {"policy": "static"}}, ("padding_fraction",)),
+    "continuous": ({"hardware": {"num_gpu_blocks": 14}, "scheduler": {"policy": "continuous"}},
+                   ("num_preemptions",)),
+    # the KV offload tier: copies as good as instant in the simulator too (the engine's take real time)
+    "offload": ({"hardware": {"num_gpu_blocks": 14}, "scheduler": {"policy": "vllm"},
+                 "cache": {"offload_size_gb": 0.01, "offload_bandwidth_gbps": 1e9}}, ("offload",)),
+}
+
+
+@pytest.mark.parametrize("case", list(LOCKSTEP))
+def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatch, tiny_model):
+    """The same workload, the engine on a virtual clock moved by its measured forward passes, the
+    simulator on those step times (`lockstep`): every plan (who runs how many tokens, preemptions and
+    their victims, swaps, offload copies, blocks used, prefix hits) and every finish is the same, and
+    so are the counters both report. The simulator's requests (no token ids) used to be left out of
+    the prefix cache: a request recomputed after a preemption redid its whole prompt there and hit its
+    own blocks on the engine (the first plan that differed in "vllm-recompute")."""
+    from lockstep import different_counters, first_difference, lockstep
+
+    sections, exercised = LOCKSTEP[case]
+    engine_result, sim_result, ours, theirs = lockstep(load_config(lockstep_config(**sections)), monkeypatch,
+                                                       model=tiny_model)
+    assert first_difference(ours, theirs) is None
+    assert different_counters(engine_result, sim_result) == []
+    done = {"prefix_hits": engine_result.requests["num_cached_tokens"].sum() > 0
+            or any(e[0] == "plan" and e[11] > 0 for e in ours),
+            "offload": bool(engine_result.summary.get("offload"))}
+    for what in exercised:
+        assert done[what] if what in done else engine_result.summary[what] > 0, what

@@ -245,3 +245,26 @@ def test_append_blocks_gives_the_blocks_step_by_step_allocation_would():
         bm.append_blocks([a, b])
     assert len(a.block_table) == 4 and bm.num_free_gpu_blocks == 1
     bm.check_invariants()
+
+
+
+def test_a_count_only_requests_blocks_go_where_a_unique_prompts_would():
+    """A request without token ids holds content nobody shares: freed, its full computed blocks are kept
+    (the tail) and found again by itself alone, as a request with unique ids; freed once finished, they
+    go where such a request's would (behind the cached ones), without hashing: nobody looks them up."""
+    def freed(with_ids: bool):
+        bm = make_bm(num_gpu_blocks=12, prefix=True)
+        back = make_req(0, 9, list(range(100, 109)) if with_ids else None)  # preempted: it comes back
+        done = make_req(1, 14, list(range(200, 214)) if with_ids else None)  # finished
+        prefill(bm, back, 9)
+        prefill(bm, done, 14)
+        bm.free(back)
+        bm.free(done, finished=True)
+        bm.check_invariants()
+        back.num_computed_tokens = 0
+        return list(bm.free_queue), bm.get_computed_blocks(back), bm.num_cached_blocks
+
+    queue, (blocks, hit), num_cached = freed(with_ids=False)
+    assert (queue, (blocks, hit)) == freed(with_ids=True)[:2]
+    assert hit == 8 and queue[3:5] == blocks  # done's 3 full blocks at the very tail, then back's 2
+    assert num_cached == 2  # the finished one's blocks are placed, not hashed

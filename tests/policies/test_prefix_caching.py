@@ -109,3 +109,43 @@ def test_a_running_chunk_that_a_newcomer_shares_is_not_preempted_in_that_step():
     assert b.num_cached_tokens == 16 and b.block_table[:4] == a.block_table[:4]
     assert a.num_preemptions == 0 and c.first_scheduled_time is None
     sched.block_manager.check_invariants()
+
+
+def decisions(sched, requests) -> list:
+    """What `sched` decides at each step as `run` drives it through `requests`: tokens per request and
+    where each starts, preemptions, swaps and offload copies, blocks used, prefix-hit tokens so far."""
+    out, bm = [], sched.block_manager
+
+    def on_plan(plan):
+        out.append((plan.num_scheduled_tokens, [s.num_computed_tokens for s in plan.seqs], plan.preempted,
+                    plan.swapped_out, plan.swapped_in, len(plan.swap_out_blocks), len(plan.swap_in_blocks),
+                    len(plan.offload_load_blocks), len(plan.offload_store_blocks), bm.num_used_gpu_blocks,
+                    bm.num_prefix_hit_tokens))
+
+    run(sched, requests, on_plan=on_plan)
+    return out
+
+
+@pytest.mark.parametrize("overrides", [dict(policy="vllm"), dict(policy="continuous", num_gpu_blocks=40),
+                                       dict(policy="chunked", preemption="swap", num_cpu_blocks=64),
+                                       dict(policy="vllm", num_offload_blocks=64)])
+def test_a_count_only_request_decides_as_one_whose_tokens_no_other_shares(overrides):
+    """A request without token ids (the simulator's) holds content no other request has. Under memory
+    pressure it hits its own cached blocks when it comes back from a recompute, and its blocks fill
+    the KV offload tier, as the engine's requests (whose ids nobody else shares) do: the same plans.
+    Its blocks had been left out of the prefix cache, so a recompute redid all of it (and the engine
+    did not: the first decision that differed in a lockstep replay of the two)."""
+    def drive(with_ids: bool):
+        reqs = make_requests(12, prompt=[20, 33, 9, 41, 17, 28, 12, 36, 25, 8, 30, 19],
+                             max_tokens=[12, 5, 20, 9, 15, 7, 18, 4, 11, 16, 6, 13], spacing=0.01,
+                             prefix=[] if with_ids else None)  # []: ids of each request's own
+        sched = make_scheduler(**{**dict(enable_prefix_caching=True, num_gpu_blocks=20, block_size=4,
+                                         max_num_batched_tokens=32, max_num_seqs=6), **overrides})
+        return decisions(sched, reqs), reqs, sched.block_manager
+
+    ours, reqs, bm = drive(with_ids=False)
+    theirs, _, _ = drive(with_ids=True)
+    assert ours == theirs
+    assert sum(r.num_preemptions for r in reqs) > 0
+    assert bm.num_prefix_hit_tokens > 0 or overrides.get("preemption") == "swap"  # self-hits after recomputes
+    bm.check_invariants()

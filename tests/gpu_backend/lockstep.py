@@ -1,0 +1,164 @@
+"""The engine and the simulator in lockstep: one workload, the same step times, every decision compared.
+
+The engine runs the workload on a virtual clock that moves only by each forward pass's measured
+time (and by its idle waits for the next arrival), so arrivals meet its step boundaries exactly
+where the simulator's do; the simulator then replays those measured step times (`ReplayedSteps`).
+Both record what their scheduler decides at every step (`Decisions`); with the same shared policy
+objects the two records must be equal, so the first difference is a fault of one side.
+"""
+from __future__ import annotations
+
+import json
+import time
+import types
+
+import numpy as np
+
+import gpu_backend.engine as engine_module
+import sim.build
+from calibrate.engine_config import build_engine
+from sim.latency.base import LatencyModel
+from sim.runner import simulate
+from sim.workload import build_workload
+
+
+class VirtualClock:
+    """Seconds that pass only when told (`advance`): the engine's clock in a lockstep run."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += max(seconds, 0.0)
+
+
+class ReplayedSteps(LatencyModel):
+    """The simulator's step times: the engine's measured ones, in order."""
+
+    def __init__(self, durations: list[float]) -> None:
+        self.durations, self.next = list(durations), 0
+
+    def step_time(self, plan) -> float:
+        duration = self.durations[self.next]
+        self.next += 1
+        return duration
+
+
+class Decisions:
+    """Wraps a scheduler's `schedule` and `update` to record, for every plan with work, when it was
+    made, each sequence (request, tokens, computed before, samples), preemptions, swaps (request ids
+    and block counts), offload copies, KV blocks used, prefix hits so far and queue lengths; and for
+    every update the requests that finished."""
+
+    def __init__(self, scheduler) -> None:
+        self.entries: list[tuple] = []
+        schedule, update, bm = scheduler.schedule, scheduler.update, scheduler.block_manager
+
+        def recorded_schedule(now):
+            plan = schedule(now)
+            if not plan.is_empty:
+                self.entries.append((
+                    "plan", round(now, 9),
+                    tuple((s.request.req_id, s.num_tokens, s.num_computed_tokens, s.samples, s.is_padding)
+                          for s in plan.seqs),
+                    plan.preempted, plan.swapped_out, plan.swapped_in, len(plan.swap_out_blocks),
+                    len(plan.swap_in_blocks), len(plan.offload_load_blocks), len(plan.offload_store_blocks),
+                    bm.num_used_gpu_blocks, bm.num_prefix_hit_tokens, bm.num_prefix_queried_tokens,
+                    scheduler.num_waiting, scheduler.num_running, scheduler.num_swapped))
+            return plan
+
+        def recorded_update(plan, result, now):
+            finished = update(plan, result, now)
+            self.entries.append(("update", round(now, 9), tuple(r.req_id for r in finished)))
+            return finished
+
+        scheduler.schedule, scheduler.update = recorded_schedule, recorded_update
+
+
+def run_engine(config, monkeypatch, model=None):
+    """The engine on `config`'s workload with a virtual clock: (EngineResult, Decisions)."""
+    engine = build_engine(config, "cpu", model=model)
+    decisions = Decisions(engine.scheduler)
+    clock = VirtualClock()
+    engine.clock = engine.runner.clock = clock
+    execute = engine.runner.execute
+
+    def timed(plan):  # the step takes what its forward pass took; the host's own work takes no time
+        start = time.perf_counter()
+        result = execute(plan)
+        if plan.has_compute:  # a plan of KV offload copies alone runs beside the steps (the simulator's 0 s)
+            clock.advance(time.perf_counter() - start)
+        return result
+
+    engine.runner.execute = timed
+    # run_workload idles with time.sleep until the next arrival: on this clock, a jump
+    monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(sleep=clock.advance))
+    workload = build_workload(config.workload, config.scheduler.max_model_len)
+    return engine.run_workload(workload, progress=False), decisions
+
+
+def run_sim(config, durations: list[float], monkeypatch):
+    """The simulator on `config`'s workload, its steps timed by `durations`: (SimResult, Decisions)."""
+    made = []
+    build_scheduler = sim.build.build_scheduler
+
+    def recorded(*args, **kwargs):
+        scheduler = build_scheduler(*args, **kwargs)
+        made.append(Decisions(scheduler))
+        return scheduler
+
+    monkeypatch.setattr(sim.build, "build_scheduler", recorded)
+    result = simulate(config, latency_model=ReplayedSteps(durations), fast_decode=False)
+    (decisions,) = made
+    return result, decisions
+
+
+def lockstep(config, monkeypatch, model=None):
+    """Run the engine, then the simulator on its step times: (engine result, sim result, engine
+    decisions, sim decisions)."""
+    engine_result, engine_decisions = run_engine(config, monkeypatch, model)
+    steps = engine_result.steps
+    durations = steps["duration"][steps["duration"] > 0]  # the steps the simulator times (offload copies alone: 0 s)
+    sim_result, sim_decisions = run_sim(config, list(durations), monkeypatch)
+    return engine_result, sim_result, engine_decisions.entries, sim_decisions.entries
+
+
+def first_difference(ours: list, theirs: list) -> str | None:
+    """Where two decision records first differ, in words (None when they are equal)."""
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if a != b:
+            return f"entry {i}: engine {a} != simulator {b}"
+    if len(ours) != len(theirs):
+        return f"the engine made {len(ours)} entries, the simulator {len(theirs)}"
+    return None
+
+
+#: summary counters both executors report, defined alike (cost and energy are the simulator's alone)
+COUNTERS = ("num_requests", "num_finished", "num_rejected", "num_aborted", "num_preemptions", "num_swaps",
+            "num_recomputes", "num_steps", "rejected_reasons", "prefix_cache_hit_rate", "padding_fraction",
+            "kv_usage", "num_running", "num_waiting", "offload", "cpu_prefix_cache_hit_rate")
+
+
+def different_counters(engine_result, sim_result) -> list[str]:
+    """The counters of the two runs' summaries, requests and steps tables that differ (times within 1 ns)."""
+    out = [f"summary {k}: engine {engine_result.summary.get(k)} != simulator {sim_result.summary.get(k)}"
+           for k in COUNTERS if engine_result.summary.get(k) != sim_result.summary.get(k)]
+    for name, key in (("requests", "req_id"), ("steps", "step_id")):
+        ours = getattr(engine_result, name).set_index(key).sort_index()
+        theirs = getattr(sim_result, name).set_index(key).sort_index()
+        if len(ours) != len(theirs):
+            out.append(f"{name}: engine {len(ours)} rows != simulator {len(theirs)}")
+            continue
+        for column in ours.columns.drop("replica"):
+            a, b = ours[column], theirs[column]
+            if column == "preemption_intervals":  # JSON [[preempted_at, resumed_at], ...]
+                a, b = (x.map(lambda v: str(np.round(json.loads(v), 9).tolist())) for x in (a, b))
+            same = (np.isclose(a, b, rtol=0, atol=1e-9, equal_nan=True) if a.dtype.kind == "f"
+                    else a.astype(str).to_numpy() == b.astype(str).to_numpy())
+            if not same.all():
+                i = int(np.argmin(same))
+                out.append(f"{name}.{column} at {ours.index[i]}: engine {a.iloc[i]} != simulator {b.iloc[i]}")
+    return out
