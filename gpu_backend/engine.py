@@ -165,7 +165,8 @@ class Engine:
     - `engine.step() -> bool`: one iteration on the caller's thread (False when there was nothing to run).
     - `engine.run_workload(workload, progress=True) -> EngineResult`: real-time replay of a `sim`
       workload on the caller's thread: requests are admitted at their arrival times (at the first step
-      boundary after), closed-loop follow-ups come from `workload.on_finish`.
+      boundary after; one the scheduler could never serve is rejected at its arrival, as a front end
+      refuses it), closed-loop follow-ups come from `workload.on_finish`.
     - `engine.stats()`: running / waiting / swapped counts, KV usage, preemptions, steps (for /metrics).
     - `engine.result()`: the `requests` and `steps` tables and the summary, exactly as the simulator's
       (`records.results`, `records.metrics`), with measured times; `EngineResult.save(out_dir)`. Safe from any
@@ -480,7 +481,11 @@ class Engine:
                 now = self.now()
                 horizon = now if max_time_s is None else min(now, max_time_s)
                 while pending and pending[0][0] <= horizon:
-                    self.add_request(heapq.heappop(pending)[2])
+                    request = heapq.heappop(pending)[2]
+                    if self.reject_reason(request) is None:
+                        self.add_request(request)
+                    else:
+                        self._reject_on_arrival(request)
                 if max_time_s is not None and now >= max_time_s:
                     self._admit()  # what arrived during the last step is in the results too, aborted
                     self._end_stuck("the run ended (max_time_s)")
@@ -498,6 +503,15 @@ class Engine:
             self.on_finish.remove(finished)
             bar.close()
         return self.result()
+
+    def _reject_on_arrival(self, request: Request) -> None:
+        """End a replayed request the scheduler could never serve when it arrived, not at the next step
+        boundary: vLLM's API server refuses it before the engine sees it, and the simulator rejects it
+        on arrival, so a closed-loop user's next request is sent from then (on the engine thread)."""
+        with self._state_lock:
+            self._track(request, None)
+            self.scheduler.add_request(request, request.arrival_time)  # rejects it, saying why
+            self._emit(request, [], request.arrival_time)
 
     # --- observability --------------------------------------------------------------------------------
     def stats(self) -> dict:

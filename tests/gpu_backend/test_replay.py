@@ -257,6 +257,10 @@ LOCKSTEP = {  # name: (sections, what the run must have done, so that the case t
     "static": ({"hardware": {"num_gpu_blocks": 12}, "scheduler": {"policy": "static"}}, ("padding_fraction",)),
     "continuous": ({"hardware": {"num_gpu_blocks": 14}, "scheduler": {"policy": "continuous"}},
                    ("num_preemptions",)),
+    # prompts longer than max_model_len kept: rejected when they arrive, the user's next one sent from then
+    "closed-loop-rejects": ({"scheduler": {"max_model_len": 64},
+                             "workload": {"too_long": "keep", "kind": "closed_loop", "num_users": 3, "think_time": 0.01,
+                                          "rate": None}}, ("num_rejected",)),
     # the KV offload tier: copies as good as instant in the simulator too (the engine's take real time)
     "offload": ({"hardware": {"num_gpu_blocks": 14}, "scheduler": {"policy": "vllm"},
                  "cache": {"offload_size_gb": 0.01, "offload_bandwidth_gbps": 1e9}}, ("offload",)),
@@ -270,7 +274,9 @@ def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatc
     their victims, swaps, offload copies, blocks used, prefix hits) and every finish is the same, and
     so are the counters both report. The simulator's requests (no token ids) used to be left out of
     the prefix cache: a request recomputed after a preemption redid its whole prompt there and hit its
-    own blocks on the engine (the first plan that differed in "vllm-recompute")."""
+    own blocks on the engine (the first plan that differed in "vllm-recompute"); and the engine
+    rejected a request at the step boundary after its arrival, so a closed-loop user's next request
+    came that much later ("closed-loop-rejects")."""
     from lockstep import different_counters, first_difference, lockstep
 
     sections, exercised = LOCKSTEP[case]
