@@ -4,6 +4,7 @@ import json
 import pytest
 
 from engine_factories import REPO, TINY_CONFIG
+from lockstep import different_counters, first_difference, lockstep
 from calibrate.engine_config import build_engine
 from gpu_backend.engine import Engine
 from servesim.cli import main
@@ -277,8 +278,6 @@ def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatc
     own blocks on the engine (the first plan that differed in "vllm-recompute"); and the engine
     rejected a request at the step boundary after its arrival, so a closed-loop user's next request
     came that much later ("closed-loop-rejects")."""
-    from lockstep import different_counters, first_difference, lockstep
-
     sections, exercised = LOCKSTEP[case]
     engine_result, sim_result, ours, theirs = lockstep(load_config(lockstep_config(**sections)), monkeypatch,
                                                        model=tiny_model)
