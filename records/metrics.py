@@ -160,7 +160,9 @@ def summarize(requests: "pd.DataFrame", steps: "pd.DataFrame", itls: np.ndarray 
     num_good = int(meets_slo(requests, slo).sum()) if n else 0
     computed = steps["num_prefill_tokens"].sum() + steps["num_decode_tokens"].sum() + steps["num_padding_tokens"].sum() \
         if len(steps) else 0
-    prompt_all = requests["num_prompt_tokens"].sum() if n else 0
+    # prompt tokens of the requests that looked the prefix cache up (scheduled at least once): a
+    # rejected request, or one that never left the queue, never queried it
+    prompt_all = requests.loc[requests["first_scheduled_time"].notna(), "num_prompt_tokens"].sum() if n else 0
     summary = {
         "num_requests": n,
         "num_finished": num_finished,

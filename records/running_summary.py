@@ -88,7 +88,8 @@ class RunningSummary:
         output = np.asarray(columns["num_output_tokens"], dtype=np.int64)
         self.out_tokens += int(output[done].sum())
         self.in_tokens += int(prompt[done].sum())
-        self.prompt_tokens_all += int(prompt.sum())
+        # the prefix cache's denominator: requests that looked it up (scheduled at least once)
+        self.prompt_tokens_all += int(prompt[np.isfinite(np.asarray(columns["first_scheduled_time"], dtype=float))].sum())
         self.cached_tokens += int(np.asarray(columns["num_cached_tokens"], dtype=np.int64).sum())
         if "num_cpu_cached_tokens" in columns:
             self.cpu_cached_tokens += int(np.asarray(columns["num_cpu_cached_tokens"], dtype=np.int64).sum())

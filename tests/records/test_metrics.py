@@ -96,6 +96,9 @@ def test_prefix_cache_hit_rate_from_cached_prompt_tokens():
     b = make_done_request("b", 0.0, [1.0], prompt=100)
     b.num_cached_tokens = 64
     assert summary_of([a, b])["prefix_cache_hit_rate"] == pytest.approx(64 / 200)
+    # a rejected request never looked the cache up: not in the denominator
+    assert summary_of([a, b, make_rejected_request("c", 0.0, prompt=100)])["prefix_cache_hit_rate"] == \
+        pytest.approx(64 / 200)
 
 
 @settings(max_examples=40, deadline=None)
