@@ -1,8 +1,15 @@
-"""Routers on stand-in replicas: round-robin order, least work, power of two, prefix affinity."""
+"""Routers on stand-in replicas (round-robin order, least work, power of two, prefix affinity), and
+in a cluster against the queueing theory of their disciplines."""
+import math
+
+import numpy as np
 import pytest
 
 from policies import ConfigError, Request
 from sim.cluster.router import ROUTERS, PrefixAwareRouter, block_hashes, make_router
+from sim.config import load_config
+from sim.latency.base import ConstantLatencyModel
+from sim.runner import simulate
 
 
 class FakeReplica:
@@ -96,3 +103,125 @@ def test_prefix_aware_forgets_beyond_capacity():
 def test_unknown_router_lists_the_choices():
     with pytest.raises(ConfigError, match="cluster.router: 'random'.*" + ROUTERS[0]):
         make_router("random")
+
+
+# --- routers against queueing theory ----------------------------------------------------------------
+# One sequence at a time (max_num_seqs=1) and a constant step time make a replica a single server
+# whose service is `output tokens x STEP_S`; Poisson arrivals from the workload generator. The
+# references are what each discipline is in theory, computed on the run's own arrival times where
+# the discipline is exactly defined (no sampling error between them), else the closed form, to
+# within the run's own sampling error (batch means).
+
+STEP_S = 0.01
+
+
+def routed(router: str, k: int, rate: float, n: int, output_len: dict, seed: int = 1):
+    """The requests table (in arrival order) of `k` one-at-a-time replicas behind `router`."""
+    config = load_config({
+        "model": {"name": "Llama-3-8B"}, "scheduler": {"policy": "continuous", "max_num_seqs": 1},
+        "workload": {"kind": "poisson", "rate": rate, "num_requests": n, "seed": seed,
+                     "prompt_len": {"kind": "constant", "value": 8}, "output_len": output_len},
+        "cluster": {"num_replicas": k, "router": router}})
+    return simulate(config, latency_model=ConstantLatencyModel(STEP_S)).requests.sort_values("arrival_time")
+
+
+def constant(m: int) -> dict:
+    return {"kind": "constant", "value": m}
+
+
+def fcfs_waits(arrivals, services, k: int) -> np.ndarray:
+    """Waits of a k-server FCFS queue (one shared queue): the Kiefer-Wolfowitz workload recursion.
+
+    Sending each arrival to the server with the least unfinished work is the same queue, so this
+    is also what least-work routing gives.
+    """
+    work, waits, prev = np.zeros(k), np.empty(len(arrivals)), arrivals[0]
+    for i, (a, s) in enumerate(zip(arrivals, services)):
+        work = np.maximum(work - (a - prev), 0.0)
+        prev = a
+        j = int(np.argmin(work))
+        waits[i] = work[j]
+        work[j] += s
+    return waits
+
+
+def mdc_mean_wait(c: int, rate: float, service: float, size: int = 400) -> float:
+    """Exact mean wait of M/D/c: the number in system D apart is max(N - c, 0) + Poisson(rate x D)
+    (everyone in service at t has left by t + D, nobody waiting has); its stationary law gives the
+    mean queue length, and Little's law the wait."""
+    a = rate * service
+    j = np.arange(size)
+    arrivals = np.exp(-a + j * np.log(a) - np.array([math.lgamma(x + 1) for x in j]))
+    pi = np.zeros(size)
+    pi[0] = 1.0
+    for _ in range(100_000):
+        served = np.zeros(size)
+        served[0] = pi[:c + 1].sum()
+        served[1:size - c] = pi[c + 1:]
+        new = np.convolve(served, arrivals)[:size]
+        new /= new.sum()
+        if np.abs(new - pi).max() < 1e-14:
+            break
+        pi = new
+    return float((np.maximum(j - c, 0) * pi).sum() / rate)
+
+
+def batch_se(waits, num_batches: int = 40) -> float:
+    """Standard error of the mean wait by batch means (batches far longer than a busy period)."""
+    means = np.array_split(np.asarray(waits), num_batches)
+    return float(np.std([b.mean() for b in means], ddof=1) / np.sqrt(num_batches))
+
+
+def test_mdc_reference_reduces_to_pollaczek_khinchine_for_one_server():
+    assert mdc_mean_wait(1, 70.0, 0.01) == pytest.approx(0.7 * 0.01 / (2 * 0.3), rel=1e-9)
+
+
+def test_round_robin_over_deterministic_service_is_the_md_k_queue():
+    """Round robin deals a Poisson stream out as Erlang-k streams; with equal deterministic service
+    that is exactly one FCFS queue of k servers (the server free first is the one that started k
+    requests ago), so each request waits what M/D/k gives it, and the mean is M/D/k's."""
+    k, rho, n = 4, 0.7, 40_000
+    rate = rho * k / STEP_S
+    table = routed("round_robin", k, rate, n, constant(1))
+    waits = table["queue_s"].to_numpy()
+    np.testing.assert_allclose(waits, fcfs_waits(table["arrival_time"].to_numpy(), np.full(n, STEP_S), k),
+                               atol=1e-9)
+    np.testing.assert_allclose(table["e2e_s"] - table["queue_s"], STEP_S, atol=1e-9)
+    assert abs(waits.mean() - mdc_mean_wait(k, rate, STEP_S)) < 4 * batch_se(waits)
+
+
+def test_least_tokens_is_least_work_routing_the_mgk_queue():
+    """Outstanding tokens are a replica's unfinished work in steps (the simulator knows each
+    output length), so least_tokens is least-work routing: the M/G/k FCFS queue, to within the
+    step the router cannot see into. Round robin on the same arrivals waits several times longer."""
+    k, n = 4, 10_000
+    lengths = {"kind": "lognormal", "median": 10, "sigma": 0.8, "max": 200}
+    rate = 0.7 * k / (10 * math.exp(0.8 ** 2 / 2) * STEP_S)  # load 0.7 at the lognormal's mean
+    table = routed("least_tokens", k, rate, n, lengths)
+    services = table["num_output_tokens"].to_numpy() * STEP_S
+    np.testing.assert_allclose(table["e2e_s"] - table["queue_s"], services, atol=1e-9)
+    reference = fcfs_waits(table["arrival_time"].to_numpy(), services, k).mean()
+    assert abs(table["queue_s"].mean() - reference) < STEP_S
+    assert routed("round_robin", k, rate, n, lengths)["queue_s"].mean() > 2 * reference
+
+
+def test_power_of_two_lies_between_pooling_and_random_routing():
+    """Two random candidates, the less loaded: better than routing at random (k M/D/1 queues at
+    rate / k, Pollaczek-Khinchine), worse than least work (M/D/k). With two replicas it always
+    draws both, so it is least_tokens."""
+    k, rho, n = 4, 0.7, 20_000
+    rate = rho * k / STEP_S
+    waits = routed("power_of_two", k, rate, n, constant(1))["queue_s"]
+    se = batch_se(waits)
+    random_routing = rho * STEP_S / (2 * (1 - rho))
+    assert mdc_mean_wait(k, rate, STEP_S) + 4 * se < waits.mean() < random_routing - 4 * se
+    two = [routed(name, 2, 1.4 / (3 * STEP_S), 3000, constant(3)) for name in ("power_of_two", "least_tokens")]
+    np.testing.assert_allclose(two[0]["queue_s"], two[1]["queue_s"], atol=1e-12)
+
+
+def test_prefix_aware_without_shared_prefixes_routes_as_least_tokens():
+    """No prompt token ids, so no cached prefix anywhere: every request is a miss, sent to the
+    least-loaded replica within max_imbalance, which is the least-loaded one."""
+    runs = [routed(name, 3, 2.1 / (3 * STEP_S), 3000, constant(3)) for name in ("prefix_aware", "least_tokens")]
+    np.testing.assert_allclose(runs[0]["queue_s"], runs[1]["queue_s"], atol=1e-12)
+    assert (runs[0]["replica"].to_numpy() == runs[1]["replica"].to_numpy()).all()
