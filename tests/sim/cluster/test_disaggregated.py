@@ -1,4 +1,5 @@
-"""Prefill/decode disaggregation: KV transfer time, TTFT on a slow link, block holds, admission, goodput."""
+"""Prefill/decode disaggregation: KV transfer time, TTFT on a slow link, block holds, admission, goodput,
+and deterministic pools against tandem-queue theory."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from sim.capacity.executor import SerialExecutor
 from sim.capacity.search import find_max_rate
 from sim.capacity.slo import SLO
 from sim.cluster.disaggregated import DisaggregatedCluster
+from sim.latency.base import ConstantLatencyModel
 from specs import get_model
 from records.results import Recorder
 from sim.runner import simulate
@@ -229,3 +231,90 @@ def test_settings_a_disaggregated_layout_would_leave_unused_are_refused(extra, f
     with pytest.raises(ConfigError, match=f"^{field}: "):
         simulate(config)
     assert simulate(make_config(["disaggregation.enabled=true"], num_requests=4)).summary["num_finished"] == 4
+
+
+# --- deterministic pools against queueing theory ------------------------------------------------------
+# Both pools serve one request at a time (max_num_seqs=1) with a constant-time step model: a prefill
+# takes PREFILL_S, a decode half (output - 1 steps of one token) output x DECODE_STEP_S, the KV
+# transfer a fixed T; round-robin routers. Then a request's life is prefill queue + prefill +
+# transfer + decode queue + decode, each stage FCFS.
+
+STEP_S, PER_TOKEN_S, PROMPT = 0.002, 2e-5, 400
+PREFILL_S = STEP_S + PER_TOKEN_S * PROMPT  # 10 ms
+DECODE_STEP_S = STEP_S + PER_TOKEN_S  # a decode step computes one position
+
+
+def tandem(num_prefill: int, num_decode: int, rate: float, output: int, n: int):
+    """The requests table (in arrival order) of the deterministic pools above."""
+    one = {"count": 1, "scheduler": {"max_num_seqs": 1}}
+    config = make_config(DISAGG + ["scheduler.max_num_seqs=1", "disaggregation.link_bandwidth_gbps=10",
+                                   "disaggregation.link_latency_s=0.001",
+                                   "disaggregation.prefill_router=round_robin",
+                                   "disaggregation.decode_router=round_robin"],
+                         num_requests=n, rate=rate, prompt=(PROMPT, 0.0, PROMPT), output=(output, 0.0, output),
+                         disaggregation={"prefill": {**one, "count": num_prefill},
+                                         "decode": {**one, "count": num_decode}})
+    res = simulate(config, latency_model=ConstantLatencyModel(STEP_S, PER_TOKEN_S))
+    return res.requests.sort_values("arrival_time")
+
+
+def batch_se(values, num_batches: int = 40) -> float:
+    """Standard error of a mean over a run by batch means (batches far longer than a busy period)."""
+    means = [b.mean() for b in np.array_split(np.asarray(values), num_batches)]
+    return float(np.std(means, ddof=1) / np.sqrt(num_batches))
+
+
+@pytest.mark.parametrize("num_prefill, num_decode, output", [(1, 1, 3), (1, 1, 11), (1, 3, 11), (3, 2, 11)])
+def test_deterministic_pools_follow_the_tandem_queue_request_by_request(num_prefill, num_decode, output):
+    """Each request's E2E is the tandem queue's: a prefill starts when it has arrived and its
+    replica is free, the KV arrives a transfer later, the decode starts when that KV is there and
+    its replica is free. With the decode faster than the prefill nothing waits for the decode side,
+    so TTFT is prefill queue + prefill + transfer exactly; the prefill queue is the first stage's."""
+    decode_s = (output - 1) * DECODE_STEP_S
+    rate = 0.8 * min(num_prefill / PREFILL_S, num_decode / decode_s)
+    table = tandem(num_prefill, num_decode, rate, output, 2000)
+    arrivals = table["arrival_time"].to_numpy()
+    transfer = table["kv_transfer_s"].to_numpy()
+    assert transfer.max() - transfer.min() < 1e-12 and transfer[0] > 0.005  # one prompt length: one time
+    free, ready = np.zeros(num_prefill), np.empty(len(arrivals))
+    for i, a in enumerate(arrivals):
+        start = max(a, free[i % num_prefill])
+        free[i % num_prefill] = ready[i] = start + PREFILL_S
+    free, finish = np.zeros(num_decode), np.empty(len(arrivals))
+    for c, i in enumerate(np.argsort(ready, kind="stable")):  # the decode router deals in prefill order
+        start = max(ready[i] + transfer[i], free[c % num_decode])
+        free[c % num_decode] = finish[i] = start + decode_s
+    np.testing.assert_allclose(table["queue_s"], ready - PREFILL_S - arrivals, atol=1e-9)
+    np.testing.assert_allclose(table["e2e_s"], finish - arrivals, atol=1e-9)
+    if decode_s < PREFILL_S and num_prefill == 1:
+        np.testing.assert_allclose(table["ttft_s"], table["queue_s"] + PREFILL_S + transfer, atol=1e-9)
+
+
+@pytest.mark.parametrize("output", [3, 11])
+def test_one_prefill_and_one_decode_replica_wait_as_an_md1_queue_at_the_slower_one(output):
+    """Two deterministic servers in tandem delay a request as one M/D/1 queue at the slower
+    server's service time plus both services (the order of such servers does not matter), with
+    the transfer, a fixed delay between them, added: Pollaczek-Khinchine at the bottleneck."""
+    decode_s = (output - 1) * DECODE_STEP_S
+    slower = max(PREFILL_S, decode_s)
+    rate = 0.7 / slower
+    table = tandem(1, 1, rate, output, 8000)
+    transfer = table["kv_transfer_s"].iloc[0]
+    expected = rate * slower ** 2 / (2 * (1 - rate * slower)) + PREFILL_S + transfer + decode_s
+    assert abs(table["e2e_s"].mean() - expected) < 4 * batch_se(table["e2e_s"])
+    assert (table["e2e_s"] - table["ttft_s"]).min() == pytest.approx(decode_s, abs=1e-9)
+
+
+@pytest.mark.parametrize("num_prefill, num_decode", [(1, 1), (1, 3), (2, 5), (3, 2)])
+def test_saturated_pools_finish_requests_at_the_slower_pool_s_rate(num_prefill, num_decode):
+    """Offered far more than either pool serves, the pools finish requests at the smaller of
+    prefill replicas / prefill time and decode replicas / decode time: the P:D ratio picks the
+    bottleneck (the decode side never idles for want of KV: a transfer is shorter than a decode)."""
+    output = 11
+    decode_s = (output - 1) * DECODE_STEP_S
+    table = tandem(num_prefill, num_decode, 400.0, output, 1500)
+    assert (table["finish_reason"] == "length").all()
+    finish = np.sort(table["finish_time"].to_numpy())
+    lo, hi = len(finish) // 10, 9 * len(finish) // 10
+    measured = (hi - lo) / (finish[hi] - finish[lo])
+    assert measured == pytest.approx(min(num_prefill / PREFILL_S, num_decode / decode_s), rel=0.01)
