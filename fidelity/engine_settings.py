@@ -50,6 +50,8 @@ USED: dict[str, str] = {
                       "is read over an fp8 cache; auto = the model dtype",
     "kv_offloading_size": "cache.offload_size_gb: a CPU tier of the prefix cache (policies.kv_offload)",
     "kv_offloading_backend": "cache.offload_backend",
+    "scheduler_reserve_full_isl": "scheduler.reserve_full_isl: a waiting request is admitted only while its whole "
+                                  "prompt's blocks are free (on by default from vLLM 0.19)",
     "max_paddings": "scheduler.max_paddings: a padded prompt batch stops admitting past this padding (v0.2.2-0.3)",
     "vllm_version": "the vllm preset's version (its default limits)",
     "engine_version": "the vllm preset's version (its default limits)",
@@ -98,7 +100,6 @@ NO_TIMING: dict[str, str] = {
     "scheduler_cls": "unset: vLLM's own scheduler, as simulated",
     "disable_hybrid_kv_cache_manager": "one KV cache group for a plain attention model",
     "max_long_partial_prefills": "with max_num_partial_prefills 1: no effect",
-    "scheduler_reserve_full_isl": "admission check on the whole prompt, as simulated",
     "max_num_scheduled_tokens": "unset: max_num_batched_tokens applies",
 }
 NO_TIMING_PREFIXES = ("mamba_",)  # state-space layers only
@@ -124,6 +125,8 @@ VALUE_LIMITS = {
     "kv_cache_dtype": (lambda v: v is None or str(v).lower() == "auto" or str(v).lower().startswith("fp8"),
                        "only auto and fp8 KV caches are modelled"),
     "async_scheduling": (_off, ""),
+    "scheduler_reserve_full_isl": (lambda v: not _off(v), "off: admission on a first chunk's blocks is not modelled "
+                                   "for a vLLM 0.19+ run (the release's default, on, is simulated)"),
     "enforce_eager": (_off, ""),
     "pipeline_parallel_size": (lambda v: v in (None, 1), ""),
     "cpu_offload_gb": (lambda v: not v, ""),

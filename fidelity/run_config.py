@@ -19,7 +19,7 @@ import numpy as np
 from fidelity.client_timeout import client_timeout
 from fidelity.client_workload import write_resolved_profile
 from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs, async_scheduling,  # noqa: F401 (re-exported)
-                           engine_version, release)
+                           engine_version, release, reserve_full_isl)
 from fidelity.sources.guidellm import is_guidellm_profile
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import SharedPrefixProfile
@@ -151,6 +151,8 @@ def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
         preset = SchedulerConfig.preset("vllm", version=engine_version(server), usage=usage, large_gpu=_large_gpu(gpu))
         section = {"policy": "vllm", "max_num_batched_tokens": server.max_num_batched_tokens or preset.max_num_batched_tokens,
                    "max_num_seqs": server.max_num_seqs or preset.max_num_seqs, "preemption": "recompute"}
+        if reserve_full_isl(server):  # vLLM 0.19+: admission needs the whole prompt's blocks free
+            section["reserve_full_isl"] = True
     if server.max_model_len:
         section["max_model_len"] = server.max_model_len
     if section["policy"] == "vllm" and async_scheduling(server):  # recorded, else the release's default

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from policies import ConfigError
-from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
+from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default, reserve_full_isl_default
 
 if TYPE_CHECKING:  # pandas where a table is built: importing a source (its workload kind) stays light
     import pandas as pd
@@ -172,6 +172,15 @@ def async_scheduling(server: ServerArgs) -> bool:
     if not server.enable_chunked_prefill:
         return False
     return async_scheduling_default(server.engine_version or DEFAULT_VLLM_VERSION)  # X.Y[.Z]: __post_init__
+
+
+def reserve_full_isl(server: ServerArgs) -> bool:
+    """vLLM's `scheduler_reserve_full_isl` as the run's engine had it: its release's default
+    (`policies.presets.reserve_full_isl_default`, on from 0.19; unknown version: the assumed preset's);
+    v0 engines (whole prompts): off. A run recording it off is listed as not modelled."""
+    if not server.enable_chunked_prefill:
+        return False
+    return reserve_full_isl_default(server.engine_version or DEFAULT_VLLM_VERSION)
 
 
 @dataclass

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, is_dataclass
 
-from policies.presets import DEFAULT_VLLM_VERSION, USAGES, VLLM_CACHE, VLLM_V0_VERSIONS, VLLM_VERSIONS
+from policies.presets import (DEFAULT_VLLM_VERSION, USAGES, VLLM_CACHE, VLLM_V0_VERSIONS, VLLM_VERSIONS,
+                              reserve_full_isl_default)
 
 
 class ConfigError(ValueError):
@@ -244,11 +245,17 @@ class SchedulerConfig:
     # vLLM's --async-scheduling: step n+1 is planned while step n runs, so a request that arrives
     # during step n joins step n+2 (sim.replica.Replica; a step's host work overlaps the previous step's GPU time)
     async_scheduling: bool = False
+    # vLLM's scheduler_reserve_full_isl (on by default from 0.19): admit a waiting request only if the
+    # blocks of its whole known sequence (prompt + generated tokens, less prefix hits) are free now,
+    # not just those of its first chunk; off, a long prompt is admitted on its first chunk, may run
+    # the pool dry part-way and be preempted (policies that split prompts only)
+    reserve_full_isl: bool = False
 
     def __post_init__(self) -> None:
         check_choice("scheduler.policy", self.policy, POLICIES)
-        if not isinstance(self.async_scheduling, bool):
-            raise ConfigError(f"scheduler.async_scheduling: expected true or false, got {self.async_scheduling!r}")
+        for name in ("async_scheduling", "reserve_full_isl"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"scheduler.{name}: expected true or false, got {getattr(self, name)!r}")
         check_int("scheduler.max_num_batched_tokens", self.max_num_batched_tokens, 1)
         check_int("scheduler.max_num_seqs", self.max_num_seqs, 1)
         check_int("scheduler.max_model_len", self.max_model_len, 2)
@@ -266,6 +273,9 @@ class SchedulerConfig:
         if self.max_paddings and self.policy != "continuous":
             raise ConfigError(f"scheduler.max_paddings: only policy 'continuous' pads prompt batches "
                               f"(policy is {self.policy!r}); set 0 or choose policy continuous")
+        if self.reserve_full_isl and self.policy not in ("chunked", "vllm"):
+            raise ConfigError(f"scheduler.reserve_full_isl: only policies that split prompts (chunked, vllm) admit "
+                              f"on a first chunk (policy is {self.policy!r}, which admits whole prompts); set false")
         if self.policy == "vllm" and self.preemption != "recompute":
             raise ConfigError(f"scheduler.preemption: {self.preemption!r} is not allowed with policy 'vllm' "
                               "(vLLM v1 only recomputes); choose recompute, or policy 'chunked' for swap/hybrid")
@@ -291,7 +301,8 @@ class SchedulerConfig:
         _check_overrides("scheduler", cls, overrides)
         row = VLLM_VERSIONS[version]
         values = {key: row[key][usage][1 if large_gpu else 0] for key in row}
-        values.update(policy="vllm", queue="fcfs", preemption="recompute", long_prefill_token_threshold=0)
+        values.update(policy="vllm", queue="fcfs", preemption="recompute", long_prefill_token_threshold=0,
+                      reserve_full_isl=reserve_full_isl_default(version))
         values.update(overrides)
         return cls(**values)
 

@@ -12,6 +12,8 @@ The numbers per version are a first reading and are meant to be tuned in ONE pla
 turn a row into a config. Behaviour common to every v1 version: chunked
 prefill, prefix caching on, recompute-only preemption of the newest running request (priority: the
 largest (priority, arrival)), no watermark, a full prefix hit recomputes the last token, block 16.
+Behaviour that changed with the release: async scheduling (`async_scheduling_default`) and the
+whole-sequence admission check (`reserve_full_isl_default`).
 """
 from __future__ import annotations
 
@@ -57,10 +59,26 @@ VLLM_CACHE = {"block_size": 16, "watermark": 0.0, "enable_prefix_caching": True}
 ASYNC_SCHEDULING_DEFAULT_FROM = (0, 14)
 
 
-def async_scheduling_default(version: str) -> bool:
-    """vLLM's default --async-scheduling for a release "MAJOR.MINOR[...]" (before the exceptions above)."""
+# vLLM's `SchedulerConfig.scheduler_reserve_full_isl` (vllm-project/vllm#37307, on by default): a
+# waiting request is admitted only if the blocks of its whole known sequence (prompt + tokens already
+# generated, less its prefix hits) are free, not just its first chunk's. Absent from the v0.18.0
+# sdist's vllm/config/scheduler.py, `scheduler_reserve_full_isl: bool = True` in v0.19.0's.
+RESERVE_FULL_ISL_DEFAULT_FROM = (0, 19)
+
+
+def _major_minor(version: str) -> tuple[int, int]:
     try:
         major, minor = (int(x) for x in str(version).split(".")[:2])
     except ValueError:
         raise ValueError(f"engine version: {version!r} is not MAJOR.MINOR (e.g. '0.13', '0.14.1')") from None
-    return (major, minor) >= ASYNC_SCHEDULING_DEFAULT_FROM
+    return major, minor
+
+
+def async_scheduling_default(version: str) -> bool:
+    """vLLM's default --async-scheduling for a release "MAJOR.MINOR[...]" (before the exceptions above)."""
+    return _major_minor(version) >= ASYNC_SCHEDULING_DEFAULT_FROM
+
+
+def reserve_full_isl_default(version: str) -> bool:
+    """vLLM's default `scheduler_reserve_full_isl` for a release "MAJOR.MINOR[...]" (v1 engines)."""
+    return _major_minor(version) >= RESERVE_FULL_ISL_DEFAULT_FROM

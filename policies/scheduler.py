@@ -50,6 +50,8 @@ class Scheduler(Stretches):
     - its KV at full length (prompt + max_tokens - 1 tokens; the last sampled token needs no KV)
       needs more blocks than the GPU has, minus the watermark.
     A request that passes is never rejected later: a lone request can always grow to its full length.
+    With `reserve_full_isl` (vLLM 0.19+) a waiting request is admitted only while the blocks of its
+    whole known sequence are free, not just those of its first chunk (its prefix hits count as held).
 
     With a KV offload tier (`policies.kv_offload`), admission looks a prompt up in the GPU prefix
     cache, then in the CPU tier for the blocks after the GPU hit. The "native" backend holds the
@@ -96,6 +98,7 @@ class Scheduler(Stretches):
         self.max_num_seqs = config.max_num_seqs
         self.long_prefill_token_threshold = config.long_prefill_token_threshold
         self.max_paddings = config.max_paddings  # 0 = unpadded prompt batches (see `_padded_fits`)
+        self.reserve_full_isl = config.reserve_full_isl  # admission needs the whole sequence's blocks
         # the KV offload tier's copies in flight; `loading` (requests held for a native load) is its dict
         self.transfers = OffloadTransfers(self.block_manager)
         self.loading = self.transfers.loading
@@ -307,7 +310,8 @@ class Scheduler(Stretches):
             step.add(req, n)
 
     def _schedule_waiting(self, step: StepBuilder) -> None:
-        """Admit waiting requests in queue order while budget, seats and blocks (with watermark) allow."""
+        """Admit waiting requests in queue order while budget, seats and blocks (with watermark; with
+        `reserve_full_isl`, the whole sequence's) allow."""
         bm = self.block_manager
         waiting = self.waiting
         offload = bm.offload
@@ -326,6 +330,10 @@ class Scheduler(Stretches):
                 blocks, hit = bm.get_computed_blocks(req)
                 if offload is not None:
                     cpu = bm.offload_lookup(req, len(blocks), self.now) * bm.block_size
+            if self.reserve_full_isl and not bm.can_allocate(req, req.num_tokens - loaded - hit, blocks, use_watermark=True):
+                if self._preempt_for(req, step):  # vLLM 0.19+: the whole known sequence must fit now
+                    continue
+                break
             if cpu and not offload.synchronous:  # native: allocate for the hits, compute once loaded
                 first = len(blocks)
                 if offload.is_busy(req.block_hashes[first:first + cpu // bm.block_size]):

@@ -155,6 +155,7 @@ class MixedReplay:
         bs, wm, num_gpu = bm.block_size, bm.watermark_blocks, bm.num_gpu_blocks
         # Scheduler._chunk of a policy that splits prompts (replayable() checked): inlined below
         token_budget, limit, time_of = sch.token_budget, sch.long_prefill_token_threshold, self.step_time
+        full_isl = sch.reserve_full_isl
         cohort = running[:num_cohort]  # members stay at their place; those that end are marked gone
         joined = [0] * num_cohort  # the stretch step from which each cohort member is carried
         gone = [False] * num_cohort
@@ -273,6 +274,8 @@ class MixedReplay:
                         blocked = True
                         break
                     m = req.num_prompt_tokens + len(req.output_token_ids)
+                    if full_isl and -(-m // bs) - len(req.block_table) > f - wm:
+                        break  # Scheduler.reserve_full_isl: the whole sequence's blocks must be free
                     if 0 < limit < m:
                         m = limit
                     if m > budget:

@@ -47,6 +47,8 @@ def test_value_decides_where_a_setting_is_only_partly_modelled():
     assert classify("kv_cache_dtype", "fp8_e4m3")[0] == MODELLED and classify("kv_cache_dtype", "int4")[0] == NOT_MODELLED
     assert classify("dtype", "float32")[0] == NOT_MODELLED and classify("dtype", "bfloat16")[0] == MODELLED
     assert classify("seed", 42)[0] == NO_EFFECT
+    assert classify("scheduler_reserve_full_isl", True)[0] == MODELLED  # vLLM 0.19's default, simulated
+    assert classify("scheduler_reserve_full_isl", False)[0] == NOT_MODELLED
 
 
 def test_simulate_from_run_says_and_writes_what_it_does_not_model(tmp_path, capsys):

@@ -84,3 +84,14 @@ def test_an_fp8_checkpoint_is_predicted_from_its_own_gemms_or_the_roofline(tmp_p
     assert got == kind
     if kind == "aiconfigurator":
         assert "fp8" in model.profile.ops["qkv_proj"].source and "fp8" not in model.profile.ops["lm_head"].source
+
+
+@pytest.mark.parametrize("version, on", [(None, True), ("0.15.1", False), ("0.18.1", False), ("0.19.0", True)])
+def test_a_v1_run_admits_on_the_whole_prompt_from_vllm_0_19(version, on):
+    from fidelity.run_config import ServerArgs, scheduler_section
+
+    section = scheduler_section(ServerArgs(model="m", engine_version=version), "H100-SXM", "api_server")
+    assert section.get("reserve_full_isl", False) is on  # vLLM 0.19's scheduler_reserve_full_isl default
+    v0 = scheduler_section(ServerArgs(model="m", engine_version="0.2.3", enable_chunked_prefill=False),
+                           "H100-SXM", "api_server")
+    assert "reserve_full_isl" not in v0

@@ -94,3 +94,14 @@ def test_async_scheduling_default_rejects_a_bad_version():
     from policies.presets import async_scheduling_default
     with pytest.raises(ValueError, match="MAJOR.MINOR"):
         async_scheduling_default("latest")
+
+
+# scheduler_reserve_full_isl (vllm-project/vllm#37307): not in v0.18.0's vllm/config/scheduler.py,
+# `scheduler_reserve_full_isl: bool = True` in v0.19.0's (release sdists on PyPI)
+@pytest.mark.parametrize("version, on", [("0.11", False), ("0.15", False), ("0.18.1", False), ("0.19", True),
+                                         ("0.19.1", True), ("1.0", True)])
+def test_reserve_full_isl_on_by_default_from_v0_19(version, on):
+    from policies.presets import reserve_full_isl_default
+    assert reserve_full_isl_default(version) is on
+    if version in VLLM_VERSIONS:
+        assert SchedulerConfig.preset("vllm", version=version).reserve_full_isl is on

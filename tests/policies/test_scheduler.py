@@ -134,3 +134,43 @@ def test_finish_request_ends_a_live_request_wherever_it_is():
     assert sched.finish_request(0, FinishReason.LENGTH, 2.0) is None  # no longer live
     assert not sched.has_unfinished()
     sched.block_manager.check_invariants()
+
+
+@pytest.mark.parametrize("reserve", [False, True])
+def test_reserve_full_isl_admits_a_prompt_only_while_all_its_blocks_are_free(reserve):
+    # vLLM 0.19's scheduler_reserve_full_isl. 5 blocks of 16: `a` (40 tokens) takes 3. `b` (48 tokens)
+    # has 24 tokens of budget left: its chunk's 2 blocks fit, its prompt's 3 do not. Admitted on its
+    # chunk, it runs the pool dry and is preempted (recomputed) in the next step
+    sched = make_scheduler(policy="vllm", max_num_batched_tokens=64, block_size=16, num_gpu_blocks=5,
+                           enable_prefix_caching=False, reserve_full_isl=reserve)
+    a, b = Request("a", 0.0, 40, 20), Request("b", 0.0, 48, 4)
+    sched.add_request(a, 0.0)
+    sched.add_request(b, 0.0)
+    first, _ = step(sched)
+    second, _ = step(sched, 0.01)
+    if reserve:
+        assert first.num_scheduled_tokens == {"a": 40} and not second.preempted and b.num_preemptions == 0
+    else:
+        assert first.num_scheduled_tokens == {"a": 40, "b": 24} and second.preempted == ("b",)
+    run(sched, [])
+    assert b.finish_reason is FinishReason.LENGTH
+
+
+def test_reserve_full_isl_counts_held_prefix_hits_as_held():
+    # 9 blocks of 4; `a` holds a 16-token shared prefix (4 blocks) and 5 tokens of its own (2 blocks once
+    # it decodes). `b` (28 tokens, 7 blocks) hits the 4 prefix blocks: 3 more fit the 3 free ones
+    prefix = list(range(1, 17))
+    sched = make_scheduler(policy="vllm", max_num_batched_tokens=64, block_size=4, num_gpu_blocks=9,
+                           enable_prefix_caching=True, reserve_full_isl=True)
+    a, b = make_requests(2, prompt=[20, 28], max_tokens=2, prefix=prefix)
+    sched.add_request(a, 0.0)
+    step(sched)
+    sched.add_request(b, 0.01)
+    plan, _ = step(sched, 0.01)
+    assert plan.num_scheduled_tokens == {0: 1, 1: 12} and b.num_cached_tokens == 16
+
+
+def test_reserve_full_isl_is_refused_by_whole_prompt_policies():
+    for policy in ("continuous", "static"):
+        with pytest.raises(ConfigError, match="^scheduler.reserve_full_isl"):
+            SchedulerConfig(policy=policy, reserve_full_isl=True)

@@ -432,6 +432,8 @@ def random_chunked_config(seed: int):
         data["sim"] = {"max_sim_time_s": rnd.choice([0.5, 3.0])}
     if data["hardware"]["num_gpu_blocks"] is None:
         del data["hardware"]["num_gpu_blocks"]
+    if rnd.random() < 0.5:  # vLLM 0.19+: a waiting request needs its whole sequence's blocks free
+        data["scheduler"]["reserve_full_isl"] = True
     return load_config(data)
 
 
