@@ -350,26 +350,6 @@ class BlockManager:
             req.block_table.append(pop())
             holders[req.req_id] = req
 
-    def trim(self, req: "Request") -> None:
-        """Release the blocks of `req`'s table past its computed tokens (speculative decoding: after a
-        verify, blocks that held only rejected drafts' KV), to the head of the free queue. They were
-        never offered to the prefix cache (`allocate_slots` caches known tokens only)."""
-        table = req.block_table
-        keep = -(-req.num_computed_tokens // self.block_size)
-        if len(table) <= keep:
-            return
-        rc, fq = self.ref_counts, self.free_queue
-        for b in reversed(table[keep:]):
-            rc[b] -= 1
-            if rc[b] == 0:
-                if self._lifo:
-                    fq.append(b)  # the head
-                else:
-                    fq[b] = None  # the head
-        del table[keep:]
-        if not table:
-            self.holders.pop(req.req_id, None)
-
     def free(self, req: "Request", finished: bool = False) -> None:
         """Release `req`'s GPU blocks (in reverse order) and its CPU blocks, if any. `finished`: `req`
         has ended (a count-only one's blocks are then never looked up again: `_release_own`)."""

@@ -64,8 +64,9 @@ class Scheduler(Stretches):
     vLLM v1): after each sampled token the `proposer` gives up to k drafts (never past max_tokens);
     a decode then schedules 1 + drafts tokens (the drafts trimmed to the budget left, as vLLM does)
     and KV slots for all; `update` keeps the accepted drafts (`StepResult.num_accepted`, or the
-    simulator's `acceptance` sampler) and the sampled token, moves `num_computed_tokens` back by the
-    rejected ones and frees the blocks past the accepted tokens. See `policies.speculative`.
+    simulator's `acceptance` sampler) and the sampled token and moves `num_computed_tokens` back by
+    the rejected ones; the request keeps the blocks past them, as vLLM v1 does (its block tables
+    only grow until the request is freed). See `policies.speculative`.
 
     Whole-prompt policies (`continuous`, `static`) use a step budget of at least `max_model_len`:
     vLLM v0 without chunked prefill requires max_num_batched_tokens >= max_model_len (and defaults
@@ -500,11 +501,10 @@ class Scheduler(Stretches):
 
     def _record_spec_tokens(self, plan: "BatchPlan", result: "StepResult", now: float, finished: list) -> None:
         """`_record_tokens` with speculative decoding: a verify sequence keeps its accepted drafts
-        and then the sampled token (all at `now`); its rejected drafts leave the KV (computed tokens
-        and the blocks past them); every request that goes on gets its next drafts."""
+        and then the sampled token (all at `now`); its rejected drafts leave its computed tokens (the
+        blocks that held them stay its own); every request that goes on gets its next drafts."""
         sampled, stopped, accepted_of = result.sampled_token_ids, result.stopped, result.num_accepted
         drafts_of = plan.spec_token_ids
-        bm = self.block_manager
         for req in plan.sampling_requests():
             state = req.state
             if state is not _GEN and state is not _CTX:
@@ -540,8 +540,8 @@ class Scheduler(Stretches):
             elif stopped and req.req_id in stopped and not req.ignore_eos:
                 reason = FinishReason.STOP
             else:
-                if drafts:
-                    bm.trim(req)
+                # the blocks past its computed tokens stay with it (vLLM v1's block tables only grow):
+                # the next steps write their tokens there
                 left = req.max_tokens - len(out) - 1  # the verify's own token needs no draft
                 if left > 0:
                     proposed = self.proposer(req)

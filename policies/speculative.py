@@ -4,8 +4,8 @@ The scheduler (`policies.scheduler`) owns the mechanism, as vLLM v1's does: afte
 its `proposer` gives up to k draft tokens (`Request.spec_token_ids`); the next step schedules the
 request's last token plus its drafts (1 + k tokens against the budget, KV slots for all of them);
 the executor verifies them and reports how many were accepted (`StepResult.num_accepted`); the
-request keeps the accepted drafts and the verify's own token, its computed tokens fall back by
-the rejected ones and the blocks holding only rejected KV go back to the pool.
+request keeps the accepted drafts and the verify's own token and its computed tokens fall back by
+the rejected ones; the blocks that held rejected KV stay its own (vLLM v1's block tables only grow).
 
 - `NgramProposer`: prompt lookup (vLLM's "ngram"), on token ids: the engine's real proposer.
 - `placeholder_proposer(k)`: k placeholder drafts, for the simulator (it has no token content).

@@ -1,6 +1,6 @@
 """Speculative decoding in the simulator: the scheduler's acceptance draws and the proposer's cost.
 
-The scheduling (1 + k tokens per decode under the budget, KV for accepted tokens only) lives in
+The scheduling (1 + k tokens per decode under the budget, KV slots for all of them) lives in
 `policies.scheduler`; the simulator adds what an executor would: `build_scheduler` gives the
 scheduler a seeded `AcceptanceSampler` (the `[speculative] acceptance_rate` per position; seed
 `workload.seed` and the replica's name, so runs repeat), and `with_proposer` charges each step
