@@ -256,19 +256,22 @@ class BlockManager:
         return self.num_blocks_to_allocate(req, num_new_tokens, computed_blocks) <= len(self.free_queue) - reserve
 
     def allocate_slots(self, req: "Request", num_new_tokens: int, computed_blocks: list[int] = (),
-                       use_watermark: bool = False, delay_cache: bool = False) -> bool:
+                       use_watermark: bool = False, delay_cache: bool = False,
+                       num_lookahead_tokens: int = 0) -> bool:
         """Grow `req`'s block table to hold its computed tokens, `computed_blocks` (prefix hits, only for
         a request with an empty table) and `num_new_tokens` more. False (and no change) if short of blocks.
         `delay_cache`: do not offer the new full blocks to the prefix cache yet (their KV is still being
         loaded from the CPU tier; `cache_loaded_blocks` offers them once it has landed).
+        `num_lookahead_tokens`: slots past the new tokens too (a proposer's drafts' KV, vLLM's lookahead).
         """
         table = req.block_table
         bs = self.block_size
         total = req.num_computed_tokens + len(computed_blocks) * bs + num_new_tokens
-        needed = -(-total // bs) - len(table) - len(computed_blocks)
+        needed = -(-(total + num_lookahead_tokens) // bs) - len(table) - len(computed_blocks)
         if needed > 0 or computed_blocks:
             if computed_blocks:
-                if not self.can_allocate(req, num_new_tokens, computed_blocks, use_watermark):
+                if not self.can_allocate(req, num_new_tokens + num_lookahead_tokens, computed_blocks,
+                                         use_watermark):
                     return False
                 if table:
                     raise ValueError(f"request {req.req_id}: prefix hits need an empty block table")

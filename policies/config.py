@@ -170,6 +170,13 @@ class SpeculativeConfig:
         """Draft tokens per step (0 when off)."""
         return self.num_speculative_tokens if self.method is not None else 0
 
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """KV slots a running request reserves past its scheduled tokens: k for "mtp" and "draft",
+        whose proposer writes the drafts' KV (vLLM's `Scheduler.num_lookahead_tokens`, set for EAGLE/MTP
+        and draft models); 0 for "ngram" (and when off)."""
+        return self.k if self.method in ("mtp", "draft") else 0
+
     def rates(self) -> tuple[float, ...]:
         """The acceptance probability of each of the k draft positions (needs `acceptance_rate`)."""
         rate = self.acceptance_rate

@@ -47,8 +47,9 @@ class Scheduler(Stretches):
     Admission (`add_request`) rejects at once, with a reason, a request that could never be served:
     - prompt + max_tokens > max_model_len (what vLLM's OpenAI server answers with a 400; this also
       covers vLLM's "prompt >= max_model_len");
-    - its KV at full length (prompt + max_tokens - 1 tokens; the last sampled token needs no KV)
-      needs more blocks than the GPU has, minus the watermark.
+    - its KV at full length (prompt + max_tokens - 1 tokens; the last sampled token needs no KV;
+      plus the lookahead slots of an MTP or draft-model proposer, up to max_model_len) needs more
+      blocks than the GPU has, minus the watermark.
     A request that passes is never rejected later: a lone request can always grow to its full length.
     With `reserve_full_isl` (vLLM 0.19+) a waiting request is admitted only while the blocks of its
     whole known sequence are free, not just those of its first chunk (its prefix hits count as held).
@@ -63,10 +64,12 @@ class Scheduler(Stretches):
     Speculative decoding (`speculative`, a `SpeculativeConfig`; `chunked` and `vllm` only, as in
     vLLM v1): after each sampled token the `proposer` gives up to k drafts (never past max_tokens);
     a decode then schedules 1 + drafts tokens (the drafts trimmed to the budget left, as vLLM does)
-    and KV slots for all; `update` keeps the accepted drafts (`StepResult.num_accepted`, or the
-    simulator's `acceptance` sampler) and the sampled token and moves `num_computed_tokens` back by
-    the rejected ones; the request keeps the blocks past them, as vLLM v1 does (its block tables
-    only grow until the request is freed). See `policies.speculative`.
+    and KV slots for all, plus k lookahead slots where the proposer writes KV (MTP, draft model:
+    `SpeculativeConfig.num_lookahead_tokens`, vLLM's); `update` keeps the accepted drafts
+    (`StepResult.num_accepted`, or the simulator's `acceptance` sampler) and the sampled token and
+    moves `num_computed_tokens` back by the rejected ones; the request keeps the blocks past them,
+    as vLLM v1 does (its block tables only grow until the request is freed). See
+    `policies.speculative`.
 
     Whole-prompt policies (`continuous`, `static`) use a step budget of at least `max_model_len`:
     vLLM v0 without chunked prefill requires max_num_batched_tokens >= max_model_len (and defaults
@@ -108,6 +111,9 @@ class Scheduler(Stretches):
         # many a verify accepts when the executor reports none (the simulator sets it)
         self.speculative = speculative
         self.num_spec_tokens = speculative.k if speculative is not None else 0
+        # KV slots a running request reserves past its scheduled tokens (MTP, draft model; vLLM caps
+        # them at max_model_len)
+        self.num_lookahead_tokens = speculative.num_lookahead_tokens if speculative is not None else 0
         if self.num_spec_tokens and not self.supports_speculative:
             raise ConfigError(f"speculative.method: speculative decoding runs with policy chunked or vllm "
                               f"(vLLM v1's scheduler); policy is {config.policy!r}")
@@ -139,8 +145,9 @@ class Scheduler(Stretches):
         if p + m > limit:
             return f"prompt ({p} tokens) + max_tokens ({m}) = {p + m} exceeds max_model_len ({limit})"
         bm = self.block_manager
-        if not bm.can_ever_fit(p + m - 1):
-            return (f"needs {bm.blocks_for(p + m - 1)} KV blocks for {p + m - 1} tokens but the GPU has "
+        kv = min(p + m - 1 + self.num_lookahead_tokens, limit)  # a proposer's lookahead slots too
+        if not bm.can_ever_fit(kv):
+            return (f"needs {bm.blocks_for(kv)} KV blocks for {kv} tokens but the GPU has "
                     f"{bm.num_gpu_blocks} ({bm.watermark_blocks} kept free by the watermark)")
         return None
 
@@ -233,6 +240,7 @@ class Scheduler(Stretches):
         allocate = bm.allocate_slots
         bs, caching, scheduled = bm.block_size, bm.enable_prefix_caching, step.scheduled
         spec = self.num_spec_tokens  # with drafts a decode takes the general path below
+        look = self.num_lookahead_tokens
         i = 0
         if not scheduled and not spec:
             # the first stretch of hot decodes opens the plan: kept as one slice of `running`
@@ -255,7 +263,7 @@ class Scheduler(Stretches):
             while i < num_running and budget > 0:
                 req = running[i]
                 c = req.num_computed_tokens
-                if (req.num_prompt_tokens + len(req.output_token_ids) - c != 1 or c >= len(req.block_table) * bs
+                if (req.num_prompt_tokens + len(req.output_token_ids) - c != 1 or c + look >= len(req.block_table) * bs
                         or (caching and (c + 1) % bs == 0) or (spec and req.spec_token_ids)):
                     break
                 scheduled[req.req_id] = (req, 1)
@@ -275,7 +283,8 @@ class Scheduler(Stretches):
                 continue
             if drafts and n < remaining:  # vLLM: the drafts that do not fit the budget are dropped
                 del drafts[max(n - (remaining - len(drafts)), 0):]
-            while not allocate(req, n):
+            ahead = min(look, self.config.max_model_len - req.num_computed_tokens - n) if look else 0
+            while not allocate(req, n, num_lookahead_tokens=ahead):
                 victim = self.preemptor.pick_victim(running)
                 vi = running.index(victim)
                 self._preempt(victim, step)
@@ -331,7 +340,8 @@ class Scheduler(Stretches):
                 blocks, hit = bm.get_computed_blocks(req)
                 if offload is not None:
                     cpu = bm.offload_lookup(req, len(blocks), self.now) * bm.block_size
-            if self.reserve_full_isl and not bm.can_allocate(req, req.num_tokens - loaded - hit, blocks, use_watermark=True):
+            if self.reserve_full_isl and not bm.can_allocate(req, req.num_tokens - loaded - hit, blocks,
+                                                              use_watermark=True):
                 if self._preempt_for(req, step):  # vLLM 0.19+: the whole known sequence must fit now
                     continue
                 break
@@ -350,7 +360,9 @@ class Scheduler(Stretches):
             n = self._chunk(req.num_tokens - loaded - hit - cpu, step.budget)
             if n <= 0 or (self.max_paddings and not self._padded_fits(step, n)):
                 break
-            if not bm.allocate_slots(req, cpu + n, blocks, use_watermark=True):
+            # vLLM reserves the lookahead for a request with tokens computed before (a landed load)
+            ahead = min(self.num_lookahead_tokens, self.config.max_model_len - loaded - n) if loaded else 0
+            if not bm.allocate_slots(req, cpu + n, blocks, use_watermark=True, num_lookahead_tokens=ahead):
                 if self._preempt_for(req, step):
                     continue
                 break

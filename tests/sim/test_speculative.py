@@ -183,6 +183,33 @@ def test_budget_trims_drafts_like_vllm():
     assert s.running[0].num_output_tokens == 1 + 3 and s.running[0].num_computed_tokens == 6
 
 
+@pytest.mark.parametrize("method, lookahead", [("ngram", 0), ("mtp", 3), ("draft", 3)])
+def test_mtp_and_draft_proposers_reserve_lookahead_slots(method, lookahead):
+    """vLLM v1 allocates num_lookahead_tokens = k slots past a running request's tokens for EAGLE/MTP
+    and draft models (their proposer writes KV), none for ngram. 5 blocks of 4: `a` verifies 1 + 3
+    drafts from 6 computed tokens (10 tokens: 3 blocks; 13 with the lookahead: 4). `b`'s 8-token
+    prompt fits the 2 blocks left by ngram only; under MTP it waits (its admission would have been
+    preempted a step later)."""
+    spec = SpeculativeConfig(method, 3, draft_model="Llama-2-7B" if method == "draft" else None)
+    assert spec.num_lookahead_tokens == lookahead
+    sc = SchedulerConfig(policy="vllm", max_num_batched_tokens=64, max_model_len=512)
+    s = make_scheduler(sc, CacheConfig(block_size=4, num_gpu_blocks=5, enable_prefix_caching=False), spec)
+    a, b = Request("a", 0.0, 6, 10), Request("b", 0.0, 8, 4)
+    s.add_request(a, 0.0)
+    now, plans = 0.0, []
+    for i in range(3):
+        if i == 1:
+            s.add_request(b, now)
+        plans.append(s.schedule(now))
+        s.update(plans[-1], StepResult(0.01, num_accepted={r: 0 for r in plans[-1].num_scheduled_tokens}), now + 0.01)
+        now += 0.01
+    if lookahead:
+        assert [p.num_scheduled_tokens for p in plans] == [{"a": 6}, {"a": 4}, {"a": 4}]
+        assert len(a.block_table) == 4 and b.num_preemptions == 0
+    else:
+        assert plans[1].num_scheduled_tokens == {"a": 4, "b": 8} and plans[2].preempted == ("b",)
+
+
 def test_executor_acceptances_and_tokens_are_kept():
     """An engine reports accepted counts and sampled tokens: the request keeps the accepted drafts
     and the sampled token, computed tokens step back by the rejected drafts."""
