@@ -5,6 +5,12 @@ whole (so the step budget is at least `max_model_len`, as vLLM v0 requires witho
 first; a step that admitted any prefill is prefill-only (the running decodes wait one step);
 otherwise run the decodes (preempting on OOM) and, if nobody was preempted, swap requests back in.
 
+A decode goes ahead only while at least one GPU block is free, whether or not its token needs a new
+block: v0's `BlockSpaceManager.can_append_slot(s)` asks for one free block per running sequence
+(0.2-0.5's v1 block manager: "Simple heuristic"; 0.6's v2 manager counts the blocks an append
+touches, 1 for one token). With none free, the newest running request is preempted, so v0 preempts
+as soon as the pool is full rather than at the next block boundary.
+
 Padded prompt batches (`SchedulerConfig.max_paddings` > 0; vLLM 0.2.2-0.3, whose prefill kernels
 took a rectangular batch): a prompt joins the step's batch only while the batch padded to its
 longest prompt, (number of prompts) x (longest), fits `max_num_batched_tokens` and its padding,
@@ -26,6 +32,7 @@ class ContinuousScheduler(Scheduler):
     decode_runs = True  # an all-decode state with nothing admissible schedules every decode (Scheduler docs)
 
     whole_prompts = True
+    append_needs_free_block = True  # v0's can_append_slot(s): see the module docstring
 
     def _schedule_pass(self, step: StepBuilder, now: float) -> None:
         if not self.swapped:

@@ -81,6 +81,9 @@ class Scheduler(Stretches):
     priority_admission_preemption = True  # priority queue: a waiting request may preempt lower ones
     default_prefix_caching = False  # used when CacheConfig.enable_prefix_caching is None
     supports_speculative = False  # True where decodes may verify draft tokens (vLLM v1's scheduler)
+    # True: a running request is scheduled only while a GPU block is free, whether or not its tokens
+    # need one (vLLM v0's BlockSpaceManager.can_append_slots); False: only when its allocation fails
+    append_needs_free_block = False
 
     def __init__(self, config: "SchedulerConfig", cache: "CacheConfig",
                  speculative: "SpeculativeConfig | None" = None) -> None:
@@ -241,8 +244,10 @@ class Scheduler(Stretches):
         bs, caching, scheduled = bm.block_size, bm.enable_prefix_caching, step.scheduled
         spec = self.num_spec_tokens  # with drafts a decode takes the general path below
         look = self.num_lookahead_tokens
+        # vLLM v0 (`append_needs_free_block`): with no free block every decode preempts, so none is hot
+        full, free = self.append_needs_free_block, bm.free_queue
         i = 0
-        if not scheduled and not spec:
+        if not scheduled and not spec and (free or not full):
             # the first stretch of hot decodes opens the plan: kept as one slice of `running`
             # (StepBuilder.leading), not entered request by request in `scheduled`
             budget, num_running = step.budget, len(running)
@@ -260,7 +265,8 @@ class Scheduler(Stretches):
             # hot path: a stretch of decodes whose token fits the last block and completes no block
             # to cache (one token each; the budget kept in a local until the stretch ends)
             budget, num_running = step.budget, len(running)
-            while i < num_running and budget > 0:
+            hot = free or not full  # nothing in the stretch allocates: fixed for its length
+            while hot and i < num_running and budget > 0:
                 req = running[i]
                 c = req.num_computed_tokens
                 if (req.num_prompt_tokens + len(req.output_token_ids) - c != 1 or c + look >= len(req.block_table) * bs
@@ -284,7 +290,7 @@ class Scheduler(Stretches):
             if drafts and n < remaining:  # vLLM: the drafts that do not fit the budget are dropped
                 del drafts[max(n - (remaining - len(drafts)), 0):]
             ahead = min(look, self.config.max_model_len - req.num_computed_tokens - n) if look else 0
-            while not allocate(req, n, num_lookahead_tokens=ahead):
+            while (full and not free) or not allocate(req, n, num_lookahead_tokens=ahead):
                 victim = self.preemptor.pick_victim(running)
                 vi = running.index(victim)
                 self._preempt(victim, step)

@@ -220,10 +220,16 @@ class DecodeReplay:
 
         Returns (the steps whose blocks all fit, at most k; GPU blocks in use during each of them).
         """
-        running = self.scheduler.running
+        scheduler = self.scheduler
+        running = scheduler.running
         n = len(running)
-        bm = self.scheduler.block_manager
+        bm = scheduler.block_manager
         bs = bm.block_size
+        num_free = bm.num_free_gpu_blocks
+        # Scheduler.append_needs_free_block (vLLM v0): every decode needs a free block, used or not
+        full = scheduler.append_needs_free_block
+        if full and not num_free:
+            return 0, []
         # each block boundary crossed, as step * n + position: the order schedule() allocates in
         events = []
         for i, req in enumerate(running):
@@ -235,8 +241,10 @@ class DecodeReplay:
         if not events:
             return k, [num_used] * k
         events.sort()
-        num_free = bm.num_free_gpu_blocks
-        if len(events) > num_free:  # the step of the first allocation that fails is schedule()'s to do
+        if full and len(events) >= num_free:  # the decode after the last free block is taken preempts
+            k = min(k, (events[num_free - 1] + 1) // n)
+            del events[bisect_left(events, k * n):]
+        elif len(events) > num_free:  # the step of the first allocation that fails is schedule()'s to do
             k = events[num_free] // n
             del events[bisect_left(events, k * n):]
         bm.append_blocks([running[e % n] for e in events])

@@ -125,3 +125,16 @@ def test_max_paddings_is_refused_by_other_policies():
 
     with pytest.raises(ConfigError, match="^scheduler.max_paddings"):
         SchedulerConfig(policy="chunked", max_paddings=256)
+
+
+def test_a_decode_with_no_free_block_preempts_the_newest_request_as_vllm_v0_does():
+    # vLLM v0's can_append_slot(s): one free block per decode, whether or not its token needs one.
+    # 4 blocks of 4: a (5 tokens) and b (6) take them all. Both next tokens fit their last blocks,
+    # yet a's decode finds no free block: b (the newest) is preempted and recomputed
+    sched = make_scheduler(policy="continuous", max_model_len=64, block_size=4, num_gpu_blocks=4)
+    a, b = Request("a", 0.0, 5, 3), Request("b", 0.0, 6, 2)
+    sched.add_request(a, 0.0)
+    sched.add_request(b, 0.0)
+    plans = [plan for plan in run(sched, [])]
+    assert [p.num_scheduled_tokens for p in plans] == [{"a": 5, "b": 6}, {"a": 1}, {"b": 7}, {"a": 1}]
+    assert plans[1].preempted == ("b",) and b.num_preemptions == 1

@@ -134,9 +134,14 @@ def test_the_benchmark_scenario_is_identical_and_mostly_replayed(monkeypatch):
     assert replayed > 0.5 * len(fast.steps)  # the fast path really carries the decode stretches
 
 
-def test_memory_pressure_preemptions_inside_decode_stretches(monkeypatch):
-    # a few hundred blocks for Azure-like lengths: runs must end where the free blocks do
-    config = azure_like(60, **{"hardware.num_gpu_blocks": 300, "workload.rate": 50})
+@pytest.mark.parametrize("policy", [None, "continuous"])
+def test_memory_pressure_preemptions_inside_decode_stretches(monkeypatch, policy):
+    # a few hundred blocks for Azure-like lengths: runs must end where the free blocks do (continuous,
+    # vLLM v0: at the decode after the last free block is taken, whether it needs a block or not)
+    overrides = {"hardware.num_gpu_blocks": 300, "workload.rate": 50}
+    if policy:
+        overrides["scheduler.policy"] = policy
+    config = azure_like(60, **overrides)
     slow, fast, replayed = run_both(monkeypatch, config)
     assert_identical(slow, fast)
     assert slow.summary["num_preemptions"] > 0 and replayed > 0
@@ -363,6 +368,29 @@ def test_advance_is_the_step_by_step_state(num_gpu_blocks):
         assert plan.preempted or plan.swapped_out
     else:
         assert k == horizon and [r.max_tokens for r in finished] == [9]
+
+
+def test_a_v0_stretch_ends_at_the_decode_that_finds_no_free_block():
+    """`continuous` (vLLM v0: a decode needs a free block, used or not). 3 blocks of 8: a (1 token)
+    and b (6) hold one each; b takes the last free one 2 steps on, so the 4th step (a's decode finds
+    none) preempts, though a needs a new block only at its 8th."""
+    def prepared():
+        sched = make_sched("continuous", num_gpu_blocks=3, block_size=8)
+        for r in make_requests(2, prompt=[1, 6], max_tokens=18):
+            sched.add_request(r)
+        sched.update(sched.schedule(0.0), _Result(), 0.1)
+        return sched
+
+    fast, slow = prepared(), prepared()
+    ends = [0.1 + 0.01 * (j + 1) for j in range(fast.decode_horizon())]
+    replay = DecodeReplay(simpy.Environment(), fast, decode_time_function(ConstantLatencyModel()), Recorder(), "0")
+    k, _, _ = replay.advance(ends)
+    for j in range(k):
+        plan = slow.schedule(ends[j] - 0.01)
+        assert len(plan.seqs) == 2 and not plan.preempted
+        slow.update(plan, _Result(), ends[j])
+    assert k == 3 and _state(fast) == _state(slow)
+    assert slow.schedule(1.0).preempted == (1,)
 
 
 def test_no_run_while_someone_prefills_or_could_be_admitted():
