@@ -40,7 +40,8 @@ DEFAULT_VLLM_VERSION = "0.19"
 # version: 256 sequences; the budget max(max_model_len, 2048) (`SchedulerConfig.preset` applies the
 # floor); `max_paddings` = 256 in 0.2.2-0.3, whose prefill ran padded rectangular batches (the
 # padded size counted against the budget), 0 (unpadded) once prompts were flattened (0.4).
-# [INFERENCE: read from vLLM's EngineArgs of those releases from memory, not re-checked here.]
+# (Checked against the v0.2.3, v0.3.3 and v0.4.3 sdists: EngineArgs max_num_seqs = 256, max_paddings =
+# 256 up to 0.3.3 and gone in 0.4; SchedulerConfig max_num_batched_tokens = max(max_model_len, 2048).)
 # Runs of a v0 release that was not recorded need not match these rows (their padding cap, their
 # budget): fidelity sets such runs' limits from what the runs themselves show.
 VLLM_V0_VERSIONS: dict[str, dict[str, int]] = {
