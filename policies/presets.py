@@ -23,7 +23,7 @@ USAGES = ("api_server", "llm", "config")
 VLLM_VERSIONS: dict[str, dict[str, dict[str, tuple[int, int]]]] = {
     "0.11": {
         "max_num_batched_tokens": {"api_server": (2048, 8192), "llm": (8192, 16384), "config": (2048, 2048)},
-        "max_num_seqs": {"api_server": (256, 256), "llm": (256, 256), "config": (128, 128)},
+        "max_num_seqs": {"api_server": (256, 1024), "llm": (256, 1024), "config": (128, 128)},
     },
     "0.15": {
         "max_num_batched_tokens": {"api_server": (2048, 8192), "llm": (8192, 16384), "config": (2048, 2048)},

@@ -105,3 +105,12 @@ def test_reserve_full_isl_on_by_default_from_v0_19(version, on):
     assert reserve_full_isl_default(version) is on
     if version in VLLM_VERSIONS:
         assert SchedulerConfig.preset("vllm", version=version).reserve_full_isl is on
+
+
+# vllm/engine/arg_utils.py (EngineArgs._set_default_args) of the v0.11.0 and v0.19.0 sdists: on a GPU
+# of >= 70 GiB that is not an A100, max_num_seqs = 1024 for the API server and the LLM class
+@pytest.mark.parametrize("version", ["0.11", "0.19"])
+def test_large_gpus_run_1024_sequences_by_default(version):
+    for usage in ("api_server", "llm"):
+        assert SchedulerConfig.preset("vllm", version=version, usage=usage, large_gpu=True).max_num_seqs == 1024
+        assert SchedulerConfig.preset("vllm", version=version, usage=usage).max_num_seqs == 256
