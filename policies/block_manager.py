@@ -32,9 +32,10 @@ class BlockManager:
 
     - `allocate_slots(req, num_new_tokens)` grows a request's table so it covers
       `num_computed_tokens + num_new_tokens` tokens, or changes nothing and returns False.
-    - Free blocks sit in one LRU queue. Allocation pops the head. Freed blocks without a hash go to the
-      head (reused first); freed blocks holding a cached prefix go to the tail (kept longest). A request
-      frees its blocks in reverse order, so its tail blocks (the least reusable) are evicted first.
+    - Free blocks sit in one LRU queue. Allocation pops the head; every freed block goes to the tail,
+      with or without a hash (vLLM 0.11-0.22's `BlockPool.free_blocks` appends them all; only later
+      releases, vllm-project/vllm#42656, put blocks without a hash at the head). A request frees its
+      blocks in reverse order, so its tail blocks (the least reusable) are evicted first.
     - Prefix cache (optional): a full block's hash is `hash((parent_hash, tuple(block_token_ids)))`;
       only full blocks are hashed. A hit block is shared (ref count > 1). A cached block whose ref count
       drops to 0 stays findable until the LRU queue hands it out again (eviction). A lookup never covers
@@ -74,7 +75,7 @@ class BlockManager:
         self.ref_counts = [0] * num_gpu_blocks
         self.block_hash: list[int | None] = [None] * num_gpu_blocks
         # LRU free queue, its head at its *end* (block 0 first, as from a queue 0, 1, 2, ...). With
-        # prefix caching an OrderedDict: O(1) pop-head, push-head/tail (cached blocks are kept longest)
+        # prefix caching an OrderedDict: O(1) pop-head, push-head/tail (freed blocks go to the tail)
         # and removal from the middle (prefix hits). Without, a list used as a stack (`_lifo`): every
         # freed block goes to the head, so a chunk's blocks come off and a request's go back in one
         # slice (the same block ids in the same order).
@@ -363,7 +364,7 @@ class BlockManager:
             elif self.cached:
                 self._release_own(req)
         if table:
-            rc, fq, bh = self.ref_counts, self.free_queue, self.block_hash
+            rc, fq = self.ref_counts, self.free_queue
             if not self.cached:
                 # no block holds a hash, so none is shared (sharing comes from prefix hits, whose
                 # hashes stay cached while held): every block goes to the head, ref count 1 -> 0
@@ -378,10 +379,9 @@ class BlockManager:
                 to_tail = fq.move_to_end
                 for b in reversed(table):
                     rc[b] -= 1
-                    if rc[b] == 0:
-                        fq[b] = None  # the head: nothing worth keeping, reuse first
-                        if bh[b] is not None:  # a cached prefix: kept longest
-                            to_tail(b, False)
+                    if rc[b] == 0:  # to the tail, hashed or not (vLLM's append_n)
+                        fq[b] = None
+                        to_tail(b, False)
             table.clear()
         req.num_registered_blocks = 0
         self.holders.pop(req.req_id, None)
@@ -391,18 +391,15 @@ class BlockManager:
             self.cpu_holders.pop(req.req_id, None)
 
     def _release_own(self, req: "Request") -> None:
-        """Free the blocks of a finished count-only request that never hashed one: its full computed
-        blocks go where cached blocks go (the tail, its first block last to be evicted), as they would
-        had it offered them, without hashing blocks nobody can look up; the rest go to the head. Only
-        while some block is cached: with none, the order of the free blocks among themselves decides
-        no eviction (a block cached later goes behind them all), so `free` puts them all at the head."""
+        """Free the blocks of a finished count-only request that never hashed one: to the tail in
+        reverse order (its first block last to be evicted), where any freed block goes, without
+        hashing blocks nobody can look up. Only while some block is cached: with none, the order of
+        the free blocks among themselves decides no eviction (a block cached later goes behind them
+        all), so `free` puts them all at the head."""
         table, rc, fq = req.block_table, self.ref_counts, self.free_queue
-        n_full = min(min(req.num_computed_tokens, req.num_tokens) // self.block_size, len(table))
-        for b in table:
-            rc[b] = 0  # its own: no other request can hit a count-only request's blocks
-        fq.update(dict.fromkeys(reversed(table[n_full:])))  # the head
         to_tail = fq.move_to_end
-        for b in reversed(table[:n_full]):
+        for b in reversed(table):
+            rc[b] = 0  # its own: no other request can hit a count-only request's blocks
             fq[b] = None
             to_tail(b, False)
         table.clear()

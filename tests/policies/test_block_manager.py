@@ -147,15 +147,19 @@ def test_freed_cached_blocks_stay_findable_until_evicted_lru():
     bm.check_invariants()
 
 
-def test_unhashed_blocks_are_evicted_before_cached_ones():
-    bm = make_bm(num_gpu_blocks=6, prefix=True)
-    a = make_req(0, 9, list(range(9)))
-    prefill(bm, a, 9)  # blocks: 2 hashed + 1 partial
+def test_freed_blocks_go_to_the_tail_hashed_or_not():
+    # vLLM 0.11-0.22 (BlockPool.free_blocks: append_n of every freed block). 4 blocks: a's 2 cached
+    # ones are freed, then b's cached one and its partial one (no hash) behind them. c's block is the
+    # LRU head: a's second block, not b's partial one (a later vLLM, #42656, would take that)
+    bm = make_bm(num_gpu_blocks=4, prefix=True)
+    a, b = make_req(0, 8, list(range(8))), make_req(1, 6, list(range(100, 106)))
+    prefill(bm, a, 8)
+    prefill(bm, b, 6)
     bm.free(a)
-    b = make_req(1, 4)  # no ids: 1 block
-    bm.allocate(b, 4)
-    # the partial block (unhashed) or never-used blocks go first; both cached blocks survive
-    assert bm.get_computed_blocks(make_req(2, 9, list(range(9))))[1] == 8
+    bm.free(b)
+    bm.allocate(make_req(2, 4, list(range(200, 204))), 4)
+    assert bm.get_computed_blocks(make_req(3, 9, list(range(9))))[1] == 4
+    assert bm.get_computed_blocks(make_req(4, 7, list(range(100, 107))))[1] == 4
 
 
 def test_counters_and_hit_rate():
@@ -251,7 +255,7 @@ def test_append_blocks_gives_the_blocks_step_by_step_allocation_would():
 def test_a_count_only_requests_blocks_go_where_a_unique_prompts_would():
     """A request without token ids holds content nobody shares: freed, its full computed blocks are kept
     (the tail) and found again by itself alone, as a request with unique ids; freed once finished, they
-    go where such a request's would (behind the cached ones), without hashing: nobody looks them up."""
+    go where such a request's would (the tail), without hashing: nobody looks them up."""
     def freed(with_ids: bool):
         bm = make_bm(num_gpu_blocks=12, prefix=True)
         back = make_req(0, 9, list(range(100, 109)) if with_ids else None)  # preempted: it comes back
@@ -266,5 +270,7 @@ def test_a_count_only_requests_blocks_go_where_a_unique_prompts_would():
 
     queue, (blocks, hit), num_cached = freed(with_ids=False)
     assert (queue, (blocks, hit)) == freed(with_ids=True)[:2]
-    assert hit == 8 and queue[3:5] == blocks  # done's 3 full blocks at the very tail, then back's 2
+    # every freed block goes to the tail (vLLM <= 0.22): done's 4 (its partial last one too) at the
+    # very tail, then back's 3, whose 2 full ones it finds again
+    assert hit == 8 and queue[4:6] == blocks
     assert num_cached == 2  # the finished one's blocks are placed, not hashed
