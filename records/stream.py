@@ -13,18 +13,27 @@ It has the Recorder's interface (`add_request`, `add_step`, `add_steps`, `steps`
 `requests`: here the live requests only), plus `on_finish(request, now)`, which the runner
 registers as a finish hook after every other hook (so a request's times are final when its row
 is built). Rows come in the order requests ended, not in submission order.
+
+With `spool=True` (a server, which runs until stopped and is asked for its tables at any time)
+`out_dir` is a working folder of `records.table_spool.TableSpool` segments, and `snapshot()`
+freezes everything recorded so far (the requests still live as unfinished rows, as an in-memory
+table shows them) into a `RecordsSnapshot`, whose `write(dir)` makes the tables, summary.json and
+timeline.png of `records.results.write_results`, while the recording goes on unchanged.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from records.files import write_summary
 from records.results import (REQUEST_COLUMNS, STEP_COLUMNS, plot_timeline, request_columns_and_itls,
                              steps_columns)
 from records.running_summary import RunningSummary
 from records.sketch import DEFAULT_EXACT_LIMIT, DEFAULT_RELATIVE_ACCURACY
+from records.table_spool import TableSpool, copy_table
 from records.table_writer import TableWriter
 
 if TYPE_CHECKING:
@@ -44,8 +53,12 @@ class StreamingRecorder:
     def __init__(self, out_dir: str | Path | None = None, slo: "SLOConfig | None" = None,
                  request_batch: int = REQUEST_BATCH, step_batch: int = STEP_BATCH, plot: bool = False,
                  parquet: bool | None = None, exact_limit: int = DEFAULT_EXACT_LIMIT,
-                 relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY, step_meters: tuple = ()) -> None:
+                 relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY, step_meters: tuple = (),
+                 spool: bool = False) -> None:
+        if spool and out_dir is None:
+            raise ValueError("StreamingRecorder: spool=True needs an out_dir (its working folder)")
         self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.spool = spool
         self.running = RunningSummary(slo, exact_limit, relative_accuracy)
         self.request_batch = max(int(request_batch), 1)
         self.step_batch = max(int(step_batch), 1)
@@ -60,7 +73,8 @@ class StreamingRecorder:
         self.next_order: int | None = None  # the next request's submission number, when the runner knows it
         self._writers = None
         if self.out_dir is not None:
-            self._writers = (TableWriter(self.out_dir, "requests", parquet), TableWriter(self.out_dir, "steps", parquet))
+            table = TableSpool if spool else TableWriter
+            self._writers = (table(self.out_dir, "requests", parquet), table(self.out_dir, "steps", parquet))
         self._plot = {c: [] for c in _PLOT_COLUMNS + ("replica",)} if plot else None
         self._plot_stride, self._num_steps_seen = 1, 0
         self.summary: dict | None = None
@@ -160,6 +174,34 @@ class StreamingRecorder:
                 self._plot[c] = self._plot[c][::2]
             self._plot_stride *= 2
 
+    # --- a copy while the run goes on (spool=True) ------------------------------------------------
+    def snapshot(self) -> "RecordsSnapshot":
+        """Everything recorded so far, frozen (call it between steps, under the caller's lock; it
+        copies only what is in memory): the rows written, then those of the requests ended since the
+        last batch and of those still live (in submission order: unfinished, as the in-memory
+        `requests_table` shows them now), and the buffered steps, with the summary of them all
+        (without the step meters'). The recorder goes on as if it had not been called."""
+        if not self.spool:
+            raise ValueError("snapshot: the recorder was made without spool=True")
+        # a view of this recorder with aggregates of its own: the rows still in memory go into those
+        view = copy.copy(self)
+        view.running = copy.deepcopy(self.running)
+        entries = self._ended + list(self._live.values())
+        requests = steps = None
+        if entries:
+            requests, itls = request_columns_and_itls([r for r, _ in entries], self.replica_of)
+            view.running.add_requests(requests, itls, np.fromiter((k for _, k in entries), np.int64, len(entries)))
+        if self.steps:
+            steps = steps_columns(list(self.steps))
+            view.running.add_steps(steps)
+        if self._plot is not None:
+            view._plot = {c: list(values) for c, values in self._plot.items()}
+            if steps is not None:
+                view._sample(steps)
+        return RecordsSnapshot(self._writers[0].seal(), self._writers[1].seal(), requests, steps,
+                               view.running.summary(), view if self._plot is not None else None,
+                               self._writers[0].parquet)
+
     # --- the end ----------------------------------------------------------------------------------
     def close(self) -> dict:
         """Write what is left (ended or still live requests, buffered steps), close the files and
@@ -204,3 +246,32 @@ class StreamingRecorder:
             else:  # the CDF through 1,000 of its percentiles
                 latency[name] = pd.Series([sketch.percentile(p) for p in np.linspace(0, 100, 1001)])
         return plot_timeline(steps, pd.DataFrame(latency), path)
+
+
+class RecordsSnapshot:
+    """What a spooled `StreamingRecorder` had recorded at one moment: closed table segments, the rows
+    that were still in memory, the summary, and (with plot=True) the timeline's samples."""
+
+    def __init__(self, request_segments: tuple, step_segments: tuple, requests: dict | None, steps: dict | None,
+                 summary: dict, view: StreamingRecorder | None, parquet: bool | None = None) -> None:
+        self.request_segments, self.step_segments = request_segments, step_segments
+        self.parquet = parquet
+        self.requests, self.steps = requests, steps
+        self.summary = summary
+        self._view = view
+
+    def write(self, out_dir: str | Path, config_toml: str | None = None, plot: bool = True) -> Path:
+        """Write summary.json, requests.csv, steps.csv (+ config.toml, the Parquet copies with pyarrow,
+        timeline.png with matplotlib), as `records.results.write_results` does; safe while the
+        recorder goes on (it reads closed segment files only)."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_summary(out / "summary.json", self.summary)
+        copy_table(self.request_segments, out, "requests", self.requests, {c: [] for c in REQUEST_COLUMNS},
+                   self.parquet)
+        copy_table(self.step_segments, out, "steps", self.steps, {c: [] for c in STEP_COLUMNS}, self.parquet)
+        if config_toml is not None:
+            (out / "config.toml").write_text(config_toml)
+        if plot and self._view is not None:
+            self._view.plot(out / "timeline.png")
+        return out

@@ -6,14 +6,17 @@ writers (one Parquet row group per batch); without it, to the CSV through the st
 Either CSV reads back with `pandas.read_csv` to the values of the in-memory table's `to_csv`
 (missing values are empty cells; pyarrow quotes every string cell, which readers undo).
 
-The columns are fixed by the first batch (or by `columns` when nothing was written): a later
-batch's missing columns are written empty, and a column first seen later is left out with one
-warning on stderr (workload tags normally appear from the first batch on).
+The columns are fixed by the first batch (or by `columns` when nothing was written, or by a
+`template` writer's): a later batch's missing columns are written empty, and a column first seen
+later is left out with one warning on stderr (workload tags normally appear from the first batch on).
+`append` copies in the rows of another, closed writer of the same columns from its files (the
+segments of a `records.table_spool.TableSpool`), a batch at a time.
 """
 from __future__ import annotations
 
 import csv
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -31,16 +34,20 @@ def _has_pyarrow() -> bool:
 class TableWriter:
     """Appends batches of columns ({name: array or list}) to `out_dir/NAME.csv` (+ `.parquet`)."""
 
-    def __init__(self, out_dir: str | Path, name: str, parquet: bool | None = None) -> None:
+    def __init__(self, out_dir: str | Path, name: str, parquet: bool | None = None,
+                 template: "TableWriter | None" = None) -> None:
         self.dir = Path(out_dir)
         self.name = name
-        self.arrow = _has_pyarrow() if parquet is None else parquet
+        # `template`: another writer of the same table (an earlier segment) whose columns and types
+        # this one takes once the template has them, so that the files join into one table
+        self.template = template
+        self.arrow = (template.arrow if template is not None else _has_pyarrow()) if parquet is None else parquet
         self.num_rows = 0
         self._names: list[str] | None = None
         self._schema = None
         self._csv = self._parquet = None
-        self._file = None
-        self._warned: set[str] = set()
+        self._file = None  # the CSV file (pyarrow writes through it too, so `append` can add raw lines)
+        self._warned: set[str] = template._warned if template is not None else set()
 
     @property
     def paths(self) -> list[Path]:
@@ -72,15 +79,18 @@ class TableWriter:
     # --- pyarrow ----------------------------------------------------------------------------------
     def _open(self, columns: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._names = list(columns)
+        template = self.template
+        fixed = template is not None and template._names is not None
+        self._names = list(template._names) if fixed else list(columns)
         if self.arrow:
             import pyarrow as pa
             import pyarrow.csv as pacsv
             import pyarrow.parquet as pq
 
-            fields = [pa.field(name, _arrow_type(values)) for name, values in columns.items()]
-            self._schema = pa.schema(fields)
-            self._csv = pacsv.CSVWriter(str(self.dir / f"{self.name}.csv"), self._schema,
+            self._schema = template._schema if fixed else \
+                pa.schema([pa.field(name, _arrow_type(values)) for name, values in columns.items()])
+            self._file = pa.OSFile(str(self.dir / f"{self.name}.csv"), "wb")  # unbuffered: rows in order
+            self._csv = pacsv.CSVWriter(self._file, self._schema,
                                         write_options=pacsv.WriteOptions(quoting_style="needed"))
             self._parquet = pq.ParquetWriter(str(self.dir / f"{self.name}.parquet"), self._schema)
         else:
@@ -121,16 +131,44 @@ class TableWriter:
             cells.append(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values])
         self._csv.writerows(zip(*cells))
 
+    # --- rows from another writer's files ---------------------------------------------------------
+    def append(self, other: "TableWriter") -> None:
+        """Append the rows of `other`, a closed writer with this table's columns and types (made with
+        the same template, say): its CSV lines as written, its Parquet file one
+        row group at a time, so memory never holds its table."""
+        if other.num_rows == 0:
+            return
+        if self._names is None:  # nothing written yet: its columns and types become this table's
+            self.template = other
+            self._open({})
+        if self.arrow != other.arrow or self._names != other._names or self._schema != other._schema:
+            raise ValueError(f"{self.name}: cannot append {other.name}, a table of other columns")
+        if self.arrow:
+            import pyarrow.parquet as pq
+
+            with open(other.dir / f"{other.name}.csv", "rb") as f:
+                f.readline()  # its header: this file has one
+                while chunk := f.read(1 << 20):
+                    self._file.write(chunk)
+            parquet = pq.ParquetFile(other.dir / f"{other.name}.parquet")
+            for i in range(parquet.num_row_groups):
+                self._parquet.write_table(parquet.read_row_group(i))
+        else:
+            with open(other.dir / f"{other.name}.csv", newline="") as f:
+                f.readline()
+                shutil.copyfileobj(f, self._file)
+        self.num_rows += other.num_rows
+
     # --- the end ----------------------------------------------------------------------------------
     def close(self, columns: dict | None = None) -> None:
         """Finish the files; a table that never got a row is written with `columns` (names -> sample
-        values or empty lists) as its header."""
+        values or empty lists) as its header (or with its template's columns, once it has them)."""
         if self._names is None:
             self._open(columns or {})
         if self.arrow:
             self._csv.close()
             self._parquet.close()
-        elif self._file is not None:
+        if self._file is not None:
             self._file.close()
 
 

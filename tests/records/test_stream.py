@@ -1,6 +1,7 @@
 """StreamingRecorder: the streamed tables and summary against the in-memory ones on the same records."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -205,3 +206,53 @@ def test_the_summary_does_not_depend_on_how_the_steps_came():
             rec.add_step_rows(rows[500:])
         summaries.append(json.dumps(rec.close(), sort_keys=True, default=str))
     assert summaries[0] == summaries[1] == summaries[2]
+
+
+@pytest.mark.parametrize("parquet", [True, False])
+def test_a_snapshot_is_the_in_memory_tables_at_that_moment(tmp_path, parquet):
+    """A spooled recorder's snapshot, with requests still live and steps still buffered, writes the
+    tables and summary the in-memory ones have at that moment (rows in the order requests ended),
+    and the recording goes on as if it had not been taken."""
+    if parquet:
+        pytest.importorskip("pyarrow")
+    requests, steps = make_requests(120), make_steps(300)
+
+    def record(folder, snapshot_to=None):
+        live = [Request(1000 + i, 20.0, 10, 5) for i in range(3)]  # admitted, no token yet: unfinished rows
+        rec = StreamingRecorder(folder, request_batch=16, step_batch=50, parquet=parquet, spool=True, plot=True)
+        for r in requests + live:
+            rec.add_request(r, str(r.req_id % 3))
+        rec.add_steps(steps[:170])
+        for r in requests[:70]:
+            rec.on_finish(r, r.finish_time)
+        if snapshot_to is not None:
+            snapshot = rec.snapshot()
+            assert len(rec._ended) == 70 % 16 and len(rec.steps) == 170 % 50  # what it copied stays
+            rec.add_steps(steps[170:])  # writing goes on before the snapshot is written
+            snapshot.write(snapshot_to)
+        else:
+            rec.add_steps(steps[170:])
+        for r in live:
+            r.finish(FinishReason.ABORTED, 21.0)
+            rec.on_finish(r, 21.0)
+        return rec.close(), live
+
+    summary, live = record(tmp_path / "spool", tmp_path / "dump")
+    assert summary == record(tmp_path / "spool2")[0]  # to the last bit: as if no snapshot was taken
+    for r in live:  # as they were at the snapshot
+        r.finish_reason = r.finish_time = None
+    want_requests, want_steps, want_summary = in_memory(requests + live, steps[:170])
+    got = pd.read_csv(tmp_path / "dump" / "requests.csv")
+    assert got["req_id"].tolist()[:64] == [r.req_id for r in requests[:64]]  # the batches written, in end order
+    pd.testing.assert_frame_equal(got.sort_values("req_id").reset_index(drop=True), _csv_roundtrip(want_requests),
+                                  check_dtype=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "dump" / "steps.csv"), _csv_roundtrip(want_steps),
+                                  check_dtype=False)
+    if parquet:
+        got = pd.read_parquet(tmp_path / "dump" / "requests.parquet").sort_values("req_id").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, want_requests, check_dtype=False)
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "dump" / "steps.parquet"), want_steps)
+    got_summary = json.loads((tmp_path / "dump" / "summary.json").read_text())
+    assert_summaries_match(got_summary, json.loads(json.dumps(want_summary)))
+    assert got_summary["num_unfinished"] == 3
+    assert (tmp_path / "dump" / "timeline.png").exists() == (importlib.util.find_spec("matplotlib") is not None)
