@@ -8,13 +8,16 @@ Its public API (stable; `gpu_backend.serve` builds on it) is listed on `Engine`:
 ingress (`add_request`, `abort`) that reaches the scheduler only at step boundaries, per-token
 callbacks on the engine thread, a background loop (`start` / `stop`) or steps on the caller's
 thread (`step`, `run_workload`), and `result()`: the `requests` and `steps` tables and summary
-in the simulator's format (`records.results`, `records.metrics`), with measured times.
+in the simulator's format (`records.results`, `records.metrics`), with measured times. A server
+calls `stream_records()` first, so that finished requests and steps leave memory
+(`records.stream`), and writes the same tables with `write_records(dir)`.
 """
 from __future__ import annotations
 
 import heapq
 import logging
 import itertools
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,9 +45,17 @@ from policies.speculative import NgramProposer
 from records.metrics import summarize
 from records.results import (Recorder, end_unfinished, pooled_itls, record_step, requests_table, steps_table,
                              write_results)
+from records.stream import StreamingRecorder
 
 STUCK = "the scheduler could not place it and nothing else was left to run"  # the simulator's words too
 DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# stream_records: finished requests, and steps, held until this many are written out together. Far
+# fewer than records.stream's batch-run sizes: a batch is written on the engine thread, between two
+# steps, and these take about 3 ms each on the tiny CPU model's server (8,192 steps took 35-85 ms:
+# a stall every minute or so that every running request's next token would have waited for); a
+# long request's token times are kilobytes, too
+STREAM_REQUEST_BATCH = 256
+STREAM_STEP_BATCH = 1024
 
 
 @dataclass(frozen=True)
@@ -171,6 +182,15 @@ class Engine:
     - `engine.result()`: the `requests` and `steps` tables and the summary, exactly as the simulator's
       (`records.results`, `records.metrics`), with measured times; `EngineResult.save(out_dir)`. Safe from any
       thread while the engine runs: it reads between steps.
+    - `engine.stream_records(spool_parent=None)`: before the first request, for an engine that runs
+      until stopped (a server): from then on finished requests and steps leave memory in batches,
+      written to a temporary folder (in `spool_parent`, else the system's), so memory holds what is
+      live, not what has finished (`records.stream`); `result()` is then refused.
+      `engine.close_records()` removes that folder (after the last `write_records`, the engine stopped).
+    - `engine.write_records(out_dir, plot=True) -> Path`: summary.json, requests.csv, steps.csv (+
+      config.toml, Parquet, timeline.png) of everything so far, requests still live as unfinished
+      rows: `result().save(out_dir)`, or the streamed records' copy (the same columns and values;
+      rows in the order requests ended). Safe from any thread while the engine runs.
     """
 
     def __init__(self, config, device: str | torch.device = "cpu", model: LlamaModel | None = None) -> None:
@@ -199,6 +219,7 @@ class Engine:
             ngram = NgramProposer(spec.k, spec.prompt_lookup_min, spec.prompt_lookup_max)
             self.scheduler.proposer = lambda req: ngram(req) if (req.sampling or GREEDY).is_greedy else ()
         self.recorder = Recorder()
+        self._spool: tempfile.TemporaryDirectory | None = None  # stream_records' working folder
         self.on_finish: list[Callable[[Request, float], None]] = []  # hooks run on the engine thread
         self.step_hooks: list[Callable] = []  # called with (plan, result) after each step (tests, tracing)
         self.last_step = None  # the `StepRecord` of the latest step, for hooks
@@ -248,6 +269,7 @@ class Engine:
             request.finish(FinishReason.ABORTED, now, f"engine error: {error!r}")
             with self._state_lock:
                 self.recorder.add_request(request, "0")
+                self._record_end(request, now)
             if on_output is not None:
                 on_output(RequestOutput(request.req_id, [], True, request.finish_reason.value, now))
             return
@@ -283,6 +305,12 @@ class Engine:
             self._live.pop(request.req_id, None)
             for hook in self.on_finish:
                 hook(request, now)
+            self._record_end(request, now)  # last: the request's row is final
+
+    def _record_end(self, request: Request, now: float) -> None:
+        """A request has ended: a streamed recorder writes it out with its next batch."""
+        if self._spool is not None:
+            self.recorder.on_finish(request, now)
 
     def _track(self, request: Request, cb: Callable | None) -> None:
         """Record a request taken from the ingress and remember it until it ends."""
@@ -522,11 +550,48 @@ class Engine:
             "num_swapped": self.scheduler.num_swapped, "num_gpu_blocks": bm.num_gpu_blocks,
             "num_used_gpu_blocks": bm.num_used_gpu_blocks, "kv_usage": bm.usage,
             "num_preemptions": self.num_preemptions, "num_steps": self.num_steps,
-            "num_requests": len(self.recorder.requests),
+            "num_requests": self.recorder.num_requests,
         }
+
+    def stream_records(self, spool_parent: str | Path | None = None, request_batch: int = STREAM_REQUEST_BATCH,
+                       step_batch: int = STREAM_STEP_BATCH) -> None:
+        """Let finished requests and steps leave memory from now on (see the class docstring): they
+        go, `request_batch` / `step_batch` at a time, to a temporary folder in `spool_parent` (else
+        the system's), removed when the engine is collected or the process exits."""
+        with self._state_lock:
+            if self._spool is not None:
+                return
+            if self.recorder.num_requests or self.recorder.steps:
+                raise RuntimeError("stream_records: call it before the first request (this engine has records)")
+            if spool_parent is not None:
+                Path(spool_parent).mkdir(parents=True, exist_ok=True)
+            # removed by close_records, else when the engine is collected or at a normal exit (a server
+            # killed by its signal never gets there: uvicorn re-raises SIGTERM after its shutdown)
+            self._spool = tempfile.TemporaryDirectory(prefix=".servesim-spool-", dir=spool_parent,
+                                                      ignore_cleanup_errors=True)
+            self.recorder = StreamingRecorder(self._spool.name, slo=self.config.slo, request_batch=request_batch,
+                                              step_batch=step_batch, plot=True, spool=True)
+
+    def close_records(self) -> None:
+        """Remove stream_records' working folder: after the last `write_records`, with the engine stopped
+        (what it records later is lost). Nothing to do for records kept in memory."""
+        if self._spool is not None:
+            with self._state_lock:
+                self._spool.cleanup()
+
+    def write_records(self, out_dir: str | Path, plot: bool = True) -> Path:
+        """Write the tables and summary of everything so far to `out_dir` (see the class docstring)."""
+        if self._spool is None:
+            return self.result().save(out_dir, plot=plot)
+        with self._state_lock:  # between steps: only what is in memory is copied here
+            snapshot = self.recorder.snapshot()
+        return snapshot.write(out_dir, self.config_toml, plot=plot)
 
     def result(self) -> EngineResult:
         """The `requests`/`steps` tables and summary of everything this engine has seen."""
+        if self._spool is not None:
+            raise RuntimeError("result(): this engine streams its records (stream_records); write them with "
+                               "write_records(out_dir)")
         with self._state_lock:  # not while a step changes them (the engine thread may be running)
             raw = list(self.recorder.requests)
             requests = requests_table(raw, self.recorder.replica_of)

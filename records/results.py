@@ -161,6 +161,11 @@ class Recorder:
         self.replica_of: dict[int | str, str] = {}
         self._seen: set[int | str] = set()
 
+    @property
+    def num_requests(self) -> int:
+        """Requests submitted so far (a `records.stream.StreamingRecorder` counts them too)."""
+        return len(self.requests)
+
     def add_request(self, request: "Request", replica: str | None = None) -> None:
         if request.req_id not in self._seen:
             self._seen.add(request.req_id)

@@ -7,6 +7,8 @@ validate, and call `engine.add_request`, which only appends to the engine's ingr
 short lock; the engine thread swaps that list into its scheduler at the next step boundary.
 Tokens come back through `RequestStream` callbacks. A client that goes away mid-request is aborted,
 which frees its KV blocks. Bad input answers 400 naming the field; a full queue 503 with Retry-After.
+A server runs until stopped, so its engine streams its records (`Engine.stream_records`): finished
+requests and steps leave memory as they are written out, and a dump copies them from disk.
 """
 from __future__ import annotations
 
@@ -77,6 +79,9 @@ class OpenAIServer:
         self.vocab_size = vocab_size or tokenizer.vocab_size
         check_vocab(tokenizer, self.vocab_size, config.model_name, random_weights=False)  # the weights: serve's check
         self.make_sampling = make_sampling  # CompletionParams -> the engine's sampling params (None: engine default)
+        stream_records = getattr(engine, "stream_records", None)
+        if callable(stream_records):  # the real engine (a stand-in keeps no records): memory holds what is live
+            stream_records(config.out_dir)
         self.metrics = ServerMetrics()
         self.created = int(time.time())
         self._ids = itertools.count()
@@ -207,10 +212,9 @@ class OpenAIServer:
         if not target:
             raise RequestError("out_dir", "no records folder: start the server with --out DIR or give ?out_dir=", 400)
         out = Path(target)
-        result = self.engine.result()  # a snapshot: requests still running appear unfinished
-        out.mkdir(parents=True, exist_ok=True)
-        result.save(out)
-        return sorted(str(p) for p in out.iterdir())
+        self.engine.write_records(out)  # a snapshot: requests still running appear unfinished
+        # not the hidden working folder the engine's streamed records use, when it is in out_dir
+        return sorted(str(p) for p in out.iterdir() if not p.name.startswith("."))
 
 
 def check_vocab(tokenizer: Tokenizer, vocab_size: int, model: str, random_weights: bool = True) -> None:
@@ -273,6 +277,9 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
             if server.config.out_dir:
                 server.dump()
                 print(f"servesim serve: records written to {server.config.out_dir}", file=sys.stderr, flush=True)
+            close_records = getattr(server.engine, "close_records", None)
+            if start_engine and callable(close_records):  # its streamed records' working folder
+                close_records()
 
     app = FastAPI(title="servesim", lifespan=lifespan)
     app.state.server = server

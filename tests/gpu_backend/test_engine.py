@@ -479,3 +479,118 @@ def test_a_callback_that_raises_does_not_stop_the_engine_for_others(tiny_model, 
     assert good[-1].finished and sum(len(o.new_token_ids) for o in good) == 6
     assert all(r.is_finished for r in engine.recorder.requests)
     assert engine.scheduler.block_manager.num_used_gpu_blocks == 0
+
+
+class Ticks:
+    """An engine clock that moves 0.1 ms a reading: the same calls give the same times, run after run."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1e-4
+        return self.t
+
+
+def ticking_engine(model, stream_to=None, **kw) -> Engine:
+    """`make_engine` on a `Ticks` clock, streaming its records (batches of 3 requests, 7 steps) into
+    `stream_to` when given."""
+    engine = make_engine(model, max_num_seqs=4, **kw)
+    engine.clock = engine.runner.clock = Ticks()
+    engine._t0 = 0.0
+    if stream_to is not None:
+        engine.stream_records(stream_to, request_batch=3, step_batch=7)
+    return engine
+
+
+def test_streamed_records_are_the_in_memory_ones(tiny_model, tmp_path):
+    """The same requests on the same clock: write_records of a streaming engine, mid-run (requests
+    still running) and at the end, writes the tables and summary `result().save` writes (rows in
+    the order requests ended)."""
+    import json
+
+    import pandas as pd
+
+    def drive(engine, out):
+        for i in range(20):
+            engine.add_request(make_request(i, make_prompt(6 + i % 5, seed=i), 4 + i % 6, arrival_time=engine.now()))
+            engine.step()
+            if i == 12:
+                engine.write_records(out / "mid")
+        engine.run_until_done()
+        engine.write_records(out / "end")
+
+    drive(ticking_engine(tiny_model), tmp_path / "old")
+    drive(ticking_engine(tiny_model, tmp_path / "spool"), tmp_path / "new")
+    for when in ("mid", "end"):
+        old, new = tmp_path / "old" / when, tmp_path / "new" / when
+        for name in ("requests.csv", "steps.csv") + (("requests.parquet", "steps.parquet")
+                                                    if (old / "steps.parquet").exists() else ()):
+            read = pd.read_csv if name.endswith(".csv") else pd.read_parquet
+            want, got = read(old / name), read(new / name)
+            if name.startswith("requests"):
+                want, got = (t.sort_values("req_id").reset_index(drop=True) for t in (want, got))
+            pd.testing.assert_frame_equal(got, want, check_dtype=False)
+        assert_summaries_match(json.loads((new / "summary.json").read_text()),
+                               json.loads((old / "summary.json").read_text()))
+    mid = pd.read_csv(tmp_path / "new" / "mid" / "requests.csv")
+    assert len(mid) == 13 and (mid["finish_reason"] == "unfinished").any()
+
+
+def assert_summaries_match(got, want, key: str = "") -> None:
+    """Summaries equal key for key, floats to rounding (a streamed one sums batch by batch)."""
+    if isinstance(want, dict):
+        assert got.keys() == want.keys(), key
+        for k in want:
+            assert_summaries_match(got[k], want[k], f"{key}.{k}")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-15, nan_ok=True), key
+    else:
+        assert got == want, key
+
+
+def alive(cls) -> int:
+    import gc
+
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is cls)
+
+
+def test_a_streaming_engine_holds_what_is_live_not_what_finished(tiny_model, tmp_path):
+    """N requests through an engine that streams its records: the Request and StepRecord objects
+    alive stay within what runs (4 at a time) plus a batch of each, however large N; an engine
+    keeping its records in memory holds every one."""
+    from policies import Request
+    from records.results import StepRecord
+
+    def serve_waves(engine, num_waves: int) -> list[tuple[int, int]]:
+        held = []
+        for wave in range(num_waves):
+            for i in range(4):
+                engine.add_request(make_request(f"{wave}-{i}", make_prompt(5 + i, seed=i), 3))
+            engine.run_until_done()
+            if wave % 4 == 3:  # (a count walks every object in the process: not after every wave)
+                held.append((alive(Request), alive(StepRecord)))
+        return held
+
+    base = (alive(Request), alive(StepRecord))
+    streamed = serve_waves(ticking_engine(tiny_model, tmp_path / "spool"), 12)  # 48 requests, 4 at a time
+    assert max(r for r, _ in streamed) - base[0] <= 4 + 3  # in flight + a request batch
+    assert max(s for _, s in streamed) - base[1] <= 7 + 1  # a step batch + engine.last_step
+    kept = serve_waves(ticking_engine(tiny_model), 12)
+    assert kept[-1][0] - base[0] >= 48 and kept[-1][1] - base[1] >= 3 * 12  # O(N): every request and step
+
+
+def test_a_streaming_engine_refuses_result_and_a_late_switch(tiny_model, tmp_path):
+    engine = ticking_engine(tiny_model, tmp_path / "spool")
+    with pytest.raises(RuntimeError, match="write_records"):
+        engine.result()
+    engine = ticking_engine(tiny_model)
+    serve(engine, PROMPTS[:1], max_tokens=2)
+    with pytest.raises(RuntimeError, match="before the first request"):
+        engine.stream_records(tmp_path / "spool2")
+    streaming = ticking_engine(tiny_model, tmp_path / "spool3")
+    spool = next((tmp_path / "spool3").iterdir())
+    assert spool.name.startswith(".servesim-spool-")
+    streaming.close_records()
+    assert not spool.exists()
