@@ -254,10 +254,8 @@ GUIDELLM_ARGS = {
         "sample_requests": "how many requests the report keeps (a sample: its load regenerated, said in the notes)",
         "prefer_response_metrics": "token counts from the server's usage rather than the client's tokenizer",
     }.items()},
-    "data_request_formatter": (_TEXT, MODELLED, "text completions: the generated prompts are what the server "
-                               "tokenizes", CLIENT_API["type"][1]),
-    "request_type": (_TEXT, MODELLED, "text completions: the generated prompts are what the server tokenizes",
-                     CLIENT_API["type"][1]),
+    **{name: (_TEXT, MODELLED, "text completions: the generated prompts are what the server tokenizes",
+              CLIENT_API["type"][1]) for name in ("data_request_formatter", "request_type")},  # the formatter, by either name
     "backend": (lambda v: v in (None, "openai_http"), NO_EFFECT, "HTTP requests to the OpenAI-compatible server",
                 "another backend than openai_http"),
     "backend_kwargs": (_unset, NO_EFFECT, "unset", "extra backend arguments are not read"),
