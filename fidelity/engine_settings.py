@@ -229,10 +229,6 @@ CLIENT_API = {
 }
 
 
-def _unset(value) -> bool:
-    return value is None or value is False or value in (0, "", [], {})
-
-
 _LOAD = "the load: its sends replayed where the run measured them, else regenerated as guidellm drives them " \
         "(fidelity.sources.guidellm)"
 _TEXT = lambda v: v in (None, "text_completions")  # noqa: E731
@@ -258,17 +254,17 @@ GUIDELLM_ARGS = {
               CLIENT_API["type"][1]) for name in ("data_request_formatter", "request_type")},  # the formatter, by either name
     "backend": (lambda v: v in (None, "openai_http"), NO_EFFECT, "HTTP requests to the OpenAI-compatible server",
                 "another backend than openai_http"),
-    "backend_kwargs": (_unset, NO_EFFECT, "unset", "extra backend arguments are not read"),
+    "backend_kwargs": (_off, NO_EFFECT, "unset", "extra backend arguments are not read"),
     "backend.timeout": (lambda v: v is None, NO_EFFECT, "unset",
                         "httpx's timeout on each read (the connection, every streamed chunk): a request that waits "
                         "longer for its first or next chunk fails in the client; no guidellm timeout is simulated "
                         "(fidelity.client_timeout)"),
-    **{name: (_unset, NO_EFFECT, "unset", _WARM) for name in (
+    **{name: (_off, NO_EFFECT, "unset", _WARM) for name in (
         "warmup", "cooldown", "warmup_number", "warmup_duration", "cooldown_number", "cooldown_duration")},
-    **{name: (_unset, NO_EFFECT, "unset: a benchmark ends at its request count",
+    **{name: (_off, NO_EFFECT, "unset: a benchmark ends at its request count",
               "a benchmark's time limit is not regenerated (a replay sends what was sent)")
        for name in ("max_seconds", "max_duration")},
-    **{name: (_unset, NO_EFFECT, "unset", "a benchmark stopped on errors or over-saturation is not modelled")
+    **{name: (_off, NO_EFFECT, "unset", "a benchmark stopped on errors or over-saturation is not modelled")
        for name in ("max_errors", "max_error_rate", "max_global_error_rate", "over_saturation")},
 }
 
