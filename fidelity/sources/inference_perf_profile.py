@@ -35,6 +35,19 @@ def parse_version(version) -> tuple[int, ...] | None:
     return tuple(parts) if len(parts) >= 2 else None
 
 
+def _length_or_legacy(field: str, sp: dict, what: str):
+    """`{what}_len`, or the legacy `{what}_distribution` where `{what}_len` is a plain number.
+
+    inference-perf lets the legacy distribution override a fixed length and refuses both where the
+    length is itself a distribution (its `validate_no_ambiguous_distributions`); so do we.
+    """
+    inline, legacy = sp.get(f"{what}_len", 50), sp.get(f"{what}_distribution")
+    if isinstance(inline, dict) and legacy is not None:
+        raise ConfigError(f"{field}: both {what}_len (a distribution) and the legacy {what}_distribution are "
+                          f"set; inference-perf refuses that: keep one")
+    return inline if legacy is None else legacy
+
+
 def behaviour_for(version, multi_turn: bool = True) -> tuple[str, str]:
     """(behaviour, why) of a shared_prefix profile sent by inference-perf `version` (None: unknown).
 
@@ -204,8 +217,8 @@ class SharedPrefixProfile:
                       sp.get("num_unique_system_prompts", sp.get("num_groups", 10)), 1, integer=True)
         users = _num(f"{f}.num_users_per_system_prompt",
                      sp.get("num_users_per_system_prompt", sp.get("num_prompts_per_group", 10)), 1, integer=True)
-        question = sp.get("question_distribution") or sp.get("question_len", 50)
-        output = sp.get("output_distribution") or sp.get("output_len", 50)
+        question = _length_or_legacy(f, sp, "question")
+        output = _length_or_legacy(f, sp, "output")
         load = profile.get("load")
         if not isinstance(load, dict):
             raise ConfigError("profile.load: missing; expected a mapping with type and stages")

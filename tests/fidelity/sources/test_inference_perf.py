@@ -217,6 +217,17 @@ def test_a_client_version_read_as_a_number_is_refused_not_read_as_another_releas
         SharedPrefixProfile.from_dict({**profile(), "client": {"version": 0.1}})
 
 
+def test_legacy_distribution_overrides_a_fixed_length_and_clashes_with_an_inline_one():
+    # inference-perf's _resolve_distribution / validate_no_ambiguous_distributions
+    legacy = {"mean": 300, "std_dev": 0, "min": 300, "max": 300}
+    sp = SharedPrefixProfile.from_dict(profile(data__shared_prefix__question_len=40,
+                                               data__shared_prefix__question_distribution=legacy))
+    assert sp.question_len.mean == 300
+    with pytest.raises(ConfigError, match=r"^profile.data.shared_prefix: both output_len .* keep one$"):
+        SharedPrefixProfile.from_dict(profile(data__shared_prefix__output_len={"mean": 20, "std_dev": 1},
+                                              data__shared_prefix__output_distribution=legacy))
+
+
 def test_fixed_length_is_exact():
     d = LengthDistribution.parse("x", 77)
     assert (d.sample(np.random.default_rng(0), 5) == 77).all()
