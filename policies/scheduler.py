@@ -331,6 +331,7 @@ class Scheduler(Stretches):
         bm = self.block_manager
         waiting = self.waiting
         offload = bm.offload
+        deferred = []  # requests whose CPU-tier hits another request is loading: skipped this step
         while waiting and step.budget > 0:
             req = waiting.peek()
             if len(self.running) >= self.max_num_seqs:
@@ -354,7 +355,11 @@ class Scheduler(Stretches):
             if cpu and not offload.synchronous:  # native: allocate for the hits, compute once loaded
                 first = len(blocks)
                 if offload.is_busy(req.block_hashes[first:first + cpu // bm.block_size]):
-                    break  # another request is loading these blocks: they will be GPU hits soon
+                    # another request is loading these blocks: they will be GPU hits soon. vLLM's
+                    # connector answers "not yet" (None) and its scheduler skips the request for this
+                    # step, still admitting the ones behind it; the skipped one keeps its place
+                    deferred.append(waiting.pop())
+                    continue
                 if not bm.allocate_slots(req, cpu, blocks, use_watermark=True, delay_cache=True):
                     if self._preempt_for(req, step):
                         continue
@@ -383,6 +388,8 @@ class Scheduler(Stretches):
             self.running.append(req)
             step.resumed.add(req.req_id)
             step.add(req, n)
+        for req in reversed(deferred):
+            waiting.prepend(req)
         if self.max_paddings:
             self._pad_prompts(step)
 

@@ -159,3 +159,22 @@ def test_abort_while_loading_frees_its_blocks():
     assert not sched.loading and again.finish_reason.value == "aborted" and not again.block_table
     assert not sched.block_manager.offload.pins and not sched.has_unfinished()
     sched.block_manager.check_invariants()
+
+
+def test_a_request_deferred_behind_a_load_of_its_blocks_holds_up_no_one_else():
+    """vLLM's OffloadingConnector defers a request whose CPU hits another request is still loading
+    (get_num_new_matched_tokens -> None); the scheduler skips it for this step and keeps scanning the
+    waiting queue, and the deferred request keeps its place at the head."""
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=12, block_size=4, num_offload_blocks=32,
+                           offload_s_per_block=1.0, max_num_batched_tokens=64)
+    a, b, again = evicting_workload()
+    run(sched, [a, b])
+    twin = make_requests(1, prompt=36, max_tokens=3, prefix=PREFIX, start_id=5)[0]
+    bystander = make_requests(1, prompt=8, max_tokens=3, start_id=9)[0]
+    for req in (again, twin, bystander):
+        sched.add_request(req, 100.0)
+    plan = sched.schedule(100.0)
+    assert again.req_id in sched.loading and twin.num_computed_tokens == 0  # twin waits for again's load
+    assert [s.request for s in plan.seqs] == [bystander]  # admitted past the deferred twin
+    assert sched.waiting.peek() is twin
+    sched.block_manager.check_invariants()
