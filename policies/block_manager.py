@@ -453,10 +453,13 @@ class BlockManager:
         if self.offload is None or (req.prompt_token_ids is None and not req.block_hashes):
             return 0  # a count-only request only finds what it stored itself
         max_hit_blocks = (req.num_tokens - 1) // self.block_size
+        if max_hit_blocks > num_gpu_hit_blocks:
+            self._update_hashes(req, max_hit_blocks * self.block_size)
+        hashes = req.block_hashes[:max_hit_blocks]
+        self.offload.touch(hashes)  # vLLM's connector touches the prompt's blocks at every lookup
         if max_hit_blocks <= num_gpu_hit_blocks:
             return 0
-        self._update_hashes(req, max_hit_blocks * self.block_size)
-        return self.offload.lookup(req.block_hashes[:max_hit_blocks], num_gpu_hit_blocks, now)
+        return self.offload.lookup(hashes, num_gpu_hit_blocks, now)
 
     def offload_load(self, req: "Request", first_block: int, num_blocks: int, now: float
                      ) -> tuple[list[tuple[int, int]], list[int], float]:
@@ -484,11 +487,11 @@ class BlockManager:
         if n_full <= start:
             return [], []
         self._update_hashes(req, n_full * self.block_size)
-        hashes = req.block_hashes[start:n_full]
+        hashes = req.block_hashes[:n_full]
         req.num_offloaded_blocks = n_full
-        picked = tier.start_store(hashes)
+        picked = tier.start_store(hashes, start)
         table = req.block_table
-        return [(table[start + i], cpu) for i, cpu in picked], [hashes[i] for i, _ in picked]
+        return [(table[start + i], cpu) for i, cpu in picked], [hashes[start + i] for i, _ in picked]
 
     # --- checks -----------------------------------------------------------------------------------
     def check_invariants(self) -> None:

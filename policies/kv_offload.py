@@ -5,7 +5,9 @@ them end (write-through, as vLLM v1's OffloadingConnector does: every full block
 the blocks of finished or evicted prefixes are already there when the GPU's prefix cache lets them
 go). When a request arrives, the blocks of its prefix past the GPU prefix-cache hit are looked up
 here by the same chained hash; the consecutive run that is present is loaded back into fresh GPU
-blocks instead of being recomputed. Eviction is LRU over the blocks no transfer is using.
+blocks instead of being recomputed. Eviction is LRU over the blocks no transfer is using, in the
+backend's recency order: vLLM's native manager touches a request's blocks last-to-first at every
+lookup and store, so a prefix loses its tail first; LMCache touches chunks in token order on use.
 
 Transfers go over the host link, one queue per direction (PCIe is full duplex), each block taking
 `s_per_block` seconds (its bytes / the link's bandwidth); how they overlap the forward passes is the
@@ -68,6 +70,18 @@ class OffloadTier:
         return len(self.entries)
 
     # --- lookups and loads ----------------------------------------------------------------------
+    def touch(self, hashes) -> None:
+        """Native: mark the entries of one request's `hashes` (token order) recently used, the first
+        most recently, as vLLM's LRU `touch` does (it walks them reversed): under pressure a prefix is
+        evicted from its tail, and what is left of it is still a loadable run from its first block.
+        LMCache touches only the chunks it reads or writes (`start_load`, `start_store`)."""
+        if self.synchronous:
+            return
+        entries = self.entries
+        for h in reversed(hashes):
+            if h in entries:
+                entries.move_to_end(h)
+
     def lookup(self, hashes, num_gpu_hit_blocks: int, now: float) -> int:
         """How many blocks of `hashes` after the first `num_gpu_hit_blocks` (the GPU's hit) can be
         loaded: the consecutive run present and landed by `now` (lmcache: ending on a chunk)."""
@@ -88,11 +102,13 @@ class OffloadTier:
         return any(h in pins for h in hashes)
 
     def start_load(self, hashes, now: float) -> tuple[list[int], float]:
-        """Pin and touch the entries of `hashes` (all present); returns their CPU blocks and when the
-        load has landed (native: queued behind earlier loads; lmcache: `now`, its time is the step's)."""
+        """Pin the entries of `hashes` (all present; lmcache: touch them, native: the lookup did);
+        returns their CPU blocks and when the load has landed (native: queued behind earlier loads;
+        lmcache: `now`, its time is the step's)."""
         blocks = []
         for h in hashes:
-            self.entries.move_to_end(h)
+            if self.synchronous:
+                self.entries.move_to_end(h)
             self.pins[h] = self.pins.get(h, 0) + 1
             blocks.append(self.entries[h])
         self.num_loaded_blocks += len(blocks)
@@ -107,15 +123,18 @@ class OffloadTier:
         self._unpin(hashes)
 
     # --- stores ---------------------------------------------------------------------------------
-    def start_store(self, hashes) -> list[tuple[int, int]]:
-        """Reserve CPU blocks for the blocks of `hashes` not stored yet, evicting LRU entries no
-        transfer pins; returns (index in `hashes`, CPU block) for each block to copy. Stops when the
-        tier is full of pinned entries. Present ones are only touched."""
+    def start_store(self, hashes, first: int = 0) -> list[tuple[int, int]]:
+        """Reserve CPU blocks for the blocks of `hashes[first:]` (one request's new full blocks; the
+        ones before are its blocks offered earlier) not stored yet, evicting LRU entries no transfer
+        pins; returns (index in `hashes[first:]`, CPU block) for each block to copy. Stops when the
+        tier is full of pinned entries. Present ones are only touched (native: all of `hashes`, once
+        something was reserved, as vLLM's connector does after `prepare_store`)."""
         out = []
         entries, pins = self.entries, self.pins
-        for i, h in enumerate(hashes):
+        for i, h in enumerate(hashes[first:]):
             if h in entries:
-                entries.move_to_end(h)
+                if self.synchronous:
+                    entries.move_to_end(h)
                 continue
             if not self.free_blocks and not self._evict_one():
                 break
@@ -125,6 +144,8 @@ class OffloadTier:
             pins[h] = pins.get(h, 0) + 1
             out.append((i, b))
         self.num_stored_blocks += len(out)
+        if out:
+            self.touch(hashes)
         return out
 
     def finish_store(self, hashes, now: float) -> float:

@@ -178,3 +178,16 @@ def test_a_request_deferred_behind_a_load_of_its_blocks_holds_up_no_one_else():
     assert [s.request for s in plan.seqs] == [bystander]  # admitted past the deferred twin
     assert sched.waiting.peek() is twin
     sched.block_manager.check_invariants()
+
+
+def test_a_full_native_tier_evicts_a_prefix_from_its_tail():
+    """vLLM's CPU LRU touches a request's blocks last-to-first (`touch` walks them reversed), so the
+    head of a prefix is the most recently used and a full tier gives up its tail first: a prefix that
+    comes back still finds its first blocks, where evicting from the head would leave nothing
+    reachable (a lookup stops at the first miss)."""
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=10, block_size=4, num_offload_blocks=12,
+                           max_num_batched_tokens=64)
+    a, b, again = evicting_workload()  # 9 full blocks each; b's evict 6 of a's from the tier
+    run(sched, [a, b, again], on_step=lambda plan, now: sched.block_manager.check_invariants())
+    assert sched.block_manager.offload.num_evicted_blocks >= 6 and again.num_cached_tokens == 0
+    assert again.num_cpu_cached_tokens == 3 * 4  # a's first three blocks survived
