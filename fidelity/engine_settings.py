@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from fidelity.runs import DEFAULT_GPU, RealRun, async_scheduling, engine_version, recorded_bool
+from fidelity.runs import DEFAULT_GPU, RealRun, async_scheduling, engine_version, kv_offloading_backend, recorded_bool
 from policies import ConfigError
 
 MODELLED = "modelled"
@@ -168,6 +168,10 @@ V0_RELEASE_NOTE = ("a vLLM v0 engine (scheduler.policy continuous); the release 
                    "(GPU model aiconfigurator-eager, fidelity.eager_host)")
 
 
+OFFLOAD_WITHOUT_BACKEND = ("off: before vLLM 0.14 the size alone enabled no offloading (--kv-offloading-backend "
+                           "defaulted to None and had to be set); no CPU tier simulated")
+
+
 def classify(name: str, value) -> tuple[str, str]:
     """(status, note) of one recorded setting."""
     if name in VALUE_LIMITS:
@@ -193,6 +197,8 @@ def settings_table(run: RealRun) -> list[dict]:
             classify(name, value)
         if name == "async_scheduling" and not _off(value) and async_scheduling(run.server):  # passed on, or the release default
             status, note = MODELLED, ASYNC_MODELLED
+        if name == "kv_offloading_size" and not _off(value) and kv_offloading_backend(run.server) is None:
+            status, note = NO_EFFECT, OFFLOAD_WITHOUT_BACKEND
         if name in ALIASES["engine_version"] and not run.server.enable_chunked_prefill:
             note = V0_RELEASE_NOTE
         rows.append({"run": run.name, "setting": name, "value": value, "status": status, "note": note,

@@ -19,7 +19,7 @@ import numpy as np
 from fidelity.client_timeout import client_timeout
 from fidelity.client_workload import write_resolved_profile
 from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs, async_scheduling,  # noqa: F401 (re-exported)
-                           engine_version, release, reserve_full_isl)
+                           engine_version, kv_offloading_backend, release, reserve_full_isl)
 from fidelity.sources.guidellm import is_guidellm_profile
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import SharedPrefixProfile
@@ -273,9 +273,10 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         "scheduler": scheduler_section(s, gpu, usage),
         "cache": {"block_size": s.block_size, "enable_prefix_caching": bool(s.enable_prefix_caching)},
     }
-    if s.kv_offloading_size:  # vLLM's KV offloading: a CPU tier of the prefix cache (policies.kv_offload)
+    offload_backend = kv_offloading_backend(s)
+    if offload_backend:  # vLLM's KV offloading: a CPU tier of the prefix cache (policies.kv_offload)
         data["cache"]["offload_size_gb"] = float(s.kv_offloading_size)
-        data["cache"]["offload_backend"] = s.kv_offloading_backend or "native"
+        data["cache"]["offload_backend"] = offload_backend
     if not s.enable_chunked_prefill:
         # the v0 block manager keeps 1% of the GPU blocks free when admitting a prompt (or swapping
         # one in), so that an admission does not at once force a decode preemption (ENGINE-SEMANTICS

@@ -164,6 +164,19 @@ def release(server: ServerArgs) -> tuple[int, int, int] | None:
     return release_parts(server.engine_version) if server.engine_version else None
 
 
+def kv_offloading_backend(server: ServerArgs) -> str | None:
+    """The KV offloading backend the run's engine ran ("native", "lmcache"), or None: off. Until 0.14
+    vLLM's --kv-offloading-backend defaulted to None and offloading was on only with it set (its
+    `_post_init_kv_transfer_config` returned early, whatever the size); from 0.14 it defaults to
+    "native" and the size alone turns offloading on (unknown release: the assumed preset's, 0.14+)."""
+    if not server.kv_offloading_size:
+        return None
+    if server.kv_offloading_backend:
+        return server.kv_offloading_backend
+    r = release(server)
+    return None if r is not None and r < (0, 14, 0) else "native"
+
+
 def async_scheduling(server: ServerArgs) -> bool:
     """--async-scheduling as the run's engine had it: the recorded value, else its release's default
     (`policies.presets.async_scheduling_default`; unknown version: the assumed preset's); v0 engines: off."""

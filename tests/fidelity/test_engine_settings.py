@@ -32,6 +32,12 @@ def test_unknown_and_unmodelled_arguments_are_listed_by_name(tmp_path):
     assert sorted(not_modelled(run)) == sorted(f"{k}={v}" for k, v in UNKNOWN.items())
 
 
+def test_an_offloading_size_a_pre_0_14_engine_ignored_is_listed_as_without_effect(tmp_path):
+    write_exp_config(tmp_path / "run", gpu="H100", kv_offloading_size=8, vllm_version="0.12.0")
+    rows = {r["setting"]: r for r in settings_table(load_run(tmp_path / "run"))}
+    assert rows["kv_offloading_size"]["status"] == NO_EFFECT and "0.14" in rows["kv_offloading_size"]["note"]
+
+
 def test_async_scheduling_recorded_in_exp_config_is_simulated(tmp_path):
     run = load_run(synthetic_run(tmp_path / "run", async_scheduling=True))
     rows = {r["setting"]: r for r in settings_table(run)}

@@ -197,3 +197,17 @@ def test_kv_offloading_arguments_become_the_cpu_tier(tmp_path):
     (folder / "exp-config.yaml").write_text(_yaml.safe_dump(exp))
     with pytest.raises(ConfigError, match=r"^cache\.offload_backend"):
         config_from_run(folder)
+
+
+@pytest.mark.parametrize("version, size_gb", [("0.12.0", 0.0), ("0.13.0", 0.0), ("0.14.0", 64.0), ("0.19.0", 64.0)])
+def test_kv_offloading_size_alone_is_on_only_from_vllm_0_14(tmp_path, version, size_gb):
+    """Before 0.14 --kv-offloading-backend defaulted to None and vLLM enabled offloading only with it
+    set (`_post_init_kv_transfer_config` returned early); from 0.14 the size alone turns on 'native'."""
+    import yaml as _yaml
+
+    folder = make_measured_run(tmp_path / "offload", n=8)
+    exp = _yaml.safe_load((folder / "exp-config.yaml").read_text())
+    exp.update(kv_offloading_size=64, vllm_version=version)
+    (folder / "exp-config.yaml").write_text(_yaml.safe_dump(exp))
+    cfg = config_from_run(folder)
+    assert cfg.cache.offload_size_gb == size_gb
