@@ -488,8 +488,10 @@ class BlockManager:
             return [], []
         self._update_hashes(req, n_full * self.block_size)
         hashes = req.block_hashes[:n_full]
-        req.num_offloaded_blocks = n_full
         picked = tier.start_store(hashes, start)
+        if picked is None:  # native: no room for all of them now; offered again after the next step
+            return [], []
+        req.num_offloaded_blocks = n_full
         table = req.block_table
         return [(table[start + i], cpu) for i, cpu in picked], [hashes[start + i] for i, _ in picked]
 

@@ -5,7 +5,9 @@ them end (write-through, as vLLM v1's OffloadingConnector does: every full block
 the blocks of finished or evicted prefixes are already there when the GPU's prefix cache lets them
 go). When a request arrives, the blocks of its prefix past the GPU prefix-cache hit are looked up
 here by the same chained hash; the consecutive run that is present is loaded back into fresh GPU
-blocks instead of being recomputed. Eviction is LRU over the blocks no transfer is using, in the
+blocks instead of being recomputed. Eviction is LRU over the blocks no transfer is using (native:
+nor a live request's stores: vLLM completes them, making them findable and evictable, only once their
+request has finished or been preempted, and stores a step's new blocks of a request all or none), in the
 backend's recency order: vLLM's native manager touches a request's blocks last-to-first at every
 lookup and store, so a prefix loses its tail first; LMCache touches chunks in token order on use.
 
@@ -34,7 +36,8 @@ class OffloadTier:
     loaded and evicted, for the run's records. The backends:
 
     - `native` (vLLM's OffloadingConnector): asynchronous. Stores run beside the next steps; a stored
-      block can be found once its copy has landed. A request whose prefix hits here holds its GPU blocks
+      block is held by its request (`hold`) and can be found once its copy has landed and the request
+      has ended or been preempted (`release`). A request whose prefix hits here holds its GPU blocks
       and waits (vLLM's WAITING_FOR_REMOTE_KVS) until its load has landed, while the other requests
       keep running; then it is scheduled like any waiting request, its loaded tokens already computed.
     - `lmcache` (LMCacheConnectorV1): synchronous, in units of 256-token chunks. A hit is loaded in the
@@ -58,6 +61,7 @@ class OffloadTier:
         self.entries: OrderedDict[int, int] = OrderedDict()  # hash -> CPU block, least recently used first
         self.ready_at: dict[int, float] = {}  # hash -> when its stored copy has landed (inf while pending)
         self.pins: dict[int, int] = {}  # hash -> transfers using it
+        self.owned: set = set()  # native: hashes a live request's stores hold (not findable, not evictable)
         self.free_blocks = list(range(num_blocks - 1, -1, -1))  # a stack; pops block 0 first
         self.store_free_at = 0.0  # device -> host queue busy until
         self.load_free_at = 0.0  # host -> device queue busy until
@@ -87,8 +91,9 @@ class OffloadTier:
         loaded: the consecutive run present and landed by `now` (lmcache: ending on a chunk)."""
         entries, ready_at = self.entries, self.ready_at
         n = 0
+        owned = self.owned
         for h in hashes[num_gpu_hit_blocks:]:
-            if h not in entries or ready_at[h] > now:
+            if h not in entries or ready_at[h] > now or h in owned:
                 break
             n += 1
         if self.chunk_blocks > 1:  # whole chunks only, counted from the first token
@@ -123,20 +128,28 @@ class OffloadTier:
         self._unpin(hashes)
 
     # --- stores ---------------------------------------------------------------------------------
-    def start_store(self, hashes, first: int = 0) -> list[tuple[int, int]]:
+    def start_store(self, hashes, first: int = 0) -> list[tuple[int, int]] | None:
         """Reserve CPU blocks for the blocks of `hashes[first:]` (one request's new full blocks; the
         ones before are its blocks offered earlier) not stored yet, evicting LRU entries no transfer
-        pins; returns (index in `hashes[first:]`, CPU block) for each block to copy. Stops when the
-        tier is full of pinned entries. Present ones are only touched (native: all of `hashes`, once
-        something was reserved, as vLLM's connector does after `prepare_store`)."""
+        pins; returns (index in `hashes[first:]`, CPU block) for each block to copy. lmcache stops when
+        the tier is full of pinned entries; native reserves all or none (None: none, offer them again
+        later), never evicting one of `hashes[first:]`, as vLLM's `prepare_store`. Present ones are only
+        touched (native: all of `hashes`, once something was reserved, as vLLM's connector does)."""
         out = []
         entries, pins = self.entries, self.pins
-        for i, h in enumerate(hashes[first:]):
+        new = hashes[first:]
+        protected = ()
+        if not self.synchronous:
+            protected = set(new)
+            need = sum(h not in entries for h in new) - len(self.free_blocks)
+            if need > 0 and not self._has_evictable(need, protected):
+                return None
+        for i, h in enumerate(new):
             if h in entries:
                 if self.synchronous:
                     entries.move_to_end(h)
                 continue
-            if not self.free_blocks and not self._evict_one():
+            if not self.free_blocks and not self._evict_one(protected):
                 break
             b = self.free_blocks.pop()
             entries[h] = b
@@ -163,6 +176,27 @@ class OffloadTier:
         self._unpin(hashes)
         return done
 
+    def hold(self, hashes) -> None:
+        """Native: the stores of `hashes` belong to a live request: not findable nor evictable until
+        `release` (vLLM's blocks stay un-ready until the connector completes the request's stores)."""
+        entries = self.entries
+        self.owned.update(h for h in hashes if h in entries)
+
+    def release(self, hashes, now: float) -> None:
+        """Native: the request holding `hashes` ended or was preempted at `now`: they can be found (all
+        at once, when the last of their landed copies is in, as vLLM reports a request's stores done)
+        and evicted. One still being copied becomes findable when its copy lands (`finish_store`)."""
+        owned, ready_at = self.owned, self.ready_at
+        held = [h for h in hashes if h in owned]
+        if not held:
+            return
+        landed = [ready_at[h] for h in held if ready_at[h] != float("inf")]
+        at = max([now, *landed])
+        for h in held:
+            owned.discard(h)
+            if ready_at[h] != float("inf"):
+                ready_at[h] = at
+
     # --- seconds and checks -----------------------------------------------------------------------
     def step_seconds(self, num_loaded: int, num_stored: int) -> float:
         """Copy time a step carrying these transfers spends on them (lmcache: all of it; native: none,
@@ -180,10 +214,24 @@ class OffloadTier:
             else:
                 pins[h] = n - 1
 
-    def _evict_one(self) -> bool:
-        """Drop the least recently used unpinned entry; False when every entry is pinned."""
+    def _has_evictable(self, n: int, protected) -> bool:
+        """True when `n` entries could be evicted (unpinned, not held, not in `protected`)."""
+        pins, owned = self.pins, self.owned
+        if len(self.entries) - len(owned) < n:  # held entries are a subset: too few, without a scan
+            return False
         for h in self.entries:
-            if h not in self.pins:
+            if h not in pins and h not in owned and h not in protected:
+                n -= 1
+                if n <= 0:
+                    return True
+        return False
+
+    def _evict_one(self, protected=()) -> bool:
+        """Drop the least recently used entry no transfer pins, no live request holds and not in
+        `protected`; False when there is none."""
+        pins, owned = self.pins, self.owned
+        for h in self.entries:
+            if h not in pins and h not in owned and h not in protected:
                 b = self.entries.pop(h)
                 del self.ready_at[h]
                 self.free_blocks.append(b)
@@ -199,6 +247,7 @@ class OffloadTier:
         assert len(used) + len(self.free_blocks) == self.num_blocks, "CPU offload blocks lost"
         assert set(self.ready_at) == set(self.entries), "ready times differ from the entries"
         assert set(self.pins) <= set(self.entries), "a pin on an evicted entry"
+        assert self.owned <= set(self.entries), "a held store was evicted"
 
 
 def offload_blocks(size_gib: float, block_bytes_per_replica: int) -> int:

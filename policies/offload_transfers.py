@@ -24,7 +24,9 @@ class OffloadTransfers:
       a plan does)]; they count as waiting, as vLLM counts its WAITING_FOR_REMOTE_KVS requests.
     - the loads admitted by the `schedule()` call in progress (block pairs for its plan; the hashes
       of synchronous lmcache loads, finished with their step);
-    - per step id, the (store hashes, synchronous load hashes) that `settle` finishes after it.
+    - per step id, the (store hashes, synchronous load hashes) that `settle` finishes after it;
+    - native: per live request, the hashes its stores hold in the tier until it ends or is preempted
+      (`release_stores`), when vLLM's connector completes them.
     """
 
     def __init__(self, block_manager: "BlockManager") -> None:
@@ -33,6 +35,7 @@ class OffloadTransfers:
         self._loads: list[tuple[int, int]] = []
         self._sync_loads: list = []
         self._by_step: dict = {}
+        self._held: dict = {}  # native: req_id -> hashes its stores hold
 
     @property
     def has_unsettled(self) -> bool:
@@ -80,6 +83,13 @@ class OffloadTransfers:
         self.block_manager.offload.finish_load(entry[1])
         return True
 
+    def release_stores(self, req: "Request", now: float) -> None:
+        """`req` ended or was preempted at `now`: the blocks its native stores hold can be found (once
+        copied) and evicted."""
+        hashes = self._held.pop(req.req_id, None)
+        if hashes:
+            self.block_manager.offload.release(hashes, now)
+
     def attach(self, plan: "BatchPlan") -> "BatchPlan":
         """`plan` with this step's copies: the loads admitted into it, and the stores of the full blocks
         its sequences fill (lmcache: prompt chunks only)."""
@@ -87,7 +97,8 @@ class OffloadTransfers:
         loads, self._loads = self._loads, []
         sync_loads, self._sync_loads = self._sync_loads, []
         stores, store_hashes = [], []
-        prompt_only = bm.offload.synchronous
+        tier = bm.offload
+        prompt_only = tier.synchronous
         for seq in plan.seqs:
             if seq.is_padding:
                 continue
@@ -95,6 +106,9 @@ class OffloadTransfers:
             if pairs:
                 stores.extend(pairs)
                 store_hashes.extend(hashes)
+                if not prompt_only:
+                    tier.hold(hashes)
+                    self._held.setdefault(seq.request.req_id, []).extend(hashes)
         if not loads and not stores:
             return plan
         if store_hashes or sync_loads:

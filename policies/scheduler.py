@@ -191,6 +191,7 @@ class Scheduler(Stretches):
 
     def _finish(self, req: "Request", reason: FinishReason, now: float, why: str | None = None) -> None:
         self.block_manager.free(req, finished=True)
+        self.transfers.release_stores(req, now)  # its copies in the CPU tier can be found from now on
         # its cached blocks are found by hash from now on: a finished request (which results keep)
         # need not carry a hash per block
         req.block_hashes = []
@@ -456,6 +457,7 @@ class Scheduler(Stretches):
         victim.num_preemptions += 1
         victim.transition(RequestState.PREEMPTED)
         victim.mark_preempted(self.now)
+        self.transfers.release_stores(victim, self.now)  # vLLM completes a preempted request's stores
         if self.preemptor.mode_for(victim, bm) == SWAP:
             step.swap_out_blocks.extend(bm.swap_out(victim))
             step.swapped_out.append(victim.req_id)

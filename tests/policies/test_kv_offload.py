@@ -35,17 +35,31 @@ def test_stores_skip_present_blocks_and_evict_the_least_recently_used_unpinned()
     assert [i for i, _ in picked] == [1]
     assert set(tier.entries) == {1, 2, 4} and tier.num_evicted_blocks == 1
     tier.finish_store([4], 0.0)
-    assert tier.start_store([5, 6, 7]) and tier.num_evicted_blocks <= 3
+    assert tier.start_store([5, 6, 7]) is None  # native: all or none; 1 is pinned, 2 evictable
+    assert [i for i, _ in tier.start_store([5, 6])] == [0, 1] and tier.num_evicted_blocks == 3
     assert 1 in tier.entries  # still pinned
     tier.finish_load([1])
-    tier.finish_store([h for h in (5, 6, 7) if h in tier.entries], 0.0)
+    tier.finish_store([5, 6], 0.0)
     tier.check_invariants()
 
 
 def test_full_of_pinned_blocks_stores_nothing():
-    tier = make_tier(num_blocks=2)
-    tier.start_store([1, 2])  # pinned until finish_store
-    assert tier.start_store([3]) == []
+    for backend, nothing in (("native", None), ("lmcache", [])):  # native: offered again later
+        tier = make_tier(num_blocks=2, backend=backend)
+        tier.start_store([1, 2])  # pinned until finish_store
+        assert tier.start_store([3]) == nothing
+        tier.check_invariants()
+
+
+def test_a_held_store_is_found_and_evicted_only_once_released():
+    tier = make_tier(num_blocks=2, s_per_block=1.0)
+    tier.start_store([1, 2])
+    tier.hold([1, 2])
+    tier.finish_store([1, 2], now=5.0)  # copies land at 7
+    assert tier.lookup([1, 2], 0, now=100.0) == 0 and tier.start_store([3]) is None
+    tier.release([1, 2], now=6.0)
+    assert tier.lookup([1, 2], 0, now=6.5) == 0 and tier.lookup([1, 2], 0, now=7.0) == 2
+    assert tier.start_store([3]) and tier.num_evicted_blocks == 1
     tier.check_invariants()
 
 
@@ -191,3 +205,21 @@ def test_a_full_native_tier_evicts_a_prefix_from_its_tail():
     run(sched, [a, b, again], on_step=lambda plan, now: sched.block_manager.check_invariants())
     assert sched.block_manager.offload.num_evicted_blocks >= 6 and again.num_cached_tokens == 0
     assert again.num_cpu_cached_tokens == 3 * 4  # a's first three blocks survived
+
+
+def test_native_stores_of_a_running_request_are_held_until_it_ends():
+    """vLLM's connector completes a request's stores (its CPU blocks become evictable and findable)
+    only once the request has finished or been preempted, and `prepare_store` stores all of a step's
+    new blocks or none (retried the next step). Two prompts running together on a tier that holds one:
+    the first one's blocks stay, the second one's are not stored, as vLLM's tier ends up."""
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=40, block_size=4, num_offload_blocks=12,
+                           max_num_batched_tokens=128)
+    a, b, again = evicting_workload()
+    b.arrival_time = 0.0
+    tier = sched.block_manager.offload
+    held = []
+    run(sched, [a, b], on_step=lambda plan, now: (sched.block_manager.check_invariants(),
+                                                  held.append(tier.lookup(a.block_hashes, 0, now))))
+    assert held[0] == 0  # a's blocks are stored but not findable while a runs
+    assert tier.num_stored_blocks == 9 and tier.num_evicted_blocks == 0  # b's 9 did not fit beside them
+    assert sched.block_manager.offload_lookup(again, 0, now=100.0) == 8  # a's prefix, findable once a ended
