@@ -5,6 +5,9 @@ SLO target (DistServe goodput), by bracketing and bisection to a relative tolera
 With several `--layout`s it compares layouts of the same GPU count in one command:
 `as-is` (the config), `colocated` (the same number of GPUs as colocated replicas of the top-level
 `hardware.tp`), `disaggregated` (the config's `[disaggregation]` pools, enabled).
+Every rate sees the same requests (common random numbers, `sim.capacity.search`): request i's
+lengths and unit-rate arrival draw do not change with the rate; `--fresh-draws` draws each rate's
+workload as `simulate` does. One line says what the rates share (`common_across_rates` in the table).
 """
 from __future__ import annotations
 
@@ -54,6 +57,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fixed-count", action="store_true",
                         help="keep workload.num_requests at every rate (default: scale it with the rate so "
                              "every probe spans the same arrival window)")
+    parser.add_argument("--fresh-draws", action="store_true",
+                        help="draw each rate's workload as simulate does, one generator for arrivals and lengths "
+                             "(default: common random numbers: request i has the same lengths at every rate and "
+                             "its arrival time scales as 1/rate)")
     options.add_out(parser, "search.csv (every rate tried) and search.png")
 
 
@@ -80,11 +87,15 @@ def run(args) -> int:
     for layout in layouts:
         overrides = list(args.overrides) + layout_overrides(base, layout, gpus)
         res = find_max_rate(args.config, slo, args.rate_key, start, args.tol, executor, overrides,
-                            progress=options.progress(args), hold_window=not args.fixed_count)
+                            progress=options.progress(args), hold_window=not args.fixed_count,
+                            common_random_numbers=not args.fresh_draws)
+        if layout == layouts[0]:  # the same for every layout: said once
+            options.say(args, f"common across rates: {res.common}")
         options.say(args, f"{layout:>13}: {number(res.rate)} req/s sustained ({number(res.rate_per_gpu)} per GPU, "
                     f"{res.num_gpus} GPUs); {number(res.upper)} req/s is not")
         table = res.table()
         table.insert(0, "layout", layout)
+        table["common_across_rates"] = res.common
         tables.append(table)
     import pandas as pd
 

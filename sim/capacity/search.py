@@ -4,8 +4,15 @@ A rate is *sustained* when at least `slo.min_attainment` (90%) of the requests m
 and the run keeps up with it (`records.saturation`: no backlog that grows through the run).
 The search brackets the knee by doubling / halving from a starting rate, then narrows the bracket
 until `upper / lower - 1 <= rel_tol` (the stated tolerance). With an executor of width k it tests
-k rates per round (k-section; plain bisection when k = 1). It assumes attainment falls with rate,
-which holds for one seeded workload whose arrival times scale as 1 / rate.
+k rates per round (k-section; plain bisection when k = 1). It assumes attainment falls with rate.
+
+Common random numbers: by default every probe draws its workload's quantities from their own
+streams (`sim.workload.streams`, `per_quantity`), so request i has the same lengths, class and
+prefix-group user at every rate, and its arrival time is the same unit-rate draw scaled by 1/rate:
+neighbouring rates differ by the rate alone, not by a fresh sample. `common_random_numbers=False`
+draws each rate's workload as `simulate` would (one generator: request i's lengths move with the
+rate and the count), so attainment wiggles by a few percent between neighbouring rates.
+`held_common` says in one line what the probes share.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ from sim.capacity.slo import SLO
 from sim.capacity.sweep import (DEFAULT_SIMULATE, check_paced, evaluate_point, hold_window_of, load_point_config,
                                 make_specs, sustains)
 from sim.cluster.layout import num_gpus
+from sim.workload.config import WorkloadConfig
 
 DEFAULT_RATE_KEY = "workload.rate"
 
@@ -32,6 +40,7 @@ class SearchResult:
     rel_tol: float
     num_gpus: int
     rows: list[dict[str, Any]] = field(default_factory=list)
+    common: str = ""  # what every probe shared (`held_common`)
 
     @property
     def rate_per_gpu(self) -> float:
@@ -43,16 +52,48 @@ class SearchResult:
         return pd.DataFrame(self.rows).sort_values("rate").reset_index(drop=True)
 
 
+def held_common(workload: WorkloadConfig, hold_window: bool = True, common: bool = True,
+                rate_key: str = DEFAULT_RATE_KEY) -> str:
+    """One line: what the probes of a search of `workload` by `rate_key` share across rates."""
+    if not common:
+        return ("nothing: each rate draws its workload as simulate does, from one generator (request i's "
+                "drawn lengths and arrival gap change with the rate)")
+    shared = ["trace row" if workload.trace else "prompt and output lengths"]
+    if workload.classes:
+        shared.append("class")
+    if workload.num_prefix_groups:
+        shared.append("prefix group and user")
+    if rate_key != DEFAULT_RATE_KEY:
+        arrival = f"the same: {rate_key} is what varies"
+    elif workload.kind == "trace":
+        arrival = "the recorded one rescaled to each rate"
+    elif workload.kind == "constant":
+        arrival = "i / rate"
+    else:
+        arrival = "a rate-1 draw scaled by 1/rate"
+    if workload.duration is not None:
+        count = "the same duration: a higher rate adds requests after these"
+    elif hold_window and rate_key == DEFAULT_RATE_KEY:
+        count = "a higher rate adds requests after these (the count grows with the rate: the same arrival window)"
+    else:
+        count = "the same request count at every rate"
+    return f"request i's {', '.join(shared)} and its arrival time ({arrival}); {count}"
+
+
 def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_rate: float = 1.0,
                   rel_tol: float = 0.05, executor=None, base_overrides: Sequence[str] = (),
                   min_rate: float = 1e-3, max_rate: float = 1e5, simulate: str = DEFAULT_SIMULATE,
-                  progress: bool = True, hold_window: bool = True) -> SearchResult:
+                  progress: bool = True, hold_window: bool = True,
+                  common_random_numbers: bool = True) -> SearchResult:
     """Search the highest `rate_key` value at which `base` meets `slo` (see the module docstring).
 
     `hold_window`: a workload of `num_requests` at the config's rate r0 spans about n0 / r0 seconds;
     each probed rate r then gets round(n0 * r / r0) requests, so every probe covers the same
     arrival window, as DistServe's runs do (N = 100 x rate). Otherwise a fixed count would give a
     high rate a shorter burst and less time to build a queue, flattering it.
+
+    `common_random_numbers`: every probe's workload draws each quantity from its own stream, so
+    request i is the same request at every rate (module docstring); False: as `simulate` draws it.
     """
     slo.require_targets()
     check_number("rel_tol", rel_tol, 0.0, strict_min=True)
@@ -62,6 +103,7 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
                           f"{max_rate:g}; start at or below it")
     executor = executor or SerialExecutor()
     width = max(1, getattr(executor, "max_workers", 1) or 1)
+    streams = "per_quantity" if common_random_numbers else "one"
     rows: list[dict[str, Any]] = []
     tested: dict[float, bool] = {}
 
@@ -75,7 +117,7 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
         points = [{rate_key: repr(float(r))} for r in rates]
         if hold_window:
             points = hold_window_of(config.workload, points, rate_key)
-        specs = make_specs(base, points, slo, base_overrides, simulate)
+        specs = make_specs(base, points, slo, base_overrides, simulate, streams)
         for r, row in zip(rates, executor.map(evaluate_point, specs, desc="slo search", progress=progress)):
             row["rate"] = r
             rows.append(row)
@@ -102,4 +144,5 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
         step = (hi - lo) / (width + 1)
         test([lo + step * (i + 1) for i in range(width)])
         lo, hi = bracket()
-    return SearchResult(rate=lo, upper=hi, rel_tol=rel_tol, num_gpus=num_gpus(config), rows=rows)
+    return SearchResult(rate=lo, upper=hi, rel_tol=rel_tol, num_gpus=num_gpus(config), rows=rows,
+                        common=held_common(config.workload, hold_window, common_random_numbers, rate_key))

@@ -5,7 +5,9 @@ processes and Ray can run it. It loads the base config with the point's override
 `a.b=v` keys as `servesim simulate --set`), simulates it, and returns one flat row: the swept
 values, the overrides string, the summary's scalars (nested percentiles flattened to
 `ttft_s_p90`...), the SLO attainment and goodput. Runs are seeded by the config, so a point's row
-depends only on the point.
+depends only on the point. A point's `streams` (`sim.workload.streams`) says how its workload draws
+its quantities: `one` generator, as `simulate` does (the default), or `per_quantity` (the SLO
+search's common random numbers: request i the same at every rate).
 """
 from __future__ import annotations
 
@@ -16,13 +18,15 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from policies import ConfigError
-from policies.config import check_number
+from policies.config import check_choice, check_number
 from sim.capacity.executor import LocalExecutor
 from sim.capacity.slo import SLO, attainment
 from sim.cluster.layout import all_replica_configs, num_gpus
 from sim.config import load_config, toml_value
 from sim.notes import rate_unused
+from sim.workload import build_workload
 from sim.workload.config import MAX_NUM_REQUESTS
+from sim.workload.streams import STREAMS
 
 DEFAULT_SIMULATE = "sim.runner.simulate"
 
@@ -176,6 +180,12 @@ class PointSpec:
     slo: SLO = field(default_factory=SLO)
     index: int = 0
     simulate: str = DEFAULT_SIMULATE  # dotted path of `simulate(config) -> result`
+    # how the workload draws its quantities (`sim.workload.streams`); other than `one`, `simulate`
+    # is handed the workload too: `simulate(config, workload=...)`
+    streams: str = "one"
+
+    def __post_init__(self) -> None:
+        check_choice("streams", self.streams, STREAMS)
 
     @property
     def overrides(self) -> list[str]:
@@ -206,7 +216,12 @@ def load_point_config(spec: PointSpec):
 def evaluate_point(spec: PointSpec) -> dict[str, Any]:
     """Simulate one point and return its table row."""
     config = load_point_config(spec)
-    result = resolve(spec.simulate)(config)
+    simulate = resolve(spec.simulate)
+    if spec.streams == "one":  # the workload `simulate` builds from the config
+        result = simulate(config)
+    else:
+        result = simulate(config, workload=build_workload(config.workload, config.scheduler.max_model_len,
+                                                          spec.streams))
     row: dict[str, Any] = {"point": spec.index}
     row.update({k: to_scalar(v) for k, v in spec.values})
     row["overrides"] = ";".join(spec.overrides)
@@ -222,10 +237,10 @@ def evaluate_point(spec: PointSpec) -> dict[str, Any]:
 
 
 def make_specs(base: Any, points: list[dict], slo: SLO = SLO(), base_overrides: Sequence[str] = (),
-               simulate: str = DEFAULT_SIMULATE) -> list[PointSpec]:
+               simulate: str = DEFAULT_SIMULATE, streams: str = "one") -> list[PointSpec]:
     if isinstance(points, Mapping) or not all(isinstance(p, Mapping) for p in points):
         raise ConfigError(f"points: expected a list of {{key: value}} tables, one a point, got {points!r}"[:200])
-    return [PointSpec(base, tuple(p.items()), tuple(base_overrides), slo, i, simulate)
+    return [PointSpec(base, tuple(p.items()), tuple(base_overrides), slo, i, simulate, streams)
             for i, p in enumerate(points)]
 
 

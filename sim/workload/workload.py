@@ -6,8 +6,10 @@ trace or from the length distributions; shared-prefix groups and Mooncake hash i
 lazy `SyntheticTokens` ids so the prefix cache can hit; `too_long` clips, filters or keeps what
 does not fit `max_model_len`. `Workload` states each of these in full.
 
-Everything is drawn from one `numpy.random.Generator(seed)`: the same config gives the same
-requests, bit for bit.
+Everything is drawn from `numpy.random` generators seeded by `workload.seed`: the same config gives
+the same requests, bit for bit. By default one generator serves every quantity in turn;
+`streams="per_quantity"` gives each its own (`sim.workload.streams`: common random numbers, so that
+request i is the same request at every rate and request count).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from sim.workload import registry
 from sim.workload.concurrency import ConcurrencyCap
 from sim.workload.config import WorkloadConfig
 from sim.workload.lengths import sample_lengths
+from sim.workload.streams import RandomStreams
 from sim.workload.synthetic_tokens import SyntheticTokens
 from sim.workload.traces import MOONCAKE_BLOCK_TOKENS, Trace, has_arrivals, read_trace
 
@@ -54,10 +57,10 @@ class Workload:
     passes it on for the scheduler to reject. `num_clipped` / `num_filtered` count them.
     """
 
-    def __init__(self, cfg: WorkloadConfig, max_model_len: int | None) -> None:
+    def __init__(self, cfg: WorkloadConfig, max_model_len: int | None, streams: str = "one") -> None:
         self.cfg = cfg
         self.max_model_len = cfg.max_model_len or max_model_len
-        self.rng = np.random.default_rng(cfg.seed)
+        self.streams = RandomStreams(cfg.seed, streams)
         self.trace: Trace | None = read_trace(cfg.trace, cfg.trace_format) if cfg.trace else None
         if self.trace is not None and not has_arrivals(self.trace.format) and cfg.kind == "trace":
             raise ConfigError(f"workload.kind: {cfg.trace} is a length table without arrival times; choose "
@@ -90,7 +93,7 @@ class Workload:
     # --- open loop ----------------------------------------------------------------------------------
     def _open_columns(self) -> tuple:
         """Arrival times, prompt/output lengths, priorities, class and user indices (or None): arrays."""
-        cfg, rng = self.cfg, self.rng
+        cfg, rng = self.cfg, self.streams.get
         cls_idx = None
         if cfg.kind == "trace":
             t = self.trace.arrival_time
@@ -104,23 +107,25 @@ class Workload:
             if cfg.num_requests is not None:
                 t = t[:cfg.num_requests]
         elif cfg.kind == "staged":
-            t = staged_arrival_times(rng, cfg.stages, cfg.cv, cfg.num_requests)
+            t = staged_arrival_times(rng("arrivals"), cfg.stages, cfg.cv, cfg.num_requests)
         else:
             cv = {"poisson": 1.0, "constant": 0.0}.get(cfg.kind, cfg.cv)
             if cfg.classes and cfg.classes[0].rate is not None:  # one stream per class
-                streams = [arrival_times(rng, c.rate, cv, cfg.num_requests, cfg.duration) for c in cfg.classes]
-                t = np.concatenate(streams)
-                cls_idx = np.concatenate([np.full(len(s), k) for k, s in enumerate(streams)])
+                per_class = [arrival_times(rng("arrivals", k), c.rate, cv, cfg.num_requests, cfg.duration)
+                             for k, c in enumerate(cfg.classes)]
+                t = np.concatenate(per_class)
+                cls_idx = np.concatenate([np.full(len(s), k) for k, s in enumerate(per_class)])
                 order = np.argsort(t, kind="stable")[:cfg.num_requests]
                 t, cls_idx = t[order], cls_idx[order]
             else:
-                t = arrival_times(rng, cfg.rate, cv, cfg.num_requests, cfg.duration)
+                t = arrival_times(rng("arrivals"), cfg.rate, cv, cfg.num_requests, cfg.duration)
         n = len(t)
         if cls_idx is None and cfg.classes:
-            cls_idx = rng.choice(len(cfg.classes), size=n, p=[c.fraction for c in cfg.classes])
+            cls_idx = rng("classes").choice(len(cfg.classes), size=n, p=[c.fraction for c in cfg.classes])
         idx = np.arange(n)
         prompt, output, priority = self._lengths(idx, cls_idx)
-        users = rng.integers(cfg.num_prefix_groups * cfg.users_per_group, size=n) if cfg.num_prefix_groups else None
+        groups = cfg.num_prefix_groups
+        users = rng("users").integers(groups * cfg.users_per_group, size=n) if groups else None
         return t, prompt, output, priority, cls_idx, users
 
     def _replayed(self, t: np.ndarray) -> np.ndarray:
@@ -190,7 +195,7 @@ class Workload:
 
     def _lengths(self, idx: np.ndarray, cls_idx: np.ndarray | None):
         """Prompt, output and priority arrays for request indices `idx` (trace rows or samples)."""
-        cfg, rng, n = self.cfg, self.rng, len(idx)
+        cfg, rng, n = self.cfg, self.streams.get, len(idx)
         priority = np.zeros(n, dtype=np.int64)
         if self.trace is not None:
             rows = idx % len(self.trace)
@@ -198,16 +203,16 @@ class Workload:
             if self.trace.priority is not None:
                 priority = self.trace.priority[rows].copy()
         else:
-            prompt = sample_lengths(cfg.prompt_len, n, rng, "prompt")
-            output = sample_lengths(cfg.output_len, n, rng, "output")
+            prompt = sample_lengths(cfg.prompt_len, n, rng("prompt"), "prompt")
+            output = sample_lengths(cfg.output_len, n, rng("output"), "output")
         if cls_idx is not None:
             for k, c in enumerate(cfg.classes):
                 sel = np.flatnonzero(cls_idx == k)
                 priority[sel] = c.priority
                 if c.prompt_len is not None:
-                    prompt[sel] = sample_lengths(c.prompt_len, len(sel), rng, "prompt")
+                    prompt[sel] = sample_lengths(c.prompt_len, len(sel), rng("class_prompt", k), "prompt")
                 if c.output_len is not None:
-                    output[sel] = sample_lengths(c.output_len, len(sel), rng, "output")
+                    output[sel] = sample_lengths(c.output_len, len(sel), rng("class_output", k), "output")
         return prompt, output, priority
 
     # --- one request ----------------------------------------------------------------------------------
@@ -246,7 +251,7 @@ class Workload:
     # --- closed loop ----------------------------------------------------------------------------------
     def _closed_init(self) -> None:
         self.num_issued = self.num_clipped = self.num_filtered = 0
-        self.rng = np.random.default_rng(self.cfg.seed)
+        self.streams = RandomStreams(self.cfg.seed, self.streams.layout)
         self._pool: list[tuple] = []  # per request index: (prompt, output, priority, class)
 
     def _pool_row(self, k: int) -> tuple:
@@ -254,7 +259,7 @@ class Workload:
         cfg = self.cfg
         while k >= len(self._pool):
             idx = np.arange(len(self._pool), len(self._pool) + _CHUNK)
-            cls_idx = (self.rng.choice(len(cfg.classes), size=_CHUNK, p=[c.fraction for c in cfg.classes])
+            cls_idx = (self.streams.get("classes").choice(len(cfg.classes), size=_CHUNK, p=[c.fraction for c in cfg.classes])
                        if cfg.classes else None)
             prompt, output, priority = self._lengths(idx, cls_idx)
             self._pool.extend(zip(prompt.tolist(), output.tolist(), priority.tolist(),
@@ -283,11 +288,13 @@ class Workload:
             return Request(k, a, p, o, priority=pr, prompt_token_ids=tok, tags=tags)
 
 
-def build_workload(cfg: WorkloadConfig, max_model_len: int | None = None) -> Workload:
+def build_workload(cfg: WorkloadConfig, max_model_len: int | None = None, streams: str = "one") -> Workload:
     """The workload `cfg` describes; `max_model_len` (usually scheduler.max_model_len) bounds lengths
-    unless `cfg.max_model_len` is set; behind a `ConcurrencyCap` with `cfg.max_concurrency`."""
+    unless `cfg.max_model_len` is set; behind a `ConcurrencyCap` with `cfg.max_concurrency`.
+    `streams`: how its quantities share random number generators (`sim.workload.streams`; a
+    registered kind draws from its own generator and ignores it)."""
     kind = registry.KINDS.get(cfg.kind)
     if kind is not None:  # a load generator's own semantics (sessions, stage draining)
         return kind.build(registry.read_profile(cfg.profile), cfg.seed)
-    workload = Workload(cfg, max_model_len)
+    workload = Workload(cfg, max_model_len, streams)
     return ConcurrencyCap(workload, cfg.max_concurrency) if cfg.max_concurrency else workload
