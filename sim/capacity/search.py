@@ -23,8 +23,8 @@ from policies import ConfigError
 from policies.config import check_number
 from sim.capacity.executor import SerialExecutor
 from sim.capacity.slo import SLO
-from sim.capacity.sweep import (DEFAULT_SIMULATE, check_paced, evaluate_point, hold_window_of, load_point_config,
-                                make_specs, sustains)
+from sim.capacity.sweep import (DEFAULT_SIMULATE, PointSpec, check_paced, evaluate_point, hold_window_of,
+                                load_point_config, make_specs, sustains)
 from sim.cluster.layout import num_gpus
 from sim.workload.config import WorkloadConfig
 
@@ -80,6 +80,19 @@ def held_common(workload: WorkloadConfig, hold_window: bool = True, common: bool
     return f"request i's {', '.join(shared)} and its arrival time ({arrival}); {count}"
 
 
+def probe_specs(base: Any, workload: WorkloadConfig, rates: Sequence[float], slo: SLO,
+                rate_key: str = DEFAULT_RATE_KEY, base_overrides: Sequence[str] = (),
+                simulate: str = DEFAULT_SIMULATE, hold_window: bool = True,
+                common_random_numbers: bool = True) -> list[PointSpec]:
+    """The points a search evaluates at `rates` (`find_max_rate` says what each argument means);
+    `workload`: the base's workload section, whose count and rate set the held window."""
+    points = [{rate_key: repr(float(r))} for r in rates]
+    if hold_window:
+        points = hold_window_of(workload, points, rate_key)
+    streams = "per_quantity" if common_random_numbers else "one"
+    return make_specs(base, points, slo, base_overrides, simulate, streams)
+
+
 def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_rate: float = 1.0,
                   rel_tol: float = 0.05, executor=None, base_overrides: Sequence[str] = (),
                   min_rate: float = 1e-3, max_rate: float = 1e5, simulate: str = DEFAULT_SIMULATE,
@@ -103,7 +116,6 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
                           f"{max_rate:g}; start at or below it")
     executor = executor or SerialExecutor()
     width = max(1, getattr(executor, "max_workers", 1) or 1)
-    streams = "per_quantity" if common_random_numbers else "one"
     rows: list[dict[str, Any]] = []
     tested: dict[float, bool] = {}
 
@@ -114,10 +126,8 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
         rates = [r for r in rates if r not in tested]
         if not rates:
             return
-        points = [{rate_key: repr(float(r))} for r in rates]
-        if hold_window:
-            points = hold_window_of(config.workload, points, rate_key)
-        specs = make_specs(base, points, slo, base_overrides, simulate, streams)
+        specs = probe_specs(base, config.workload, rates, slo, rate_key, base_overrides, simulate, hold_window,
+                            common_random_numbers)
         for r, row in zip(rates, executor.map(evaluate_point, specs, desc="slo search", progress=progress)):
             row["rate"] = r
             rows.append(row)
