@@ -4,7 +4,9 @@ A rate is *sustained* when at least `slo.min_attainment` (90%) of the requests m
 and the run keeps up with it (`records.saturation`: no backlog that grows through the run).
 The search brackets the knee by doubling / halving from a starting rate, then narrows the bracket
 until `upper / lower - 1 <= rel_tol` (the stated tolerance). With an executor of width k it tests
-k rates per round (k-section; plain bisection when k = 1). It assumes attainment falls with rate.
+k rates per round (k-section; plain bisection when k = 1); a bracketing round goes at most three
+doublings (8x) past its lowest rate, its k probes spaced evenly in log rate (k doublings for k <= 3),
+and never above `max_rate`. It assumes attainment falls with rate.
 
 Common random numbers: by default every probe draws its workload's quantities from their own
 streams (`sim.workload.streams`, `per_quantity`), so request i has the same lengths, class and
@@ -29,6 +31,10 @@ from sim.cluster.layout import num_gpus
 from sim.workload.config import WorkloadConfig
 
 DEFAULT_RATE_KEY = "workload.rate"
+# a bracketing round's probes span at most 2^3 = 8x: a probe's request count grows with its rate (the
+# held window) and a saturated one runs out its backlog, so one 2^15 x the start (16 workers
+# doubling) would hold millions of requests and never end
+MAX_DOUBLINGS_PER_ROUND = 3
 
 
 @dataclass
@@ -140,14 +146,16 @@ def find_max_rate(base: Any, slo: SLO, rate_key: str = DEFAULT_RATE_KEY, start_r
         below = [r for r in passing if r < hi]
         return (max(below) if below else 0.0), hi
 
-    # 1. bracket the knee: several doublings (or halvings) per round when the executor is wide
-    test([start_rate * 2.0 ** i for i in range(width)])
+    # 1. bracket the knee: several doublings (or halvings) per round when the executor is wide, but
+    # at most MAX_DOUBLINGS_PER_ROUND: wider executors space their probes more finely within them
+    doublings = min(width, MAX_DOUBLINGS_PER_ROUND)
+    test([min(start_rate * 2.0 ** (i * doublings / width), max_rate) for i in range(width)])
     lo, hi = bracket()
     while hi == float("inf") and lo < max_rate:
-        test([min(lo * 2.0 ** (i + 1), max_rate) for i in range(width)])
+        test([min(lo * 2.0 ** ((i + 1) * doublings / width), max_rate) for i in range(width)])
         lo, hi = bracket()
     while lo == 0.0 and hi > min_rate:
-        test([max(hi * 0.5 ** (i + 1), min_rate) for i in range(width)])
+        test([max(hi * 0.5 ** ((i + 1) * doublings / width), min_rate) for i in range(width)])
         lo, hi = bracket()
     # 2. narrow [lo, hi] by k-section until the stated tolerance
     while lo > 0 and hi < float("inf") and hi / lo - 1.0 > rel_tol:

@@ -133,3 +133,34 @@ def test_capacity_flags_are_checked_under_their_own_names(flag, value, capsys):
 
     assert main(["capacity", str(REPO / "examples" / "default.toml"), flag, value, "--quiet"]) == 2
     assert capsys.readouterr().err.startswith(f"servesim capacity: error: {flag}: ")
+
+
+class WideRecorder:
+    """An executor as wide as a 16-core machine's default pool; it records the rates probed and
+    answers from a known knee instead of simulating (a probe at 16,000x the start would not end)."""
+
+    max_workers = 16
+
+    def __init__(self, knee: float) -> None:
+        self.knee, self.rounds = knee, []
+
+    def map(self, fn, specs, desc="points", progress=True):
+        rates = [float(dict(s.values)["workload.rate"]) for s in specs]
+        self.rounds.append(rates)
+        return [{"slo_met": r <= self.knee, "slo_attainment": 1.0 if r <= self.knee else 0.0} for r in rates]
+
+
+@pytest.mark.parametrize("knee", [0.5, 30.0, 900.0, 2e5])
+def test_a_wide_executor_probes_no_more_than_eight_times_a_rounds_lowest_rate(knee):
+    recorder = WideRecorder(knee)
+    res = find_max_rate(small_config(), SLO_STRICT, start_rate=10.0, rel_tol=0.05, executor=recorder,
+                        progress=False, max_rate=1e5)
+    # a probe's request count grows with its rate (the held window): one 2^15 times the start's
+    # would hold millions of requests; a round spans at most 3 doublings
+    for rates in recorder.rounds:
+        assert max(rates) <= 8 * min(rates) + 1e-9, rates
+    assert max(max(r) for r in recorder.rounds) <= 1e5  # never above max_rate
+    if knee < 1e5:
+        assert res.rate <= knee < res.upper <= res.rate * 1.05 + 1e-9
+    else:
+        assert res.rate == 1e5 and res.upper == float("inf")
