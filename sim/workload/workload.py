@@ -60,7 +60,7 @@ class Workload:
     def __init__(self, cfg: WorkloadConfig, max_model_len: int | None, streams: str = "one") -> None:
         self.cfg = cfg
         self.max_model_len = cfg.max_model_len or max_model_len
-        self.streams = RandomStreams(cfg.seed, streams)
+        self.rngs = RandomStreams(cfg.seed, streams)  # its generators (`sim.workload.streams`)
         self.trace: Trace | None = read_trace(cfg.trace, cfg.trace_format) if cfg.trace else None
         if self.trace is not None and not has_arrivals(self.trace.format) and cfg.kind == "trace":
             raise ConfigError(f"workload.kind: {cfg.trace} is a length table without arrival times; choose "
@@ -93,7 +93,7 @@ class Workload:
     # --- open loop ----------------------------------------------------------------------------------
     def _open_columns(self) -> tuple:
         """Arrival times, prompt/output lengths, priorities, class and user indices (or None): arrays."""
-        cfg, rng = self.cfg, self.streams.get
+        cfg, rng = self.cfg, self.rngs.get
         cls_idx = None
         if cfg.kind == "trace":
             t = self.trace.arrival_time
@@ -195,7 +195,7 @@ class Workload:
 
     def _lengths(self, idx: np.ndarray, cls_idx: np.ndarray | None):
         """Prompt, output and priority arrays for request indices `idx` (trace rows or samples)."""
-        cfg, rng, n = self.cfg, self.streams.get, len(idx)
+        cfg, rng, n = self.cfg, self.rngs.get, len(idx)
         priority = np.zeros(n, dtype=np.int64)
         if self.trace is not None:
             rows = idx % len(self.trace)
@@ -251,7 +251,7 @@ class Workload:
     # --- closed loop ----------------------------------------------------------------------------------
     def _closed_init(self) -> None:
         self.num_issued = self.num_clipped = self.num_filtered = 0
-        self.streams = RandomStreams(self.cfg.seed, self.streams.layout)
+        self.rngs = RandomStreams(self.cfg.seed, self.rngs.layout)
         self._pool: list[tuple] = []  # per request index: (prompt, output, priority, class)
 
     def _pool_row(self, k: int) -> tuple:
@@ -259,8 +259,8 @@ class Workload:
         cfg = self.cfg
         while k >= len(self._pool):
             idx = np.arange(len(self._pool), len(self._pool) + _CHUNK)
-            cls_idx = (self.streams.get("classes").choice(len(cfg.classes), size=_CHUNK, p=[c.fraction for c in cfg.classes])
-                       if cfg.classes else None)
+            fractions = [c.fraction for c in cfg.classes]
+            cls_idx = self.rngs.get("classes").choice(len(fractions), size=_CHUNK, p=fractions) if fractions else None
             prompt, output, priority = self._lengths(idx, cls_idx)
             self._pool.extend(zip(prompt.tolist(), output.tolist(), priority.tolist(),
                                   cls_idx.tolist() if cls_idx is not None else [None] * _CHUNK))
