@@ -26,7 +26,7 @@ from policies.config import check_number
 from sim.capacity.executor import SerialExecutor
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import (DEFAULT_SIMULATE, PointSpec, check_paced, evaluate_point, hold_window_of,
-                                load_point_config, make_specs, sustains)
+                                holds_window, load_point_config, make_specs, sustains)
 from sim.cluster.layout import num_gpus
 from sim.workload.config import WorkloadConfig
 
@@ -79,7 +79,7 @@ def held_common(workload: WorkloadConfig, hold_window: bool = True, common: bool
         arrival = "a rate-1 draw scaled by 1/rate"
     if workload.duration is not None:
         count = "the same duration: a higher rate adds requests after these"
-    elif hold_window and rate_key == DEFAULT_RATE_KEY:
+    elif hold_window and holds_window(workload, rate_key):
         count = "a higher rate adds requests after these (the count grows with the rate: the same arrival window)"
     else:
         count = "the same request count at every rate"

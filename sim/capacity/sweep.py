@@ -126,11 +126,18 @@ def check_paced(workload: Any, rate_key: str = "workload.rate") -> None:
                           "workload (workload.kind = poisson, gamma or constant, one rate) or a trace")
 
 
+def holds_window(workload: Any, rate_key: str = "workload.rate") -> bool:
+    """Whether points setting `rate_key` scale this workload section's request count (`hold_window_of`):
+    only `workload.rate` of a workload with both a count and a rate and no duration."""
+    n0, r0 = getattr(workload, "num_requests", None), getattr(workload, "rate", None)
+    return rate_key == "workload.rate" and bool(n0) and bool(r0) and getattr(workload, "duration", None) is None
+
+
 def hold_window_of(workload: Any, points: list[dict], rate_key: str = "workload.rate") -> list[dict]:
     """`hold_window` for a workload section already loaded (the base's)."""
-    n0, r0 = getattr(workload, "num_requests", None), getattr(workload, "rate", None)
-    if rate_key != "workload.rate" or not n0 or not r0 or getattr(workload, "duration", None) is not None:
+    if not holds_window(workload, rate_key):
         return points
+    n0, r0 = workload.num_requests, workload.rate
     out = []
     for p in points:
         if rate_key in p and "workload.num_requests" not in p:

@@ -52,6 +52,11 @@ def test_what_the_rates_share_is_said_for_the_workload_searched():
     grouped = load_config(small_config(workload={"num_prefix_groups": 2, "prefix_len": 64})).workload
     assert "prefix group and user" in held_common(grouped)
     assert held_common(chat, common=False).startswith("nothing")
+    # a trace replayed as recorded, rescaled to each rate: no base rate, so no held window either
+    trace = load_config(small_config(workload={"kind": "trace", "rate": None,
+                                               "trace": "examples/traces/azure_conv_2023_slice.csv"})).workload
+    assert held_common(trace) == ("request i's trace row and its arrival time (the recorded one rescaled to each "
+                                  "rate); the same request count at every rate")
 
 
 @pytest.mark.parametrize("flags, said", [([], "a rate-1 draw scaled by 1/rate"), (["--fresh-draws"], "nothing")])
