@@ -244,7 +244,8 @@ def _saturation(requests: pd.DataFrame, reasons: pd.Series, end: float) -> dict:
         sat = saturation(np.empty(0), np.empty(0), end)
     else:
         sat = saturation(queued["arrival_time"].to_numpy(dtype=float),
-                         queued["first_token_time"].to_numpy(dtype=float), end)
+                         queued["first_token_time"].to_numpy(dtype=float), end,
+                         priority=queued["priority"].to_numpy() if "priority" in queued else None)
     return {"saturated": sat["saturated"], "offered_rate": sat["offered_rate_per_s"],
             "sustainable_rate": sat["sustainable_rate_per_s"], "backlog_growth": sat["backlog_growth"]}
 

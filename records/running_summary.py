@@ -57,8 +57,8 @@ class RunningSummary:
         self.maxima: dict[str, float | int | None] = {"kv_usage": None, "num_waiting": None, "num_running": None}
         # the saturation check (records.saturation) fits the whole run: arrival and first-token times
         # of every request that queued (not rejected), with its submission number for the order of
-        # the in-memory table: 24 bytes a request, the one part that grows with the run
-        self._queued: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # the in-memory table: 32 bytes a request, the one part that grows with the run
+        self._queued: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     # --- batches ----------------------------------------------------------------------------------
     def add_requests(self, columns: dict, itls: np.ndarray, order: np.ndarray | None = None) -> None:
@@ -118,7 +118,8 @@ class RunningSummary:
         self.num_good += int(good.sum())
         queued = ~rejected
         self._queued.append((np.asarray(order)[queued], arrival[queued],
-                             np.asarray(columns["first_token_time"], dtype=float)[queued]))
+                             np.asarray(columns["first_token_time"], dtype=float)[queued],
+                             np.asarray(columns["priority"], dtype=np.int64)[queued]))
 
     def add_steps(self, columns: dict) -> None:
         """A batch of step rows (`records.results.steps_columns`)."""
@@ -156,9 +157,9 @@ class RunningSummary:
     def _saturation(self, end: float) -> dict:
         """records.metrics._saturation, on the requests in submission order."""
         if self._queued:
-            order, arrival, first = (np.concatenate(parts) for parts in zip(*self._queued))
+            order, arrival, first, priority = (np.concatenate(parts) for parts in zip(*self._queued))
             by_submission = np.argsort(order, kind="stable")
-            sat = saturation(arrival[by_submission], first[by_submission], end)
+            sat = saturation(arrival[by_submission], first[by_submission], end, priority=priority[by_submission])
         else:
             sat = saturation(np.empty(0), np.empty(0), end)
         return {"saturated": sat["saturated"], "offered_rate": sat["offered_rate_per_s"],

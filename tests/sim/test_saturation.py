@@ -84,3 +84,50 @@ def test_simulated_configuration_at_three_and_a_third_of_its_sustainable_rate():
     assert overload["saturated"] and mu > 0
     assert run(3 * mu)["saturated"] is True
     assert run(0.3 * mu)["saturated"] is False
+
+
+def two_priority_levels(n: int = 1000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """60% of the requests at priority 0 served at once; the 40% at priority 1 served at a third of
+    their offered rate, so their backlog (and wait) grows through the run."""
+    arrival = np.linspace(0.0, 100.0, n)
+    priority = (np.arange(n) % 5 >= 3).astype(int)
+    first = arrival + 0.05
+    low = priority == 1
+    first[low] = arrival[low][0] + 3.0 * (arrival[low] - arrival[low][0]) + 0.05
+    return arrival, first, priority
+
+
+def test_a_growing_backlog_of_the_lower_priority_is_saturation():
+    """The median request (priority 0) waits no longer at the end: only the levels one by one show it."""
+    arrival, first, priority = two_priority_levels()
+    assert saturation(arrival, first, end_s=float(np.nanmax(first)))["saturated"] is False  # one queue: hidden
+    assert saturation(arrival, first, end_s=float(np.nanmax(first)), priority=priority)["saturated"] is True
+
+
+def test_priority_levels_that_all_keep_up_are_not_saturation():
+    arrival = np.linspace(0.0, 100.0, 1000)
+    priority = (np.arange(1000) % 5 >= 3).astype(int)
+    first = arrival + np.where(priority == 1, 0.4, 0.05)  # the lower level waits longer, but not more and more
+    assert saturation(arrival, first, end_s=101.0, priority=priority)["saturated"] is False
+
+
+def test_a_priority_run_whose_batch_class_falls_behind_is_saturated_in_both_summaries():
+    """An interactive class (60%, priority 0) and a batch class (40%) at about three times what the
+    replica sustains: under `priority` the interactive class is served at once while the batch
+    class's wait grows to minutes. The in-memory summary and the streamed one both say so."""
+    from sim.config import load_config
+    from sim.runner import simulate
+
+    base = {"model": {"name": "Llama-3-8B"}, "hardware": {"gpu": "L40S", "num_gpu_blocks": 1500},
+            "scheduler": {"policy": "chunked", "max_num_batched_tokens": 1024, "max_num_seqs": 64},
+            "workload": {"kind": "poisson", "rate": 5.0, "num_requests": 600, "seed": 7, "classes": [
+                {"name": "interactive", "priority": 0, "fraction": 0.6,
+                 "prompt_len": {"kind": "lognormal", "median": 200, "sigma": 0.5},
+                 "output_len": {"kind": "lognormal", "median": 120, "sigma": 0.5}},
+                {"name": "batch", "priority": 1, "fraction": 0.4,
+                 "prompt_len": {"kind": "lognormal", "median": 1800, "sigma": 0.4, "max": 3500},
+                 "output_len": {"kind": "lognormal", "median": 300, "sigma": 0.5}}]}}
+    for queue in ("fcfs", "priority"):
+        config = load_config(base, [f"scheduler.queue={queue}"])
+        assert simulate(config).summary["saturated"] is True, queue
+        assert simulate(config, stream=True).summary["saturated"] is True, queue
