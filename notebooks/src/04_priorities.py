@@ -5,6 +5,12 @@
 # share one replica. With `fcfs` the batch jobs' long prefills delay the chat requests; with
 # `priority` (lower value first) the interactive class is admitted first and may preempt running
 # batch requests when memory is short.
+#
+# The comparison is made at a load the replica keeps up with. We first offer far more than it can
+# serve: while the backlog lasts it hands out first tokens at the rate it sustains, which the
+# summary reports. Then both queue orders get 70% of that rate. (Past it, every class's queue grows
+# under `fcfs`, and the batch class's under `priority`: latencies then describe a backlog that grows
+# with the run's length, and the summary says `saturated`.)
 
 # %%
 import os
@@ -33,7 +39,13 @@ base = {
         ],
     },
 }
-results = {queue: simulate(load_config(base, [f"scheduler.queue={queue}"])) for queue in ("fcfs", "priority")}
+# what the replica sustains: the rate of first tokens while a far larger load's backlog lasts
+overload = simulate(load_config(base, ["workload.rate=100"])).summary
+assert overload["saturated"]
+RATE = round(0.7 * overload["sustainable_rate"], 2)
+print(f"the replica sustains about {overload['sustainable_rate']:.2f} req/s; offered: {RATE} req/s")
+results = {queue: simulate(load_config(base, [f"scheduler.queue={queue}", f"workload.rate={RATE}"]))
+           for queue in ("fcfs", "priority")}
 
 # %%
 class_col = "class"
@@ -47,9 +59,13 @@ table = pd.DataFrame(rows).set_index(["queue", "class"]).round(1)
 table
 
 # %%
-# Priority scheduling protects the interactive class's tail TTFT, and the batch class pays for it.
+# Both runs kept up with the load: the figures are a steady state, not a backlog's growth.
+assert not any(res.summary["saturated"] for res in results.values())
+# Priority scheduling protects the interactive class's tail TTFT, and the batch class pays for it:
+# its tail TTFT grows, and its running requests are preempted more often to admit interactive ones.
 assert table.loc[("priority", "interactive"), "TTFT p99 (ms)"] < table.loc[("fcfs", "interactive"), "TTFT p99 (ms)"]
-assert table.loc[("priority", "batch"), "E2E p50 (s)"] >= table.loc[("fcfs", "batch"), "E2E p50 (s)"] * 0.9
+assert table.loc[("priority", "batch"), "TTFT p99 (ms)"] > table.loc[("fcfs", "batch"), "TTFT p99 (ms)"]
+assert table.loc[("priority", "batch"), "preemptions"] > table.loc[("fcfs", "batch"), "preemptions"]
 
 # %%
 import matplotlib.pyplot as plt
@@ -63,3 +79,10 @@ for queue, res in results.items():
 ax.set(xscale="log", xlabel="TTFT (ms)", ylabel="fraction", title="TTFT by class and queue order")
 ax.legend(fontsize=8)
 plt.tight_layout()
+
+# %% [markdown]
+# Under `fcfs` a chat request that arrives behind a few batch prompts waits for their prefills, so
+# the two classes share one TTFT tail. Under `priority` the interactive class is scheduled first
+# and is never the victim of a preemption: its tail TTFT falls to a few hundred ms, while the batch
+# class's tail grows and its requests are preempted more often. The medians move little: at 70% of
+# what the replica sustains the queue is usually short, and priorities reorder its tail.
