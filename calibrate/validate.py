@@ -246,12 +246,14 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
                          f"{engine_cfg.cache.num_cpu_blocks}; set model.dtype to the engine's dtype "
                          f"({engine_cfg.dtype}) and hardware.num_gpu_blocks")
     prof = None
+    mismatches: list[str] = []  # how the given profile's machine differs from this one (details.json)
     if profile is not None:  # checked before the engine runs: a wrong profile must not cost the whole run
         prof = Profile.load(profile)
         prof.check_model(resolve_model(model_path, 1, prof.model["dtype"]))
         dtype = str(resolve_dtype(engine_cfg.dtype, device)).removeprefix("torch.")
         num_threads = torch.get_num_threads() if torch.device(device).type == "cpu" else None
-        for line in profile_mismatches(prof.meta, device_name(torch.device(device)), dtype, num_threads):
+        mismatches = profile_mismatches(prof.meta, device_name(torch.device(device)), dtype, num_threads)
+        for line in mismatches:
             print(f"validate: warning: {line}", file=sys.stderr)
     run: dict = {}
     # the profile is measured on the very model the engine runs: two models of one process ran CPU
@@ -338,6 +340,9 @@ def run_validation(config_path: str | Path, device: str = "cpu", profile: str | 
 
     details = {"config": str(config_path), "device": device, "profile_meta": prof.meta,
                "profile_path": str(profile) if profile else None, "calibration_s": round(t_cal, 1),
+               # a profile measured on another device, dtype or thread count: its op times are not
+               # this machine's, and the errors measure that as well (said on the page and in the app)
+               "profile_mismatches": mismatches,
                "num_steps": len(steps), "torch_threads": torch.get_num_threads(),
                # the engine's clock (`engine_clock`), and the share of the run's step time its thread
                # spent waiting for a core (left out of every measured time on the uncontended clock)

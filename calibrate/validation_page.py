@@ -108,6 +108,8 @@ def write_html(out: Path, report: dict, config_path, prof: Profile, details: dic
         return f'<img src="{name}" width="100%">' if plots else "<p>(no plot: matplotlib is not installed)</p>"
 
     note = f"<p>{html.escape('; '.join(notes))}</p>" if notes else ""
+    for w in (details or {}).get("profile_mismatches") or []:
+        note += f'<p style="color:#b00020"><b>profile warning:</b> {html.escape(w)}</p>'
     for w in (details or {}).get("calibration_warnings") or []:
         note += f'<p style="color:#b00020"><b>calibration warning:</b> {html.escape(w)}</p>'
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>servesim validate</title>

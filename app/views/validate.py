@@ -81,20 +81,24 @@ def read_json(path_or_bytes, name: str) -> tuple[object, str | None]:
         return None, f"{name}: cannot be read ({exc})"
 
 
-def diagnostics(folder: Path | None) -> tuple[str | None, str | None]:
+def diagnostics(folder: Path | None) -> tuple[str | None, list[str], str | None]:
     """(one line from the report's details.json: how much of the per-step error is the machine's,
-    what is wrong with details.json); (None, None) without one."""
+    how the profile's machine differs from the run's (`profile_mismatches`), what is wrong with
+    details.json); (None, [], None) without one."""
     if folder is None or not (folder / "details.json").is_file():
-        return None, None
+        return None, [], None
     details, problem = read_json(folder / "details.json", "details.json")
     if problem:
-        return None, problem
+        return None, [], problem
     if not isinstance(details, dict):
-        return None, "details.json: expected a JSON object"
+        return None, [], "details.json: expected a JSON object"
+    mismatches = details.get("profile_mismatches") or []
+    if not isinstance(mismatches, list):
+        return None, [], f"details.json: profile_mismatches must be a list of lines, got {_short(mismatches)}"
     try:
-        return "; ".join(phrases(details)) or None, None
+        return "; ".join(phrases(details)) or None, [str(line) for line in mismatches], None
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
-        return None, f"details.json: a figure has an unexpected shape ({type(exc).__name__}: {exc})"
+        return None, [], f"details.json: a figure has an unexpected shape ({type(exc).__name__}: {exc})"
 
 
 def read_steps(path: Path) -> tuple[pd.DataFrame | None, str | None]:
@@ -116,6 +120,13 @@ def read_steps(path: Path) -> tuple[pd.DataFrame | None, str | None]:
         return None, f"steps.csv: a value is not a number ({exc})"
 
 
+def shipped_profile_device(path: Path) -> str | None:
+    """The device the shipped profile at `path` was measured on; None without a readable one."""
+    data, problem = read_json(path, path.name) if path.is_file() else (None, "absent")
+    meta = data.get("meta") if isinstance(data, dict) and not problem else None
+    return str(meta["device"]) if isinstance(meta, dict) and meta.get("device") else None
+
+
 def _pct(v) -> str:
     """A percentage figure of a report (already in %) for a card."""
     return percent(None if v is None else v / 100)
@@ -129,7 +140,9 @@ def show(report: dict, folder: Path | None) -> None:
     e2e = report["metrics"].get("e2e_s", {}).get("mean", {})
     c[2].metric("Mean E2E error", _pct(e2e.get("abs_pct_error")))
     st.dataframe(metrics_table(report), use_container_width=True, hide_index=True)
-    note, problem = diagnostics(folder)
+    note, mismatches, problem = diagnostics(folder)
+    for line in mismatches:  # the errors then measure the other machine as well
+        st.warning(f"Profile: {line}.")
     if note:
         st.caption(note)
     if problem:
@@ -181,6 +194,15 @@ else:
     configs = sorted(p.name for p in EXAMPLES.glob("validate-*.toml"))
     name = st.selectbox("Validation workload", configs, key=kept("val.config"))
     requests = st.number_input("Requests (fewer = faster)", value=20, step=5, key=kept("val.n"))
+    profile = EXAMPLES / "profiles" / "tiny-llama-cpu.json"
+    shipped_on = shipped_profile_device(profile)
+    # the shipped profile was measured on one machine: on another its op times are that machine's
+    here = st.checkbox("Calibrate on this machine first (a few minutes)", value=shipped_on is None,
+                       key=kept("val.calibrate"), disabled=shipped_on is None,
+                       help="profile the engine's ops here (calibrate's quick grid) before the run")
+    if shipped_on is not None and not here:
+        st.caption(f"The run uses the shipped profile, measured on {shipped_on}. On another machine its op times "
+                   "are that machine's, and the errors measure the difference as well.")
     slot = st.empty()
     if st.button("Run on CPU", type="primary", key="val.run"):
         if requests < 1:
@@ -192,19 +214,21 @@ else:
                 slot.error(f"needs the engine extra (torch): {exc}")
             else:
                 out = Path(tempfile.mkdtemp(prefix="servesim-validate-"))
-                profile = EXAMPLES / "profiles" / "tiny-llama-cpu.json"
+                work = ("Calibrating, simulating" if here else f"Simulating with the profile measured on {shipped_on}")
                 try:
-                    with st.spinner("Calibrating, simulating and running the real engine..."):
-                        validate(EXAMPLES / name, "cpu", profile if profile.is_file() else None, out,
+                    with st.spinner(f"{work} and running the real engine..."):
+                        validate(EXAMPLES / name, "cpu", None if here else profile, out,
                                  overrides=[f"workload.num_requests={int(requests)}"], progress=False)
                 except (ValueError, FileNotFoundError, RuntimeError, OSError) as exc:
                     slot.error(f"the run failed: {exc}")
                     st.session_state.pop("val.last", None)
                 else:
-                    st.session_state["val.last"] = {"folder": str(out), "config": name, "requests": int(requests)}
+                    st.session_state["val.last"] = {"folder": str(out), "config": name, "requests": int(requests),
+                                                    "calibrated": bool(here)}
     last = st.session_state.get("val.last")
     # the report of the last run, shown while the inputs are still the ones it was made from
-    if isinstance(last, dict) and (last.get("config"), last.get("requests")) == (name, int(requests)):
+    if isinstance(last, dict) and (last.get("config"), last.get("requests"), last.get("calibrated", False)) == (
+            name, int(requests), bool(here)):
         folder = Path(last["folder"])
         report, problem = read_json(folder / "validation.json", "validation.json")
         problem = problem or check_report(report)

@@ -506,3 +506,38 @@ def test_simulate_page_bounds_the_requests_and_says_how_long_a_big_run_takes():
         [w.value for w in at.warning]
     at.number_input(key="sim.n").set_value(2000).run()
     assert not at.warning, [w.value for w in at.warning]
+
+
+def test_validate_page_warns_of_a_profile_measured_on_another_machine(tmp_path):
+    """details.json names how the profile's machine differs from the run's: said above the figures."""
+    make_report(tmp_path)
+    line = "the profile was measured on cpu: AMD EPYC (1 threads), this run is on cpu: Intel Xeon (1 threads)"
+    (tmp_path / "details.json").write_text(json.dumps({"profile_mismatches": [line]}))
+    at = page("validate")
+    at.text_input(key="val.folder").input(str(tmp_path)).run()
+    assert not at.exception and not at.error, ([e.value for e in at.exception], [e.value for e in at.error])
+    assert [w.value for w in at.warning] == [f"Profile: {line}."]
+
+
+@pytest.mark.parametrize("calibrate_here", [False, True])
+def test_validate_run_on_cpu_says_whose_profile_it_uses_and_can_calibrate_here(monkeypatch, calibrate_here):
+    """The shipped profile was measured on one machine; the page names it, and calibrates here on request."""
+    import calibrate.validate
+
+    given = {}
+
+    def record(config, device, profile, out, **kwargs):
+        given["profile"] = profile
+        raise ValueError("stopped: the profile was recorded")
+
+    monkeypatch.setattr(calibrate.validate, "validate", record)
+    shipped = json.loads((PAGES.parents[1] / "examples/profiles/tiny-llama-cpu.json").read_text())["meta"]["device"]
+    at = page("validate")
+    at.radio(key="val.mode").set_value("Run on CPU").run()
+    assert any(shipped in c.value for c in at.caption)
+    at.checkbox(key="val.calibrate").set_value(calibrate_here).run()
+    assert any(shipped in c.value for c in at.caption) is not calibrate_here
+    at.button(key="val.run").click().run()
+    assert (given["profile"] is None) is calibrate_here
+    if not calibrate_here:
+        assert Path(given["profile"]).name == "tiny-llama-cpu.json"

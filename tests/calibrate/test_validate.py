@@ -349,3 +349,27 @@ def test_a_device_or_thread_count_from_python_is_refused_in_one_line(tmp_path, k
 
     with pytest.raises(ConfigError, match=said):
         run_validation(tiny_toml(tmp_path), progress=False, **kw)
+
+
+def test_a_profile_of_another_device_is_said_in_the_report_not_only_on_the_terminal(tmp_path):
+    """The warning went to stderr alone: the report page and the app (which show no terminal) used a
+    profile of another CPU without a word, and its errors looked like the simulator's."""
+    torch = pytest.importorskip("torch")
+    from calibrate.validate import run_validation
+
+    profile = json.loads((REPO / "examples/profiles/tiny-llama-cpu.json").read_text())
+    profile["meta"]["device"] = "cpu: Another Vendor's CPU (1 threads)"
+    path = tmp_path / "other-cpu.json"
+    path.write_text(json.dumps(profile))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _, details = run_validation(tiny_toml(tmp_path, num_requests=3), "cpu", path, tmp_path / "report",
+                                    progress=False, speed_probe=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(details["profile_mismatches"]) == 1
+    assert "measured on cpu: Another Vendor's CPU (1 threads)" in details["profile_mismatches"][0]
+    saved = json.loads((tmp_path / "report" / "details.json").read_text())
+    assert saved["profile_mismatches"] == details["profile_mismatches"]
+    assert "profile warning:" in (tmp_path / "report" / "index.html").read_text()
