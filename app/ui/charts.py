@@ -31,23 +31,33 @@ def metric_cdfs(requests_by_label: dict[str, pd.DataFrame]) -> list[go.Figure]:
 
 
 def step_timeline(steps: pd.DataFrame) -> go.Figure:
-    """Prefill and decode tokens per step, KV usage and queue lengths over simulated time."""
+    """Prefill and decode tokens per step, KV usage and queue lengths over simulated time.
+
+    Each replica (the `replica` column: several behind a router, or a disaggregated run's prefill
+    and decode instances) has its own lines: their steps interleave in time, and one line through
+    all of them would jump between the replicas' values at every step."""
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=("tokens per step", "KV cache usage", "queues"))
     if steps.empty:
         return fig
-    t = steps["start"]
-    fig.add_trace(go.Scatter(x=t, y=steps["num_prefill_tokens"], name="prefill tokens", mode="lines",
-                             stackgroup="tok"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=t, y=steps["num_decode_tokens"], name="decode tokens", mode="lines",
-                             stackgroup="tok"), row=1, col=1)
-    if "num_padding_tokens" in steps and steps["num_padding_tokens"].sum() > 0:
-        fig.add_trace(go.Scatter(x=t, y=steps["num_padding_tokens"], name="padding tokens", mode="lines",
-                                 stackgroup="tok"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=t, y=steps["kv_usage"], name="KV usage", mode="lines"), row=2, col=1)
-    for col, name in (("num_waiting", "waiting"), ("num_running", "running"), ("num_swapped", "swapped")):
-        if col in steps:
-            fig.add_trace(go.Scatter(x=t, y=steps[col], name=name, mode="lines"), row=3, col=1)
+    groups = (list(steps.groupby(steps["replica"].astype(str), sort=False)) if "replica" in steps
+              else [("", steps)])
+    padded = "num_padding_tokens" in steps and steps["num_padding_tokens"].sum() > 0
+    for replica, part in groups:
+        tail = f" ({replica})" if len(groups) > 1 else ""
+        t = part["start"]
+        line = dict(mode="lines", legendgroup=replica)
+        fig.add_trace(go.Scatter(x=t, y=part["num_prefill_tokens"], name=f"prefill tokens{tail}",
+                                 stackgroup=f"tok{tail}", **line), row=1, col=1)
+        fig.add_trace(go.Scatter(x=t, y=part["num_decode_tokens"], name=f"decode tokens{tail}",
+                                 stackgroup=f"tok{tail}", **line), row=1, col=1)
+        if padded:
+            fig.add_trace(go.Scatter(x=t, y=part["num_padding_tokens"], name=f"padding tokens{tail}",
+                                     stackgroup=f"tok{tail}", **line), row=1, col=1)
+        fig.add_trace(go.Scatter(x=t, y=part["kv_usage"], name=f"KV usage{tail}", **line), row=2, col=1)
+        for col, name in (("num_waiting", "waiting"), ("num_running", "running"), ("num_swapped", "swapped")):
+            if col in part:
+                fig.add_trace(go.Scatter(x=t, y=part[col], name=f"{name}{tail}", **line), row=3, col=1)
     fig.update_xaxes(title_text="time (s)", row=3, col=1)
     fig.update_layout(height=620, margin=dict(l=40, r=10, t=40, b=40))
     return fig

@@ -52,3 +52,26 @@ def test_timeline_without_preemptions_or_without_the_column_has_no_preempted_bar
     old = requests.drop(columns="preemption_intervals")  # a requests.csv written before the column existed
     fig = request_timeline(old)
     assert not bars(fig, "preempted") and len(bars(fig, "decode")) == 1
+
+
+def test_step_timeline_draws_each_replicas_own_lines():
+    """Two replicas' steps interleave in time: one KV-usage line through both jumped between them."""
+    from app.ui.charts import step_timeline
+
+    steps = simulate(load_config({"workload": {"num_requests": 80, "rate": 8.0, "seed": 2},
+                                  "cluster": {"num_replicas": 2, "router": "round_robin"}})).steps
+    assert steps["replica"].nunique() == 2 and (steps["replica"] != steps["replica"].shift()).sum() > 2
+    fig = step_timeline(steps)
+    kv = [t for t in fig.data if t.name.startswith("KV usage")]
+    assert len(kv) == 2
+    for trace in kv:  # each line is one replica's steps, in time order
+        replica = trace.name.removeprefix("KV usage (").removesuffix(")")
+        own = steps[steps["replica"].astype(str) == replica]
+        assert list(trace.x) == own["start"].tolist() and list(trace.y) == own["kv_usage"].tolist()
+
+
+def test_step_timeline_of_one_replica_keeps_plain_names():
+    from app.ui.charts import step_timeline
+
+    steps = simulate(load_config({"workload": {"num_requests": 20, "rate": 4.0}})).steps
+    assert [t.name for t in step_timeline(steps).data if t.name.startswith("KV")] == ["KV usage"]
