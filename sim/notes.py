@@ -35,8 +35,32 @@ def _fmt(v: float) -> str:
 
 def setting_notes(config, workload=None) -> list[str]:
     """Lines for the settings of `config` that change another (`workload`: its built workload, for the trace)."""
-    return (workload_notes(config, workload) + scheduler_notes(config) + context_notes(config) + profile_notes(config)
-            + profile_range_notes(config))
+    return (workload_notes(config, workload) + scheduler_notes(config) + queue_notes(config, workload)
+            + context_notes(config) + profile_notes(config) + profile_range_notes(config))
+
+
+def queue_notes(config, workload=None) -> list[str]:
+    """A line when `scheduler.queue = priority` has nothing to order: every request has one priority
+    (no workload.classes of different priorities; no trace priority column, which classes
+    override). The queue then runs first come, first served, and the run is fcfs's to the step.
+    A registered kind's generator, and a trace not read yet (`workload` None), say nothing."""
+    w = config.workload
+    if config.scheduler.queue != "priority" or w.kind in registry.KINDS:
+        return []
+    if w.classes:
+        levels = {c.priority for c in w.classes}
+    elif w.trace:
+        trace = getattr(workload, "trace", None)
+        if trace is None:
+            return []
+        levels = {0} if trace.priority is None else set(np.unique(trace.priority).tolist())
+    else:
+        levels = {0}
+    if len(levels) > 1:
+        return []
+    return [f"scheduler.queue = priority has nothing to order: every request has priority {levels.pop()} "
+            "(give workload.classes different priorities, or the trace a priority column), so requests "
+            "run first come, first served, as under fcfs"]
 
 
 def context_notes(config) -> list[str]:

@@ -230,3 +230,29 @@ def test_a_max_model_len_past_the_models_context_is_said():
     long = setting_notes(load_config({**base, "scheduler": {"max_model_len": 200_000}}))
     assert any(n.startswith("scheduler.max_model_len = 200000 exceeds Llama-3-8B's context of 8192 tokens") for n in long)
     assert not any("exceeds" in n for n in setting_notes(load_config({**base, "scheduler": {"max_model_len": 8192}})))
+
+
+def test_a_priority_queue_with_one_priority_level_says_it_runs_first_come_first_served(tmp_path):
+    """Every request at one priority: the run is fcfs's to the request, and the note says so."""
+    pressured = {"num_gpu_blocks": 300}  # preemptions too: the victims are fcfs's as well
+    plain = config(scheduler={"queue": "priority"}, hardware=pressured, workload={"num_requests": 120, "rate": 30.0})
+    notes, _ = notes_of(plain)
+    (line,) = [n for n in notes if n.startswith("scheduler.queue = priority")]
+    assert "every request has priority 0" in line
+    fcfs = simulate(config(scheduler={"queue": "fcfs"}, hardware=pressured,
+                           workload={"num_requests": 120, "rate": 30.0})).requests
+    same = simulate(plain).requests
+    assert fcfs["num_preemptions"].sum() > 0
+    assert same[["req_id", "first_token_time", "finish_time"]].equals(fcfs[["req_id", "first_token_time", "finish_time"]])
+    # classes of one priority: the same; of two, or a trace's priority column: nothing to say
+    one = [{"name": "a", "priority": 2, "fraction": 0.5}, {"name": "b", "priority": 2, "fraction": 0.5}]
+    assert any("every request has priority 2" in n for n in
+               notes_of(config(scheduler={"queue": "priority"}, workload={"classes": one}))[0])
+    two = [dict(one[0], priority=0), one[1]]
+    assert not any(n.startswith("scheduler.queue") for n in
+                   notes_of(config(scheduler={"queue": "priority"}, workload={"classes": two}))[0])
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_time,prompt_tokens,output_tokens,priority\n0,10,5,0\n0.1,10,5,1\n")
+    assert not any(n.startswith("scheduler.queue") for n in notes_of(
+        config(scheduler={"queue": "priority"}, workload={"kind": "trace", "trace": str(trace)}))[0])
+    assert not any(n.startswith("scheduler.queue") for n in notes_of(config())[0])  # fcfs: nothing to say
