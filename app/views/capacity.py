@@ -130,7 +130,11 @@ else:
             with st.spinner(f"Simulating {len(grid.candidates())} layouts at {target_rate} req/s..."):
                 result = run_plan(*inputs)
         except ValueError as exc:
-            problem = grid_slot.error(with_upload_names(str(exc)))
+            message = with_upload_names(str(exc))
+            if message.startswith("workload.rate:"):  # the plan's rate is the target's (the form has no Rate)
+                problem = target_slot.error(message.replace("workload.rate", "target rate", 1))
+            else:
+                problem = grid_slot.error(message)
     if result is not None:
         table = result.table()
         if result.by_gpus is None:

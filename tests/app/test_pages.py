@@ -541,3 +541,13 @@ def test_validate_run_on_cpu_says_whose_profile_it_uses_and_can_calibrate_here(m
     assert (given["profile"] is None) is calibrate_here
     if not calibrate_here:
         assert Path(given["profile"]).name == "tiny-llama-cpu.json"
+
+
+def test_capacity_names_the_target_rate_when_a_closed_loop_cannot_take_it():
+    """The page has no Rate input: a closed loop's refusal names the target rate, under its input."""
+    at = page("capacity")
+    at.selectbox(key="cap.wkind").set_value("closed_loop").run()
+    at = plan_on_h100(at, 40, 4.0, [1])
+    (message,) = [e.value for e in at.error]
+    assert message.startswith("target rate: does not set this workload's pace"), message
+    assert "workload.rate" not in message
