@@ -149,9 +149,17 @@ class Plan:
     by_energy: dict[str, Any] | None = None  # lowest energy_j_per_output_token
 
     def table(self):
+        """The rows as a DataFrame; a count only some layouts have (a colocated row's tp and replicas,
+        absent from a disaggregated one) stays an integer column, not floats beside the gaps."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows)
+        frame = pd.DataFrame(self.rows)
+        for name in frame.columns:
+            present = [v for v in (row.get(name) for row in self.rows) if v is not None]
+            if present and len(present) < len(self.rows) and all(
+                    isinstance(v, int) and not isinstance(v, bool) for v in present):
+                frame[name] = frame[name].astype("Int64")
+        return frame
 
 
 def plan(base: Any, target_rate: float, slo: SLO, grid: CandidateGrid = CandidateGrid(),

@@ -5,7 +5,7 @@ import pytest
 
 from policies import ConfigError
 from sim.capacity.executor import SerialExecutor
-from sim.capacity.planner import CandidateGrid, check_prices, plan
+from sim.capacity.planner import CandidateGrid, Plan, check_prices, plan
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import PointSpec, evaluate_point
 from sim.config import load_config
@@ -239,3 +239,14 @@ def test_a_layout_whose_backlog_grows_does_not_fit_even_when_its_requests_meet_t
     one = table[table["replicas"] == 1].iloc[0]
     assert one["slo_met"] and one["saturated"] and not one["fits"]
     assert result.by_gpus is not None and result.by_gpus["replicas"] > 1 and not result.by_gpus["saturated"]
+
+
+def test_counts_only_colocated_rows_have_stay_integers_in_the_table():
+    """Beside a disaggregated row (no tp, no replicas) the colocated rows' counts read 1, not 1.0,
+    in the CLI's table, plan.csv and the app."""
+    rows = [{"layout": "colocated", "tp": 1, "replicas": 2, "num_gpus": 2, "slo_attainment": 1.0},
+            {"layout": "disaggregated", "prefill": "1x tp1", "decode": "1x tp1", "num_gpus": 2,
+             "slo_attainment": 0.5}]
+    table = Plan(rows=rows).table()
+    assert table.to_csv(index=False).splitlines()[1].startswith("colocated,1,2,2,1.0,")
+    assert str(table["slo_attainment"].dtype) == "float64"
