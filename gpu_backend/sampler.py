@@ -25,6 +25,15 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.scatter(0, order, sorted_logits.masked_fill(drop, float("-inf")))
 
 
+def generator_seed(seed: int, step: int) -> int:
+    """The torch generator seed of a request's `step`-th draw: any 64-bit `seed` (negative too, as
+    vLLM takes it), mixed with the step, modulo 2**64, the generator's seed range. The odd multiplier
+    maps the 64-bit seeds one to one at each step (modulo 2**63, seed s and s + 2**63, say -5 and
+    2**63 - 5, were one). CUDA's Philox generator reads all 64 bits; torch's CPU generator
+    (mt19937) only the low 32, so there two seeds drawing alike is a 2**-32 chance per step."""
+    return (seed * 1_000_003 + step) % 2**64
+
+
 class Sampler:
     """Picks one token per sampled row (see module docstring)."""
 
@@ -37,6 +46,6 @@ class Sampler:
             if p.is_greedy:
                 continue
             row_logits = top_p_filter(logits[row] / p.temperature, p.top_p)  # [V]
-            gen = torch.Generator(device=logits.device).manual_seed((seed * 1_000_003 + step) % 2**63)
+            gen = torch.Generator(device=logits.device).manual_seed(generator_seed(seed, step))
             out[row] = int(torch.multinomial(row_logits.softmax(-1), 1, generator=gen))
         return out

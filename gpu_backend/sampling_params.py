@@ -29,7 +29,7 @@ class SamplingParams:
     def __post_init__(self) -> None:
         check_number("sampling.temperature", self.temperature, 0.0)
         check_number("sampling.top_p", self.top_p, 0.0, 1.0, strict_min=True)
-        check_int("sampling.seed", self.seed, 0, allow_none=True)
+        check_int("sampling.seed", self.seed, -2**63, allow_none=True, maximum=2**63 - 1)  # torch.long, as vLLM
         if not isinstance(self.stop_token_ids, (tuple, list)):
             raise ConfigError(f"sampling.stop_token_ids: expected a list of token ids, got {self.stop_token_ids!r}")
         for t in self.stop_token_ids:

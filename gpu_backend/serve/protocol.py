@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 MAX_STOP_STRINGS = 16
 INT64 = (-2**63, 2**63 - 1)  # a priority is recorded in the engine's tables (Parquet: int64 columns)
+# vLLM's "no seed" (its SamplingParams turns seed -1 into None: unseeded, a fresh draw each time)
+UNSEEDED = -1
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
@@ -102,6 +104,15 @@ def _int(body: dict, field: str, default: int | None, lo: int | None = None, hi:
     if value is not None and hi is not None and value > hi:
         raise RequestError(field, f"must be <= {hi}, got {_short(value)}")
     return value
+
+
+def _seed(body: dict) -> int | None:
+    """The sampling seed: any 64-bit integer, as vLLM's OpenAI server takes it (its protocol bounds
+    `seed` to torch.long since v0.4.2, vllm-project/vllm#4529); -1 means none, as in vLLM."""
+    value = _typed(body, "seed", (int,), None, "an integer")
+    if value is not None and not INT64[0] <= value <= INT64[1]:
+        raise RequestError("seed", f"must be a 64-bit integer, in [-2**63, 2**63 - 1] (-1: no seed), got {_short(value)}")
+    return None if value == UNSEEDED else value
 
 
 def _prompt(body: dict) -> str | list[int]:
@@ -212,7 +223,7 @@ def parse_request(body: object, chat: bool) -> CompletionParams:
         max_tokens=max_tokens,
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
-        seed=_int(body, "seed", None, 0),
+        seed=_seed(body),
         stop=_stop(body),
         stop_token_ids=tuple(stop_token_ids),
         ignore_eos=_typed(body, "ignore_eos", (bool,), False, "true or false"),

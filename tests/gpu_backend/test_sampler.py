@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from gpu_backend.sampler import Sampler, top_p_filter
+from gpu_backend.sampler import Sampler, generator_seed, top_p_filter
 from gpu_backend.sampling_params import GREEDY, SamplingParams
 from policies import ConfigError
 
@@ -30,6 +30,20 @@ def test_seeded_sampling_is_reproducible_and_depends_on_seed_and_step():
     assert len(set(draws)) > 5  # uniform over 1000 tokens: repeats would be a seeding bug
 
 
+def test_negative_seeds_are_reproducible_and_their_own():
+    """Any 64-bit seed, as vLLM takes it: a negative one draws the same tokens each time, other than
+    its neighbours', and its generator seed is its own (modulo 2**63, -5 and 2**63 - 5 were one)."""
+    logits = torch.zeros(1, 1000)
+    p = SamplingParams(temperature=1.0)
+    s = Sampler()
+    draws = {seed: [s(logits, [p], [seed], [step])[0] for step in range(8)] for seed in (-5, -6, 5)}
+    assert draws[-5] == [s(logits, [p], [-5], [step])[0] for step in range(8)]
+    assert draws[-5] != draws[-6] and draws[-5] != draws[5]
+    for step in (0, 3):
+        seeds = [generator_seed(seed, step) for seed in (-5, 2**63 - 5, -2**63, 2**63 - 1)]
+        assert len(set(seeds)) == 4 and all(0 <= g < 2**64 for g in seeds)
+
+
 def test_temperature_sampling_follows_softmax():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
     p = SamplingParams(temperature=0.5)
@@ -51,7 +65,8 @@ def test_top_p_keeps_the_smallest_nucleus():
 
 
 @pytest.mark.parametrize("kw, field", [({"temperature": -1}, "sampling.temperature"),
-                                       ({"top_p": 0}, "sampling.top_p"), ({"seed": -3}, "sampling.seed")])
+                                       ({"top_p": 0}, "sampling.top_p"), ({"seed": 2**63}, "sampling.seed"),
+                                       ({"seed": -2**63 - 1}, "sampling.seed")])
 def test_bad_params_name_the_field(kw, field):
     with pytest.raises(ConfigError, match=f"^{field}"):
         SamplingParams(**kw)

@@ -287,6 +287,18 @@ def test_request_fields_reach_the_engine(make_engine, make_server, running):
     assert (second.sampling.temperature, second.sampling.top_p, second.ignore_eos, second.priority) == (1.0, 1.0, False, 0)
 
 
+def test_a_negative_seed_reaches_the_engine_and_one_past_64_bits_is_a_400(make_engine, make_server, running):
+    """vLLM takes any 64-bit seed (a negative one was refused here with a 400)."""
+    engine = make_engine()
+    with running(make_server(engine)) as url, httpx.Client(base_url=url, timeout=20) as c:
+        ok = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, "temperature": 1, "seed": -7})
+        bad = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, "seed": 2**64})
+    assert ok.status_code == 200, ok.text
+    assert [r.sampling.seed for r in engine.finished] == [-7]
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "seed"
+    assert "[-2**63, 2**63 - 1]" in bad.json()["error"]["message"]
+
+
 def test_clients_leaving_before_their_first_token_release_the_queue(make_engine, make_server, running):
     """Hang-ups while still queued must give back their place, or the server would 503 forever."""
     engine = make_engine()

@@ -22,6 +22,21 @@ def test_defaults_and_fields():
     assert parse_request(body(stream_options={}), chat=False).stream is False
 
 
+@pytest.mark.parametrize("seed", [0, 7, -5, -2**63, 2**63 - 1])
+def test_any_64_bit_seed_is_taken_as_vllm_takes_it(seed):
+    """vLLM's OpenAI protocol bounds seed to torch.long (vllm-project/vllm#4529), negatives included."""
+    assert parse_request(body(seed=seed), chat=False).seed == seed
+
+
+def test_seed_minus_one_is_no_seed_as_in_vllm():
+    assert parse_request(body(seed=-1), chat=False).seed is None
+
+
+def test_a_seed_outside_64_bits_names_the_range():
+    with pytest.raises(RequestError, match=r"^seed: must be a 64-bit integer, in \[-2\*\*63, 2\*\*63 - 1\]"):
+        parse_request(body(seed=2**64), chat=False)
+
+
 def test_chat_messages_with_text_parts():
     p = parse_request({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                  {"type": "text", "text": "b"}]}],
@@ -45,8 +60,10 @@ def test_chat_messages_with_text_parts():
     (body(temperature=float("nan")), "temperature"),
     (body(top_p=0), "top_p"),
     (body(top_p=1.5), "top_p"),
-    (body(seed=-1), "seed"),
+    (body(seed=2**63), "seed"),
+    (body(seed=-2**63 - 1), "seed"),
     (body(seed="s"), "seed"),
+    (body(seed=1.5), "seed"),
     (body(priority=-2**63 - 1), "priority"),
     (body(priority=2**70), "priority"),
     (body(stop=[1]), "stop"),
