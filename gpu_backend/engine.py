@@ -17,7 +17,6 @@ from __future__ import annotations
 import heapq
 import logging
 import itertools
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from policies.speculative import NgramProposer
 from records.metrics import summarize
 from records.results import (Recorder, end_unfinished, pooled_itls, record_step, requests_table, steps_table,
                              write_results)
+from records.spool_folder import SpoolFolder
 from records.stream import StreamingRecorder
 
 STUCK = "the scheduler could not place it and nothing else was left to run"  # the simulator's words too
@@ -184,8 +184,9 @@ class Engine:
       thread while the engine runs: it reads between steps.
     - `engine.stream_records(spool_parent=None)`: before the first request, for an engine that runs
       until stopped (a server): from then on finished requests and steps leave memory in batches,
-      written to a temporary folder (in `spool_parent`, else the system's), so memory holds what is
-      live, not what has finished (`records.stream`); `result()` is then refused.
+      written to a working folder (in `spool_parent`, else the system's temporary folder; those of
+      processes killed before they removed theirs are swept first, `records.spool_folder`), so memory
+      holds what is live, not what has finished (`records.stream`); `result()` is then refused.
       `engine.close_records()` removes that folder (after the last `write_records`, the engine stopped).
     - `engine.write_records(out_dir, plot=True) -> Path`: summary.json, requests.csv, steps.csv (+
       config.toml, Parquet, timeline.png) of everything so far, requests still live as unfinished
@@ -219,7 +220,7 @@ class Engine:
             ngram = NgramProposer(spec.k, spec.prompt_lookup_min, spec.prompt_lookup_max)
             self.scheduler.proposer = lambda req: ngram(req) if (req.sampling or GREEDY).is_greedy else ()
         self.recorder = Recorder()
-        self._spool: tempfile.TemporaryDirectory | None = None  # stream_records' working folder
+        self._spool: SpoolFolder | None = None  # stream_records' working folder
         self.on_finish: list[Callable[[Request, float], None]] = []  # hooks run on the engine thread
         self.step_hooks: list[Callable] = []  # called with (plan, result) after each step (tests, tracing)
         self.last_step = None  # the `StepRecord` of the latest step, for hooks
@@ -554,23 +555,25 @@ class Engine:
         }
 
     def stream_records(self, spool_parent: str | Path | None = None, request_batch: int = STREAM_REQUEST_BATCH,
-                       step_batch: int = STREAM_STEP_BATCH) -> None:
+                       step_batch: int = STREAM_STEP_BATCH, exclusive: bool = False) -> list[str]:
         """Let finished requests and steps leave memory from now on (see the class docstring): they
-        go, `request_batch` / `step_batch` at a time, to a temporary folder in `spool_parent` (else
-        the system's), removed when the engine is collected or the process exits."""
+        go, `request_batch` / `step_batch` at a time, to a working folder in `spool_parent` (else the
+        system's temporary folder), removed by `close_records`, when the engine is collected, or at
+        exit. The working folders there of processes that died without removing theirs (a server
+        killed by SIGKILL) are removed first: one line each, returned. `exclusive`: `spool_parent` is
+        a records folder, refused (`records.spool_folder.SpoolInUse`) while another process serves into it."""
         with self._state_lock:
             if self._spool is not None:
-                return
+                return []
             if self.recorder.num_requests or self.recorder.steps:
                 raise RuntimeError("stream_records: call it before the first request (this engine has records)")
             if spool_parent is not None:
                 Path(spool_parent).mkdir(parents=True, exist_ok=True)
-            # removed by close_records, else when the engine is collected or at a normal exit (a server
-            # killed by its signal never gets there: uvicorn re-raises SIGTERM after its shutdown)
-            self._spool = tempfile.TemporaryDirectory(prefix=".servesim-spool-", dir=spool_parent,
-                                                      ignore_cleanup_errors=True)
-            self.recorder = StreamingRecorder(self._spool.name, slo=self.config.slo, request_batch=request_batch,
+            swept = SpoolFolder.sweep(spool_parent, exclusive)
+            self._spool = SpoolFolder(spool_parent)
+            self.recorder = StreamingRecorder(self._spool.path, slo=self.config.slo, request_batch=request_batch,
                                               step_batch=step_batch, plot=True, spool=True)
+            return swept
 
     def close_records(self) -> None:
         """Remove stream_records' working folder: after the last `write_records`, with the engine stopped

@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from policies import ConfigError, Request
+from records.spool_folder import SpoolInUse
 
 from gpu_backend.serve.config import ServeConfig
 from gpu_backend.serve.detokenizer import IncrementalDetokenizer
@@ -79,9 +80,14 @@ class OpenAIServer:
         self.vocab_size = vocab_size or tokenizer.vocab_size
         check_vocab(tokenizer, self.vocab_size, config.model_name, random_weights=False)  # the weights: serve's check
         self.make_sampling = make_sampling  # CompletionParams -> the engine's sampling params (None: engine default)
+        # lines to show at start-up: the working folders of killed servers the engine removed
+        self.notes: list[str] = []
         stream_records = getattr(engine, "stream_records", None)
         if callable(stream_records):  # the real engine (a stand-in keeps no records): memory holds what is live
-            stream_records(config.out_dir)
+            try:
+                self.notes = list(stream_records(config.out_dir, exclusive=config.out_dir is not None) or ())
+            except SpoolInUse as exc:
+                raise ConfigError(f"serve.out_dir (--out): {exc}") from None
         self.metrics = ServerMetrics()
         self.created = int(time.time())
         self._ids = itertools.count()

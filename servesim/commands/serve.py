@@ -152,6 +152,7 @@ def serve(args: argparse.Namespace, sock: socket.socket) -> int:
     config, serve_config, tokenizer = load_serve_setup(args.config, args.overrides, args.out)
     options.note(args, *config.notes)
     server = server_of(config, serve_config, tokenizer, args.device)
+    options.note(args, *server.notes)
     app = build_app(server)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on",
                             timeout_graceful_shutdown=10)

@@ -450,6 +450,28 @@ def test_the_server_makes_the_real_engine_stream_its_records(tokenizer, tiny_mod
     assert [p.name[:16] for p in (tmp_path / "records").iterdir()] == [".servesim-spool-"]  # beside the records
 
 
+def test_a_killed_server_s_working_folder_is_removed_at_the_next_start_and_said(tokenizer, tiny_model, tmp_path):
+    """SIGKILL leaves the hidden working folder in --out (no exit handler runs): it stayed there for
+    good, one more at every kill, and nothing said that those records were never written."""
+    from gpu_backend.engine import Engine, EngineConfig
+    from gpu_backend.serve.config import ServeConfig
+    from gpu_backend.serve.server import OpenAIServer
+    from policies import SchedulerConfig
+
+    records = tmp_path / "records"
+    killed = records / ".servesim-spool-killed"  # as a server killed before it had a lock leaves it
+    killed.mkdir(parents=True)
+    (killed / "requests-00000.csv").write_text("req_id\ncmpl-0\ncmpl-1\n")
+    engine = Engine(EngineConfig(model=tiny_model.config, scheduler=SchedulerConfig(max_model_len=256)), "cpu",
+                    model=tiny_model)
+    server = OpenAIServer(engine, tokenizer, ServeConfig(out_dir=str(records)), 256)
+    assert not killed.exists()
+    (note,) = server.notes
+    assert str(killed) in note and "2 request and 0 step rows" in note
+    engine.close_records()
+    assert list(records.iterdir()) == []
+
+
 def test_over_the_real_engine_memory_holds_the_requests_in_flight_not_those_served(tokenizer, tiny_model, running,
                                                                                    tmp_path):
     """The server makes its engine stream its records (`Engine.stream_records`): after serving N
