@@ -3,8 +3,9 @@
     with BackgroundServer(app) as srv:      # binds 127.0.0.1 on a free port
         httpx.get(f"{srv.url}/health")
 
-Startup and shutdown waits are bounded; leaving the block always stops the server (and so, through
-the app's lifespan, the engine).
+Startup and shutdown waits are bounded; leaving the block always stops the server as a signal
+stops `servesim serve` (`drain_on_shutdown`: the requests in flight end, aborted once the config's
+shutdown_timeout_s has passed) and so, through the app's lifespan, the engine.
 """
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ class BackgroundServer:
         self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
                                      timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(self.config)
+        server = getattr(getattr(app, "state", None), "server", None)
+        if server is not None:  # an app of build_app: stopping it drains as `servesim serve` does
+            from gpu_backend.serve.server import drain_on_shutdown
+
+            drain_on_shutdown(self.server, server, app.state.start_engine)
         self.startup_timeout_s = startup_timeout_s
         self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
         self.url = ""

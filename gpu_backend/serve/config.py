@@ -11,18 +11,22 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policies import ConfigError
-from policies.config import check_int, check_keys
+from policies.config import check_int, check_keys, check_number
 
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """HTTP-side knobs: the model's public name, its tokenizer, admission limit, records folder."""
+    """HTTP-side knobs: the model's public name, its tokenizer, admission limit, records folder, and
+    how long a shutdown lets the requests in flight finish."""
 
     model_name: str = "tiny-llama"
     tokenizer: str | None = None  # a local directory with tokenizer.json; default: the model's folder
     max_num_waiting: int = 512  # requests accepted but without a first token; beyond it: 503
     retry_after_s: int = 1  # the Retry-After header of a 503
     out_dir: str | None = None  # requests/steps tables are written here on shutdown and POST /admin/dump
+    # on SIGINT/SIGTERM, how long the requests in flight may run on before they are aborted (new ones
+    # answer 503 meanwhile): vLLM's --shutdown-timeout, and its default, 0: abort them at once
+    shutdown_timeout_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or not self.model_name:
@@ -31,6 +35,7 @@ class ServeConfig:
             raise ConfigError(f"serve.tokenizer: expected a directory path, got {self.tokenizer!r}")
         check_int("serve.max_num_waiting", self.max_num_waiting, 1)
         check_int("serve.retry_after_s", self.retry_after_s, 0)
+        check_number("serve.shutdown_timeout_s", self.shutdown_timeout_s, 0.0)
         if self.out_dir is not None and not isinstance(self.out_dir, str):
             raise ConfigError(f"serve.out_dir: expected a directory path, got {self.out_dir!r}")
 

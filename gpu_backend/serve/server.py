@@ -94,6 +94,8 @@ class OpenAIServer:
         self._lock = threading.Lock()
         self.num_pending = 0  # accepted, no first token yet (in the ingress list or the waiting queue)
         self.in_flight: dict[Any, RequestStream] = {}
+        self.draining = False  # shutting down: new requests answer 503 (`drain`)
+        self._closed = False
 
     # --- bookkeeping (called from RequestStream, any thread) ----------------------------------
     def on_first_token(self) -> None:
@@ -193,6 +195,46 @@ class OpenAIServer:
         if stream.close(reason, engine_now(self.engine)):
             self.engine.abort(stream.request.req_id)
 
+    # --- shutdown -------------------------------------------------------------------------------
+    async def drain(self, timeout_s: float, forced=lambda: False) -> None:
+        """The first half of a shutdown, as vLLM's server takes SIGTERM (its --shutdown-timeout,
+        vllm-project/vllm#34730 and #36666): from now on new requests answer 503 and /health too; those in flight run on for up
+        to `timeout_s` (or until `forced()`, a second Ctrl-C), then each left is aborted, so that its
+        response ends properly (finish_reason "abort", then [DONE]) before uvicorn closes the
+        connections, and the records end it `aborted`. Before, uvicorn's own grace cut the streams
+        mid-chunk and then cancelled their handlers."""
+        self.draining = True
+        deadline = time.monotonic() + timeout_s
+        while self.in_flight and time.monotonic() < deadline and not forced():
+            await asyncio.sleep(0.05)
+        for stream in list(self.in_flight.values()):
+            self.abort(stream)
+
+    async def close(self, stop_engine: bool = True) -> None:
+        """The second half (once, whichever calls first: the app's lifespan, or `drain_on_shutdown`
+        when a second Ctrl-C made uvicorn skip the lifespan): end what is left in the engine, write
+        the records to out_dir, stop the engine (`stop_engine`: the app started it) and remove its
+        working folder."""
+        if self._closed:
+            return
+        self._closed = True
+        for stream in list(self.in_flight.values()):
+            self.abort(stream)
+        # let the engine thread process the aborts at its next step boundary, so the records end
+        # every request (bounded: a stuck engine must not block the shutdown)
+        has_unfinished = getattr(self.engine, "has_unfinished", None)
+        deadline = time.monotonic() + 5
+        while callable(has_unfinished) and has_unfinished() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if stop_engine:
+            self.engine.stop()
+        if self.config.out_dir:
+            self.dump()
+            print(f"servesim serve: records written to {self.config.out_dir}", file=sys.stderr, flush=True)
+        close_records = getattr(self.engine, "close_records", None)
+        if stop_engine and callable(close_records):  # its streamed records' working folder
+            close_records()
+
     # --- metrics --------------------------------------------------------------------------------
     def gauges(self) -> dict[str, float]:
         stats = dict(self.engine.stats() or {})
@@ -270,32 +312,23 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
         try:
             yield
         finally:
-            for stream in list(server.in_flight.values()):
-                server.abort(stream)
-            # let the engine thread process the aborts at its next step boundary, so the records
-            # end every request (bounded: a stuck engine must not block the shutdown)
-            has_unfinished = getattr(server.engine, "has_unfinished", None)
-            deadline = time.monotonic() + 5
-            while callable(has_unfinished) and has_unfinished() and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            if start_engine:
-                server.engine.stop()
-            if server.config.out_dir:
-                server.dump()
-                print(f"servesim serve: records written to {server.config.out_dir}", file=sys.stderr, flush=True)
-            close_records = getattr(server.engine, "close_records", None)
-            if start_engine and callable(close_records):  # its streamed records' working folder
-                close_records()
+            await server.close(stop_engine=start_engine)
 
     app = FastAPI(title="servesim", lifespan=lifespan)
     app.state.server = server
+    app.state.start_engine = start_engine
 
     def error(message: str, status: int, field: str | None = None, headers: dict | None = None):
         return JSONResponse(_error_body(message, status, field), status_code=status, headers=headers)
 
+    def shutting_down():
+        return error("server is shutting down; send new requests elsewhere", 503)
+
     async def handle(http: HTTPRequest, chat: bool):
         arrival = engine_now(server.engine)
         kind = "chatcmpl" if chat else "cmpl"
+        if server.draining:
+            return shutting_down()
         try:
             raw = await read_body(http)
             try:
@@ -311,6 +344,8 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
             return error(str(exc), exc.status, exc.field)
         except ClientDisconnect:  # it hung up before its body was complete: nothing was asked, nobody listens
             return error("client disconnected", 499)
+        if server.draining:  # it began while the prompt was tokenized: nothing was handed to the engine
+            return shutting_down()
         try:
             stream = server.submit(request, asyncio.get_running_loop())
         except RequestError as exc:
@@ -427,6 +462,8 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
         alive = getattr(server.engine, "is_alive", None)
         if callable(alive) and not alive():
             return error("engine is not running", 503)
+        if server.draining:  # a load balancer's probe: take this replica out of rotation
+            return shutting_down()
         return PlainTextResponse("ok")
 
     @app.get("/metrics")
@@ -443,3 +480,17 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
         return {"written": paths}
 
     return app
+
+
+def drain_on_shutdown(uv_server, server: OpenAIServer, stop_engine: bool = True) -> None:
+    """Make a uvicorn `Server`'s shutdown (SIGINT/SIGTERM, or `should_exit`) drain `server` first
+    (`OpenAIServer.drain`, for `config.shutdown_timeout_s`), and write the records even when a
+    second Ctrl-C (uvicorn's force_exit) skips the app's lifespan shutdown, which lost them."""
+    original = uv_server.shutdown
+
+    async def shutdown(sockets=None):
+        await server.drain(server.config.shutdown_timeout_s, forced=lambda: uv_server.force_exit)
+        await original(sockets)
+        await server.close(stop_engine)  # nothing left to do when the lifespan closed it
+
+    uv_server.shutdown = shutdown

@@ -147,7 +147,7 @@ def serve(args: argparse.Namespace, sock: socket.socket) -> int:
     """Build the engine and serve it on the bound socket `sock` until Ctrl-C / SIGTERM."""
     import uvicorn
 
-    from gpu_backend.serve.server import build_app
+    from gpu_backend.serve.server import build_app, drain_on_shutdown
 
     config, serve_config, tokenizer = load_serve_setup(args.config, args.overrides, args.out)
     options.note(args, *config.notes)
@@ -170,7 +170,10 @@ def serve(args: argparse.Namespace, sock: socket.socket) -> int:
             sys.stdout.flush()
 
     srv.startup = startup
-    srv.run(sockets=[sock])  # SIGINT/SIGTERM: graceful shutdown, then the app's lifespan writes the records
+    # SIGINT/SIGTERM: the requests in flight run on for [serve] shutdown_timeout_s, then are aborted (new
+    # ones answer 503), and the records are written, also on a second Ctrl-C
+    drain_on_shutdown(srv, server)
+    srv.run(sockets=[sock])
     return 0
 
 
