@@ -34,7 +34,7 @@ from gpu_backend.serve.config import ServeConfig
 from gpu_backend.serve.detokenizer import IncrementalDetokenizer
 from gpu_backend.serve.metrics import ServerMetrics
 from gpu_backend.serve.protocol import CompletionParams, RequestError, parse_request
-from gpu_backend.serve.request_stream import RequestStream
+from gpu_backend.serve.request_stream import RequestStream, reason_name
 from gpu_backend.serve.tokenizer import Tokenizer
 from gpu_backend.sampling_params import SamplingParams
 
@@ -377,10 +377,13 @@ def build_app(server: OpenAIServer, start_engine: bool = True):
                 yield text, "stop"
                 return
             if out.finished:
-                if stream.finish_reason == "rejected":
+                # the output's own reason: the engine thread closes the stream (its finish_reason)
+                # only after it has handed this output over, so that may not be set yet
+                reason = reason_name(out.finish_reason)
+                if reason == "rejected":
                     why = stream.request.reject_reason or "the scheduler can never fit it"
                     raise RequestError("prompt", f"rejected by the engine: {why}")
-                yield text, "stop" if detok.stopped else (stream.finish_reason or "stop")
+                yield text, "stop" if detok.stopped else reason
                 return
             yield text, None
 

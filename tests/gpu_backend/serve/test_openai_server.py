@@ -299,6 +299,31 @@ def test_a_negative_seed_reaches_the_engine_and_one_past_64_bits_is_a_400(make_e
     assert "[-2**63, 2**63 - 1]" in bad.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+def test_the_finish_reason_is_the_engine_s_however_the_threads_interleave(make_server, running, monkeypatch,
+                                                                          streaming):
+    """The engine thread wakes the handler with the last output and only then closes the stream (which
+    sets its finish_reason); a handler that ran in between answered "stop" for a request the engine
+    ended at max_tokens ("length"). Here the engine thread is slowed between the two."""
+    from gpu_backend.serve.request_stream import RequestStream
+
+    on_output = RequestStream.on_output
+
+    def late_close(stream, out):
+        if out.finished:
+            close = stream.close
+            stream.close = lambda *a, **k: (time.sleep(0.3), close(*a, **k))[1]
+        on_output(stream, out)
+
+    monkeypatch.setattr(RequestStream, "on_output", late_close)
+    with running(make_server()) as url, httpx.Client(base_url=url, timeout=20) as c:
+        body = {"prompt": "x", "max_tokens": 3, "stream": streaming}
+        r = c.post("/v1/completions", json=body)
+    reasons = [e["choices"][0]["finish_reason"] for e in sse_events(r.text)[:-1]] if streaming else \
+        [r.json()["choices"][0]["finish_reason"]]
+    assert reasons[-1] == "length"
+
+
 def test_clients_leaving_before_their_first_token_release_the_queue(make_engine, make_server, running):
     """Hang-ups while still queued must give back their place, or the server would 503 forever."""
     engine = make_engine()
