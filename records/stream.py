@@ -198,8 +198,10 @@ class StreamingRecorder:
             view._plot = {c: list(values) for c, values in self._plot.items()}
             if steps is not None:
                 view._sample(steps)
+        # the summary itself is computed by `RecordsSnapshot.write`, after the caller's lock is released:
+        # its percentiles sort up to 4,194,304 values a metric
         return RecordsSnapshot(self._writers[0].seal(), self._writers[1].seal(), requests, steps,
-                               view.running.summary(), view if self._plot is not None else None,
+                               view.running, view if self._plot is not None else None,
                                self._writers[0].parquet)
 
     # --- the end ----------------------------------------------------------------------------------
@@ -253,12 +255,20 @@ class RecordsSnapshot:
     that were still in memory, the summary, and (with plot=True) the timeline's samples."""
 
     def __init__(self, request_segments: tuple, step_segments: tuple, requests: dict | None, steps: dict | None,
-                 summary: dict, view: StreamingRecorder | None, parquet: bool | None = None) -> None:
+                 running: RunningSummary, view: StreamingRecorder | None, parquet: bool | None = None) -> None:
         self.request_segments, self.step_segments = request_segments, step_segments
         self.parquet = parquet
         self.requests, self.steps = requests, steps
-        self.summary = summary
+        self.running = running  # the summary's aggregates at the snapshot (a copy: recording goes on)
+        self._summary: dict | None = None
         self._view = view
+
+    @property
+    def summary(self) -> dict:
+        """The summary at the snapshot (computed at the first call, outside the recorder's lock)."""
+        if self._summary is None:
+            self._summary = self.running.summary()
+        return self._summary
 
     def write(self, out_dir: str | Path, config_toml: str | None = None, plot: bool = True) -> Path:
         """Write summary.json, requests.csv, steps.csv (+ config.toml, the Parquet copies with pyarrow,

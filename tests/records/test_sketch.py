@@ -72,3 +72,32 @@ def test_values_are_not_available_past_the_limit():
         s.values()
     with pytest.raises(ValueError, match="relative_accuracy"):
         QuantileSketch(relative_accuracy=0)
+
+
+@pytest.mark.parametrize("exact_limit", [1 << 22, 1000])
+def test_a_deep_copy_is_independent_and_shares_the_exact_values(exact_limit):
+    """A spooled recorder's snapshot deep-copies the summary under the engine's lock: a copy of the
+    exact values (up to 32 MiB a metric) stalled every running request; the arrays are never
+    changed in place, so the copy shares them and stays independent of the original."""
+    import copy
+    import tracemalloc
+
+    rng = np.random.default_rng(2)
+    v = rng.lognormal(-3, 1, 500_000)
+    s = sketch_of(v, exact_limit, batch=25_600)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        twin = copy.deepcopy(s)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 200_000, grown  # the values are 4 MB
+    want = s.stats()
+    more = rng.lognormal(0, 1, 3000)
+    twin.add(more)
+    assert s.stats() == want and s.count == len(v)
+    s.add(more)
+    s.add(more)
+    assert twin.stats() == pytest.approx(sketch_of(np.concatenate([v, more]), exact_limit, batch=25_600).stats(),
+                                         rel=1e-12)  # sums taken in another order

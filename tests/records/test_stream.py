@@ -256,3 +256,22 @@ def test_a_snapshot_is_the_in_memory_tables_at_that_moment(tmp_path, parquet):
     assert_summaries_match(got_summary, json.loads(json.dumps(want_summary)))
     assert got_summary["num_unfinished"] == 3
     assert (tmp_path / "dump" / "timeline.png").exists() == (importlib.util.find_spec("matplotlib") is not None)
+
+
+def test_a_snapshot_copies_no_exact_value_and_leaves_the_summary_to_write(tmp_path):
+    """`snapshot()` runs under the engine's lock, between two steps: it neither copies the summary's
+    exact values (up to 4,194,304 a metric) nor sorts them for percentiles
+    (docs/results/2026-12-08-serve-shutdown-and-memory.md); `write` does the latter, after the lock."""
+    import tracemalloc
+
+    rec = StreamingRecorder(tmp_path / "spool", spool=True)
+    for _ in range(20):
+        rec.running.sketches["itl_s"].add(np.random.default_rng(3).random(25_600))  # 4 MB of gaps
+    tracemalloc.start()
+    try:
+        snapshot = rec.snapshot()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak
+    assert snapshot.summary["itl_s"] == rec.running.summary()["itl_s"]
