@@ -108,6 +108,8 @@ class SpoolFolder:
                 continue
             requests, steps = _num_rows(folder, "requests"), _num_rows(folder, "steps")
             _release(str(folder), fd)
+            if folder.exists():  # not ours to remove (another user's, in a shared temporary folder)
+                continue
             removed.append(f"removed {folder}, the working folder of a server that ended without writing its "
                            f"records (killed{f', pid {owner}' if owner else ''}): its {requests:,} request and "
                            f"{steps:,} step rows there were never written to requests.csv / steps.csv")
