@@ -91,3 +91,20 @@ def test_shutdown_timeout_is_checked():
 
     with pytest.raises(ConfigError, match="^serve.shutdown_timeout_s"):
         ServeConfig(shutdown_timeout_s=-1)
+
+
+def test_a_whole_response_in_flight_at_a_stop_answers_abort(make_engine, make_server):
+    from gpu_backend.serve.background import BackgroundServer
+    from gpu_backend.serve.server import build_app
+
+    server = make_server(make_engine(step_time_s=0.01))
+    srv = BackgroundServer(build_app(server)).__enter__()
+    with ThreadPoolExecutor(1) as pool:
+        body = {"prompt": "x", "max_tokens": 200, "ignore_eos": True}  # 2 s of steps, the grace is 5 s
+        pending = pool.submit(httpx.post, f"{srv.url}/v1/completions", json=body, timeout=30)
+        deadline = time.monotonic() + 10
+        while not server.in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        srv.stop()
+        r = pending.result()
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "abort"
