@@ -9,6 +9,9 @@ Tokens come back through `RequestStream` callbacks. A client that goes away mid-
 which frees its KV blocks. Bad input answers 400 naming the field; a full queue 503 with Retry-After.
 A server runs until stopped, so its engine streams its records (`Engine.stream_records`): finished
 requests and steps leave memory as they are written out, and a dump copies them from disk.
+Stopped (SIGINT/SIGTERM, `drain_on_shutdown`), it refuses new requests, lets those in flight run
+on for `[serve] shutdown_timeout_s`, aborts the rest (each response still ends properly) and writes
+the records with every request in them.
 """
 from __future__ import annotations
 
@@ -198,11 +201,11 @@ class OpenAIServer:
     # --- shutdown -------------------------------------------------------------------------------
     async def drain(self, timeout_s: float, forced=lambda: False) -> None:
         """The first half of a shutdown, as vLLM's server takes SIGTERM (its --shutdown-timeout,
-        vllm-project/vllm#34730 and #36666): from now on new requests answer 503 and /health too; those in flight run on for up
-        to `timeout_s` (or until `forced()`, a second Ctrl-C), then each left is aborted, so that its
-        response ends properly (finish_reason "abort", then [DONE]) before uvicorn closes the
-        connections, and the records end it `aborted`. Before, uvicorn's own grace cut the streams
-        mid-chunk and then cancelled their handlers."""
+        vllm-project/vllm#34730 and #36666): from now on new requests, and /health, answer 503;
+        those in flight run on for up to `timeout_s` (or until `forced()`, a second Ctrl-C), then
+        each left is aborted, so that its response ends properly (finish_reason "abort", then
+        [DONE]) before uvicorn closes the connections, and the records end it `aborted`. Before,
+        uvicorn's own grace cut the streams mid-chunk and then cancelled their handlers."""
         self.draining = True
         deadline = time.monotonic() + timeout_s
         while self.in_flight and time.monotonic() < deadline and not forced():
