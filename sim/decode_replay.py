@@ -68,6 +68,9 @@ class DecodeReplay:
     """
 
     deadline: Callable[[], float] | None = None
+    # set by a replica whose router reads its load (`sim.outstanding.OutstandingTokens`): told of the
+    # requests a step that spans another event has advanced, before that event
+    load = None
 
     def __init__(self, env: simpy.Environment, scheduler, decode_times: DecodeTimes, recorder: Recorder,
                  name: str) -> None:
@@ -131,6 +134,8 @@ class DecodeReplay:
             if started is None:
                 return None
             requests, used = started
+            if self.load is not None:
+                self.load.refresh(requests)
             record = (step_id, now, duration, 0, n, n, used, used / num_gpu_blocks, num_waiting, n, self.name)
             yield env.timeout(duration)
             now = env.now

@@ -29,6 +29,7 @@ from records.results import Recorder, record_step
 from sim.decode_replay import DecodeReplay
 from sim.latency.base import NO_PREFILL_YET, after_prefill_step, host_split
 from sim.mixed_replay import MixedReplay
+from sim.outstanding import OutstandingTokens
 
 FinishHook = Callable[[Request, float], None]
 
@@ -77,6 +78,9 @@ class Replica:
         self.busy_time = 0.0  # seconds spent in steps (utilization = busy_time / elapsed)
         self._wakeup: simpy.Event | None = None  # set while idle, triggered by wake() (submit calls it)
         self._live: dict = {}  # req_id -> submitted request not yet seen to end
+        # the live requests' owed tokens, kept from the first time a router asks (None before: a run
+        # nobody routes pays nothing for it)
+        self._load: OutstandingTokens | None = None
         self.async_scheduling = bool(async_scheduling)
         self._step_index = 0  # steps started so far (async scheduling: which step a submit fell in)
         self._in_step = False
@@ -118,6 +122,8 @@ class Replica:
             self.request_ended(request, now)
             return
         self._live[request.req_id] = request
+        if self._load is not None:
+            self._load.add(request)
         if self.request_timeout_s is not None:
             heappush(self._deadlines, (request.arrival_time + self.request_timeout_s, next(self._deadline_order),
                                        request))
@@ -197,12 +203,15 @@ class Replica:
     def num_outstanding_tokens(self) -> int:
         """Tokens still owed by every live request here: prompt left to compute plus outputs left.
 
-        A router's least-work signal; O(live requests).
+        A router's least-work signal, read at every routing decision for every replica: O(1) from a
+        running count (`sim.outstanding`) that the loop and the fast paths keep from the first call
+        on (that call counts the live requests once).
         """
-        total = 0
-        for req in self._live.values():
-            total += max(req.num_tokens - req.num_computed_tokens, 0) + req.max_tokens - req.num_output_tokens
-        return total
+        if self._load is None:
+            self._load = OutstandingTokens(self._live.values())
+            if self._replay is not None:  # its step that spans another event changes them meanwhile
+                self._replay.load = self._load
+        return self._load.total
 
     @property
     def is_idle(self) -> bool:
@@ -214,7 +223,8 @@ class Replica:
         paths call it once per request, at the end of the step it ended in)."""
         if self.request_timeout_s is not None:
             self._timed_out(request)
-        self._live.pop(request.req_id, None)
+        if self._live.pop(request.req_id, None) is not None and self._load is not None:
+            self._load.remove(request)
         self.num_finished += 1
         for hook in self.on_finish:
             hook(request, now)
@@ -226,6 +236,9 @@ class Replica:
         for duration in durations:
             busy += duration
         self.busy_time = busy
+        if self._load is not None:  # before the hooks, which may route a follow-up: it advanced them all
+            self._load.refresh(self.scheduler.running)
+            self._load.refresh(finished)
         for request in finished:
             self.request_ended(request, now)
         if sweep:
@@ -260,6 +273,8 @@ class Replica:
         deadlines = self._deadlines  # the client's timeouts, checked at every step boundary
         overlap, pipelined = self.async_scheduling, False  # async: the last step's host work hid this one's
         after_prefill, since_prefill = self._after_prefill, NO_PREFILL_YET  # decode steps since a prefill
+        # only drafts make an update() change min(num_computed_tokens, num_tokens) (`sim.outstanding`)
+        drafts = bool(getattr(scheduler, "num_spec_tokens", 0))
         while True:
             now = env.now
             if deadlines and deadlines[0][0] <= now:
@@ -283,6 +298,8 @@ class Replica:
                     now = self._replayed(*replayed, sweep=live is None or len(live) != len(own))
                     continue
             plan = scheduler.schedule(now)
+            if self._load is not None:  # routers read the step's computed tokens while it runs
+                self._refresh_scheduled(plan)
             if live is None or len(live) != len(own):  # _sweep's own test, without the call
                 self._sweep(now)
             if plan.is_empty or not (plan.has_compute or offload_seconds(plan)):
@@ -338,6 +355,9 @@ class Replica:
             self.busy_time += duration
             now = env.now
             finished = scheduler.update(plan, StepResult(duration), now)
+            if drafts and self._load is not None:  # rejected drafts uncompute tokens, accepted ones add
+                self._load.refresh(scheduler.running)  # outputs; before the hooks, which may route
+                self._load.refresh(finished)
             add_step(record)
             for request in finished:
                 self.request_ended(request, now)
@@ -345,6 +365,19 @@ class Replica:
                 self._sweep(now)
             if self._deferred:  # those that arrived before this step: the next plan sees them
                 self._release(self._step_index, now)
+
+    def _refresh_scheduled(self, plan) -> None:
+        """Recount the requests a schedule() may have changed: the running ones (scheduled tokens,
+        admissions with their prefix hits), those it preempted (recomputes start over) and those it
+        holds for a native KV load (their hits count as computed)."""
+        load, scheduler = self._load, self.scheduler
+        load.refresh(scheduler.running)
+        if plan.preempted:
+            own = self._live
+            load.refresh([own[rid] for rid in plan.preempted if rid in own])
+        loading = getattr(scheduler, "loading", None)
+        if loading:
+            load.refresh([entry[0] for entry in loading.values()])
 
     def _release(self, before_step: int | None, now: float) -> None:
         """Hand the deferred requests that arrived during a step before `before_step` (None: all)."""
