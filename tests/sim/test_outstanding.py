@@ -40,6 +40,10 @@ CONFIGS = {
     "closed loop, speculative": ("default.toml", FLEET + [
         "workload.kind=closed_loop", "workload.num_users=48", "speculative.method=ngram",
         "speculative.num_speculative_tokens=3", "speculative.acceptance_rate=0.7"]),
+    # equal lengths: requests finish together at the end of a fast path's stretch
+    "closed loop, equal lengths": ("default.toml", FLEET + [
+        "workload.kind=closed_loop", "workload.num_users=16", "cluster.num_replicas=2",
+        "workload.prompt_len={kind='constant',value=256}", "workload.output_len={kind='constant',value=64}"]),
     "async": ("default.toml", FLEET + ["workload.rate=60", "scheduler.async_scheduling=true"]),
     "disaggregated": ("disagg.toml", ["workload.rate=20", "workload.num_requests=300"]),
     "autoscaled": ("default.toml", ["cluster.router=least_tokens", "workload.num_requests=400", "workload.rate=40", "autoscaling.enabled=true",
