@@ -69,7 +69,7 @@ class DecodeReplay:
 
     deadline: Callable[[], float] | None = None
     # set by a replica whose router reads its load (`sim.outstanding.OutstandingTokens`): told of the
-    # requests a step that spans another event has advanced, before that event
+    # requests a stretch advanced before anything else can read it (another event, the finish hooks)
     load = None
 
     def __init__(self, env: simpy.Environment, scheduler, decode_times: DecodeTimes, recorder: Recorder,
@@ -145,6 +145,9 @@ class DecodeReplay:
         k, used, finished = self.advance(end_times)
         if not k:
             return None
+        if self.load is not None:
+            self.load.refresh(scheduler.running)
+            self.load.refresh(finished)
         end = end_times[k - 1]
         delay = end - now
         if now + delay == end:

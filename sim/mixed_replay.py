@@ -113,6 +113,9 @@ class MixedReplay:
         self.replica = replica
 
     carry, until, replica = False, float("inf"), None
+    # set by a replica whose router reads its load (`sim.outstanding.OutstandingTokens`): told of the
+    # requests a stretch changed once their tokens are written, before anything else can read it
+    load = None
     # set by a replica whose client has a timeout: the earliest deadline of a live request (a
     # stretch's steps end before it; requests submitted during a stretch's waits are seen after them)
     deadline: Callable[[], float] | None = None
@@ -444,6 +447,9 @@ class MixedReplay:
                 finish(req.req_id, _LENGTH, end)
         sch.skip_step_ids(j)
         sch.now = ends[-2] if j > 1 else now
+        if self.load is not None:
+            self.load.refresh(sch.running)
+            self.load.refresh(finished)
         if since < len(durations):
             yield from _wait(env, clock, end, durations, since)
         if records:

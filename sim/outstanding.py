@@ -11,9 +11,12 @@ instead of summing over every live request at every routing decision.
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Iterable
 
 from policies import Request
+
+_req_id, _num_computed = attrgetter("req_id"), attrgetter("num_computed_tokens")
 
 
 class OutstandingTokens:
@@ -23,10 +26,15 @@ class OutstandingTokens:
     added is ignored), `refresh(requests)` after their `num_computed_tokens` or outputs may have
     changed (requests not live here are skipped). `total` is then what summing every live
     request's owed tokens would give (`recount`).
+
+    `drafts`: whether `num_computed_tokens` may run ahead of `num_tokens` (a step verifying
+    speculative drafts, until its update); without them the last term is `num_computed_tokens`
+    itself, which a refresh reads in C loops (it runs at every step of every replica).
     """
 
-    def __init__(self, requests: Iterable[Request] = ()) -> None:
+    def __init__(self, requests: Iterable[Request] = (), drafts: bool = True) -> None:
         self.total = 0
+        self.drafts = bool(drafts)
         self._done: dict = {}  # req_id -> min(num_computed_tokens, num_tokens) as last counted
         for request in requests:
             self.add(request)
@@ -42,7 +50,16 @@ class OutstandingTokens:
             self.total -= request.num_prompt_tokens + request.max_tokens - done
 
     def refresh(self, requests: Iterable[Request]) -> None:
-        counted, change = self._done, 0
+        counted = self._done
+        if not self.drafts:
+            ids = list(map(_req_id, requests))
+            old = list(map(counted.get, ids))
+            if None not in old:  # all live here (else the general loop skips the others)
+                new = list(map(_num_computed, requests))
+                counted.update(zip(ids, new))
+                self.total += sum(old) - sum(new)
+                return
+        change = 0
         for request in requests:
             rid = request.req_id
             old = counted.get(rid)

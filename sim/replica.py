@@ -208,9 +208,11 @@ class Replica:
         on (that call counts the live requests once).
         """
         if self._load is None:
-            self._load = OutstandingTokens(self._live.values())
-            if self._replay is not None:  # its step that spans another event changes them meanwhile
-                self._replay.load = self._load
+            drafts = bool(getattr(self.scheduler, "num_spec_tokens", 0))
+            self._load = OutstandingTokens(self._live.values(), drafts)
+            for replay in (self._replay, self._mixed):  # they tell it what their stretches change
+                if replay is not None:
+                    replay.load = self._load
         return self._load.total
 
     @property
@@ -236,9 +238,6 @@ class Replica:
         for duration in durations:
             busy += duration
         self.busy_time = busy
-        if self._load is not None:  # before the hooks, which may route a follow-up: it advanced them all
-            self._load.refresh(self.scheduler.running)
-            self._load.refresh(finished)
         for request in finished:
             self.request_ended(request, now)
         if sweep:
@@ -273,7 +272,8 @@ class Replica:
         deadlines = self._deadlines  # the client's timeouts, checked at every step boundary
         overlap, pipelined = self.async_scheduling, False  # async: the last step's host work hid this one's
         after_prefill, since_prefill = self._after_prefill, NO_PREFILL_YET  # decode steps since a prefill
-        # only drafts make an update() change min(num_computed_tokens, num_tokens) (`sim.outstanding`)
+        # only drafts make an update() change min(num_computed_tokens, num_tokens) (`sim.outstanding`);
+        # the fast paths tell the count what they change themselves
         drafts = bool(getattr(scheduler, "num_spec_tokens", 0))
         while True:
             now = env.now

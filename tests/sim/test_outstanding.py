@@ -81,16 +81,17 @@ def test_count_equals_the_sum_over_live_requests_at_every_read(name, checked_rea
         assert s["num_timed_out"] > 0
 
 
-def test_count_follows_requests_in_and_out():
+@pytest.mark.parametrize("drafts", [True, False])
+def test_count_follows_requests_in_and_out(drafts):
     """Added, advanced (a refresh), ended: the count is the owed tokens of those still in it."""
     a, b, stranger = Request("a", 0.0, 100, 10), Request("b", 0.0, 50, 5), Request("x", 0.0, 7, 7)
-    load = OutstandingTokens([a])
+    load = OutstandingTokens([a], drafts)
     load.add(b)
     a.num_computed_tokens = 100  # its prefill scheduled: the step runs
     load.refresh([a, stranger])
     assert load.total == OutstandingTokens.recount([a, b]) == 10 + 55
     a.output_token_ids.append(0)  # its first token: the step ended
-    load.refresh([a])
+    load.refresh([a, b])
     assert load.total == OutstandingTokens.recount([a, b])
     load.remove(b)
     load.remove(stranger)
