@@ -51,6 +51,8 @@ class OutstandingTokens:
 
     def refresh(self, requests: Iterable[Request]) -> None:
         counted = self._done
+        if not isinstance(requests, list):  # read twice below
+            requests = list(requests)
         if not self.drafts:
             ids = list(map(_req_id, requests))
             old = list(map(counted.get, ids))

@@ -88,7 +88,7 @@ def test_count_follows_requests_in_and_out(drafts):
     load = OutstandingTokens([a], drafts)
     load.add(b)
     a.num_computed_tokens = 100  # its prefill scheduled: the step runs
-    load.refresh([a, stranger])
+    load.refresh(iter([a, stranger]))
     assert load.total == OutstandingTokens.recount([a, b]) == 10 + 55
     a.output_token_ids.append(0)  # its first token: the step ended
     load.refresh([a, b])
