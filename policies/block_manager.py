@@ -53,22 +53,30 @@ class BlockManager:
       of blocks it left cached decide the same way. The KV offload tier stores them as they fill.
     - The watermark (vLLM v0, 1% there, 0 in v1) only guards admissions and swap-ins, never the
       growth of a running request.
+    - `null_block` (vLLM v1 from 0.8.3): block 0 of the pool is never handed out. v1's `BlockPool`
+      takes it off its free queue at start as the placeholder that skipped (sliding-window) blocks
+      point at, so of the `num_gpu_blocks` vLLM reports (and is given by `num_gpu_blocks_override`)
+      one fewer hold KV; `get_usage` divides by `num_gpu_blocks - 1`. Here `num_gpu_blocks` is then
+      the usable count and `num_pool_blocks` the pool's (block ids run 1..num_pool_blocks - 1).
     """
 
     __slots__ = (
-        "block_size", "num_gpu_blocks", "num_cpu_blocks", "watermark_blocks", "enable_prefix_caching",
+        "block_size", "num_gpu_blocks", "num_pool_blocks", "num_cpu_blocks", "watermark_blocks",
+        "enable_prefix_caching",
         "ref_counts", "block_hash", "free_queue", "cached", "free_cpu", "holders", "cpu_holders",
         "num_prefix_queried_tokens", "num_prefix_hit_tokens", "offload", "_lifo",
     )
 
     def __init__(self, num_gpu_blocks: int, block_size: int = 16, num_cpu_blocks: int = 0,
-                 watermark: float = 0.0, enable_prefix_caching: bool = False) -> None:
-        if num_gpu_blocks < 1:
-            raise ConfigError(f"cache.num_gpu_blocks: must be >= 1, got {num_gpu_blocks}")
+                 watermark: float = 0.0, enable_prefix_caching: bool = False, null_block: bool = False) -> None:
+        if num_gpu_blocks < 1 + null_block:
+            raise ConfigError(f"cache.num_gpu_blocks: must be >= {1 + null_block}, got {num_gpu_blocks}"
+                              + (" (vLLM v1 keeps one block as its null block)" if null_block else ""))
         if block_size < 1:
             raise ConfigError(f"cache.block_size: must be >= 1, got {block_size}")
         self.block_size = block_size
-        self.num_gpu_blocks = num_gpu_blocks
+        self.num_pool_blocks = num_gpu_blocks
+        self.num_gpu_blocks = num_gpu_blocks - null_block  # the blocks that can hold KV
         self.num_cpu_blocks = num_cpu_blocks
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.enable_prefix_caching = enable_prefix_caching
@@ -81,8 +89,8 @@ class BlockManager:
         # slice (the same block ids in the same order).
         self._lifo = not enable_prefix_caching
         self.free_queue: "list[int] | OrderedDict[int, None]" = (
-            list(range(num_gpu_blocks - 1, -1, -1)) if self._lifo
-            else OrderedDict.fromkeys(range(num_gpu_blocks - 1, -1, -1)))
+            list(range(num_gpu_blocks - 1, null_block - 1, -1)) if self._lifo
+            else OrderedDict.fromkeys(range(num_gpu_blocks - 1, null_block - 1, -1)))
         self.cached: dict[int, int] = {}  # block hash -> GPU block id
         self.free_cpu = list(range(num_cpu_blocks - 1, -1, -1))  # a stack; pops block 0 first
         self.holders: dict = {}  # req_id -> Request holding GPU blocks
@@ -92,11 +100,12 @@ class BlockManager:
         self.offload = None  # policies.kv_offload.OffloadTier when the cache has a CPU tier
 
     @classmethod
-    def from_config(cls, cache: "CacheConfig", enable_prefix_caching: bool | None = None) -> "BlockManager":
+    def from_config(cls, cache: "CacheConfig", enable_prefix_caching: bool | None = None,
+                    null_block: bool = False) -> "BlockManager":
         if enable_prefix_caching is None:
             enable_prefix_caching = bool(cache.enable_prefix_caching)
         bm = cls(cache.num_gpu_blocks, cache.block_size, cache.num_cpu_blocks, cache.watermark,
-                 enable_prefix_caching)
+                 enable_prefix_caching, null_block)
         if cache.num_offload_blocks:
             if not enable_prefix_caching:
                 raise ConfigError("cache.offload_size_gb: the CPU tier is a prefix cache found by block hash; "
@@ -498,7 +507,7 @@ class BlockManager:
     # --- checks -----------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """Raise AssertionError if the bookkeeping is inconsistent (tests call this after every step)."""
-        n = self.num_gpu_blocks
+        n = self.num_pool_blocks
         counts = [0] * n
         for rid, req in self.holders.items():
             assert req.req_id == rid and req.block_table, f"holder {rid} has no blocks"
@@ -508,7 +517,7 @@ class BlockManager:
             for b in req.block_table:
                 counts[b] += 1
         assert counts == self.ref_counts, "ref counts differ from the block tables"
-        free = [b for b in range(n) if counts[b] == 0]
+        free = [b for b in range(n - self.num_gpu_blocks, n) if counts[b] == 0]  # the null block is never free
         assert len(self.free_queue) == len(free) and set(self.free_queue) == set(free), "free queue != unreferenced"
         for h, b in self.cached.items():
             assert self.block_hash[b] == h, f"cache entry {h} -> {b} but block hash is {self.block_hash[b]}"

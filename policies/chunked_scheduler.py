@@ -31,7 +31,11 @@ class VllmScheduler(ChunkedScheduler):
     """vLLM v1's scheduler: chunked, prefix caching on unless turned off, recompute-only preemption
     (enforced by `SchedulerConfig`), and new admissions never preempt (head-of-line blocking, even
     with the priority queue; priority only picks the victim when a running request cannot grow).
+    Block 0 of the pool is v1's null block (`BlockManager`), so `cache.num_gpu_blocks` counts it.
     """
 
     priority_admission_preemption = False
     default_prefix_caching = True
+    # v1's BlockPool keeps one block as its null block (every release from 0.8.3; the v1 presets
+    # start at 0.11): of the blocks vLLM reports, one fewer hold KV
+    null_block = True

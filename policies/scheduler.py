@@ -84,6 +84,7 @@ class Scheduler(Stretches):
     # True: a running request is scheduled only while a GPU block is free, whether or not its tokens
     # need one (vLLM v0's BlockSpaceManager.can_append_slots); False: only when its allocation fails
     append_needs_free_block = False
+    null_block = False  # True: block 0 is vLLM v1's null block, never holding KV (BlockManager)
 
     def __init__(self, config: "SchedulerConfig", cache: "CacheConfig",
                  speculative: "SpeculativeConfig | None" = None) -> None:
@@ -91,7 +92,7 @@ class Scheduler(Stretches):
         self.cache_config = cache
         prefix = cache.enable_prefix_caching
         self.block_manager = BlockManager.from_config(
-            cache, self.default_prefix_caching if prefix is None else prefix)
+            cache, self.default_prefix_caching if prefix is None else prefix, self.null_block)
         self.waiting = make_queue(config.queue)
         self.swapped = make_queue(config.queue)
         self.running: list[Request] = []

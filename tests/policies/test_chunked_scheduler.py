@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from policy_factories import make_requests, make_scheduler, step
 
-from policies import Request, RequestState
+from policies import FinishReason, Request, RequestState
 
 
 def _warm_decodes(sched, n, prompt=16, max_tokens=200):
@@ -117,3 +117,20 @@ def test_priority_can_starve_a_low_priority_request_where_fcfs_does_not():
     low = Request("low", 0.0, 200, 10, priority=5)
     sched.add_request(Request("hog", 0.0, 8, 6, priority=0), 0.0)
     assert _stream(sched, low, steps=40, per_step=3, priority=0) is None  # preempted/overtaken all along
+
+
+def test_vllm_keeps_block_0_as_its_null_block():
+    # vLLM v1's BlockPool (0.8.3 on) takes block 0 off its free queue as the null block: of 4 blocks of
+    # 4 tokens, 3 hold KV. A request whose KV needs all 4 is rejected under 'vllm', served under 'chunked'
+    for policy, served in (("vllm", False), ("chunked", True)):
+        sched = make_scheduler(policy=policy, num_gpu_blocks=4, block_size=4, max_model_len=64)
+        fits, too_big = Request("fits", 0.0, 11, 2), Request("too_big", 0.0, 15, 2)  # 12 and 16 KV tokens
+        assert sched.add_request(fits, 0.0) and sched.add_request(too_big, 0.0) is served
+        tables = []
+        while sched.has_unfinished():
+            step(sched)
+            tables += [r.block_table[:] for r in sched.running]
+            sched.block_manager.check_invariants()
+        assert fits.finish_reason is FinishReason.LENGTH
+        if policy == "vllm":
+            assert tables and not any(0 in t for t in tables)

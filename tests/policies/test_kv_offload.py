@@ -107,8 +107,9 @@ def evicting_workload():
 @pytest.mark.parametrize("backend", ["native", "lmcache"])
 def test_an_evicted_prefix_is_loaded_back_from_the_cpu_tier(backend):
     block_size = 4 if backend == "native" else 64
-    # a pool of exactly one request's blocks: the second prompt evicts every block of the first
-    sched = make_scheduler(policy="vllm", num_gpu_blocks=10 if backend == "native" else 5, block_size=block_size,
+    # a pool of exactly one request's blocks (+1: v1's null block): the second prompt evicts every
+    # block of the first
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=(10 if backend == "native" else 5) + 1, block_size=block_size,
                            num_offload_blocks=32, offload_backend=backend, max_num_batched_tokens=64,
                            max_model_len=512)
     reqs = evicting_workload() if backend == "native" else [
@@ -135,7 +136,8 @@ def test_a_native_load_holds_the_request_until_it_lands():
     """With 1 s a block on the link a load of n blocks lands n s after it starts: the request waits
     (counted as waiting, holding its GPU blocks), the scheduler says when to wake up, and the other
     requests are not held up."""
-    sched = make_scheduler(policy="vllm", num_gpu_blocks=11, block_size=4, num_offload_blocks=32,
+    # +1: v1's null block
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=11 + 1, block_size=4, num_offload_blocks=32,
                            offload_s_per_block=1.0, max_num_batched_tokens=64)
     a, b, again = evicting_workload()
     run(sched, [a, b])
@@ -162,7 +164,8 @@ def test_a_native_load_holds_the_request_until_it_lands():
 
 
 def test_abort_while_loading_frees_its_blocks():
-    sched = make_scheduler(policy="vllm", num_gpu_blocks=10, block_size=4, num_offload_blocks=32,
+    # +1: v1's null block
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=10 + 1, block_size=4, num_offload_blocks=32,
                            offload_s_per_block=1.0, max_num_batched_tokens=64)
     a, b, again = evicting_workload()
     run(sched, [a, b])

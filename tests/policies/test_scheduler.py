@@ -138,10 +138,10 @@ def test_finish_request_ends_a_live_request_wherever_it_is():
 
 @pytest.mark.parametrize("reserve", [False, True])
 def test_reserve_full_isl_admits_a_prompt_only_while_all_its_blocks_are_free(reserve):
-    # vLLM 0.19's scheduler_reserve_full_isl. 5 blocks of 16: `a` (40 tokens) takes 3. `b` (48 tokens)
+    # vLLM 0.19's scheduler_reserve_full_isl. 5 blocks of 16 (+1: v1's null block): `a` (40 tokens) takes 3. `b` (48 tokens)
     # has 24 tokens of budget left: its chunk's 2 blocks fit, its prompt's 3 do not. Admitted on its
     # chunk, it runs the pool dry and is preempted (recomputed) in the next step
-    sched = make_scheduler(policy="vllm", max_num_batched_tokens=64, block_size=16, num_gpu_blocks=5,
+    sched = make_scheduler(policy="vllm", max_num_batched_tokens=64, block_size=16, num_gpu_blocks=5 + 1,
                            enable_prefix_caching=False, reserve_full_isl=reserve)
     a, b = Request("a", 0.0, 40, 20), Request("b", 0.0, 48, 4)
     sched.add_request(a, 0.0)
@@ -157,10 +157,10 @@ def test_reserve_full_isl_admits_a_prompt_only_while_all_its_blocks_are_free(res
 
 
 def test_reserve_full_isl_counts_held_prefix_hits_as_held():
-    # 9 blocks of 4; `a` holds a 16-token shared prefix (4 blocks) and 5 tokens of its own (2 blocks once
+    # 9 blocks of 4 (+1: v1's null block); `a` holds a 16-token shared prefix (4 blocks) and 5 tokens of its own (2 blocks once
     # it decodes). `b` (28 tokens, 7 blocks) hits the 4 prefix blocks: 3 more fit the 3 free ones
     prefix = list(range(1, 17))
-    sched = make_scheduler(policy="vllm", max_num_batched_tokens=64, block_size=4, num_gpu_blocks=9,
+    sched = make_scheduler(policy="vllm", max_num_batched_tokens=64, block_size=4, num_gpu_blocks=9 + 1,
                            enable_prefix_caching=True, reserve_full_isl=True)
     a, b = make_requests(2, prompt=[20, 28], max_tokens=2, prefix=prefix)
     sched.add_request(a, 0.0)

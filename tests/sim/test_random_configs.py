@@ -50,6 +50,7 @@ import pandas as pd
 import pytest
 
 from policies import ConfigError, Request
+from policies.schedulers import scheduler_class
 from random_configs import (ALL_FEATURES, REPO, TINY, RunTooLong, expected_requests, features, random_config,
                             run_capturing, time_allowance)
 from sim.build import build_cache_config
@@ -158,7 +159,8 @@ def check_rejections(run):
     rejected = req["finish_reason"] == "rejected"
     assert req.loc[rejected, "reject_reason"].map(lambda x: isinstance(x, str) and bool(x)).all()
     cache = build_cache_config(run.config)  # the random configs give both sides of a disaggregated pool this one
-    usable = cache.num_gpu_blocks - int(cache.watermark * cache.num_gpu_blocks)
+    null = scheduler_class(run.config.scheduler.policy).null_block  # vLLM v1's null block holds no KV
+    usable = cache.num_gpu_blocks - null - int(cache.watermark * cache.num_gpu_blocks)
     total = req["num_prompt_tokens"] + req["max_tokens"]
     never = (total > run.config.scheduler.max_model_len) | (np.ceil((total - 1) / cache.block_size) > usable)
     assert not (rejected & ~never).any(), first_row(req, rejected & ~never)

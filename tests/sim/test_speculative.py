@@ -186,14 +186,14 @@ def test_budget_trims_drafts_like_vllm():
 @pytest.mark.parametrize("method, lookahead", [("ngram", 0), ("mtp", 3), ("draft", 3)])
 def test_mtp_and_draft_proposers_reserve_lookahead_slots(method, lookahead):
     """vLLM v1 allocates num_lookahead_tokens = k slots past a running request's tokens for EAGLE/MTP
-    and draft models (their proposer writes KV), none for ngram. 5 blocks of 4: `a` verifies 1 + 3
-    drafts from 6 computed tokens (10 tokens: 3 blocks; 13 with the lookahead: 4). `b`'s 8-token
-    prompt fits the 2 blocks left by ngram only; under MTP it waits (its admission would have been
-    preempted a step later)."""
+    and draft models (their proposer writes KV), none for ngram. 5 blocks of 4 (+1: v1's null block):
+    `a` verifies 1 + 3 drafts from 6 computed tokens (10 tokens: 3 blocks; 13 with the lookahead: 4).
+    `b`'s 8-token prompt fits the 2 blocks left by ngram only; under MTP it waits (its admission would
+    have been preempted a step later)."""
     spec = SpeculativeConfig(method, 3, draft_model="Llama-2-7B" if method == "draft" else None)
     assert spec.num_lookahead_tokens == lookahead
     sc = SchedulerConfig(policy="vllm", max_num_batched_tokens=64, max_model_len=512)
-    s = make_scheduler(sc, CacheConfig(block_size=4, num_gpu_blocks=5, enable_prefix_caching=False), spec)
+    s = make_scheduler(sc, CacheConfig(block_size=4, num_gpu_blocks=5 + 1, enable_prefix_caching=False), spec)
     a, b = Request("a", 0.0, 6, 10), Request("b", 0.0, 8, 4)
     s.add_request(a, 0.0)
     now, plans = 0.0, []
