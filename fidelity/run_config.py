@@ -149,8 +149,10 @@ def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
             section["max_paddings"] = max_paddings
     else:
         preset = SchedulerConfig.preset("vllm", version=engine_version(server), usage=usage, large_gpu=_large_gpu(gpu))
-        section = {"policy": "vllm", "max_num_batched_tokens": server.max_num_batched_tokens or preset.max_num_batched_tokens,
-                   "max_num_seqs": server.max_num_seqs or preset.max_num_seqs, "preemption": "recompute"}
+        budget = server.max_num_batched_tokens or preset.max_num_batched_tokens
+        # an unrecorded max_num_seqs is the release's default lowered to the budget, as vLLM's EngineArgs do
+        section = {"policy": "vllm", "max_num_batched_tokens": budget,
+                   "max_num_seqs": server.max_num_seqs or min(preset.max_num_seqs, budget), "preemption": "recompute"}
         if reserve_full_isl(server):  # vLLM 0.19+: admission needs the whole prompt's blocks free
             section["reserve_full_isl"] = True
     if server.max_model_len:

@@ -283,6 +283,13 @@ class SchedulerConfig:
         if self.reserve_full_isl and self.policy not in ("chunked", "vllm"):
             raise ConfigError(f"scheduler.reserve_full_isl: only policies that split prompts (chunked, vllm) admit "
                               f"on a first chunk (policy is {self.policy!r}, which admits whole prompts); set false")
+        # vLLM refuses a budget below its sequence limit in every release (SchedulerConfig._verify_args
+        # in the 0.2.0-0.11.0 sdists, verify_max_model_len in 0.19.0); its engine arguments lower an
+        # unset max_num_seqs to the budget first (as `preset` does), but a given one is refused
+        if self.policy in ("vllm", "continuous") and self.max_num_batched_tokens < self.max_num_seqs:
+            raise ConfigError(f"scheduler.max_num_batched_tokens: {self.max_num_batched_tokens} is below "
+                              f"max_num_seqs = {self.max_num_seqs}, which vLLM refuses; give "
+                              f"max_num_batched_tokens >= max_num_seqs, or lower max_num_seqs")
         if self.policy == "vllm" and self.preemption != "recompute":
             raise ConfigError(f"scheduler.preemption: {self.preemption!r} is not allowed with policy 'vllm' "
                               "(vLLM v1 only recomputes); choose recompute, or policy 'chunked' for swap/hybrid")
@@ -311,6 +318,8 @@ class SchedulerConfig:
         values.update(policy="vllm", queue="fcfs", preemption="recompute", long_prefill_token_threshold=0,
                       reserve_full_isl=reserve_full_isl_default(version))
         values.update(overrides)
+        if "max_num_seqs" not in overrides:  # vLLM's EngineArgs: an unset max_num_seqs is at most the budget
+            values["max_num_seqs"] = min(values["max_num_seqs"], values["max_num_batched_tokens"])
         return cls(**values)
 
     @classmethod

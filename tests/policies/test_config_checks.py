@@ -43,3 +43,16 @@ def test_static_max_batch_size_is_refused_under_another_policy_like_max_paddings
             SchedulerConfig(policy=policy, static_max_batch_size=4)
     with pytest.raises(ConfigError, match=r"^scheduler\.max_paddings: only policy 'continuous'"):
         SchedulerConfig(policy="chunked", max_paddings=4)
+
+
+def test_a_budget_below_max_num_seqs_is_refused_where_vllm_refuses_it():
+    # every vLLM release (0.2.0-0.19.0) refuses max_num_batched_tokens < max_num_seqs; its engine
+    # arguments first lower an unset max_num_seqs to the budget, as the preset does
+    for policy in ("vllm", "continuous"):
+        with pytest.raises(ConfigError, match=r"^scheduler.max_num_batched_tokens: 64 is below max_num_seqs = 128"):
+            SchedulerConfig(policy=policy, max_num_batched_tokens=64, max_num_seqs=128, max_model_len=64)
+    SchedulerConfig(policy="chunked", max_num_batched_tokens=64, max_num_seqs=128)  # not vLLM's: allowed
+    preset = SchedulerConfig.preset("vllm", version="0.11", max_num_batched_tokens=64)
+    assert preset.max_num_seqs == 64
+    with pytest.raises(ConfigError, match=r"^scheduler.max_num_batched_tokens"):
+        SchedulerConfig.preset("vllm", version="0.11", max_num_batched_tokens=64, max_num_seqs=65)

@@ -78,6 +78,8 @@ def _scheduler(r: random.Random) -> dict:
         sched["async_scheduling"] = True
     if r.random() < 0.35:
         sched["max_model_len"] = r.choice([16, 40, 100, 200, 400])
+    if policy in ("continuous", "vllm"):  # vLLM refuses a budget below max_num_seqs (chunked allows it)
+        sched["max_num_seqs"] = min(sched["max_num_seqs"], sched["max_num_batched_tokens"])
     return sched
 
 

@@ -96,6 +96,9 @@ def random_config(seed: int):
         data["scheduler"]["max_num_batched_tokens"] = 8  # fewer tokens than running requests: no runs
     elif policy in ("continuous", "static"):
         data["scheduler"]["max_num_batched_tokens"] = 2048
+    if policy in ("continuous", "vllm"):  # vLLM refuses a budget below max_num_seqs (chunked allows it)
+        sched = data["scheduler"]
+        sched["max_num_seqs"] = min(sched["max_num_seqs"], sched["max_num_batched_tokens"])
     if kind == "closed_loop":
         data["workload"].update(num_users=rnd.choice([2, 8, 24]), think_time=rnd.choice([0.0, 0.05, 1.0]))
     else:
@@ -295,7 +298,8 @@ def test_every_consumer_reads_the_plans_alike(policy):
     from records.results import count_tokens, record_step
     from sim.latency.roofline import plan_totals
 
-    sched = make_sched(policy, num_gpu_blocks=400, block_size=4, max_num_batched_tokens=64, max_model_len=2048)
+    sched = make_sched(policy, num_gpu_blocks=400, block_size=4, max_num_batched_tokens=64, max_num_seqs=64,
+                       max_model_len=2048)
     rnd = random.Random(3)
     prompts, outputs = [rnd.randint(1, 90) for _ in range(40)], [rnd.randint(1, 60) for _ in range(40)]
     reqs = make_requests(40, arrivals=[0.01 * i for i in range(40)], prompt=prompts, max_tokens=outputs)
@@ -462,6 +466,9 @@ def random_chunked_config(seed: int):
         del data["hardware"]["num_gpu_blocks"]
     if rnd.random() < 0.5:  # vLLM 0.19+: a waiting request needs its whole sequence's blocks free
         data["scheduler"]["reserve_full_isl"] = True
+    sched = data["scheduler"]
+    if sched["policy"] == "vllm":  # vLLM refuses a budget below max_num_seqs (chunked allows it)
+        sched["max_num_seqs"] = min(sched["max_num_seqs"], sched["max_num_batched_tokens"])
     return load_config(data)
 
 

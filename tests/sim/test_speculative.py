@@ -170,7 +170,7 @@ def test_a_loaded_run_ends_and_reports():
 
 def test_budget_trims_drafts_like_vllm():
     """With 3 tokens of budget left a decode of 4 drafts verifies only 2 (the rest are dropped)."""
-    sc = SchedulerConfig(policy="vllm", max_num_batched_tokens=3, max_num_seqs=4, max_model_len=512)
+    sc = SchedulerConfig(policy="vllm", max_num_batched_tokens=3, max_num_seqs=3, max_model_len=512)
     s = make_scheduler(sc, CacheConfig(num_gpu_blocks=64), SpeculativeConfig("ngram", 4, 1.0))
     s.acceptance = AcceptanceSampler([1.0] * 4)
     s.add_request(Request(0, 0.0, 3, 50), 0.0)
@@ -192,7 +192,7 @@ def test_mtp_and_draft_proposers_reserve_lookahead_slots(method, lookahead):
     have been preempted a step later)."""
     spec = SpeculativeConfig(method, 3, draft_model="Llama-2-7B" if method == "draft" else None)
     assert spec.num_lookahead_tokens == lookahead
-    sc = SchedulerConfig(policy="vllm", max_num_batched_tokens=64, max_model_len=512)
+    sc = SchedulerConfig(policy="vllm", max_num_batched_tokens=64, max_num_seqs=8, max_model_len=512)
     s = make_scheduler(sc, CacheConfig(block_size=4, num_gpu_blocks=5 + 1, enable_prefix_caching=False), spec)
     a, b = Request("a", 0.0, 6, 10), Request("b", 0.0, 8, 4)
     s.add_request(a, 0.0)
@@ -213,7 +213,7 @@ def test_mtp_and_draft_proposers_reserve_lookahead_slots(method, lookahead):
 def test_executor_acceptances_and_tokens_are_kept():
     """An engine reports accepted counts and sampled tokens: the request keeps the accepted drafts
     and the sampled token, computed tokens step back by the rejected drafts."""
-    sc = SchedulerConfig(policy="vllm", max_num_batched_tokens=64, max_model_len=512)
+    sc = SchedulerConfig(policy="vllm", max_num_batched_tokens=64, max_num_seqs=8, max_model_len=512)
     s = make_scheduler(sc, CacheConfig(block_size=4, num_gpu_blocks=64), SpeculativeConfig("ngram", 3))
     s.proposer = lambda req: [7, 8, 9]
     req = Request(0, 0.0, 6, 20, prompt_token_ids=list(range(6)))

@@ -134,7 +134,8 @@ def test_a_streamed_summary_names_the_same_rejection_example():
     tiny = str(Path(__file__).resolve().parents[2] / "examples" / "tiny-llama" / "config.json")
     cfg = load_config({
         "model": {"name": tiny}, "hardware": {"gpu": "H100-SXM", "num_gpu_blocks": 2},
-        "scheduler": {"policy": "vllm", "max_num_batched_tokens": 8, "queue": "priority", "max_model_len": 16},
+        "scheduler": {"policy": "vllm", "max_num_batched_tokens": 8, "max_num_seqs": 8, "queue": "priority",
+                      "max_model_len": 16},
         "cache": {"block_size": 2, "enable_prefix_caching": False},
         "workload": {"num_requests": 28, "seed": 541, "prompt_len": {"kind": "constant", "value": 90},
                      "output_len": {"kind": "uniform", "low": 3, "high": 16}, "kind": "closed_loop", "num_users": 8,
