@@ -172,7 +172,8 @@ class BatchPlan:
     may be the destination of a swap-out in the same step), both before the step's forward pass.
     `preempted` lists requests preempted by recompute this step (their blocks were simply freed).
     Padding entries (`is_padding=True`, static batching) point at their batch member's Request,
-    which may be finished and hold no blocks: an engine may skip them; a latency model charges them.
+    which may be finished and hold no blocks: an engine may skip them; a latency model charges them,
+    and `padding_context`, the padded keys/values its live decodes read beyond their own contexts.
 
     `offload_load_blocks` are (cpu_block, gpu_block) copies from the KV offload tier into GPU blocks,
     applied before the forward pass; `offload_store_blocks` are (gpu_block, cpu_block) copies of the
@@ -194,6 +195,9 @@ class BatchPlan:
     offload_load_blocks: tuple[tuple[int, int], ...] = ()  # (cpu, gpu) from the KV offload tier
     offload_store_blocks: tuple[tuple[int, int], ...] = ()  # (gpu, cpu) to the KV offload tier
     spec_token_ids: Mapping[int | str, tuple[int, ...]] | None = None  # req_id -> drafts verified this step
+    # keys/values the live decodes read over padding, past their own contexts (static batching: each
+    # member attends over the batch's padded prompt); no tokens, no sequences: only `decode_context`
+    padding_context: int = 0
     _totals: PlanTotals | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -208,6 +212,8 @@ class BatchPlan:
                 t = t._replace(num_prefill_tokens=t.num_prefill_tokens - verify,
                                num_decode_tokens=t.num_decode_tokens + verify,
                                num_spec_tokens=sum(map(len, spec.values())))
+            if self.padding_context:
+                t = t._replace(decode_context=t.decode_context + self.padding_context)
             object.__setattr__(self, "_totals", t)
         return t
 

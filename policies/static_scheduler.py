@@ -9,7 +9,12 @@ until its longest member finishes; nothing joins meanwhile.
 Padding is explicit in the plan, so a latency model charges it and metrics can report the wasted
 fraction: in the prefill step each member shorter than the longest prompt gets a
 `ScheduledSeq(is_padding=True)` of the missing tokens; in every later step each finished member gets
-a 1-token padding entry whose context is the padded length. Padding entries point at their member's
+a 1-token padding entry whose context is the padded length, and each live member shorter than the
+longest prompt reads the padded context too (`BatchPlan.padding_context`: the padded keys/values
+beyond its own): a static engine's KV is one rectangle, batch x (longest prompt + steps), and every
+decode attends over its whole row, pads masked but read (HF `generate` left-pads a batch of
+prompts to the longest; FasterTransformer's decoder attention runs each step over the padded
+length). Padding entries point at their member's
 Request (possibly finished, holding no blocks); an engine may skip them. Finished members free their
 blocks at once (the KV accounting tracks only live tokens). Static batching ignores the prefix cache.
 """
@@ -87,3 +92,4 @@ class StaticScheduler(Scheduler):
                 n = req.num_tokens - req.num_computed_tokens
                 bm.allocate(req, n)  # reserved at batch formation: cannot fail
                 step.add(req, n)
+                step.padding_context += self.batch_prompt_len - req.num_prompt_tokens  # its row's pads

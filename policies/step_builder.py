@@ -25,7 +25,7 @@ class StepBuilder:
 
     __slots__ = ("budget", "scheduled", "padding", "preempted", "swapped_out", "swapped_in",
                  "swap_out_blocks", "swap_in_blocks", "resumed", "token_budget", "carried_preempted",
-                 "leading", "spec")
+                 "leading", "spec", "padding_context")
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
@@ -33,6 +33,7 @@ class StepBuilder:
         self.carried_preempted: list = []  # recompute preemptions of earlier, empty passes of this step
         self.scheduled: dict = {}  # req_id -> (request, num_new_tokens), in pack order
         self.padding: list[ScheduledSeq] = []  # static batching's padding entries
+        self.padding_context = 0  # static batching: padded keys/values its live decodes read (BatchPlan)
         self.preempted: list = []  # req_ids preempted by recompute this step
         self.swapped_out: list = []
         self.swapped_in: list = []
@@ -117,12 +118,14 @@ class StepBuilder:
             seqs.extend(self.padding)
         seqs = ScheduledSeqs(decodes, contexts, tuple(seqs)) if decodes else tuple(seqs)
         spec = self.spec
+        pad = self.padding_context  # static batching's padded contexts
         if not (self.carried_preempted or self.preempted or self.swapped_out or self.swapped_in
-                or self.swap_out_blocks or self.swap_in_blocks):  # the usual step: no preemption, no swap
+                or self.swap_out_blocks or self.swap_in_blocks or pad):  # the usual step: no preemption, no swap
             return BatchPlan(step_id, seqs, spec_token_ids=spec) if spec else BatchPlan(step_id, seqs)
         return BatchPlan(
             step_id=step_id,
             seqs=seqs,
+            padding_context=pad,
             preempted=tuple(self.carried_preempted + self.preempted),
             swapped_out=tuple(self.swapped_out),
             swapped_in=tuple(self.swapped_in),

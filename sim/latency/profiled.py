@@ -238,6 +238,8 @@ class ProfiledLatencyModel(LatencyModel):
             else:
                 num_prefill_seqs += 1
                 prefill_attn += op["attn_prefill"](s.num_tokens, s.context_len)
+        if not skip:  # static batching: the padded keys/values its live decodes read (a padded engine's)
+            decode_kv += plan.padding_context
         kv = (max_kv if self.decode_kv == "max" else decode_kv / num_decode) if num_decode else 0
         decode_attn = op["attn_decode"](num_decode, kv) if num_decode else 0.0
         if self.decode_kv == "max" and self._padding_discount is not None and num_decode and max_kv:

@@ -62,3 +62,17 @@ def test_padded_prefill_respects_the_token_budget():
         sched.add_request(r, 0.0)
     plan, _ = step(sched)
     assert plan.num_tokens <= 40 and plan.num_seqs == 2  # a third member would pad to 3 x 20 = 60
+
+
+def test_every_decode_of_a_static_batch_reads_the_padded_context():
+    # prompts of 4 and 12 tokens: the batch's KV is 2 rows of 12 + k; at decode step k (1, 2, ...) both
+    # members attend over 12 + k keys, the short one's 8 pads included (as the finished one's padding does)
+    sched = make_scheduler(policy="static", max_num_seqs=4, max_num_batched_tokens=128)
+    short, long = make_requests(2, prompt=[4, 12], max_tokens=[5, 3])
+    for r in (short, long):
+        sched.add_request(r, 0.0)
+    step(sched)  # the padded prefill
+    for k in range(1, 5):
+        plan, _ = step(sched, 0.01 * k)
+        assert plan.totals.decode_context == 2 * (12 + k)
+        assert len(plan.num_scheduled_tokens) == (2 if k <= 2 else 1)  # `long` ends after step 2
