@@ -27,7 +27,7 @@ from policies import ConfigError, FinishReason
 from policies.presets import DEFAULT_VLLM_VERSION, async_scheduling_default
 from fidelity.engine_settings import ALIASES
 from records.files import write_content_file
-from fidelity.runs import RealRun, version_text
+from fidelity.runs import RealRun, v0_engine, version_text
 from fidelity.sources.guidellm import GuidellmWorkload, is_guidellm_profile
 from fidelity.sources.guidellm_results import read_guidellm_requests
 from fidelity.sources.inference_perf import SharedPrefixWorkload
@@ -322,7 +322,7 @@ def version_assumption(run: RealRun) -> str | None:
     if not run.server.engine_version and not any(n in run.recorded_args for n in ALIASES["engine_version"]):
         said.append("engine version not recorded: assumed " + (
             "a vLLM v0 engine (whole prompts, prefill-only steps, no padding cap)"
-            if not run.server.enable_chunked_prefill else f"vLLM {DEFAULT_VLLM_VERSION}'s limits where none is given, and its default async scheduling "
+            if v0_engine(run.server) else f"vLLM {DEFAULT_VLLM_VERSION}'s limits where none is given, and its default async scheduling "
             f"({'on' if async_scheduling_default(DEFAULT_VLLM_VERSION) else 'off'})"))
     client = CLIENTS.get(run.measured_by) or ("guidellm" if (run.profile or {}).get("benchmarks") else None)
     if client and (client == "distserve" or recorded_version(run, client) is None):

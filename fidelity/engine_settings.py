@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from fidelity.runs import DEFAULT_GPU, RealRun, async_scheduling, engine_version, kv_offloading_backend, recorded_bool
+from fidelity.runs import (DEFAULT_GPU, RealRun, async_scheduling, engine_version, kv_offloading_backend,
+                           recorded_bool, v0_engine)
 from policies import ConfigError
 
 MODELLED = "modelled"
@@ -40,7 +41,8 @@ USED: dict[str, str] = {
     "max_model_len": "scheduler.max_model_len: longer requests are rejected",
     "max_num_batched_tokens": "scheduler.max_num_batched_tokens: the token budget of a step",
     "max_num_seqs": "scheduler.max_num_seqs",
-    "enable_chunked_prefill": "scheduler.policy: vllm (chunked prefill) or continuous (whole prompts, v0)",
+    "enable_chunked_prefill": "scheduler.policy: vllm (off from vLLM 0.11.1: its enable_chunked_prefill = false; "
+                              "0.8-0.11.0 chunk anyway) or continuous (whole prompts, v0)",
     "enable_prefix_caching": "cache.enable_prefix_caching: hashed full blocks, LRU eviction",
     "block_size": "cache.block_size",
     "num_gpu_blocks": "hardware.num_gpu_blocks: the engine's own KV capacity",
@@ -199,7 +201,7 @@ def settings_table(run: RealRun) -> list[dict]:
             status, note = MODELLED, ASYNC_MODELLED
         if name == "kv_offloading_size" and not _off(value) and kv_offloading_backend(run.server) is None:
             status, note = NO_EFFECT, OFFLOAD_WITHOUT_BACKEND
-        if name in ALIASES["engine_version"] and not run.server.enable_chunked_prefill:
+        if name in ALIASES["engine_version"] and v0_engine(run.server):
             note = V0_RELEASE_NOTE
         rows.append({"run": run.name, "setting": name, "value": value, "status": status, "note": note,
                      "recorded_in": where})

@@ -32,7 +32,7 @@ from fidelity.ray_serving_path import FULL_TEXT_ENTRYPOINT, serving_path_terms
 from fidelity.metric_definitions import definition
 from fidelity.replay import ReplayWorkload
 from fidelity.run_config import PROFILE_DATA_ERROR, config_dict_for_run
-from fidelity.runs import METRICS, RealRun, recorded_bool, tpot
+from fidelity.runs import METRICS, RealRun, recorded_bool, tpot, v0_engine
 from fidelity.sources.distserve import DistServeLatencyModel, distserve_host_prior
 from fidelity.sources.guidellm import guidellm_workload, is_guidellm_profile
 from fidelity.sources.inference_perf import SharedPrefixWorkload
@@ -197,7 +197,7 @@ def _measured_layer(run: RealRun | None, gpu: str | None, source_out: bool = Fal
     """The shipped idle-engine layer when it applies to the run (vLLM v1 on an H100), else None;
     with `source_out`, None also when the layer was measured on runs of the run's own source."""
     gpu = (gpu or (run.server.gpu if run is not None else None) or "H100").upper()
-    v1 = run is None or run.server.enable_chunked_prefill
+    v1 = run is None or not v0_engine(run.server)
     if not (v1 and gpu.startswith("H100")):
         return None
 
@@ -291,12 +291,12 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
         front = stack.get("request_overhead_s", 0.0) + (stack.get("stream_overhead_s", 0.0) if client_side else 0.0)
         evidence.append(f"front end {front * 1e3:.1f} ms: our serve stack ({SERVE_STACK_FRONTEND.name}"
                         f"{', ingress + first chunk' if client_side else ', ingress'})")
-        if not run.server.enable_chunked_prefill:
+        if v0_engine(run.server):
             per_out, per_step = stack.get("engine_s_per_output", 0.0), stack.get("engine_s_per_step", 0.0)
             evidence.append(f"v0 engine in the API process: {per_out * 1e3:.2f} ms per streamed output, "
                             f"{per_step * 1e3:.3f} ms per step: our serve stack")
     ray_step, ray_seq, ray_token = 0.0, 0.0, 0.0
-    ray = ray_path_terms(run) if not run.server.enable_chunked_prefill else None
+    ray = ray_path_terms(run) if v0_engine(run.server) else None
     if ray is not None:
         ray_step, ray_seq, ray_token, why = ray
         evidence.append(why)
@@ -314,7 +314,7 @@ def source_out_prior(gpu_model: str, run: RealRun, gpu: str | None = None) -> tu
         why = "the roofline carries its own host constants" if gpu_model == "roofline" else \
             "the GPU data times whole engine steps or layers"
         return HostOverhead(), [f"none: {why}"]
-    ours = our_engine_host() if run.server.enable_chunked_prefill else None
+    ours = our_engine_host() if not v0_engine(run.server) else None
     per_seq = c.per_seq_overhead_s
     if layer is not None and layer.host_s_for(None) is not None:
         evidence.insert(0, f"host time per step: idle-host layer of {layer.source} ({', '.join(sorted(layer.per_run))})")

@@ -22,7 +22,7 @@ from fidelity.host_overhead import HostOverhead
 from fidelity.metric_definitions import definition
 from fidelity.overhead_fit import FIT_TERMS, RunSystem, fit_overhead, run_system, theta_of
 from fidelity.predict import Prediction, predict_run
-from fidelity.runs import DEFAULT_GPU, METRICS, RealRun
+from fidelity.runs import DEFAULT_GPU, METRICS, RealRun, v0_engine
 
 
 @dataclass
@@ -257,8 +257,8 @@ def fit_helps_across(groups: dict[str, list[str]], systems: dict[str, RunSystem 
 
 
 def engine_family(run: RealRun) -> str:
-    """"v1" or "v0": vLLM's engine generation (v1 always chunks prefills; v0 by default did not)."""
-    return "v1" if run.server.enable_chunked_prefill else "v0"
+    """"v1" or "v0": vLLM's engine generation (`fidelity.runs.v0_engine`)."""
+    return "v0" if v0_engine(run.server) else "v1"
 
 
 def reproduce_source_out(runs: list[RealRun], workload: str = "auto", gpu: str | None = None,

@@ -19,7 +19,8 @@ import numpy as np
 from fidelity.client_timeout import client_timeout
 from fidelity.client_workload import write_resolved_profile
 from fidelity.runs import (DEFAULT_GPU, SUPPORTED_VERSIONS, RealRun, ServerArgs, async_scheduling,  # noqa: F401 (re-exported)
-                           engine_version, kv_offloading_backend, release, reserve_full_isl)
+                           engine_version, kv_offloading_backend, release, reserve_full_isl, v0_engine,
+                           v1_chunks_prompts)
 from fidelity.sources.guidellm import is_guidellm_profile
 from fidelity.sources.inference_perf import SharedPrefixWorkload
 from fidelity.sources.inference_perf_profile import SharedPrefixProfile
@@ -141,7 +142,7 @@ def _large_gpu(gpu: str) -> bool:
 
 def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
     """The `scheduler` section: vLLM's policy and limits for the run's version, its own values first."""
-    if not server.enable_chunked_prefill:
+    if v0_engine(server):
         # vLLM v0 without chunked prefill: whole prompts, prefill-first batches (ENGINE-SEMANTICS §1.3)
         section = {"policy": "continuous", "max_num_batched_tokens": server.max_num_batched_tokens or 2048,
                    "max_num_seqs": server.max_num_seqs or 256, "preemption": "recompute"}
@@ -150,11 +151,16 @@ def scheduler_section(server: ServerArgs, gpu: str, usage: str) -> dict:
     else:
         preset = SchedulerConfig.preset("vllm", version=engine_version(server), usage=usage, large_gpu=_large_gpu(gpu))
         budget = server.max_num_batched_tokens or preset.max_num_batched_tokens
+        unchunked = not v1_chunks_prompts(server)  # v1 0.11.1+ with chunked prefill off: whole prompts
+        if unchunked and not server.max_num_batched_tokens:  # vLLM's default then: at least max_model_len
+            budget = max(budget, server.max_model_len or SchedulerConfig.max_model_len)
         # an unrecorded max_num_seqs is the release's default lowered to the budget, as vLLM's EngineArgs do
         section = {"policy": "vllm", "max_num_batched_tokens": budget,
                    "max_num_seqs": server.max_num_seqs or min(preset.max_num_seqs, budget), "preemption": "recompute"}
         if reserve_full_isl(server):  # vLLM 0.19+: admission needs the whole prompt's blocks free
             section["reserve_full_isl"] = True
+        if unchunked:  # decodes and whole prompts share a step (not v0's prefill-only steps)
+            section["enable_chunked_prefill"] = False
     if server.max_model_len:
         section["max_model_len"] = server.max_model_len
     if section["policy"] == "vllm" and async_scheduling(server):  # recorded, else the release's default
@@ -264,7 +270,7 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
         hardware["num_gpu_blocks"] = int(s.num_gpu_blocks)
     if s.gpu_memory_utilization:
         hardware["gpu_memory_utilization"] = s.gpu_memory_utilization
-    if not s.enable_chunked_prefill:  # the v0 engine (as `scheduler_section`): its profiling sizes the pool
+    if v0_engine(s):  # the v0 engine (as `scheduler_section`): its profiling sizes the pool
         hardware["memory_profiling"] = v0_memory_profiling(s)
     model_section = {"name": model or resolve_model_name(s.model, run.path)}
     if s.kv_cache_dtype and s.kv_cache_dtype.startswith("fp8"):
@@ -279,7 +285,7 @@ def config_dict_for_run(run: RealRun, gpu: str | None = None, workload: str = "a
     if offload_backend:  # vLLM's KV offloading: a CPU tier of the prefix cache (policies.kv_offload)
         data["cache"]["offload_size_gb"] = float(s.kv_offloading_size)
         data["cache"]["offload_backend"] = offload_backend
-    if not s.enable_chunked_prefill:
+    if v0_engine(s):
         # the v0 block manager keeps 1% of the GPU blocks free when admitting a prompt (or swapping
         # one in), so that an admission does not at once force a decode preemption (ENGINE-SEMANTICS
         # §1.3); v1 has no watermark

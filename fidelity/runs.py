@@ -177,12 +177,37 @@ def kv_offloading_backend(server: ServerArgs) -> str | None:
     return None if r is not None and r < (0, 14, 0) else "native"
 
 
+# vLLM 0.8.0 made the v1 engine the default. Its 0.8.0-0.11.0 releases forced chunked prefill on for
+# generative models whatever the flag said (EngineArgs._set_default_args_v1, "V1 always uses chunked
+# prefills", in those sdists); 0.11.1 on honour enable_chunked_prefill=False (policies.config).
+V1_DEFAULT_FROM = (0, 8, 0)
+V1_UNCHUNKED_FROM = (0, 11, 1)
+
+
+def v0_engine(server: ServerArgs) -> bool:
+    """Was the run's engine vLLM v0? Chunked prefill off on a release before 0.8.0, or on an
+    unrecorded one (v1 chunks by default, so such a run is taken for v0's era). Otherwise v1."""
+    if server.enable_chunked_prefill:
+        return False
+    r = release(server)
+    return r is None or r < V1_DEFAULT_FROM
+
+
+def v1_chunks_prompts(server: ServerArgs) -> bool:
+    """Did the run's v1 engine split prompts? Yes unless it turned chunked prefill off on a release
+    that honours that (0.11.1 on; before, v1 chunked anyway)."""
+    if server.enable_chunked_prefill:
+        return True
+    r = release(server)
+    return r is None or r < V1_UNCHUNKED_FROM
+
+
 def async_scheduling(server: ServerArgs) -> bool:
     """--async-scheduling as the run's engine had it: the recorded value, else its release's default
     (`policies.presets.async_scheduling_default`; unknown version: the assumed preset's); v0 engines: off."""
     if server.async_scheduling is not None:
         return server.async_scheduling
-    if not server.enable_chunked_prefill:
+    if v0_engine(server):
         return False
     return async_scheduling_default(server.engine_version or DEFAULT_VLLM_VERSION)  # X.Y[.Z]: __post_init__
 
@@ -191,7 +216,7 @@ def reserve_full_isl(server: ServerArgs) -> bool:
     """vLLM's `scheduler_reserve_full_isl` as the run's engine had it: its release's default
     (`policies.presets.reserve_full_isl_default`, on from 0.19; unknown version: the assumed preset's);
     v0 engines (whole prompts): off. A run recording it off is listed as not modelled."""
-    if not server.enable_chunked_prefill:
+    if v0_engine(server):
         return False
     return reserve_full_isl_default(server.engine_version or DEFAULT_VLLM_VERSION)
 

@@ -32,6 +32,10 @@ class VllmScheduler(ChunkedScheduler):
     (enforced by `SchedulerConfig`), and new admissions never preempt (head-of-line blocking, even
     with the priority queue; priority only picks the victim when a running request cannot grow).
     Block 0 of the pool is v1's null block (`BlockManager`), so `cache.num_gpu_blocks` counts it.
+    With `enable_chunked_prefill` false, prompts are whole (`whole_prompts`): decodes still come
+    first and whole prompts join them in the same step; the first prompt that does not fit the
+    budget left stops admission for the step (vLLM 0.12+'s `break`), unlike `continuous`, vLLM v0's
+    prefill-first steps.
     """
 
     priority_admission_preemption = False

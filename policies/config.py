@@ -257,10 +257,16 @@ class SchedulerConfig:
     # not just those of its first chunk; off, a long prompt is admitted on its first chunk, may run
     # the pool dry part-way and be preempted (policies that split prompts only)
     reserve_full_isl: bool = False
+    # vLLM's enable_chunked_prefill, for policy 'vllm' (the others are chunked or whole-prompt by
+    # name). False: v1's scheduler without chunking (honoured from vLLM 0.11.1; 0.8.0-0.11.0 forced
+    # chunking on for generative models): decodes first, then whole prompts in the same step while
+    # they fit the budget left; the first that does not waits, and the ones behind it (0.12+: the
+    # scheduler stops there; 0.11.1-0.11.2 skipped it and went on, not modelled)
+    enable_chunked_prefill: bool = True
 
     def __post_init__(self) -> None:
         check_choice("scheduler.policy", self.policy, POLICIES)
-        for name in ("async_scheduling", "reserve_full_isl"):
+        for name in ("async_scheduling", "reserve_full_isl", "enable_chunked_prefill"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"scheduler.{name}: expected true or false, got {getattr(self, name)!r}")
         check_int("scheduler.max_num_batched_tokens", self.max_num_batched_tokens, 1)
@@ -290,6 +296,20 @@ class SchedulerConfig:
             raise ConfigError(f"scheduler.max_num_batched_tokens: {self.max_num_batched_tokens} is below "
                               f"max_num_seqs = {self.max_num_seqs}, which vLLM refuses; give "
                               f"max_num_batched_tokens >= max_num_seqs, or lower max_num_seqs")
+        if not self.enable_chunked_prefill:
+            if self.policy != "vllm":
+                raise ConfigError(f"scheduler.enable_chunked_prefill: only policy 'vllm' takes it (policy is "
+                                  f"{self.policy!r}: 'chunked' splits prompts, 'continuous' and 'static' never do); "
+                                  "remove it, or choose policy vllm")
+            # vLLM refuses this at config time in every release that honours the flag (verify_max_model_len)
+            if self.max_num_batched_tokens < self.max_model_len:
+                raise ConfigError(f"scheduler.max_num_batched_tokens: {self.max_num_batched_tokens} is below "
+                                  f"max_model_len = {self.max_model_len} with enable_chunked_prefill false, which "
+                                  "vLLM refuses (a whole prompt must fit one step); give max_num_batched_tokens "
+                                  ">= max_model_len, or lower max_model_len")
+            if self.long_prefill_token_threshold:
+                raise ConfigError("scheduler.long_prefill_token_threshold: splits prompts, which "
+                                  "enable_chunked_prefill false does not model; set 0")
         if self.policy == "vllm" and self.preemption != "recompute":
             raise ConfigError(f"scheduler.preemption: {self.preemption!r} is not allowed with policy 'vllm' "
                               "(vLLM v1 only recomputes); choose recompute, or policy 'chunked' for swap/hybrid")

@@ -101,6 +101,8 @@ class Scheduler(Stretches):
         self.step_id = 0
         self.now = 0.0  # the clock of the schedule() call in progress (stamps preemption intervals)
         self.token_budget = config.max_num_batched_tokens
+        if not config.enable_chunked_prefill:  # vLLM v1 without chunking ('vllm' only): whole prompts
+            self.whole_prompts = True
         if self.whole_prompts:  # see the class docstring: a whole prompt must always fit one step
             self.token_budget = max(self.token_budget, config.max_model_len)
         self.max_num_seqs = config.max_num_seqs

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from fidelity.run_config import aiconfigurator_model_config, resolve_model_name
-from policies import ConfigError
+from policies import ConfigError, SchedulerConfig
 from specs.model_catalog import get_model
 
 QWEN3_8B = dict(model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_attention_heads=32,
@@ -95,3 +95,21 @@ def test_a_v1_run_admits_on_the_whole_prompt_from_vllm_0_19(version, on):
     v0 = scheduler_section(ServerArgs(model="m", engine_version="0.2.3", enable_chunked_prefill=False),
                            "H100-SXM", "api_server")
     assert "reserve_full_isl" not in v0
+
+
+@pytest.mark.parametrize("version, policy, chunked", [
+    (None, "continuous", None),  # unrecorded: taken for v0's era
+    ("0.4.3", "continuous", None),  # v0
+    ("0.11.0", "vllm", True),  # v1 before 0.11.1 chunks whatever the flag says
+    ("0.11.1", "vllm", False),  # honoured: decodes and whole prompts share a step
+    ("0.19.0", "vllm", False)])
+def test_chunked_prefill_off_maps_to_the_release_s_engine(version, policy, chunked):
+    from fidelity.run_config import ServerArgs, scheduler_section
+
+    server = ServerArgs(model="m", engine_version=version, enable_chunked_prefill=False, max_model_len=4096)
+    section = scheduler_section(server, "H100-SXM", "api_server")
+    assert section["policy"] == policy
+    assert section.get("enable_chunked_prefill", True if policy == "vllm" else None) is chunked
+    if chunked is False:  # vLLM's default budget without chunking covers max_model_len
+        assert section["max_num_batched_tokens"] >= 4096
+        SchedulerConfig(**section)  # a config vLLM accepts

@@ -1,9 +1,10 @@
 """`chunked` (Sarathi / vLLM v1): decode-first, budget-limited chunks, preemption on OOM."""
 from __future__ import annotations
 
+import pytest
 from policy_factories import make_requests, make_scheduler, step
 
-from policies import FinishReason, Request, RequestState
+from policies import ConfigError, FinishReason, Request, RequestState, SchedulerConfig
 
 
 def _warm_decodes(sched, n, prompt=16, max_tokens=200):
@@ -134,3 +135,28 @@ def test_vllm_keeps_block_0_as_its_null_block():
         assert fits.finish_reason is FinishReason.LENGTH
         if policy == "vllm":
             assert tables and not any(0 in t for t in tables)
+
+
+def test_vllm_without_chunked_prefill_runs_decodes_with_whole_prompts():
+    # vLLM v1 with enable_chunked_prefill false (0.11.1 on): decodes first, whole prompts join them in
+    # the same step (not v0's prefill-only steps); a prompt that does not fit the budget left waits,
+    # and the scheduler stops there (0.12+'s `break`): a short prompt behind it waits too
+    sched = make_scheduler(policy="vllm", enable_chunked_prefill=False, max_num_batched_tokens=64, max_model_len=64)
+    a = Request("a", 0.0, 8, 20)
+    sched.add_request(a, 0.0)
+    step(sched)
+    sched.add_request(Request("b", 0.0, 40, 2), 0.0)
+    sched.add_request(Request("c", 0.0, 4, 2), 0.0)
+    plan, _ = step(sched, 0.01)
+    assert plan.num_scheduled_tokens == {"a": 1, "b": 40, "c": 4}
+    sched.add_request(Request("d", 0.0, 63, 1), 0.02)
+    sched.add_request(Request("e", 0.0, 2, 1), 0.02)
+    plan, _ = step(sched, 0.02)
+    assert plan.num_scheduled_tokens == {"a": 1, "b": 1, "c": 1}  # 61 left: d (63) waits, e behind it
+    plan, _ = step(sched, 0.03)
+    assert plan.num_scheduled_tokens == {"a": 1, "d": 63}
+    with pytest.raises(ConfigError, match="^scheduler.max_num_batched_tokens: 32 is below max_model_len = 64"):
+        SchedulerConfig(policy="vllm", enable_chunked_prefill=False, max_num_batched_tokens=32, max_num_seqs=8,
+                        max_model_len=64)
+    with pytest.raises(ConfigError, match="^scheduler.enable_chunked_prefill: only policy 'vllm'"):
+        SchedulerConfig(policy="chunked", enable_chunked_prefill=False)
