@@ -180,7 +180,7 @@ def test_preemption_intervals_under_memory_pressure(tmp_path, policy, preemption
     import pandas as pd
 
     sched = make_sched(policy, num_gpu_blocks=40, block_size=4, num_cpu_blocks=200, preemption=preemption,
-                       queue=queue, max_num_batched_tokens=64, hybrid_swap_threshold=8)
+                       queue=queue, max_num_batched_tokens=64, max_num_seqs=16, hybrid_swap_threshold=8)
     reqs = make_requests(16, arrivals=[0.003 * i for i in range(16)], prompt=[10 + 7 * (i % 5) for i in range(16)],
                          max_tokens=[30 + 11 * (i % 4) for i in range(16)])
     for i, r in enumerate(reqs):
