@@ -149,6 +149,15 @@ def test_an_engine_that_skips_padding_is_charged_for_live_work_only():
     assert ProfiledLatencyModel(charged).step_time(dec_padded) > ProfiledLatencyModel(charged).step_time(dec)
 
 
+def test_a_padded_engine_charges_live_decodes_their_padded_context():
+    # a static batch's short member decodes over the padded row: 100 own keys + 200 pads read as 300
+    charged, skipping = make_profile(), make_profile()
+    skipping.meta["executor_skips_padding"] = True
+    own, padded, as_long = plan(seq("a", 1, 100)), plan(seq("a", 1, 100), padding_context=200), plan(seq("a", 1, 300))
+    assert ProfiledLatencyModel(charged).breakdown(padded) == ProfiledLatencyModel(charged).breakdown(as_long)
+    assert ProfiledLatencyModel(skipping).breakdown(padded) == ProfiledLatencyModel(skipping).breakdown(own)
+
+
 def test_executor_skips_padding_must_be_a_boolean():
     p = make_profile()
     p.meta["executor_skips_padding"] = "yes"
