@@ -32,7 +32,7 @@ from fidelity.ray_serving_path import FULL_TEXT_ENTRYPOINT, serving_path_terms
 from fidelity.metric_definitions import definition
 from fidelity.replay import ReplayWorkload
 from fidelity.run_config import PROFILE_DATA_ERROR, config_dict_for_run
-from fidelity.runs import METRICS, RealRun, recorded_bool, tpot, v0_engine
+from fidelity.runs import METRICS, RealRun, recorded_bool, tpot, v0_engine, v1_engine
 from fidelity.sources.distserve import DistServeLatencyModel, distserve_host_prior
 from fidelity.sources.guidellm import guidellm_workload, is_guidellm_profile
 from fidelity.sources.inference_perf import SharedPrefixWorkload
@@ -546,7 +546,8 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
         req = result.requests.copy()
         req["engine"] = engine
         parts, origins = predicted_parts(req, config.frontend if config.frontend.enabled else None,
-                                         overhead.frontend_s, label, overhead.frontend_per_token_s)
+                                         overhead.frontend_s, label, overhead.frontend_per_token_s,
+                                         steps=result.steps if v1_engine(run.server) else None)
         req[list(PARTS)] = parts[list(PARTS)].to_numpy()  # TTFT's named parts (they sum to ttft_s)
         req_tables.append(req)
         steps = result.steps[["start", "duration"]].copy().reset_index(drop=True)
@@ -570,7 +571,8 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
         evidence.insert(0, "GPU step times: " + gpu_note)
     front = [e for e in evidence if e.startswith("front end")]
     if front and (overhead.frontend_s or overhead.frontend_per_token_s):  # source-out: where it came from
-        origins = {**origins, "api_server_s": front[0]}
+        in_flight = [o for o in origins["api_server_s"].split("; ") if o.startswith("the simulated step")]
+        origins = {**origins, "api_server_s": "; ".join([front[0], *in_flight])}
     return Prediction(run=measured_run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
                       workload=kind, overhead=overhead, notes=notes, evidence=evidence, ttft_part_origins=origins,
                       gpu_model_note=gpu_note)

@@ -193,6 +193,13 @@ def v0_engine(server: ServerArgs) -> bool:
     return r is None or r < V1_DEFAULT_FROM
 
 
+def v1_engine(server: ServerArgs) -> bool:
+    """Was the run's engine vLLM v1 (the default from 0.8.0)? An unrecorded release: v1 unless it
+    is taken for v0's era (`v0_engine`)."""
+    r = release(server)
+    return r >= V1_DEFAULT_FROM if r is not None else not v0_engine(server)
+
+
 def v1_chunks_prompts(server: ServerArgs) -> bool:
     """Did the run's v1 engine split prompts? Yes unless it turned chunked prefill off on a release
     that honours that (0.11.1 on; before, v1 chunked anyway)."""

@@ -30,14 +30,31 @@ from fidelity.sources.guidellm_results import successes_with_spans
 PARTS = ("client_send_s", "api_server_s", "engine_queue_s", "prefill_steps_s", "first_chunk_s")
 
 
+def step_boundary(at: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """For each time in `at`: the end of the engine step in flight then (a step's [start, end)), or the
+    time itself where no step runs. `steps` has `start` and `duration` columns, steps not overlapping."""
+    order = np.argsort(steps["start"].to_numpy(dtype=float), kind="stable")
+    start = steps["start"].to_numpy(dtype=float)[order]
+    end = start + steps["duration"].to_numpy(dtype=float)[order]
+    if len(start) == 0:
+        return np.asarray(at, dtype=float).copy()
+    i = np.searchsorted(start, at, side="right") - 1
+    inside = (i >= 0) & (at < end[np.maximum(i, 0)])
+    return np.where(inside, end[np.maximum(i, 0)], at)
+
+
 def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
-                    gpu_model: str = "", frontend_per_token_s: float = 0.0) -> tuple[pd.DataFrame, dict[str, str]]:
+                    gpu_model: str = "", frontend_per_token_s: float = 0.0,
+                    steps: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict[str, str]]:
     """Per request (the simulator's `requests` table, before `apply_frontend` adds `frontend_s`):
     the parts as columns (NaN for a request with no first token), and each part's origin.
 
     The parts come from the simulated arrival, first schedule and first token, and the front end:
     `frontend` (`sim.frontend.FrontendConfig`, calibrate.frontend's measurement of our serve
-    stack) and the host prior's `frontend_s` (+ `frontend_per_token_s` per prompt token)."""
+    stack) and the host prior's `frontend_s` (+ `frontend_per_token_s` per prompt token).
+    With the run's `steps` (start, duration), a request that reaches the engine while a step runs
+    counts the rest of that step in api_server_s, as vLLM v1's spans do: its engine core takes new
+    requests, and stamps them QUEUED, only between steps (`EngineCore.run_busy_loop`)."""
     n = requests["num_prompt_tokens"].to_numpy(dtype=float)
     ingress = frontend.request_overhead_s + frontend.tokenize_s_per_token * n if frontend is not None else 0.0 * n
     egress = frontend.stream_overhead_s if frontend is not None else 0.0
@@ -46,11 +63,21 @@ def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
     first = requests["first_token_time"].to_numpy(dtype=float)
     ok = np.isfinite(first) & np.isfinite(scheduled)
     nan = np.where(ok, 0.0, math.nan)
+    at_engine = arrival + ingress
+    boundary = at_engine.copy()  # the step in flight when the request reaches its engine, if any
+    if steps is not None and "replica" in steps and "replica" in requests:
+        replica = requests["replica"].to_numpy()
+        for r, own in steps.groupby("replica"):
+            mine = replica == r
+            boundary[mine] = step_boundary(at_engine[mine], own)
+    elif steps is not None:
+        boundary = step_boundary(at_engine, steps)
+    in_flight = np.minimum(boundary, np.where(ok, scheduled, at_engine)) - at_engine  # never past its first step
     out = pd.DataFrame({
         "req_id": requests["req_id"].to_numpy(),
         "client_send_s": nan,
-        "api_server_s": ingress + frontend_s + frontend_per_token_s * n + nan,
-        "engine_queue_s": scheduled - arrival - ingress + nan,
+        "api_server_s": ingress + frontend_s + frontend_per_token_s * n + in_flight + nan,
+        "engine_queue_s": scheduled - arrival - ingress - in_flight + nan,
         "prefill_steps_s": first - egress - scheduled + nan,
         "first_chunk_s": egress + nan,
     })
@@ -62,10 +89,13 @@ def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
     if frontend_s or frontend_per_token_s:
         per_token = f" + {frontend_per_token_s * 1e6:.2f} us/prompt token" if frontend_per_token_s else ""
         api.append(f"host prior front end {frontend_s * 1e3:.1f} ms{per_token} (fidelity.predict.host_prior)")
+    if steps is not None:
+        api.append("the simulated step in flight when it reached the engine (vLLM v1 queues between steps)")
     origins = {
         "client_send_s": "not modelled: the simulated client sends at the server",
         "api_server_s": "; ".join(api) or "not modelled (no [frontend], no host front end)",
-        "engine_queue_s": "simulated scheduler: first scheduled step - arrival at the engine",
+        "engine_queue_s": ("simulated scheduler: first scheduled step - the first step boundary at the engine"
+                           if steps is not None else "simulated scheduler: first scheduled step - arrival at the engine"),
         "prefill_steps_s": f"simulated steps ({gpu_model or 'GPU model'} + host terms) until the first token",
         "first_chunk_s": (f"[frontend] stream_overhead_s {egress * 1e3:.2f} ms (calibrate.frontend)" if egress
                           else "not modelled (no [frontend] stream_overhead_s)"),
