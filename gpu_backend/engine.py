@@ -344,7 +344,9 @@ class Engine:
         with self._state_lock:
             return self._step()
 
-    def _step(self) -> bool:
+    def _step(self, until: float | None = None) -> bool:
+        """`step`; with `until` (run_workload's time limit), a step that ends at or after it delivers
+        nothing (`_cut_step`)."""
         self._admit()
         start = self.now()
         t = self.clock()
@@ -359,6 +361,9 @@ class Engine:
                   if s.samples and not s.is_padding] if plan.spec_token_ids else None
         result = self.runner.execute(plan)
         end = self.now()
+        if until is not None and end >= until:
+            self._cut_step(plan, record, until)
+            return True
         t = self.clock()
         self.scheduler.update(plan, result, end)
         self.schedule_time_s += self.clock() - t
@@ -384,6 +389,20 @@ class Engine:
             hook(plan, result)
         return True
 
+    def _cut_step(self, plan: BatchPlan, record, until: float) -> None:
+        """The step in flight at the run's time limit `until`: it ran to its end (a forward pass is not
+        interrupted), but its tokens came after the benchmark's client had stopped counting (guidellm
+        cancels what is pending at its time limit, and a token it never received is not in its
+        results), so the scheduler never takes them in (no update) and every live request is aborted
+        at the limit with what it had before it, as the simulator stops its clock there. The step's
+        row is kept, cut at the limit, only if its plan preempted or swapped (the requests count
+        those already), as the simulator's `Replica.end_step` keeps it."""
+        self.num_steps += 1
+        self.num_preemptions += len(plan.preempted) + len(plan.swapped_out)
+        if record.num_preempted or record.num_swap_out_blocks or record.num_swap_in_blocks:
+            record.duration = until - record.start
+            self.recorder.add_step(record)
+
     def _emit_ended(self, now: float) -> None:
         """Final outputs for requests the scheduler ended without sampling (e.g. rejected at schedule time)."""
         for request in [r for r in self._live.values() if r.is_finished]:
@@ -403,11 +422,11 @@ class Engine:
                 self._end_stuck(STUCK)
                 return
 
-    def _end_stuck(self, why: str) -> None:
-        """Abort every live request (the simulator's `end_unfinished`) and give each its final output,
-        also one that had finished in a step that failed before its output went out."""
+    def _end_stuck(self, why: str, at: float | None = None) -> None:
+        """Abort every live request (the simulator's `end_unfinished`) at `at` (None: now) and give each
+        its final output, also one that had finished in a step that failed before its output went out."""
         with self._state_lock:
-            now = self.now()
+            now = self.now() if at is None else at
             live = list(self._live.values())
             end_unfinished(self.scheduler, live, now, why)
             for request in live:
@@ -517,9 +536,11 @@ class Engine:
                         self._reject_on_arrival(request)
                 if max_time_s is not None and now >= max_time_s:
                     self._admit()  # what arrived during the last step is in the results too, aborted
-                    self._end_stuck("the run ended (max_time_s)")
+                    self._end_stuck("the run ended (max_time_s)", at=max_time_s)  # when the client stopped
                     break
-                if self.step():
+                with self._state_lock:
+                    stepped = self._step(until=max_time_s)
+                if stepped:
                     continue
                 if pending:  # idle until the next arrival
                     time.sleep(max(0.0, min(pending[0][0] - self.now(), 0.05)))

@@ -79,25 +79,28 @@ class Decisions:
 
 
 def run_engine(config, monkeypatch, model=None):
-    """The engine on `config`'s workload with a virtual clock: (EngineResult, Decisions)."""
+    """The engine on `config`'s workload with a virtual clock: (EngineResult, Decisions, the measured
+    duration of every step that computed, in order: the one in flight at a time limit included, which
+    the steps table leaves out)."""
     engine = build_engine(config, "cpu", model=model)
     decisions = Decisions(engine.scheduler)
     clock = VirtualClock()
     engine.clock = engine.runner.clock = clock
-    execute = engine.runner.execute
+    execute, durations = engine.runner.execute, []
 
     def timed(plan):  # the step takes what its forward pass took; the host's own work takes no time
         start = time.perf_counter()
         result = execute(plan)
         if plan.has_compute:  # a plan of KV offload copies alone runs beside the steps (the simulator's 0 s)
-            clock.advance(time.perf_counter() - start)
+            durations.append(time.perf_counter() - start)
+            clock.advance(durations[-1])
         return result
 
     engine.runner.execute = timed
     # run_workload idles with time.sleep until the next arrival: on this clock, a jump
     monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(sleep=clock.advance))
     workload = build_workload(config.workload, config.scheduler.max_model_len)
-    return engine.run_workload(workload, progress=False), decisions
+    return engine.run_workload(workload, progress=False), decisions, durations
 
 
 def run_sim(config, durations: list[float], monkeypatch):
@@ -119,10 +122,8 @@ def run_sim(config, durations: list[float], monkeypatch):
 def lockstep(config, monkeypatch, model=None):
     """Run the engine, then the simulator on its step times: (engine result, sim result, engine
     decisions, sim decisions)."""
-    engine_result, engine_decisions = run_engine(config, monkeypatch, model)
-    steps = engine_result.steps
-    durations = steps["duration"][steps["duration"] > 0]  # the steps the simulator times (offload copies alone: 0 s)
-    sim_result, sim_decisions = run_sim(config, list(durations), monkeypatch)
+    engine_result, engine_decisions, durations = run_engine(config, monkeypatch, model)
+    sim_result, sim_decisions = run_sim(config, durations, monkeypatch)
     return engine_result, sim_result, engine_decisions.entries, sim_decisions.entries
 
 
@@ -142,6 +143,10 @@ COUNTERS = ("num_requests", "num_finished", "num_rejected", "num_aborted", "num_
             "kv_usage", "num_running", "num_waiting", "offload", "cpu_prefix_cache_hit_rate")
 
 
+#: the engine's words for why a request ended -> the simulator's for the same reason (each names its own setting)
+SAME_REASONS = {"the run ended (max_time_s)": "the simulation ended (sim.max_sim_time_s)"}
+
+
 def different_counters(engine_result, sim_result) -> list[str]:
     """The counters of the two runs' summaries, requests and steps tables that differ (times within 1 ns)."""
     out = [f"summary {k}: engine {engine_result.summary.get(k)} != simulator {sim_result.summary.get(k)}"
@@ -154,6 +159,8 @@ def different_counters(engine_result, sim_result) -> list[str]:
             continue
         for column in ours.columns.drop("replica"):
             a, b = ours[column], theirs[column]
+            if column == "reject_reason":
+                a = a.replace(SAME_REASONS)
             if column == "preemption_intervals":  # JSON [[preempted_at, resumed_at], ...]
                 a, b = (x.map(lambda v: str(np.round(json.loads(v), 9).tolist())) for x in (a, b))
             same = (np.isclose(a, b, rtol=0, atol=1e-9, equal_nan=True) if a.dtype.kind == "f"

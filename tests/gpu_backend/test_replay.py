@@ -265,6 +265,8 @@ LOCKSTEP = {  # name: (sections, what the run must have done, so that the case t
     # the KV offload tier: copies as good as instant in the simulator too (the engine's take real time)
     "offload": ({"hardware": {"num_gpu_blocks": 14}, "scheduler": {"policy": "vllm"},
                  "cache": {"offload_size_gb": 0.01, "offload_bandwidth_gbps": 1e9}}, ("offload",)),
+    # a benchmark's time limit: the step in flight there delivers nothing (the client has stopped)
+    "time-limit": ({"sim": {"max_sim_time_s": 0.05}, "workload": {"rate": 400.0}}, ("cut_step", "num_aborted")),
 }
 
 
@@ -275,9 +277,11 @@ def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatc
     their victims, swaps, offload copies, blocks used, prefix hits) and every finish is the same, and
     so are the counters both report. The simulator's requests (no token ids) used to be left out of
     the prefix cache: a request recomputed after a preemption redid its whole prompt there and hit its
-    own blocks on the engine (the first plan that differed in "vllm-recompute"); and the engine
+    own blocks on the engine (the first plan that differed in "vllm-recompute"); the engine
     rejected a request at the step boundary after its arrival, so a closed-loop user's next request
-    came that much later ("closed-loop-rejects")."""
+    came that much later ("closed-loop-rejects"); and at a time limit the engine took in the tokens
+    of the step in flight there, which came after the client had stopped, and ended the rest at that
+    step's end, not at the limit ("time-limit": one step more, later finish times)."""
     sections, exercised = LOCKSTEP[case]
     engine_result, sim_result, ours, theirs = lockstep(load_config(lockstep_config(**sections)), monkeypatch,
                                                        model=tiny_model)
@@ -285,6 +289,7 @@ def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatc
     assert different_counters(engine_result, sim_result) == []
     done = {"prefix_hits": engine_result.requests["num_cached_tokens"].sum() > 0
             or any(e[0] == "plan" and e[11] > 0 for e in ours),
-            "offload": bool(engine_result.summary.get("offload"))}
+            "offload": bool(engine_result.summary.get("offload")),
+            "cut_step": ours[-1][0] == "plan"}  # the last plan's step was still running at the limit
     for what in exercised:
         assert done[what] if what in done else engine_result.summary[what] > 0, what
