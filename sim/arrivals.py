@@ -78,9 +78,20 @@ class Arrivals:
         for request in requests:
             delay = reach_time(request) - env.now
             if delay > 0:
+                self._submit_due()  # follow-ups sent at this instant, after everything fed at it
                 yield env.timeout(delay)
-            submit(request)
+            # a follow-up due now of a request that ends inside this submit (rejected, say: a closed
+            # loop's next turn at think time 0) was sent after it, so after every request sent at the
+            # same instant: it waits in `_due` until those are fed (FIFO by send, as a real client's
+            # sends at one instant all go out before any answer comes back, and as the engine's replay
+            # orders ties)
+            self._submitting = True
+            try:
+                submit(request)
+            finally:
+                self._submitting = False
             self._fed += 1
+        self._submit_due()
 
     def schedule(self, request: Request) -> None:
         """Submit a follow-up at its arrival time (now if that has passed)."""
@@ -97,7 +108,12 @@ class Arrivals:
         # `submit` (rejected, say) waits for that call to return, so that a closed loop whose every
         # request is rejected submits them one after another, not one stack frame deeper each
         self._due.append(request)
-        if self._submitting:
+        if not self._submitting:
+            self._submit_due()
+
+    def _submit_due(self) -> None:
+        """Submit the follow-ups due now, in the order they were sent (and theirs, if they end at once)."""
+        if self._submitting or not self._due:
             return
         self._submitting = True
         try:

@@ -262,6 +262,10 @@ LOCKSTEP = {  # name: (sections, what the run must have done, so that the case t
     "closed-loop-rejects": ({"scheduler": {"max_model_len": 64},
                              "workload": {"too_long": "keep", "kind": "closed_loop", "num_users": 3, "think_time": 0.01,
                                           "rate": None}}, ("num_rejected",)),
+    # ... and at think time 0: a rejected request's follow-up is sent after the requests sent with it
+    "closed-loop-ties": ({"scheduler": {"max_model_len": 64},
+                          "workload": {"too_long": "keep", "kind": "closed_loop", "num_users": 3, "think_time": 0.0,
+                                       "rate": None}}, ("num_rejected",)),
     # the KV offload tier: copies as good as instant in the simulator too (the engine's take real time)
     "offload": ({"hardware": {"num_gpu_blocks": 14}, "scheduler": {"policy": "vllm"},
                  "cache": {"offload_size_gb": 0.01, "offload_bandwidth_gbps": 1e9}}, ("offload",)),
@@ -279,7 +283,9 @@ def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatc
     the prefix cache: a request recomputed after a preemption redid its whole prompt there and hit its
     own blocks on the engine (the first plan that differed in "vllm-recompute"); the engine
     rejected a request at the step boundary after its arrival, so a closed-loop user's next request
-    came that much later ("closed-loop-rejects"); and at a time limit the engine took in the tokens
+    came that much later ("closed-loop-rejects"); the simulator sent a follow-up due at once (think
+    time 0) of a request rejected on arrival before the requests sent at that same instant, where a
+    client's (and the engine's replay) go first ("closed-loop-ties"); and at a time limit the engine took in the tokens
     of the step in flight there, which came after the client had stopped, and ended the rest at that
     step's end, not at the limit ("time-limit": one step more, later finish times)."""
     sections, exercised = LOCKSTEP[case]
