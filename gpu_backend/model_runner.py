@@ -28,7 +28,8 @@ class ModelRunner:
     """Executes plans on one model and one paged KV cache (see module docstring).
 
     `last_timings` holds the latest step's breakdown in seconds: swap, prepare (batch assembly on the
-    host), forward (model + LM head + sampling, synchronized).
+    host), forward (model + LM head + sampling, synchronized), and offload: the KV offload tier's
+    copies, measured (loads in swap, stores in forward too), the time the simulator's link models.
     """
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, backend, base_seed: int = 0, clock=time.perf_counter) -> None:
@@ -52,7 +53,13 @@ class ModelRunner:
         self.kv_cache.swap_in(plan.swap_in_blocks)
         self.kv_cache.swap_out(plan.swap_out_blocks)
         self.kv_cache.copy_blocks(plan.blocks_to_copy)
-        self.kv_cache.offload_load(plan.offload_load_blocks)
+        copy_time = 0.0  # the offload tier's copies alone (on CUDA each waits for what came before it)
+        if plan.offload_load_blocks:
+            self._sync()
+            t_load = self.clock()
+            self.kv_cache.offload_load(plan.offload_load_blocks)
+            self._sync()  # a CUDA load is issued without waiting
+            copy_time += self.clock() - t_load
         t1 = self.clock()
         batch = build_input_batch(plan, self.kv_cache.block_size, self.device)
         self.last_batch = batch
@@ -77,10 +84,14 @@ class ModelRunner:
                     sampled[r.req_id] = tok
                     if tok in p.stop_token_ids or (tok in self.eos_token_ids and not r.ignore_eos):
                         stopped.add(r.req_id)
-        self.kv_cache.offload_store(plan.offload_store_blocks)  # after the forward: this step's blocks
+        if plan.offload_store_blocks:  # after the forward: this step's blocks
+            self._sync()  # the forward's end, so that the store's own time is told apart from it
+            t_store = self.clock()
+            self.kv_cache.offload_store(plan.offload_store_blocks)
+            copy_time += self.clock() - t_store
         self._sync()
         t3 = self.clock()
-        self.last_timings = {"swap": t1 - t0, "prepare": t2 - t1, "forward": t3 - t2}
+        self.last_timings = {"swap": t1 - t0, "prepare": t2 - t1, "forward": t3 - t2, "offload": copy_time}
         return StepResult(duration=t3 - t0, sampled_token_ids=sampled, stopped=frozenset(stopped),
                           num_accepted=accepted if plan.spec_token_ids else None)
 

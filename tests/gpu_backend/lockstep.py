@@ -2,7 +2,9 @@
 
 The engine runs the workload on a virtual clock that moves only by each forward pass's measured
 time (and by its idle waits for the next arrival), so arrivals meet its step boundaries exactly
-where the simulator's do; the simulator then replays those measured step times (`ReplayedSteps`).
+where the simulator's do; the simulator then replays those measured step times (`ReplayedSteps`),
+and the engine's measured copies to and from the KV offload tier in place of its modelled link
+(`ReplayedCopies`).
 Both record what their scheduler decides at every step (`Decisions`); with the same shared policy
 objects the two records must be equal, so the first difference is a fault of one side.
 """
@@ -36,15 +38,42 @@ class VirtualClock:
 
 
 class ReplayedSteps(LatencyModel):
-    """The simulator's step times: the engine's measured ones, in order."""
+    """The simulator's step times: the engine's measured ones, in order, less what the engine spent on
+    copies to and from the KV offload tier when the simulator charges those apart (`ReplayedCopies`)."""
 
-    def __init__(self, durations: list[float]) -> None:
-        self.durations, self.next = list(durations), 0
+    def __init__(self, durations: list[float], copies=None) -> None:
+        self.durations, self.next, self.copies = list(durations), 0, copies
 
     def step_time(self, plan) -> float:
         duration = self.durations[self.next]
         self.next += 1
-        return duration
+        return duration - (self.copies.step_seconds(plan) if self.copies is not None else 0.0)
+
+
+class ReplayedCopies:
+    """The KV offload tier's copies in the simulator: the engine's measured ones, not a modelled link.
+
+    The engine copies synchronously inside its steps (`ModelRunner.last_timings["offload"]`); its
+    tier's link takes no time of its own (`s_per_block` 0): a native load has landed, a store can be
+    found, once the step that copied it has ended. `install` gives the simulator's tier the same: no
+    link time, and for a synchronous backend (lmcache), whose copy time the simulator adds to a step
+    (`Scheduler.offload_seconds`), each step's measured copies (`ReplayedSteps` takes them off the
+    step's measured duration, so the sum is the engine's); a native backend's stay in the step."""
+
+    def __init__(self, seconds: dict) -> None:
+        self.seconds = seconds  # step id -> the engine's measured copy seconds in that step
+        self.synchronous = False
+
+    def step_seconds(self, plan) -> float:
+        return self.seconds.get(plan.step_id, 0.0) if self.synchronous else 0.0
+
+    def install(self, scheduler) -> None:
+        tier = scheduler.block_manager.offload
+        if tier is None:
+            return
+        tier.s_per_block = 0.0
+        self.synchronous = tier.synchronous
+        scheduler.offload_seconds = self.step_seconds
 
 
 class Decisions:
@@ -81,12 +110,14 @@ class Decisions:
 def run_engine(config, monkeypatch, model=None):
     """The engine on `config`'s workload with a virtual clock: (EngineResult, Decisions, the measured
     duration of every step that computed, in order: the one in flight at a time limit included, which
-    the steps table leaves out)."""
+    the steps table leaves out; and the copies to and from the KV offload tier each of those steps
+    carried, measured: {step id: seconds})."""
     engine = build_engine(config, "cpu", model=model)
     decisions = Decisions(engine.scheduler)
     clock = VirtualClock()
     engine.clock = engine.runner.clock = clock
-    execute, durations = engine.runner.execute, []
+    runner, durations, copies = engine.runner, [], {}
+    execute = runner.execute
 
     def timed(plan):  # the step takes what its forward pass took; the host's own work takes no time
         start = time.perf_counter()
@@ -94,27 +125,33 @@ def run_engine(config, monkeypatch, model=None):
         if plan.has_compute:  # a plan of KV offload copies alone runs beside the steps (the simulator's 0 s)
             durations.append(time.perf_counter() - start)
             clock.advance(durations[-1])
+            if plan.offload_load_blocks or plan.offload_store_blocks:
+                copies[plan.step_id] = runner.last_timings["offload"]
         return result
 
     engine.runner.execute = timed
     # run_workload idles with time.sleep until the next arrival: on this clock, a jump
     monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(sleep=clock.advance))
     workload = build_workload(config.workload, config.scheduler.max_model_len)
-    return engine.run_workload(workload, progress=False), decisions, durations
+    return engine.run_workload(workload, progress=False), decisions, durations, copies
 
 
-def run_sim(config, durations: list[float], monkeypatch):
-    """The simulator on `config`'s workload, its steps timed by `durations`: (SimResult, Decisions)."""
+def run_sim(config, durations: list[float], monkeypatch, copies: dict | None = None):
+    """The simulator on `config`'s workload, its steps timed by `durations` and its KV offload copies
+    by `copies` (`ReplayedCopies`; None: its modelled link): (SimResult, Decisions)."""
     made = []
     build_scheduler = sim.build.build_scheduler
+    copies = ReplayedCopies(copies) if copies is not None else None
 
     def recorded(*args, **kwargs):
         scheduler = build_scheduler(*args, **kwargs)
+        if copies is not None:
+            copies.install(scheduler)
         made.append(Decisions(scheduler))
         return scheduler
 
     monkeypatch.setattr(sim.build, "build_scheduler", recorded)
-    result = simulate(config, latency_model=ReplayedSteps(durations), fast_decode=False)
+    result = simulate(config, latency_model=ReplayedSteps(durations, copies), fast_decode=False)
     (decisions,) = made
     return result, decisions
 
@@ -122,8 +159,8 @@ def run_sim(config, durations: list[float], monkeypatch):
 def lockstep(config, monkeypatch, model=None):
     """Run the engine, then the simulator on its step times: (engine result, sim result, engine
     decisions, sim decisions)."""
-    engine_result, engine_decisions, durations = run_engine(config, monkeypatch, model)
-    sim_result, sim_decisions = run_sim(config, durations, monkeypatch)
+    engine_result, engine_decisions, durations, copies = run_engine(config, monkeypatch, model)
+    sim_result, sim_decisions = run_sim(config, durations, monkeypatch, copies)
     return engine_result, sim_result, engine_decisions.entries, sim_decisions.entries
 
 
@@ -143,6 +180,17 @@ COUNTERS = ("num_requests", "num_finished", "num_rejected", "num_aborted", "num_
             "kv_usage", "num_running", "num_waiting", "offload", "cpu_prefix_cache_hit_rate")
 
 
+def same_figure(a, b) -> bool:
+    """Summary figures equal, floats to 1e-12 relative: a time-weighted mean (kv_usage) sums step
+    durations that the engine reads off its clock, (start + d) - start, and the simulator has as d,
+    so they may differ in the last bit."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_figure(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float):
+        return bool(np.isclose(a, b, rtol=1e-12, atol=0.0))
+    return a == b
+
+
 #: the engine's words for why a request ended -> the simulator's for the same reason (each names its own setting)
 SAME_REASONS = {"the run ended (max_time_s)": "the simulation ended (sim.max_sim_time_s)"}
 
@@ -150,7 +198,7 @@ SAME_REASONS = {"the run ended (max_time_s)": "the simulation ended (sim.max_sim
 def different_counters(engine_result, sim_result) -> list[str]:
     """The counters of the two runs' summaries, requests and steps tables that differ (times within 1 ns)."""
     out = [f"summary {k}: engine {engine_result.summary.get(k)} != simulator {sim_result.summary.get(k)}"
-           for k in COUNTERS if engine_result.summary.get(k) != sim_result.summary.get(k)]
+           for k in COUNTERS if not same_figure(engine_result.summary.get(k), sim_result.summary.get(k))]
     for name, key in (("requests", "req_id"), ("steps", "step_id")):
         ours = getattr(engine_result, name).set_index(key).sort_index()
         theirs = getattr(sim_result, name).set_index(key).sort_index()

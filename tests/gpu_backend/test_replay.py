@@ -266,9 +266,15 @@ LOCKSTEP = {  # name: (sections, what the run must have done, so that the case t
     "closed-loop-ties": ({"scheduler": {"max_model_len": 64},
                           "workload": {"too_long": "keep", "kind": "closed_loop", "num_users": 3, "think_time": 0.0,
                                        "rate": None}}, ("num_rejected",)),
-    # the KV offload tier: copies as good as instant in the simulator too (the engine's take real time)
+    # the KV offload tier, its copies timed by the engine's measured ones (`ReplayedCopies`), not by
+    # the config's link (slow here: modelled, a load would land steps later than the engine's did)
     "offload": ({"hardware": {"num_gpu_blocks": 14}, "scheduler": {"policy": "vllm"},
-                 "cache": {"offload_size_gb": 0.01, "offload_bandwidth_gbps": 1e9}}, ("offload",)),
+                 "cache": {"offload_size_gb": 0.01, "offload_bandwidth_gbps": 0.001}}, ("offload", "offload_loads")),
+    # ... synchronous (lmcache: whole 256-token chunks, copied inside the step that fills them)
+    "offload-lmcache": ({"hardware": {"num_gpu_blocks": 48}, "scheduler": {"policy": "vllm", "max_num_batched_tokens": 128},
+                         "cache": {"offload_size_gb": 0.02, "offload_backend": "lmcache"},
+                         "workload": {"num_requests": 10, "prompt_len": {"kind": "uniform", "low": 260, "high": 400}}},
+                        ("offload",)),
     # a benchmark's time limit: the step in flight there delivers nothing (the client has stopped)
     "time-limit": ({"sim": {"max_sim_time_s": 0.05}, "workload": {"rate": 400.0}}, ("cut_step", "num_aborted")),
 }
@@ -287,7 +293,10 @@ def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatc
     time 0) of a request rejected on arrival before the requests sent at that same instant, where a
     client's (and the engine's replay) go first ("closed-loop-ties"); and at a time limit the engine took in the tokens
     of the step in flight there, which came after the client had stopped, and ended the rest at that
-    step's end, not at the limit ("time-limit": one step more, later finish times)."""
+    step's end, not at the limit ("time-limit": one step more, later finish times). The offload
+    tier's copies are the engine's measured ones on both sides: with the config's modelled link the
+    simulator's native loads landed later ("offload") and its lmcache steps took longer
+    ("offload-lmcache") than the engine's, whose copies run inside its steps."""
     sections, exercised = LOCKSTEP[case]
     engine_result, sim_result, ours, theirs = lockstep(load_config(lockstep_config(**sections)), monkeypatch,
                                                        model=tiny_model)
@@ -296,6 +305,7 @@ def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatc
     done = {"prefix_hits": engine_result.requests["num_cached_tokens"].sum() > 0
             or any(e[0] == "plan" and e[11] > 0 for e in ours),
             "offload": bool(engine_result.summary.get("offload")),
+            "offload_loads": bool((engine_result.summary.get("offload") or {}).get("num_load_blocks")),
             "cut_step": ours[-1][0] == "plan"}  # the last plan's step was still running at the limit
     for what in exercised:
         assert done[what] if what in done else engine_result.summary[what] > 0, what
