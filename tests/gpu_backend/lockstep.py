@@ -79,10 +79,13 @@ class ReplayedCopies:
 class Decisions:
     """Wraps a scheduler's `schedule` and `update` to record, for every plan with work, when it was
     made, each sequence (request, tokens, computed before, samples), preemptions, swaps (request ids
-    and block counts), offload copies, KV blocks used, prefix hits so far and queue lengths; and for
-    every update the requests that finished."""
+    and block counts), offload copies, KV blocks used, prefix hits so far, queue lengths and, with
+    `count_cached`, blocks findable in the prefix cache (so evictions are compared too: only where
+    the simulator's requests carry token ids, as the engine's do; a count-only request's blocks are
+    offered when it lets them go, `policies.block_manager`); and for every update the requests that
+    finished."""
 
-    def __init__(self, scheduler) -> None:
+    def __init__(self, scheduler, count_cached: bool = False) -> None:
         self.entries: list[tuple] = []
         schedule, update, bm = scheduler.schedule, scheduler.update, scheduler.block_manager
 
@@ -96,7 +99,8 @@ class Decisions:
                     plan.preempted, plan.swapped_out, plan.swapped_in, len(plan.swap_out_blocks),
                     len(plan.swap_in_blocks), len(plan.offload_load_blocks), len(plan.offload_store_blocks),
                     bm.num_used_gpu_blocks, bm.num_prefix_hit_tokens, bm.num_prefix_queried_tokens,
-                    scheduler.num_waiting, scheduler.num_running, scheduler.num_swapped))
+                    scheduler.num_waiting, scheduler.num_running, scheduler.num_swapped,
+                    bm.num_cached_blocks if count_cached else None))
             return plan
 
         def recorded_update(plan, result, now):
@@ -107,13 +111,22 @@ class Decisions:
         scheduler.schedule, scheduler.update = recorded_schedule, recorded_update
 
 
-def run_engine(config, monkeypatch, model=None):
+def carries_token_ids(config) -> bool:
+    """Whether the simulator's requests of `config`'s workload carry token ids (shared prefixes, hash
+    ids), so that their blocks enter its prefix cache as the engine's do."""
+    return any(r.prompt_token_ids is not None
+               for r in build_workload(config.workload, config.scheduler.max_model_len).start())
+
+
+def run_engine(config, monkeypatch, model=None, step_s: float | None = None):
     """The engine on `config`'s workload with a virtual clock: (EngineResult, Decisions, the measured
     duration of every step that computed, in order: the one in flight at a time limit included, which
     the steps table leaves out; and the copies to and from the KV offload tier each of those steps
-    carried, measured: {step id: seconds})."""
+    carried, measured: {step id: seconds}). `step_s`: every step takes that long on the virtual clock
+    instead (a case that places a time limit inside a chosen step needs times that repeat)."""
     engine = build_engine(config, "cpu", model=model)
-    decisions = Decisions(engine.scheduler)
+    engine.warm_up()  # no one-time costs in the first step: its time is like the others
+    decisions = Decisions(engine.scheduler, carries_token_ids(config))
     clock = VirtualClock()
     engine.clock = engine.runner.clock = clock
     runner, durations, copies = engine.runner, [], {}
@@ -123,7 +136,7 @@ def run_engine(config, monkeypatch, model=None):
         start = time.perf_counter()
         result = execute(plan)
         if plan.has_compute:  # a plan of KV offload copies alone runs beside the steps (the simulator's 0 s)
-            durations.append(time.perf_counter() - start)
+            durations.append(time.perf_counter() - start if step_s is None else step_s)
             clock.advance(durations[-1])
             if plan.offload_load_blocks or plan.offload_store_blocks:
                 copies[plan.step_id] = runner.last_timings["offload"]
@@ -147,7 +160,7 @@ def run_sim(config, durations: list[float], monkeypatch, copies: dict | None = N
         scheduler = build_scheduler(*args, **kwargs)
         if copies is not None:
             copies.install(scheduler)
-        made.append(Decisions(scheduler))
+        made.append(Decisions(scheduler, carries_token_ids(config)))
         return scheduler
 
     monkeypatch.setattr(sim.build, "build_scheduler", recorded)
@@ -156,10 +169,10 @@ def run_sim(config, durations: list[float], monkeypatch, copies: dict | None = N
     return result, decisions
 
 
-def lockstep(config, monkeypatch, model=None):
+def lockstep(config, monkeypatch, model=None, step_s: float | None = None):
     """Run the engine, then the simulator on its step times: (engine result, sim result, engine
-    decisions, sim decisions)."""
-    engine_result, engine_decisions, durations, copies = run_engine(config, monkeypatch, model)
+    decisions, sim decisions). `step_s`: `run_engine`'s."""
+    engine_result, engine_decisions, durations, copies = run_engine(config, monkeypatch, model, step_s)
     sim_result, sim_decisions = run_sim(config, durations, monkeypatch, copies)
     return engine_result, sim_result, engine_decisions.entries, sim_decisions.entries
 

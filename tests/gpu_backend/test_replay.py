@@ -258,6 +258,21 @@ LOCKSTEP = {  # name: (sections, what the run must have done, so that the case t
     "static": ({"hardware": {"num_gpu_blocks": 12}, "scheduler": {"policy": "static"}}, ("padding_fraction",)),
     "continuous": ({"hardware": {"num_gpu_blocks": 14}, "scheduler": {"policy": "continuous"}},
                    ("num_preemptions",)),
+    "hybrid": ({"hardware": {"num_gpu_blocks": 12, "swap_space_gb": 0.01},
+                "scheduler": {"preemption": "hybrid", "hybrid_swap_threshold": 2}}, ("num_swaps", "num_recomputes")),
+    "priority-swap": ({"hardware": {"num_gpu_blocks": 12, "swap_space_gb": 0.01},
+                       "scheduler": {"queue": "priority", "preemption": "swap"}, "workload": {"classes": CLASSES}},
+                      ("num_swaps",)),
+    # one request's prefill chunk clamped below the budget
+    "long-prefill-threshold": ({"hardware": {"num_gpu_blocks": 24}, "scheduler": {"long_prefill_token_threshold": 16}},
+                               ("clamped",)),
+    # the prefix cache full: cached blocks evicted, in the same order on both sides
+    "prefix-eviction": ({"hardware": {"num_gpu_blocks": 14}, "cache": {"enable_prefix_caching": True},
+                         "workload": {"num_prefix_groups": 3, "prefix_len": 40, "users_per_group": 3}},
+                        ("prefix_hits", "evictions")),
+    "continuous-paddings": ({"hardware": {"num_gpu_blocks": 24},
+                             "scheduler": {"policy": "continuous", "max_paddings": 64, "max_num_batched_tokens": 256}},
+                            ("padding_fraction",)),
     # prompts longer than max_model_len kept: rejected when they arrive, the user's next one sent from then
     "closed-loop-rejects": ({"scheduler": {"max_model_len": 64},
                              "workload": {"too_long": "keep", "kind": "closed_loop", "num_users": 3, "think_time": 0.01,
@@ -302,10 +317,30 @@ def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatc
                                                        model=tiny_model)
     assert first_difference(ours, theirs) is None
     assert different_counters(engine_result, sim_result) == []
+    plans = [e for e in ours if e[0] == "plan"]
     done = {"prefix_hits": engine_result.requests["num_cached_tokens"].sum() > 0
             or any(e[0] == "plan" and e[11] > 0 for e in ours),
             "offload": bool(engine_result.summary.get("offload")),
             "offload_loads": bool((engine_result.summary.get("offload") or {}).get("num_load_blocks")),
-            "cut_step": ours[-1][0] == "plan"}  # the last plan's step was still running at the limit
+            "cut_step": ours[-1][0] == "plan",  # the last plan's step was still running at the limit
+            "clamped": max(n for e in plans for _, n, computed, *_ in e[2] if computed == 0) == 16,
+            "evictions": any((b[-1] or 0) < (a[-1] or 0) for a, b in zip(plans, plans[1:]))}  # fewer findable
     for what in exercised:
         assert done[what] if what in done else engine_result.summary[what] > 0, what
+
+
+def test_a_time_limit_inside_a_preempting_step_keeps_its_row_on_both_sides(monkeypatch, tiny_model):
+    """A time limit that falls inside a step whose plan preempted: the requests count that preemption
+    (the plan was made), so both sides keep the step's row, cut at the limit, and nothing of its
+    outputs. Steps of a fixed 10 ms on the engine's clock place the limit inside a chosen step."""
+    sections = {"hardware": {"num_gpu_blocks": 12}, "scheduler": {"queue": "priority"}, "workload": {"classes": CLASSES}}
+    *_, ours, _ = lockstep(load_config(lockstep_config(**sections)), monkeypatch, model=tiny_model, step_s=0.01)
+    start = next(e[1] for e in ours if e[0] == "plan" and e[3])  # the first plan that preempted
+    limited = load_config(lockstep_config(**sections, sim={"max_sim_time_s": start + 0.005}))
+    engine_result, sim_result, ours, theirs = lockstep(limited, monkeypatch, model=tiny_model, step_s=0.01)
+    assert ours[-1][0] == "plan" and ours[-1][3]  # the step in flight at the limit had preempted
+    assert first_difference(ours, theirs) is None
+    assert different_counters(engine_result, sim_result) == []
+    last = engine_result.steps.iloc[-1]
+    assert last["num_preempted"] > 0 and abs(last["start"] + last["duration"] - (start + 0.005)) < 1e-9
+    assert (engine_result.requests["finish_time"] <= start + 0.005 + 1e-9).all()
