@@ -111,6 +111,39 @@ class Decisions:
         scheduler.schedule, scheduler.update = recorded_schedule, recorded_update
 
 
+class ReplayedDrafts:
+    """Speculative decoding in the simulator: the engine's drafts and acceptances, not placeholders
+    and draws. The engine's n-gram proposer reads real tokens (often proposing fewer than k, or none)
+    and its verify accepts what the model agrees with; `record` wraps the engine's scheduler to note,
+    per request, how many drafts each proposal held, and, in the order the scheduler reads them,
+    how many each verify accepted; `install` gives the simulator's scheduler a proposer and an
+    acceptance sampler that hand those back in the same order."""
+
+    def __init__(self) -> None:
+        self.proposed: dict = {}  # req_id -> [number of drafts of each proposal, in order]
+        self.accepted: list[int] = []
+
+    def record(self, scheduler) -> None:
+        propose = scheduler.proposer
+
+        def recorded(req):
+            drafts = propose(req)
+            self.proposed.setdefault(req.req_id, []).append(len(drafts))
+            return drafts
+        scheduler.proposer = recorded
+
+    def note_verify(self, plan, result) -> None:
+        """The accepted counts of `plan`'s verify sequences, in `Scheduler._record_spec_tokens`' order."""
+        for req in plan.sampling_requests():
+            if plan.spec_token_ids.get(req.req_id):
+                self.accepted.append(result.num_accepted.get(req.req_id, 0))
+
+    def install(self, scheduler) -> None:
+        proposed, accepted = {k: iter(v) for k, v in self.proposed.items()}, iter(self.accepted)
+        scheduler.proposer = lambda req: (0,) * next(proposed[req.req_id])
+        scheduler.acceptance = lambda num_drafts: next(accepted)
+
+
 def carries_token_ids(config) -> bool:
     """Whether the simulator's requests of `config`'s workload carry token ids (shared prefixes, hash
     ids), so that their blocks enter its prefix cache as the engine's do."""
@@ -119,11 +152,11 @@ def carries_token_ids(config) -> bool:
 
 
 def run_engine(config, monkeypatch, model=None, step_s: float | None = None):
-    """The engine on `config`'s workload with a virtual clock: (EngineResult, Decisions, the measured
-    duration of every step that computed, in order: the one in flight at a time limit included, which
-    the steps table leaves out; and the copies to and from the KV offload tier each of those steps
-    carried, measured: {step id: seconds}). `step_s`: every step takes that long on the virtual clock
-    instead (a case that places a time limit inside a chosen step needs times that repeat)."""
+    """The engine on `config`'s workload with a virtual clock: (EngineResult, Decisions, `Measured`:
+    the duration of every step that computed, in order, the one in flight at a time limit included,
+    which the steps table leaves out; its offload copies; its drafts and acceptances). `step_s`: every
+    step takes that long on the virtual clock instead (a case that places a time limit inside a
+    chosen step needs times that repeat)."""
     engine = build_engine(config, "cpu", model=model)
     engine.warm_up()  # no one-time costs in the first step: its time is like the others
     decisions = Decisions(engine.scheduler, carries_token_ids(config))
@@ -131,6 +164,9 @@ def run_engine(config, monkeypatch, model=None, step_s: float | None = None):
     engine.clock = engine.runner.clock = clock
     runner, durations, copies = engine.runner, [], {}
     execute = runner.execute
+    drafts = ReplayedDrafts() if config.speculative.enabled else None
+    if drafts is not None:
+        drafts.record(engine.scheduler)
 
     def timed(plan):  # the step takes what its forward pass took; the host's own work takes no time
         start = time.perf_counter()
@@ -140,31 +176,43 @@ def run_engine(config, monkeypatch, model=None, step_s: float | None = None):
             clock.advance(durations[-1])
             if plan.offload_load_blocks or plan.offload_store_blocks:
                 copies[plan.step_id] = runner.last_timings["offload"]
+        if plan.spec_token_ids:
+            drafts.note_verify(plan, result)
         return result
 
     engine.runner.execute = timed
     # run_workload idles with time.sleep until the next arrival: on this clock, a jump
     monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(sleep=clock.advance))
     workload = build_workload(config.workload, config.scheduler.max_model_len)
-    return engine.run_workload(workload, progress=False), decisions, durations, copies
+    return engine.run_workload(workload, progress=False), decisions, Measured(durations, copies, drafts)
 
 
-def run_sim(config, durations: list[float], monkeypatch, copies: dict | None = None):
-    """The simulator on `config`'s workload, its steps timed by `durations` and its KV offload copies
-    by `copies` (`ReplayedCopies`; None: its modelled link): (SimResult, Decisions)."""
+class Measured:
+    """What the simulator replays of an engine run: each computing step's duration in order, the KV
+    offload copies' seconds per step id (`ReplayedCopies`), speculative drafts and acceptances
+    (`ReplayedDrafts`, None without speculation)."""
+
+    def __init__(self, durations: list[float], copies: dict, drafts: ReplayedDrafts | None) -> None:
+        self.durations, self.copies, self.drafts = durations, copies, drafts
+
+
+def run_sim(config, measured: Measured, monkeypatch):
+    """The simulator on `config`'s workload, replaying what the engine `measured` (step times, KV
+    offload copies, speculative drafts and acceptances): (SimResult, Decisions)."""
     made = []
     build_scheduler = sim.build.build_scheduler
-    copies = ReplayedCopies(copies) if copies is not None else None
+    copies = ReplayedCopies(measured.copies)
 
     def recorded(*args, **kwargs):
         scheduler = build_scheduler(*args, **kwargs)
-        if copies is not None:
-            copies.install(scheduler)
+        copies.install(scheduler)
+        if measured.drafts is not None:
+            measured.drafts.install(scheduler)
         made.append(Decisions(scheduler, carries_token_ids(config)))
         return scheduler
 
     monkeypatch.setattr(sim.build, "build_scheduler", recorded)
-    result = simulate(config, latency_model=ReplayedSteps(durations, copies), fast_decode=False)
+    result = simulate(config, latency_model=ReplayedSteps(measured.durations, copies), fast_decode=False)
     (decisions,) = made
     return result, decisions
 
@@ -172,8 +220,8 @@ def run_sim(config, durations: list[float], monkeypatch, copies: dict | None = N
 def lockstep(config, monkeypatch, model=None, step_s: float | None = None):
     """Run the engine, then the simulator on its step times: (engine result, sim result, engine
     decisions, sim decisions). `step_s`: `run_engine`'s."""
-    engine_result, engine_decisions, durations, copies = run_engine(config, monkeypatch, model, step_s)
-    sim_result, sim_decisions = run_sim(config, durations, monkeypatch, copies)
+    engine_result, engine_decisions, measured = run_engine(config, monkeypatch, model, step_s)
+    sim_result, sim_decisions = run_sim(config, measured, monkeypatch)
     return engine_result, sim_result, engine_decisions.entries, sim_decisions.entries
 
 

@@ -243,6 +243,10 @@ def lockstep_config(**sections) -> dict:
     return config
 
 
+# acceptance_rate: the simulator's draws, which lockstep replaces by the engine's verifies
+SPECULATIVE = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2,
+               "acceptance_rate": 0.5}
+LONGER_OUTPUTS = {"output_len": {"kind": "uniform", "low": 16, "high": 48}}  # room for drafts to be proposed
 CLASSES = [{"name": "hi", "priority": 0, "fraction": 0.5}, {"name": "lo", "priority": 1, "fraction": 0.5}]
 LOCKSTEP = {  # name: (sections, what the run must have done, so that the case tests what it names)
     # vLLM's defaults: prefix caching on, recompute; a resumed request hits its own cached blocks
@@ -271,8 +275,13 @@ LOCKSTEP = {  # name: (sections, what the run must have done, so that the case t
                          "workload": {"num_prefix_groups": 3, "prefix_len": 40, "users_per_group": 3}},
                         ("prefix_hits", "evictions")),
     "continuous-paddings": ({"hardware": {"num_gpu_blocks": 24},
-                             "scheduler": {"policy": "continuous", "max_paddings": 64, "max_num_batched_tokens": 256}},
+                             "scheduler": {"policy": "continuous", "max_paddings": 64, "max_num_batched_tokens": 256},
+                             "workload": {"rate": 400.0}},  # prompts arrive together, batched padded
                             ("padding_fraction",)),
+    # n-gram drafts on the engine's real tokens, verified by its model: the simulator replays both
+    "speculative": ({"speculative": SPECULATIVE, "workload": LONGER_OUTPUTS}, ("accepted_drafts",)),
+    "speculative-preemption": ({"speculative": SPECULATIVE, "workload": LONGER_OUTPUTS, "hardware": {"num_gpu_blocks": 14},
+                                "scheduler": {"policy": "vllm"}}, ("accepted_drafts", "num_recomputes")),
     # prompts longer than max_model_len kept: rejected when they arrive, the user's next one sent from then
     "closed-loop-rejects": ({"scheduler": {"max_model_len": 64},
                              "workload": {"too_long": "keep", "kind": "closed_loop", "num_users": 3, "think_time": 0.01,
@@ -295,7 +304,12 @@ LOCKSTEP = {  # name: (sections, what the run must have done, so that the case t
 }
 
 
-@pytest.mark.parametrize("case", list(LOCKSTEP))
+# cases that add a setting to what a faster case covers (1.5-3.5 s each on the tiny CPU model): slow
+SLOW_LOCKSTEP = ("hybrid", "priority-swap", "long-prefill-threshold", "continuous-paddings", "speculative-preemption")
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_LOCKSTEP else c
+                                  for c in LOCKSTEP])
 def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatch, tiny_model):
     """The same workload, the engine on a virtual clock moved by its measured forward passes, the
     simulator on those step times (`lockstep`): every plan (who runs how many tokens, preemptions and
@@ -323,6 +337,7 @@ def test_the_engine_and_the_simulator_decide_alike_step_by_step(case, monkeypatc
             "offload": bool(engine_result.summary.get("offload")),
             "offload_loads": bool((engine_result.summary.get("offload") or {}).get("num_load_blocks")),
             "cut_step": ours[-1][0] == "plan",  # the last plan's step was still running at the limit
+            "accepted_drafts": engine_result.requests["num_accepted_tokens"].sum() > 0,
             "clamped": max(n for e in plans for _, n, computed, *_ in e[2] if computed == 0) == 16,
             "evictions": any((b[-1] or 0) < (a[-1] or 0) for a, b in zip(plans, plans[1:]))}  # fewer findable
     for what in exercised:
