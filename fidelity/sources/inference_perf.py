@@ -100,7 +100,9 @@ class SharedPrefixWorkload:
         self._pending: list[_Send] = []
         self._queues: dict[int, deque] = {}
         self._num_waiting = 0
-        self._in_flight: dict[str, _Send] = {}
+        # req_id -> its send and the prompt it was sent with (kept here: an executor may replace the
+        # request's own ids, as the engine folds them into its vocabulary)
+        self._in_flight: dict[str, tuple[_Send, SyntheticPrompt]] = {}
         self._stage = -1
         self._stage_left = 0
         self._turn = [0] * len(self.prompts)
@@ -125,14 +127,15 @@ class SharedPrefixWorkload:
         return self._begin_stage(0, 0.0)
 
     def on_finish(self, request: Request, now: float) -> list[Request]:
-        send = self._in_flight.pop(str(request.req_id), None)
-        if send is None:
+        sent = self._in_flight.pop(str(request.req_id), None)
+        if sent is None:
             return []
+        send, prompt = sent
         if self.profile.multi_turn:
             self._session_busy[send.prompt] = False
             if request.finish_reason is not FinishReason.REJECTED:
                 # context <- this turn's prompt + its answer (generated text: placeholder ids)
-                self._context[send.prompt] = SyntheticPrompt(request.prompt_token_ids.segments).extended(
+                self._context[send.prompt] = SyntheticPrompt(prompt.segments).extended(
                     (None, request.num_output_tokens))
         self._stage_left -= 1
         out = self._release(now, send.prompt)
@@ -200,7 +203,7 @@ class SharedPrefixWorkload:
         turn = self._turn[send.prompt]
         self._turn[send.prompt] += 1
         req_id = f"s{send.stage}-{send.index}"
-        self._in_flight[req_id] = send
+        self._in_flight[req_id] = (send, tokens)
         return Request(req_id, arrival, len(tokens), max(1, out_len), prompt_token_ids=tokens,
                        ignore_eos=self.profile.ignore_eos,
                        tags={"group": group, "user": user, "stage": send.stage, "turn": turn})

@@ -359,3 +359,26 @@ def test_a_time_limit_inside_a_preempting_step_keeps_its_row_on_both_sides(monke
     last = engine_result.steps.iloc[-1]
     assert last["num_preempted"] > 0 and abs(last["start"] + last["duration"] - (start + 0.005)) < 1e-9
     assert (engine_result.requests["finish_time"] <= start + 0.005 + 1e-9).all()
+
+
+def test_multi_turn_chat_sessions_decide_alike(tmp_path, monkeypatch, tiny_model):
+    """inference-perf's multi-turn chat: each session's next turn is sent when its last ends (think
+    time 0) on that turn's prompt and answer, so ties and prefix hits on earlier turns are compared.
+    The engine's replay used to die at the first finish: the workload read the next turn's context
+    back from the request's ids, which the engine had folded into a plain list."""
+    import fidelity.workloads  # noqa: F401  (registers the inference_perf kind)
+
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"data": {"type": "shared_prefix", "shared_prefix": {
+        "num_unique_system_prompts": 2, "num_users_per_system_prompt": 2, "system_prompt_len": 32,
+        "question_len": 24, "output_len": 6, "enable_multi_turn_chat": True}},
+        "load": {"type": "constant", "stages": [{"rate": 20, "duration": 0.5}]}}))
+    workload = {"kind": "inference_perf", "profile": str(profile), "rate": None, "num_requests": None,
+                "prompt_len": None, "output_len": None}
+    config = load_config(lockstep_config(workload=workload, cache={"enable_prefix_caching": True},
+                                         hardware={"num_gpu_blocks": 40}))
+    engine_result, sim_result, ours, theirs = lockstep(config, monkeypatch, model=tiny_model)
+    assert first_difference(ours, theirs) is None
+    assert different_counters(engine_result, sim_result) == []
+    reqs = engine_result.requests
+    assert len(reqs) == 10 and (reqs["num_cached_tokens"] > 0).any()  # later turns hit earlier ones

@@ -265,6 +265,21 @@ def test_inference_perf_kind_runs_the_generator_with_its_sessions(tmp_path):
     assert follow[0].num_prompt_tokens == done.num_prompt_tokens + 8 + 32 + 64
 
 
+def test_a_next_turn_is_built_from_what_was_sent_not_from_the_requests_ids(tmp_path):
+    """The engine folds a request's synthetic ids into its vocabulary (a plain list of ints): the
+    next turn of its session used to read the segments back from the request, and `servesim run`
+    of a multi-turn profile died at the first finish (AttributeError: 'list' ... 'segments')."""
+    wl = make_workload(profile=str(write_profile(tmp_path)), seed=3)
+    done = wl.start()[0]
+    sent = done.prompt_token_ids
+    done.prompt_token_ids = [int(t) % 2048 for t in sent]  # as the engine leaves it
+    done.output_token_ids = [0] * done.max_tokens
+    done.finish_reason = FinishReason.LENGTH
+    (follow,) = wl.on_finish(done, 10.0)
+    assert follow.prompt_token_ids.segments[:len(sent.segments)] == sent.segments
+    assert follow.num_prompt_tokens == done.num_prompt_tokens + 8 + 32 + 64
+
+
 def test_inference_perf_kind_checks_its_profile(tmp_path):
     with pytest.raises(ConfigError, match="^workload.profile"):
         WorkloadConfig(kind="inference_perf")
