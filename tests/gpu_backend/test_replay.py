@@ -366,14 +366,14 @@ def test_multi_turn_chat_sessions_decide_alike(tmp_path, monkeypatch, tiny_model
     time 0) on that turn's prompt and answer, so ties and prefix hits on earlier turns are compared.
     The engine's replay used to die at the first finish: the workload read the next turn's context
     back from the request's ids, which the engine had folded into a plain list."""
-    import fidelity.workloads  # noqa: F401  (registers the inference_perf kind)
+    from fidelity.sources.inference_perf import WORKLOAD_KIND  # importing it registers the kind
 
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"data": {"type": "shared_prefix", "shared_prefix": {
         "num_unique_system_prompts": 2, "num_users_per_system_prompt": 2, "system_prompt_len": 32,
         "question_len": 24, "output_len": 6, "enable_multi_turn_chat": True}},
         "load": {"type": "constant", "stages": [{"rate": 20, "duration": 0.5}]}}))
-    workload = {"kind": "inference_perf", "profile": str(profile), "rate": None, "num_requests": None,
+    workload = {"kind": WORKLOAD_KIND.name, "profile": str(profile), "rate": None, "num_requests": None,
                 "prompt_len": None, "output_len": None}
     config = load_config(lockstep_config(workload=workload, cache={"enable_prefix_caching": True},
                                          hardware={"num_gpu_blocks": 40}))
