@@ -161,7 +161,7 @@ def run_engine(config, monkeypatch, model=None, step_s: float | None = None):
     engine.warm_up()  # no one-time costs in the first step: its time is like the others
     decisions = Decisions(engine.scheduler, carries_token_ids(config))
     clock = VirtualClock()
-    engine.clock = engine.runner.clock = clock
+    engine.clock = clock  # the runner keeps its own: it measures the offload copies (`ReplayedCopies`)
     runner, durations, copies = engine.runner, [], {}
     execute = runner.execute
     drafts = ReplayedDrafts() if config.speculative.enabled else None
