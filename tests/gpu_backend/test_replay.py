@@ -292,8 +292,12 @@ LOCKSTEP = {  # name: (sections, what the run must have done, so that the case t
                                        "rate": None}}, ("num_rejected",)),
     # the KV offload tier, its copies timed by the engine's measured ones (`ReplayedCopies`), not by
     # the config's link (slow here: modelled, a load would land steps later than the engine's did)
+    # (shared prefixes evicted from the GPU's prefix cache and loaded back: loads in every run; a
+    # recomputed request's own blocks were loaded back only where the timing made it so)
     "offload": ({"hardware": {"num_gpu_blocks": 14}, "scheduler": {"policy": "vllm"},
-                 "cache": {"offload_size_gb": 0.01, "offload_bandwidth_gbps": 0.001}}, ("offload", "offload_loads")),
+                 "cache": {"offload_size_gb": 0.01, "offload_bandwidth_gbps": 0.001},
+                 "workload": {"num_prefix_groups": 3, "prefix_len": 48, "users_per_group": 3}},
+                ("offload", "offload_loads")),
     # ... synchronous (lmcache: whole 256-token chunks, copied inside the step that fills them)
     "offload-lmcache": ({"hardware": {"num_gpu_blocks": 48}, "scheduler": {"policy": "vllm", "max_num_batched_tokens": 128},
                          "cache": {"offload_size_gb": 0.02, "offload_backend": "lmcache"},
