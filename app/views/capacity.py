@@ -1,7 +1,8 @@
 """Capacity: SLO targets and a target rate in; the layouts that meet them, their GPU count and cost out.
 
 Candidates (GPU type x TP x replicas, colocated or disaggregated) are simulated at the target rate
-with `sim.capacity.planner.plan`; the winners' latency-vs-load curve comes from a rate sweep.
+with `sim.capacity.planner.plan`; the winners' latency-vs-load curve comes from a rate sweep,
+which offers every rate the same requests (common random numbers) unless told to draw afresh.
 """
 import _path  # noqa: F401
 import dataclasses
@@ -19,6 +20,7 @@ from ui.state import keep_value, kept, with_upload_names
 from ui.summary import cost_cards, load_banner
 from sim.capacity.executor import SerialExecutor
 from sim.capacity.planner import CandidateGrid, plan
+from sim.capacity.search import held_common
 from sim.capacity.slo import SLO
 from sim.capacity.sweep import run_sweep
 from sim.config import load_config
@@ -33,10 +35,13 @@ def run_plan(config_json: str, rate: float, slo_targets: tuple, grid_items: tupl
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def run_curve(config_json: str, rates: tuple, slo_targets: tuple, overrides: tuple) -> pd.DataFrame:
-    """A rate sweep of one layout (its overrides), cached by its inputs."""
+def run_curve(config_json: str, rates: tuple, slo_targets: tuple, overrides: tuple, common: bool = True
+              ) -> pd.DataFrame:
+    """A rate sweep of one layout (its overrides), cached by its inputs; `common`: the same requests
+    at every rate (`sim.capacity.sweep.rate_streams`)."""
     return run_sweep(json.loads(config_json), [{"workload.rate": r} for r in rates], slo=SLO(*slo_targets),
-                     executor=SerialExecutor(), base_overrides=list(overrides), progress=False)
+                     executor=SerialExecutor(), base_overrides=list(overrides), progress=False,
+                     common_random_numbers=common)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -173,10 +178,14 @@ else:
             win_overrides = [o for o in table.loc[table["point"] == win["point"], "overrides"].iloc[0].split(";") if o]
             win_overrides = [o for o in win_overrides if not o.startswith("workload.rate=")]
             curve = None
+            common = st.checkbox("Same requests at every rate", value=True, key=kept("cap.common"),
+                                 help="Common random numbers: request i has the same lengths at every rate and "
+                                      "its arrival time scales as 1/rate, so the curves move with the load alone. "
+                                      "Off: each rate draws its workload afresh, as a single run does.")
             try:  # like the plan's: a rate the simulator refuses is said here, not a traceback
                 with st.spinner("Latency vs load for the cheapest layout..."):
                     curve = run_curve(inputs[0], tuple(curve_rates(float(target_rate))), inputs[2],
-                                      tuple(win_overrides))
+                                      tuple(win_overrides), common)
             except (ValueError, FileNotFoundError) as exc:
                 st.error(with_upload_names(f"latency vs load: {exc}"))
             if curve is not None:
@@ -193,6 +202,9 @@ else:
                                                    "SLO attainment vs load", x_title=rate_title,
                                                    y_title="share of requests within the SLO"),
                                 use_container_width=True)
+                # the curve's points keep the form's request count (no held window)
+                st.caption("Common across rates: " + held_common(load_config(resolved).workload, hold_window=False,
+                                                                 common=common))
 
 st.divider()
 st.subheader("Autoscaling")

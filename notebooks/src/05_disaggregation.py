@@ -40,6 +40,8 @@ layouts = {
 }
 slo = SLO(ttft_s=1.0, tpot_s=0.015)
 frames = []
+# a rate sweep offers every rate the same requests (common random numbers: `run_sweep`), so each
+# layout's curve moves with the load, not with a fresh sample at each rate
 for name, overrides in layouts.items():
     table = run_sweep(base, [{"workload.rate": r} for r in RATES], slo=slo, executor=SerialExecutor(),
                       base_overrides=overrides, progress=False)
@@ -62,10 +64,12 @@ for r in RATES:
     assert by.loc[(bal, r), "tpot_s_p90"] < by.loc[(coloc, r), "tpot_s_p90"]
     assert by.loc[(few, r), "tpot_s_p90"] > by.loc[(bal, r), "tpot_s_p90"]
 # At the lowest rate every layout meets the SLO for (nearly) every request, and colocation's goodput
-# per GPU is as good as either disaggregated layout's.
+# per GPU is as good as either disaggregated layout's (within 2%: at a load every layout serves,
+# goodput is the offered rate, and which is ahead is the last request's finish, or one request
+# missed).
 low = sweep[sweep["workload.rate"] == RATES[0]].set_index("layout")
 assert (low["slo_attainment"] >= 0.99).all()
-assert low.loc[coloc, "goodput_rps_per_gpu"] >= low.drop(coloc)["goodput_rps_per_gpu"].max()
+assert low.loc[coloc, "goodput_rps_per_gpu"] >= 0.98 * low.drop(coloc)["goodput_rps_per_gpu"].max()
 # The best goodput per GPU each layout reaches over the sweep, and the highest rate at which it
 # still meets the SLO for 90% of requests.
 best = pd.DataFrame({
@@ -104,5 +108,5 @@ plt.tight_layout()
 # goodput per GPU is the lowest of the three, below colocation's. (When that decode GPU is full the
 # decode side pulls no new KV, and the prefilled requests wait on the prefill GPUs holding it, so
 # its TTFT can climb as well.) At the lowest rate every layout meets the SLO, and colocation, which
-# lets every GPU do either job, is as good or better. `servesim plan` searches these
+# lets every GPU do either job, is as good (to within a request or two). `servesim plan` searches these
 # layouts for you.

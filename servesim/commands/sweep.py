@@ -4,6 +4,10 @@ Simulates every point (grid keys crossed; list keys zipped, then crossed with th
 one table (`sweep.csv`, and `sweep.parquet` with pyarrow) holding each point's swept values and
 overrides beside its metrics, the base config, and `sweep.png` (latency percentiles and SLO
 attainment against the first swept key, or `--x`).
+A sweep of `workload.rate` offers every rate the same requests (common random numbers, as `servesim
+capacity` does: `sim.capacity.sweep.rate_streams`), so its curves move with the load, not with a
+fresh sample; one line (and the `common_across_rates` column) says what the rates share;
+`--fresh-draws` draws each point's workload as `simulate` does.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from policies import ConfigError
 from servesim.commands import options
 from servesim.commands.capacity_args import add_common, executor_from_args, load_base, show_table, slo_from_args
 from sim.capacity.plots import plot_sweep
+from sim.capacity.search import DEFAULT_RATE_KEY, held_common
 from sim.capacity.sweep import (combine, expand_grid, expand_list, hold_window, parse_assignments, run_sweep,
                                 write_table)
 
@@ -32,6 +37,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fixed-count", action="store_true",
                         help="keep workload.num_requests when sweeping workload.rate (default: scale it with the "
                              "rate so every point spans the same arrival window)")
+    parser.add_argument("--fresh-draws", action="store_true",
+                        help="draw each point's workload as simulate does, one generator for arrivals and lengths "
+                             "(default, when the sweep sets workload.rate: common random numbers: request i has "
+                             "the same lengths at every rate and its arrival time scales as 1/rate)")
     parser.add_argument("--x", help="the plots' x axis: one of the swept keys, with numeric values (default: the "
                         "first swept key)")
     options.add_out(parser, "sweep.csv, base_config.toml and sweep.png", default="runs/sweep")
@@ -51,8 +60,14 @@ def run(args) -> int:
     if not args.fixed_count:
         points = hold_window(args.config, points, args.overrides)
     slo = slo_from_args(args, base)
+    if DEFAULT_RATE_KEY in keys:  # said before the points run, as capacity says it
+        held = not args.fixed_count and "workload.num_requests" not in keys
+        shared = held_common(base.workload, held, not args.fresh_draws)
+        options.say(args, f"common across rates: {shared}")
     df = run_sweep(args.config, points, slo, executor_from_args(args), args.overrides,
-                   progress=options.progress(args))
+                   progress=options.progress(args), common_random_numbers=not args.fresh_draws)
+    if DEFAULT_RATE_KEY in keys:
+        df["common_across_rates"] = shared
     shown = list(keys)
     if any("workload.num_requests" in p for p in points) and "workload.num_requests" not in keys:
         shown.append("workload.num_requests")  # set by the held window: shown, not a plot grouping

@@ -6,8 +6,10 @@ processes and Ray can run it. It loads the base config with the point's override
 values, the overrides string, the summary's scalars (nested percentiles flattened to
 `ttft_s_p90`...), the SLO attainment and goodput. Runs are seeded by the config, so a point's row
 depends only on the point. A point's `streams` (`sim.workload.streams`) says how its workload draws
-its quantities: `one` generator, as `simulate` does (the default), or `per_quantity` (the SLO
-search's common random numbers: request i the same at every rate).
+its quantities: `one` generator, as `simulate` does, or `per_quantity` (common random numbers:
+request i the same at every rate). `run_sweep` gives a sweep whose points set the rate common
+random numbers, as the SLO search does (`rate_streams`): a rate sweep compares the same requests at
+different loads.
 """
 from __future__ import annotations
 
@@ -251,14 +253,34 @@ def make_specs(base: Any, points: list[dict], slo: SLO = SLO(), base_overrides: 
             for i, p in enumerate(points)]
 
 
+def rate_streams(points: Sequence[Mapping], common_random_numbers: bool = True,
+                 rate_key: str = "workload.rate") -> str:
+    """How a sweep's points draw their workloads (`sim.workload.streams`): `per_quantity` when
+    `common_random_numbers` and a point sets `rate_key`, else `one` (as `simulate` draws them).
+
+    One generator serves arrival gaps before lengths, so at another rate (and the held window's
+    other count) request i gets other lengths, and a rate sweep's curve wiggles with the sample
+    (docs/results/2026-12-08-capacity-crn.md). A sweep that leaves the rate alone already offers
+    every point the same requests from one generator, and keeps `simulate`'s own workload.
+    """
+    if common_random_numbers and any(isinstance(p, Mapping) and rate_key in p for p in points):
+        return "per_quantity"
+    return "one"
+
+
 def run_sweep(base: Any, points: list[dict], slo: SLO = SLO(), executor=None, base_overrides: Sequence[str] = (),
-              simulate: str = DEFAULT_SIMULATE, progress: bool = True):
-    """Evaluate every point (in parallel on `executor`) and return the table, one row per point."""
+              simulate: str = DEFAULT_SIMULATE, progress: bool = True, common_random_numbers: bool = True):
+    """Evaluate every point (in parallel on `executor`) and return the table, one row per point.
+
+    `common_random_numbers`: points that set the rate draw their workloads from common random
+    numbers (`rate_streams`: request i the same at every rate); False: each as `simulate` would.
+    """
     import pandas as pd
 
     if isinstance(base, Path):
         base = str(base)
-    specs = make_specs(base, points, slo, base_overrides, simulate)
+    streams = rate_streams(points, common_random_numbers)  # checked as points by make_specs
+    specs = make_specs(base, points, slo, base_overrides, simulate, streams)
     # fail fast on a bad key or value (pools included), before starting workers
     for spec in specs:
         all_replica_configs(load_point_config(spec))

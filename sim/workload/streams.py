@@ -6,11 +6,11 @@ Two layouts, both seeded by `workload.seed`:
   `numpy.random.Generator(seed)` serves every quantity in turn: arrival gaps, then classes, then
   prompt and output lengths, then users. Request i's lengths therefore depend on how many arrival
   gaps were drawn before them: a run at another rate or request count gets other lengths.
-- `per_quantity` (common random numbers, `servesim capacity`): each quantity has its own stream,
-  `SeedSequence(seed, spawn_key=(quantity, index))`. numpy fills an array from a stream in order,
-  so the first n draws of a quantity are the same whatever n is: request i gets the same lengths,
-  class and user, and the same arrival gap in unit-rate time (gaps are drawn at rate 1 and scaled
-  by 1/rate), at every rate and every request count.
+- `per_quantity` (common random numbers: `servesim capacity`, and sweeps that set the rate): each
+  quantity has its own stream, `SeedSequence(seed, spawn_key=(quantity, index))`. numpy fills an
+  array from a stream in order, so the first n draws of a quantity are the same whatever n is:
+  request i gets the same lengths, class and user, and the same arrival gap in unit-rate time (gaps
+  are drawn at rate 1 and scaled by 1/rate), at every rate and every request count.
 """
 from __future__ import annotations
 

@@ -368,6 +368,21 @@ def test_capacity_cards_and_curves_say_what_they_show():
         assert layout["yaxis"]["title"]["text"]
 
 
+
+def test_capacity_load_curve_offers_every_rate_the_same_requests_unless_unticked():
+    at = page("capacity")
+    plan_on_h100(at, 40, 2.0, [1])
+    assert not errors_of(at)
+
+    def shared() -> str:
+        return next(c.value for c in at.caption if c.value.startswith("Common across rates: "))
+
+    assert shared().startswith("Common across rates: request i's prompt and output lengths")
+    ttft = json.loads(plotly_charts(at)[0].proto.spec)["data"][0]["y"]
+    at.checkbox(key="cap.common").uncheck().run()
+    assert not errors_of(at) and shared().startswith("Common across rates: nothing")
+    assert json.loads(plotly_charts(at)[0].proto.spec)["data"][0]["y"] != ttft  # another sample
+
 BAD_REPORTS = {
     "metric not an object": {"metrics": {"ttft_s": 5}},
     "stat not an object": {"metrics": {"ttft_s": {"mean": 5}}},

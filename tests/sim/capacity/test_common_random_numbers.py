@@ -1,5 +1,6 @@
-"""Common random numbers in the SLO search: every rate sees the same requests, so attainment falls
-with the rate instead of wiggling with a fresh sample; `capacity` says what the rates share."""
+"""Common random numbers in the SLO search and in rate sweeps: every rate sees the same requests, so
+attainment falls with the rate instead of wiggling with a fresh sample; `capacity` and `sweep` say
+what the rates share."""
 import json
 
 import pytest
@@ -9,8 +10,9 @@ from servesim.cli import main
 from sim.capacity.executor import SerialExecutor
 from sim.capacity.search import find_max_rate, held_common, probe_specs
 from sim.capacity.slo import SLO
-from sim.capacity.sweep import evaluate_point
+from sim.capacity.sweep import evaluate_point, hold_window, rate_streams, run_sweep
 from sim.config import load_config
+from sim.runner import simulate
 
 # around the knee of small_config at seed 3, where one generator's fresh draws rise once
 RATES = [25.0, 26.0, 27.0, 28.0, 29.0]
@@ -72,3 +74,43 @@ def test_capacity_says_what_the_rates_share(tmp_path, capsys, flags, said):
     assert said in line
     rows = json.loads(captured.out)
     assert {r["common_across_rates"] for r in rows} == {line.removeprefix("common across rates: ")}
+
+
+def sweep_attainments(**kwargs) -> list[float]:
+    base = small_config(workload={"seed": 3})
+    points = hold_window(base, [{"workload.rate": str(r)} for r in RATES])
+    table = run_sweep(base, points, SLO.from_config(load_config(base)), SerialExecutor(), progress=False, **kwargs)
+    return table["slo_attainment"].tolist()
+
+
+def test_a_rate_sweep_offers_every_rate_the_same_requests_unless_told_not_to():
+    # one generator's draws rise by two points here (26 -> 27 req/s): the curve's wiggle
+    fresh = sweep_attainments(common_random_numbers=False)
+    assert any(b > a for a, b in zip(fresh, fresh[1:])), fresh
+    # the search's own probes: the same requests at every rate, so the curve falls
+    common = sweep_attainments()
+    assert all(b <= a for a, b in zip(common, common[1:])), common
+    assert common == attainments(common=True)
+
+
+def test_a_sweep_that_leaves_the_rate_alone_runs_the_workload_simulate_runs():
+    base = small_config(num_requests=30)
+    row = run_sweep(base, [{"scheduler.max_num_seqs": "32"}], SLO(0.5, 0.02), SerialExecutor(), progress=False)
+    direct = simulate(load_config(base, ["scheduler.max_num_seqs=32"]))
+    assert row["ttft_s_p90"].iloc[0] == direct.summary["ttft_s"]["p90"]
+    assert [rate_streams(p) for p in ([{"scheduler.max_num_seqs": 8}], [{"workload.rate": 2}], [])] == [
+        "one", "per_quantity", "one"]
+    assert rate_streams([{"workload.rate": 2}], common_random_numbers=False) == "one"
+
+
+@pytest.mark.parametrize("flags, said", [([], "a rate-1 draw scaled by 1/rate"), (["--fresh-draws"], "nothing")])
+def test_sweep_of_the_rate_says_what_the_rates_share(tmp_path, capsys, flags, said):
+    config = tmp_path / "c.toml"
+    config.write_text('[model]\nname = "Llama-3-8B"\n[hardware]\ngpu = "H100-SXM"\n'
+                      '[workload]\nrate = 4.0\nnum_requests = 20\nseed = 3\n')
+    assert main(["sweep", str(config), "--grid", "workload.rate=4,8", "--executor", "serial", "--no-progress",
+                 "--no-plot", "--json", "--out", str(tmp_path / "out"), *flags]) == 0
+    captured = capsys.readouterr()
+    line = next(x for x in captured.err.splitlines() if x.startswith("common across rates: "))
+    assert said in line
+    assert {r["common_across_rates"] for r in json.loads(captured.out)} == {line.removeprefix("common across rates: ")}
