@@ -6,6 +6,7 @@ layout's curve. matplotlib is the `calibrate` extra; without it no plot is writt
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Sequence
 
@@ -81,23 +82,33 @@ def plot_sweep(df, x: str, keys: Sequence[str], path: str | Path, title: str = "
 
 
 def plot_search(table, min_attainment: float, path: str | Path, per_gpu: bool = False) -> Path | None:
-    """SLO attainment against rate for each layout of a capacity search, the knee marked."""
+    """SLO attainment against rate for each layout of a capacity search, the knee marked; a search
+    over several workload seeds (a `seed` column) draws one line a seed, in its layout's colour,
+    and marks the median of the seeds' answers (`max_sustained_rate`)."""
     plt = _pyplot()
     if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for layout, sub in table.groupby("layout", sort=False):
-        sub = sub.sort_values("rate")
-        x = sub["rate"] / sub["num_gpus"] if per_gpu else sub["rate"]
-        line, = ax.plot(x, sub["slo_attainment"] * 100, marker="o", ms=3, label=layout)
-        ok = sub[sub["slo_met"]]
-        if len(ok):
-            knee = ok["rate"].max() / (ok["num_gpus"].iloc[0] if per_gpu else 1)
-            ax.axvline(knee, color=line.get_color(), ls=":", lw=1)
+    for layout, by_layout in table.groupby("layout", sort=False):
+        seeds = list(by_layout.groupby("seed", sort=False)) if "seed" in by_layout else [(None, by_layout)]
+        color, knees = None, []
+        for i, (_, sub) in enumerate(seeds):
+            sub = sub.sort_values("rate")
+            x = sub["rate"] / sub["num_gpus"] if per_gpu else sub["rate"]
+            line, = ax.plot(x, sub["slo_attainment"] * 100, marker="o", ms=3, color=color,
+                            label=layout if i == 0 else None, alpha=1.0 if len(seeds) == 1 else 0.5)
+            color = line.get_color()
+            ok = sub[sub["slo_met"]]
+            if len(ok):
+                rate = sub["max_sustained_rate"].iloc[0] if "max_sustained_rate" in sub else ok["rate"].max()
+                knees.append(rate / (ok["num_gpus"].iloc[0] if per_gpu else 1))
+        if knees:
+            ax.axvline(statistics.median(knees), color=color, ls=":", lw=1)
     ax.axhline(min_attainment * 100, color="grey", ls="--", lw=0.8)
     ax.set_xlabel("request rate per GPU (req/s)" if per_gpu else "request rate (req/s)")
     ax.set_ylabel("% of requests meeting every SLO")
-    ax.set_title("SLO search: attainment vs load (dotted: highest sustained rate)")
+    ax.set_title("SLO search: attainment vs load (dotted: highest sustained rate"
+                 + ("; the seeds' median)" if "seed" in table and table["seed"].nunique() > 1 else ")"))
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(plt, fig, path)
