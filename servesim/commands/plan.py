@@ -77,7 +77,8 @@ def run(args) -> int:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"plan: --tp, --replicas, --pool-counts and --budgets take integers ({exc})") from None
-    slo = slo_from_args(args, load_base(args))
+    base = load_base(args)
+    slo = slo_from_args(args, base)
     result = plan(args.config, args.target_rate, slo, grid, parse_prices(args.price), executor_from_args(args),
                   args.overrides, progress=options.progress(args))
     for row in result.rows:
@@ -101,6 +102,9 @@ def run(args) -> int:
                         + (f", ${number(per_m)} per 1M output tokens" if per_m is not None else "")
                         + (f", {number(joules)} J per output token" if joules is not None else "")
                         + f", {row['slo_attainment']:.1%} within SLO")
+    # a candidate near its limit can fit one draw of the workload and miss the next
+    options.say(args, f"each candidate is judged on one workload draw (workload.seed = {base.workload.seed}); "
+                "`servesim capacity --seeds N` shows how far another seed moves a layout's sustainable rate")
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

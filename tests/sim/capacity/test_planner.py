@@ -185,6 +185,7 @@ def test_plan_cli_prints_both_winners(tmp_path, capsys):
                "--price", "H100-SXM=2.5", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0 and "fewest GPUs" in out and "cheapest" in out
+    assert "judged on one workload draw (workload.seed = 0)" in out  # the answer's sampling is said
     assert (tmp_path / "plan.csv").exists()
     try:
         import matplotlib  # noqa: F401
