@@ -161,6 +161,7 @@ class Benchmark:
     itl: list = field(default_factory=list)
     itl_gaps: list = field(default_factory=list)  # each ITL's output tokens - 1 (its weight)
     e2e: list = field(default_factory=list)
+    sends: list = field(default_factory=list)  # each successful request's send
     output_tokens: int = 0
     failed: int = 0
 
@@ -169,12 +170,28 @@ class Benchmark:
         if not math.isfinite(row["e2e_s"]):  # rejected, timed out: guidellm's errored
             self.failed += 1
             return
+        self.sends.append(request.arrival_time)
         self.ttft.append(row["ttft_s"])
         self.e2e.append(row["e2e_s"])
         self.output_tokens += row["num_output_tokens"]
         if math.isfinite(row["tpot_s"]):
             self.itl.append(row["tpot_s"])
             self.itl_gaps.append(row["num_output_tokens"] - 1)
+
+    def successful_rate(self, release: tuple[int, ...]) -> float:
+        """The successful requests per second guidellm measured, which feeds a sweep's rates: from
+        0.4 over the benchmark's span (`request_throughput.successful.mean`: the successes over its
+        measured window); before, from the first successful send to the last successful answer
+        (0.3's `requests_per_second.successful.mean`). Errored requests count in neither. (0.3
+        counts answers that end within 1 us of the last as one; simulated answers that leave in
+        one step would all end together, real ones do not, so they are counted each.)"""
+        if not self.sends:
+            return 0.0
+        if release >= (0, 4):
+            start, end = self.start, self.end
+        else:
+            start, end = min(self.sends), max(s + e for s, e in zip(self.sends, self.e2e))
+        return len(self.sends) / max(end - start, 1e-9)
 
     def row(self, index: int) -> dict:
         stats = benchmark_stats(self.ttft, self.itl, self.e2e, self.output_tokens, self.end - self.start,
@@ -240,6 +257,7 @@ class GuidellmWorkload:
             self.phases, self.rates = [rate_type], [None]
         s = int(profile.get("random-seed", profile.get("random_seed", 42)) if seed is None else seed)
         release = guidellm_release(profile)
+        self.release = release
         self.initial_burst = release < (0, 4)
         rampup = profile.get("rampup", 0.0) or 0.0
         if isinstance(rampup, bool) or not isinstance(rampup, (int, float)) or not 0 <= rampup < math.inf:
@@ -276,8 +294,9 @@ class GuidellmWorkload:
 
     @property
     def measured_rates(self) -> list[float]:
-        """Requests per second each finished benchmark achieved: what guidellm feeds a sweep's rates."""
-        return [self.max_requests / max(b.end - b.start, 1e-9) for b in self.benchmarks if not math.isnan(b.end)]
+        """Successful requests per second each finished benchmark achieved: what guidellm feeds a
+        sweep's rates (`Benchmark.successful_rate`)."""
+        return [b.successful_rate(self.release) for b in self.benchmarks if not math.isnan(b.end)]
 
     @property
     def num_requests(self) -> int:
@@ -300,6 +319,11 @@ class GuidellmWorkload:
             out.append(self._request(now))  # the stream that just ended sends its next request
         if self._left == 0 and self._sent >= self.max_requests:
             self.benchmarks[self._phase].end = now  # its rate feeds the next ones' (`measured_rates`)
+            if self._phase + 1 < len(self.phases) and self.rates[self._phase + 1] is None \
+                    and self.phases[self._phase + 1] != "throughput" and not self._rate(self._phase + 1) > 0:
+                # nothing succeeded in the first two: guidellm stops the sweep (0.4-0.7 `SweepProfile`
+                # returns no next strategy for a rate <= 0; 0.3 fails on it)
+                del self.phases[self._phase + 1:]
             if self._phase + 1 < len(self.phases):
                 out.extend(self._begin(self._phase + 1, now))
         return out

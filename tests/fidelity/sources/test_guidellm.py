@@ -24,6 +24,7 @@ def drive(workload, service=lambda r: 0.5):
     done, k = [], len(events)
     while events:
         t, _, r = heapq.heappop(events)
+        r.record_token(0, t)  # answered: one token at its finish
         r.finish_reason = FinishReason.LENGTH
         done.append((t, r))
         for q in workload.on_finish(r, t):
@@ -227,3 +228,46 @@ def test_a_benchmark_sweep_built_for_the_app_follows_its_seed(tmp_path):
         return [r.num_prompt_tokens for r in GuidellmWorkload(read_profile(section["profile"])).start()]
 
     assert prompts(7) == prompts(7) and prompts(7) != prompts(8)
+
+
+def drive_failing(workload, fails, service=0.5):
+    """`drive`, with the requests `fails` picks refused at once (a 400: no tokens) and the others
+    answered with two tokens `service` after their send."""
+    events = [(r.arrival_time, i, r) for i, r in enumerate(workload.start())]
+    heapq.heapify(events)
+    k = len(events)
+    while events:
+        t, _, r = heapq.heappop(events)
+        if fails(r):
+            r.finish_reason = FinishReason.REJECTED
+            end = t
+        else:
+            end = t + service
+            r.record_token(0, t + service / 2)
+            r.record_token(0, end)
+            r.finish_reason = FinishReason.LENGTH
+        for q in workload.on_finish(r, end):
+            k += 1
+            heapq.heappush(events, (q.arrival_time, k, q))
+
+
+@pytest.mark.parametrize("version", ["0.3.0", "0.6.0"])
+def test_a_sweeps_rates_count_only_the_requests_that_succeeded(version):
+    """guidellm feeds a sweep the synchronous and throughput benchmarks' successful request rates
+    (0.3 `benchmarker.py`: `requests_per_second.successful.mean`; 0.4-0.7 `SweepProfile`:
+    `request_throughput.successful.mean`), not every request sent."""
+    wl = GuidellmWorkload({**PROFILE, "rate": 4, "max-requests": 10, "client": {"version": version}})
+    drive_failing(wl, lambda r: r.tags["phase"] < 2 and int(r.req_id.split("-")[1]) % 5 == 0)
+    sync, thr = wl.benchmarks[0], wl.benchmarks[1]
+    assert sync.failed == thr.failed == 2
+    first = lambda b: min(b.sends)  # noqa: E731  the first successful send (0.3's start)
+    spans = [(b.end - (b.start if version >= "0.4" else first(b))) for b in (sync, thr)]
+    rates = [8 / s for s in spans]
+    assert wl.benchmarks[2].target == pytest.approx(np.linspace(*rates, 3)[1])
+
+
+def test_a_sweep_whose_first_benchmarks_all_failed_stops_there():
+    """guidellm 0.4-0.7 runs no constant benchmark at a rate <= 0 (`SweepProfile.next_strategy`)."""
+    wl = GuidellmWorkload({**PROFILE, "rate": 4, "max-requests": 5})
+    drive_failing(wl, lambda r: True)
+    assert [b.strategy for b in wl.benchmarks] == ["synchronous", "throughput"] and wl.num_requests == 10
