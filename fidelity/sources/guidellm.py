@@ -48,6 +48,10 @@ def guidellm_release(profile: dict) -> tuple[int, ...]:
 
 
 RATE_TYPES = ("sweep", "synchronous", "throughput", "constant", "poisson", "concurrent")
+# what a sweep runs after its throughput benchmark (`strategy-type`, constant by default): guidellm's
+# SweepProfile.rate_type in 0.2-0.3 and .strategy_type in 0.4-0.6 (set from Python only: those CLIs
+# build a constant sweep), `--profile kind=sweep,strategy_type=poisson` from 0.7
+SWEEP_STRATEGIES = ("constant", "poisson")
 # the requests in flight guidellm allows a benchmark where nothing else bounds it (its settings'
 # `max_concurrency`): none before 0.4, 512 from 0.4, 10240 from 0.7
 DEFAULT_MAX_CONCURRENCY = (((0, 0), None), ((0, 4), 512), ((0, 7), 10240))
@@ -211,6 +215,9 @@ class GuidellmWorkload:
       it starts (k from 1, 0.4 on); before 0.4 it first sent `floor(rate)` at once (its initial
       burst), then one every 1/rate from 1/rate after the start, and a poisson one opened with the
       same burst before its exponential gaps.
+    - `strategy-type: poisson` (a sweep only; default constant): its benchmarks after the throughput
+      one are poisson at those rates (guidellm's SweepProfile `rate_type` in 0.2-0.3,
+      `strategy_type` from 0.4; `SWEEP_STRATEGIES`).
     - `rampup: T` seconds (0.4 on): a throughput benchmark spreads its first max-concurrency sends
       over T (the i-th at T i / max-concurrency), a concurrent one starts its streams over T, and
       (0.5.3 on) a constant one raises its rate linearly from 0 over T, as guidellm's strategies do;
@@ -242,11 +249,19 @@ class GuidellmWorkload:
         if self.max_requests < 1:
             raise ConfigError("profile.max-requests: expected a positive integer (requests per benchmark)")
         rate = profile.get("rate")
+        key = "strategy-type" if "strategy-type" in profile else "strategy_type"
+        strategy = profile.get(key)
+        if strategy is not None and rate_type != "sweep":
+            raise ConfigError(f"profile.{key}: only a sweep takes one (its benchmarks after the throughput one); "
+                              f"rate-type is {rate_type!r}")
+        if strategy not in (None, *SWEEP_STRATEGIES):
+            raise ConfigError(f"profile.{key}: {strategy!r} is not allowed; choose one of "
+                              f"{', '.join(SWEEP_STRATEGIES)}")
         if rate_type == "sweep":
             size = int(rate_list(rate)[0]) if rate is not None else 10  # guidellm's default sweep size
             if size < 2:
                 raise ConfigError(f"profile.rate: a sweep needs at least 2 benchmarks, got {rate!r}")
-            self.phases = ["synchronous", "throughput"] + ["constant"] * (size - 2)
+            self.phases = ["synchronous", "throughput"] + [strategy or "constant"] * (size - 2)
             self.rates: list[float | None] = [None] * size  # the constant rates come from the first two
         elif rate_type in ("constant", "poisson", "concurrent"):
             self.rates = list(rate_list(rate))

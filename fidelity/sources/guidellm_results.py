@@ -33,8 +33,8 @@ import pandas as pd
 
 from fidelity.benchmark_stats import per_token_mean
 from fidelity.runs import measured_table, read_table
-from fidelity.sources.guidellm import (RATE_TYPES, GuidellmWorkload, guidellm_prefixes, guidellm_release,
-                                      is_guidellm_profile)
+from fidelity.sources.guidellm import (RATE_TYPES, SWEEP_STRATEGIES, GuidellmWorkload, guidellm_prefixes,
+                                      guidellm_release, is_guidellm_profile)
 from policies import ConfigError
 from records.files import read_json_object
 
@@ -288,12 +288,14 @@ def _profile(data: dict, old: bool) -> dict | None:
         if kind == "async":
             kind = prof.get("strategy_type")
         rate = prof.get("sweep_size") if kind == "sweep" else prof.get("rate")
+        sub = prof.get("rate_type")  # what a 0.2-0.3 sweep runs after its throughput benchmark
         seed = prof.get("random_seed", 42)
         text = (first.get("request_loader") or {}).get("data")
         max_requests = args.get("max_number")
     else:
         args = data.get("args") or {}
         kind, rate, seed = args.get("profile"), args.get("rate"), args.get("random_seed", 42)
+        sub = ((first.get("config") or {}).get("profile") or {}).get("strategy_type")  # 0.4-0.6's sweep
         text = args.get("data")
         text = text[0] if isinstance(text, list) and len(text) == 1 else text
         max_requests = args.get("max_requests")
@@ -307,6 +309,8 @@ def _profile(data: dict, old: bool) -> dict | None:
         profile.update({"rate-type": kind, "max-requests": int(max_requests), "random-seed": int(seed or 42)})
         if rate is not None:
             profile["rate"] = int(rate) if kind == "sweep" else rate
+        if kind == "sweep" and sub in SWEEP_STRATEGIES and sub != "constant":
+            profile["strategy-type"] = sub
     rampup = (data.get("args") or {}).get("rampup") if not old else None
     if isinstance(rampup, (int, float)) and not isinstance(rampup, bool) and rampup > 0:
         profile["rampup"] = float(rampup)

@@ -205,6 +205,9 @@ def test_a_profile_file_without_a_kind_is_run_by_guidellms_generator(tmp_path):
                                            ({"rate-type": "constant", "rate": None}, "profile.rate"),
                                            ({"rate-type": "poisson", "rate": "2,x"}, "profile.rate"),
                                            ({"max-concurrency": 0}, "profile.max-concurrency"),
+                                           ({"strategy-type": "concurrent"}, "profile.strategy-type"),
+                                           ({"rate-type": "constant", "rate": 2, "strategy_type": "poisson"},
+                                            "profile.strategy_type: only a sweep"),
                                            ({"data": {"prompt_tokens": 5}}, "profile.data"),
                                            ({"data": {**PROFILE["data"], "prompt_tokens": -5}},
                                             "profile.data.prompt_tokens: must be >= 1"),
@@ -271,3 +274,19 @@ def test_a_sweep_whose_first_benchmarks_all_failed_stops_there():
     wl = GuidellmWorkload({**PROFILE, "rate": 4, "max-requests": 5})
     drive_failing(wl, lambda r: True)
     assert [b.strategy for b in wl.benchmarks] == ["synchronous", "throughput"] and wl.num_requests == 10
+
+
+@pytest.mark.parametrize("version", ["0.3.0", "0.7.3"])
+def test_a_sweep_of_poisson_strategies_sends_poisson_at_the_interpolated_rates(version):
+    """guidellm's sweep takes a poisson sub-strategy: 0.2-0.3 `SweepProfile.rate_type`, 0.4-0.6
+    `SweepProfile.strategy_type` (both reachable from Python only: their CLIs build a constant
+    one), 0.7 `--profile kind=sweep,strategy_type=poisson`."""
+    wl = GuidellmWorkload({**PROFILE, "rate": 3, "max-requests": 400, "strategy-type": "poisson",
+                           "client": {"version": version}})
+    done = drive(wl, service=lambda r: 10.0 if r.tags["phase"] == 1 else 0.05)  # 20 and 40 req/s
+    assert [b.strategy for b in wl.benchmarks] == ["synchronous", "throughput", "poisson"]
+    rate = np.linspace(*wl.measured_rates[:2], 2)[1]
+    sends = np.sort([r.arrival_time for _, r in done if r.tags["phase"] == 2])
+    burst = int(rate) if version < "0.4" else 0  # 0.3's poisson opens with its initial burst too
+    gaps = np.diff(sends[burst:])
+    assert gaps.mean() == pytest.approx(1 / rate, rel=0.15) and gaps.std() == pytest.approx(1 / rate, rel=0.2)

@@ -252,3 +252,22 @@ def test_a_client_csv_missing_a_column_or_a_number_names_the_file(tmp_path):
     path.write_text(header + ",itl_ms\nr1,success,10.0,100,20,50.0,1.0,5.0\nr2,success,11.0,many,20,50.0,1.0,5.0\n")
     with pytest.raises(ConfigError, match=f"^{path}: row 2: prompt_tokens: expected a number, got 'many'"):
         read_guidellm_requests(path)
+
+
+@pytest.mark.parametrize("layout", ["0.6", "0.3"])
+def test_a_sweep_of_poisson_strategies_is_read_as_one(tmp_path, layout):
+    """The sub-strategy a sweep's report records (0.4-0.6 each benchmark's `config.profile.
+    strategy_type`, 0.2-0.3 `args.profile.rate_type`; `args.profile` says only "sweep") reaches
+    the profile, so a sampled report simulates poisson sends, not constant ones."""
+    requests = make_requests(n=6)
+    write_exp_config(tmp_path, gpu="H100")
+    path = write_report(tmp_path, requests, *measured(requests), layout=layout, profile="sweep", rate=4)
+    report = json.loads(path.read_text())
+    for b in report["benchmarks"]:
+        if layout == "0.3":
+            b["args"]["profile"].update(strategy_type="constant", rate_type="poisson")  # 0.3 sweeps by rate_type
+        else:
+            b["config"]["profile"] = {"type_": "sweep", "sweep_size": 4, "strategy_type": "poisson"}
+    path.write_text(json.dumps(report))
+    [run] = find_runs(tmp_path)
+    assert run.profile["rate-type"] == "sweep" and run.profile["strategy-type"] == "poisson"
