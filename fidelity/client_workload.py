@@ -242,8 +242,7 @@ def _inference_perf_check(run: RealRun) -> WorkloadCheck:
 
 def _guidellm_check(run: RealRun) -> WorkloadCheck:
     version = recorded_version(run, "guidellm")
-    basis = (f"guidellm {version}" if version else
-             "no client version recorded: assumed guidellm >= 0.4 (constant rates without 0.3's initial burst)")
+    basis = f"guidellm {version}" if version else f"no client version recorded: assumed {CLIENT_ASSUMED['guidellm']}"
     try:
         wl = GuidellmWorkload({**(run.profile or {}), "client": {"version": version}})
     except ConfigError as exc:  # data the generator does not model (multi-turn rows): said, not fatal
@@ -309,7 +308,10 @@ CLIENTS = {"inference-perf": "inference-perf", "inference-perf-summary": "infere
            "distserve": "distserve"}
 CLIENT_ASSUMED = {
     "inference-perf": f"inference-perf >= {LATEST_READ} (the newest release read)",
-    "guidellm": "guidellm >= 0.4 (constant rates without 0.3's initial burst)",
+    # 0.4's behaviour, which 0.5-0.6 keep; 0.7 differs only in its default bound (10240) and 0.5.3 on
+    # in a constant benchmark's rampup, neither of which a profile without a report can show
+    "guidellm": "guidellm 0.4 (constant rates without 0.3's initial burst, at most 512 requests in flight "
+                "as 0.4-0.6 allow, no rampup of a constant rate: 0.5.3 on)",
     "distserve": "DistServe's benchmark client at the alignment data's commit (20a1633): replayed sends, "
                  "TTFT and latency at the client",
 }

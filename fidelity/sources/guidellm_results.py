@@ -38,9 +38,26 @@ from fidelity.sources.guidellm import (RATE_TYPES, SWEEP_STRATEGIES, GuidellmWor
 from policies import ConfigError
 from records.files import read_json_object
 
-#: the guidellm release a report without `metadata` is read as (0.2 and 0.3 share its layout and
-#: the behaviour servesim models: constant rates open with an initial burst)
+#: the guidellm release a report without `metadata` is read as, by its layout: 0.2-0.3's (`args`,
+#: `run_stats` per benchmark; they share the behaviour servesim models: constant rates open with an
+#: initial burst), or 0.4's (`config`, `scheduler_state`: `metadata.guidellm_version` came in 0.5.0)
 OLD_LAYOUT_RELEASE = "0.3"
+NO_METADATA_RELEASE = "0.4"
+
+
+def report_release(data: dict) -> tuple[str | None, str | None]:
+    """(release, how it was inferred) of a parsed guidellm report: its `metadata.guidellm_version`
+    (0.5.0 on; how: None), else the release its layout belongs to, said in one line."""
+    recorded = (data.get("metadata") or {}).get("guidellm_version")
+    if recorded:
+        return str(recorded), None
+    first = (data.get("benchmarks") or [{}])[0]
+    if isinstance(first, dict) and "config" in first:
+        return NO_METADATA_RELEASE, ("guidellm release not recorded: the report's layout (config, scheduler_state, "
+                                     f"no metadata, which 0.5.0 added) is {NO_METADATA_RELEASE}'s, read as "
+                                     f"{NO_METADATA_RELEASE}")
+    return OLD_LAYOUT_RELEASE, ("guidellm release not recorded: the report's layout (args, run_stats) is "
+                                f"0.2-0.3's, read as {OLD_LAYOUT_RELEASE}")
 
 
 def is_guidellm_report(data) -> bool:
@@ -87,13 +104,11 @@ def read_guidellm_report(path: Path, data: dict | None = None) -> GuidellmReport
         raise ValueError(f"{path}: not a guidellm report (expected benchmarks, each with requests.successful)")
     benchmarks = data["benchmarks"]
     old = "config" not in benchmarks[0]  # 0.2-0.3: args / run_stats per benchmark
-    version = (data.get("metadata") or {}).get("guidellm_version") or (OLD_LAYOUT_RELEASE if old else None)
+    version, inferred = report_release(data)
     profile = _profile(data, old)
-    if profile is not None and version:
-        profile["client"] = {"version": str(version)}
-    notes = []
-    if old and not (data.get("metadata") or {}).get("guidellm_version"):
-        notes.append(f"guidellm release not recorded: the report's layout is 0.2-0.3's, read as {OLD_LAYOUT_RELEASE}")
+    if profile is not None:
+        profile["client"] = {"version": version}
+    notes = [inferred] if inferred else []
     totals = [_totals(b, old) for b in benchmarks]
     kept = [[r for r in (_row(x, old) for x in b["requests"]["successful"]) if r is not None] for b in benchmarks]
     measured = _report_benchmarks(benchmarks, kept, totals)

@@ -25,7 +25,7 @@ from fidelity.runs import (REQUEST_COLUMNS, RealRun, ServerArgs, canonical_gpu, 
                           recorded_bool, recorded_gib, recorded_release, release_parts)
 from fidelity.sources.client_report import find_client_report
 from fidelity.sources.guidellm_results import (prefix_from_guidellm, read_guidellm_report, read_guidellm_requests,
-                                               report_args, report_model)
+                                               report_args, report_model, report_release)
 from fidelity.sources.inference_perf_results import (prefix_from_shared_prefix, read_inference_perf_requests,
                                                      read_summary_means, requested_output_mean)
 from fidelity.sources.vllm_bench import read_vllm_bench
@@ -265,8 +265,13 @@ def load_server_run(path: Path, source: str = "vllm-server", require_measurement
         assumed += guidellm.notes
         if profile is None and guidellm.profile is not None:  # the load the client's arguments describe
             profile, profile_file = guidellm.profile, report[1]
-        elif isinstance(profile, dict) and guidellm.version and not (profile.get("client") or {}).get("version"):
-            profile = {**profile, "client": {**(profile.get("client") or {}), "version": str(guidellm.version)}}
+    if report is not None and report[0] == "guidellm" and isinstance(profile, dict) \
+            and not (profile.get("client") or {}).get("version"):
+        # the release the report records or its layout shows, whichever file holds the measurements
+        version, inferred = report_release(report[2])
+        profile = {**profile, "client": {**(profile.get("client") or {}), "version": version}}
+        if inferred and guidellm is None:  # else among the report's notes already
+            assumed.append(inferred)
     if (file := run_file(path, "summary_lifecycle_metrics.json", profile)) is not None:
         summary = read_summary_means(file, requested_output_mean(profile))
         measured_by = measured_by or "inference-perf-summary"

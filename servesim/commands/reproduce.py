@@ -87,7 +87,10 @@ def load_overhead_layer(path: str | Path) -> tuple:
 
 
 def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[str], title: str,
-                    settings: pd.DataFrame | None = None, unpredicted: pd.DataFrame | None = None) -> str:
+                    settings: pd.DataFrame | None = None, unpredicted: pd.DataFrame | None = None,
+                    assumed: list[str] | None = None) -> str:
+    """report.md: medians, each run's errors, the runs not predicted, the settings not modelled and
+    (`assumed`) what each run's files leave unsaid and was assumed (`version_assumption`)."""
     lines = [f"# {title}", "", "Errors are (predicted - measured) / measured of each run's mean. "
              "Medians are of |error| over runs.", ""]
     lines += ["## Medians of |error|", "", "| source | runs | " + " | ".join(LABELS[m] for m in METRICS) + " |",
@@ -125,6 +128,9 @@ def markdown_report(table: pd.DataFrame, medians: pd.DataFrame, excluded: list[s
         for r in settings[settings["status"].isin(["not modelled", "inferred"])].itertuples(index=False):
             lines.append(f"| {r.run} | {r.setting} | {r.value} | {r.status} | {r.note} |")
         lines.append("")
+    if assumed:  # the releases read from a file's layout or assumed, as the CLI notes them
+        lines += ["## Releases assumed", "", "What each run's files do not record, and what was read instead.", ""]
+        lines += [f"- {line}" for line in assumed] + [""]
     return "\n".join(lines)
 
 
@@ -197,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
     settings = pd.DataFrame([row for r in runs for row in settings_table(r)],
                             columns=["run", "setting", "value", "status", "note", "recorded_in"])
     settings.to_csv(out / "settings.csv", index=False)
+    assumed = [line for line in map(version_assumption, runs) if line]  # also in report.md
     for r in runs:  # a recorded engine setting is never silently ignored, nor an unrecorded release
         if version_assumption(r):
             options.note(args, version_assumption(r))
@@ -210,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     unpredicted.to_csv(out / "not_predicted.csv", index=False)
     # runs scored benchmark by benchmark or stage by stage: benchmarks.csv / .png and report.md's section
     bench_lines, bench_section = write_benchmarks(list(rep.predictions.values()), out / "benchmarks.csv")
-    report = markdown_report(rep.table, med, excluded, title, settings, unpredicted)
+    report = markdown_report(rep.table, med, excluded, title, settings, unpredicted, assumed)
     (out / "report.md").write_text(report + ("\n" + bench_section if bench_section else ""))
     plot_errors(rep.table, out / "errors.png")
     workload_lines = write_run_tables(rep, runs, out) + bench_lines  # ttft_parts.csv, workload.csv

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from fidelity_helpers import make_requests, roofline_truth, write_exp_config
 
@@ -111,7 +112,7 @@ def test_a_report_is_read_by_its_content_with_its_sends_and_per_token_itl(tmp_pa
     assert run.profile["rate-type"] == "constant" and run.profile["rate"] == 4.0
     assert run.profile["data"]["prompt_tokens"] == 400 and run.profile["random-seed"] == 7
     assert run.profile["client"]["version"] == ("0.6.1" if layout == "0.6" else "0.3")
-    assert (layout == "0.3") == any("layout is 0.2-0.3's" in note for note in run.assumed)
+    assert (layout == "0.3") == any("is 0.2-0.3's, read as 0.3" in note for note in run.assumed)
 
 
 @pytest.mark.parametrize("layout", ["0.6", "0.3"])
@@ -271,3 +272,62 @@ def test_a_sweep_of_poisson_strategies_is_read_as_one(tmp_path, layout):
     path.write_text(json.dumps(report))
     [run] = find_runs(tmp_path)
     assert run.profile["rate-type"] == "sweep" and run.profile["strategy-type"] == "poisson"
+
+
+def write_client_csv(folder, requests, ttft, e2e):
+    """The per-request CSV a campaign makes of guidellm's report (`read_guidellm_requests`)."""
+    n = requests["num_output_tokens"].to_numpy()
+    pd.DataFrame({"request_start_time": 1_700_000_000.0 + requests["arrival_time"], "status": "successful",
+                  "prompt_tokens": requests["num_prompt_tokens"], "output_tokens": n, "ttft_ms": ttft * 1e3,
+                  "request_latency_s": e2e, "itl_ms": (e2e - ttft) / np.maximum(n - 1, 1) * 1e3}
+                 ).to_csv(folder / "guidellm_per_request.csv", index=False)
+
+
+@pytest.mark.parametrize("layout, release", [("0.3", "0.3"), ("0.4", "0.4"), ("0.6", "0.6.1")])
+@pytest.mark.parametrize("measured_by_csv", [False, True])
+def test_an_unrecorded_release_is_read_from_the_reports_layout_and_said(tmp_path, layout, release,
+                                                                          measured_by_csv):
+    """metadata.guidellm_version came in 0.5.0 (report.py, a37aa52c): a report without it in 0.4's
+    layout (config, scheduler_state) is 0.4's, in 0.2-0.3's (args, run_stats) 0.3's; read so, and
+    said, also where a per-request CSV made of the report is the measurement."""
+    from fidelity.client_workload import check_workload, version_assumption
+
+    requests = make_requests(n=6)
+    ttft, e2e = measured(requests)
+    write_exp_config(tmp_path, gpu="H100")
+    (tmp_path / "profile.yaml").write_text("rate-type: constant\nrate: 2.0\nmax-requests: 6\n"
+                                           "data:\n  prompt_tokens: 300\n  output_tokens: 30\n")
+    path = write_report(tmp_path, requests, ttft, e2e, layout="0.3" if layout == "0.3" else "0.6",
+                        version=release)
+    if layout == "0.4":
+        report = json.loads(path.read_text())
+        del report["metadata"]
+        path.write_text(json.dumps(report))
+    if measured_by_csv:
+        write_client_csv(tmp_path, requests, ttft, e2e)
+    [run] = find_runs(tmp_path)
+    assert run.measured_file.name == ("guidellm_per_request.csv" if measured_by_csv else path.name)
+    assert run.profile["client"]["version"] == release
+    assert check_workload(run).version == release
+    said = version_assumption(run) or ""
+    if layout == "0.6":
+        assert "guidellm" not in said
+    else:
+        assert "guidellm release not recorded: the report's layout" in said and f"read as {release}" in said
+        assert "client version not recorded: assumed" not in said
+
+
+def test_reproduce_says_a_release_read_from_the_layout_in_its_output_and_report(tmp_path, capsys):
+    from servesim.cli import main
+
+    requests = make_requests(n=6)
+    folder = write_exp_config(tmp_path / "gt" / "run0", gpu="H100")
+    path = write_report(folder, requests, *measured(requests))
+    report = json.loads(path.read_text())
+    del report["metadata"]  # 0.4's report
+    path.write_text(json.dumps(report))
+    out = tmp_path / "r"
+    assert main(["reproduce", str(tmp_path / "gt"), "--fit", "none", "--out", str(out), "--gpu-model", "roofline"]) == 0
+    said = "is 0.4's, read as 0.4"
+    assert said in capsys.readouterr().err
+    assert said in (out / "report.md").read_text()
