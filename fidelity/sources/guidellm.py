@@ -51,7 +51,7 @@ RATE_TYPES = ("sweep", "synchronous", "throughput", "constant", "poisson", "conc
 # what a sweep runs after its throughput benchmark (`strategy-type`, constant by default): guidellm's
 # SweepProfile.rate_type in 0.2-0.3 and .strategy_type in 0.4-0.6 (set from Python only: those CLIs
 # build a constant sweep), `--profile kind=sweep,strategy_type=poisson` from 0.7
-SWEEP_STRATEGIES = ("constant", "poisson")
+SWEEP_SUBSTRATEGIES = ("constant", "poisson")
 # the requests in flight guidellm allows a benchmark where nothing else bounds it (its settings'
 # `max_concurrency`): none before 0.4, 512 from 0.4, 10240 from 0.7
 DEFAULT_MAX_CONCURRENCY = (((0, 0), None), ((0, 4), 512), ((0, 7), 10240))
@@ -217,7 +217,7 @@ class GuidellmWorkload:
       same burst before its exponential gaps.
     - `strategy-type: poisson` (a sweep only; default constant): its benchmarks after the throughput
       one are poisson at those rates (guidellm's SweepProfile `rate_type` in 0.2-0.3,
-      `strategy_type` from 0.4; `SWEEP_STRATEGIES`).
+      `strategy_type` from 0.4; `SWEEP_SUBSTRATEGIES`).
     - `rampup: T` seconds (0.4 on): a throughput benchmark spreads its first max-concurrency sends
       over T (the i-th at T i / max-concurrency), a concurrent one starts its streams over T, and
       (0.5.3 on) a constant one raises its rate linearly from 0 over T, as guidellm's strategies do;
@@ -254,9 +254,9 @@ class GuidellmWorkload:
         if strategy is not None and rate_type != "sweep":
             raise ConfigError(f"profile.{key}: only a sweep takes one (its benchmarks after the throughput one); "
                               f"rate-type is {rate_type!r}")
-        if strategy not in (None, *SWEEP_STRATEGIES):
+        if strategy not in (None, *SWEEP_SUBSTRATEGIES):
             raise ConfigError(f"profile.{key}: {strategy!r} is not allowed; choose one of "
-                              f"{', '.join(SWEEP_STRATEGIES)}")
+                              f"{', '.join(SWEEP_SUBSTRATEGIES)}")
         if rate_type == "sweep":
             size = int(rate_list(rate)[0]) if rate is not None else 10  # guidellm's default sweep size
             if size < 2:

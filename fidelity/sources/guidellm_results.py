@@ -33,7 +33,7 @@ import pandas as pd
 
 from fidelity.benchmark_stats import per_token_mean
 from fidelity.runs import measured_table, read_table
-from fidelity.sources.guidellm import (RATE_TYPES, SWEEP_STRATEGIES, GuidellmWorkload, guidellm_prefixes,
+from fidelity.sources.guidellm import (RATE_TYPES, SWEEP_SUBSTRATEGIES, GuidellmWorkload, guidellm_prefixes,
                                       guidellm_release, is_guidellm_profile)
 from policies import ConfigError
 from records.files import read_json_object
@@ -324,7 +324,7 @@ def _profile(data: dict, old: bool) -> dict | None:
         profile.update({"rate-type": kind, "max-requests": int(max_requests), "random-seed": int(seed or 42)})
         if rate is not None:
             profile["rate"] = int(rate) if kind == "sweep" else rate
-        if kind == "sweep" and sub in SWEEP_STRATEGIES and sub != "constant":
+        if kind == "sweep" and sub in SWEEP_SUBSTRATEGIES and sub != "constant":
             profile["strategy-type"] = sub
     rampup = (data.get("args") or {}).get("rampup") if not old else None
     if isinstance(rampup, (int, float)) and not isinstance(rampup, bool) and rampup > 0:
