@@ -155,9 +155,11 @@ def run_engine(config, device: str, progress: bool = True, model=None, clock: st
     prev_end = [None]
     step = engine._step
 
-    def timed_step():  # the iteration's CPU time on this thread: a contention-free diagnostic
+    # the iteration's CPU time on this thread: a contention-free diagnostic. The engine's own
+    # arguments pass through (run_workload gives its time limit, `until`)
+    def timed_step(*args, **kwargs):
         at_entry[0], at_entry[1] = time.thread_time(), time.perf_counter()
-        return step()
+        return step(*args, **kwargs)
 
     engine._step = timed_step
 
