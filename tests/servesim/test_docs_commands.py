@@ -8,8 +8,8 @@ writes lands there; afterwards every path it names exists, outputs included. `se
 as a server with the `curl` lines that follow it sent to it, then Ctrl-C. A line with placeholders
 (`CONFIG.toml`, `[--set ...]`, `...`) is a synopsis: its paths are checked, it is not run. A line
 that installs packages, needs ../shared (when absent) or a GPU, or runs for minutes even when
-small, is skipped or marked slow with its reason (`REASONS`). Paths in README.md's inline code
-(`examples/...`, `calibrate/README.md`) must exist too.
+small, is skipped or marked slow with its reason (`REASONS`). Paths in the inline code of README.md,
+docs/*.md and the package and example READMEs (`examples/...`, `calibrate/README.md`) must exist too.
 """
 from __future__ import annotations
 
@@ -287,7 +287,8 @@ def expand_braces(span: str) -> list[str]:
     return [p for alt in m.group(1).split(",") for p in expand_braces(span[:m.start()] + alt + span[m.end():])]
 
 
-@pytest.mark.parametrize("doc", [REPO / "README.md"], ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", [*DOCS, *sorted(REPO.glob("*/README.md")), *sorted(REPO.glob("examples/*/README.md"))],
+                         ids=lambda p: str(p.relative_to(REPO)))
 def test_every_path_the_docs_name_exists(doc):
     missing = [p for p in prose_paths(doc) if not (REPO / p).exists()]
     assert not missing, f"{doc.name} names paths that do not exist: {missing}"
