@@ -9,6 +9,8 @@ instead of `--help` or the source:
 - a key's parenthesis that opens with a TOML literal (`(2048; ...)`, `("chunked"; ...)`, `(false)`)
   states its default: it must be the dataclass's (prose such as `(the model's context length)` is not
   checked);
+- every `section.key` a doc gives to `--set`, and every one in README.md's inline code, is a config key
+  (`slo.min_attainment` is a flag, `--slo-attainment`, not a key);
 - every `--flag` of a `servesim ...` line (code blocks and inline code of README.md, docs/*.md and the
   package READMEs) is a flag of that command, synopsis lines included (those are not run);
 - every dotted name in inline code that starts at one of the project's packages
@@ -86,6 +88,30 @@ def test_every_stated_default_is_the_codes(name):
         if stated is not None and f.default is not dataclasses.MISSING and stated != f.default:
             wrong.append(f"{f.name}: the README says {stated!r}, the code's default is {f.default!r}")
     assert not wrong, f"[{name}]: " + "; ".join(wrong)
+
+
+def config_keys_named(doc: Path) -> set[str]:
+    """`section.key` names a doc gives as config keys: every `--set SECTION.KEY=...`, and (README.md,
+    whose inline code names keys that way) every inline span of that shape whose section is a config
+    section and not a package (`sim.max_sim_time_s` is a key, `sim.runner` a module)."""
+    text = doc.read_text()
+    named = {m.group(1) for m in re.finditer(r"--set[ =]([a-z_]+\.[a-z_]+)", text)}
+    if doc == README:
+        named |= set(re.findall(r"`([a-z_]+\.[a-z_]+)`", text))
+    return {name for name in named if name.split(".")[0] in sections()}  # `--set section.key=`: a synopsis
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_config_key_a_doc_names_exists(doc):
+    wrong = []
+    for name in sorted(config_keys_named(doc)):
+        section, key = name.split(".")
+        if key in {f.name for f in keys(sections()[section])}:
+            continue
+        if section in PACKAGES and resolves(name):
+            continue
+        wrong.append(name)
+    assert not wrong, f"{doc.name} names config keys that do not exist: {wrong}"
 
 
 # --- command flags ---------------------------------------------------------------------------------
