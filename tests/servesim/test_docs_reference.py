@@ -14,7 +14,9 @@ instead of `--help` or the source:
 - every `--flag` of a `servesim ...` line (code blocks and inline code of README.md, docs/*.md and the
   package READMEs) is a flag of that command, synopsis lines included (those are not run);
 - every dotted name in inline code that starts at one of the project's packages
-  (`sim.capacity.search.find_max_rate`) imports and resolves.
+  (`sim.capacity.search.find_max_rate`) imports and resolves;
+- every key of a small simulation's `summary.json` and every column of its tables is named in
+  docs/formats.md.
 
 Only names the docs give are checked against the code, and only keys against the docs: prose may say
 anything around them.
@@ -33,7 +35,8 @@ import pytest
 
 from gpu_backend.serve.config import ServeConfig
 from servesim.cli import SUBCOMMANDS
-from sim.config import section_types
+from sim.config import load_config, section_types
+from sim.runner import simulate
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -207,3 +210,13 @@ def test_every_dotted_name_a_doc_gives_resolves(doc):
     names = {span.rstrip(".,;:") for span in re.findall(r"`([^`\s(]+)", doc.read_text())}
     missing = sorted(n for n in names if pattern.fullmatch(n) and not resolves(n))
     assert not missing, f"{doc.name} names what does not exist: {missing}"
+
+
+# --- result files ----------------------------------------------------------------------------------
+def test_every_result_key_and_column_is_in_the_formats_page():
+    """A small simulation's summary.json keys and requests/steps columns are each named in docs/formats.md."""
+    result = simulate(load_config(REPO / "examples/default.toml", ["workload.num_requests=20"]))
+    text = (REPO / "docs/formats.md").read_text()
+    names = [*result.summary, *result.requests.columns, *result.steps.columns]
+    missing = [name for name in names if f"`{name}`" not in text]
+    assert not missing, f"docs/formats.md does not name {missing}"
