@@ -132,6 +132,9 @@ class Config:
                 object.__setattr__(self, name, types[name]())
             elif not isinstance(value, types[name]):
                 raise ConfigError(f"{name}: expected a {types[name].__name__}, got {type(value).__name__}")
+        if self.scheduler.policy == "vllm" and self.hardware.num_gpu_blocks == 1:  # named as the user set it
+            raise ConfigError("hardware.num_gpu_blocks: must be >= 2 under scheduler.policy = vllm, got 1 "
+                              "(vLLM v1 keeps one block as its null block)")
 
 
 # --- loading ------------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ def test_override_values_parse_as_toml_scalars():
     ({}, ["noequals"], "--set"),
     ({}, ["scheduler=3"], "--set"),
     ({"scheduler": 3}, [], "scheduler"),
+    # vLLM v1's null block: the key the user set, not the block manager's cache.num_gpu_blocks
+    ({}, ["scheduler.policy=vllm", "hardware.num_gpu_blocks=1"], "hardware.num_gpu_blocks"),
 ])
 def test_bad_input_names_the_field(source, overrides, field):
     with pytest.raises(ValueError) as info:
