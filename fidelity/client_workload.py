@@ -326,7 +326,7 @@ def version_assumption(run: RealRun) -> str | None:
             "a vLLM v0 engine (whole prompts, prefill-only steps, no padding cap)"
             if v0_engine(run.server) else f"vLLM {DEFAULT_VLLM_VERSION}'s limits where none is given, and its default async scheduling "
             f"({'on' if async_scheduling_default(DEFAULT_VLLM_VERSION) else 'off'})"))
-    client = CLIENTS.get(run.measured_by) or ("guidellm" if (run.profile or {}).get("benchmarks") else None)
+    client = CLIENTS.get(run.measured_by) or ("guidellm" if is_guidellm_profile(run.profile) else None)
     if client and (client == "distserve" or recorded_version(run, client) is None):
         said.append(f"client version not recorded: assumed {CLIENT_ASSUMED[client]}")
     said.extend(run.assumed)

@@ -200,3 +200,13 @@ def test_v1_source_out_host_time_is_our_engines_step_fit():
     assert OUR_ENGINE_HOST.name in evidence[0]
     v0, _ = source_out_prior("aiconfigurator", _run("old", enable_chunked_prefill=False), "A100")
     assert v0.schedule_per_seq_s != pytest.approx(ours["per_seq_s"])  # a v0 engine: not ours
+
+
+def test_a_span_measured_run_says_the_guidellm_release_it_assumes(shared_data):
+    """A run measured by vLLM's spans whose guidellm profile came without a report records no guidellm
+    release: the assumption is said like any other run's, not skipped for lack of a report."""
+    from fidelity.client_workload import version_assumption
+
+    run = next(r for r in find_runs(shared_data / "groundtruth" / "vllm-0.11-jan2026")
+               if r.name == "jan20-codellama-train-1")
+    assert "client version not recorded: assumed guidellm" in (version_assumption(run) or "")
