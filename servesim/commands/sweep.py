@@ -62,7 +62,8 @@ def run(args) -> int:
     slo = slo_from_args(args, base)
     if DEFAULT_RATE_KEY in keys:  # said before the points run, as capacity says it
         held = not args.fixed_count and "workload.num_requests" not in keys
-        shared = held_common(base.workload, held, not args.fresh_draws)
+        shared = held_common(base.workload, held, not args.fresh_draws,
+                             count_swept="workload.num_requests" in keys)
         options.say(args, f"common across rates: {shared}")
     df = run_sweep(args.config, points, slo, executor_from_args(args), args.overrides,
                    progress=options.progress(args), common_random_numbers=not args.fresh_draws)

@@ -59,8 +59,9 @@ class SearchResult:
 
 
 def held_common(workload: WorkloadConfig, hold_window: bool = True, common: bool = True,
-                rate_key: str = DEFAULT_RATE_KEY) -> str:
-    """One line: what the probes of a search of `workload` by `rate_key` share across rates."""
+                rate_key: str = DEFAULT_RATE_KEY, count_swept: bool = False) -> str:
+    """One line: what the probes of a search of `workload` by `rate_key` share across rates
+    (`count_swept`: a sweep that sets workload.num_requests itself, point by point)."""
     if not common:
         return ("nothing: each rate draws its workload as simulate does, from one generator (request i's "
                 "drawn lengths and arrival gap change with the rate)")
@@ -77,7 +78,9 @@ def held_common(workload: WorkloadConfig, hold_window: bool = True, common: bool
         arrival = "i / rate"
     else:
         arrival = "a rate-1 draw scaled by 1/rate"
-    if workload.duration is not None:
+    if count_swept:
+        count = "each point's own workload.num_requests: a larger count adds requests after these"
+    elif workload.duration is not None:
         count = "the same duration: a higher rate adds requests after these"
     elif hold_window and holds_window(workload, rate_key):
         count = "a higher rate adds requests after these (the count grows with the rate: the same arrival window)"

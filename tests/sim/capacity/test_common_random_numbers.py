@@ -114,3 +114,15 @@ def test_sweep_of_the_rate_says_what_the_rates_share(tmp_path, capsys, flags, sa
     line = next(x for x in captured.err.splitlines() if x.startswith("common across rates: "))
     assert said in line
     assert {r["common_across_rates"] for r in json.loads(captured.out)} == {line.removeprefix("common across rates: ")}
+
+
+def test_a_sweep_that_also_sets_the_count_does_not_say_the_count_is_shared(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text('[model]\nname = "Llama-3-8B"\n[hardware]\ngpu = "H100-SXM"\n'
+                      '[workload]\nrate = 4.0\nnum_requests = 20\nseed = 3\n')
+    assert main(["sweep", str(config), "--list", "workload.rate=4,8", "--list", "workload.num_requests=10,20",
+                 "--executor", "serial", "--no-progress", "--no-plot", "--json", "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    line = next(x for x in captured.err.splitlines() if x.startswith("common across rates: "))
+    assert "same request count" not in line and "own workload.num_requests" in line
+    assert sorted(r["num_requests"] for r in json.loads(captured.out)) == [10, 20]
