@@ -104,10 +104,13 @@ class MixedReplay:
 
         Only for an environment whose other events never read or change this replica's running
         requests (its arrivals' submits, follow-ups scheduled by finish hooks, which see only the
-        request that ended): the runners of one replica, and of replicas each alone in an
-        environment (`sim.cluster.independent`), say so. A stretch then waits out such an event
-        inside a step, as the step-by-step loop does, with the cohort still carried, and ends its
-        finished requests itself (`replica.request_ended`, at their step's end, as the loop would).
+        request that ended): the runners of one replica, of replicas each alone in an environment
+        (`sim.cluster.independent`), and `sim.cluster.colocated`'s replicas behind a router that
+        reads none of them, say so. A stretch then waits out such an event inside a step, as the
+        step-by-step loop does, with the cohort still carried, and ends its finished requests itself
+        (`replica.request_ended`, at their step's end, as the loop would). The rows of the steps
+        before one that spans an event are added before it is waited out, so that in an environment
+        shared with other replicas the steps table stays in step-end order.
         """
         self.carry, self.until = True, (float("inf") if until is None else float(until))
         self.replica = replica
@@ -225,6 +228,7 @@ class MixedReplay:
                         if waits:
                             break
                     if waits:  # the events up to this step's end happen; then the next step is planned
+                        records = _add_before_span(recorder, records)
                         yield from _wait(env, clock, end, durations, since)
                         clock, since = end, len(durations)
                         add_step_rows(recorder, records)
@@ -360,6 +364,8 @@ class MixedReplay:
             t = end
             ended = bool(ending and ending[0][0] == j - 1) or bool(tail_finished)
             if spans or (ended and carry):  # the environment's events up to this step's end happen
+                if spans:
+                    records = _add_before_span(recorder, records)
                 yield from _wait(env, clock, end, durations, since)
                 clock, since = end, len(durations)
                 add_step_rows(recorder, records)
@@ -455,6 +461,17 @@ class MixedReplay:
         if records:
             add_step_rows(recorder, records)
         return durations, finished, end
+
+
+def _add_before_span(recorder: Recorder, records: list) -> list:
+    """Add the rows of the steps before the last of `records` (the one spanning the next event) now,
+    and return the last one's, to add once it has been waited out: the loop adds a step's row at its
+    end, and the earlier ones ended before the next event, so before any row another replica adds
+    then (the rows stay in step-end order in a shared environment)."""
+    if len(records) > 1:
+        add_step_rows(recorder, records[:-1])
+        return records[-1:]
+    return records
 
 
 def _wait(env: simpy.Environment, clock: float, end: float, durations: list, since: int):

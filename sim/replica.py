@@ -189,9 +189,10 @@ class Replica:
 
     def run_alone(self, until: float | None = None) -> None:
         """Say that nothing else in the environment reads or changes this replica's running requests
-        between its steps (only arrivals submit to it; the runners of one replica, and of replicas
-        each alone in an environment), until `until` (the run's time limit, None for none): the fast
-        path may then carry its stretches through those events (`MixedReplay.carry_through`)."""
+        between its steps (only arrivals submit to it; the runners of one replica, of replicas each
+        alone in an environment, and the replicas of a fleet whose router reads none of them), until
+        `until` (the run's time limit, None for none): the fast path may then carry its stretches
+        through those events (`MixedReplay.carry_through`)."""
         if self._mixed is not None:
             self._mixed.carry_through(until, self)
 

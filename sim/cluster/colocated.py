@@ -38,6 +38,12 @@ class ColocatedCluster:
             capacity_blocks=[r.scheduler.block_manager.num_gpu_blocks for r in self.replicas],
             max_imbalance=cluster.max_imbalance)
         self.autoscaler: Autoscaler | None = None
+        if not self.router.reads_replicas and not autoscaling_section(config).enabled:
+            # nothing reads or changes a replica's running requests but its own loop (its arrivals
+            # only submit): each may carry its stretches through the others' events (the autoscaler
+            # reads queues and blocks between steps, a least-work router the loads)
+            for replica in self.replicas:
+                replica.run_alone(config.sim.max_sim_time_s)
 
     def start_autoscaler(self, done) -> Autoscaler | None:
         """Start resizing (when the config enables it); `done()` tells when the workload has ended."""

@@ -35,6 +35,9 @@ class Router:
     """Base class: `choose(request, replicas) -> index`; `on_finish` lets a router forget state."""
 
     name = "base"
+    # whether `choose` reads the replicas (their load, their caches): a router that does not lets each
+    # replica's fast path run through the others' events (`ColocatedCluster`)
+    reads_replicas = True
 
     def choose(self, request: Request, replicas: Sequence[ReplicaLike]) -> int:
         raise NotImplementedError
@@ -47,6 +50,7 @@ class RoundRobinRouter(Router):
     """Replica 0, 1, ..., n-1, 0, ... regardless of load."""
 
     name = "round_robin"
+    reads_replicas = False
 
     def __init__(self) -> None:
         self._next = 0
