@@ -122,6 +122,21 @@ class MixedReplay:
     # set by a replica whose client has a timeout: the earliest deadline of a live request (a
     # stretch's steps end before it; requests submitted during a stretch's waits are seen after them)
     deadline: Callable[[], float] | None = None
+    # while a carried stretch waits out other events: the tokens its cohort has computed that are not
+    # written on its requests yet (one a member a step since it joined); the replica's outstanding
+    # count subtracts them (`Replica.num_outstanding_tokens`)
+    pending = 0
+
+    def _publish(self, pending: int, touched: dict) -> None:
+        """Before the environment's events (or the finish hooks) run inside a carried stretch, where a
+        router may read the replica's load: the cohort's unwritten tokens (`pending`), and the count
+        (`load`) told of the other requests whose tokens the stretch wrote since the last look
+        (`touched`, by id, emptied)."""
+        self.pending = pending
+        if touched:
+            if self.load is not None:
+                self.load.refresh(list(touched.values()))
+            touched.clear()
 
     def _horizon(self, until: float) -> tuple[float, float]:
         """(the environment's next event, `until`), both no later than a client's next deadline
@@ -164,6 +179,9 @@ class MixedReplay:
         full_isl = sch.reserve_full_isl
         cohort = running[:num_cohort]  # members stay at their place; those that end are marked gone
         joined = [0] * num_cohort  # the stretch step from which each cohort member is carried
+        # carried: what a router reading the load mid-stretch must see (`_publish`): the sum of `joined`
+        # over the members still carried, and the others whose tokens changed since the last look
+        joined_sum, touched = 0, {}  # touched: req_id -> request (a refresh must see each once)
         gone = [False] * num_cohort
         n = num_cohort  # members still carried
         context = sum(map(_num_computed, cohort))  # the carried members' contexts before the current step
@@ -229,6 +247,7 @@ class MixedReplay:
                             break
                     if waits:  # the events up to this step's end happen; then the next step is planned
                         records = _add_before_span(recorder, records)
+                        self._publish(n * j - joined_sum, touched)
                         yield from _wait(env, clock, end, durations, since)
                         clock, since = end, len(durations)
                         add_step_rows(recorder, records)
@@ -345,6 +364,9 @@ class MixedReplay:
             durations.append(duration)
             ends.append(end)
             # --- StepBuilder.finish, then update()'s half: the cohort's tokens wait; the others' now -
+            if carry:
+                for req, _, _ in entries:
+                    touched[req.req_id] = req
             for req, m, c in entries:
                 req.num_computed_tokens = c + m
                 if req.first_scheduled_time is None:
@@ -366,6 +388,7 @@ class MixedReplay:
             if spans or (ended and carry):  # the environment's events up to this step's end happen
                 if spans:
                     records = _add_before_span(recorder, records)
+                self._publish(n * j - joined_sum, touched)
                 yield from _wait(env, clock, end, durations, since)
                 clock, since = end, len(durations)
                 add_step_rows(recorder, records)
@@ -387,6 +410,8 @@ class MixedReplay:
                     req.output_token_ids += [0] * m
                     req.token_times += ends[first:]
                     gone[i] = True
+                    joined_sum -= first
+                    touched[req.req_id] = req  # live until its hook: counted as written from here
                 n -= len(finished)
                 finished = [cohort[i] for i in finished]
                 for req in tail_finished:
@@ -403,6 +428,7 @@ class MixedReplay:
                 replica.busy_time = busy
                 durations = []
                 since = 0
+                self._publish(n * j - joined_sum, touched)  # the hooks may route
                 for req in finished:
                     replica.request_ended(req, end)
                 if j > len(ends) // 2 + 64:  # keep `ends` short: restart the stretch's step count
@@ -427,6 +453,7 @@ class MixedReplay:
                 joins += 1
             if joins:
                 del tail[:joins]
+                joined_sum += j * joins
             if not carry and not tail and (not waiting or len(running) >= max_seqs):
                 last = True  # all-decode from here: the decode replay's
         if not j:
@@ -443,6 +470,7 @@ class MixedReplay:
             else:
                 req.output_token_ids += [0] * j
                 req.token_times += ends
+        self.pending = 0
         end = ends[-1]
         finished = []
         if (ending and ending[0][0] == j - 1) or tail_finished:  # update()'s order: the plan's (cohort first)

@@ -206,7 +206,8 @@ class Replica:
 
         A router's least-work signal, read at every routing decision for every replica: O(1) from a
         running count (`sim.outstanding`) that the loop and the fast paths keep from the first call
-        on (that call counts the live requests once).
+        on (that call counts the live requests once), less the tokens a carried stretch has computed
+        and not yet written (`MixedReplay.pending`), as the loop would have written them by now.
         """
         if self._load is None:
             drafts = bool(getattr(self.scheduler, "num_spec_tokens", 0))
@@ -214,7 +215,8 @@ class Replica:
             for replay in (self._replay, self._mixed):  # they tell it what their stretches change
                 if replay is not None:
                     replay.load = self._load
-        return self._load.total
+        mixed = self._mixed
+        return self._load.total if mixed is None else self._load.total - mixed.pending
 
     @property
     def is_idle(self) -> bool:

@@ -15,7 +15,7 @@ from policies import Request
 from sim.build import build_replica
 from sim.cluster.autoscaler import Autoscaler, Slot
 from sim.cluster.layout import autoscaling_section, cluster_section, replica_configs
-from sim.cluster.router import Router, make_router
+from sim.cluster.router import Router, make_router, reads_only_load
 from specs import weight_bytes_per_gpu
 
 
@@ -38,10 +38,10 @@ class ColocatedCluster:
             capacity_blocks=[r.scheduler.block_manager.num_gpu_blocks for r in self.replicas],
             max_imbalance=cluster.max_imbalance)
         self.autoscaler: Autoscaler | None = None
-        if not self.router.reads_replicas and not autoscaling_section(config).enabled:
+        if reads_only_load(self.router) and not autoscaling_section(config).enabled:
             # nothing reads or changes a replica's running requests but its own loop (its arrivals
-            # only submit): each may carry its stretches through the others' events (the autoscaler
-            # reads queues and blocks between steps, a least-work router the loads)
+            # only submit) and the router its load, which a carried stretch keeps right: each may
+            # carry its stretches through the others' events (the autoscaler reads queues and blocks)
             for replica in self.replicas:
                 replica.run_alone(config.sim.max_sim_time_s)
 

@@ -35,9 +35,9 @@ class Router:
     """Base class: `choose(request, replicas) -> index`; `on_finish` lets a router forget state."""
 
     name = "base"
-    # whether `choose` reads the replicas (their load, their caches): a router that does not lets each
-    # replica's fast path run through the others' events (`ColocatedCluster`)
-    reads_replicas = True
+    # whether `choose` reads anything of a replica but `num_outstanding_tokens()` (kept right at every
+    # instant, carried stretches included): see `reads_only_load`
+    reads_beyond_load = True
 
     def choose(self, request: Request, replicas: Sequence[ReplicaLike]) -> int:
         raise NotImplementedError
@@ -50,7 +50,7 @@ class RoundRobinRouter(Router):
     """Replica 0, 1, ..., n-1, 0, ... regardless of load."""
 
     name = "round_robin"
-    reads_replicas = False
+    reads_beyond_load = False
 
     def __init__(self) -> None:
         self._next = 0
@@ -70,6 +70,7 @@ class LeastTokensRouter(Router):
     """The replica with the fewest outstanding tokens (join-the-shortest-queue in tokens)."""
 
     name = "least_tokens"
+    reads_beyond_load = False
 
     def choose(self, request: Request, replicas: Sequence[ReplicaLike]) -> int:
         return least_loaded(replicas)
@@ -79,6 +80,7 @@ class PowerOfTwoRouter(Router):
     """Power of two choices: sample two replicas, keep the one owing fewer tokens."""
 
     name = "power_of_two"
+    reads_beyond_load = False
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)
@@ -111,6 +113,7 @@ class PrefixAwareRouter(Router):
     """
 
     name = "prefix_aware"
+    reads_beyond_load = False
 
     def __init__(self, block_size: int = 16, capacity_blocks: Sequence[int] | int = 4096,
                  max_imbalance: float = 2.0) -> None:
@@ -149,6 +152,13 @@ class PrefixAwareRouter(Router):
         while len(cache) > self._capacity(best):
             cache.popitem(last=False)
         return best
+
+
+def reads_only_load(router: Router) -> bool:
+    """Whether `router`'s own class says its `choose` reads no more of a replica than its load: then
+    each replica's fast path may run through the others' events (`sim.cluster.colocated`). A subclass
+    that does not say so itself is taken to read more (it may override `choose`)."""
+    return vars(type(router)).get("reads_beyond_load", True) is False
 
 
 def make_router(name: str, seed: int = 0, block_size: int = 16, capacity_blocks: Sequence[int] | int = 4096,

@@ -1,5 +1,6 @@
-"""Round-robin replicas sharing one environment carry their stretches through one another's events:
-the same tables, row for row, as when every stretch is cut at the next event of any replica."""
+"""Replicas sharing one environment carry their stretches through one another's events (behind a
+router that reads only their loads, without an autoscaler): the same tables, row for row, and the same
+loads at every routing decision, as when every stretch is cut at the next event of any replica."""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +10,7 @@ import pytest
 import simpy
 
 from sim.cluster.colocated import ColocatedCluster
-from sim.cluster.router import RoundRobinRouter
+from sim.cluster.router import LeastTokensRouter, make_router, reads_only_load
 from sim.config import load_config
 from sim.mixed_replay import MixedReplay
 from sim.runner import simulate
@@ -37,11 +38,30 @@ CASES = {
 NOT_REPLAYED = {"vllm, prefix caching"}
 
 
+ROUTED = [("round_robin", case) for case in CASES] + [("least_tokens", case) for case in CASES] + [
+    ("power_of_two", "poisson, 8 replicas"), ("power_of_two", "closed loop"),
+    ("prefix_aware", "gamma bursts, memory pressure (recompute)"), ("prefix_aware", "client timeouts")]
+
+
 def uncut(monkeypatch, run):
-    """`run()` with round robin declared a router that reads the replicas: nothing is carried."""
+    """`run()` with every router declared one that reads more than the loads: nothing is carried."""
     with monkeypatch.context() as patch:
-        patch.setattr(RoundRobinRouter, "reads_replicas", True)
+        for name in ("round_robin", "least_tokens", "power_of_two", "prefix_aware"):
+            patch.setattr(type(make_router(name)), "reads_beyond_load", True)
         return run()
+
+
+def logging_loads(monkeypatch):
+    """Log every replica's load at every routing decision (what least-work routers read)."""
+    loads = []
+    original = ColocatedCluster.submit
+
+    def submit(self, request):
+        loads.append([r.num_outstanding_tokens() for r in self.replicas])
+        original(self, request)
+
+    monkeypatch.setattr(ColocatedCluster, "submit", submit)
+    return loads
 
 
 def counting_stretches(monkeypatch):
@@ -60,13 +80,16 @@ def counting_stretches(monkeypatch):
     return waits
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_carried_replicas_give_the_uncut_tables_row_by_row(case, monkeypatch):
-    config = load_config(base_dict(num_requests=300), ["cluster.router=round_robin"] + CASES[case])
+@pytest.mark.parametrize("router, case", ROUTED)
+def test_carried_replicas_give_the_uncut_tables_row_by_row(router, case, monkeypatch):
+    config = load_config(base_dict(num_requests=300), [f"cluster.router={router}"] + CASES[case])
     carried_runs = counting_stretches(monkeypatch)
+    loads = logging_loads(monkeypatch)
     carried = simulate(config)
     assert bool(carried_runs) is (case not in NOT_REPLAYED), "the carried path taken or not as expected"
+    carried_loads, loads[:] = list(loads), []
     shared = uncut(monkeypatch, lambda: simulate(config))
+    assert carried_loads == loads  # every replica's load, at every routing decision
     pd.testing.assert_frame_equal(carried.steps, shared.steps)
     pd.testing.assert_frame_equal(carried.requests, shared.requests)
     assert carried.summary == shared.summary
@@ -83,9 +106,15 @@ def test_and_the_files_of_a_streamed_closed_loop_run(monkeypatch, tmp_path):
         assert digests[0] == digests[1], name
 
 
-@pytest.mark.parametrize("overrides", [["cluster.router=least_tokens"], ["cluster.router=power_of_two"],
-                                       ["autoscaling.enabled=true", "autoscaling.max_replicas=3"]])
-def test_a_fleet_whose_replicas_are_read_between_steps_is_not_carried(overrides):
-    config = load_config(base_dict(num_requests=20), ["cluster.num_replicas=3"] + overrides)
-    cluster = ColocatedCluster(simpy.Environment(), config, recorder=None)
-    assert not any(r._mixed.carry for r in cluster.replicas)
+def test_a_fleet_whose_replicas_are_read_between_steps_is_not_carried(monkeypatch):
+    """The autoscaler reads queues and blocks between steps; a router subclass may read anything."""
+    config = load_config(base_dict(num_requests=20), ["cluster.num_replicas=3"])
+    assert all(r._mixed.carry for r in ColocatedCluster(simpy.Environment(), config, None).replicas)
+    scaled = load_config(base_dict(num_requests=20), ["cluster.num_replicas=3", "autoscaling.enabled=true",
+                                                      "autoscaling.max_replicas=3"])
+    assert not any(r._mixed.carry for r in ColocatedCluster(simpy.Environment(), scaled, None).replicas)
+
+    class Reading(LeastTokensRouter):  # may override choose() to read more: it has not said it does not
+        pass
+
+    assert reads_only_load(LeastTokensRouter()) and not reads_only_load(Reading())
