@@ -202,7 +202,7 @@ def test_a_full_native_tier_evicts_a_prefix_from_its_tail():
     head of a prefix is the most recently used and a full tier gives up its tail first: a prefix that
     comes back still finds its first blocks, where evicting from the head would leave nothing
     reachable (a lookup stops at the first miss)."""
-    sched = make_scheduler(policy="vllm", num_gpu_blocks=10, block_size=4, num_offload_blocks=12,
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=11, block_size=4, num_offload_blocks=12,
                            max_num_batched_tokens=64)
     a, b, again = evicting_workload()  # 9 full blocks each; b's evict 6 of a's from the tier
     run(sched, [a, b, again], on_step=lambda plan, now: sched.block_manager.check_invariants())
