@@ -296,7 +296,8 @@ class DisaggregatedCluster:
         replica.submit(half)
 
     # --- decode side ----------------------------------------------------------------------------
-    def _decode_done(self, half: Request, now: float, j: int) -> None:
+    def _take_decode_half(self, half: Request) -> Request:
+        """The user request of a decode half that ended: it gets the half's tokens and preemptions."""
         request = self.originals.pop(half.req_id)
         self.preloaded.pop(half.req_id, None)
         for t in half.token_times:
@@ -305,6 +306,10 @@ class DisaggregatedCluster:
         request.preemption_intervals.extend(half.preemption_intervals)
         request.num_swaps += half.num_swaps
         request.num_recomputes += half.num_recomputes
+        return request
+
+    def _decode_done(self, half: Request, now: float, j: int) -> None:
+        request = self._take_decode_half(half)
         self._end(request, half.finish_reason or FinishReason.ABORTED, now,
                   half.reject_reason if half.finish_reason is FinishReason.REJECTED else None)
         self._start_transfers(j, now)
@@ -316,7 +321,9 @@ class DisaggregatedCluster:
         for replica in self.prefill + self.decode:
             s = replica.scheduler
             for req_id in list(s.requests):  # the scheduler's live halves, whatever their queue
-                s.abort_request(req_id, now)
+                half = s.abort_request(req_id, now)
+                if replica in self.decode:  # the tokens it streamed before the cut reach the user request
+                    self._take_decode_half(half)
         for queue in self.pending:
             while queue:
                 self._release(queue.popleft())

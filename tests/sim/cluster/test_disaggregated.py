@@ -160,9 +160,11 @@ def test_an_overloaded_decode_pool_backs_up_into_the_prefill_pool_and_nothing_ge
     assert reqs["ttft_s"].max() > 10 * reqs["ttft_s"].min()
 
 
-def test_time_limit_aborts_live_requests_in_both_pools_and_loses_none():
+@pytest.mark.parametrize("first_token", ["after_transfer", "prefill"])
+def test_time_limit_aborts_live_requests_in_both_pools_and_loses_none(first_token):
     res = simulate(make_config(DISAGG + ["sim.max_sim_time_s=3", "workload.rate=40", "workload.num_requests=400",
-                                         "disaggregation.link_bandwidth_gbps=2"]))
+                                         "disaggregation.link_bandwidth_gbps=2",
+                                         f"disaggregation.first_token={first_token}"]))
     reqs = res.requests
     arrived = reqs["arrival_time"] < 3
     assert arrived.all() and reqs["req_id"].is_unique
@@ -171,6 +173,10 @@ def test_time_limit_aborts_live_requests_in_both_pools_and_loses_none():
     assert aborted["reject_reason"].str.contains("max_sim_time_s").all()
     # some were cut off mid-decode (first token out, not done), some before their first token
     assert aborted["first_token_time"].notna().any() and aborted["first_token_time"].isna().any()
+    # every token the decode pool computed reached its user request, the cut-off ones' too
+    decode = res.steps[res.steps["replica"].str.startswith("d")]
+    first = reqs["num_output_tokens"].clip(upper=1)  # sampled on the prefill side
+    assert decode["num_decode_tokens"].sum() == (reqs["num_output_tokens"] - first).sum()
 
 
 def test_steps_count_computed_tokens_only_transferred_kv_is_not_prefill():
