@@ -136,9 +136,10 @@ class DisaggregationConfig:
     link_latency_s: float | None = None
     prefill_router: str = "least_tokens"
     decode_router: str = "least_tokens"
-    # when the client gets the first token (sampled on the prefill side either way): "after_transfer"
-    # (vLLM's P/D proxy streams from the decode instance, so TTFT includes the KV transfer) or
-    # "prefill" (DistServe returns it as soon as the prefill instance samples it)
+    # who samples the first token the client gets: "after_transfer" (vLLM's P/D proxy drops the
+    # prefill instance's token and streams the decode instance's, which recomputes the last prompt
+    # position: TTFT = prefill + KV transfer + the decode side's first step) or "prefill" (DistServe
+    # returns the prefill instance's token at once; the decode instance starts from it)
     first_token: str = "after_transfer"
 
     def __post_init__(self) -> None:

@@ -2,15 +2,20 @@
 
 Each user-visible `Request` is driven by hand from two halves: a prefill half (`max_tokens = 1`)
 on a prefill replica, whose KV stays held until it has moved, then a decode half on a decode
-replica that has reserved its blocks, after `link.transfer_time` of the prompt's KV bytes. A decode
-side that preempts pulls nothing new (back-pressure), so an overloaded decode pool fills the prefill
-pool's memory and TTFT grows, as in DistServe. The steps are on `DisaggregatedCluster`.
+replica that has reserved its blocks, after `link.transfer_time` of the prompt's KV bytes. Under
+vLLM's P/D proxy (`first_token = "after_transfer"`) the decode half is the whole request: it
+recomputes the last prompt position and samples the first token itself, as vLLM's scheduler does
+with received KV (the prefill side's token is thrown away); under DistServe's (`"prefill"`) it
+starts from the prefill side's token. A decode side that preempts pulls nothing new
+(back-pressure), so an overloaded decode pool fills the prefill pool's memory and TTFT grows, as in
+DistServe. The steps are on `DisaggregatedCluster`.
 
 Steps of both pools go to the shared recorder (replica names `p0..`, `d0..`). A step counts only
 the positions it computed: the transferred KV is neither prefill nor decode, so `num_prefill_tokens`
 over the prefill pool adds up to the computed prompts, and the decode side's admitting step counts
-its one new position as a decode (what `PreloadedKVLatency` charges). The `requests` table gets one
-row per user request, with `kv_transfer_s` and `prefill_replica` columns (the transfers' sizes).
+its one new position (the last prompt position, or the first token) as a decode, which is what
+`PreloadedKVLatency` charges. The `requests` table gets one row per user request, with
+`kv_transfer_s` and `prefill_replica` columns (the transfers' sizes).
 """
 from __future__ import annotations
 
@@ -134,21 +139,25 @@ class DisaggregatedCluster:
     A request's life:
 
     1. Arrival: a prefill half (same prompt, `max_tokens = 1`) goes to a prefill replica (router
-       `disaggregation.prefill_router`). Its one sampled token is the request's first token; the client
-       gets it when the KV has reached the decode side (`first_token = "after_transfer"`, vLLM's P/D
-       proxy streams from the decode instance) or at once (`"prefill"`, DistServe).
+       `disaggregation.prefill_router`). Under DistServe (`first_token = "prefill"`) its one sampled
+       token is the request's first token, sent at once (a one-token request ends here). vLLM's P/D
+       proxy (`"after_transfer"`) drops it and streams every token from the decode instance.
     2. The prefill half ends and its scheduler frees its blocks; the cluster at once re-takes as many
        blocks on the prefill replica (a placeholder holder), so the KV stays held until it has moved.
     3. The request waits (FIFO per decode replica) until the chosen decode replica has no request of
        its own waiting for blocks (back-pressure: a decode side that preempts pulls nothing new) and can
-       allocate the blocks for prompt + first token; those are reserved there (held on both sides now).
+       allocate the blocks of what the decode half starts with (the prompt, plus the first token under
+       DistServe); those are reserved there (held on both sides now).
        Meanwhile the prefill side keeps holding the KV, so an overloaded decode pool fills the prefill
        pool's memory and TTFT grows, as in DistServe.
     4. The transfer takes `link.transfer_time(prompt tokens x KV bytes per token)`; then both holds
-       are released and a decode half (prompt + first token as its "prompt", `max_tokens - 1`) is
-       submitted to the decode replica, whose scheduler admits it when its blocks fit.
+       are released and a decode half is submitted to the decode replica, whose scheduler admits it
+       when its blocks fit: vLLM, the request itself (prompt, `max_tokens`), its KV there but for the
+       last prompt position (vLLM's scheduler recomputes it to get logits to sample from); DistServe,
+       prompt + first token as its "prompt", `max_tokens - 1`, all of its KV there.
     5. On the decode side, the transferred positions cost no compute: `PreloadedKVLatency` charges
-       the admitting step only for the one new position (a decode at context = prompt length).
+       the admitting step only for the one new position (a decode at context = prompt length, or
+       prompt length - 1 under vLLM, whose step yields the first token: TTFT includes it).
     """
 
     def __init__(self, env: simpy.Environment, config: Any, recorder, latency_model=None,
@@ -232,12 +241,11 @@ class DisaggregatedCluster:
             return
         request.transition(RequestState.RUNNING_CTX)
         request.transition(RequestState.RUNNING_GEN)
-        if request.max_tokens == 1:
-            request.record_token(0, half.token_times[0])
-            self._end(request, FinishReason.LENGTH, now)
-            return
         if self.first_token_at_prefill:
             request.record_token(0, half.token_times[0])
+            if request.max_tokens == 1:  # DistServe: done on the prefill instance, nothing migrates
+                self._end(request, FinishReason.LENGTH, now)
+                return
         hold = _hold(self.prefill[i].scheduler.block_manager, f"{request.req_id}/kv-out", now,
                      request.num_prompt_tokens)
         tokens = request.num_prompt_tokens + request.max_tokens
@@ -254,7 +262,7 @@ class DisaggregatedCluster:
         queue = self.pending[j]
         while queue:
             t = queue[0]
-            n = t.request.num_prompt_tokens + 1
+            n = self._decode_prompt_len(t.request)
             if not bm.can_ever_fit(n):
                 queue.popleft()
                 self._release(t)
@@ -269,6 +277,10 @@ class DisaggregatedCluster:
             queue.popleft()
             self.moving[t.request.req_id] = (t, reservation)
             self.env.process(self._transfer(t, reservation))
+
+    def _decode_prompt_len(self, request: Request) -> int:
+        """Tokens of KV the decode half starts with: the prompt, plus the first token under DistServe."""
+        return request.num_prompt_tokens + (1 if self.first_token_at_prefill else 0)
 
     def _release(self, t: _Transfer) -> None:
         if t.prefill_hold is not None:
@@ -287,11 +299,16 @@ class DisaggregatedCluster:
         replica.scheduler.block_manager.free(reservation)
         self.transfer_times.append(duration)
         request.tags["kv_transfer_s"] = duration
-        if not self.first_token_at_prefill:  # the client gets it with the decode side's stream
-            request.record_token(0, self.env.now)
-        half = Request(request.req_id, request.arrival_time, request.num_prompt_tokens + 1, request.max_tokens - 1,
-                       priority=request.priority, tags=request.tags)
-        self.preloaded[request.req_id] = request.num_prompt_tokens
+        if self.first_token_at_prefill:  # DistServe: the decode side starts from the prefill's token
+            half = Request(request.req_id, request.arrival_time, request.num_prompt_tokens + 1,
+                           request.max_tokens - 1, priority=request.priority, tags=request.tags)
+            self.preloaded[request.req_id] = request.num_prompt_tokens
+        else:
+            # vLLM: the whole request, its prompt's KV received but the last position, which the
+            # decode side recomputes to sample the first token (the prefill side's is thrown away)
+            half = Request(request.req_id, request.arrival_time, request.num_prompt_tokens, request.max_tokens,
+                           priority=request.priority, tags=request.tags)
+            self.preloaded[request.req_id] = request.num_prompt_tokens - 1
         self.recorder.replica_of[request.req_id] = replica.name
         replica.submit(half)
 

@@ -41,9 +41,11 @@ def test_transfer_time_scales_with_prompt_length_and_bandwidth():
 
 
 def test_slow_link_adds_the_transfer_time_to_ttft():
-    fast = simulate(make_config(DISAGG + SPACED + ["disaggregation.link=nvlink"])).requests
+    # short answers: each request has the decode side to itself, so its first step starts as its KV lands
+    short = {"output": (20, 0.0, 20)}
+    fast = simulate(make_config(DISAGG + SPACED + ["disaggregation.link=nvlink"], **short)).requests
     slow = simulate(make_config(DISAGG + SPACED + ["disaggregation.link=ethernet",
-                                                    "disaggregation.link_bandwidth_gbps=1"])).requests
+                                                    "disaggregation.link_bandwidth_gbps=1"], **short)).requests
     extra = slow["kv_transfer_s"] - fast["kv_transfer_s"]
     assert (extra > 0.01).all()
     np.testing.assert_allclose(slow["ttft_s"] - fast["ttft_s"], extra, rtol=1e-6, atol=1e-9)
@@ -53,16 +55,44 @@ def test_slow_link_adds_the_transfer_time_to_ttft():
     np.testing.assert_allclose(s2.requests["ttft_s"], f2.requests["ttft_s"], rtol=1e-9)
 
 
-def test_lone_request_latency_is_prefill_plus_transfer_plus_decode_steps():
+def test_lone_request_ttft_includes_the_decode_side_s_first_step():
+    """vLLM's P/D proxy throws the prefill side's token away and streams the decode instance's: the
+    decode side recomputes the last prompt position (its KV is not counted as received) and samples
+    the first token there, so TTFT = prefill + transfer + one decode-side step, and the decode side
+    runs one step per output token."""
     res = simulate(make_config(DISAGG + ["workload.num_requests=1", "disaggregation.link=ethernet"]))
     req, steps = res.requests.iloc[0], res.steps
     prefill = steps[steps.replica == "p0"]["duration"].sum()
-    decode = steps[steps.replica == "d0"]["duration"].sum()
-    assert req["ttft_s"] == pytest.approx(prefill + req["kv_transfer_s"], rel=1e-9)
-    assert req["e2e_s"] == pytest.approx(prefill + req["kv_transfer_s"] + decode, rel=1e-9)
-    # decode side: one step per remaining token, none of them a full prefill (the KV arrived)
-    assert len(steps[steps.replica == "d0"]) == req["num_output_tokens"] - 1
-    assert steps[steps.replica == "d0"]["duration"].max() < 0.5 * prefill + 0.05
+    decode = steps[steps.replica == "d0"]["duration"]
+    assert len(decode) == req["num_output_tokens"]
+    assert req["ttft_s"] == pytest.approx(prefill + req["kv_transfer_s"] + decode.iloc[0], rel=1e-9)
+    assert req["e2e_s"] == pytest.approx(prefill + req["kv_transfer_s"] + decode.sum(), rel=1e-9)
+    assert decode.max() < 0.5 * prefill + 0.05  # none of them a full prefill (the KV arrived)
+
+
+def test_lone_request_with_the_first_token_at_prefill_decodes_the_rest():
+    """DistServe: the prefill instance returns the first token at once; the decode instance starts
+    from it, one step per remaining token."""
+    res = simulate(make_config(DISAGG + ["workload.num_requests=1", "disaggregation.link=ethernet",
+                                         "disaggregation.first_token=prefill"]))
+    req, steps = res.requests.iloc[0], res.steps
+    prefill = steps[steps.replica == "p0"]["duration"].sum()
+    decode = steps[steps.replica == "d0"]["duration"]
+    assert len(decode) == req["num_output_tokens"] - 1
+    assert req["ttft_s"] == pytest.approx(prefill, rel=1e-9)
+    assert req["e2e_s"] == pytest.approx(prefill + req["kv_transfer_s"] + decode.sum(), rel=1e-9)
+
+
+def test_a_one_token_request_still_goes_through_the_decode_side_after_transfer():
+    """The P/D proxy sends every request to the decode instance, max_tokens=1 included, and streams
+    its token from there; DistServe ends such a request on the prefill instance."""
+    one = ["workload.num_requests=1", "disaggregation.link=ethernet"]
+    res = simulate(make_config(DISAGG + one, output=(1, 0.0, 1)))
+    req = res.requests.iloc[0]
+    assert req["num_output_tokens"] == 1 and req["kv_transfer_s"] > 0
+    assert (res.steps.replica == "d0").sum() == 1
+    res = simulate(make_config(DISAGG + one + ["disaggregation.first_token=prefill"], output=(1, 0.0, 1)))
+    assert (res.steps.replica == "d0").sum() == 0 and res.requests.iloc[0]["num_output_tokens"] == 1
 
 
 def test_kv_blocks_are_held_on_both_sides_while_moving():
@@ -175,13 +205,15 @@ def test_time_limit_aborts_live_requests_in_both_pools_and_loses_none(first_toke
     assert aborted["first_token_time"].notna().any() and aborted["first_token_time"].isna().any()
     # every token the decode pool computed reached its user request, the cut-off ones' too
     decode = res.steps[res.steps["replica"].str.startswith("d")]
-    first = reqs["num_output_tokens"].clip(upper=1)  # sampled on the prefill side
-    assert decode["num_decode_tokens"].sum() == (reqs["num_output_tokens"] - first).sum()
+    # the first token: sampled on the prefill side under DistServe, on the decode side under vLLM
+    from_prefill = reqs["num_output_tokens"].clip(upper=1) if first_token == "prefill" else 0
+    assert decode["num_decode_tokens"].sum() == (reqs["num_output_tokens"] - from_prefill).sum()
 
 
 def test_steps_count_computed_tokens_only_transferred_kv_is_not_prefill():
     # no prefix caching, no preemption: the prefill pool computes every prompt exactly once, and
-    # the decode pool computes one position per output token after the first (received KV: none)
+    # the decode pool computes one position per output token: the last prompt position, which
+    # samples the first token, then one per token after it (received KV: none)
     res = simulate(make_config(DISAGG + ["workload.num_requests=60", "workload.rate=20",
                                          "disaggregation.prefill={count = 2}", "disaggregation.decode={count = 2}"]))
     reqs, steps = res.requests, res.steps
@@ -191,7 +223,7 @@ def test_steps_count_computed_tokens_only_transferred_kv_is_not_prefill():
     assert set(prefill["replica"]) == {"p0", "p1"} and set(decode["replica"]) == {"d0", "d1"}
     assert prefill["num_prefill_tokens"].sum() == reqs["num_prompt_tokens"].sum()
     assert (decode["num_prefill_tokens"] == 0).all()
-    assert decode["num_decode_tokens"].sum() == (reqs["num_output_tokens"] - 1).sum()
+    assert decode["num_decode_tokens"].sum() == reqs["num_output_tokens"].sum()
     assert prefill["num_decode_tokens"].sum() == 0  # a prefill half samples its one token in its last chunk
 
 
@@ -241,8 +273,9 @@ def test_settings_a_disaggregated_layout_would_leave_unused_are_refused(extra, f
 
 # --- deterministic pools against queueing theory ------------------------------------------------------
 # Both pools serve one request at a time (max_num_seqs=1) with a constant-time step model: a prefill
-# takes PREFILL_S, a decode half (output - 1 steps of one token) output x DECODE_STEP_S, the KV
-# transfer a fixed T; round-robin routers. Then a request's life is prefill queue + prefill +
+# takes PREFILL_S, a decode half (output steps of one token: the last prompt position, which samples
+# the first token, then one per later token) output x DECODE_STEP_S, the KV transfer a fixed T;
+# round-robin routers. Then a request's life is prefill queue + prefill +
 # transfer + decode queue + decode, each stage FCFS.
 
 STEP_S, PER_TOKEN_S, PROMPT = 0.002, 2e-5, 400
@@ -275,8 +308,9 @@ def test_deterministic_pools_follow_the_tandem_queue_request_by_request(num_pref
     """Each request's E2E is the tandem queue's: a prefill starts when it has arrived and its
     replica is free, the KV arrives a transfer later, the decode starts when that KV is there and
     its replica is free. With the decode faster than the prefill nothing waits for the decode side,
-    so TTFT is prefill queue + prefill + transfer exactly; the prefill queue is the first stage's."""
-    decode_s = (output - 1) * DECODE_STEP_S
+    so TTFT is prefill queue + prefill + transfer + the decode side's first step exactly; the prefill
+    queue is the first stage's."""
+    decode_s = output * DECODE_STEP_S
     rate = 0.8 * min(num_prefill / PREFILL_S, num_decode / decode_s)
     table = tandem(num_prefill, num_decode, rate, output, 2000)
     arrivals = table["arrival_time"].to_numpy()
@@ -293,7 +327,8 @@ def test_deterministic_pools_follow_the_tandem_queue_request_by_request(num_pref
     np.testing.assert_allclose(table["queue_s"], ready - PREFILL_S - arrivals, atol=1e-9)
     np.testing.assert_allclose(table["e2e_s"], finish - arrivals, atol=1e-9)
     if decode_s < PREFILL_S and num_prefill == 1:
-        np.testing.assert_allclose(table["ttft_s"], table["queue_s"] + PREFILL_S + transfer, atol=1e-9)
+        first = DECODE_STEP_S  # the decode side's first step samples the first token
+        np.testing.assert_allclose(table["ttft_s"], table["queue_s"] + PREFILL_S + transfer + first, atol=1e-9)
 
 
 @pytest.mark.parametrize("output", [3, 11])
@@ -301,14 +336,14 @@ def test_one_prefill_and_one_decode_replica_wait_as_an_md1_queue_at_the_slower_o
     """Two deterministic servers in tandem delay a request as one M/D/1 queue at the slower
     server's service time plus both services (the order of such servers does not matter), with
     the transfer, a fixed delay between them, added: Pollaczek-Khinchine at the bottleneck."""
-    decode_s = (output - 1) * DECODE_STEP_S
+    decode_s = output * DECODE_STEP_S
     slower = max(PREFILL_S, decode_s)
     rate = 0.7 / slower
     table = tandem(1, 1, rate, output, 8000)
     transfer = table["kv_transfer_s"].iloc[0]
     expected = rate * slower ** 2 / (2 * (1 - rate * slower)) + PREFILL_S + transfer + decode_s
     assert abs(table["e2e_s"].mean() - expected) < 4 * batch_se(table["e2e_s"])
-    assert (table["e2e_s"] - table["ttft_s"]).min() == pytest.approx(decode_s, abs=1e-9)
+    assert (table["e2e_s"] - table["ttft_s"]).min() == pytest.approx(decode_s - DECODE_STEP_S, abs=1e-9)
 
 
 @pytest.mark.parametrize("num_prefill, num_decode", [(1, 1), (1, 3), (2, 5), (3, 2)])
@@ -317,7 +352,7 @@ def test_saturated_pools_finish_requests_at_the_slower_pool_s_rate(num_prefill, 
     prefill replicas / prefill time and decode replicas / decode time: the P:D ratio picks the
     bottleneck (the decode side never idles for want of KV: a transfer is shorter than a decode)."""
     output = 11
-    decode_s = (output - 1) * DECODE_STEP_S
+    decode_s = output * DECODE_STEP_S
     table = tandem(num_prefill, num_decode, 400.0, output, 1500)
     assert (table["finish_reason"] == "length").all()
     finish = np.sort(table["finish_time"].to_numpy())
