@@ -145,7 +145,9 @@ class DisaggregatedCluster:
     2. The prefill half ends and its scheduler frees its blocks; the cluster at once re-takes as many
        blocks on the prefill replica (a placeholder holder), so the KV stays held until it has moved.
     3. The request waits (FIFO per decode replica) until the chosen decode replica has no request of
-       its own waiting for blocks (back-pressure: a decode side that preempts pulls nothing new) and can
+       its own waiting for blocks (back-pressure: a decode side that preempts pulls nothing new), under
+       vLLM has fewer than `max_num_seqs` running (its scheduler allocates for received KV only in the
+       loop that admits waiting requests, which stops there), and can
        allocate the blocks of what the decode half starts with (the prompt, plus the first token under
        DistServe); those are reserved there (held on both sides now).
        Meanwhile the prefill side keeps holding the KV, so an overloaded decode pool fills the prefill
@@ -271,6 +273,11 @@ class DisaggregatedCluster:
                 continue
             if scheduler.num_waiting:
                 break  # back-pressure: the decode side pulls no new KV while its own requests wait for blocks
+            if not self.first_token_at_prefill and scheduler.num_running >= scheduler.max_num_seqs:
+                # vLLM allocates for received KV in its waiting loop, which stops at max_num_seqs
+                # running: the KV stays on the prefill side until a slot frees (DistServe's decode
+                # side pulls by memory alone)
+                break
             reservation = _hold(bm, f"{t.request.req_id}/kv-in", now, n)
             if reservation is None:
                 break  # first come, first served: wait for blocks to free up

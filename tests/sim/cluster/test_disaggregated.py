@@ -115,6 +115,29 @@ def test_kv_blocks_are_held_on_both_sides_while_moving():
     assert pbm.num_used_gpu_blocks == 0 and dbm.num_used_gpu_blocks == 0
 
 
+@pytest.mark.parametrize("first_token, pulled", [("after_transfer", False), ("prefill", True)])
+def test_a_decode_side_with_every_slot_running_pulls_no_kv_under_vllm(first_token, pulled):
+    """vLLM's decode scheduler allocates blocks for received KV in its waiting loop, which stops at
+    max_num_seqs running: a request whose prefill ends then keeps its KV on the prefill side until a
+    slot frees. DistServe's decode side pulls by memory alone."""
+    config = make_config(DISAGG + ["disaggregation.decode={scheduler = {max_num_seqs = 1}}",
+                                   f"disaggregation.first_token={first_token}", "workload.num_requests=1"])
+    env = simpy.Environment()
+    cluster = DisaggregatedCluster(env, config, Recorder())
+    pbm = cluster.prefill[0].scheduler.block_manager
+    decode = cluster.decode[0].scheduler
+    cluster.submit(Request("r0", 0.0, 1000, 200))
+    env.run(until=0.2)  # r0 decodes (200 steps of ~7 ms) in the one slot
+    cluster.submit(Request("r1", 0.2, 1000, 200))
+    env.run(until=0.5)  # r1's prefill is long done
+    assert decode.num_running == 1 and decode.requests.keys() >= {"r0"}
+    assert ("r1" in decode.requests) is pulled
+    assert pbm.num_used_gpu_blocks == (0 if pulled else pbm.blocks_for(1000))
+    env.run()
+    assert all(r.is_finished and r.num_output_tokens == 200 for r in cluster.recorder.requests)
+    assert pbm.num_used_gpu_blocks == 0 and decode.block_manager.num_used_gpu_blocks == 0
+
+
 def test_a_time_limit_frees_the_kv_of_transfers_waiting_for_and_on_the_link():
     """Stopped while one transfer is on a slow link and others wait for the decode side's blocks:
     every hold on both sides comes back, as it does for the live halves."""
@@ -283,13 +306,14 @@ PREFILL_S = STEP_S + PER_TOKEN_S * PROMPT  # 10 ms
 DECODE_STEP_S = STEP_S + PER_TOKEN_S  # a decode step computes one position
 
 
-def tandem(num_prefill: int, num_decode: int, rate: float, output: int, n: int):
+def tandem(num_prefill: int, num_decode: int, rate: float, output: int, n: int, first_token="after_transfer"):
     """The requests table (in arrival order) of the deterministic pools above."""
     one = {"count": 1, "scheduler": {"max_num_seqs": 1}}
     config = make_config(DISAGG + ["scheduler.max_num_seqs=1", "disaggregation.link_bandwidth_gbps=10",
                                    "disaggregation.link_latency_s=0.001",
                                    "disaggregation.prefill_router=round_robin",
-                                   "disaggregation.decode_router=round_robin"],
+                                   "disaggregation.decode_router=round_robin",
+                                   f"disaggregation.first_token={first_token}"],
                          num_requests=n, rate=rate, prompt=(PROMPT, 0.0, PROMPT), output=(output, 0.0, output),
                          disaggregation={"prefill": {**one, "count": num_prefill},
                                          "decode": {**one, "count": num_decode}})
@@ -303,16 +327,24 @@ def batch_se(values, num_batches: int = 40) -> float:
     return float(np.std(means, ddof=1) / np.sqrt(num_batches))
 
 
+def decode_steps(output: int, first_token: str) -> int:
+    """Decode-side steps of a request: vLLM's samples the first token too; DistServe's starts from it."""
+    return output if first_token == "after_transfer" else output - 1
+
+
+@pytest.mark.parametrize("first_token", ["after_transfer", "prefill"])
 @pytest.mark.parametrize("num_prefill, num_decode, output", [(1, 1, 3), (1, 1, 11), (1, 3, 11), (3, 2, 11)])
-def test_deterministic_pools_follow_the_tandem_queue_request_by_request(num_prefill, num_decode, output):
-    """Each request's E2E is the tandem queue's: a prefill starts when it has arrived and its
-    replica is free, the KV arrives a transfer later, the decode starts when that KV is there and
-    its replica is free. With the decode faster than the prefill nothing waits for the decode side,
-    so TTFT is prefill queue + prefill + transfer + the decode side's first step exactly; the prefill
-    queue is the first stage's."""
-    decode_s = output * DECODE_STEP_S
+def test_deterministic_pools_follow_the_tandem_queue_request_by_request(num_prefill, num_decode, output,
+                                                                        first_token):
+    """Each request's TTFT and E2E are the tandem queue's: a prefill starts when it has arrived and
+    its replica is free; its KV starts moving once the decode replica it was dealt has nobody
+    waiting (under vLLM, nobody running either: the one slot is taken) and lands a transfer later;
+    its decode starts when that KV is there and the replica is free. The first token is the decode
+    side's first step (vLLM) or the prefill's (DistServe)."""
+    gated = first_token == "after_transfer"
+    decode_s = decode_steps(output, first_token) * DECODE_STEP_S
     rate = 0.8 * min(num_prefill / PREFILL_S, num_decode / decode_s)
-    table = tandem(num_prefill, num_decode, rate, output, 2000)
+    table = tandem(num_prefill, num_decode, rate, output, 2000, first_token)
     arrivals = table["arrival_time"].to_numpy()
     transfer = table["kv_transfer_s"].to_numpy()
     assert transfer.max() - transfer.min() < 1e-12 and transfer[0] > 0.005  # one prompt length: one time
@@ -320,37 +352,48 @@ def test_deterministic_pools_follow_the_tandem_queue_request_by_request(num_pref
     for i, a in enumerate(arrivals):
         start = max(a, free[i % num_prefill])
         free[i % num_prefill] = ready[i] = start + PREFILL_S
-    free, finish = np.zeros(num_decode), np.empty(len(arrivals))
+    begin, finish = np.empty(len(arrivals)), np.empty(len(arrivals))
+    pulled = np.zeros(num_decode)  # when the replica's last transfer started (FIFO)
+    blocked = [[] for _ in range(num_decode)]  # the replica's spans that stop a transfer from starting
+    last = np.zeros(num_decode)  # when the replica's last decode ends
     for c, i in enumerate(np.argsort(ready, kind="stable")):  # the decode router deals in prefill order
-        start = max(ready[i] + transfer[i], free[c % num_decode])
-        free[c % num_decode] = finish[i] = start + decode_s
+        d = c % num_decode
+        t = max(ready[i], pulled[d])
+        while any(lo <= t < hi for lo, hi in blocked[d]):
+            t = max(hi for lo, hi in blocked[d] if lo <= t < hi)
+        pulled[d] = t
+        begin[i] = max(t + transfer[i], last[d])
+        last[d] = finish[i] = begin[i] + decode_s
+        blocked[d].append((t + transfer[i], finish[i] if gated else begin[i]))
     np.testing.assert_allclose(table["queue_s"], ready - PREFILL_S - arrivals, atol=1e-9)
     np.testing.assert_allclose(table["e2e_s"], finish - arrivals, atol=1e-9)
-    if decode_s < PREFILL_S and num_prefill == 1:
-        first = DECODE_STEP_S  # the decode side's first step samples the first token
-        np.testing.assert_allclose(table["ttft_s"], table["queue_s"] + PREFILL_S + transfer + first, atol=1e-9)
+    first = begin + DECODE_STEP_S if gated else ready
+    np.testing.assert_allclose(table["ttft_s"], first - arrivals, atol=1e-9)
 
 
 @pytest.mark.parametrize("output", [3, 11])
 def test_one_prefill_and_one_decode_replica_wait_as_an_md1_queue_at_the_slower_one(output):
     """Two deterministic servers in tandem delay a request as one M/D/1 queue at the slower
     server's service time plus both services (the order of such servers does not matter), with
-    the transfer, a fixed delay between them, added: Pollaczek-Khinchine at the bottleneck."""
-    decode_s = output * DECODE_STEP_S
+    the transfer, a fixed delay between them, added: Pollaczek-Khinchine at the bottleneck. This
+    is DistServe's pull (by memory alone); vLLM's waits for a free slot before the transfer, a
+    setup time no M/D/1 has."""
+    decode_s = (output - 1) * DECODE_STEP_S
     slower = max(PREFILL_S, decode_s)
     rate = 0.7 / slower
-    table = tandem(1, 1, rate, output, 8000)
+    table = tandem(1, 1, rate, output, 8000, "prefill")
     transfer = table["kv_transfer_s"].iloc[0]
     expected = rate * slower ** 2 / (2 * (1 - rate * slower)) + PREFILL_S + transfer + decode_s
     assert abs(table["e2e_s"].mean() - expected) < 4 * batch_se(table["e2e_s"])
-    assert (table["e2e_s"] - table["ttft_s"]).min() == pytest.approx(decode_s - DECODE_STEP_S, abs=1e-9)
+    assert (table["e2e_s"] - table["ttft_s"]).min() == pytest.approx(transfer + decode_s, abs=1e-9)
 
 
 @pytest.mark.parametrize("num_prefill, num_decode", [(1, 1), (1, 3), (2, 5), (3, 2)])
 def test_saturated_pools_finish_requests_at_the_slower_pool_s_rate(num_prefill, num_decode):
     """Offered far more than either pool serves, the pools finish requests at the smaller of
     prefill replicas / prefill time and decode replicas / decode time: the P:D ratio picks the
-    bottleneck (the decode side never idles for want of KV: a transfer is shorter than a decode)."""
+    bottleneck (the decode side hardly idles for want of KV: under vLLM a freed slot pulls the KV
+    of every request dealt to it at once, so one transfer's wait starts a long run of decodes)."""
     output = 11
     decode_s = output * DECODE_STEP_S
     table = tandem(num_prefill, num_decode, 400.0, output, 1500)
