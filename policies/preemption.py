@@ -2,7 +2,9 @@
 
 Victim (when a running request cannot grow): with `fcfs` the newest running request (vLLM v1
 `running.pop()`); with `priority` the one with the largest (priority, arrival) key, i.e. the lowest
-priority and, among ties, the newest.
+priority and, among ties, the latest arrival (vLLM v1 `max(running, key=(priority, arrival_time))`,
+v0 the tail of `running` sorted by the same key; `policies.waiting_queue.priority_key` breaks ties of
+arrival_time by the order requests reached the scheduler).
 
 Mode: `recompute` frees the blocks and re-prefills later; `swap` copies the blocks to CPU swap space
 (falling back to recompute when the CPU space is full); `hybrid` recomputes requests that have
@@ -23,10 +25,11 @@ SWAP = "swap"
 
 
 def lowest_priority_newest(running: list["Request"]) -> "Request":
-    """The request with the largest (priority, arrival) key.
+    """The request with the largest `priority_key`: the lowest priority, then the latest arrival.
 
-    Ties go to the most recently admitted (the latest in `running`), so the request with the
-    smallest key always progresses and requests with equal keys cannot preempt each other in turn.
+    Requests in one scheduler never tie (`Request.arrival_order`); among requests never added to
+    one, ties go to the latest in `running`. So the request with the smallest key always progresses
+    and two requests cannot preempt each other in turn.
     """
     return running[max(range(len(running)), key=lambda i: (*priority_key(running[i]), i))]
 

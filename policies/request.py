@@ -65,8 +65,8 @@ class Request:
     """
 
     __slots__ = (
-        "req_id", "arrival_time", "num_prompt_tokens", "max_tokens", "priority", "prompt_token_ids",
-        "ignore_eos", "sampling", "tags",
+        "req_id", "arrival_time", "arrival_order", "num_prompt_tokens", "max_tokens", "priority",
+        "prompt_token_ids", "ignore_eos", "sampling", "tags",
         "state", "num_computed_tokens", "num_cached_tokens", "output_token_ids", "block_table",
         "first_scheduled_time", "first_token_time", "token_times", "finish_time",
         "num_preemptions", "num_swaps", "num_recomputes", "finish_reason", "reject_reason", "is_swapped",
@@ -98,6 +98,9 @@ class Request:
             raise ValueError(f"request {req_id}: max_tokens must be >= 1, got {max_tokens}")
         self.req_id = req_id
         self.arrival_time = float(arrival_time)
+        # the order it reached its scheduler (`Scheduler.add_request`): breaks ties of arrival_time, as
+        # vLLM's wall-clock arrival stamps, never equal, order requests submitted at one instant
+        self.arrival_order = 0
         self.num_prompt_tokens = int(num_prompt_tokens)
         self.max_tokens = int(max_tokens)
         self.priority = int(priority)  # lower value = more important (vLLM convention)

@@ -15,6 +15,7 @@ and the whole-prompt step budget are described on `Scheduler`.
 """
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from policies.batch_plan import ScheduledSeq
@@ -98,6 +99,7 @@ class Scheduler(Stretches):
         self.running: list[Request] = []
         self.preemptor = Preemptor(config.preemption, config.queue, config.hybrid_swap_threshold)
         self.requests: dict = {}  # req_id -> live (unfinished) request
+        self._arrivals = itertools.count()  # each added request's `arrival_order`
         self.step_id = 0
         self.now = 0.0  # the clock of the schedule() call in progress (stamps preemption intervals)
         self.token_budget = config.max_num_batched_tokens
@@ -166,6 +168,7 @@ class Scheduler(Stretches):
             req.finish(FinishReason.REJECTED, req.arrival_time if now is None else now, why)
             return False
         self.requests[req.req_id] = req
+        req.arrival_order = next(self._arrivals)
         self.waiting.push(req)
         return True
 

@@ -2,7 +2,10 @@
 
 `fcfs`: arrival order; a preempted request goes back to the head (vLLM v1 `prepend_request`).
 `priority`: lower `priority` value first, then earlier arrival (vLLM `Request.__lt__`); "prepend" is a
-plain push since the heap order decides.
+plain push since the heap order decides, so a preempted request goes back among its own priority by
+its arrival, ahead of everything that arrived after it. Requests with equal arrival times (a burst)
+keep the order in which they reached the scheduler (`Request.arrival_order`): vLLM stamps arrivals
+with the wall clock, so its requests never tie, and one submitted first sorts first.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ if TYPE_CHECKING:
 
 def priority_key(req: "Request") -> tuple:
     """Sort key of the priority policy: smaller is served first (and preempted last)."""
-    return (req.priority, req.arrival_time)
+    return (req.priority, req.arrival_time, req.arrival_order)
 
 
 class FCFSQueue:
@@ -54,7 +57,7 @@ class FCFSQueue:
 
 
 class PriorityQueue:
-    """A heap on (priority, arrival_time, insertion order)."""
+    """A heap on `priority_key`, then insertion order (for requests never added to a scheduler)."""
 
     __slots__ = ("_heap", "_counter")
 
@@ -63,18 +66,18 @@ class PriorityQueue:
         self._counter = itertools.count()
 
     def push(self, req: "Request") -> None:
-        heapq.heappush(self._heap, (req.priority, req.arrival_time, next(self._counter), req))
+        heapq.heappush(self._heap, (*priority_key(req), next(self._counter), req))
 
     prepend = push
 
     def peek(self) -> "Request":
-        return self._heap[0][3]
+        return self._heap[0][-1]
 
     def pop(self) -> "Request":
-        return heapq.heappop(self._heap)[3]
+        return heapq.heappop(self._heap)[-1]
 
     def remove(self, req: "Request") -> None:
-        self._heap = [e for e in self._heap if e[3] is not req]
+        self._heap = [e for e in self._heap if e[-1] is not req]
         heapq.heapify(self._heap)
 
     def __len__(self) -> int:
@@ -84,7 +87,7 @@ class PriorityQueue:
         return bool(self._heap)
 
     def __iter__(self) -> Iterator["Request"]:
-        return (e[3] for e in sorted(self._heap, key=lambda e: e[:3]))
+        return (e[-1] for e in sorted(self._heap, key=lambda e: e[:-1]))
 
 
 def make_queue(policy: str) -> FCFSQueue | PriorityQueue:
