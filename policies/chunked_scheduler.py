@@ -1,10 +1,15 @@
 """`chunked` (Sarathi-Serve / vLLM v1) and the `vllm` preset policy.
 
 Each step: running requests first, in order (decodes 1 token each, partial prefills a chunk), then,
-if nobody was preempted, swapped requests back in, then new requests from the waiting queue (only
-once nothing is left swapped), all within `max_num_batched_tokens` and `max_num_seqs`. A prompt is
-split across steps by whatever budget is left (clamped to `long_prefill_token_threshold` if set).
-Mixed prefill + decode steps are the norm.
+if nobody was preempted, swapped requests back in, then new requests from the waiting queue, all
+within `max_num_batched_tokens` and `max_num_seqs`. A prompt is split across steps by whatever budget
+is left (clamped to `long_prefill_token_threshold` if set). Mixed prefill + decode steps are the norm.
+
+A swapped request that cannot come back yet does not hold up the waiting queue: swapping is vLLM
+v0's, and v0's chunked-prefill scheduler (`_schedule_chunked_prefill`, 0.4-0.8) admits new prefills
+whatever is left swapped (only its prefill-first `_schedule_default`, our `continuous`, waits for
+the swapped queue to empty). Otherwise a swapped low-priority request would keep a waiting
+high-priority one out while the GPU has room for it.
 """
 from __future__ import annotations
 
@@ -23,8 +28,7 @@ class ChunkedScheduler(Scheduler):
         self._schedule_running(step)
         if not step.num_preempted:  # vLLM v1: no admissions in a step that had to preempt
             self._schedule_swapped(step)
-            if not self.swapped:
-                self._schedule_waiting(step)
+            self._schedule_waiting(step)  # even with requests left swapped (module docstring)
 
 
 class VllmScheduler(ChunkedScheduler):

@@ -121,8 +121,8 @@ def test_a_step_that_swaps_in_and_then_swaps_out_into_the_freed_cpu_blocks(tiny_
     engine.step_hooks.append(lambda plan, result: reused.extend(
         {c for c, _ in plan.swap_in_blocks} & {c for _, c in plan.swap_out_blocks}))
     # (arrival step, req_id, prompt length, max_tokens, priority)
-    arrivals = [(4, 1, 7, 4, 3), (11, 2, 13, 11, 1), (15, 5, 27, 19, 3), (17, 0, 17, 8, 1), (18, 7, 25, 8, 3),
-                (19, 4, 28, 4, 0), (20, 6, 10, 5, 2), (29, 3, 29, 4, 2)]
+    arrivals = [(1, 0, 23, 12, 1), (1, 1, 27, 14, 2), (4, 2, 30, 15, 3), (15, 3, 14, 18, 2), (16, 4, 22, 20, 1),
+                (18, 5, 5, 8, 2), (25, 6, 26, 11, 1), (29, 7, 8, 9, 3)]
     reqs, prompts = [], []
     for step in range(500):
         for _, i, n, max_tokens, priority in (a for a in arrivals if a[0] == step):

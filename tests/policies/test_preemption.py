@@ -86,10 +86,10 @@ def test_the_priority_victim_among_equal_keys_is_the_latest_arrival():
     assert Preemptor("recompute", "priority").pick_victim([second, first]) is second
 
 
-def _oom_scheduler(preemption, threshold=64, cpu_blocks=16):
+def _oom_scheduler(preemption, threshold=64, cpu_blocks=16, policy="chunked"):
     """Two requests fill 4 blocks of 4 tokens; the first one to cross a block boundary overflows."""
     return make_scheduler(preemption=preemption, num_gpu_blocks=4, block_size=4, num_cpu_blocks=cpu_blocks,
-                          hybrid_swap_threshold=threshold, max_num_batched_tokens=64)
+                          hybrid_swap_threshold=threshold, max_num_batched_tokens=64, policy=policy)
 
 
 def _run_until_preemption(sched, reqs):
@@ -104,12 +104,13 @@ def _run_until_preemption(sched, reqs):
 
 
 def test_swap_moves_the_victims_blocks_and_it_resumes_before_new_admissions():
-    sched = _oom_scheduler("swap")
+    # `continuous` (vLLM v0's _schedule_default) admits no prompt while anything is swapped
+    sched = _oom_scheduler("swap", policy="continuous")
     a, b = make_requests(2, prompt=6, max_tokens=8)
     plan, now = _run_until_preemption(sched, [a, b])
     assert plan.swapped_out == (1,) and plan.preempted == ()
     assert len(plan.swap_out_blocks) == 2 and b.is_swapped and b.num_swaps == 1
-    assert b.num_computed_tokens == 8  # its KV is kept, not recomputed
+    assert b.num_computed_tokens == b.num_tokens - 1  # its KV is kept (all but the last sampled token)
     assert sched.num_swapped == 1 and sched.block_manager.num_free_cpu_blocks == 14
     newcomer = Request("new", now, 2, 1)
     sched.add_request(newcomer, now)
@@ -126,6 +127,21 @@ def test_swap_moves_the_victims_blocks_and_it_resumes_before_new_admissions():
     assert swapped_in_step is not None and newcomer.first_scheduled_time >= swapped_in_step
     assert b.num_output_tokens == 8
     sched.block_manager.check_invariants()
+
+
+@pytest.mark.parametrize("queue", ["fcfs", "priority"])
+def test_a_swapped_request_that_cannot_return_does_not_hold_up_the_waiting_queue(queue):
+    # vLLM v0's chunked-prefill scheduler admits new prefills whatever is left swapped: `urgent`
+    # fits beside `a` at once, while `low` needs more blocks than are free until `a` ends
+    sched = make_scheduler(queue=queue, preemption="swap", block_size=4, num_gpu_blocks=10, num_cpu_blocks=32)
+    a, low = Request("a", 0.0, 8, 24, priority=0), Request("low", 0.0, 8, 24, priority=5)
+    plan, now = _run_until_preemption(sched, [a, low])
+    assert plan.swapped_out == ("low",)
+    urgent = Request("urgent", now, 4, 2, priority=0)
+    sched.add_request(urgent, now)
+    plan, _ = step(sched, now)
+    assert "urgent" in plan.num_scheduled_tokens
+    assert low.is_swapped and not a.is_finished  # the case: `low` could not come back in this step
 
 
 def test_swap_falls_back_to_recompute_without_cpu_space():
