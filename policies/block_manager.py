@@ -261,18 +261,20 @@ class BlockManager:
         return max(n, 0)
 
     def can_allocate(self, req: "Request", num_new_tokens: int, computed_blocks: list[int] = (),
-                     use_watermark: bool = False) -> bool:
-        reserve = self.watermark_blocks if use_watermark else 0
+                     use_watermark: bool = False, reserved_blocks: int = 0) -> bool:
+        reserve = (self.watermark_blocks if use_watermark else 0) + reserved_blocks
         return self.num_blocks_to_allocate(req, num_new_tokens, computed_blocks) <= len(self.free_queue) - reserve
 
     def allocate_slots(self, req: "Request", num_new_tokens: int, computed_blocks: list[int] = (),
                        use_watermark: bool = False, delay_cache: bool = False,
-                       num_lookahead_tokens: int = 0) -> bool:
+                       num_lookahead_tokens: int = 0, reserved_blocks: int = 0) -> bool:
         """Grow `req`'s block table to hold its computed tokens, `computed_blocks` (prefix hits, only for
         a request with an empty table) and `num_new_tokens` more. False (and no change) if short of blocks.
         `delay_cache`: do not offer the new full blocks to the prefix cache yet (their KV is still being
         loaded from the CPU tier; `cache_loaded_blocks` offers them once it has landed).
         `num_lookahead_tokens`: slots past the new tokens too (a proposer's drafts' KV, vLLM's lookahead).
+        `reserved_blocks`: free blocks promised to other requests, not to be taken (vLLM's argument of
+        that name: what the prompts in flight still need, kept from a native CPU-tier load).
         """
         table = req.block_table
         bs = self.block_size
@@ -281,7 +283,7 @@ class BlockManager:
         if needed > 0 or computed_blocks:
             if computed_blocks:
                 if not self.can_allocate(req, num_new_tokens + num_lookahead_tokens, computed_blocks,
-                                         use_watermark):
+                                         use_watermark, reserved_blocks):
                     return False
                 if table:
                     raise ValueError(f"request {req.req_id}: prefix hits need an empty block table")
@@ -292,7 +294,7 @@ class BlockManager:
                     rc[b] += 1
                 table.extend(computed_blocks)
                 req.num_registered_blocks = len(computed_blocks)
-            elif needed > len(self.free_queue) - (self.watermark_blocks if use_watermark else 0):
+            elif needed > len(self.free_queue) - (self.watermark_blocks if use_watermark else 0) - reserved_blocks:
                 return False  # can_allocate without prefix hits, inlined (hot path)
             if needed > 0 and self._lifo:  # no prefix cache, so no block holds a hash: one slice
                 fq, rc = self.free_queue, self.ref_counts

@@ -367,7 +367,11 @@ class Scheduler(Stretches):
                     # step, still admitting the ones behind it; the skipped one keeps its place
                     deferred.append(waiting.pop())
                     continue
-                if not bm.allocate_slots(req, cpu, blocks, use_watermark=True, delay_cache=True):
+                # a load holds its blocks, unpreemptible, until it lands: admitted only into the
+                # blocks the prompts already in flight do not still need (vLLM's reserved_blocks),
+                # else loads could share out the last blocks and none of them could go on
+                if not bm.allocate_slots(req, cpu, blocks, use_watermark=True, delay_cache=True,
+                                         reserved_blocks=self._inflight_prefill_blocks()):
                     if self._preempt_for(req, step):
                         continue
                     break
@@ -399,6 +403,22 @@ class Scheduler(Stretches):
             waiting.prepend(req)
         if self.max_paddings:
             self._pad_prompts(step)
+
+    def _inflight_prefill_blocks(self) -> int:
+        """Blocks the requests part-way through their known tokens (prompt, or prompt and outputs
+        after a recompute) still need to hold them all: running prefills, native loads in flight and
+        landed loads not yet running (vLLM's `_inflight_prefill_reserved_blocks`, with its cap at
+        max_model_len). Decodes are not counted; they grow a block at a time and can be preempted."""
+        bm = self.block_manager
+        limit = self.config.max_model_len
+        owed = 0
+        for req in bm.holders.values():
+            if req.state is _GEN:
+                continue
+            n = bm.blocks_for(min(req.num_tokens, limit)) - len(req.block_table)
+            if n > 0:
+                owed += n
+        return owed
 
     def _admitted(self, req: "Request", hit: int, cpu: int) -> None:
         """Count an admission's prefix hits (GPU `hit` and CPU-tier `cpu` tokens), now computed."""

@@ -226,3 +226,21 @@ def test_native_stores_of_a_running_request_are_held_until_it_ends():
     assert held[0] == 0  # a's blocks are stored but not findable while a runs
     assert tier.num_stored_blocks == 9 and tier.num_evicted_blocks == 0  # b's 9 did not fit beside them
     assert sched.block_manager.offload_lookup(again, 0, now=100.0) == 8  # a's prefix, findable once a ended
+
+
+def test_native_loads_leave_the_blocks_a_landed_load_still_needs():
+    """Two requests whose prefixes are only in the CPU tier arrive together on a pool of two blocks,
+    each needing both. Were both loads admitted, each would hold one block it cannot give back (a load
+    is not preemptible) and neither could go on. vLLM admits a load only into the free blocks the
+    prompts in flight do not still need (`_inflight_prefill_reserved_blocks`): the second waits for
+    the first to finish, then loads in turn."""
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=2 + 1, block_size=4, num_offload_blocks=8,
+                           max_num_batched_tokens=64, max_model_len=64)  # +1: v1's null block
+    prefixes = [[100 * g + t for t in range(4)] for g in range(3)]  # one full block each
+    first = [make_requests(1, prompt=7, max_tokens=1, prefix=p, start_id=g, arrival=float(g))[0]
+             for g, p in enumerate(prefixes)]  # the third evicts the first two from the GPU cache
+    again = [make_requests(1, prompt=7, max_tokens=1, prefix=p, start_id=5 + g, arrival=5.0)[0]
+             for g, p in enumerate(prefixes[:2])]
+    run(sched, first + again, on_step=lambda plan, now: sched.block_manager.check_invariants())
+    assert all(r.finish_reason.value == "length" for r in again)
+    assert [r.num_cpu_cached_tokens for r in again] == [4, 4]  # both loaded, one after the other
