@@ -497,7 +497,22 @@ class Scheduler(Stretches):
             victim.num_recomputes += 1
             step.preempted.append(victim.req_id)
             victim.transition(RequestState.WAITING)
-            self.waiting.prepend(victim)
+            self.waiting.insert(self._num_landed_ahead(), victim)
+
+    def _num_landed_ahead(self) -> int:
+        """How many requests at the head of the waiting queue are native loads that have landed
+        (they hold their loaded blocks). A request preempted for recompute goes back behind them, not
+        in front: vLLM keeps them in its `skipped_waiting` queue, scheduled before `waiting` under
+        fcfs; in front, a victim too big for the free blocks would stop the scan while they hold the
+        blocks it needs, and nothing would run again."""
+        if self.block_manager.offload is None:
+            return 0
+        n = 0
+        for req in self.waiting:
+            if not req.block_table:
+                break
+            n += 1
+        return n
 
     # --- after the step ---------------------------------------------------------------------------
     def update(self, plan: "BatchPlan", result: "StepResult", now: float) -> list["Request"]:

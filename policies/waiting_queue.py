@@ -37,6 +37,10 @@ class FCFSQueue:
     def prepend(self, req: "Request") -> None:
         self._q.appendleft(req)
 
+    def insert(self, index: int, req: "Request") -> None:
+        """Put `req` at position `index` from the head (0: `prepend`)."""
+        self._q.insert(index, req)
+
     def peek(self) -> "Request":
         return self._q[0]
 
@@ -69,6 +73,10 @@ class PriorityQueue:
         heapq.heappush(self._heap, (*priority_key(req), next(self._counter), req))
 
     prepend = push
+
+    def insert(self, index: int, req: "Request") -> None:
+        """A plain push: the heap order decides, not `index`."""
+        self.push(req)
 
     def peek(self) -> "Request":
         return self._heap[0][-1]

@@ -244,3 +244,21 @@ def test_native_loads_leave_the_blocks_a_landed_load_still_needs():
     run(sched, first + again, on_step=lambda plan, now: sched.block_manager.check_invariants())
     assert all(r.finish_reason.value == "length" for r in again)
     assert [r.num_cpu_cached_tokens for r in again] == [4, 4]  # both loaded, one after the other
+
+
+def test_a_request_preempted_for_recompute_waits_behind_a_landed_load():
+    """vLLM keeps landed loads in its `skipped_waiting` queue, scheduled before `waiting` under fcfs,
+    so a request preempted for recompute (prepended to `waiting`) never gets in front of them. Here a
+    decode preempts itself while a landed load holds half the pool: in front of the load, its
+    recompute would not fit the blocks left and the scan would stop there with nothing running."""
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=4 + 1, block_size=4, num_offload_blocks=8,
+                           max_num_batched_tokens=64, max_model_len=64)  # +1: v1's null block
+    prefix = list(range(1, 9))  # two full blocks
+    stored = make_requests(1, prompt=8, max_tokens=1, prefix=prefix, start_id=0)[0]
+    evicting = make_requests(1, prompt=16, max_tokens=1, prefix=[500 + t for t in range(16)], start_id=1,
+                             arrival=1.0)[0]
+    decode = make_requests(1, prompt=4, max_tokens=12, prefix=[900, 901, 902, 903], start_id=2, arrival=2.0)[0]
+    load = make_requests(1, prompt=13, max_tokens=1, prefix=prefix, start_id=3, arrival=2.015)[0]
+    run(sched, [stored, evicting, decode, load], on_step=lambda plan, now: sched.block_manager.check_invariants())
+    assert load.num_cpu_cached_tokens == 8 and decode.num_preemptions == 1
+    assert load.finish_time < decode.finish_time  # it went on before the preempted decode came back
