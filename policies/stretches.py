@@ -54,6 +54,10 @@ class Stretches:
         # a block filling is the prefix cache's business for a request with ids (offered as it fills)
         # and the offload tier's for any request (stored as it fills): a stretch ends before it
         offloads = bm.offload is not None
+        # native: a request's new full blocks the tier refused (all or none) are offered again at every
+        # planned step and may fit at the next one (a request ended and released its held stores, a
+        # step's copies settled): only schedule() offers them, so such a request ends the stretch
+        refusals = offloads and not bm.offload.synchronous
         horizon = 1 << 62
         for req in running:
             if req.state is not _GEN:
@@ -66,6 +70,8 @@ class Stretches:
             left = req.max_tokens - num_out  # the step at which it finishes (1 = the next one)
             if caching and (offloads or req.prompt_token_ids is not None):
                 left = min(left, (-num_tokens) % bs, len(req.block_table) * bs - c)
+            if refusals and req.num_offloaded_blocks < min(num_tokens // bs, len(req.block_table)):
+                return 0
             if left < horizon:
                 horizon = left
         return horizon if horizon > 0 else 0

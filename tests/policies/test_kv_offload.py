@@ -262,3 +262,24 @@ def test_a_request_preempted_for_recompute_waits_behind_a_landed_load():
     run(sched, [stored, evicting, decode, load], on_step=lambda plan, now: sched.block_manager.check_invariants())
     assert load.num_cpu_cached_tokens == 8 and decode.num_preemptions == 1
     assert load.finish_time < decode.finish_time  # it went on before the preempted decode came back
+
+
+def test_a_refused_store_offered_again_is_never_inside_a_decode_stretch():
+    """The step loop offers a request's refused native stores again at every step; once another
+    request ends and releases its held stores they fit, in the next step. A decode stretch replays
+    steps without offering anything (`Scheduler.decode_horizon`), so none may cover that step: a
+    stretch would store them one step late, with the next block (`simulate(fast_decode=True)` and
+    step by step disagreed on the steps' store counts)."""
+    sched = make_scheduler(policy="vllm", num_gpu_blocks=40, block_size=4, num_offload_blocks=12,
+                           max_num_batched_tokens=128)
+    other = [1000 + t for t in PREFIX]
+    a = make_requests(1, prompt=36, max_tokens=2, prefix=PREFIX, start_id=0)[0]  # ends at its 2nd step
+    b = make_requests(1, prompt=36, max_tokens=20, prefix=other, start_id=1)[0]  # refused beside a's 9
+    horizons, stores = [0], []
+
+    def on_plan(plan):
+        stores.append(len(plan.offload_store_blocks))
+        assert not (horizons[-1] and plan.offload_store_blocks), f"step {plan.step_id} stores inside a stretch"
+
+    run(sched, [a, b], on_plan=on_plan, on_step=lambda plan, now: horizons.append(sched.decode_horizon()))
+    assert stores[:3] == [9, 0, 9]  # b's 9 blocks wait for a's to be released, then go in the next step
