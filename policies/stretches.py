@@ -35,7 +35,9 @@ class Stretches:
         (`decode_runs`), some running request is still prefilling, something is swapped out, a
         waiting request might be admitted (it is not when every seat is taken and admissions
         cannot preempt), or the budget is short. With prefix caching, a request with token ids
-        ends the stretch before it allocates or registers a full block (those steps hash content).
+        ends the stretch before it allocates or registers a full block (those steps hash content);
+        with a native offload tier, so does a request whose full blocks the tier refused (each
+        planned step offers them again, and one may take them).
         A multi-step executor may run that many decode steps from one look at the state; the
         simulator replays them in one go (`sim.decode_replay`).
         """
