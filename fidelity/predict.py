@@ -545,9 +545,11 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
         result = simulate(config, latency_model=latency, workload=wl)
         req = result.requests.copy()
         req["engine"] = engine
+        front = [e for e in evidence if e.startswith("front end")]  # source-out: where it came from
         parts, origins = predicted_parts(req, config.frontend if config.frontend.enabled else None,
                                          overhead.frontend_s, label, overhead.frontend_per_token_s,
-                                         steps=result.steps if v1_engine(run.server) else None)
+                                         steps=result.steps if v1_engine(run.server) else None,
+                                         frontend_origin=front[0] if front else "")
         req[list(PARTS)] = parts[list(PARTS)].to_numpy()  # TTFT's named parts (they sum to ttft_s)
         req_tables.append(req)
         steps = result.steps[["start", "duration"]].copy().reset_index(drop=True)
@@ -569,10 +571,6 @@ def predict_run(run: RealRun, overhead: HostOverhead | None = None, workload: st
         eager_note(base, measured_run, config.hardware.gpu) if label == "aiconfigurator-eager" else ""
     if gpu_note and source_out:  # the report's `fitted_on` names it with the host terms' origins
         evidence.insert(0, "GPU step times: " + gpu_note)
-    front = [e for e in evidence if e.startswith("front end")]
-    if front and (overhead.frontend_s or overhead.frontend_per_token_s):  # source-out: where it came from
-        in_flight = [o for o in origins["api_server_s"].split("; ") if o.startswith("the simulated step")]
-        origins = {**origins, "api_server_s": "; ".join([front[0], *in_flight])}
     return Prediction(run=measured_run, requests=requests, steps=pd.concat(step_tables, ignore_index=True), gpu_model=label,
                       workload=kind, overhead=overhead, notes=notes, evidence=evidence, ttft_part_origins=origins,
                       gpu_model_note=gpu_note)

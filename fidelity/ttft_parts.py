@@ -33,9 +33,9 @@ PARTS = ("client_send_s", "api_server_s", "engine_queue_s", "prefill_steps_s", "
 def step_boundary(at: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     """For each time in `at`: the end of the engine step in flight then (a step's [start, end)), or the
     time itself where no step runs. `steps` has `start` and `duration` columns, steps not overlapping."""
-    order = np.argsort(steps["start"].to_numpy(dtype=float), kind="stable")
-    start = steps["start"].to_numpy(dtype=float)[order]
-    end = start + steps["duration"].to_numpy(dtype=float)[order]
+    start = steps["start"].to_numpy(dtype=float)
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], start[order] + steps["duration"].to_numpy(dtype=float)[order]
     if len(start) == 0:
         return np.asarray(at, dtype=float).copy()
     i = np.searchsorted(start, at, side="right") - 1
@@ -45,13 +45,14 @@ def step_boundary(at: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
                     gpu_model: str = "", frontend_per_token_s: float = 0.0,
-                    steps: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict[str, str]]:
+                    steps: pd.DataFrame | None = None, frontend_origin: str = "") -> tuple[pd.DataFrame, dict[str, str]]:
     """Per request (the simulator's `requests` table, before `apply_frontend` adds `frontend_s`):
     the parts as columns (NaN for a request with no first token), and each part's origin.
 
     The parts come from the simulated arrival, first schedule and first token, and the front end:
     `frontend` (`sim.frontend.FrontendConfig`, calibrate.frontend's measurement of our serve
-    stack) and the host prior's `frontend_s` (+ `frontend_per_token_s` per prompt token).
+    stack) and the host prior's `frontend_s` (+ `frontend_per_token_s` per prompt token; where that
+    came from: `frontend_origin`, else the host prior is named).
     With the run's `steps` (start, duration), a request that reaches the engine while a step runs
     counts the rest of that step in api_server_s, as vLLM v1's spans do: its engine core takes new
     requests, and stamps them QUEUED, only between steps (`EngineCore.run_busy_loop`)."""
@@ -88,7 +89,7 @@ def predicted_parts(requests: pd.DataFrame, frontend, frontend_s: float = 0.0,
                    f"{frontend.tokenize_s_per_token * 1e6:.2f} us/prompt token (our serve stack, calibrate.frontend)")
     if frontend_s or frontend_per_token_s:
         per_token = f" + {frontend_per_token_s * 1e6:.2f} us/prompt token" if frontend_per_token_s else ""
-        api.append(f"host prior front end {frontend_s * 1e3:.1f} ms{per_token} (fidelity.predict.host_prior)")
+        api.append(frontend_origin or f"host prior front end {frontend_s * 1e3:.1f} ms{per_token} (fidelity.predict.host_prior)")
     if steps is not None:
         api.append("the simulated step in flight when it reached the engine (vLLM v1 queues between steps)")
     origins = {
